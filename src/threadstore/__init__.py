@@ -1,0 +1,119 @@
+"""threadstore: durable, typed chat history for AI agents.
+
+The models, keys and store are imported eagerly; the AG-UI layer is imported on
+first use so that ``import threadstore`` stays fast.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from threadstore.errors import (
+    ChatDeletedError,
+    ConfigurationError,
+    ConflictError,
+    InvalidInputError,
+    LimitExceededError,
+    MigrationError,
+    NotFoundError,
+    StoreError,
+    ThreadstoreError,
+)
+from threadstore.keys import (
+    DEDUPLICATION_KEY_LENGTH,
+    chat_deduplication_key,
+    normalize_participant_id,
+    participant_id,
+    session_deduplication_key,
+)
+from threadstore.models import (
+    FORMAT_VERSION,
+    Chat,
+    ChatCreate,
+    ChatPage,
+    ContentPart,
+    MediaPart,
+    Message,
+    MessageCreate,
+    MessageReasoningCreate,
+    MessageReasoningUpdate,
+    MessageStatus,
+    MessageToolCallCreate,
+    MessageToolCallUpdate,
+    MessageUpdate,
+    Reasoning,
+    Role,
+    Run,
+    RunStatus,
+    TextPart,
+    ToolCall,
+)
+from threadstore.store import (
+    ChatRepositoryLike,
+    MessageRepositoryLike,
+    RunRepositoryLike,
+    Store,
+    create_store,
+    open_store,
+)
+
+if TYPE_CHECKING:
+    pass
+
+__version__ = "0.1.0"
+
+_LAZY: dict[str, str] = {}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'threadstore' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
+
+__all__ = [
+    "DEDUPLICATION_KEY_LENGTH",
+    "FORMAT_VERSION",
+    "Chat",
+    "ChatCreate",
+    "ChatDeletedError",
+    "ChatPage",
+    "ChatRepositoryLike",
+    "ConfigurationError",
+    "ConflictError",
+    "ContentPart",
+    "InvalidInputError",
+    "LimitExceededError",
+    "MediaPart",
+    "Message",
+    "MessageCreate",
+    "MessageReasoningCreate",
+    "MessageReasoningUpdate",
+    "MessageRepositoryLike",
+    "MessageStatus",
+    "MessageToolCallCreate",
+    "MessageToolCallUpdate",
+    "MessageUpdate",
+    "MigrationError",
+    "NotFoundError",
+    "Reasoning",
+    "Role",
+    "Run",
+    "RunRepositoryLike",
+    "RunStatus",
+    "Store",
+    "StoreError",
+    "TextPart",
+    "ThreadstoreError",
+    "ToolCall",
+    "__version__",
+    "chat_deduplication_key",
+    "create_store",
+    "normalize_participant_id",
+    "open_store",
+    "participant_id",
+    "session_deduplication_key",
+]

@@ -1,0 +1,56 @@
+"""Deterministic identifiers: deduplication keys and participant ids.
+
+These keep the seed's names and meanings, so an app that switches to threadstore
+derives the same keys for the same inputs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from uuid import UUID
+
+__all__ = [
+    "DEDUPLICATION_KEY_LENGTH",
+    "PARTICIPANT_ID_LENGTH",
+    "chat_deduplication_key",
+    "normalize_participant_id",
+    "participant_id",
+    "session_deduplication_key",
+]
+
+DEDUPLICATION_KEY_LENGTH: int = 64
+"""Length of every deduplication key (a truncated lowercase hex SHA-256)."""
+
+PARTICIPANT_ID_LENGTH: int = 24
+"""Length of a participant id (ObjectId-shaped: 24 lowercase hex characters)."""
+
+_PARTICIPANT_RE = re.compile(r"^[0-9a-f]{24}$")
+
+
+def session_deduplication_key(namespace: str, *parts: str) -> str:
+    """Return the stable key for (namespace, *parts): SHA-256 over NUL-joined parts, hex, 64 chars."""
+    joined = "\0".join((namespace, *parts))
+    return hashlib.sha256(joined.encode("utf-8")).hexdigest()[:DEDUPLICATION_KEY_LENGTH]
+
+
+def chat_deduplication_key(user_uuid: UUID, thread_id: str) -> str:
+    """Return the deduplication key of a chat: ``sha256("chat\\0<user_uuid>\\0<thread_id>")``."""
+    return session_deduplication_key("chat", str(user_uuid), thread_id)
+
+
+def normalize_participant_id(raw: str | None) -> str | None:
+    """Normalize a caller-supplied participant id to 24 lowercase hex chars, or ``None`` if invalid."""
+    if raw is None:
+        return None
+    candidate = raw.strip().lower()
+    return candidate if _PARTICIPANT_RE.match(candidate) else None
+
+
+def participant_id(user_uuid: UUID, *, override: str | None = None) -> str:
+    """Return a stable 24-hex participant id: a valid ``override`` verbatim, else derived from the user."""
+    normalized = normalize_participant_id(override)
+    if normalized is not None:
+        return normalized
+    digest = hashlib.sha256(str(user_uuid).encode("utf-8")).hexdigest()
+    return digest[:PARTICIPANT_ID_LENGTH]

@@ -1,0 +1,358 @@
+"""Typed domain models (pydantic v2) and the DTOs the store takes.
+
+Every stored record carries ``format_version``; :data:`FORMAT_VERSION` is what this
+code writes. Bytes fields serialize as base64 in JSON. Subclass a model to add
+fields: the store keeps fields it does not know in an ``extra`` JSON document and
+validates rows back into the model class it was configured with.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+from uuid import UUID, uuid4
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "FORMAT_VERSION",
+    "Chat",
+    "ChatCreate",
+    "ChatPage",
+    "ContentPart",
+    "MediaPart",
+    "Message",
+    "MessageCreate",
+    "MessageReasoningCreate",
+    "MessageReasoningUpdate",
+    "MessageStatus",
+    "MessageToolCallCreate",
+    "MessageToolCallUpdate",
+    "MessageUpdate",
+    "Reasoning",
+    "Role",
+    "Run",
+    "RunStatus",
+    "TextPart",
+    "ToolCall",
+    "utcnow",
+]
+
+FORMAT_VERSION = 1
+"""The stored-record format this code writes. Older versions stay readable."""
+
+
+def utcnow() -> datetime:
+    """Return the current time as an aware UTC datetime."""
+    return datetime.now(UTC)
+
+
+class Role(StrEnum):
+    """Who produced a message; mirrors the AG-UI message roles."""
+
+    DEVELOPER = "developer"
+    SYSTEM = "system"
+    ASSISTANT = "assistant"
+    USER = "user"
+    TOOL = "tool"
+    REASONING = "reasoning"
+    ACTIVITY = "activity"
+
+
+class MessageStatus(StrEnum):
+    """Lifecycle status of a message, tool call or reasoning step."""
+
+    ACTIVE = "active"
+    COMPLETE = "complete"
+    INTERRUPTED = "interrupted"
+    ERRORED = "errored"
+
+
+class RunStatus(StrEnum):
+    """Lifecycle status of an agent run."""
+
+    RUNNING = "running"
+    COMPLETE = "complete"
+    INTERRUPTED = "interrupted"
+    ERRORED = "errored"
+
+
+class _Model(BaseModel):
+    """Shared configuration: bytes as base64 in JSON, unknown keys ignored on read."""
+
+    model_config = ConfigDict(
+        ser_json_bytes="base64",
+        val_json_bytes="base64",
+        extra="ignore",
+    )
+
+
+# --- content parts -----------------------------------------------------------------
+
+
+class TextPart(_Model):
+    """A text part of a multi-part message."""
+
+    type: Literal["text"] = "text"
+    text: str
+    metadata: dict[str, Any] | None = None
+
+
+class MediaPart(_Model):
+    """An image, audio, video or document part; inline bytes or a reference."""
+
+    type: Literal["image", "audio", "video", "document"]
+    source: Literal["data", "url", "file"] = "data"
+    data: bytes | None = None
+    """Inline payload (``source == "data"``); base64 in JSON."""
+    value: str | None = None
+    """URL or provider file id (``source`` ``url`` / ``file``)."""
+    mime_type: str | None = None
+    provider: str | None = None
+    metadata: dict[str, Any] | None = None
+
+
+ContentPart = Annotated[TextPart | MediaPart, Field(discriminator="type")]
+"""One part of a multi-part message, tagged by ``type``."""
+
+
+# --- stored records ------------------------------------------------------------------
+
+
+class ToolCall(_Model):
+    """A tool call made by (and nested in) an assistant message, with its result."""
+
+    format_version: int = FORMAT_VERSION
+    uuid: UUID
+    message_uuid: UUID
+    tool_call_id: str
+    """The AG-UI tool call id."""
+    name: str
+    arguments: str = ""
+    content: str | None = None
+    """The tool's result, once known."""
+    result_message_id: str | None = None
+    """AG-UI id of the tool-result message that carried ``content``."""
+    error: str | None = None
+    status: MessageStatus = MessageStatus.ACTIVE
+    in_progress: bool = True
+    step_name: str | None = None
+    seq: int = 0
+    """Position in the chat's production order (set by the store)."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class Reasoning(_Model):
+    """A reasoning step nested in a message."""
+
+    format_version: int = FORMAT_VERSION
+    uuid: UUID
+    message_uuid: UUID
+    agui_id: str | None = None
+    """The AG-UI reasoning message id, when the producer sent one."""
+    name: str | None = None
+    content: str = ""
+    encrypted_value: str | None = None
+    status: MessageStatus = MessageStatus.ACTIVE
+    in_progress: bool = True
+    step_name: str | None = None
+    seq: int = 0
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class Message(_Model):
+    """One message of a chat: a node of the chat's message tree."""
+
+    format_version: int = FORMAT_VERSION
+    message_uuid: UUID
+    chat_uuid: UUID
+    parent_uuid: UUID | None = None
+    """The previous message on this branch; ``None`` for a root."""
+    agui_id: str | None = None
+    role: Role = Role.ASSISTANT
+    name: str | None = None
+    content: str = ""
+    content_parts: list[ContentPart] | None = None
+    """Multi-part content (images, documents...) when the message had it."""
+    encrypted_value: str | None = None
+    activity_type: str | None = None
+    activity_content: dict[str, Any] | None = None
+    status: MessageStatus = MessageStatus.ACTIVE
+    in_progress: bool = True
+    step_name: str | None = None
+    run_id: str | None = None
+    """The AG-UI run that produced the message."""
+    seq: int = 0
+    """Position in the chat's production order (set by the store); the pagination cursor."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    reasonings: list[Reasoning] = Field(default_factory=list)
+
+
+class Chat(_Model):
+    """A conversation owned by one user (optionally scoped to a tenant/app)."""
+
+    format_version: int = FORMAT_VERSION
+    chat_uuid: UUID
+    user_uuid: UUID
+    thread_id: str
+    """The AG-UI thread id; unique per user."""
+    name: str | None = None
+    tenant_id: str | None = None
+    app_id: str | None = None
+    dedup_key: str
+    active_leaf_uuid: UUID | None = None
+    """The newest message of the active branch."""
+    forked_from_chat_uuid: UUID | None = None
+    forked_from_message_uuid: UUID | None = None
+    state: Any = None
+    """The latest AG-UI state (after STATE_SNAPSHOT / STATE_DELTA)."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class Run(_Model):
+    """One agent run: who owns it and whether it is still alive."""
+
+    format_version: int = FORMAT_VERSION
+    chat_uuid: UUID
+    thread_id: str
+    run_id: str
+    parent_run_id: str | None = None
+    status: RunStatus = RunStatus.RUNNING
+    owner: str | None = None
+    """Identifies the process running it (host:pid:nonce)."""
+    heartbeat_at: datetime = Field(default_factory=utcnow)
+    error: str | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class ChatPage(_Model):
+    """One page of a chat listing; pass ``next_cursor`` back to get the next page."""
+
+    items: list[Chat]
+    next_cursor: str | None = None
+
+
+# --- DTOs ------------------------------------------------------------------------------
+
+
+class ChatCreate(_Model):
+    """What ``create_chat`` needs; ``user_uuid`` and ``thread_id`` are required."""
+
+    user_uuid: UUID | None = None
+    thread_id: str | None = None
+    name: str | None = None
+    tenant_id: str | None = None
+    app_id: str | None = None
+    chat_uuid: UUID = Field(default_factory=uuid4)
+    forked_from_chat_uuid: UUID | None = None
+    forked_from_message_uuid: UUID | None = None
+    state: Any = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class MessageCreate(_Model):
+    """What ``create_message`` needs; ``chat_uuid`` is required.
+
+    ``parent_uuid=None`` appends to the chat's active branch.
+    """
+
+    chat_uuid: UUID | None = None
+    role: Role = Role.ASSISTANT
+    content: str = ""
+    agui_id: str | None = None
+    parent_uuid: UUID | None = None
+    name: str | None = None
+    content_parts: list[ContentPart] | None = None
+    encrypted_value: str | None = None
+    activity_type: str | None = None
+    activity_content: dict[str, Any] | None = None
+    status: MessageStatus = MessageStatus.ACTIVE
+    in_progress: bool = True
+    step_name: str | None = None
+    run_id: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    message_uuid: UUID = Field(default_factory=uuid4)
+    created_at: datetime | None = None
+
+
+class MessageUpdate(_Model):
+    """A patch of a message's own fields: only explicitly-set, non-None fields apply."""
+
+    content: str | None = None
+    content_parts: list[ContentPart] | None = None
+    name: str | None = None
+    encrypted_value: str | None = None
+    activity_content: dict[str, Any] | None = None
+    status: MessageStatus | None = None
+    in_progress: bool | None = None
+    step_name: str | None = None
+    metadata: dict[str, Any] | None = None
+
+
+class MessageToolCallCreate(_Model):
+    """What ``create_message_tool_call`` needs; ``message_uuid`` names the parent."""
+
+    message_uuid: UUID
+    tool_call_id: str
+    name: str
+    arguments: str = ""
+    content: str | None = None
+    result_message_id: str | None = None
+    error: str | None = None
+    status: MessageStatus = MessageStatus.ACTIVE
+    in_progress: bool = True
+    step_name: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    uuid: UUID = Field(default_factory=uuid4)
+
+
+class MessageToolCallUpdate(_Model):
+    """A patch of a tool call: only explicitly-set, non-None fields apply."""
+
+    name: str | None = None
+    arguments: str | None = None
+    content: str | None = None
+    result_message_id: str | None = None
+    error: str | None = None
+    status: MessageStatus | None = None
+    in_progress: bool | None = None
+    step_name: str | None = None
+    metadata: dict[str, Any] | None = None
+
+
+class MessageReasoningCreate(_Model):
+    """What ``create_message_reasoning`` needs; ``message_uuid`` names the parent."""
+
+    message_uuid: UUID
+    agui_id: str | None = None
+    name: str | None = None
+    content: str = ""
+    encrypted_value: str | None = None
+    status: MessageStatus = MessageStatus.ACTIVE
+    in_progress: bool = True
+    step_name: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    uuid: UUID = Field(default_factory=uuid4)
+
+
+class MessageReasoningUpdate(_Model):
+    """A patch of a reasoning step: only explicitly-set, non-None fields apply."""
+
+    name: str | None = None
+    content: str | None = None
+    encrypted_value: str | None = None
+    status: MessageStatus | None = None
+    in_progress: bool | None = None
+    step_name: str | None = None
+    metadata: dict[str, Any] | None = None

@@ -1,0 +1,398 @@
+"""The Store contract: the seed's repository Protocols plus what every backend shares.
+
+``ChatRepositoryLike`` and ``MessageRepositoryLike`` keep the seed's method names and
+meanings, so any object with these methods is a drop-in for the storage agent.
+:class:`Store` is the base class of threadstore's own backends; it implements both
+Protocols (and the run registry the run manager uses) and holds the logic that is the
+same for every backend, so a backend only implements storage primitives.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Protocol, Self, runtime_checkable
+from uuid import UUID
+
+from threadstore.errors import InvalidInputError
+from threadstore.models import (
+    Chat,
+    ChatCreate,
+    ChatPage,
+    Message,
+    MessageCreate,
+    MessageReasoningCreate,
+    MessageReasoningUpdate,
+    MessageStatus,
+    MessageToolCallCreate,
+    MessageToolCallUpdate,
+    MessageUpdate,
+    Reasoning,
+    Run,
+    RunStatus,
+    ToolCall,
+)
+from threadstore.store.records import Codecs
+
+__all__ = [
+    "DEFAULT_PAGE_SIZE",
+    "MAX_PAGE_SIZE",
+    "ChatRepositoryLike",
+    "MessageRepositoryLike",
+    "RunRepositoryLike",
+    "Store",
+]
+
+DEFAULT_PAGE_SIZE = 50
+"""Page size of ``list_chats`` when no limit is given."""
+
+MAX_PAGE_SIZE = 1000
+"""Largest ``limit`` accepted by the paginated reads."""
+
+
+@runtime_checkable
+class ChatRepositoryLike(Protocol):
+    """Structural interface for chat persistence (the seed's names and meanings)."""
+
+    async def create_chat(self, chat_data: ChatCreate) -> Chat:
+        """Create a chat, idempotent by (user, thread): a repeat returns the existing one."""
+        ...
+
+    async def get_chat_by_thread_id(self, user_uuid: UUID, thread_id: str) -> Chat | None:
+        """Return the chat for a (user, thread_id) pair, or ``None``."""
+        ...
+
+    async def get_all_chats(self, user_uuid: UUID | None = None) -> Sequence[Chat]:
+        """Return every chat, optionally scoped to one user."""
+        ...
+
+    async def update_chat_name(self, chat_uuid: UUID, name: str) -> Chat | None:
+        """Rename a chat; ``None`` when it is unknown."""
+        ...
+
+    async def delete_chat(self, chat_uuid: UUID) -> Chat | None:
+        """Delete a chat and every row it owns; return it, or ``None`` when unknown."""
+        ...
+
+
+@runtime_checkable
+class MessageRepositoryLike(Protocol):
+    """Structural interface for message persistence (the seed's names and meanings)."""
+
+    def transaction(self) -> AbstractAsyncContextManager[None]:
+        """Return an async context manager that groups the writes inside it atomically."""
+        ...
+
+    async def create_message(self, message_data: MessageCreate) -> Message:
+        """Persist a new message and return it."""
+        ...
+
+    async def update_message(self, message_uuid: UUID, update: MessageUpdate) -> Message | None:
+        """Patch a message's own fields; ``None`` when it is unknown."""
+        ...
+
+    async def create_message_tool_call(self, data: MessageToolCallCreate) -> ToolCall:
+        """Append a tool call to its parent message."""
+        ...
+
+    async def update_message_tool_call(
+        self, uuid: UUID, update: MessageToolCallUpdate
+    ) -> ToolCall | None:
+        """Patch a tool call; ``None`` when it is unknown."""
+        ...
+
+    async def create_message_reasoning(self, data: MessageReasoningCreate) -> Reasoning:
+        """Append a reasoning step to its parent message."""
+        ...
+
+    async def update_message_reasoning(
+        self, uuid: UUID, update: MessageReasoningUpdate
+    ) -> Reasoning | None:
+        """Patch a reasoning step; ``None`` when it is unknown."""
+        ...
+
+    async def get_message(self, message_uuid: UUID) -> Message | None:
+        """Return a message by its uuid, or ``None``."""
+        ...
+
+    async def get_message_by_agui_id(self, chat_uuid: UUID, agui_id: str) -> Message | None:
+        """Return a message by its AG-UI id within a chat, or ``None``."""
+        ...
+
+    async def get_tool_call_by_agui_id(
+        self, message_uuid: UUID, tool_call_id: str
+    ) -> ToolCall | None:
+        """Return a tool call by its AG-UI id within a message, or ``None``."""
+        ...
+
+    async def get_chat_messages(self, chat_uuid: UUID) -> Sequence[Message]:
+        """Return the chat's history (its active branch), oldest first."""
+        ...
+
+    async def get_last_messages(self, chat_uuids: list[UUID]) -> dict[UUID, Message]:
+        """Map each given chat that has messages to its latest message."""
+        ...
+
+
+@runtime_checkable
+class RunRepositoryLike(Protocol):
+    """Structural interface for the run registry (owner + heartbeat per run)."""
+
+    async def start_run(self, run: Run) -> Run:
+        """Record a run as running (idempotent by (chat, run_id))."""
+        ...
+
+    async def heartbeat_runs(self, owner: str, run_ids: Sequence[tuple[UUID, str]]) -> None:
+        """Refresh the heartbeat of the owner's live runs."""
+        ...
+
+    async def finish_run(
+        self, chat_uuid: UUID, run_id: str, status: RunStatus, error: str | None = None
+    ) -> Run | None:
+        """Mark a run finished with a terminal status."""
+        ...
+
+    async def get_run(self, chat_uuid: UUID, run_id: str) -> Run | None:
+        """Return one run, or ``None``."""
+        ...
+
+    async def get_stale_runs(self, older_than: datetime) -> Sequence[Run]:
+        """Return running runs whose heartbeat is older than ``older_than``."""
+        ...
+
+
+def check_limit(limit: int | None, default: int | None = DEFAULT_PAGE_SIZE) -> int | None:
+    """Validate a page-size argument against :data:`MAX_PAGE_SIZE`."""
+    if limit is None:
+        return default
+    if limit < 1 or limit > MAX_PAGE_SIZE:
+        raise InvalidInputError(f"limit must be between 1 and {MAX_PAGE_SIZE}, got {limit}")
+    return limit
+
+
+def require_chat_identity(chat_data: ChatCreate) -> tuple[UUID, str]:
+    """Return (user_uuid, thread_id) or raise the seed's ``ValueError`` when either is missing."""
+    if chat_data.user_uuid is None:
+        raise InvalidInputError("ChatCreate.user_uuid is required")
+    if chat_data.thread_id is None:
+        raise InvalidInputError("ChatCreate.thread_id is required")
+    return chat_data.user_uuid, chat_data.thread_id
+
+
+def update_fields(update: Any) -> dict[str, Any]:
+    """Return the explicitly-set, non-None fields of an update DTO."""
+    fields: dict[str, Any] = update.model_dump(exclude_unset=True, exclude_none=True)
+    return fields
+
+
+class Store(abc.ABC):
+    """A threadstore backend: chats, messages, tool calls, reasoning and runs.
+
+    Implements :class:`ChatRepositoryLike`, :class:`MessageRepositoryLike` and
+    :class:`RunRepositoryLike`. Use it with ``async with`` (or ``await close()``).
+    Every uuid lookup is consistent immediately after the write that created it, and
+    ``transaction()`` really groups writes: all or nothing.
+    """
+
+    url: str
+    chat_model: type[Chat]
+    message_model: type[Message]
+    tool_call_model: type[ToolCall]
+    reasoning_model: type[Reasoning]
+
+    def __init__(
+        self,
+        *,
+        chat_model: type[Chat] = Chat,
+        message_model: type[Message] = Message,
+        tool_call_model: type[ToolCall] = ToolCall,
+        reasoning_model: type[Reasoning] = Reasoning,
+    ) -> None:
+        self.chat_model = chat_model
+        self.message_model = message_model
+        self.tool_call_model = tool_call_model
+        self.reasoning_model = reasoning_model
+        self.codecs = Codecs(chat_model, message_model, tool_call_model, reasoning_model)
+
+    # --- lifecycle -----------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def connect(self) -> None:
+        """Open connections (called by ``open_store``); a no-op for backends without any."""
+
+    @abc.abstractmethod
+    async def setup(self) -> None:
+        """Create or upgrade the schema (apply pending numbered migrations)."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Release connections; the store is unusable afterwards."""
+
+    @abc.abstractmethod
+    def transaction(self) -> AbstractAsyncContextManager[None]:
+        """Group the writes made inside the block atomically (nesting joins the outer one)."""
+
+    # --- chats -----------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def create_chat(self, chat_data: ChatCreate) -> Chat:
+        """Create a chat, idempotent by (user, thread); raises ``ValueError`` if either is missing."""
+
+    @abc.abstractmethod
+    async def get_chat(self, chat_uuid: UUID) -> Chat | None:
+        """Return a chat by uuid, or ``None``."""
+
+    @abc.abstractmethod
+    async def get_chat_by_thread_id(self, user_uuid: UUID, thread_id: str) -> Chat | None:
+        """Return the chat for a (user, thread_id) pair, or ``None``."""
+
+    @abc.abstractmethod
+    async def get_all_chats(self, user_uuid: UUID | None = None) -> Sequence[Chat]:
+        """Return every chat (optionally one user's), newest activity first."""
+
+    @abc.abstractmethod
+    async def list_chats(
+        self,
+        user_uuid: UUID,
+        *,
+        limit: int | None = None,
+        cursor: str | None = None,
+        tenant_id: str | None = None,
+        app_id: str | None = None,
+    ) -> ChatPage:
+        """Return one page of a user's chats, newest activity first, with a cursor to the next."""
+
+    @abc.abstractmethod
+    async def update_chat_name(self, chat_uuid: UUID, name: str) -> Chat | None:
+        """Rename a chat; ``None`` when it is unknown."""
+
+    @abc.abstractmethod
+    async def update_chat_state(self, chat_uuid: UUID, state: Any) -> Chat | None:
+        """Replace the chat's latest AG-UI state; ``None`` when it is unknown."""
+
+    @abc.abstractmethod
+    async def set_active_leaf(self, chat_uuid: UUID, message_uuid: UUID) -> Chat | None:
+        """Make ``message_uuid`` (a message of this chat) the end of the active branch."""
+
+    @abc.abstractmethod
+    async def delete_chat(self, chat_uuid: UUID) -> Chat | None:
+        """Hard-delete a chat and every row it owns; return it, or ``None`` when unknown."""
+
+    # --- messages --------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def create_message(self, message_data: MessageCreate) -> Message:
+        """Persist a new message; ``ValueError`` if ``chat_uuid`` is missing or unknown."""
+
+    @abc.abstractmethod
+    async def update_message(self, message_uuid: UUID, update: MessageUpdate) -> Message | None:
+        """Apply the explicitly-set, non-None fields; ``None`` when the message is unknown."""
+
+    @abc.abstractmethod
+    async def create_message_tool_call(self, data: MessageToolCallCreate) -> ToolCall:
+        """Append a tool call; ``ValueError`` if the parent message does not exist."""
+
+    @abc.abstractmethod
+    async def update_message_tool_call(
+        self, uuid: UUID, update: MessageToolCallUpdate
+    ) -> ToolCall | None:
+        """Patch a tool call; ``None`` when it is unknown."""
+
+    @abc.abstractmethod
+    async def create_message_reasoning(self, data: MessageReasoningCreate) -> Reasoning:
+        """Append a reasoning step; ``ValueError`` if the parent message does not exist."""
+
+    @abc.abstractmethod
+    async def update_message_reasoning(
+        self, uuid: UUID, update: MessageReasoningUpdate
+    ) -> Reasoning | None:
+        """Patch a reasoning step; ``None`` when it is unknown."""
+
+    @abc.abstractmethod
+    async def get_message(self, message_uuid: UUID) -> Message | None:
+        """Return a message (with its tool calls and reasoning) by uuid, or ``None``."""
+
+    @abc.abstractmethod
+    async def get_message_by_agui_id(self, chat_uuid: UUID, agui_id: str) -> Message | None:
+        """Return a message by its AG-UI id within a chat, or ``None``."""
+
+    @abc.abstractmethod
+    async def get_tool_call_by_agui_id(
+        self, message_uuid: UUID, tool_call_id: str
+    ) -> ToolCall | None:
+        """Return a tool call by its AG-UI id within a message, or ``None``."""
+
+    @abc.abstractmethod
+    async def get_chat_messages(
+        self,
+        chat_uuid: UUID,
+        *,
+        after: int | None = None,
+        before: int | None = None,
+        limit: int | None = None,
+    ) -> Sequence[Message]:
+        """Return the active branch oldest first; ``after``/``before`` are ``Message.seq`` cursors.
+
+        With ``limit`` and ``before`` the page is the ``limit`` messages just before
+        ``before`` (still oldest first); otherwise the first ``limit`` after ``after``.
+        """
+
+    @abc.abstractmethod
+    async def get_last_messages(self, chat_uuids: list[UUID]) -> dict[UUID, Message]:
+        """Map each given chat that has messages to the newest message of its active branch."""
+
+    # --- runs --------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def start_run(self, run: Run) -> Run:
+        """Record a run as running (idempotent by (chat, run_id))."""
+
+    @abc.abstractmethod
+    async def heartbeat_runs(self, owner: str, run_ids: Sequence[tuple[UUID, str]]) -> None:
+        """Refresh the heartbeat of the owner's live runs."""
+
+    @abc.abstractmethod
+    async def finish_run(
+        self, chat_uuid: UUID, run_id: str, status: RunStatus, error: str | None = None
+    ) -> Run | None:
+        """Mark a run finished; ``None`` when it is unknown."""
+
+    @abc.abstractmethod
+    async def get_run(self, chat_uuid: UUID, run_id: str) -> Run | None:
+        """Return one run, or ``None``."""
+
+    @abc.abstractmethod
+    async def get_stale_runs(self, older_than: datetime) -> Sequence[Run]:
+        """Return running runs whose heartbeat is older than ``older_than``."""
+
+    @abc.abstractmethod
+    async def finalize_run_records(
+        self, chat_uuid: UUID, run_id: str, status: MessageStatus
+    ) -> int:
+        """Flip the run's still-in-progress records to ``status``; return how many changed."""
+
+    async def iter_chat_messages(
+        self, chat_uuid: UUID, *, page_size: int = 500
+    ) -> AsyncIterator[Message]:
+        """Yield the whole active branch oldest first, one page at a time."""
+        after: int | None = None
+        while True:
+            page = await self.get_chat_messages(chat_uuid, after=after, limit=page_size)
+            for message in page:
+                yield message
+            if len(page) < page_size:
+                return
+            after = page[-1].seq

@@ -1,0 +1,441 @@
+"""The in-memory backend: a real store that copies on every read and write.
+
+It keeps the same rules as the SQL backends (idempotent create, cascading delete,
+foreign keys, transactions that roll back) so tests written against it hold on
+them, and so aliasing bugs show up here first.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from threadstore.errors import NotFoundError
+from threadstore.keys import chat_deduplication_key
+from threadstore.models import (
+    Chat,
+    ChatCreate,
+    ChatPage,
+    Message,
+    MessageCreate,
+    MessageReasoningCreate,
+    MessageReasoningUpdate,
+    MessageStatus,
+    MessageToolCallCreate,
+    MessageToolCallUpdate,
+    MessageUpdate,
+    Reasoning,
+    Run,
+    RunStatus,
+    ToolCall,
+    utcnow,
+)
+from threadstore.store.base import Store, check_limit, require_chat_identity
+from threadstore.store.cursor import decode_chat_cursor, encode_chat_cursor
+from threadstore.store.records import (
+    ExtrasCodec,
+    WriterLock,
+    merge_extra,
+    split_create,
+    split_update,
+)
+
+__all__ = ["MemoryStore"]
+
+
+class _State:
+    """Everything the store holds; copied whole to give transactions rollback."""
+
+    def __init__(self) -> None:
+        self.chats: dict[UUID, dict[str, Any]] = {}
+        self.threads: dict[tuple[UUID, str], UUID] = {}
+        self.messages: dict[UUID, dict[str, Any]] = {}
+        self.tool_calls: dict[UUID, dict[str, Any]] = {}
+        self.reasonings: dict[UUID, dict[str, Any]] = {}
+        self.runs: dict[tuple[UUID, str], Run] = {}
+
+
+class MemoryStore(Store):
+    """A store held in process memory; everything is lost when the process exits."""
+
+    def __init__(self, url: str = "memory://", **models: Any) -> None:
+        super().__init__(**models)
+        self.url = url
+        self._state = _State()
+        self._seq = itertools.count(1)
+        self._lock = WriterLock()
+
+    async def setup(self) -> None:
+        """Nothing to migrate in memory."""
+
+    async def close(self) -> None:
+        """Drop nothing: the data lives as long as the object."""
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[None]:
+        async with self._lock.hold() as outermost:
+            if not outermost:
+                yield
+                return
+            snapshot = copy.deepcopy(self._state)
+            try:
+                yield
+            except BaseException:
+                self._state = snapshot
+                raise
+
+    # --- rows -> models ------------------------------------------------------------------
+
+    @staticmethod
+    def _load(model: Any, codec: ExtrasCodec, row: dict[str, Any]) -> Any:
+        fields = {k: v for k, v in row.items() if k != "extra"}
+        return model.model_validate({**copy.deepcopy(fields), **codec.decode(row["extra"])})
+
+    def _chat(self, row: dict[str, Any]) -> Chat:
+        chat: Chat = self._load(self.chat_model, self.codecs.chat, row)
+        return chat
+
+    def _tool_call(self, row: dict[str, Any]) -> ToolCall:
+        tool_call: ToolCall = self._load(self.tool_call_model, self.codecs.tool_call, row)
+        return tool_call
+
+    def _reasoning(self, row: dict[str, Any]) -> Reasoning:
+        reasoning: Reasoning = self._load(self.reasoning_model, self.codecs.reasoning, row)
+        return reasoning
+
+    def _message(self, row: dict[str, Any]) -> Message:
+        message: Message = self._load(self.message_model, self.codecs.message, row)
+        uuid = row["message_uuid"]
+        message.tool_calls = [
+            self._tool_call(tc)
+            for tc in sorted(self._state.tool_calls.values(), key=lambda r: r["seq"])
+            if tc["message_uuid"] == uuid
+        ]
+        message.reasonings = [
+            self._reasoning(r)
+            for r in sorted(self._state.reasonings.values(), key=lambda r: r["seq"])
+            if r["message_uuid"] == uuid
+        ]
+        return message
+
+    @staticmethod
+    def _row(base: dict[str, Any], extra: str | None) -> dict[str, Any]:
+        row = copy.deepcopy(base)
+        row["extra"] = extra
+        return row
+
+    # --- chats ------------------------------------------------------------------------
+
+    async def create_chat(self, chat_data: ChatCreate) -> Chat:
+        user_uuid, thread_id = require_chat_identity(chat_data)
+        async with self._lock.hold():
+            existing = self._state.threads.get((user_uuid, thread_id))
+            if existing is not None:
+                return self._chat(self._state.chats[existing])
+            base, extra = split_create(chat_data, ChatCreate)
+            now = utcnow()
+            row = self._row(base, extra)
+            row.update(
+                dedup_key=chat_deduplication_key(user_uuid, thread_id),
+                active_leaf_uuid=None,
+                created_at=now,
+                updated_at=now,
+            )
+            self._state.chats[chat_data.chat_uuid] = row
+            self._state.threads[(user_uuid, thread_id)] = chat_data.chat_uuid
+            return self._chat(row)
+
+    async def get_chat(self, chat_uuid: UUID) -> Chat | None:
+        row = self._state.chats.get(chat_uuid)
+        return self._chat(row) if row else None
+
+    async def get_chat_by_thread_id(self, user_uuid: UUID, thread_id: str) -> Chat | None:
+        chat_uuid = self._state.threads.get((user_uuid, thread_id))
+        return None if chat_uuid is None else await self.get_chat(chat_uuid)
+
+    def _sorted_chats(self, user_uuid: UUID | None) -> list[dict[str, Any]]:
+        rows = [
+            r for r in self._state.chats.values() if user_uuid is None or r["user_uuid"] == user_uuid
+        ]
+        rows.sort(key=lambda r: (r["updated_at"], str(r["chat_uuid"])), reverse=True)
+        return rows
+
+    async def get_all_chats(self, user_uuid: UUID | None = None) -> Sequence[Chat]:
+        return [self._chat(r) for r in self._sorted_chats(user_uuid)]
+
+    async def list_chats(
+        self,
+        user_uuid: UUID,
+        *,
+        limit: int | None = None,
+        cursor: str | None = None,
+        tenant_id: str | None = None,
+        app_id: str | None = None,
+    ) -> ChatPage:
+        size = check_limit(limit)
+        assert size is not None
+        rows = [
+            r
+            for r in self._sorted_chats(user_uuid)
+            if (tenant_id is None or r.get("tenant_id") == tenant_id)
+            and (app_id is None or r.get("app_id") == app_id)
+        ]
+        if cursor is not None:
+            after_at, after_uuid = decode_chat_cursor(cursor)
+            rows = [r for r in rows if (r["updated_at"], str(r["chat_uuid"])) < (after_at, after_uuid)]
+        page = rows[: size + 1]
+        items = [self._chat(r) for r in page[:size]]
+        next_cursor = encode_chat_cursor(items[-1]) if len(page) > size else None
+        return ChatPage(items=items, next_cursor=next_cursor)
+
+    async def _patch_chat(self, chat_uuid: UUID, **fields: Any) -> Chat | None:
+        async with self._lock.hold():
+            row = self._state.chats.get(chat_uuid)
+            if row is None:
+                return None
+            row.update(copy.deepcopy(fields))
+            row["updated_at"] = utcnow()
+            return self._chat(row)
+
+    async def update_chat_name(self, chat_uuid: UUID, name: str) -> Chat | None:
+        return await self._patch_chat(chat_uuid, name=name)
+
+    async def update_chat_state(self, chat_uuid: UUID, state: Any) -> Chat | None:
+        return await self._patch_chat(chat_uuid, state=state)
+
+    async def set_active_leaf(self, chat_uuid: UUID, message_uuid: UUID) -> Chat | None:
+        message = self._state.messages.get(message_uuid)
+        if message is None or message["chat_uuid"] != chat_uuid:
+            raise NotFoundError(f"message {message_uuid} is not in chat {chat_uuid}")
+        return await self._patch_chat(chat_uuid, active_leaf_uuid=message_uuid)
+
+    async def delete_chat(self, chat_uuid: UUID) -> Chat | None:
+        async with self._lock.hold():
+            state = self._state
+            row = state.chats.pop(chat_uuid, None)
+            if row is None:
+                return None
+            del state.threads[(row["user_uuid"], row["thread_id"])]
+            owned = {u for u, m in state.messages.items() if m["chat_uuid"] == chat_uuid}
+            for u in owned:
+                del state.messages[u]
+            state.tool_calls = {
+                k: v for k, v in state.tool_calls.items() if v["message_uuid"] not in owned
+            }
+            state.reasonings = {
+                k: v for k, v in state.reasonings.items() if v["message_uuid"] not in owned
+            }
+            state.runs = {k: v for k, v in state.runs.items() if k[0] != chat_uuid}
+            return self._chat(row)
+
+    # --- messages ---------------------------------------------------------------------
+
+    async def create_message(self, message_data: MessageCreate) -> Message:
+        if message_data.chat_uuid is None:
+            raise NotFoundError("MessageCreate.chat_uuid is required")
+        async with self._lock.hold():
+            chat = self._state.chats.get(message_data.chat_uuid)
+            if chat is None:
+                raise NotFoundError(f"chat {message_data.chat_uuid} does not exist")
+            if message_data.message_uuid in self._state.messages:
+                raise NotFoundError(f"message {message_data.message_uuid} already exists")
+            base, extra = split_create(message_data, MessageCreate)
+            parent = message_data.parent_uuid
+            if parent is None:
+                parent = chat["active_leaf_uuid"]
+            elif self._state.messages.get(parent, {}).get("chat_uuid") != chat["chat_uuid"]:
+                raise NotFoundError(f"parent message {parent} is not in chat {chat['chat_uuid']}")
+            now = utcnow()
+            row = self._row(base, extra)
+            row.update(
+                parent_uuid=parent,
+                seq=next(self._seq),
+                created_at=message_data.created_at or now,
+                updated_at=message_data.created_at or now,
+            )
+            self._state.messages[message_data.message_uuid] = row
+            chat["active_leaf_uuid"] = message_data.message_uuid
+            chat["updated_at"] = row["created_at"]
+            return self._message(row)
+
+    async def update_message(self, message_uuid: UUID, update: MessageUpdate) -> Message | None:
+        async with self._lock.hold():
+            row = self._state.messages.get(message_uuid)
+            if row is None:
+                return None
+            _apply(row, update, MessageUpdate)
+            return self._message(row)
+
+    async def create_message_tool_call(self, data: MessageToolCallCreate) -> ToolCall:
+        async with self._lock.hold():
+            if data.message_uuid not in self._state.messages:
+                raise NotFoundError(f"parent message {data.message_uuid} does not exist")
+            base, extra = split_create(data, MessageToolCallCreate)
+            row = self._row(base, extra)
+            now = utcnow()
+            row.update(seq=next(self._seq), created_at=now, updated_at=now)
+            self._state.tool_calls[data.uuid] = row
+            return self._tool_call(row)
+
+    async def update_message_tool_call(
+        self, uuid: UUID, update: MessageToolCallUpdate
+    ) -> ToolCall | None:
+        async with self._lock.hold():
+            row = self._state.tool_calls.get(uuid)
+            if row is None:
+                return None
+            _apply(row, update, MessageToolCallUpdate)
+            return self._tool_call(row)
+
+    async def create_message_reasoning(self, data: MessageReasoningCreate) -> Reasoning:
+        async with self._lock.hold():
+            if data.message_uuid not in self._state.messages:
+                raise NotFoundError(f"parent message {data.message_uuid} does not exist")
+            base, extra = split_create(data, MessageReasoningCreate)
+            row = self._row(base, extra)
+            now = utcnow()
+            row.update(seq=next(self._seq), created_at=now, updated_at=now)
+            self._state.reasonings[data.uuid] = row
+            return self._reasoning(row)
+
+    async def update_message_reasoning(
+        self, uuid: UUID, update: MessageReasoningUpdate
+    ) -> Reasoning | None:
+        async with self._lock.hold():
+            row = self._state.reasonings.get(uuid)
+            if row is None:
+                return None
+            _apply(row, update, MessageReasoningUpdate)
+            return self._reasoning(row)
+
+    async def get_message(self, message_uuid: UUID) -> Message | None:
+        row = self._state.messages.get(message_uuid)
+        return self._message(row) if row else None
+
+    async def get_message_by_agui_id(self, chat_uuid: UUID, agui_id: str) -> Message | None:
+        for row in sorted(self._state.messages.values(), key=lambda r: r["seq"]):
+            if row["chat_uuid"] == chat_uuid and row["agui_id"] == agui_id:
+                return self._message(row)
+        return None
+
+    async def get_tool_call_by_agui_id(
+        self, message_uuid: UUID, tool_call_id: str
+    ) -> ToolCall | None:
+        for row in self._state.tool_calls.values():
+            if row["message_uuid"] == message_uuid and row["tool_call_id"] == tool_call_id:
+                return self._tool_call(row)
+        return None
+
+    def _branch(self, chat_uuid: UUID) -> list[dict[str, Any]]:
+        chat = self._state.chats.get(chat_uuid)
+        path: list[dict[str, Any]] = []
+        current = chat["active_leaf_uuid"] if chat else None
+        while current is not None:
+            row = self._state.messages[current]
+            path.append(row)
+            current = row["parent_uuid"]
+        path.reverse()
+        return path
+
+    async def get_chat_messages(
+        self,
+        chat_uuid: UUID,
+        *,
+        after: int | None = None,
+        before: int | None = None,
+        limit: int | None = None,
+    ) -> Sequence[Message]:
+        size = check_limit(limit, default=None)
+        rows = [
+            r
+            for r in self._branch(chat_uuid)
+            if (after is None or r["seq"] > after) and (before is None or r["seq"] < before)
+        ]
+        if size is not None:
+            rows = rows[-size:] if before is not None and after is None else rows[:size]
+        return [self._message(r) for r in rows]
+
+    async def get_last_messages(self, chat_uuids: list[UUID]) -> dict[UUID, Message]:
+        result: dict[UUID, Message] = {}
+        for chat_uuid in chat_uuids:
+            chat = self._state.chats.get(chat_uuid)
+            if chat and chat["active_leaf_uuid"] is not None:
+                result[chat_uuid] = self._message(self._state.messages[chat["active_leaf_uuid"]])
+        return result
+
+    # --- runs ---------------------------------------------------------------------------
+
+    async def start_run(self, run: Run) -> Run:
+        async with self._lock.hold():
+            if run.chat_uuid not in self._state.chats:
+                raise NotFoundError(f"chat {run.chat_uuid} does not exist")
+            key = (run.chat_uuid, run.run_id)
+            stored = self._state.runs.get(key)
+            if stored is None:
+                stored = self._state.runs[key] = run.model_copy(deep=True)
+            return stored.model_copy(deep=True)
+
+    async def heartbeat_runs(self, owner: str, run_ids: Sequence[tuple[UUID, str]]) -> None:
+        async with self._lock.hold():
+            now = utcnow()
+            for key in run_ids:
+                run = self._state.runs.get(key)
+                if run is not None and run.owner == owner and run.status == RunStatus.RUNNING:
+                    run.heartbeat_at = now
+
+    async def finish_run(
+        self, chat_uuid: UUID, run_id: str, status: RunStatus, error: str | None = None
+    ) -> Run | None:
+        async with self._lock.hold():
+            run = self._state.runs.get((chat_uuid, run_id))
+            if run is None:
+                return None
+            run.status, run.error, run.updated_at = status, error, utcnow()
+            return run.model_copy(deep=True)
+
+    async def get_run(self, chat_uuid: UUID, run_id: str) -> Run | None:
+        run = self._state.runs.get((chat_uuid, run_id))
+        return run.model_copy(deep=True) if run else None
+
+    async def get_stale_runs(self, older_than: datetime) -> Sequence[Run]:
+        return [
+            r.model_copy(deep=True)
+            for r in self._state.runs.values()
+            if r.status == RunStatus.RUNNING and r.heartbeat_at < older_than
+        ]
+
+    async def finalize_run_records(
+        self, chat_uuid: UUID, run_id: str, status: MessageStatus
+    ) -> int:
+        async with self._lock.hold():
+            state = self._state
+            run_messages = {
+                u
+                for u, m in state.messages.items()
+                if m["chat_uuid"] == chat_uuid and m["run_id"] == run_id
+            }
+            changed = 0
+            now = utcnow()
+            for table, in_run in (
+                (state.messages, lambda r: r["message_uuid"] in run_messages),
+                (state.tool_calls, lambda r: r["message_uuid"] in run_messages),
+                (state.reasonings, lambda r: r["message_uuid"] in run_messages),
+            ):
+                for row in table.values():
+                    if in_run(row) and row["in_progress"]:
+                        row.update(status=status, in_progress=False, updated_at=now)
+                        changed += 1
+            return changed
+
+
+def _apply(row: dict[str, Any], update: Any, base_cls: Any) -> None:
+    base, extra = split_update(update, base_cls)
+    row.update(copy.deepcopy(base))
+    if extra:
+        row["extra"] = merge_extra(row["extra"], extra)
+    row["updated_at"] = utcnow()

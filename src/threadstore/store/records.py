@@ -1,0 +1,126 @@
+"""Shared record plumbing for every backend: subclass extras and the writer lock.
+
+A model subclass may declare fields the base schema has no column for. Backends
+keep those in one ``extra`` JSON document per row: :func:`split_create` and
+:func:`split_update` separate them from the base fields on the way in, and
+:class:`ExtrasCodec` turns the document back into typed values on the way out
+(bytes included, which travel as base64 in the JSON).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import cache
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, create_model
+
+__all__ = ["Codecs", "ExtrasCodec", "WriterLock", "merge_extra", "split_create", "split_update"]
+
+
+def split_create(dto: BaseModel, base_cls: type[BaseModel]) -> tuple[dict[str, Any], str | None]:
+    """Return (base fields, extra JSON or None) of a create DTO that may subclass ``base_cls``."""
+    base = {name: getattr(dto, name) for name in base_cls.model_fields}
+    extra_names = _extra_names(type(dto), base_cls)
+    extra = dto.model_dump_json(include=set(extra_names)) if extra_names else None
+    return base, extra
+
+
+def split_update(update: BaseModel, base_cls: type[BaseModel]) -> tuple[dict[str, Any], str | None]:
+    """Return (explicitly-set non-None base fields, extra JSON patch or None) of an update DTO."""
+    fields = update.model_dump(exclude_unset=True, exclude_none=True)
+    base = {name: getattr(update, name) for name in fields if name in base_cls.model_fields}
+    extra_names = [name for name in fields if name not in base_cls.model_fields]
+    extra = update.model_dump_json(include=set(extra_names)) if extra_names else None
+    return base, extra
+
+
+@cache
+def _extra_names(cls: type[BaseModel], base_cls: type[BaseModel]) -> tuple[str, ...]:
+    return tuple(name for name in cls.model_fields if name not in base_cls.model_fields)
+
+
+class ExtrasCodec:
+    """Validates a row's ``extra`` JSON into the values of a model subclass's own fields."""
+
+    def __init__(self, model: type[BaseModel], base_cls: type[BaseModel]) -> None:
+        self.names = _extra_names(model, base_cls)
+        self._adapter: type[BaseModel] | None = None
+        if self.names:
+            fields: dict[str, Any] = {
+                name: (model.model_fields[name].annotation, model.model_fields[name])
+                for name in self.names
+            }
+            self._adapter = create_model(
+                f"{model.__name__}Extras",
+                __config__=ConfigDict(val_json_bytes="base64", extra="ignore"),
+                **fields,
+            )
+
+    def decode(self, extra_json: str | bytes | None) -> dict[str, Any]:
+        """Return the typed extra values stored in ``extra_json`` (missing ones are left out)."""
+        if self._adapter is None or not extra_json:
+            return {}
+        parsed = self._adapter.model_validate_json(extra_json)
+        return {name: getattr(parsed, name) for name in parsed.model_fields_set}
+
+
+def merge_extra(current: str | None, patch: str) -> str:
+    """Return ``current`` (an extra JSON object) with the keys of ``patch`` set."""
+    merged = json.loads(current) if current else {}
+    merged.update(json.loads(patch))
+    return json.dumps(merged)
+
+
+class Codecs:
+    """The extras codecs of one store's four model classes."""
+
+    def __init__(
+        self,
+        chat: type[BaseModel],
+        message: type[BaseModel],
+        tool_call: type[BaseModel],
+        reasoning: type[BaseModel],
+    ) -> None:
+        from threadstore.models import Chat, Message, Reasoning, ToolCall
+
+        self.chat = ExtrasCodec(chat, Chat)
+        self.message = ExtrasCodec(message, Message)
+        self.tool_call = ExtrasCodec(tool_call, ToolCall)
+        self.reasoning = ExtrasCodec(reasoning, Reasoning)
+
+
+class WriterLock:
+    """Serializes writers on one connection; re-entrant within the task that holds it.
+
+    A transaction holds the lock for its whole body, so another task's statements can
+    neither interleave with it nor read its uncommitted writes.
+    """
+
+    def __init__(self) -> None:
+        self._lock = asyncio.Lock()
+        self._holder: contextvars.ContextVar[bool] = contextvars.ContextVar(
+            f"writer_lock_{id(self)}", default=False
+        )
+
+    @property
+    def held(self) -> bool:
+        """True when the current task already holds the lock."""
+        return self._holder.get()
+
+    @asynccontextmanager
+    async def hold(self) -> AsyncIterator[bool]:
+        """Hold the lock for the block; yields True when this call acquired it (outermost)."""
+        if self._holder.get():
+            yield False
+            return
+        async with self._lock:
+            token = self._holder.set(True)
+            try:
+                yield True
+            finally:
+                self._holder.reset(token)
