@@ -29,7 +29,7 @@ _PARTICIPANT_RE = re.compile(r"^[0-9a-f]{24}$")
 
 
 def session_deduplication_key(namespace: str, *parts: str) -> str:
-    """Return the stable key for (namespace, *parts): SHA-256 over NUL-joined parts, hex, 64 chars."""
+    """Return the key of (namespace, *parts): hex SHA-256 of the NUL-joined parts, 64 chars."""
     joined = "\0".join((namespace, *parts))
     return hashlib.sha256(joined.encode("utf-8")).hexdigest()[:DEDUPLICATION_KEY_LENGTH]
 
@@ -40,7 +40,7 @@ def chat_deduplication_key(user_uuid: UUID, thread_id: str) -> str:
 
 
 def normalize_participant_id(raw: str | None) -> str | None:
-    """Normalize a caller-supplied participant id to 24 lowercase hex chars, or ``None`` if invalid."""
+    """Normalize a participant id to 24 lowercase hex chars; ``None`` when it is not one."""
     if raw is None:
         return None
     candidate = raw.strip().lower()
@@ -48,7 +48,7 @@ def normalize_participant_id(raw: str | None) -> str | None:
 
 
 def participant_id(user_uuid: UUID, *, override: str | None = None) -> str:
-    """Return a stable 24-hex participant id: a valid ``override`` verbatim, else derived from the user."""
+    """Return a stable 24-hex participant id: a valid ``override``, else one derived from user."""
     normalized = normalize_participant_id(override)
     if normalized is not None:
         return normalized

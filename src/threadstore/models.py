@@ -139,7 +139,7 @@ class ToolCall(_Model):
     in_progress: bool = True
     step_name: str | None = None
     seq: int = 0
-    """Position in the chat's production order (set by the store)."""
+    """Position among the message's tool calls and reasoning steps (set by the store)."""
     metadata: dict[str, Any] = Field(default_factory=dict)
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
@@ -160,6 +160,7 @@ class Reasoning(_Model):
     in_progress: bool = True
     step_name: str | None = None
     seq: int = 0
+    """Position among the message's tool calls and reasoning steps (set by the store)."""
     metadata: dict[str, Any] = Field(default_factory=dict)
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
@@ -188,7 +189,7 @@ class Message(_Model):
     run_id: str | None = None
     """The AG-UI run that produced the message."""
     seq: int = 0
-    """Position in the chat's production order (set by the store); the pagination cursor."""
+    """Increases with every message created (set by the store); the pagination cursor."""
     metadata: dict[str, Any] = Field(default_factory=dict)
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)

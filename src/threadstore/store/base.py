@@ -230,7 +230,7 @@ class Store(abc.ABC):
     ) -> None:
         await self.close()
 
-    async def connect(self) -> None:
+    async def connect(self) -> None:  # noqa: B027 - optional hook, not abstract
         """Open connections (called by ``open_store``); a no-op for backends without any."""
 
     @abc.abstractmethod
@@ -249,7 +249,7 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def create_chat(self, chat_data: ChatCreate) -> Chat:
-        """Create a chat, idempotent by (user, thread); raises ``ValueError`` if either is missing."""
+        """Create a chat, idempotent by (user, thread); ``ValueError`` if either is missing."""
 
     @abc.abstractmethod
     async def get_chat(self, chat_uuid: UUID) -> Chat | None:

@@ -66,9 +66,18 @@ class MemoryStore(Store):
     def __init__(self, url: str = "memory://", **models: Any) -> None:
         super().__init__(**models)
         self.url = url
-        self._state = _State()
+        self._live = _State()
+        self._committed: _State | None = None
         self._seq = itertools.count(1)
         self._lock = WriterLock()
+
+    @property
+    def _state(self) -> _State:
+        # Tasks outside an open transaction read the state as of its start, as a
+        # SQL reader would: they never see writes that may still roll back.
+        if self._committed is not None and not self._lock.held:
+            return self._committed
+        return self._live
 
     async def setup(self) -> None:
         """Nothing to migrate in memory."""
@@ -82,12 +91,14 @@ class MemoryStore(Store):
             if not outermost:
                 yield
                 return
-            snapshot = copy.deepcopy(self._state)
+            snapshot = self._committed = copy.deepcopy(self._live)
             try:
                 yield
             except BaseException:
-                self._state = snapshot
+                self._live = snapshot
                 raise
+            finally:
+                self._committed = None
 
     # --- rows -> models ------------------------------------------------------------------
 
@@ -160,7 +171,9 @@ class MemoryStore(Store):
 
     def _sorted_chats(self, user_uuid: UUID | None) -> list[dict[str, Any]]:
         rows = [
-            r for r in self._state.chats.values() if user_uuid is None or r["user_uuid"] == user_uuid
+            r
+            for r in self._state.chats.values()
+            if user_uuid is None or r["user_uuid"] == user_uuid
         ]
         rows.sort(key=lambda r: (r["updated_at"], str(r["chat_uuid"])), reverse=True)
         return rows
@@ -187,7 +200,9 @@ class MemoryStore(Store):
         ]
         if cursor is not None:
             after_at, after_uuid = decode_chat_cursor(cursor)
-            rows = [r for r in rows if (r["updated_at"], str(r["chat_uuid"])) < (after_at, after_uuid)]
+            rows = [
+                r for r in rows if (r["updated_at"], str(r["chat_uuid"])) < (after_at, after_uuid)
+            ]
         page = rows[: size + 1]
         items = [self._chat(r) for r in page[:size]]
         next_cursor = encode_chat_cursor(items[-1]) if len(page) > size else None
@@ -278,9 +293,14 @@ class MemoryStore(Store):
             base, extra = split_create(data, MessageToolCallCreate)
             row = self._row(base, extra)
             now = utcnow()
-            row.update(seq=next(self._seq), created_at=now, updated_at=now)
+            row.update(seq=self._next_child_seq(data.message_uuid), created_at=now, updated_at=now)
             self._state.tool_calls[data.uuid] = row
             return self._tool_call(row)
+
+    def _next_child_seq(self, message_uuid: UUID) -> int:
+        """Tool calls and reasoning steps share one position counter per message."""
+        children = itertools.chain(self._state.tool_calls.values(), self._state.reasonings.values())
+        return 1 + max((r["seq"] for r in children if r["message_uuid"] == message_uuid), default=0)
 
     async def update_message_tool_call(
         self, uuid: UUID, update: MessageToolCallUpdate
@@ -299,7 +319,7 @@ class MemoryStore(Store):
             base, extra = split_create(data, MessageReasoningCreate)
             row = self._row(base, extra)
             now = utcnow()
-            row.update(seq=next(self._seq), created_at=now, updated_at=now)
+            row.update(seq=self._next_child_seq(data.message_uuid), created_at=now, updated_at=now)
             self._state.reasonings[data.uuid] = row
             return self._reasoning(row)
 
@@ -421,13 +441,9 @@ class MemoryStore(Store):
             }
             changed = 0
             now = utcnow()
-            for table, in_run in (
-                (state.messages, lambda r: r["message_uuid"] in run_messages),
-                (state.tool_calls, lambda r: r["message_uuid"] in run_messages),
-                (state.reasonings, lambda r: r["message_uuid"] in run_messages),
-            ):
+            for table in (state.messages, state.tool_calls, state.reasonings):
                 for row in table.values():
-                    if in_run(row) and row["in_progress"]:
+                    if row["message_uuid"] in run_messages and row["in_progress"]:
                         row.update(status=status, in_progress=False, updated_at=now)
                         changed += 1
             return changed

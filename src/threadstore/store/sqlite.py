@@ -1,0 +1,796 @@
+"""The SQLite backend (the embedded default), on aiosqlite.
+
+One connection per store, in WAL mode with foreign keys on. Writes outside a
+``transaction()`` are single autocommit statements; a transaction holds the
+store's writer lock for its whole body, so no other task's statement can land in
+the middle of it. Several processes may share one file: SQLite serializes their
+writers and ``busy_timeout`` makes them wait instead of failing.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import aiosqlite
+
+from threadstore.errors import ConfigurationError, ConflictError, MigrationError, NotFoundError
+from threadstore.keys import chat_deduplication_key
+from threadstore.models import (
+    FORMAT_VERSION,
+    Chat,
+    ChatCreate,
+    ChatPage,
+    Message,
+    MessageCreate,
+    MessageReasoningCreate,
+    MessageReasoningUpdate,
+    MessageStatus,
+    MessageToolCallCreate,
+    MessageToolCallUpdate,
+    MessageUpdate,
+    Reasoning,
+    Run,
+    RunStatus,
+    ToolCall,
+    utcnow,
+)
+from threadstore.store.base import Store, check_limit, require_chat_identity
+from threadstore.store.cursor import decode_chat_cursor, encode_chat_cursor
+from threadstore.store.records import WriterLock, split_create, split_update
+from threadstore.store.rows import (
+    RowLoader,
+    attach_children,
+    dump_json,
+    dump_metadata,
+    dump_parts,
+)
+from threadstore.store.sqlite_schema import (
+    CHAT_COLUMNS,
+    MESSAGE_COLUMNS,
+    MIGRATIONS,
+    REASONING_COLUMNS,
+    RUN_COLUMNS,
+    TOOL_CALL_COLUMNS,
+)
+
+__all__ = ["SQLiteStore", "sqlite_path"]
+
+BUSY_TIMEOUT_MS = 10_000
+"""How long a writer waits for another process's write lock before failing."""
+
+_CHAT_SELECT = "SELECT " + ", ".join(CHAT_COLUMNS) + " FROM chats"
+_MESSAGE_SELECT = "SELECT " + ", ".join(f"m.{c}" for c in MESSAGE_COLUMNS) + " FROM messages m"
+_TOOL_CALL_SELECT = "SELECT " + ", ".join(TOOL_CALL_COLUMNS) + " FROM tool_calls"
+_REASONING_SELECT = "SELECT " + ", ".join(REASONING_COLUMNS) + " FROM reasonings"
+_RUN_SELECT = "SELECT " + ", ".join(RUN_COLUMNS) + " FROM runs"
+
+_INSERT_CHAT = (
+    "INSERT INTO chats (chat_uuid, user_uuid, thread_id, dedup_key, name, tenant_id, app_id,"
+    " forked_from_chat_uuid, forked_from_message_uuid, state, metadata, extra, format_version,"
+    " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    # A no-op update makes RETURNING yield the existing row when (user, thread) exists.
+    " ON CONFLICT (user_uuid, thread_id) DO UPDATE SET thread_id = excluded.thread_id"
+    " RETURNING " + ", ".join(CHAT_COLUMNS)
+)
+
+_INSERT_MESSAGE = (
+    "INSERT INTO messages (message_uuid, chat_uuid, parent_uuid, agui_id, role, name, content,"
+    " content_parts, encrypted_value, activity_type, activity_content, status, in_progress,"
+    " step_name, run_id, metadata, extra, format_version, created_at, updated_at)"
+    " VALUES (?, ?, COALESCE(?, (SELECT active_leaf_uuid FROM chats WHERE chat_uuid = ?)),"
+    " ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " RETURNING seq, parent_uuid"
+)
+
+# The next position among a message's tool calls and reasoning steps, so the order
+# in which they were produced survives across the two tables.
+_NEXT_CHILD_SEQ = (
+    "(SELECT COALESCE(MAX(seq), 0) + 1 FROM ("
+    " SELECT seq FROM tool_calls WHERE message_uuid = ?1"
+    " UNION ALL SELECT seq FROM reasonings WHERE message_uuid = ?1))"
+)
+
+_INSERT_TOOL_CALL = (
+    "INSERT INTO tool_calls (uuid, message_uuid, chat_uuid, tool_call_id, name, arguments,"
+    " content, result_message_id, error, status, in_progress, step_name, seq, metadata, extra,"
+    " format_version, created_at, updated_at)"
+    " SELECT ?2, ?1, m.chat_uuid, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, "
+    + _NEXT_CHILD_SEQ
+    + ", ?12, ?13, ?14, ?15, ?15 FROM messages m WHERE m.message_uuid = ?1"
+    " RETURNING seq"
+)
+
+_INSERT_REASONING = (
+    "INSERT INTO reasonings (uuid, message_uuid, chat_uuid, agui_id, name, content,"
+    " encrypted_value, status, in_progress, step_name, seq, metadata, extra, format_version,"
+    " created_at, updated_at)"
+    " SELECT ?2, ?1, m.chat_uuid, ?3, ?4, ?5, ?6, ?7, ?8, ?9, "
+    + _NEXT_CHILD_SEQ
+    + ", ?10, ?11, ?12, ?13, ?13 FROM messages m WHERE m.message_uuid = ?1"
+    " RETURNING seq"
+)
+
+# The active branch of a chat that has branches: the path from the active leaf to the
+# root. A chat that never branched reads every message instead (one index range scan).
+_BRANCH_FILTER = (
+    "m.chat_uuid = ?1 AND m.message_uuid IN ("
+    " WITH RECURSIVE branch(uuid) AS ("
+    "  SELECT active_leaf_uuid FROM chats WHERE chat_uuid = ?1"
+    "  UNION ALL SELECT p.parent_uuid FROM messages p JOIN branch b ON p.message_uuid = b.uuid"
+    "  WHERE p.parent_uuid IS NOT NULL)"
+    " SELECT uuid FROM branch)"
+)
+
+_UPDATABLE = {
+    "messages": {
+        "content", "content_parts", "name", "encrypted_value", "activity_content", "status",
+        "in_progress", "step_name", "metadata",
+    },
+    "tool_calls": {
+        "name", "arguments", "content", "result_message_id", "error", "status", "in_progress",
+        "step_name", "metadata",
+    },
+    "reasonings": {
+        "name", "content", "encrypted_value", "status", "in_progress", "step_name", "metadata",
+    },
+}  # fmt: skip
+
+
+def sqlite_path(url: str) -> str:
+    """Return the filesystem path (or ``:memory:``) named by a ``sqlite://`` URL."""
+    prefix = "sqlite://"
+    if not url.startswith(prefix):
+        raise ConfigurationError(f"not a sqlite URL: {url!r}")
+    rest = url[len(prefix) :]
+    if rest in (":memory:", "/:memory:"):
+        return ":memory:"
+    if not rest.startswith("/") or rest == "/":
+        raise ConfigurationError(
+            f"invalid sqlite URL {url!r}: use sqlite:///relative/path.db or sqlite:////abs/path.db"
+        )
+    return rest[1:]
+
+
+def _ts(value: datetime) -> str:
+    """Store times as fixed-width UTC ISO text so they sort as text."""
+    return value.isoformat(timespec="microseconds")
+
+
+def _u(value: UUID | None) -> str | None:
+    return None if value is None else str(value)
+
+
+def _encode(column: str, value: Any) -> Any:
+    """Encode one updatable column value for SQLite."""
+    if column == "metadata":
+        return dump_metadata(value)
+    if column == "content_parts":
+        return dump_parts(value)
+    if column == "activity_content":
+        return dump_json(value)
+    if isinstance(value, bool):
+        return int(value)
+    return value
+
+
+class SQLiteStore(Store):
+    """Store backed by one SQLite database file."""
+
+    def __init__(self, url: str = "sqlite:///./threadstore.db", **models: Any) -> None:
+        super().__init__(**models)
+        self.url = url
+        self.path = sqlite_path(url)
+        self._conn: aiosqlite.Connection | None = None
+        self._lock = WriterLock()
+        self._chats = RowLoader(self.chat_model, Chat, CHAT_COLUMNS, self.codecs.chat)
+        self._messages = RowLoader(
+            self.message_model, Message, MESSAGE_COLUMNS, self.codecs.message
+        )
+        self._tool_calls = RowLoader(
+            self.tool_call_model, ToolCall, TOOL_CALL_COLUMNS, self.codecs.tool_call
+        )
+        self._reasonings = RowLoader(
+            self.reasoning_model, Reasoning, REASONING_COLUMNS, self.codecs.reasoning
+        )
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    @property
+    def connection(self) -> aiosqlite.Connection:
+        """The underlying aiosqlite connection (for tracing and diagnostics)."""
+        if self._conn is None:
+            raise ConfigurationError("the store is not connected: use open_store() or connect()")
+        return self._conn
+
+    async def connect(self) -> None:
+        """Open the database file and set the pragmas every connection needs."""
+        if self._conn is not None:
+            return
+        conn = await aiosqlite.connect(self.path, isolation_level=None)
+        try:
+            await conn.execute("PRAGMA journal_mode = WAL")
+            await conn.execute("PRAGMA synchronous = NORMAL")
+            await conn.execute("PRAGMA foreign_keys = ON")
+            await conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        except BaseException:
+            await conn.close()
+            raise
+        self._conn = conn
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            await conn.close()
+
+    async def setup(self) -> None:
+        """Apply pending migrations in order, each recorded in ``threadstore_migrations``."""
+        conn = self.connection
+        async with self._lock.hold():
+            await conn.execute(
+                "CREATE TABLE IF NOT EXISTS threadstore_migrations"
+                " (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"
+            )
+            await conn.execute("BEGIN IMMEDIATE")
+            try:
+                rows = await conn.execute_fetchall(
+                    "SELECT COALESCE(MAX(version), 0) FROM threadstore_migrations"
+                )
+                current = int(next(iter(rows))[0])
+                if current > len(MIGRATIONS):
+                    raise MigrationError(
+                        f"database schema version {current} is newer than this threadstore"
+                        f" ({len(MIGRATIONS)}); upgrade threadstore"
+                    )
+                for version in range(current + 1, len(MIGRATIONS) + 1):
+                    for statement in _split_script(MIGRATIONS[version - 1]):
+                        await conn.execute(statement)
+                    await conn.execute(
+                        "INSERT INTO threadstore_migrations (version, applied_at) VALUES (?, ?)",
+                        (version, _ts(utcnow())),
+                    )
+                await conn.execute("COMMIT")
+            except BaseException:
+                await conn.execute("ROLLBACK")
+                raise
+
+    async def schema_version(self) -> int:
+        """Return the highest applied migration (0 for an empty database)."""
+        rows = await self._fetch("SELECT COALESCE(MAX(version), 0) FROM threadstore_migrations", ())
+        return int(rows[0][0])
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[None]:
+        async with self._lock.hold() as outermost:
+            if not outermost:
+                yield
+                return
+            conn = self.connection
+            await conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                await conn.execute("ROLLBACK")
+                raise
+            await conn.execute("COMMIT")
+
+    # --- statement helpers ---------------------------------------------------------------
+
+    async def _fetch(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        async with self._lock.hold():
+            try:
+                return list(await self.connection.execute_fetchall(sql, params))
+            except sqlite3.Error as exc:
+                raise _translate(exc) from exc
+
+    async def _execute(self, sql: str, params: Sequence[Any]) -> int:
+        """Run one write; return the number of rows it changed."""
+        async with self._lock.hold():
+            try:
+                cursor = await self.connection.execute(sql, params)
+                count = cursor.rowcount
+                await cursor.close()
+                return count
+            except sqlite3.Error as exc:
+                raise _translate(exc) from exc
+
+    def _load_chats(self, rows: Iterable[Sequence[Any]]) -> list[Chat]:
+        return self._chats.load(rows)
+
+    async def _load_messages(
+        self, rows: Sequence[Sequence[Any]], *, chat_uuid: UUID | None = None
+    ) -> list[Message]:
+        """Build messages and attach their tool calls and reasoning steps (two statements).
+
+        With ``chat_uuid`` (a page of one chat) children are selected by chat, which
+        needs no list of message ids; otherwise by the messages' ids.
+        """
+        messages: list[Message] = self._messages.load(rows)
+        if not messages:
+            return messages
+        if chat_uuid is not None:
+            where, param = " WHERE chat_uuid = ?", str(chat_uuid)
+        else:
+            where = " WHERE message_uuid IN (SELECT value FROM json_each(?))"
+            param = json.dumps([str(m.message_uuid) for m in messages])
+        tool_rows = await self._fetch(_TOOL_CALL_SELECT + where, (param,))
+        reasoning_rows = await self._fetch(_REASONING_SELECT + where, (param,))
+        attach_children(
+            messages, self._tool_calls.load(tool_rows), self._reasonings.load(reasoning_rows)
+        )
+        return messages
+
+    # --- chats -----------------------------------------------------------------------------
+
+    async def create_chat(self, chat_data: ChatCreate) -> Chat:
+        user_uuid, thread_id = require_chat_identity(chat_data)
+        base, extra = split_create(chat_data, ChatCreate)
+        now = _ts(utcnow())
+        rows = await self._fetch(
+            _INSERT_CHAT,
+            (
+                str(base["chat_uuid"]),
+                str(user_uuid),
+                thread_id,
+                chat_deduplication_key(user_uuid, thread_id),
+                base["name"],
+                base["tenant_id"],
+                base["app_id"],
+                _u(base["forked_from_chat_uuid"]),
+                _u(base["forked_from_message_uuid"]),
+                dump_json(base["state"]),
+                dump_metadata(base["metadata"]),
+                extra,
+                FORMAT_VERSION,
+                now,
+                now,
+            ),
+        )
+        return self._load_chats(rows)[0]
+
+    async def get_chat(self, chat_uuid: UUID) -> Chat | None:
+        rows = await self._fetch(_CHAT_SELECT + " WHERE chat_uuid = ?", (str(chat_uuid),))
+        return self._load_chats(rows)[0] if rows else None
+
+    async def get_chat_by_thread_id(self, user_uuid: UUID, thread_id: str) -> Chat | None:
+        rows = await self._fetch(
+            _CHAT_SELECT + " WHERE user_uuid = ? AND thread_id = ?", (str(user_uuid), thread_id)
+        )
+        return self._load_chats(rows)[0] if rows else None
+
+    async def get_all_chats(self, user_uuid: UUID | None = None) -> Sequence[Chat]:
+        order = " ORDER BY updated_at DESC, chat_uuid DESC"
+        if user_uuid is None:
+            rows = await self._fetch(_CHAT_SELECT + order, ())
+        else:
+            rows = await self._fetch(
+                _CHAT_SELECT + " WHERE user_uuid = ?" + order, (str(user_uuid),)
+            )
+        return self._load_chats(rows)
+
+    async def list_chats(
+        self,
+        user_uuid: UUID,
+        *,
+        limit: int | None = None,
+        cursor: str | None = None,
+        tenant_id: str | None = None,
+        app_id: str | None = None,
+    ) -> ChatPage:
+        size = check_limit(limit)
+        assert size is not None
+        where = ["user_uuid = ?"]
+        params: list[Any] = [str(user_uuid)]
+        if tenant_id is not None:
+            where.append("tenant_id = ?")
+            params.append(tenant_id)
+        if app_id is not None:
+            where.append("app_id = ?")
+            params.append(app_id)
+        if cursor is not None:
+            after_at, after_uuid = decode_chat_cursor(cursor)
+            where.append("(updated_at, chat_uuid) < (?, ?)")
+            params += [_ts(after_at), after_uuid]
+        sql = (
+            _CHAT_SELECT
+            + " WHERE "
+            + " AND ".join(where)
+            + " ORDER BY updated_at DESC, chat_uuid DESC LIMIT ?"
+        )
+        rows = await self._fetch(sql, (*params, size + 1))
+        items = self._load_chats(rows[:size])
+        next_cursor = encode_chat_cursor(items[-1]) if len(rows) > size else None
+        return ChatPage(items=items, next_cursor=next_cursor)
+
+    async def _update_chat(
+        self, chat_uuid: UUID, assignments: str, params: Sequence[Any]
+    ) -> Chat | None:
+        rows = await self._fetch(
+            "UPDATE chats SET " + assignments + ", updated_at = ? WHERE chat_uuid = ?"
+            " RETURNING " + ", ".join(CHAT_COLUMNS),
+            (*params, _ts(utcnow()), str(chat_uuid)),
+        )
+        return self._load_chats(rows)[0] if rows else None
+
+    async def update_chat_name(self, chat_uuid: UUID, name: str) -> Chat | None:
+        return await self._update_chat(chat_uuid, "name = ?", (name,))
+
+    async def update_chat_state(self, chat_uuid: UUID, state: Any) -> Chat | None:
+        return await self._update_chat(chat_uuid, "state = ?", (dump_json(state),))
+
+    async def set_active_leaf(self, chat_uuid: UUID, message_uuid: UUID) -> Chat | None:
+        async with self.transaction():
+            rows = await self._fetch(
+                "SELECT 1 FROM messages WHERE message_uuid = ? AND chat_uuid = ?",
+                (str(message_uuid), str(chat_uuid)),
+            )
+            if not rows:
+                raise NotFoundError(f"message {message_uuid} is not in chat {chat_uuid}")
+            return await self._update_chat(chat_uuid, "active_leaf_uuid = ?", (str(message_uuid),))
+
+    async def delete_chat(self, chat_uuid: UUID) -> Chat | None:
+        # Foreign keys cascade to messages, their tool calls and reasoning, and runs.
+        rows = await self._fetch(
+            "DELETE FROM chats WHERE chat_uuid = ? RETURNING " + ", ".join(CHAT_COLUMNS),
+            (str(chat_uuid),),
+        )
+        return self._load_chats(rows)[0] if rows else None
+
+    # --- messages -----------------------------------------------------------------------
+
+    async def create_message(self, message_data: MessageCreate) -> Message:
+        if message_data.chat_uuid is None:
+            raise NotFoundError("MessageCreate.chat_uuid is required")
+        if message_data.parent_uuid is not None:
+            async with self.transaction():
+                rows = await self._fetch(
+                    "SELECT 1 FROM messages WHERE message_uuid = ? AND chat_uuid = ?",
+                    (str(message_data.parent_uuid), str(message_data.chat_uuid)),
+                )
+                if not rows:
+                    raise NotFoundError(
+                        f"parent message {message_data.parent_uuid} is not in chat"
+                        f" {message_data.chat_uuid}"
+                    )
+                return await self._insert_message(message_data)
+        return await self._insert_message(message_data)
+
+    async def _insert_message(self, data: MessageCreate) -> Message:
+        base, extra = split_create(data, MessageCreate)
+        created = data.created_at or utcnow()
+        stamp = _ts(created)
+        chat = str(data.chat_uuid)
+        rows = await self._fetch(
+            _INSERT_MESSAGE,
+            (
+                str(data.message_uuid),
+                chat,
+                _u(data.parent_uuid),
+                chat,
+                data.agui_id,
+                data.role.value,
+                data.name,
+                data.content,
+                dump_parts(data.content_parts),
+                data.encrypted_value,
+                data.activity_type,
+                dump_json(data.activity_content),
+                data.status.value,
+                int(data.in_progress),
+                data.step_name,
+                data.run_id,
+                dump_metadata(data.metadata),
+                extra,
+                FORMAT_VERSION,
+                stamp,
+                stamp,
+            ),
+        )
+        seq, parent = rows[0]
+        fields = {name: value for name, value in data if name not in ("created_at",)}
+        fields.update(
+            base,
+            parent_uuid=parent,
+            seq=seq,
+            created_at=created,
+            updated_at=created,
+        )
+        message: Message = self.message_model.model_validate(fields)
+        return message
+
+    async def _update_row(
+        self, table: str, key: str, uuid: UUID, update: Any, base_cls: Any, columns: Sequence[str]
+    ) -> list[Any]:
+        base, extra = split_update(update, base_cls)
+        assignments: list[str] = []
+        params: list[Any] = []
+        for column, value in base.items():
+            if column in _UPDATABLE[table]:
+                assignments.append(f"{column} = ?")
+                params.append(_encode(column, value))
+        if extra:
+            # Replace each extra field whole (json_set), as the in-memory backend does.
+            values = json.loads(extra)
+            assignments.append(
+                "extra = json_set(COALESCE(extra, '{}')" + ", ?, json(?)" * len(values) + ")"
+            )
+            for name, value in values.items():
+                params += [f'$."{name}"', json.dumps(value)]
+        assignments.append("updated_at = ?")
+        params.append(_ts(utcnow()))
+        return await self._fetch(
+            f"UPDATE {table} SET {', '.join(assignments)} WHERE {key} = ?"
+            f" RETURNING {', '.join(columns)}",
+            (*params, str(uuid)),
+        )
+
+    async def update_message(self, message_uuid: UUID, update: MessageUpdate) -> Message | None:
+        rows = await self._update_row(
+            "messages", "message_uuid", message_uuid, update, MessageUpdate, MESSAGE_COLUMNS
+        )
+        messages = await self._load_messages(rows)
+        return messages[0] if messages else None
+
+    async def create_message_tool_call(self, data: MessageToolCallCreate) -> ToolCall:
+        base, extra = split_create(data, MessageToolCallCreate)
+        now = utcnow()
+        rows = await self._fetch(
+            _INSERT_TOOL_CALL,
+            (
+                str(data.message_uuid),
+                str(data.uuid),
+                data.tool_call_id,
+                data.name,
+                data.arguments,
+                data.content,
+                data.result_message_id,
+                data.error,
+                data.status.value,
+                int(data.in_progress),
+                data.step_name,
+                dump_metadata(data.metadata),
+                extra,
+                FORMAT_VERSION,
+                _ts(now),
+            ),
+        )
+        if not rows:
+            raise NotFoundError(f"parent message {data.message_uuid} does not exist")
+        fields = dict(data)
+        fields.update(base, seq=rows[0][0], created_at=now, updated_at=now)
+        tool_call: ToolCall = self.tool_call_model.model_validate(fields)
+        return tool_call
+
+    async def update_message_tool_call(
+        self, uuid: UUID, update: MessageToolCallUpdate
+    ) -> ToolCall | None:
+        rows = await self._update_row(
+            "tool_calls", "uuid", uuid, update, MessageToolCallUpdate, TOOL_CALL_COLUMNS
+        )
+        loaded: list[ToolCall] = self._tool_calls.load(rows)
+        return loaded[0] if loaded else None
+
+    async def create_message_reasoning(self, data: MessageReasoningCreate) -> Reasoning:
+        base, extra = split_create(data, MessageReasoningCreate)
+        now = utcnow()
+        rows = await self._fetch(
+            _INSERT_REASONING,
+            (
+                str(data.message_uuid),
+                str(data.uuid),
+                data.agui_id,
+                data.name,
+                data.content,
+                data.encrypted_value,
+                data.status.value,
+                int(data.in_progress),
+                data.step_name,
+                dump_metadata(data.metadata),
+                extra,
+                FORMAT_VERSION,
+                _ts(now),
+            ),
+        )
+        if not rows:
+            raise NotFoundError(f"parent message {data.message_uuid} does not exist")
+        fields = dict(data)
+        fields.update(base, seq=rows[0][0], created_at=now, updated_at=now)
+        reasoning: Reasoning = self.reasoning_model.model_validate(fields)
+        return reasoning
+
+    async def update_message_reasoning(
+        self, uuid: UUID, update: MessageReasoningUpdate
+    ) -> Reasoning | None:
+        rows = await self._update_row(
+            "reasonings", "uuid", uuid, update, MessageReasoningUpdate, REASONING_COLUMNS
+        )
+        loaded: list[Reasoning] = self._reasonings.load(rows)
+        return loaded[0] if loaded else None
+
+    async def get_message(self, message_uuid: UUID) -> Message | None:
+        rows = await self._fetch(
+            _MESSAGE_SELECT + " WHERE m.message_uuid = ?", (str(message_uuid),)
+        )
+        messages = await self._load_messages(rows)
+        return messages[0] if messages else None
+
+    async def get_message_by_agui_id(self, chat_uuid: UUID, agui_id: str) -> Message | None:
+        rows = await self._fetch(
+            _MESSAGE_SELECT + " WHERE m.chat_uuid = ? AND m.agui_id = ? ORDER BY m.seq LIMIT 1",
+            (str(chat_uuid), agui_id),
+        )
+        messages = await self._load_messages(rows)
+        return messages[0] if messages else None
+
+    async def get_tool_call_by_agui_id(
+        self, message_uuid: UUID, tool_call_id: str
+    ) -> ToolCall | None:
+        rows = await self._fetch(
+            _TOOL_CALL_SELECT + " WHERE message_uuid = ? AND tool_call_id = ? LIMIT 1",
+            (str(message_uuid), tool_call_id),
+        )
+        loaded: list[ToolCall] = self._tool_calls.load(rows)
+        return loaded[0] if loaded else None
+
+    async def get_chat_messages(
+        self,
+        chat_uuid: UUID,
+        *,
+        after: int | None = None,
+        before: int | None = None,
+        limit: int | None = None,
+    ) -> Sequence[Message]:
+        size = check_limit(limit, default=None)
+        flags = await self._fetch(
+            "SELECT has_branches FROM chats WHERE chat_uuid = ?", (str(chat_uuid),)
+        )
+        if not flags:
+            return []
+        where = _BRANCH_FILTER if flags[0][0] else "m.chat_uuid = ?1"
+        params: list[Any] = [str(chat_uuid)]
+        if after is not None:
+            params.append(after)
+            where += f" AND m.seq > ?{len(params)}"
+        if before is not None:
+            params.append(before)
+            where += f" AND m.seq < ?{len(params)}"
+        newest_first = size is not None and before is not None and after is None
+        sql = _MESSAGE_SELECT + " WHERE " + where
+        sql += " ORDER BY m.seq DESC" if newest_first else " ORDER BY m.seq"
+        if size is not None:
+            params.append(size)
+            sql += f" LIMIT ?{len(params)}"
+        rows = await self._fetch(sql, params)
+        if newest_first:
+            rows.reverse()
+        return await self._load_messages(rows, chat_uuid=chat_uuid)
+
+    async def get_last_messages(self, chat_uuids: list[UUID]) -> dict[UUID, Message]:
+        if not chat_uuids:
+            return {}
+        rows = await self._fetch(
+            _MESSAGE_SELECT + " JOIN chats c ON c.active_leaf_uuid = m.message_uuid"
+            " WHERE c.chat_uuid IN (SELECT value FROM json_each(?))",
+            (json.dumps([str(u) for u in chat_uuids]),),
+        )
+        return {m.chat_uuid: m for m in await self._load_messages(rows)}
+
+    # --- runs --------------------------------------------------------------------------
+
+    @staticmethod
+    def _load_run(row: Sequence[Any]) -> Run:
+        return Run.model_validate(dict(zip(RUN_COLUMNS, row, strict=True)))
+
+    async def start_run(self, run: Run) -> Run:
+        rows = await self._fetch(
+            "INSERT INTO runs ("
+            + ", ".join(RUN_COLUMNS)
+            + ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (chat_uuid, run_id) DO UPDATE SET run_id = excluded.run_id"
+            " RETURNING " + ", ".join(RUN_COLUMNS),
+            (
+                str(run.chat_uuid),
+                run.run_id,
+                run.thread_id,
+                run.parent_run_id,
+                run.status.value,
+                run.owner,
+                _ts(run.heartbeat_at),
+                run.error,
+                FORMAT_VERSION,
+                _ts(run.created_at),
+                _ts(run.updated_at),
+            ),
+        )
+        return self._load_run(rows[0])
+
+    async def heartbeat_runs(self, owner: str, run_ids: Sequence[tuple[UUID, str]]) -> None:
+        if not run_ids:
+            return
+        keys = json.dumps([[str(chat), run] for chat, run in run_ids])
+        await self._execute(
+            "UPDATE runs SET heartbeat_at = ? WHERE owner = ? AND status = 'running'"
+            " AND (chat_uuid, run_id) IN"
+            " (SELECT value ->> 0, value ->> 1 FROM json_each(?))",
+            (_ts(utcnow()), owner, keys),
+        )
+
+    async def finish_run(
+        self, chat_uuid: UUID, run_id: str, status: RunStatus, error: str | None = None
+    ) -> Run | None:
+        rows = await self._fetch(
+            "UPDATE runs SET status = ?, error = ?, updated_at = ?"
+            " WHERE chat_uuid = ? AND run_id = ? RETURNING " + ", ".join(RUN_COLUMNS),
+            (status.value, error, _ts(utcnow()), str(chat_uuid), run_id),
+        )
+        return self._load_run(rows[0]) if rows else None
+
+    async def get_run(self, chat_uuid: UUID, run_id: str) -> Run | None:
+        rows = await self._fetch(
+            _RUN_SELECT + " WHERE chat_uuid = ? AND run_id = ?", (str(chat_uuid), run_id)
+        )
+        return self._load_run(rows[0]) if rows else None
+
+    async def get_stale_runs(self, older_than: datetime) -> Sequence[Run]:
+        rows = await self._fetch(
+            _RUN_SELECT + " WHERE status = 'running' AND heartbeat_at < ? ORDER BY heartbeat_at",
+            (_ts(older_than),),
+        )
+        return [self._load_run(row) for row in rows]
+
+    async def finalize_run_records(
+        self, chat_uuid: UUID, run_id: str, status: MessageStatus
+    ) -> int:
+        params = (status.value, _ts(utcnow()), str(chat_uuid), run_id)
+        in_run = (
+            " WHERE in_progress = 1 AND message_uuid IN"
+            " (SELECT message_uuid FROM messages WHERE chat_uuid = ?3 AND run_id = ?4)"
+        )
+        set_ = " SET status = ?1, in_progress = 0, updated_at = ?2"
+        async with self.transaction():
+            changed = await self._execute("UPDATE tool_calls" + set_ + in_run, params)
+            changed += await self._execute("UPDATE reasonings" + set_ + in_run, params)
+            changed += await self._execute(
+                "UPDATE messages"
+                + set_
+                + " WHERE chat_uuid = ?3 AND run_id = ?4 AND in_progress = 1",
+                params,
+            )
+        return changed
+
+
+def _split_script(script: str) -> list[str]:
+    """Split a migration into statements, keeping trigger bodies whole."""
+    statements: list[str] = []
+    buffer: list[str] = []
+    for line in script.splitlines():
+        if line.strip().startswith("--"):
+            continue
+        buffer.append(line)
+        candidate = "\n".join(buffer).strip()
+        if candidate.endswith(";") and sqlite3.complete_statement(candidate):
+            statements.append(candidate)
+            buffer = []
+    if "\n".join(buffer).strip():
+        statements.append("\n".join(buffer).strip())
+    return statements
+
+
+def _translate(exc: sqlite3.Error) -> Exception:
+    """Map a driver error to threadstore's error tree."""
+    text = str(exc)
+    if "no such table" in text:
+        return MigrationError(
+            f"{text}: the schema is missing; run `threadstore migrate` or setup()"
+        )
+    if isinstance(exc, sqlite3.IntegrityError):
+        if "FOREIGN KEY" in text or "NOT NULL constraint failed: messages.chat_uuid" in text:
+            return NotFoundError(f"a referenced chat or message does not exist ({text})")
+        if "UNIQUE" in text:
+            return ConflictError(f"a record with this id already exists ({text})")
+    return exc

@@ -1,0 +1,170 @@
+"""SQLite schema: numbered migrations and the statements the backend runs.
+
+Migrations are append-only: never edit one that has shipped; add the next.
+Every statement takes placeholders only; no value is ever formatted into SQL.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CHAT_COLUMNS",
+    "MESSAGE_COLUMNS",
+    "MIGRATIONS",
+    "REASONING_COLUMNS",
+    "RUN_COLUMNS",
+    "TOOL_CALL_COLUMNS",
+]
+
+MIGRATIONS: list[str] = [
+    # 1: chats, the message tree, tool calls, reasoning steps and runs.
+    """
+    CREATE TABLE chats (
+        chat_uuid TEXT PRIMARY KEY,
+        user_uuid TEXT NOT NULL,
+        thread_id TEXT NOT NULL,
+        dedup_key TEXT NOT NULL,
+        name TEXT,
+        tenant_id TEXT,
+        app_id TEXT,
+        active_leaf_uuid TEXT,
+        has_branches INTEGER NOT NULL DEFAULT 0,
+        forked_from_chat_uuid TEXT,
+        forked_from_message_uuid TEXT,
+        state TEXT,
+        metadata TEXT,
+        extra TEXT,
+        format_version INTEGER NOT NULL,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        UNIQUE (user_uuid, thread_id)
+    );
+    CREATE INDEX chats_by_user_activity ON chats (user_uuid, updated_at DESC, chat_uuid DESC);
+
+    CREATE TABLE messages (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        message_uuid TEXT NOT NULL UNIQUE,
+        chat_uuid TEXT NOT NULL REFERENCES chats (chat_uuid) ON DELETE CASCADE,
+        parent_uuid TEXT,
+        agui_id TEXT,
+        role TEXT NOT NULL,
+        name TEXT,
+        content TEXT NOT NULL,
+        content_parts TEXT,
+        encrypted_value TEXT,
+        activity_type TEXT,
+        activity_content TEXT,
+        status TEXT NOT NULL,
+        in_progress INTEGER NOT NULL,
+        step_name TEXT,
+        run_id TEXT,
+        metadata TEXT,
+        extra TEXT,
+        format_version INTEGER NOT NULL,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL
+    );
+    CREATE INDEX messages_by_chat ON messages (chat_uuid, seq);
+    CREATE INDEX messages_by_agui_id ON messages (chat_uuid, agui_id);
+    CREATE INDEX messages_by_run ON messages (chat_uuid, run_id);
+
+    -- A new message becomes the end of the active branch; a parent other than the
+    -- previous leaf means the chat now has branches (reads then walk the tree).
+    CREATE TRIGGER messages_advance_leaf AFTER INSERT ON messages BEGIN
+        UPDATE chats
+           SET has_branches = has_branches OR (NEW.parent_uuid IS NOT active_leaf_uuid),
+               active_leaf_uuid = NEW.message_uuid,
+               updated_at = NEW.created_at
+         WHERE chat_uuid = NEW.chat_uuid;
+    END;
+
+    CREATE TABLE tool_calls (
+        uuid TEXT PRIMARY KEY,
+        message_uuid TEXT NOT NULL REFERENCES messages (message_uuid) ON DELETE CASCADE,
+        chat_uuid TEXT NOT NULL,
+        tool_call_id TEXT NOT NULL,
+        name TEXT NOT NULL,
+        arguments TEXT NOT NULL,
+        content TEXT,
+        result_message_id TEXT,
+        error TEXT,
+        status TEXT NOT NULL,
+        in_progress INTEGER NOT NULL,
+        step_name TEXT,
+        seq INTEGER NOT NULL,
+        metadata TEXT,
+        extra TEXT,
+        format_version INTEGER NOT NULL,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL
+    );
+    CREATE INDEX tool_calls_by_message ON tool_calls (message_uuid, tool_call_id);
+    CREATE INDEX tool_calls_by_chat ON tool_calls (chat_uuid);
+
+    CREATE TABLE reasonings (
+        uuid TEXT PRIMARY KEY,
+        message_uuid TEXT NOT NULL REFERENCES messages (message_uuid) ON DELETE CASCADE,
+        chat_uuid TEXT NOT NULL,
+        agui_id TEXT,
+        name TEXT,
+        content TEXT NOT NULL,
+        encrypted_value TEXT,
+        status TEXT NOT NULL,
+        in_progress INTEGER NOT NULL,
+        step_name TEXT,
+        seq INTEGER NOT NULL,
+        metadata TEXT,
+        extra TEXT,
+        format_version INTEGER NOT NULL,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL
+    );
+    CREATE INDEX reasonings_by_message ON reasonings (message_uuid);
+    CREATE INDEX reasonings_by_chat ON reasonings (chat_uuid);
+
+    CREATE TABLE runs (
+        chat_uuid TEXT NOT NULL REFERENCES chats (chat_uuid) ON DELETE CASCADE,
+        run_id TEXT NOT NULL,
+        thread_id TEXT NOT NULL,
+        parent_run_id TEXT,
+        status TEXT NOT NULL,
+        owner TEXT,
+        heartbeat_at TEXT NOT NULL,
+        error TEXT,
+        format_version INTEGER NOT NULL,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        PRIMARY KEY (chat_uuid, run_id)
+    );
+    CREATE INDEX runs_by_heartbeat ON runs (heartbeat_at) WHERE status = 'running';
+    """,
+]
+
+CHAT_COLUMNS = (
+    "chat_uuid", "user_uuid", "thread_id", "dedup_key", "name", "tenant_id", "app_id",
+    "active_leaf_uuid", "forked_from_chat_uuid", "forked_from_message_uuid", "state",
+    "metadata", "extra", "format_version", "created_at", "updated_at",
+)  # fmt: skip
+
+MESSAGE_COLUMNS = (
+    "seq", "message_uuid", "chat_uuid", "parent_uuid", "agui_id", "role", "name", "content",
+    "content_parts", "encrypted_value", "activity_type", "activity_content", "status",
+    "in_progress", "step_name", "run_id", "metadata", "extra", "format_version", "created_at",
+    "updated_at",
+)  # fmt: skip
+
+TOOL_CALL_COLUMNS = (
+    "uuid", "message_uuid", "tool_call_id", "name", "arguments", "content", "result_message_id",
+    "error", "status", "in_progress", "step_name", "seq", "metadata", "extra", "format_version",
+    "created_at", "updated_at",
+)  # fmt: skip
+
+REASONING_COLUMNS = (
+    "uuid", "message_uuid", "agui_id", "name", "content", "encrypted_value", "status",
+    "in_progress", "step_name", "seq", "metadata", "extra", "format_version", "created_at",
+    "updated_at",
+)  # fmt: skip
+
+RUN_COLUMNS = (
+    "chat_uuid", "run_id", "thread_id", "parent_run_id", "status", "owner", "heartbeat_at",
+    "error", "format_version", "created_at", "updated_at",
+)  # fmt: skip
