@@ -58,11 +58,31 @@ from threadstore.store import (
 )
 
 if TYPE_CHECKING:
-    pass
+    from threadstore.agui import (
+        AGUIAgent,
+        AGUIStorageAgent,
+        RunHandle,
+        StorageAgent,
+        StreamPersistenceManager,
+        compact_events,
+        translate_messages,
+    )
 
 __version__ = "0.1.0"
 
-_LAZY: dict[str, str] = {}
+# The AG-UI layer pulls in the AG-UI SDK; load it on first use to keep imports fast.
+_LAZY: dict[str, str] = {
+    name: "threadstore.agui"
+    for name in (
+        "AGUIAgent",
+        "AGUIStorageAgent",
+        "RunHandle",
+        "StorageAgent",
+        "StreamPersistenceManager",
+        "compact_events",
+        "translate_messages",
+    )
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -77,6 +97,8 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "DEDUPLICATION_KEY_LENGTH",
     "FORMAT_VERSION",
+    "AGUIAgent",
+    "AGUIStorageAgent",
     "Chat",
     "ChatCreate",
     "ChatDeletedError",
@@ -102,18 +124,23 @@ __all__ = [
     "Reasoning",
     "Role",
     "Run",
+    "RunHandle",
     "RunRepositoryLike",
     "RunStatus",
+    "StorageAgent",
     "Store",
     "StoreError",
+    "StreamPersistenceManager",
     "TextPart",
     "ThreadstoreError",
     "ToolCall",
     "__version__",
     "chat_deduplication_key",
+    "compact_events",
     "create_store",
     "normalize_participant_id",
     "open_store",
     "participant_id",
     "session_deduplication_key",
+    "translate_messages",
 ]

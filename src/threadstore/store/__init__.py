@@ -46,7 +46,8 @@ def create_store(url: str, **options: Any) -> Store:
     if scheme in ("postgres", "postgresql"):
         from threadstore.store.postgres import PostgresStore
 
-        return PostgresStore(url, **options)
+        store: Store = PostgresStore(url, **options)
+        return store
     raise ConfigurationError(
         f"unsupported store URL {url!r}: use memory://, sqlite:///path.db or postgresql://..."
     )

@@ -431,7 +431,14 @@ class SQLiteStore(Store):
             )
             if not rows:
                 raise NotFoundError(f"message {message_uuid} is not in chat {chat_uuid}")
-            return await self._update_chat(chat_uuid, "active_leaf_uuid = ?", (str(message_uuid),))
+            # A leaf anywhere but the newest message means the active branch is no
+            # longer "every message", so reads must walk the tree from now on.
+            return await self._update_chat(
+                chat_uuid,
+                "has_branches = has_branches OR (active_leaf_uuid IS NOT ?1),"
+                " active_leaf_uuid = ?1",
+                (str(message_uuid),),
+            )
 
     async def delete_chat(self, chat_uuid: UUID) -> Chat | None:
         # Foreign keys cascade to messages, their tool calls and reasoning, and runs.

@@ -1,0 +1,534 @@
+"""Run AG-UI agents in the background so their streams survive client disconnects.
+
+:class:`StreamPersistenceManager` builds a fresh agent per run from a factory, drains
+its event stream on a producer task into an ordered, numbered in-memory log and
+returns a :class:`RunHandle`. Event ids start at 1. Any number of readers follow the
+log at once; ``numbered_events(after=N)`` (SSE ``Last-Event-ID``) yields every event
+with an id above ``N`` and then the live ones, with no gap and no duplicate. Readers
+never slow the producer: it drains the agent whether or not anyone is reading.
+
+Every reader sees a terminal event, however the run ends:
+
+=========================  ==================================================  ============
+how the run ends           last event readers get                              ``outcome``
+=========================  ==================================================  ============
+agent finishes             the agent's own ``RUN_FINISHED``                    complete
+agent emits ``RUN_ERROR``  the agent's own ``RUN_ERROR``                       errored
+agent raises               ``RUN_ERROR`` ``INTERNAL_ERROR`` (synthesized) [1]  errored
+cancelled                  ``RUN_ERROR`` ``CANCELLED`` (synthesized)           interrupted
+stream just stops          ``RUN_ERROR`` ``INTERNAL_ERROR`` (synthesized)      complete [2]
+=========================  ==================================================  ============
+
+[1] with message ``"<ExceptionType>: <message>"``. [2] the agent itself ended
+normally and recorded the run so; only the client needs a closing event.
+
+A synthesized event is appended only when the stream has not already ended with a
+``RUN_FINISHED``/``RUN_ERROR``, so a stream never carries events after its end. It goes
+to readers only; the agent has already finalized its records (interrupted or errored).
+
+A finished run stays reachable through :meth:`StreamPersistenceManager.get` for
+``retention`` seconds, so a client that reconnects just after the end still gets the
+tail. With ``max_buffered_events`` the log keeps only that many newest events; asking
+for an older one (or falling that far behind while reading) raises
+:class:`EventsDroppedError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import socket
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from datetime import timedelta
+from types import TracebackType
+from typing import Any, Generic, Protocol, Self, TypeVar
+from uuid import UUID
+
+from ag_ui.core import BaseEvent, EventType, RunAgentInput, RunErrorEvent
+
+from threadstore.errors import ConfigurationError, ConflictError, InvalidInputError
+from threadstore.models import Chat, MessageStatus, RunStatus, utcnow
+from threadstore.store.base import Store
+
+__all__ = [
+    "CANCELLED_ERROR_CODE",
+    "INTERNAL_ERROR_CODE",
+    "AGUIAgentLike",
+    "EventsDroppedError",
+    "RunHandle",
+    "StreamPersistenceManager",
+    "default_owner",
+]
+
+logger = logging.getLogger(__name__)
+
+INTERNAL_ERROR_CODE = "INTERNAL_ERROR"
+"""``RunErrorEvent.code`` synthesized when the agent raises instead of ending its stream."""
+
+CANCELLED_ERROR_CODE = "CANCELLED"
+"""``RunErrorEvent.code`` synthesized when a run is cancelled."""
+
+_TERMINAL_TYPES = frozenset({EventType.RUN_FINISHED, EventType.RUN_ERROR})
+
+
+class AGUIAgentLike(Protocol):
+    """What the manager needs from an agent: ``run(input)`` yielding AG-UI events."""
+
+    def run(self, input: RunAgentInput, /) -> AsyncIterator[BaseEvent]:
+        """Yield the run's AG-UI events."""
+        ...
+
+
+AgentT = TypeVar("AgentT", bound=AGUIAgentLike)
+
+
+class EventsDroppedError(InvalidInputError):
+    """Events a reader needs were dropped from a log bounded by ``max_buffered_events``."""
+
+    def __init__(self, after: int, first_available: int) -> None:
+        super().__init__(
+            f"events after {after} are no longer buffered; the oldest available event "
+            f"is {first_available}"
+        )
+        self.after = after
+        self.first_available = first_available
+
+
+def default_owner() -> str:
+    """Return a process-unique run owner: ``"<hostname>:<pid>:<random hex>"``."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class RunHandle(Generic[AgentT]):
+    """One run started by :class:`StreamPersistenceManager`: its event log, cancel and wait."""
+
+    thread_id: str
+    run_id: str
+    agent: AgentT
+    exception: BaseException | None
+    """What the agent raised, when the run ended that way."""
+
+    def __init__(
+        self, thread_id: str, run_id: str, agent: AgentT, *, max_buffered_events: int | None
+    ) -> None:
+        self.thread_id = thread_id
+        self.run_id = run_id
+        self.agent = agent
+        self.exception = None
+        self._events: list[BaseEvent] = []
+        self._base_id = 1  # id of self._events[0]
+        self._last_id = 0
+        self._max_buffered = max_buffered_events
+        self._wakeup: asyncio.Event | None = None
+        self._finished = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._cancel_requested = False
+        self._ended = False  # the last lifecycle event was RUN_FINISHED or RUN_ERROR
+        self._ended_in_error = False
+        self._outcome: RunStatus | None = None
+
+    def __repr__(self) -> str:
+        state = self._outcome or "running"
+        return f"<RunHandle {self.thread_id}/{self.run_id} {state} events={self._last_id}>"
+
+    # --- state -----------------------------------------------------------------------
+
+    @property
+    def done(self) -> bool:
+        """True once the producer has finished and the log is complete."""
+        return self._outcome is not None
+
+    @property
+    def outcome(self) -> RunStatus | None:
+        """``complete``, ``interrupted`` or ``errored`` once done; ``None`` while live."""
+        return self._outcome
+
+    @property
+    def last_event_id(self) -> int:
+        """Id of the newest event in the log (0 before the first)."""
+        return self._last_id
+
+    @property
+    def first_event_id(self) -> int:
+        """Id of the oldest event still buffered (a reader may resume from one before it)."""
+        if self._max_buffered is None:
+            return self._base_id
+        return max(self._base_id, self._last_id - self._max_buffered + 1)
+
+    # --- reading ---------------------------------------------------------------------
+
+    def events(self, after: int = 0) -> AsyncGenerator[BaseEvent, None]:
+        """Yield the run's events after id ``after``, then live ones, until the run is done."""
+        self._check_after(after)
+        return self._follow_events(after)
+
+    def numbered_events(self, after: int = 0) -> AsyncGenerator[tuple[int, BaseEvent], None]:
+        """Like :meth:`events`, yielding ``(event_id, event)`` pairs."""
+        self._check_after(after)
+        return self._follow_numbered(after)
+
+    def _check_after(self, after: int) -> None:
+        # Checked before the first event so a server can answer with an error status
+        # instead of starting a stream it cannot deliver.
+        if after < 0:
+            raise InvalidInputError(f"after must be >= 0, got {after}")
+        if after > self._last_id:
+            raise InvalidInputError(
+                f"event {after} does not exist in run {self.run_id} (the newest is {self._last_id})"
+            )
+        if after + 1 < self.first_event_id:
+            raise EventsDroppedError(after, self.first_event_id)
+
+    async def _follow_events(self, after: int) -> AsyncGenerator[BaseEvent, None]:
+        async for _, batch in self._batches(after):
+            for event in batch:
+                yield event
+
+    async def _follow_numbered(self, after: int) -> AsyncGenerator[tuple[int, BaseEvent], None]:
+        async for first_id, batch in self._batches(after):
+            for offset, event in enumerate(batch):
+                yield first_id + offset, event
+
+    async def _batches(self, after: int) -> AsyncIterator[tuple[int, list[BaseEvent]]]:
+        """Yield (first id, events) for every event after ``after`` until the run is done."""
+        next_id = after + 1
+        while True:
+            if next_id <= self._last_id:
+                first = self.first_event_id
+                if next_id < first:
+                    raise EventsDroppedError(next_id - 1, first)
+                # A copy: the producer may append to or trim the log while the reader
+                # is suspended in the middle of the batch.
+                batch = self._events[next_id - self._base_id :]
+                yield next_id, batch
+                next_id += len(batch)
+            elif self.done:
+                return
+            else:
+                if self._wakeup is None:
+                    self._wakeup = asyncio.Event()
+                await self._wakeup.wait()
+
+    def _wake_readers(self) -> None:
+        wakeup = self._wakeup
+        if wakeup is not None:
+            self._wakeup = None
+            wakeup.set()
+
+    # --- producing -------------------------------------------------------------------
+
+    def _append(self, event: BaseEvent) -> None:
+        self._events.append(event)
+        self._last_id += 1
+        limit = self._max_buffered
+        # Trim in bulk once the list holds twice the limit: O(1) amortized per event.
+        if limit is not None and len(self._events) >= 2 * limit:
+            drop = len(self._events) - limit
+            del self._events[:drop]
+            self._base_id += drop
+        kind = event.type
+        if kind in _TERMINAL_TYPES:
+            self._ended = True
+            self._ended_in_error = kind == EventType.RUN_ERROR
+        elif kind == EventType.RUN_STARTED:
+            self._ended = False
+        self._wake_readers()
+
+    def _start(self, input: RunAgentInput, on_done: Callable[[RunHandle[AgentT]], None]) -> None:
+        task = asyncio.create_task(
+            self._produce(input), name=f"threadstore-run:{self.thread_id}:{self.run_id}"
+        )
+        self._task = task
+        task.add_done_callback(lambda t: self._finish(t, on_done))
+
+    async def _produce(self, input: RunAgentInput) -> None:
+        # The only await point is inside the agent's stream, so a cancel always lands
+        # in agent.run, which then finalizes its records as interrupted.
+        try:
+            async for event in self.agent.run(input):
+                self._append(event)
+        except Exception as exc:
+            self.exception = exc
+            logger.error("agent raised in run %s/%s", self.thread_id, self.run_id, exc_info=exc)
+
+    def _finish(
+        self, task: asyncio.Task[None], on_done: Callable[[RunHandle[AgentT]], None]
+    ) -> None:
+        # A done callback rather than a finally: it also runs for a task cancelled
+        # before its first step, whose body never executes.
+        if not task.cancelled() and task.exception() is not None:
+            self.exception = task.exception()
+        terminal: RunErrorEvent | None = None
+        if task.cancelled() or self._cancel_requested:
+            outcome = RunStatus.INTERRUPTED
+            terminal = RunErrorEvent(
+                message="The run was cancelled.", code=CANCELLED_ERROR_CODE, timestamp=_now_ms()
+            )
+        elif self.exception is not None:
+            outcome = RunStatus.ERRORED
+            exc = self.exception
+            terminal = RunErrorEvent(
+                message=f"{type(exc).__name__}: {exc}",
+                code=INTERNAL_ERROR_CODE,
+                timestamp=_now_ms(),
+            )
+        else:
+            outcome = RunStatus.ERRORED if self._ended_in_error else RunStatus.COMPLETE
+            # An agent whose stream just stops would otherwise leave readers without
+            # the terminal event this class promises them.
+            terminal = RunErrorEvent(
+                message="The agent's stream ended without RUN_FINISHED or RUN_ERROR.",
+                code=INTERNAL_ERROR_CODE,
+                timestamp=_now_ms(),
+            )
+        if terminal is not None and not self._ended:
+            self._append(terminal)
+        self._outcome = outcome
+        self._wake_readers()
+        self._finished.set()
+        on_done(self)
+
+    # --- control ---------------------------------------------------------------------
+
+    def cancel(self) -> bool:
+        """Cancel the run; True if it was live, False if it had already finished."""
+        if self.done or self._task is None:
+            return False
+        if not self._cancel_requested:
+            # Only once: a second cancel would abort the agent's interrupt finalization.
+            self._cancel_requested = True
+            self._task.cancel()
+        return True
+
+    async def wait(self) -> None:
+        """Wait until the producer has finished (agent's final flush included); never raises."""
+        await self._finished.wait()
+
+
+class StreamPersistenceManager(Generic[AgentT]):
+    """Run AG-UI agents so their output survives client disconnects; see the module doc.
+
+    If ``store`` is given, an agent built with ``run_repo=None`` / ``owner=None`` gets
+    the store and this manager's ``owner`` (so its run is recorded), one heartbeat task
+    refreshes the run records of the live runs every ``heartbeat_interval`` seconds, and
+    :meth:`sweep` finalizes runs whose process stopped heartbeating.
+    """
+
+    owner: str
+    """Identifies this manager's process in run records."""
+
+    def __init__(
+        self,
+        agent_factory: Callable[..., AgentT],
+        *,
+        retention: float = 60.0,
+        store: Store | None = None,
+        owner: str | None = None,
+        heartbeat_interval: float = 5.0,
+        max_buffered_events: int | None = None,
+    ) -> None:
+        if retention < 0:
+            raise InvalidInputError(f"retention must be >= 0, got {retention}")
+        if heartbeat_interval <= 0:
+            raise InvalidInputError(f"heartbeat_interval must be > 0, got {heartbeat_interval}")
+        if max_buffered_events is not None and max_buffered_events < 1:
+            raise InvalidInputError(
+                f"max_buffered_events must be >= 1 or None, got {max_buffered_events}"
+            )
+        self._factory = agent_factory
+        self._retention = retention
+        self._store = store
+        self.owner = owner or default_owner()
+        self._heartbeat_interval = heartbeat_interval
+        self._max_buffered = max_buffered_events
+        self._runs: dict[tuple[str, str], RunHandle[AgentT]] = {}
+        self._forget_timers: dict[tuple[str, str], asyncio.TimerHandle] = {}
+        self._heartbeat_task: asyncio.Task[None] | None = None
+        self._stop_heartbeat = asyncio.Event()
+        self._closed = False
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # --- runs ------------------------------------------------------------------------
+
+    async def run(self, input: RunAgentInput, *args: Any, **kwargs: Any) -> RunHandle[AgentT]:
+        """Start ``agent_factory(*args, **kwargs)`` on ``input`` and return the run's handle.
+
+        Raises :class:`~threadstore.errors.ConflictError` when a run with the same
+        ``(thread_id, run_id)`` is still live; a finished, retained one is replaced.
+        """
+        if self._closed:
+            raise RuntimeError("StreamPersistenceManager is closed")
+        key = (input.thread_id, input.run_id)
+        existing = self._runs.get(key)
+        if existing is not None and not existing.done:
+            raise ConflictError(f"run {input.run_id} of thread {input.thread_id} is already live")
+        agent = self._factory(*args, **kwargs)
+        if self._store is not None:
+            self._adopt(agent)
+        handle = RunHandle(
+            input.thread_id, input.run_id, agent, max_buffered_events=self._max_buffered
+        )
+        self._cancel_forget_timer(key)
+        self._runs[key] = handle
+        handle._start(input, self._run_finished)
+        self._ensure_heartbeat()
+        return handle
+
+    def _adopt(self, agent: AgentT) -> None:
+        """Give an agent left without them the store as run registry and this owner."""
+        # Without a run record there is nothing to heartbeat or sweep, and the store
+        # only accepts heartbeats from the owner recorded on the run.
+        if getattr(agent, "run_repo", "") is None:
+            setattr(agent, "run_repo", self._store)  # noqa: B010
+        if getattr(agent, "owner", "") is None:
+            setattr(agent, "owner", self.owner)  # noqa: B010
+
+    def cancel(self, thread_id: str, run_id: str) -> bool:
+        """Cancel the live run ``(thread_id, run_id)``; False when finished or unknown."""
+        handle = self._runs.get((thread_id, run_id))
+        return handle is not None and handle.cancel()
+
+    def get(self, thread_id: str, run_id: str) -> RunHandle[AgentT] | None:
+        """Return the run's handle while it is live or retained, else ``None``."""
+        return self._runs.get((thread_id, run_id))
+
+    def live_runs(self) -> list[RunHandle[AgentT]]:
+        """Return the handles of the runs still producing."""
+        return [handle for handle in self._runs.values() if not handle.done]
+
+    def _run_finished(self, handle: RunHandle[AgentT]) -> None:
+        key = (handle.thread_id, handle.run_id)
+        if self._runs.get(key) is not handle:
+            return
+        if self._retention == 0 or self._closed:
+            self._forget(key, handle)
+            return
+        loop = asyncio.get_running_loop()
+        self._forget_timers[key] = loop.call_later(self._retention, self._forget, key, handle)
+
+    def _forget(self, key: tuple[str, str], handle: RunHandle[AgentT]) -> None:
+        if self._runs.get(key) is handle:
+            del self._runs[key]
+            self._forget_timers.pop(key, None)
+
+    def _cancel_forget_timer(self, key: tuple[str, str]) -> None:
+        timer = self._forget_timers.pop(key, None)
+        if timer is not None:
+            timer.cancel()
+
+    # --- heartbeat and sweep -------------------------------------------------------------
+
+    def _ensure_heartbeat(self) -> None:
+        if self._store is None:
+            return
+        if self._heartbeat_task is None or self._heartbeat_task.done():
+            self._heartbeat_task = asyncio.create_task(
+                self._heartbeat_loop(), name="threadstore-run-heartbeat"
+            )
+
+    async def _heartbeat_loop(self) -> None:
+        # Ends by itself once no run is live, so a manager that is never closed
+        # leaves no task behind; run() starts a new one when needed.
+        while True:
+            try:
+                await asyncio.wait_for(self._stop_heartbeat.wait(), self._heartbeat_interval)
+                return
+            except TimeoutError:
+                pass
+            if not self.live_runs():
+                return
+            try:
+                await self.heartbeat()
+            except Exception:
+                logger.warning("run heartbeat failed; retrying next interval", exc_info=True)
+
+    async def heartbeat(self) -> None:
+        """Refresh the store's heartbeat of every live run now (the heartbeat task's beat)."""
+        store = self._require_store()
+        by_owner: dict[str, list[tuple[UUID, str]]] = {}
+        for handle in self.live_runs():
+            chat = getattr(handle.agent, "chat", None)
+            if not isinstance(chat, Chat):
+                continue  # the run record does not exist before the chat is resolved
+            agent_owner = getattr(handle.agent, "owner", None)
+            owner = agent_owner if isinstance(agent_owner, str) else self.owner
+            by_owner.setdefault(owner, []).append((chat.chat_uuid, handle.run_id))
+        for owner, run_keys in by_owner.items():
+            await store.heartbeat_runs(owner, run_keys)
+
+    async def sweep(self, stale_after: float = 30.0) -> int:
+        """Finalize runs whose heartbeat is older than ``stale_after`` seconds as interrupted.
+
+        Their still-in-progress records become ``interrupted`` and the run record is
+        finished ``interrupted``. This manager's own live runs are left alone. Returns
+        how many runs were swept.
+        """
+        if stale_after <= 0:
+            raise InvalidInputError(f"stale_after must be > 0, got {stale_after}")
+        store = self._require_store()
+        older_than = utcnow() - timedelta(seconds=stale_after)
+        live = self.live_runs()
+        live_keys = {(h.thread_id, h.run_id) for h in live}
+        live_chat_runs = {
+            (chat.chat_uuid, h.run_id)
+            for h in live
+            if isinstance(chat := getattr(h.agent, "chat", None), Chat)
+        }
+        swept = 0
+        for run in await store.get_stale_runs(older_than):
+            if (run.chat_uuid, run.run_id) in live_chat_runs or (
+                run.owner == self.owner and (run.thread_id, run.run_id) in live_keys
+            ):
+                continue
+            async with store.transaction():
+                await store.finalize_run_records(
+                    run.chat_uuid, run.run_id, MessageStatus.INTERRUPTED
+                )
+                await store.finish_run(
+                    run.chat_uuid,
+                    run.run_id,
+                    RunStatus.INTERRUPTED,
+                    error=f"owner {run.owner} stopped heartbeating",
+                )
+            swept += 1
+        return swept
+
+    def _require_store(self) -> Store:
+        if self._store is None:
+            raise ConfigurationError("this StreamPersistenceManager was created without a store")
+        return self._store
+
+    # --- shutdown ----------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Cancel every live run, wait for them to finish, and stop the heartbeat."""
+        self._closed = True
+        live = self.live_runs()
+        for handle in live:
+            handle.cancel()
+        await asyncio.gather(*(handle.wait() for handle in live))
+        self._stop_heartbeat.set()
+        if self._heartbeat_task is not None:
+            await self._heartbeat_task
+            self._heartbeat_task = None
+        for timer in self._forget_timers.values():
+            timer.cancel()
+        self._forget_timers.clear()
+        self._runs.clear()

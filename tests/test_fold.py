@@ -1,0 +1,656 @@
+"""The pure fold: AG-UI events -> one run's records, tested on plain data."""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import uuid4
+
+import pytest
+from ag_ui.core import (
+    ActivityDeltaEvent,
+    ActivitySnapshotEvent,
+    AssistantMessage,
+    BaseEvent,
+    CustomEvent,
+    FunctionCall,
+    MessagesSnapshotEvent,
+    RawEvent,
+    ReasoningEncryptedValueEvent,
+    ReasoningEndEvent,
+    ReasoningMessageChunkEvent,
+    ReasoningMessageContentEvent,
+    ReasoningStartEvent,
+    RunErrorEvent,
+    RunFinishedEvent,
+    StepFinishedEvent,
+    StepStartedEvent,
+    SubagentErrorEvent,
+    SubagentFinishedEvent,
+    SubagentStartedEvent,
+    TextMessageChunkEvent,
+    TextMessageContentEvent,
+    TextMessageEndEvent,
+    TextMessageStartEvent,
+    TokenUsage,
+    ToolCallArgsEvent,
+    ToolCallChunkEvent,
+    ToolCallEndEvent,
+    ToolCallResultEvent,
+    ToolCallStartEvent,
+    ToolMessage,
+    UserMessage,
+)
+from ag_ui.core import ToolCall as AguiToolCall
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agui_scripts import (
+    full_turn,
+    reasoning,
+    run_finished,
+    run_started,
+    state_delta,
+    state_snapshot,
+    text_message,
+    tool_call,
+)
+from threadstore.agui.legacy import (
+    ThinkingEndEvent,
+    ThinkingStartEvent,
+    ThinkingTextMessageContentEvent,
+    ThinkingTextMessageEndEvent,
+    ThinkingTextMessageStartEvent,
+)
+from threadstore.fold import (
+    ContentBuffer,
+    ConversationFold,
+    FoldRecord,
+    RecordKind,
+    stored_ids,
+)
+from threadstore.models import Message, MessageStatus, Role, RunStatus, ToolCall
+
+COMPLETE, ACTIVE = MessageStatus.COMPLETE, MessageStatus.ACTIVE
+
+
+def fold_of(*events: BaseEvent, history: list[Message] | None = None) -> ConversationFold:
+    fold = ConversationFold("run-1", thread_id="thread-1", history=history or [])
+    for event in events:
+        fold.apply(event)
+    return fold
+
+
+def messages(fold: ConversationFold) -> list[FoldRecord]:
+    return [r for r in fold.records.values() if r.kind is RecordKind.MESSAGE and r.owned]
+
+
+def stored_message(agui_id: str, role: Role = Role.ASSISTANT, **fields: Any) -> Message:
+    return Message(message_uuid=uuid4(), chat_uuid=uuid4(), agui_id=agui_id, role=role, **fields)
+
+
+def stored_call(message: Message, tool_call_id: str, **fields: Any) -> ToolCall:
+    call = ToolCall(
+        uuid=uuid4(), message_uuid=message.message_uuid, tool_call_id=tool_call_id, name="search"
+    )
+    return call.model_copy(update=fields)
+
+
+# --- text -------------------------------------------------------------------------------------
+
+
+def test_text_deltas_accumulate_into_one_complete_message() -> None:
+    fold = ConversationFold("run-1")
+    events = text_message("m1", "Hello, world!", deltas=4)
+    boundaries = [fold.apply(event) for event in events]
+
+    (message,) = messages(fold)
+    assert (message.role, message.agui_id, message.content) == (
+        Role.ASSISTANT,
+        "m1",
+        "Hello, world!",
+    )
+    assert (message.status, message.in_progress) == (COMPLETE, False)
+    assert boundaries == [True, False, False, False, False, True]
+
+
+def test_content_buffer_keeps_every_delta_across_reads() -> None:
+    buffer = ContentBuffer("a")
+    for delta in "bcd":
+        buffer.append(delta)
+    assert buffer.text == "abcd"
+    buffer.append("")
+    buffer.append("e")
+    assert buffer.text == "abcde"
+    buffer.replace("z")
+    buffer.append("y")
+    assert buffer.text == "zy"
+
+
+def test_text_message_role_and_name_come_from_the_start_event() -> None:
+    fold = fold_of(TextMessageStartEvent(message_id="m1", role="user", name="Ann"))
+    (message,) = messages(fold)
+    assert (message.role, message.name) == (Role.USER, "Ann")
+
+
+def test_text_chunks_open_continue_and_close_messages() -> None:
+    fold = fold_of(
+        TextMessageChunkEvent(message_id="m1", delta="Hel"),
+        TextMessageChunkEvent(delta="lo"),
+        TextMessageChunkEvent(message_id="m2", delta="Bye"),
+    )
+    first, second = messages(fold)
+    assert (first.content, first.status) == ("Hello", COMPLETE)
+    assert (second.content, second.status) == ("Bye", ACTIVE)
+
+    fold.apply(run_finished())
+    assert second.status is COMPLETE
+
+
+def test_a_chunk_without_any_id_opens_an_anonymous_message_and_warns() -> None:
+    fold = fold_of(TextMessageChunkEvent(delta="orphan"))
+    (message,) = messages(fold)
+    assert (message.agui_id, message.content) == (None, "orphan")
+    assert fold.take_changes().warnings
+
+
+# --- tool calls -------------------------------------------------------------------------------
+
+
+def test_tool_call_nests_in_the_message_named_by_parent_message_id() -> None:
+    fold = fold_of(
+        *text_message("m1", "Checking."),
+        *text_message("m2", "Other."),
+        *tool_call("c1", "search", '{"q": "x"}', parent_message_id="m1", result="found"),
+    )
+    call = fold.tool_call("c1")
+    assert call is not None
+    assert call.parent_key == fold.records["m:m1"].key
+    assert (call.name, call.content, call.result, call.status) == (
+        "search",
+        '{"q": "x"}',
+        "found",
+        COMPLETE,
+    )
+    assert call.result_message_id == "c1-result"
+
+
+def test_tool_call_naming_an_unknown_parent_opens_an_assistant_message_with_that_id() -> None:
+    fold = ConversationFold("run-1")
+    fold.apply(
+        ToolCallStartEvent(tool_call_id="c1", tool_call_name="search", parent_message_id="p")
+    )
+    (container,) = messages(fold)
+    assert (container.agui_id, container.role, container.status) == ("p", Role.ASSISTANT, ACTIVE)
+
+    fold.apply(ToolCallEndEvent(tool_call_id="c1"))
+    assert container.status is COMPLETE  # it held only that call
+
+    for event in text_message("p", "Now with text."):
+        fold.apply(event)
+    assert (container.content, container.status) == ("Now with text.", COMPLETE)
+    assert len(messages(fold)) == 1
+
+
+def test_tool_call_without_parent_joins_the_last_assistant_message() -> None:
+    fold = fold_of(*text_message("m1", "Let me look."), *tool_call("c1", "search", "{}"))
+    call = fold.tool_call("c1")
+    assert call is not None and call.parent_key == "m:m1"
+    assert len(messages(fold)) == 1
+
+
+def test_tool_call_after_a_reasoning_message_opens_a_new_assistant_message() -> None:
+    fold = fold_of(
+        *text_message("m1", "First."),
+        *reasoning("r1", "Think again."),
+        *tool_call("c1", "search", "{}"),
+    )
+    text, thought, container = messages(fold)
+    call = fold.tool_call("c1")
+    assert call is not None and call.parent_key == container.key
+    assert (container.role, container.agui_id) == (Role.ASSISTANT, None)
+    assert thought.role is Role.REASONING and text.agui_id == "m1"
+
+
+def test_tool_call_chunks_stream_arguments_until_another_event() -> None:
+    fold = fold_of(
+        ToolCallChunkEvent(tool_call_id="c1", tool_call_name="search", delta='{"q"'),
+        ToolCallChunkEvent(delta=': "x"}'),
+        ToolCallChunkEvent(tool_call_id="c2", tool_call_name="fetch", delta="{}"),
+        run_finished(),
+    )
+    first, second = fold.tool_call("c1"), fold.tool_call("c2")
+    assert first is not None and second is not None
+    assert (first.content, first.name, first.status) == ('{"q": "x"}', "search", COMPLETE)
+    assert (second.content, second.status) == ("{}", COMPLETE)
+    assert first.parent_key == second.parent_key
+
+
+def test_tool_result_answers_a_stored_call_that_had_no_result() -> None:
+    asked = stored_message("a0")
+    pending = stored_call(asked, "c0", status=MessageStatus.INTERRUPTED, in_progress=False)
+    asked.tool_calls = [pending]
+    fold = fold_of(
+        ToolCallResultEvent(message_id="res0", tool_call_id="c0", content="42"),
+        history=[asked],
+    )
+    call = fold.tool_call("c0")
+    assert call is not None
+    assert (call.owned, call.uuid, call.result, call.status) == (
+        False,
+        pending.uuid,
+        "42",
+        COMPLETE,
+    )
+    assert messages(fold) == []
+    assert fold.finish(MessageStatus.INTERRUPTED) == []
+
+
+def test_tool_call_may_nest_in_an_assistant_message_stored_earlier() -> None:
+    earlier = stored_message("a0")
+    fold = fold_of(*tool_call("c1", "search", "{}", parent_message_id="a0"), history=[earlier])
+    call = fold.tool_call("c1")
+    assert call is not None
+    parent = fold.records[call.parent_key or ""]
+    assert (parent.owned, parent.uuid) == (False, earlier.message_uuid)
+    assert messages(fold) == []
+
+
+def test_multi_part_tool_results_with_media_are_kept_as_json() -> None:
+    result = ToolCallResultEvent.model_validate(
+        {
+            "messageId": "r",
+            "toolCallId": "c1",
+            "content": [
+                {"type": "text", "text": "chart"},
+                {"type": "image", "source": {"type": "url", "value": "https://x/y.png"}},
+            ],
+        }
+    )
+    fold = fold_of(*tool_call("c1", "plot", "{}"), result)
+    call = fold.tool_call("c1")
+    assert call is not None and call.result is not None
+    assert '"https://x/y.png"' in call.result
+    assert call.metadata["result_content_parts"] is True
+
+
+# --- reasoning ---------------------------------------------------------------------------
+
+
+def test_a_reasoning_message_is_a_reasoning_role_message_holding_one_step() -> None:
+    fold = fold_of(*reasoning("r1", "Let me think.", deltas=3))
+    (message,) = messages(fold)
+    (step,) = fold.children(message)
+    assert (message.role, message.agui_id, message.content) == (Role.REASONING, "r1", "")
+    assert (step.kind, step.agui_id, step.content) == (RecordKind.REASONING, "r1", "Let me think.")
+    assert message.status is COMPLETE and step.status is COMPLETE
+
+
+def test_reasoning_messages_inside_a_span_end_with_the_span() -> None:
+    fold = fold_of(
+        ReasoningStartEvent(message_id="span"),
+        ReasoningMessageChunkEvent(message_id="r1", delta="a"),
+        ReasoningMessageContentEvent(message_id="r1", delta="b"),
+        ReasoningEndEvent(message_id="span"),
+    )
+    (message,) = messages(fold)
+    (step,) = fold.children(message)
+    assert (step.content, step.status, message.status) == ("ab", COMPLETE, COMPLETE)
+    assert step.metadata["reasoning_span_id"] == "span"
+
+
+def test_encrypted_values_land_on_the_reasoning_step_message_or_tool_call() -> None:
+    fold = fold_of(
+        *reasoning("r1", "hidden"),
+        *text_message("m1", "Answer."),
+        *tool_call("c1", "search", "{}"),
+        ReasoningEncryptedValueEvent(subtype="message", entity_id="r1", encrypted_value="E1"),
+        ReasoningEncryptedValueEvent(subtype="message", entity_id="m1", encrypted_value="E2"),
+        ReasoningEncryptedValueEvent(subtype="tool-call", entity_id="c1", encrypted_value="E3"),
+    )
+    step, message, call = fold.reasoning("r1"), fold.message("m1"), fold.tool_call("c1")
+    assert step is not None and message is not None and call is not None
+    assert (step.encrypted_value, message.encrypted_value) == ("E1", "E2")
+    assert call.metadata["encrypted_value"] == "E3"
+    assert fold.message("r1") is not None and fold.message("r1").encrypted_value is None  # type: ignore[union-attr]
+
+
+def test_an_encrypted_value_alone_in_a_span_becomes_a_reasoning_message() -> None:
+    fold = fold_of(
+        ReasoningStartEvent(message_id="r9"),
+        ReasoningEncryptedValueEvent(subtype="message", entity_id="r9", encrypted_value="E"),
+        ReasoningEndEvent(message_id="r9"),
+    )
+    (message,) = messages(fold)
+    (step,) = fold.children(message)
+    assert (message.role, step.encrypted_value, step.status) == (Role.REASONING, "E", COMPLETE)
+    assert fold.take_changes().warnings == []
+
+
+def test_deprecated_thinking_events_fold_like_reasoning_with_the_title_as_name() -> None:
+    fold = fold_of(
+        run_started(),
+        ThinkingStartEvent(title="Planning"),
+        ThinkingTextMessageStartEvent(),
+        ThinkingTextMessageContentEvent(delta="First, "),
+        ThinkingTextMessageContentEvent(delta="look."),
+        ThinkingTextMessageEndEvent(),
+        ThinkingEndEvent(),
+    )
+    (message,) = messages(fold)
+    (step,) = fold.children(message)
+    assert (message.role, step.name, step.content, step.status) == (
+        Role.REASONING,
+        "Planning",
+        "First, look.",
+        COMPLETE,
+    )
+    assert step.agui_id is not None and step.agui_id.startswith("thinking-run-1-")
+
+
+# --- steps, state, activities --------------------------------------------------------------
+
+
+def test_records_carry_the_innermost_step_they_were_opened_in() -> None:
+    fold = fold_of(
+        StepStartedEvent(step_name="plan"),
+        *text_message("m1", "a"),
+        StepStartedEvent(step_name="act"),
+        *tool_call("c1", "search", "{}", parent_message_id="m1"),
+        StepFinishedEvent(step_name="act"),
+        *text_message("m2", "b"),
+        StepFinishedEvent(step_name="plan"),
+        *text_message("m3", "c"),
+    )
+    steps = {key: r.step_name for key, r in fold.records.items()}
+    assert steps == {"m:m1": "plan", "t:c1": "act", "m:m2": "plan", "m:m3": None}
+
+
+def test_state_snapshot_then_delta_give_the_latest_state() -> None:
+    initial = {"n": 1}
+    fold = ConversationFold("run-1", state=initial)
+    fold.apply(state_delta({"op": "replace", "path": "/n", "value": 2}))
+    assert (fold.state, initial) == ({"n": 2}, {"n": 1})
+    fold.apply(state_snapshot({"items": []}))
+    fold.apply(state_delta({"op": "add", "path": "/items/-", "value": "x"}))
+    assert fold.state == {"items": ["x"]}
+    assert fold.state_version == 3
+
+
+def test_a_state_delta_that_does_not_apply_is_skipped_with_a_warning() -> None:
+    fold = fold_of(
+        state_snapshot({"a": 1}),
+        state_delta({"op": "add", "path": "/b", "value": 2}, {"op": "remove", "path": "/missing"}),
+    )
+    assert fold.state == {"a": 1}
+    assert fold.state_version == 1
+    assert any("STATE_DELTA" in w for w in fold.take_changes().warnings)
+
+
+def test_activities_are_stored_as_activity_messages_and_patched() -> None:
+    fold = fold_of(
+        ActivitySnapshotEvent(message_id="act", activity_type="search", content={"done": 0}),
+        ActivityDeltaEvent(
+            message_id="act",
+            activity_type="search",
+            patch=[{"op": "replace", "path": "/done", "value": 3}],  # type: ignore[list-item]
+        ),
+        ActivitySnapshotEvent(
+            message_id="act", activity_type="search", content={"done": 99}, replace=False
+        ),
+    )
+    (message,) = messages(fold)
+    assert (message.role, message.activity_type, message.activity_content) == (
+        Role.ACTIVITY,
+        "search",
+        {"done": 3},
+    )
+
+
+# --- snapshots -----------------------------------------------------------------------------
+
+
+def test_messages_snapshot_stores_only_messages_not_already_known() -> None:
+    stored = stored_message("u0", Role.USER, content="hi")
+    fold = fold_of(
+        *text_message("m1", "streamed"),
+        *tool_call("c1", "search", "{}", parent_message_id="m1"),
+        MessagesSnapshotEvent(
+            messages=[
+                UserMessage(id="u0", content="hi"),
+                AssistantMessage(id="m1", content="streamed"),
+                ToolMessage(id="t1", tool_call_id="c1", content="found"),
+                AssistantMessage(
+                    id="m2",
+                    content="new",
+                    tool_calls=[
+                        AguiToolCall(id="c2", function=FunctionCall(name="f", arguments="{}"))
+                    ],
+                ),
+            ]
+        ),
+        history=[stored],
+    )
+    streamed, new = messages(fold)
+    assert (streamed.agui_id, streamed.content) == ("m1", "streamed")
+    assert (new.agui_id, new.content, new.status) == ("m2", "new", COMPLETE)
+    first_call, second_call = fold.tool_call("c1"), fold.tool_call("c2")
+    assert first_call is not None and (first_call.result, first_call.result_message_id) == (
+        "found",
+        "t1",
+    )
+    assert second_call is not None and second_call.parent_key == new.key
+
+
+def test_stored_ids_cover_everything_a_client_may_echo() -> None:
+    asked = stored_message("a1")
+    call = stored_call(asked, "c1", content="done")
+    asked.tool_calls = [call]
+    ids = stored_ids([asked])
+    assert {"a1", str(asked.message_uuid), "c1", str(call.uuid), "c1-result"} <= ids
+
+
+def test_an_id_already_stored_in_the_chat_is_not_reused() -> None:
+    fold = fold_of(*text_message("old", "again"), history=[stored_message("old")])
+    (message,) = messages(fold)
+    assert (message.agui_id, message.metadata["duplicate_agui_id"], message.content) == (
+        None,
+        "old",
+        "again",
+    )
+
+
+# --- run outcome -------------------------------------------------------------------------------
+
+
+def test_run_finished_completes_active_records_and_keeps_usage_on_the_last_message() -> None:
+    fold = fold_of(
+        run_started(),
+        TextMessageStartEvent(message_id="m1"),
+        TextMessageContentEvent(message_id="m1", delta="partial"),
+        RunFinishedEvent(
+            thread_id="thread-1",
+            run_id="run-1",
+            result={"ok": True},
+            usage=[TokenUsage(model="m", input_tokens=3, output_tokens=5)],
+        ),
+    )
+    (message,) = messages(fold)
+    assert message.status is COMPLETE
+    assert message.metadata["run_finished"] == {
+        "usage": [{"model": "m", "input_tokens": 3, "output_tokens": 5}],
+        "result": {"ok": True},
+    }
+    assert fold.run.status is RunStatus.COMPLETE
+
+
+def test_a_cancelled_outcome_interrupts_the_active_records() -> None:
+    fold = fold_of(
+        TextMessageStartEvent(message_id="m1"),
+        RunFinishedEvent.model_validate(
+            {"threadId": "t", "runId": "run-1", "outcome": {"type": "cancelled"}}
+        ),
+    )
+    (message,) = messages(fold)
+    assert message.status is MessageStatus.INTERRUPTED
+    assert message.metadata["run_finished"]["outcome"] == {"type": "cancelled"}
+    assert fold.run.status is RunStatus.INTERRUPTED
+
+
+def test_run_error_marks_active_records_errored_and_keeps_the_error() -> None:
+    fold = fold_of(
+        *text_message("m1", "done"),
+        TextMessageStartEvent(message_id="m2"),
+        RunErrorEvent(message="boom", code="E42"),
+    )
+    done, broken = messages(fold)
+    assert (done.status, broken.status) == (COMPLETE, MessageStatus.ERRORED)
+    assert broken.metadata["run_error"] == {"message": "boom", "code": "E42"}
+    assert (fold.run.status, fold.run.error) == (RunStatus.ERRORED, "boom")
+
+
+def test_finish_gives_every_still_active_record_the_run_status() -> None:
+    fold = fold_of(
+        *text_message("m1", "done"),
+        TextMessageStartEvent(message_id="m2"),
+        ToolCallStartEvent(tool_call_id="c1", tool_call_name="f", parent_message_id="m2"),
+    )
+    closed = fold.finish(MessageStatus.INTERRUPTED)
+    assert {r.key for r in closed} == {"m:m2", "t:c1"}
+    assert {r.key: r.status for r in fold.records.values()} == {
+        "m:m1": COMPLETE,
+        "m:m2": MessageStatus.INTERRUPTED,
+        "t:c1": MessageStatus.INTERRUPTED,
+    }
+
+
+# --- subagents, custom, raw ----------------------------------------------------------------
+
+
+def test_subagent_records_are_attributed_and_end_with_the_subagent() -> None:
+    fold = fold_of(
+        *tool_call("c1", "delegate", "{}"),
+        SubagentStartedEvent(subagent_run_id="s1", name="researcher", parent_tool_call_id="c1"),
+        TextMessageStartEvent(message_id="sm1", subagent_run_id="s1"),
+        TextMessageStartEvent(message_id="sm2", subagent_run_id="s2"),
+        TextMessageStartEvent(message_id="pm", role="assistant"),
+        SubagentFinishedEvent(subagent_run_id="s1"),
+        SubagentErrorEvent(subagent_run_id="s2", message="lost"),
+    )
+    first, second, parent = (fold.message(i) for i in ("sm1", "sm2", "pm"))
+    assert first is not None and second is not None and parent is not None
+    assert first.metadata == {"subagent_run_id": "s1", "subagent_name": "researcher"}
+    assert (first.status, second.status, parent.status) == (COMPLETE, MessageStatus.ERRORED, ACTIVE)
+    assert second.metadata["subagent_error"] == {"message": "lost"}
+    call = fold.tool_call("c1")
+    assert call is not None and call.metadata["subagent_run_ids"] == ["s1"]
+
+
+def test_custom_and_raw_events_change_nothing() -> None:
+    fold = ConversationFold("run-1")
+    assert not fold.apply(CustomEvent(name="x", value={"a": 1}))
+    assert not fold.apply(RawEvent(event={"provider": "thing"}))
+    assert fold.records == {} and fold.dirty == set()
+
+
+# --- robustness ----------------------------------------------------------------------------
+
+OUT_OF_ORDER: list[list[BaseEvent]] = [
+    [TextMessageContentEvent(message_id="m1", delta="early")],
+    [TextMessageEndEvent(message_id="nope")],
+    [ToolCallArgsEvent(tool_call_id="c1", delta="{}")],
+    [ToolCallEndEvent(tool_call_id="c1")],
+    [ToolCallResultEvent(message_id="r", tool_call_id="ghost", content="x")],
+    [ToolCallChunkEvent(delta="{}")],
+    [ReasoningMessageContentEvent(message_id="r1", delta="hm")],
+    [ReasoningEndEvent(message_id="never-started")],
+    [StepFinishedEvent(step_name="never-started")],
+    [ThinkingTextMessageContentEvent(delta="hm"), ThinkingEndEvent()],
+    [ActivityDeltaEvent(message_id="a", activity_type="t", patch=[])],
+    [*text_message("m1", "x"), TextMessageStartEvent(message_id="m1")],
+]
+
+
+@pytest.mark.parametrize("events", OUT_OF_ORDER)
+def test_out_of_order_events_never_raise_and_are_reported(events: list[BaseEvent]) -> None:
+    fold = fold_of(*events)
+    fold.finish(COMPLETE)
+    assert fold.take_changes().warnings
+    assert all(not r.in_progress for r in fold.records.values())
+
+
+def test_dirty_records_come_back_in_production_order() -> None:
+    fold = fold_of(*full_turn())
+    dirty = fold.take_dirty()
+    assert [r.order for r in dirty] == sorted(r.order for r in dirty)
+    assert len(dirty) == len(fold.records) and fold.take_dirty() == []
+    fold.mark_dirty(dirty[:1])
+    assert fold.take_dirty() == dirty[:1]
+
+
+events_per_message = st.lists(st.text(max_size=5), max_size=8)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(events_per_message, min_size=1, max_size=4),
+    st.randoms(use_true_random=False),
+)
+def test_interleaved_messages_each_get_exactly_their_deltas(
+    deltas: list[list[str]], rnd: Any
+) -> None:
+    streams = [
+        [
+            TextMessageStartEvent(message_id=f"m{i}"),
+            *(TextMessageContentEvent(message_id=f"m{i}", delta=d) for d in parts),
+            TextMessageEndEvent(message_id=f"m{i}"),
+        ]
+        for i, parts in enumerate(deltas)
+    ]
+    merged: list[BaseEvent] = []
+    while any(streams):
+        stream = rnd.choice([s for s in streams if s])
+        merged.append(stream.pop(0))
+    fold = fold_of(*merged)
+    for i, parts in enumerate(deltas):
+        message = fold.message(f"m{i}")
+        assert message is not None
+        assert (message.content, message.status) == ("".join(parts), COMPLETE)
+
+
+ANY_EVENT = st.sampled_from(
+    [
+        TextMessageStartEvent(message_id="m"),
+        TextMessageContentEvent(message_id="m", delta="x"),
+        TextMessageEndEvent(message_id="m"),
+        TextMessageChunkEvent(message_id="m", delta="y"),
+        TextMessageChunkEvent(delta="z"),
+        ToolCallStartEvent(tool_call_id="c", tool_call_name="f", parent_message_id="m"),
+        ToolCallArgsEvent(tool_call_id="c", delta="{"),
+        ToolCallEndEvent(tool_call_id="c"),
+        ToolCallChunkEvent(delta="}"),
+        ToolCallResultEvent(message_id="res", tool_call_id="c", content="ok"),
+        ReasoningStartEvent(message_id="m"),
+        ReasoningMessageContentEvent(message_id="m", delta="r"),
+        ReasoningMessageChunkEvent(delta="q"),
+        ReasoningEndEvent(message_id="m"),
+        ReasoningEncryptedValueEvent(subtype="message", entity_id="m", encrypted_value="E"),
+        ActivityDeltaEvent(message_id="m", activity_type="t", patch=[]),
+        ThinkingTextMessageContentEvent(delta="t"),
+        ThinkingEndEvent(),
+        StepFinishedEvent(step_name="s"),
+        SubagentErrorEvent(subagent_run_id="s", message="x"),
+        RunErrorEvent(message="x"),
+        run_finished(),
+    ]
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(ANY_EVENT, max_size=25))
+def test_any_event_sequence_folds_without_raising(events: list[BaseEvent]) -> None:
+    fold = fold_of(*events)
+    fold.finish(MessageStatus.INTERRUPTED)
+    for record in fold.records.values():
+        assert not record.in_progress
+        if record.parent_key is not None:
+            assert fold.records[record.parent_key].kind is RecordKind.MESSAGE
