@@ -1,0 +1,539 @@
+"""The background half of a storage agent's run: the fold task and the writer task.
+
+:class:`RunPersister` receives the events :meth:`StorageAgent.run` enqueues. Its fold
+task applies the agent's event handlers to the run's
+:class:`~threadstore.fold.ConversationFold` (no I/O); its writer task writes what the
+fold marked dirty, promptly after a boundary and at each checkpoint, one transaction
+per flush. See :mod:`threadstore.agui.agent` for the guarantees this gives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+from uuid import UUID
+
+from ag_ui.core import BaseEvent
+from pydantic import BaseModel, create_model
+
+from threadstore.fold import ConversationFold, FoldRecord, RecordKind
+from threadstore.models import (
+    Chat,
+    MessageCreate,
+    MessageReasoningCreate,
+    MessageReasoningUpdate,
+    MessageStatus,
+    MessageToolCallCreate,
+    MessageToolCallUpdate,
+    MessageUpdate,
+    RunStatus,
+)
+
+if TYPE_CHECKING:
+    from threadstore.agui.agent import StorageAgent
+
+__all__ = ["RunPersister", "StreamEnd"]
+
+logger = logging.getLogger("threadstore.agui.agent")
+
+_RUN_STATUS = {
+    MessageStatus.COMPLETE: RunStatus.COMPLETE,
+    MessageStatus.INTERRUPTED: RunStatus.INTERRUPTED,
+    MessageStatus.ERRORED: RunStatus.ERRORED,
+}
+_RECORD_STATUS = {run: record for record, run in _RUN_STATUS.items()}
+
+_ModelT = TypeVar("_ModelT", bound=BaseModel)
+
+
+def _base_hook(agent: StorageAgent, name: str) -> Callable[..., BaseModel]:
+    """The base class's implementation of hook ``name``, bound to ``agent``.
+
+    Used when an override fails: the first class in the MRO defining the hook, walking
+    from ``object`` up, is the storage agent itself.
+    """
+    for cls in reversed(type(agent).__mro__):
+        if name in vars(cls):
+            method: Callable[..., BaseModel] = vars(cls)[name].__get__(agent)
+            return method
+    raise AttributeError(name)
+
+
+# --- DTO helpers -------------------------------------------------------------------------
+
+
+@functools.cache
+def _extended(cls: type[_ModelT], names: frozenset[str]) -> type[_ModelT]:
+    """A subclass of ``cls`` declaring ``names`` (Any, default None), cached per set."""
+    fields: dict[str, Any] = {name: (Any, None) for name in sorted(names)}
+    return create_model(f"{cls.__name__}WithFields", __base__=cls, **fields)
+
+
+def _with_fields(dto: _ModelT, fields: dict[str, Any]) -> _ModelT:
+    """Return ``dto`` with ``fields`` set; keys its class lacks are declared on a subclass."""
+    if not fields:
+        return dto
+    unknown = frozenset(fields) - set(type(dto).model_fields)
+    if not unknown:
+        return dto.model_copy(update=fields)
+    extended: type[_ModelT] = _extended(type(dto), unknown)
+    return extended.model_validate({**dto.model_dump(), **fields})
+
+
+def _set(values: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in values.items() if value is not None}
+
+
+# --- the background half of one run ------------------------------------------------------
+
+
+@dataclass(slots=True)
+class StreamEnd:
+    """Queue sentinel: the stream ended with ``status`` (``complete`` = ended normally)."""
+
+    status: MessageStatus
+    error: str | None
+
+
+@dataclass(slots=True)
+class _Entry:
+    """What the writer knows about one record."""
+
+    create: BaseModel | None = None
+    uuid: UUID | None = None
+    created: bool = False
+    uncertain: bool = False
+    """A create was attempted in a transaction that failed: check before creating again."""
+    written_version: int = -1
+    written_content_version: int = -1
+    terminal: dict[str, Any] = field(default_factory=dict)
+    terminal_written: bool = True
+
+
+@dataclass(slots=True)
+class _Op:
+    """One write of a flush, with what it will have written once committed."""
+
+    run: Callable[[], Awaitable[Any]]
+    entry: _Entry | None = None
+    version: int = 0
+    content_version: int = 0
+    state_version: int | None = None
+    terminal: bool = False
+
+
+class RunPersister:
+    """The fold task and the writer task of one run."""
+
+    def __init__(self, agent: StorageAgent, chat: Chat, fold: ConversationFold) -> None:
+        self.agent, self.chat, self.fold = agent, chat, fold
+        self.queue: asyncio.Queue[BaseEvent | StreamEnd] = asyncio.Queue()
+        self.enqueued = self.folded = 0
+        self.urgent = asyncio.Event()
+        self.entries: dict[str, _Entry] = {}
+        self.state_written = 0
+        self.final: tuple[MessageStatus, RunStatus, str | None] | None = None
+        self.failed: BaseException | None = None
+        self._waiters: list[tuple[Callable[[], bool], asyncio.Future[None]]] = []
+        self._fold_task = asyncio.create_task(self._fold_loop(), name="threadstore-fold")
+        self._writer_task = asyncio.create_task(self._write_loop(), name="threadstore-writer")
+
+    # --- client side ---------------------------------------------------------------------
+
+    def put(self, event: BaseEvent) -> None:
+        self.queue.put_nowait(event)
+        self.enqueued += 1
+
+    async def close(self, status: MessageStatus, error: str | None) -> None:
+        self.queue.put_nowait(StreamEnd(status, error))
+        await self._fold_task
+        await self._writer_task
+
+    @property
+    def done(self) -> bool:
+        return self._writer_task.done()
+
+    async def wait_until(self, predicate: Callable[[], bool]) -> None:
+        if predicate() or self.done:
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((predicate, future))
+        await future
+
+    def _notify(self) -> None:
+        waiting, self._waiters = self._waiters, []
+        for predicate, future in waiting:
+            if future.done():
+                continue
+            if predicate() or self.done or self.failed is not None:
+                future.set_result(None)
+            else:
+                self._waiters.append((predicate, future))
+
+    def barrier(self) -> Callable[[], bool]:
+        """A predicate that holds once everything folded so far is written."""
+        pending = {
+            record.key: record.version
+            for record in self.fold.records.values()
+            if (entry := self._entry(record)) is None or entry.written_version < record.version
+        }
+        state_version = self.fold.state_version
+
+        def reached() -> bool:
+            if self.state_written < state_version and self.agent._can_update_state():
+                return False
+            for key, version in pending.items():
+                entry = self.entries.get(key)
+                if entry is None or entry.written_version < version:
+                    return False
+            return True
+
+        return reached
+
+    # --- fold task -----------------------------------------------------------------------
+
+    async def _fold_loop(self) -> None:
+        while True:
+            item = await self.queue.get()
+            while True:
+                if isinstance(item, StreamEnd):
+                    self._end(item)
+                    self.urgent.set()
+                    self._notify()
+                    return
+                await self._apply(item)
+                self.folded += 1
+                try:
+                    item = self.queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    break
+            self._notify()
+
+    async def _apply(self, event: BaseEvent) -> None:
+        handler = self.agent._handler_for(type(event))
+        try:
+            await handler(self.fold, self.chat, event)
+        except Exception:
+            logger.exception("handler for %s failed; the event was not folded", event.type)
+        self._absorb(event)
+
+    def _absorb(self, event: BaseEvent | None) -> None:
+        """Take the fold's changes: build DTOs of opened records, terminal fields of closed ones."""
+        changes = self.fold.take_changes()
+        for warning in changes.warnings:
+            logger.warning("run %s: %s", self.fold.run_id, warning)
+        for record in changes.opened:
+            self._prepare(record)
+        for record in changes.closed:
+            if record.kind is RecordKind.MESSAGE and record.owned:
+                self._terminal_fields(record, event)
+        if changes.boundary:
+            self.urgent.set()
+
+    def _prepare(self, record: FoldRecord) -> None:
+        try:
+            dto = self._build(record, default=False)
+        except Exception:
+            logger.exception("a build hook failed for %s; using the default DTO", record.key)
+            dto = self._build(record, default=True)
+        uuid = dto.message_uuid if isinstance(dto, MessageCreate) else getattr(dto, "uuid", None)
+        record.uuid = uuid
+        self.entries[record.key] = _Entry(create=dto, uuid=uuid)
+
+    def _build(self, record: FoldRecord, *, default: bool) -> BaseModel:
+        agent, fold, chat = self.agent, self.fold, self.chat
+
+        def hook(name: str) -> Callable[..., BaseModel]:
+            # ``default`` binds the base implementation, bypassing a failing override.
+            method: Callable[..., BaseModel] = (
+                _base_hook(agent, name) if default else getattr(agent, name)
+            )
+            return functools.partial(method, fold, chat)
+
+        if record.kind is RecordKind.MESSAGE:
+            return hook("build_message_create")(record.agui_id, record.role)
+        parent = fold.records[record.parent_key or ""]
+        parent_entry = self._entry(parent)
+        parent_uuid = parent_entry.uuid if parent_entry is not None else parent.uuid
+        assert parent_uuid is not None
+        if record.kind is RecordKind.TOOL_CALL:
+            return hook("build_tool_call_create")(
+                parent_uuid, record.agui_id or "", record.name or ""
+            )
+        return hook("build_reasoning_create")(parent_uuid, record.agui_id, record.name)
+
+    def _terminal_fields(self, record: FoldRecord, event: BaseEvent | None) -> None:
+        try:
+            fields = self.agent.message_update_fields(self.fold, event)
+        except Exception:
+            logger.exception("message_update_fields failed for %s", record.key)
+            return
+        entry = self.entries.get(record.key)
+        if fields and entry is not None:
+            entry.terminal.update(fields)
+            entry.terminal_written = False
+
+    def _end(self, end: StreamEnd) -> None:
+        announced = self.fold.run.status
+        if end.status is MessageStatus.COMPLETE and announced is not None:
+            record_status = _RECORD_STATUS[announced]
+        else:
+            record_status = end.status
+        run_status = announced if announced is not None else _RUN_STATUS[record_status]
+        self.fold.finish(record_status)
+        self._absorb(None)
+        self.final = (record_status, run_status, end.error or self.fold.run.error)
+
+    # --- writer task ---------------------------------------------------------------------
+
+    async def _write_loop(self) -> None:
+        interval = self.agent.checkpoint_interval
+        timeout = None if interval == float("inf") else interval
+        try:
+            while True:
+                if not self.urgent.is_set():
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(timeout):
+                            await self.urgent.wait()
+                self.urgent.clear()
+                final = self.final is not None
+                await self._flush(final=final)
+                if final:
+                    return
+        finally:
+            self._notify()
+
+    def _entry(self, record: FoldRecord) -> _Entry | None:
+        entry = self.entries.get(record.key)
+        if entry is None and not record.owned and record.uuid is not None:
+            # A stored record this run only updates: version 0 is what the store holds.
+            entry = _Entry(uuid=record.uuid, created=True, written_version=0)
+            entry.written_content_version = 0
+            self.entries[record.key] = entry
+        return entry
+
+    async def _flush(self, *, final: bool) -> None:
+        """Write the records dirty now (and, if ``final``, finalize the run) in transactions."""
+        records = self.fold.take_dirty()
+        state_pending = final or self.fold.state_version != self.state_written
+        limit: int | None = None
+        failures = 0
+        while records or state_pending:
+            batch = records if limit is None else records[:limit]
+            closing = final and len(batch) == len(records)
+            try:
+                ops, deferred = self._ops(batch, with_state=state_pending, closing=closing)
+                await self._commit(ops)
+            except Exception as exc:
+                failures += 1
+                self._failed_batch(batch)
+                if not self._retry(exc, failures, final):
+                    self.fold.mark_dirty(records)
+                    return
+                limit = max(1, len(batch) // 2)
+                await asyncio.sleep(self.agent._backoff(failures))
+                continue
+            failures = 0
+            self._committed(ops)
+            self.fold.mark_dirty(deferred)
+            records = records[len(batch) :]
+            state_pending = False
+            self._notify()
+
+    def _retry(self, exc: Exception, failures: int, final: bool) -> bool:
+        if final and failures >= self.agent.final_flush_attempts:
+            self.failed = exc
+            logger.error(
+                "run %s: giving up persisting after %d attempts; its records are left for the "
+                "stale-run sweep",
+                self.fold.run_id,
+                failures,
+                exc_info=exc,
+            )
+            self._notify()
+            return False
+        if not final and self.final is not None:
+            return False  # the run ended meanwhile: the final flush takes over
+        logger.warning("run %s: flush failed (%s); retrying", self.fold.run_id, exc)
+        return True
+
+    def _failed_batch(self, batch: list[FoldRecord]) -> None:
+        for record in batch:
+            entry = self.entries.get(record.key)
+            if entry is not None and not entry.created:
+                entry.uncertain = True
+
+    async def _commit(self, ops: list[_Op]) -> None:
+        if not ops:
+            return
+        async with self.agent.message_repo.transaction():
+            for op in ops:
+                await op.run()
+
+    def _committed(self, ops: list[_Op]) -> None:
+        for op in ops:
+            if op.state_version is not None:
+                self.state_written = max(self.state_written, op.state_version)
+            entry = op.entry
+            if entry is None:
+                continue
+            entry.created, entry.uncertain = True, False
+            entry.written_version = max(entry.written_version, op.version)
+            entry.written_content_version = max(entry.written_content_version, op.content_version)
+            if op.terminal:
+                entry.terminal_written = True
+
+    def _ops(
+        self, batch: list[FoldRecord], *, with_state: bool, closing: bool
+    ) -> tuple[list[_Op], list[FoldRecord]]:
+        """Build the writes of ``batch`` from the records' current values.
+
+        Returns (ops, deferred): a record whose DTO is not built yet (a handler is still
+        running) is deferred, and so is every later create, to keep production order.
+        """
+        ops: list[_Op] = []
+        deferred: list[FoldRecord] = []
+        blocked = False
+        for record in batch:
+            entry = self._entry(record)
+            if entry is None or (not entry.created and blocked):
+                blocked = True
+                deferred.append(record)
+                continue
+            ops.append(self._record_op(record, entry))
+        repo = self.agent.chat_repo
+        if with_state and self.fold.state_version != self.state_written:
+            update_state = getattr(repo, "update_chat_state", None)
+            if update_state is not None:
+                ops.append(self._state_op(update_state))
+        if closing and self.final is not None:
+            ops.extend(self._final_ops(*self.final))
+        return ops, deferred
+
+    def _state_op(self, update_state: Callable[[UUID, Any], Awaitable[Any]]) -> _Op:
+        state, chat_uuid = copy.deepcopy(self.fold.state), self.chat.chat_uuid
+        return _Op(
+            run=lambda: update_state(chat_uuid, state), state_version=self.fold.state_version
+        )
+
+    def _final_ops(
+        self, status: MessageStatus, run_status: RunStatus, error: str | None
+    ) -> list[_Op]:
+        chat_uuid, run_id = self.chat.chat_uuid, self.fold.run_id
+        ops: list[_Op] = []
+        finalize = getattr(self.agent.message_repo, "finalize_run_records", None)
+        if finalize is not None:
+            # Catches records of this run written outside the fold (custom handlers).
+            ops.append(_Op(run=lambda: finalize(chat_uuid, run_id, status)))
+        run_repo = self.agent.run_repo
+        if run_repo is not None:
+            ops.append(_Op(run=lambda: run_repo.finish_run(chat_uuid, run_id, run_status, error)))
+        return ops
+
+    def _record_op(self, record: FoldRecord, entry: _Entry) -> _Op:
+        """The write bringing ``record`` up to date: a create the first time, then updates."""
+        content = record.content_version != entry.written_content_version and record.owned
+        terminal = dict(entry.terminal) if not entry.terminal_written else {}
+        base_metadata: dict[str, Any] = getattr(entry.create, "metadata", None) or {}
+        metadata = {**base_metadata, **copy.deepcopy(record.metadata)}
+        common = {"status": record.status, "in_progress": record.in_progress}
+        repo = self.agent.message_repo
+        # Any: the three record kinds share this code but not their DTO types.
+        create: Any
+        update: Any
+        update_cls: type[BaseModel]
+        if record.kind is RecordKind.MESSAGE:
+            fields = {
+                "content": record.content if content else None,
+                "content_parts": copy.deepcopy(record.content_parts) if content else None,
+                "activity_content": copy.deepcopy(record.activity_content) if content else None,
+                "name": record.name,
+                "encrypted_value": record.encrypted_value,
+            }
+            create, update, update_cls = repo.create_message, repo.update_message, MessageUpdate
+        elif record.kind is RecordKind.TOOL_CALL:
+            fields = {
+                "arguments": record.content if content else None,
+                "content": record.result,
+                "result_message_id": record.result_message_id,
+                "name": record.name or None,
+            }
+            create, update = repo.create_message_tool_call, repo.update_message_tool_call
+            update_cls = MessageToolCallUpdate
+        else:
+            fields = {
+                "content": record.content if content else None,
+                "encrypted_value": record.encrypted_value,
+                "name": record.name,
+            }
+            create, update = repo.create_message_reasoning, repo.update_message_reasoning
+            update_cls = MessageReasoningUpdate
+        fields = _set({**fields, **common})
+        if entry.created:
+            patch = _with_fields(update_cls(**fields, metadata=metadata or None), terminal)
+            run: Callable[[], Awaitable[Any]] = functools.partial(update, _uuid(entry), patch)
+        else:
+            extra = {"activity_type": record.activity_type} if record.activity_type else {}
+            assert entry.create is not None
+            dto = _with_fields(entry.create, {**fields, **extra, "metadata": metadata, **terminal})
+            run = self._creator(entry, dto, create, update)
+        return _Op(
+            run=run,
+            entry=entry,
+            version=record.version,
+            content_version=record.content_version,
+            terminal=bool(terminal),
+        )
+
+    def _creator(
+        self,
+        entry: _Entry,
+        create: BaseModel,
+        create_call: Callable[[Any], Awaitable[Any]],
+        update_call: Callable[[UUID, Any], Awaitable[Any]],
+    ) -> Callable[[], Awaitable[Any]]:
+        async def run() -> Any:
+            if entry.uncertain and await self._exists(entry, create):
+                # An earlier attempt's create landed although its flush failed.
+                return await update_call(_uuid(entry), _as_update(create))
+            return await create_call(create)
+
+        return run
+
+    async def _exists(self, entry: _Entry, create: BaseModel) -> bool:
+        repo = self.agent.message_repo
+        uuid = _uuid(entry)
+        if isinstance(create, MessageCreate):
+            return await repo.get_message(uuid) is not None
+        parent = await repo.get_message(getattr(create, "message_uuid"))  # noqa: B009
+        if parent is None:
+            return False
+        children = (
+            parent.tool_calls if isinstance(create, MessageToolCallCreate) else parent.reasonings
+        )
+        return any(child.uuid == uuid for child in children)
+
+
+def _uuid(entry: _Entry) -> UUID:
+    assert entry.uuid is not None
+    return entry.uuid
+
+
+_UPDATE_FOR_CREATE: dict[type[BaseModel], type[BaseModel]] = {
+    MessageCreate: MessageUpdate,
+    MessageToolCallCreate: MessageToolCallUpdate,
+    MessageReasoningCreate: MessageReasoningUpdate,
+}
+
+
+def _as_update(create: BaseModel) -> BaseModel:
+    """The update that brings an already-created record to what ``create`` would write."""
+    update_cls = next(u for c, u in _UPDATE_FOR_CREATE.items() if isinstance(create, c))
+    fields = {name: getattr(create, name) for name in update_cls.model_fields}
+    return update_cls(**_set(fields))
