@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from threadstore.errors import NotFoundError
+from threadstore.errors import ConflictError, NotFoundError
 from threadstore.keys import chat_deduplication_key
 from threadstore.models import (
     Chat,
@@ -258,7 +258,7 @@ class MemoryStore(Store):
             if chat is None:
                 raise NotFoundError(f"chat {message_data.chat_uuid} does not exist")
             if message_data.message_uuid in self._state.messages:
-                raise NotFoundError(f"message {message_data.message_uuid} already exists")
+                raise ConflictError(f"message {message_data.message_uuid} already exists")
             base, extra = split_create(message_data, MessageCreate)
             parent = message_data.parent_uuid
             if parent is None:

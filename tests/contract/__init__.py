@@ -1,0 +1,1 @@
+"""One contract suite, run against every storage backend."""
