@@ -1,0 +1,154 @@
+"""The FastAPI app factory: AG-UI endpoints plus the chat-history API over one store."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+from uuid import UUID
+
+from fastapi import FastAPI
+from starlette.types import Scope
+
+import threadstore
+from threadstore.agui.manager import StreamPersistenceManager
+from threadstore.server.agents import InnerAgent, load_agent
+from threadstore.server.auth import Authenticator, LocalUserAuth
+from threadstore.server.demo_agent import DEFAULT_DEMO_DELAY
+from threadstore.server.deps import ServerState
+from threadstore.server.errors import install_error_handlers
+from threadstore.server.limits import DEFAULT_LIMITS, BodyLimitMiddleware, Limits
+from threadstore.server.routes_agui import router as agui_router
+from threadstore.server.routes_chats import router as chats_router
+from threadstore.server.sse import DEFAULT_KEEPALIVE_INTERVAL
+from threadstore.store import open_store
+from threadstore.store.base import Store
+
+__all__ = ["DEFAULT_DB_URL", "create_app"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_DB_URL = "sqlite:///./threadstore.db"
+"""Where ``threadstore serve`` keeps its data unless told otherwise."""
+
+
+def create_app(
+    store: str | Store = DEFAULT_DB_URL,
+    *,
+    agent: InnerAgent | str = "demo",
+    model: str | None = None,
+    demo_delay: float = DEFAULT_DEMO_DELAY,
+    auth: Authenticator | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+    migrate: bool = True,
+    agent_name: str = "assistant",
+    storage_agent: Callable[..., Any] | None = None,
+    keepalive_interval: float = DEFAULT_KEEPALIVE_INTERVAL,
+    retention: float = 60.0,
+    heartbeat_interval: float = 5.0,
+    stale_after: float = 30.0,
+    sweep_interval: float | None = 60.0,
+) -> FastAPI:
+    """Build the threadstore server app.
+
+    ``store`` is a store URL (opened, migrated when ``migrate``, and closed with the
+    app) or an open :class:`~threadstore.store.base.Store` the caller keeps owning.
+    ``agent`` is an AG-UI agent object or an ``--agent`` spec (``demo``, ``openai``,
+    ``module:attribute``; ``model`` and ``demo_delay`` apply to a spec, and the app
+    closes an agent it built). Each run wraps it in ``storage_agent(agent_name,
+    user_uuid, store, store, agent, run_repo=store)`` (default
+    :class:`~threadstore.agui.agent.StorageAgent`; pass a subclass to customize how
+    runs are stored). ``auth`` defaults to the single local user. Runs whose
+    process stopped heartbeating for ``stale_after`` seconds are finalized at start-up
+    and every ``sweep_interval`` seconds (``None``: only at start-up).
+    """
+    inner = (
+        load_agent(agent, model=model, demo_delay=demo_delay) if isinstance(agent, str) else agent
+    )
+    owns_agent = isinstance(agent, str)
+    authenticator: Authenticator = auth or LocalUserAuth()
+    if storage_agent is None:
+        from threadstore.agui.agent import StorageAgent
+
+        storage_agent = StorageAgent
+    wrap: Callable[..., Any] = storage_agent
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        opened = await open_store(store, setup=migrate) if isinstance(store, str) else store
+
+        def per_run(user_uuid: UUID) -> Any:
+            return wrap(agent_name, user_uuid, opened, opened, inner, run_repo=opened)
+
+        manager: StreamPersistenceManager[Any] = StreamPersistenceManager(
+            per_run, store=opened, retention=retention, heartbeat_interval=heartbeat_interval
+        )
+        sweeper: asyncio.Task[None] | None = None
+        try:
+            swept = await manager.sweep(stale_after)
+            if swept:
+                logger.info("finalized %d run(s) left over by a stopped server", swept)
+            if sweep_interval is not None:
+                sweeper = asyncio.create_task(_sweep_forever(manager, stale_after, sweep_interval))
+            app.state.threadstore = ServerState(
+                store=opened,
+                manager=manager,
+                auth=authenticator,
+                limits=limits,
+                keepalive_interval=keepalive_interval,
+            )
+            yield
+        finally:
+            app.state.threadstore = None
+            if sweeper is not None:
+                sweeper.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await sweeper
+            await manager.close()
+            if owns_agent:
+                await _close_agent(inner)
+            if isinstance(store, str):
+                await opened.close()
+
+    app = FastAPI(
+        title="threadstore",
+        version=threadstore.__version__,
+        summary="An AG-UI agent server with durable, typed chat history.",
+        lifespan=lifespan,
+    )
+    install_error_handlers(app)
+    app.include_router(agui_router)
+    app.include_router(chats_router)
+
+    @app.get("/healthz", tags=["server"], summary="Liveness")
+    async def healthz() -> dict[str, str]:
+        """Return ``{"status": "ok"}`` while the server is up."""
+        return {"status": "ok"}
+
+    def body_limit(scope: Scope) -> int:
+        if scope.get("path", "").rstrip("/") == "/api/chats/import":
+            return limits.max_import_bytes
+        return limits.max_body_bytes
+
+    app.add_middleware(BodyLimitMiddleware, limit_for=body_limit)
+    return app
+
+
+async def _sweep_forever(
+    manager: StreamPersistenceManager[Any], stale_after: float, interval: float
+) -> None:
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            await manager.sweep(stale_after)
+        except Exception:
+            logger.warning("periodic run sweep failed; retrying next interval", exc_info=True)
+
+
+async def _close_agent(agent: InnerAgent) -> None:
+    close = getattr(agent, "aclose", None)
+    if close is not None:
+        await close()

@@ -1,0 +1,54 @@
+"""What every route depends on: the server's state and the authenticated caller."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any
+from uuid import UUID
+
+from fastapi import Depends, HTTPException, Request
+
+from threadstore.agui.manager import StreamPersistenceManager
+from threadstore.models import Chat
+from threadstore.server.auth import Authenticator
+from threadstore.server.limits import Limits
+from threadstore.store.base import Store
+
+__all__ = ["AppState", "CurrentUser", "ServerState", "current_user", "get_state", "owned_chat"]
+
+
+@dataclass
+class ServerState:
+    """Everything the routes share; built by the app's lifespan."""
+
+    store: Store
+    manager: StreamPersistenceManager[Any]
+    auth: Authenticator
+    limits: Limits
+    keepalive_interval: float
+
+
+def get_state(request: Request) -> ServerState:
+    """Return the running app's :class:`ServerState`."""
+    state: ServerState | None = getattr(request.app.state, "threadstore", None)
+    if state is None:
+        raise HTTPException(503, detail="the server is starting or stopping")
+    return state
+
+
+def current_user(request: Request, state: Annotated[ServerState, Depends(get_state)]) -> UUID:
+    """Return the caller's user UUID (401 when the request carries no valid identity)."""
+    return state.auth.authenticate(request)
+
+
+AppState = Annotated[ServerState, Depends(get_state)]
+CurrentUser = Annotated[UUID, Depends(current_user)]
+
+
+async def owned_chat(state: ServerState, user: UUID, chat_uuid: UUID) -> Chat:
+    """Return the caller's chat; 404 when it does not exist or belongs to someone else."""
+    chat = await state.store.get_chat(chat_uuid)
+    if chat is None or chat.user_uuid != user:
+        # The same answer either way, so a caller cannot probe other users' chat ids.
+        raise HTTPException(404, detail=f"chat {chat_uuid} not found")
+    return chat

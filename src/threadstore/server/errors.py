@@ -1,0 +1,119 @@
+"""The one place that maps errors to HTTP statuses and JSON error bodies.
+
+Every error response has the same shape: ``{"detail": "<what was wrong>", "code":
+"<machine-readable code>"}`` (plus ``errors`` for request-validation failures).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request, status
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from threadstore.errors import (
+    ChatDeletedError,
+    ConfigurationError,
+    ConflictError,
+    InvalidInputError,
+    LimitExceededError,
+    MigrationError,
+    NotFoundError,
+    ThreadstoreError,
+)
+
+__all__ = ["error_response", "install_error_handlers", "status_for"]
+
+# Most specific first: the first class the error is an instance of wins.
+_STATUS: tuple[tuple[type[ThreadstoreError], int, str], ...] = (
+    (LimitExceededError, status.HTTP_413_CONTENT_TOO_LARGE, "limit_exceeded"),
+    (InvalidInputError, status.HTTP_422_UNPROCESSABLE_CONTENT, "invalid_input"),
+    (NotFoundError, status.HTTP_404_NOT_FOUND, "not_found"),
+    (ChatDeletedError, status.HTTP_409_CONFLICT, "chat_deleted"),
+    (ConflictError, status.HTTP_409_CONFLICT, "conflict"),
+    (MigrationError, status.HTTP_503_SERVICE_UNAVAILABLE, "schema_not_ready"),
+    (ConfigurationError, status.HTTP_500_INTERNAL_SERVER_ERROR, "configuration_error"),
+    (ThreadstoreError, status.HTTP_500_INTERNAL_SERVER_ERROR, "internal_error"),
+)
+
+_CODE_BY_STATUS = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "limit_exceeded",
+    415: "unsupported_media_type",
+    422: "invalid_input",
+}
+
+
+def status_for(exc: ThreadstoreError) -> tuple[int, str]:
+    """Return (HTTP status, error code) for a threadstore error."""
+    for cls, code_status, code in _STATUS:
+        if isinstance(exc, cls):
+            return code_status, code
+    return status.HTTP_500_INTERNAL_SERVER_ERROR, "internal_error"  # pragma: no cover
+
+
+def error_response(
+    status_code: int,
+    detail: str,
+    *,
+    code: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    **extra: Any,
+) -> JSONResponse:
+    """Build the JSON error body every route returns."""
+    body: dict[str, Any] = {
+        "detail": detail,
+        "code": code or _CODE_BY_STATUS.get(status_code, "error"),
+        **extra,
+    }
+    return JSONResponse(body, status_code=status_code, headers=headers)
+
+
+def _location(loc: Sequence[Any]) -> str:
+    return ".".join(str(part) for part in loc) or "body"
+
+
+async def _on_validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = list(exc.errors())
+    if any(err.get("type") == "json_invalid" for err in errors):
+        ctx = errors[0].get("ctx") or {}
+        reason = ctx.get("error", "could not be parsed")
+        return error_response(400, f"request body is not valid JSON: {reason}", code="bad_json")
+    first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+    detail = f"{_location(first.get('loc', ()))}: {first.get('msg', 'invalid value')}"
+    if len(errors) > 1:
+        detail += f" (and {len(errors) - 1} more)"
+    slim = [
+        {"loc": list(err.get("loc", ())), "msg": err.get("msg"), "type": err.get("type")}
+        for err in errors[:20]
+    ]
+    return error_response(422, detail, code="invalid_input", errors=slim)
+
+
+async def _on_threadstore_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ThreadstoreError)
+    status_code, code = status_for(exc)
+    detail = str(exc) if status_code < 500 else "internal server error"
+    return error_response(status_code, detail, code=code)
+
+
+async def _on_http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+    return error_response(exc.status_code, detail, headers=exc.headers)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Register the handlers that turn every error into the common JSON shape."""
+    app.add_exception_handler(RequestValidationError, _on_validation_error)
+    app.add_exception_handler(ThreadstoreError, _on_threadstore_error)
+    app.add_exception_handler(StarletteHTTPException, _on_http_error)

@@ -1,0 +1,270 @@
+"""The AG-UI endpoints: run, resume, cancel and connect.
+
+``POST /agui`` takes a ``RunAgentInput`` and answers with the run's event stream.
+Runs belong to the run manager, not to the request: a client that disconnects does
+not stop the run or its persistence, and can pick the stream up again with
+``GET .../events`` and ``Last-Event-ID``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Annotated, Any
+from uuid import UUID, uuid4
+
+from ag_ui.core import (
+    BaseEvent,
+    EventType,
+    MessagesSnapshotEvent,
+    RunAgentInput,
+    RunFinishedEvent,
+    RunStartedEvent,
+    StateSnapshotEvent,
+)
+from fastapi import APIRouter, Header, HTTPException, Query
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel
+
+from threadstore.agui.manager import EventsDroppedError, RunHandle
+from threadstore.agui.translate import translate_messages
+from threadstore.errors import InvalidInputError
+from threadstore.models import Chat, Message, RunStatus
+from threadstore.server.deps import AppState, CurrentUser, ServerState
+from threadstore.server.limits import check_id, check_run_input
+from threadstore.server.sse import close_iterator, encode_frame, event_stream_response
+
+__all__ = ["CancelResult", "router"]
+
+router = APIRouter(prefix="/agui", tags=["AG-UI"])
+
+_STREAM_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "AG-UI events as server-sent events; each frame's `id` is its number "
+        "in the run.",
+        "content": {"text/event-stream": {}},
+    }
+}
+
+
+class CancelResult(BaseModel):
+    """What a cancel request found."""
+
+    thread_id: str
+    run_id: str
+    cancelled: bool
+    """True when the run was live and is now cancelled."""
+    status: RunStatus
+    """The run's status after the request."""
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _owned_handle(
+    state: ServerState, user: UUID, thread_id: str, run_id: str
+) -> RunHandle[Any] | None:
+    handle = state.manager.get(thread_id, run_id)
+    if handle is None or getattr(handle.agent, "user_uuid", None) != user:
+        return None
+    return handle
+
+
+async def _numbered_frames(handle: RunHandle[Any], after: int) -> AsyncIterator[bytes]:
+    async for event_id, event in handle.numbered_events(after):
+        yield encode_frame(event, event_id)
+
+
+def _stream(state: ServerState, handle: RunHandle[Any], after: int) -> StreamingResponse:
+    # Checks ``after`` now, so a bad id is a 4xx rather than a broken stream.
+    handle.numbered_events(after)
+    return event_stream_response(
+        _numbered_frames(handle, after), keepalive_interval=state.keepalive_interval
+    )
+
+
+@router.post("", response_class=StreamingResponse, responses=_STREAM_RESPONSES, summary="Run")
+async def run_agent(run_input: RunAgentInput, state: AppState, user: CurrentUser) -> Any:
+    """Start a run and stream its AG-UI events (the AG-UI HTTP convention).
+
+    New messages in ``messages`` must be user messages; messages already stored are
+    recognised by id, so clients may echo the whole history back.
+    """
+    check_run_input(run_input, state.limits)
+    handle = await state.manager.run(run_input, user)
+    return _stream(state, handle, 0)
+
+
+def _resume_point(after: int | None, last_event_id: str | None) -> int:
+    if last_event_id is not None and last_event_id.strip():
+        try:
+            value = int(last_event_id.strip())
+        except ValueError:
+            raise InvalidInputError(
+                f"Last-Event-ID must be an event number, got {last_event_id[:40]!r}"
+            ) from None
+        if value < 0:
+            raise InvalidInputError(f"Last-Event-ID must be >= 0, got {value}")
+        return value
+    return after or 0
+
+
+@router.get(
+    "/threads/{thread_id}/runs/{run_id}/events",
+    response_class=StreamingResponse,
+    responses=_STREAM_RESPONSES,
+    summary="Resume a run's stream",
+)
+async def resume_run(
+    thread_id: str,
+    run_id: str,
+    state: AppState,
+    user: CurrentUser,
+    after: Annotated[
+        int | None, Query(ge=0, description="Send the events after this number.")
+    ] = None,
+    last_event_id: Annotated[
+        str | None, Header(description="Standard SSE reconnect header; wins over `after`.")
+    ] = None,
+) -> Any:
+    """Stream a live (or just finished) run's events after ``Last-Event-ID`` / ``after``."""
+    point = _resume_point(after, last_event_id)
+    handle = _owned_handle(state, user, thread_id, run_id)
+    if handle is None:
+        raise HTTPException(
+            404,
+            detail=f"run {run_id} of thread {thread_id} is not live here; its stored "
+            "messages are at /api/chats",
+        )
+    return _stream(state, handle, point)
+
+
+@router.post(
+    "/threads/{thread_id}/runs/{run_id}/cancel",
+    response_model=CancelResult,
+    summary="Cancel a run",
+    responses={409: {"description": "The run is live in another server process."}},
+)
+async def cancel_run(thread_id: str, run_id: str, state: AppState, user: CurrentUser) -> Any:
+    """Cancel a live run; its unfinished records become ``interrupted`` before this returns."""
+    handle = _owned_handle(state, user, thread_id, run_id)
+    if handle is not None:
+        cancelled = handle.cancel()
+        await handle.wait()
+        return CancelResult(
+            thread_id=thread_id,
+            run_id=run_id,
+            cancelled=cancelled,
+            status=handle.outcome or RunStatus.INTERRUPTED,
+        )
+    chat = await state.store.get_chat_by_thread_id(user, thread_id)
+    run = await state.store.get_run(chat.chat_uuid, run_id) if chat is not None else None
+    if run is None:
+        raise HTTPException(404, detail=f"run {run_id} of thread {thread_id} not found")
+    if run.status == RunStatus.RUNNING:
+        raise HTTPException(
+            409, detail=f"run {run_id} is live in another server process; cancel it there"
+        )
+    return CancelResult(thread_id=thread_id, run_id=run_id, cancelled=False, status=run.status)
+
+
+@router.get(
+    "/threads/{thread_id}/connect",
+    response_class=StreamingResponse,
+    responses=_STREAM_RESPONSES,
+    summary="Connect to a thread",
+)
+async def connect_thread(thread_id: str, state: AppState, user: CurrentUser) -> Any:
+    """Hydrate a thread: its stored history and state as snapshots, then any live run.
+
+    The stream is one AG-UI run: ``RUN_STARTED``, ``MESSAGES_SNAPSHOT``,
+    ``STATE_SNAPSHOT``, then the rest of the live run if there is one (its events
+    keep their ``id``), else ``RUN_FINISHED``.
+    """
+    check_id("thread_id", thread_id, state.limits)
+    live = _live_run(state, user, thread_id)
+    chat = await state.store.get_chat_by_thread_id(user, thread_id)
+    if chat is None and live is None:
+        raise HTTPException(404, detail=f"thread {thread_id} not found")
+    history: list[Message] = []
+    if chat is not None:
+        history = [m async for m in state.store.iter_chat_messages(chat.chat_uuid)]
+    frames = (
+        _connect_live(state, chat, history, live)
+        if live is not None
+        else _connect_idle(thread_id, chat, history)
+    )
+    return event_stream_response(frames, keepalive_interval=state.keepalive_interval)
+
+
+def _live_run(state: ServerState, user: UUID, thread_id: str) -> RunHandle[Any] | None:
+    runs = [
+        handle
+        for handle in state.manager.live_runs()
+        if handle.thread_id == thread_id and getattr(handle.agent, "user_uuid", None) == user
+    ]
+    return runs[-1] if runs else None
+
+
+def _snapshots(chat: Chat | None, history: Sequence[Message], exclude: set[str]) -> list[BaseEvent]:
+    messages = [m for m in translate_messages(list(history)) if m.id not in exclude]
+    state = chat.state if chat is not None and chat.state is not None else {}
+    return [
+        MessagesSnapshotEvent(messages=messages, timestamp=_now_ms()),
+        StateSnapshotEvent(snapshot=state, timestamp=_now_ms()),
+    ]
+
+
+async def _connect_idle(
+    thread_id: str, chat: Chat | None, history: Sequence[Message]
+) -> AsyncIterator[bytes]:
+    run_id = f"connect-{uuid4().hex[:12]}"
+    yield encode_frame(RunStartedEvent(thread_id=thread_id, run_id=run_id, timestamp=_now_ms()))
+    for event in _snapshots(chat, history, set()):
+        yield encode_frame(event)
+    yield encode_frame(RunFinishedEvent(thread_id=thread_id, run_id=run_id, timestamp=_now_ms()))
+
+
+def _message_ids(event: BaseEvent) -> list[str]:
+    ids = [getattr(event, "message_id", None), getattr(event, "parent_message_id", None)]
+    return [i for i in ids if isinstance(i, str)]
+
+
+async def _connect_live(
+    state: ServerState, chat: Chat | None, history: Sequence[Message], handle: RunHandle[Any]
+) -> AsyncIterator[bytes]:
+    # The history was read before this point, so everything it holds of the live run
+    # came from events up to ``seen``; those messages are left out of the snapshot and
+    # arrive as the run's own events instead, never twice.
+    seen = handle.last_event_id
+    first = handle.first_event_id - 1
+    head: list[tuple[int, BaseEvent]] = []
+    try:
+        if seen > first:
+            pairs = handle.numbered_events(first)
+            try:
+                async for pair in pairs:
+                    head.append(pair)
+                    if pair[0] >= seen:
+                        break
+            finally:
+                await close_iterator(pairs)
+    except EventsDroppedError:  # pragma: no cover - the server keeps whole logs
+        head = []
+    exclude = {i for _, event in head for i in _message_ids(event)}
+    if head and head[0][1].type == EventType.RUN_STARTED:
+        event_id, started = head.pop(0)
+        yield encode_frame(started, event_id)
+    snapshot_seen = False
+    for event in _snapshots(chat, history, exclude):
+        yield encode_frame(event)
+    for event_id, event in head:
+        snapshot_seen = snapshot_seen or event.type == EventType.STATE_SNAPSHOT
+        # Deltas from before the run's own snapshot are already folded into the
+        # stored state just sent; replaying them would apply them twice.
+        if event.type == EventType.STATE_DELTA and not snapshot_seen:
+            continue
+        yield encode_frame(event, event_id)
+    async for event_id, event in handle.numbered_events(seen):
+        yield encode_frame(event, event_id)

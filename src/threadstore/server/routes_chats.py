@@ -1,0 +1,189 @@
+"""The chat-history JSON API: list, read, rename, delete, export and import chats.
+
+Every route is scoped to the caller: another user's chat answers 404, exactly like
+a chat that does not exist.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+from uuid import UUID
+
+from fastapi import APIRouter, Body, HTTPException, Query, Response, status
+from pydantic import BaseModel, Field
+
+from threadstore.errors import InvalidInputError
+from threadstore.models import Chat, Message
+from threadstore.server.deps import AppState, CurrentUser, owned_chat
+from threadstore.server.limits import check_id
+from threadstore.server.transfer import ChatExport, export_chat, import_chat
+from threadstore.store.base import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE
+
+__all__ = ["ChatList", "ChatRename", "ChatSummary", "MessagePage", "router"]
+
+router = APIRouter(prefix="/api/chats", tags=["chats"])
+
+
+class ChatSummary(Chat):
+    """A chat with its newest message (``None`` for an empty chat)."""
+
+    last_message: Message | None = None
+
+
+class ChatList(BaseModel):
+    """One page of the caller's chats, newest activity first."""
+
+    items: list[ChatSummary]
+    next_cursor: str | None = Field(
+        default=None, description="Pass as `cursor` to get the next page; null on the last page."
+    )
+
+
+class MessagePage(BaseModel):
+    """One page of a chat's history (its active branch), oldest first."""
+
+    items: list[Message]
+    next_cursor: int | None = Field(
+        default=None, description="Pass as `after` for the next (newer) page; null when none."
+    )
+    prev_cursor: int | None = Field(
+        default=None, description="Pass as `before` for the previous (older) page; null when none."
+    )
+
+
+class ChatRename(BaseModel):
+    """The body of a rename."""
+
+    name: str = Field(min_length=1)
+
+
+_END_OF_CHAT = 2**62  # above every message seq: "before the end" is the newest page
+
+PageSize = Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE, description="Page size.")]
+
+
+@router.get("", response_model=ChatList, summary="List my chats")
+async def list_chats(
+    state: AppState,
+    user: CurrentUser,
+    limit: PageSize = DEFAULT_PAGE_SIZE,
+    cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page.")] = None,
+) -> ChatList:
+    """Return the caller's chats, newest activity first, each with its last message."""
+    page = await state.store.list_chats(user, limit=limit, cursor=cursor)
+    last = await state.store.get_last_messages([chat.chat_uuid for chat in page.items])
+    items = [
+        ChatSummary.model_validate({**chat.model_dump(), "last_message": last.get(chat.chat_uuid)})
+        for chat in page.items
+    ]
+    return ChatList(items=items, next_cursor=page.next_cursor)
+
+
+@router.post(
+    "/import",
+    response_model=Chat,
+    status_code=status.HTTP_201_CREATED,
+    summary="Import a chat",
+    responses={409: {"description": "The caller already has a chat with that thread id."}},
+)
+async def import_one(
+    state: AppState,
+    user: CurrentUser,
+    document: Annotated[ChatExport, Body(description="A document made by the export route.")],
+    thread_id: Annotated[
+        str | None, Query(description="Import under this thread id instead of the exported one.")
+    ] = None,
+) -> Chat:
+    """Create a new chat for the caller from an export document (all or nothing)."""
+    check_id("thread_id", thread_id or document.chat.thread_id, state.limits)
+    return await import_chat(
+        state.store,
+        document,
+        user_uuid=user,
+        thread_id=thread_id,
+        max_messages=state.limits.max_import_messages,
+    )
+
+
+@router.get("/{chat_uuid}", response_model=Chat, summary="Get one chat")
+async def get_chat(chat_uuid: UUID, state: AppState, user: CurrentUser) -> Chat:
+    """Return one of the caller's chats."""
+    return await owned_chat(state, user, chat_uuid)
+
+
+@router.get("/{chat_uuid}/messages", response_model=MessagePage, summary="A chat's messages")
+async def list_messages(
+    chat_uuid: UUID,
+    state: AppState,
+    user: CurrentUser,
+    limit: PageSize = DEFAULT_PAGE_SIZE,
+    after: Annotated[int | None, Query(ge=0, description="Messages newer than this.")] = None,
+    before: Annotated[int | None, Query(ge=0, description="Messages older than this.")] = None,
+    newest: Annotated[
+        bool, Query(description="The newest page (where a chat view starts).")
+    ] = False,
+) -> MessagePage:
+    """Return a page of the chat's history, oldest first.
+
+    Without a cursor: the first page. ``after=next_cursor`` pages forward;
+    ``before=prev_cursor`` pages back; ``newest=true`` gives the last page.
+    """
+    if sum((after is not None, before is not None, newest)) > 1:
+        raise InvalidInputError("pass at most one of after, before and newest")
+    if newest:
+        before = _END_OF_CHAT
+    await owned_chat(state, user, chat_uuid)
+    # One extra row tells whether another page exists.
+    rows = list(
+        await state.store.get_chat_messages(chat_uuid, after=after, before=before, limit=limit + 1)
+    )
+    more = len(rows) > limit
+    if before is not None:
+        items = rows[-limit:]
+        return MessagePage(items=items, prev_cursor=items[0].seq if more else None)
+    items = rows[:limit]
+    return MessagePage(
+        items=items,
+        next_cursor=items[-1].seq if more else None,
+        prev_cursor=items[0].seq if after is not None and items else None,
+    )
+
+
+@router.patch("/{chat_uuid}", response_model=Chat, summary="Rename a chat")
+async def rename_chat(
+    chat_uuid: UUID, body: ChatRename, state: AppState, user: CurrentUser
+) -> Chat:
+    """Set the chat's name."""
+    name = body.name.strip()
+    if not name:
+        raise InvalidInputError("name must not be blank")
+    if len(name) > state.limits.max_name_chars:
+        raise InvalidInputError(
+            f"name is {len(name)} characters; the limit is {state.limits.max_name_chars}"
+        )
+    await owned_chat(state, user, chat_uuid)
+    chat = await state.store.update_chat_name(chat_uuid, name)
+    if chat is None:
+        raise HTTPException(404, detail=f"chat {chat_uuid} not found")
+    return chat
+
+
+@router.delete(
+    "/{chat_uuid}", status_code=status.HTTP_204_NO_CONTENT, summary="Delete a chat for good"
+)
+async def delete_chat(chat_uuid: UUID, state: AppState, user: CurrentUser) -> Response:
+    """Delete the chat and everything in it; a live run on it is cancelled first."""
+    chat = await owned_chat(state, user, chat_uuid)
+    for handle in state.manager.live_runs():
+        if handle.thread_id == chat.thread_id and getattr(handle.agent, "user_uuid", None) == user:
+            handle.cancel()
+            await handle.wait()
+    await state.store.delete_chat(chat_uuid)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.get("/{chat_uuid}/export", response_model=ChatExport, summary="Export a chat as JSON")
+async def export_one(chat_uuid: UUID, state: AppState, user: CurrentUser) -> ChatExport:
+    """Return the chat and its whole history as one JSON document (see the import route)."""
+    chat = await owned_chat(state, user, chat_uuid)
+    return await export_chat(state.store, chat)

@@ -1,0 +1,301 @@
+"""The ``threadstore`` command, in-process (typer's runner) and as a real server process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from server_support import run_input
+from threadstore import (
+    ChatCreate,
+    MessageCreate,
+    MessageStatus,
+    MessageToolCallCreate,
+    Role,
+    Run,
+    open_store,
+)
+from threadstore.cli import app
+from threadstore.models import utcnow
+from threadstore.server import LOCAL_USER_UUID, user_uuid_for
+
+runner = CliRunner()
+
+
+def invoke(*args: str) -> tuple[int, str]:
+    """Run the CLI in-process; return (exit code, stdout + stderr)."""
+    result = runner.invoke(app, list(args), env={"COLUMNS": "200", "THREADSTORE_DB": ""})
+    return result.exit_code, result.output
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    """A SQLite URL in a fresh directory (the file does not exist yet)."""
+    return f"sqlite:///{tmp_path / 'threadstore.db'}"
+
+
+async def _seed(db: str, user: str = "local", thread: str = "t1", name: str = "Maths") -> str:
+    store = await open_store(db)
+    try:
+        chat = await store.create_chat(
+            ChatCreate(user_uuid=user_uuid_for(user), thread_id=thread, name=name)
+        )
+        done = {"status": MessageStatus.COMPLETE, "in_progress": False}
+        await store.create_message(
+            MessageCreate(chat_uuid=chat.chat_uuid, role=Role.USER, content="what is 2+2", **done)
+        )
+        reply = await store.create_message(
+            MessageCreate(chat_uuid=chat.chat_uuid, role=Role.ASSISTANT, content="4", **done)
+        )
+        await store.create_message_tool_call(
+            MessageToolCallCreate(
+                message_uuid=reply.message_uuid,
+                tool_call_id="c1",
+                name="calculator",
+                arguments='{"expression": "2+2"}',
+                content='{"value": 4}',
+                **done,
+            )
+        )
+        return str(chat.chat_uuid)
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["serve"],
+        ["migrate"],
+        ["sweep"],
+        ["export"],
+        ["import"],
+        ["chats", "list"],
+        ["chats", "show"],
+        ["chats", "rename"],
+        ["chats", "delete"],
+    ],
+)
+def test_every_command_explains_itself_and_takes_db(command: list[str]) -> None:
+    code, output = invoke(*command, "--help")
+
+    assert code == 0
+    assert "--db" in output
+    assert "THREADSTORE_DB" in output
+
+
+def test_commands_on_a_missing_database_say_how_to_create_it(db: str, tmp_path: Path) -> None:
+    code, output = invoke("chats", "list", "--db", db)
+
+    assert code == 1
+    assert "no database" in output
+    assert "threadstore migrate" in output
+    assert not (tmp_path / "threadstore.db").exists()
+
+
+def test_migrate_creates_an_empty_database(db: str) -> None:
+    migrated, migrate_output = invoke("migrate", "--db", db)
+    listed, list_output = invoke("chats", "list", "--db", db)
+
+    assert (migrated, listed) == (0, 0)
+    assert "up to date" in migrate_output
+    assert "no chats yet" in list_output
+
+
+def test_list_show_rename_and_delete_a_chat(db: str) -> None:
+    chat_id = asyncio.run(_seed(db))
+    asyncio.run(_seed(db, user="bob", thread="t2", name="Bob's"))
+
+    _, everyone = invoke("chats", "list", "--db", db)
+    _, mine = invoke("chats", "list", "--db", db, "--user", "local")
+    _, as_json = invoke("chats", "list", "--db", db, "--user", "local", "--json")
+    _, shown = invoke("chats", "show", chat_id[:8], "--db", db)
+    renamed, _ = invoke("chats", "rename", "t1", "Sums", "--db", db, "--user", "local")
+    _, after_rename = invoke("chats", "list", "--db", db, "--user", "local")
+    refused = runner.invoke(app, ["chats", "delete", chat_id, "--db", db], input="n\n")
+    deleted, delete_output = invoke("chats", "delete", chat_id, "--db", db, "--yes")
+    _, after_delete = invoke("chats", "list", "--db", db)
+
+    assert "Maths" in everyone and "Bob's" in everyone
+    assert "Maths" in mine and "Bob's" not in mine
+    items = json.loads(as_json)["items"]
+    assert items[0]["user_uuid"] == str(LOCAL_USER_UUID)
+    assert items[0]["last_message"]["content"] == "4"
+    assert "what is 2+2" in shown and "calculator" in shown and '{"value": 4}' in shown
+    assert renamed == 0 and "Sums" in after_rename
+    assert refused.exit_code == 1
+    assert deleted == 0 and "deleted" in delete_output
+    assert "Sums" not in after_delete and "Bob's" in after_delete
+
+
+def test_an_unknown_or_ambiguous_chat_is_a_clear_error(db: str) -> None:
+    asyncio.run(_seed(db, thread="same"))
+    asyncio.run(_seed(db, user="bob", thread="same"))
+
+    unknown, unknown_output = invoke("chats", "show", "nope", "--db", db)
+    ambiguous, ambiguous_output = invoke("chats", "show", "same", "--db", db)
+    narrowed, _ = invoke("chats", "show", "same", "--db", db, "--user", "bob")
+
+    assert unknown == 1 and "no chat matches" in unknown_output
+    assert ambiguous == 1 and "matches 2 chats" in ambiguous_output
+    assert narrowed == 0
+
+
+def test_export_and_import_round_trip_as_json_lines(db: str, tmp_path: Path) -> None:
+    asyncio.run(_seed(db, thread="a", name="First"))
+    asyncio.run(_seed(db, thread="b", name="Second"))
+    dump = tmp_path / "chats.jsonl"
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    invoke("migrate", "--db", other)
+
+    exported, _ = invoke("export", "--db", db, "-o", str(dump))
+    imported, import_output = invoke("import", str(dump), "--db", other)
+    again, again_output = invoke("import", str(dump), "--db", other)
+    strict, strict_output = invoke("import", str(dump), "--db", other, "--no-skip-existing")
+    as_carol, _ = invoke("import", str(dump), "--db", other, "--user", "carol")
+    _, listing = invoke("chats", "list", "--db", other, "--user", "carol")
+
+    lines = dump.read_text(encoding="utf-8").splitlines()
+    assert exported == 0 and len(lines) == 2
+    assert {json.loads(line)["chat"]["name"] for line in lines} == {"First", "Second"}
+    assert imported == 0 and "imported 2" in import_output
+    assert again == 0 and "skipped 2" in again_output
+    assert strict == 1 and "already exists" in strict_output
+    assert as_carol == 0 and "First" in listing and "Second" in listing
+
+
+def test_import_names_the_line_that_is_not_an_export(db: str, tmp_path: Path) -> None:
+    invoke("migrate", "--db", db)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"not": "an export"}\n', encoding="utf-8")
+
+    code, output = invoke("import", str(bad), "--db", db)
+
+    assert code == 1
+    assert "line 1" in output
+
+
+def test_sweep_finalizes_the_runs_of_a_server_that_died(db: str) -> None:
+    async def leave_a_dead_run() -> str:
+        store = await open_store(db)
+        try:
+            chat = await store.create_chat(ChatCreate(user_uuid=LOCAL_USER_UUID, thread_id="t"))
+            old = utcnow() - timedelta(minutes=10)
+            await store.start_run(
+                Run(
+                    chat_uuid=chat.chat_uuid,
+                    thread_id="t",
+                    run_id="r",
+                    owner="gone:1:x",
+                    heartbeat_at=old,
+                )
+            )
+            message = await store.create_message(
+                MessageCreate(chat_uuid=chat.chat_uuid, content="half an ans", run_id="r")
+            )
+            return str(message.message_uuid)
+        finally:
+            await store.close()
+
+    async def statuses(message_uuid: str) -> tuple[str, str]:
+        from uuid import UUID
+
+        store = await open_store(db)
+        try:
+            message = await store.get_message(UUID(message_uuid))
+            assert message is not None
+            run = await store.get_run(message.chat_uuid, "r")
+            assert run is not None
+            return message.status, run.status
+        finally:
+            await store.close()
+
+    message_uuid = asyncio.run(leave_a_dead_run())
+    code, output = invoke("sweep", "--db", db, "--stale-after", "60")
+
+    assert code == 0 and "finalized 1" in output
+    assert asyncio.run(statuses(message_uuid)) == ("interrupted", "interrupted")
+
+
+# --- the real thing: `threadstore serve` as a process ------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _start_server(db: str, port: int, cwd: Path) -> subprocess.Popen[bytes]:
+    command = [sys.executable, "-m", "threadstore.cli", "serve", "--db", db, "--port", str(port)]
+    env = {**os.environ, "THREADSTORE_DB": ""}
+    process = subprocess.Popen(
+        [*command, "--demo-delay", "0", "--log-level", "warning"],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            output = process.stdout.read().decode() if process.stdout else ""
+            raise AssertionError(f"threadstore serve exited early:\n{output}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200:
+                return process
+        except httpx.TransportError:
+            time.sleep(0.05)
+    process.kill()
+    raise AssertionError("threadstore serve did not come up")
+
+
+def _stop_server(process: subprocess.Popen[bytes]) -> str:
+    process.send_signal(signal.SIGINT)
+    output, _ = process.communicate(timeout=60)
+    return output.decode()
+
+
+@pytest.mark.slow
+def test_serve_runs_the_demo_on_sqlite_and_keeps_history_across_restarts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = "sqlite:///./threadstore.db"  # the default, relative to the working directory
+    port = _free_port()
+    body = run_input("What is 12 * 7 + 3?")
+
+    server = _start_server(db, port, tmp_path)
+    try:
+        stream = httpx.post(f"http://127.0.0.1:{port}/agui", json=body, timeout=60).text
+    finally:
+        banner = _stop_server(server)
+    server = _start_server(db, port, tmp_path)
+    try:
+        chats = httpx.get(f"http://127.0.0.1:{port}/api/chats").json()["items"]
+    finally:
+        _stop_server(server)
+    monkeypatch.chdir(tmp_path)  # `chats list` reads the same relative default as `serve`
+    code, listing = invoke("chats", "list")
+
+    events = [json.loads(line[5:]) for line in stream.split("\n") if line.startswith("data:")]
+    answer = "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
+    assert "curl -N" in banner
+    assert stream.startswith("id: 1\ndata: ")
+    assert "12 * 7 + 3 = 87" in answer
+    assert [chat["thread_id"] for chat in chats] == [body["threadId"]]
+    assert chats[0]["last_message"]["role"] == "assistant"
+    assert "87" in chats[0]["last_message"]["content"]
+    assert code == 0 and body["threadId"] in listing

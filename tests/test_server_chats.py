@@ -1,0 +1,271 @@
+"""The chat-history JSON API, on every backend, through the app's ASGI interface."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from uuid import uuid4
+
+import httpx
+import pytest
+
+from conftest import AddMessage, MakeChat
+from threadstore import Chat, MessageReasoningCreate, MessageToolCallCreate, Role, Store
+from threadstore.server import LOCAL_USER_UUID, Limits, create_app
+
+
+@pytest.fixture
+async def client(store: Store) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of an app serving ``store`` as the single local user."""
+    app = create_app(store, agent="demo", demo_delay=0, limits=Limits(max_name_chars=40))
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+            yield http
+
+
+async def _conversation(
+    make_chat: MakeChat, add_message: AddMessage, turns: int, **chat: str
+) -> Chat:
+    created = await make_chat(user_uuid=LOCAL_USER_UUID, **chat)
+    for turn in range(turns):
+        await add_message(created, f"question {turn}", role=Role.USER, agui_id=f"u{turn}")
+        await add_message(created, f"answer {turn}", role=Role.ASSISTANT, agui_id=f"a{turn}")
+    return created
+
+
+async def test_listing_shows_my_chats_newest_first_with_their_last_message(
+    client: httpx.AsyncClient, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    first = await _conversation(make_chat, add_message, 1, name="first")
+    second = await _conversation(make_chat, add_message, 2, name="second")
+    await make_chat(user_uuid=uuid4(), name="someone else's")
+
+    response = await client.get("/api/chats")
+
+    assert response.status_code == 200
+    items = response.json()["items"]
+    assert [item["name"] for item in items] == ["second", "first"]
+    assert items[0]["chat_uuid"] == str(second.chat_uuid)
+    assert items[0]["last_message"]["content"] == "answer 1"
+    assert items[1]["chat_uuid"] == str(first.chat_uuid)
+    assert response.json()["next_cursor"] is None
+
+
+async def test_listing_pages_with_a_cursor_without_gaps_or_repeats(
+    client: httpx.AsyncClient, make_chat: MakeChat
+) -> None:
+    made = [await make_chat(user_uuid=LOCAL_USER_UUID, name=f"c{i}") for i in range(5)]
+
+    seen: list[str] = []
+    cursor: str | None = None
+    pages = 0
+    while True:
+        params: dict[str, str | int] = {"limit": 2}
+        if cursor:
+            params["cursor"] = cursor
+        body = (await client.get("/api/chats", params=params)).json()
+        seen += [item["chat_uuid"] for item in body["items"]]
+        pages += 1
+        cursor = body["next_cursor"]
+        if cursor is None:
+            break
+
+    assert pages == 3
+    assert seen == [str(chat.chat_uuid) for chat in reversed(made)]
+
+
+async def test_a_chat_and_its_messages_page_forward_and_back(
+    client: httpx.AsyncClient, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    chat = await _conversation(make_chat, add_message, 3)  # six messages
+
+    got = await client.get(f"/api/chats/{chat.chat_uuid}")
+    first = (await client.get(f"/api/chats/{chat.chat_uuid}/messages", params={"limit": 4})).json()
+    rest = (
+        await client.get(
+            f"/api/chats/{chat.chat_uuid}/messages",
+            params={"limit": 4, "after": first["next_cursor"]},
+        )
+    ).json()
+    newest = (
+        await client.get(
+            f"/api/chats/{chat.chat_uuid}/messages", params={"limit": 2, "newest": "true"}
+        )
+    ).json()
+    older = (
+        await client.get(
+            f"/api/chats/{chat.chat_uuid}/messages",
+            params={"limit": 2, "before": newest["prev_cursor"]},
+        )
+    ).json()
+
+    assert got.json()["thread_id"] == chat.thread_id
+    contents = [m["content"] for m in first["items"] + rest["items"]]
+    assert contents == [
+        "question 0",
+        "answer 0",
+        "question 1",
+        "answer 1",
+        "question 2",
+        "answer 2",
+    ]
+    assert rest["next_cursor"] is None
+    assert [m["content"] for m in newest["items"]] == ["question 2", "answer 2"]
+    assert [m["content"] for m in older["items"]] == ["question 1", "answer 1"]
+
+
+async def test_messages_carry_their_tool_calls_and_reasoning(
+    client: httpx.AsyncClient, store: Store, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    chat = await make_chat(user_uuid=LOCAL_USER_UUID)
+    reply = await add_message(chat, "Let me check.", role=Role.ASSISTANT)
+    await store.create_message_reasoning(
+        MessageReasoningCreate(message_uuid=reply.message_uuid, content="think")
+    )
+    await store.create_message_tool_call(
+        MessageToolCallCreate(
+            message_uuid=reply.message_uuid, tool_call_id="c1", name="clock", content="noon"
+        )
+    )
+
+    items = (await client.get(f"/api/chats/{chat.chat_uuid}/messages")).json()["items"]
+
+    assert items[0]["reasonings"][0]["content"] == "think"
+    assert items[0]["tool_calls"][0]["name"] == "clock"
+    assert items[0]["tool_calls"][0]["content"] == "noon"
+
+
+async def test_rename_changes_the_name_and_rejects_blank_or_long_names(
+    client: httpx.AsyncClient, make_chat: MakeChat
+) -> None:
+    chat = await make_chat(user_uuid=LOCAL_USER_UUID, name="old")
+    url = f"/api/chats/{chat.chat_uuid}"
+
+    renamed = await client.patch(url, json={"name": "  Trip plans  "})
+    blank = await client.patch(url, json={"name": "   "})
+    too_long = await client.patch(url, json={"name": "x" * 41})
+
+    assert renamed.status_code == 200
+    assert renamed.json()["name"] == "Trip plans"
+    assert blank.status_code == 422
+    assert too_long.status_code == 422
+    assert "40" in too_long.json()["detail"]
+    assert (await client.get(url)).json()["name"] == "Trip plans"
+
+
+async def test_delete_removes_the_chat_and_its_messages(
+    client: httpx.AsyncClient, store: Store, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    chat = await _conversation(make_chat, add_message, 1)
+
+    deleted = await client.delete(f"/api/chats/{chat.chat_uuid}")
+    again = await client.delete(f"/api/chats/{chat.chat_uuid}")
+
+    assert deleted.status_code == 204
+    assert again.status_code == 404
+    assert await store.get_chat(chat.chat_uuid) is None
+    assert (await client.get(f"/api/chats/{chat.chat_uuid}/messages")).status_code == 404
+
+
+async def test_export_then_import_recreates_the_chat_as_a_new_one(
+    client: httpx.AsyncClient, store: Store, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    chat = await _conversation(make_chat, add_message, 2, name="keep me")
+    reply = (await store.get_chat_messages(chat.chat_uuid))[-1]
+    await store.create_message_tool_call(
+        MessageToolCallCreate(
+            message_uuid=reply.message_uuid, tool_call_id="c1", name="calculator", content="4"
+        )
+    )
+    exported = (await client.get(f"/api/chats/{chat.chat_uuid}/export")).json()
+
+    conflict = await client.post("/api/chats/import", json=exported)
+    imported = await client.post(
+        "/api/chats/import", json=exported, params={"thread_id": "copy-of-it"}
+    )
+
+    assert exported["format"] == "threadstore.chat"
+    assert conflict.status_code == 409
+    assert imported.status_code == 201
+    copy = imported.json()
+    assert copy["chat_uuid"] != str(chat.chat_uuid)
+    assert copy["thread_id"] == "copy-of-it"
+    assert copy["name"] == "keep me"
+    messages = (await client.get(f"/api/chats/{copy['chat_uuid']}/messages")).json()["items"]
+    assert [m["content"] for m in messages] == [m["content"] for m in exported["messages"]]
+    assert [m["role"] for m in messages] == [m["role"] for m in exported["messages"]]
+    assert messages[-1]["tool_calls"][0]["content"] == "4"
+    assert {m["message_uuid"] for m in messages}.isdisjoint(
+        {m["message_uuid"] for m in exported["messages"]}
+    )
+
+
+async def test_a_failed_import_stores_nothing(client: httpx.AsyncClient, store: Store) -> None:
+    document = {
+        "chat": {
+            "chat_uuid": str(uuid4()),
+            "user_uuid": str(uuid4()),
+            "thread_id": "broken",
+            "dedup_key": "x",
+        },
+        "messages": [
+            {"message_uuid": str(uuid4()), "chat_uuid": str(uuid4()), "role": "user"},
+            {"message_uuid": str(uuid4()), "chat_uuid": str(uuid4()), "role": "no-such-role"},
+        ],
+    }
+
+    response = await client.post("/api/chats/import", json=document)
+
+    assert response.status_code == 422
+    assert "messages.1.role" in response.json()["detail"]
+    assert await store.get_chat_by_thread_id(LOCAL_USER_UUID, "broken") is None
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/api/chats/{id}"),
+        ("GET", "/api/chats/{id}/messages"),
+        ("GET", "/api/chats/{id}/export"),
+        ("PATCH", "/api/chats/{id}"),
+        ("DELETE", "/api/chats/{id}"),
+    ],
+)
+async def test_an_unknown_chat_is_a_404(client: httpx.AsyncClient, method: str, path: str) -> None:
+    response = await client.request(
+        method, path.format(id=uuid4()), json={"name": "x"} if method == "PATCH" else None
+    )
+
+    assert response.status_code == 404
+    assert response.json()["code"] == "not_found"
+
+
+async def test_bad_ids_and_cursors_are_clear_4xx(client: httpx.AsyncClient) -> None:
+    not_a_uuid = await client.get("/api/chats/not-a-uuid")
+    bad_cursor = await client.get("/api/chats", params={"cursor": "%%%"})
+    bad_limit = await client.get("/api/chats", params={"limit": 0})
+    both = await client.get(f"/api/chats/{uuid4()}/messages", params={"after": 1, "before": 2})
+
+    assert not_a_uuid.status_code == 422
+    assert "chat_uuid" in not_a_uuid.json()["detail"]
+    assert bad_cursor.status_code == 422
+    assert "cursor" in bad_cursor.json()["detail"]
+    assert bad_limit.status_code == 422
+    assert both.status_code == 422
+
+
+async def test_the_openapi_document_describes_every_route(client: httpx.AsyncClient) -> None:
+    paths = (await client.get("/openapi.json")).json()["paths"]
+
+    assert set(paths) >= {
+        "/agui",
+        "/agui/threads/{thread_id}/runs/{run_id}/events",
+        "/agui/threads/{thread_id}/runs/{run_id}/cancel",
+        "/agui/threads/{thread_id}/connect",
+        "/api/chats",
+        "/api/chats/{chat_uuid}",
+        "/api/chats/{chat_uuid}/messages",
+        "/api/chats/{chat_uuid}/export",
+        "/api/chats/import",
+    }
+    assert "text/event-stream" in paths["/agui"]["post"]["responses"]["200"]["content"]
