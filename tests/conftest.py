@@ -145,3 +145,22 @@ def add_message(store: Store) -> AddMessage:
         )
 
     return add
+
+
+REQUIRE_POSTGRES_ENV = "THREADSTORE_REQUIRE_POSTGRES"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """In CI (``THREADSTORE_REQUIRE_POSTGRES=1``) a skipped PostgreSQL test is a failure."""
+    outcome = yield
+    report = outcome.get_result()
+    if (
+        os.environ.get(REQUIRE_POSTGRES_ENV) == "1"
+        and report.skipped
+        and item.get_closest_marker("postgres") is not None
+    ):
+        report.outcome = "failed"
+        report.longrepr = (
+            f"PostgreSQL test skipped although {REQUIRE_POSTGRES_ENV}=1: {report.longrepr}"
+        )
