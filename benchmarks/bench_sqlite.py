@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
+import re
 import sqlite3
 import sys
 import tempfile
@@ -246,6 +247,57 @@ class RawDriver:
         await self.conn.close()
 
 
+class RawSameSchema(RawDriver):
+    """aiosqlite writing and reading the very rows threadstore stores, in its schema.
+
+    The schema (tables, indexes and the trigger keeping each chat's active leaf and
+    activity time) comes from threadstore's own migration, so the difference to
+    threadstore is only what threadstore does in Python around the same statements.
+    """
+
+    name = "raw aiosqlite, threadstore schema"
+
+    async def open(self, path: Path, extra_pragmas: Sequence[str] = ()) -> None:
+        schema = await open_store(f"sqlite:///{path}")
+        await schema.close()
+        self.conn = await aiosqlite.connect(path, isolation_level=None)
+        for pragma in (*PRAGMAS, *extra_pragmas):
+            await self.conn.execute(pragma)
+        self.chat_uuid = str(uuid.uuid4())
+        user = uuid.uuid4()
+        await self.conn.execute(
+            "INSERT INTO chats (chat_uuid, user_uuid, thread_id, dedup_key, name,"
+            " format_version, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                self.chat_uuid,
+                str(user),
+                "bench",
+                chat_deduplication_key(user, "bench"),
+                "bench",
+                FORMAT_VERSION,
+                stamp(),
+                stamp(),
+            ),
+        )
+        self.parent = None
+
+
+class ThreadstoreNoCache(Threadstore):
+    """threadstore with its history cache turned off: every load reads every row."""
+
+    name = "threadstore, history cache off"
+
+    async def open(self, path: Path, extra_pragmas: Sequence[str] = ()) -> None:
+        self.store = await open_store(f"sqlite:///{path}", history_cache_messages=0)
+        assert isinstance(self.store, SQLiteStore)
+        for pragma in extra_pragmas:
+            await self.store.connection.execute(pragma)
+        chat = await self.store.create_chat(
+            ChatCreate(user_uuid=uuid.uuid4(), thread_id="bench", name="bench")
+        )
+        self.chat_uuid = chat.chat_uuid
+
+
 class LangChain:
     """langchain-community's SQLChatMessageHistory on a SQLAlchemy engine, same pragmas."""
 
@@ -281,9 +333,14 @@ class LangChain:
         self.engine.dispose()
 
 
+def slug(name: str) -> str:
+    """A file-name-safe form of a contender's name."""
+    return re.sub(r"\W+", "-", name).strip("-")
+
+
 def contenders() -> list[Contender]:
     """A fresh, unopened instance of each contender."""
-    return [Threadstore(), RawDriver(), LangChain()]
+    return [Threadstore(), ThreadstoreNoCache(), RawSameSchema(), RawDriver(), LangChain()]
 
 
 async def repetition(
@@ -295,7 +352,7 @@ async def repetition(
     async with AsyncExitStack() as stack:
         racers = contenders()
         for racer in racers:
-            folder = root / f"rep{rep}-{racer.name.split()[0]}"
+            folder = root / f"rep{rep}-{slug(racer.name)}"
             folder.mkdir()
             await racer.open(folder / "history.db")
             stack.push_async_callback(racer.close)
@@ -325,7 +382,7 @@ async def wal_pages(root: Path, turns: Sequence[Turn]) -> dict[str, float]:
     """
     pages: dict[str, float] = {}
     for racer in contenders():
-        path = root / f"wal-{racer.name.split()[0]}.db"
+        path = root / f"wal-{slug(racer.name)}.db"
         await racer.open(path, extra_pragmas=("PRAGMA wal_autocheckpoint = 0",))
         try:
             await racer.append(turns[:1])
@@ -352,7 +409,13 @@ async def run_history(args: argparse.Namespace, root: Path) -> list[Goal]:
         print(f"  repetition {rep + 1}/{args.reps} done", file=sys.stderr)
     pages = await wal_pages(root, turns[: min(len(turns), 501)])
 
-    names = [Threadstore.name, RawDriver.name, LangChain.name]
+    names = [
+        Threadstore.name,
+        ThreadstoreNoCache.name,
+        RawSameSchema.name,
+        RawDriver.name,
+        LangChain.name,
+    ]
     append = {n: samples.median(f"{n}/append") for n in names}
     load = {n: samples.median(f"{n}/load") for n in names}
     rows = [
@@ -389,7 +452,14 @@ async def run_history(args: argparse.Namespace, root: Path) -> list[Goal]:
         f"\nthreadstore statements: create_message = {statements[0]},"
         f" get_chat_messages ({args.messages:,} messages) = {statements[1]}\n"
     )
-    threadstore, raw, langchain = names
+    threadstore, uncached, raw, minimal, langchain = names
+    print(
+        "For information, against a minimal hand-made table (no tree, no activity order,"
+        f" fewer indexes): append {append[minimal] / append[threadstore]:.2f}x,"
+        f" load {load[threadstore] / load[minimal]:.2f}x (cache on),"
+        f" {load[uncached] / load[minimal]:.2f}x (cache off); load with the cache off"
+        f" against the same schema: {load[uncached] / load[raw]:.2f}x\n"
+    )
     return [
         Goal("append throughput threadstore/raw", append[raw] / append[threadstore], 0.8),
         Goal("append throughput threadstore/langchain", append[langchain] / append[threadstore], 2),

@@ -112,6 +112,11 @@ class WriterLock:
         """True when the current task already holds the lock."""
         return self._holder.get()
 
+    @property
+    def mutex(self) -> asyncio.Lock:
+        """The lock itself, for one statement that takes no other lock while it runs."""
+        return self._lock
+
     @asynccontextmanager
     async def hold(self) -> AsyncIterator[bool]:
         """Hold the lock for the block; yields True when this call acquired it (outermost)."""

@@ -34,6 +34,7 @@ __all__ = [
     "dump_json",
     "dump_metadata",
     "dump_parts",
+    "parse_uuid",
 ]
 
 CONTENT_PARTS: TypeAdapter[list[ContentPart]] = TypeAdapter(list[ContentPart])
@@ -56,13 +57,13 @@ def dump_parts(parts: Sequence[Any] | None) -> str | None:
     return None if parts is None else CONTENT_PARTS.dump_json(list(parts)).decode()
 
 
-def _fast_uuid(
+def parse_uuid(
     text: str,
     _new: Any = object.__new__,
     _set: Any = object.__setattr__,
     _unknown: SafeUUID = SafeUUID.unknown,
 ) -> UUID:
-    # uuid.UUID(text) re-validates its input; rows hold canonical UUID text already.
+    """Parse canonical UUID text that this code wrote (no re-validation, unlike ``UUID()``)."""
     value = _new(UUID)
     _set(value, "int", int(text.replace("-", ""), 16))
     _set(value, "is_safe", _unknown)
@@ -78,7 +79,7 @@ def _plain(annotation: Any) -> Any:
 
 
 def _memo_uuid(value: Any, memo: dict[Any, Any]) -> Any:
-    parsed = _fast_uuid(value) if value.__class__ is str else value
+    parsed = parse_uuid(value) if value.__class__ is str else value
     memo[value] = parsed
     return parsed
 

@@ -7,13 +7,15 @@ model live here once.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel
 
-from threadstore.models import Message, MessageCreate, Run
+from threadstore.models import FORMAT_VERSION, Message, MessageCreate, Run
+from threadstore.store.rows import parse_uuid
 
 __all__ = [
     "CHAT_COLUMNS",
@@ -73,6 +75,11 @@ UPDATABLE: dict[str, frozenset[str]] = {
 """The columns an update DTO may set, per table; column names are only ever taken from here."""
 
 
+_MESSAGE_FIELDS = frozenset(Message.model_fields)
+_new = object.__new__
+_set = object.__setattr__
+
+
 def created_message(
     model: type[Message],
     data: MessageCreate,
@@ -82,9 +89,54 @@ def created_message(
     created_at: datetime,
 ) -> Message:
     """Return the message a create stored: the DTO's fields plus what the database assigned."""
+    if model is Message and type(data) is MessageCreate:
+        return _stock_message(data, seq=seq, parent_uuid=parent_uuid, created_at=created_at)
     fields = {name: value for name, value in data if name != "created_at"}
     fields.update(parent_uuid=parent_uuid, seq=seq, created_at=created_at, updated_at=created_at)
     return model.model_validate(fields)
+
+
+def _stock_message(
+    data: MessageCreate, *, seq: int, parent_uuid: Any, created_at: datetime
+) -> Message:
+    # Every value comes from an already validated DTO or from the database, so the
+    # message is assembled without validating it again (this is on every append).
+    # Containers are copied: the caller's DTO and the returned message stay independent.
+    dto = data.__dict__
+    if parent_uuid.__class__ is str:
+        parent_uuid = parse_uuid(parent_uuid)
+    parts, activity, metadata = dto["content_parts"], dto["activity_content"], dto["metadata"]
+    fields = {
+        "format_version": FORMAT_VERSION,
+        "message_uuid": dto["message_uuid"],
+        "chat_uuid": dto["chat_uuid"],
+        "parent_uuid": parent_uuid,
+        "agui_id": dto["agui_id"],
+        "role": dto["role"],
+        "name": dto["name"],
+        "content": dto["content"],
+        "content_parts": None if parts is None else copy.deepcopy(parts),
+        "encrypted_value": dto["encrypted_value"],
+        "activity_type": dto["activity_type"],
+        "activity_content": None if activity is None else copy.deepcopy(activity),
+        "status": dto["status"],
+        "in_progress": dto["in_progress"],
+        "step_name": dto["step_name"],
+        "run_id": dto["run_id"],
+        "seq": seq,
+        "metadata": copy.deepcopy(metadata) if metadata else {},
+        "created_at": created_at,
+        "updated_at": created_at,
+        "tool_calls": [],
+        "reasonings": [],
+    }
+    message = _new(Message)
+    _set(message, "__dict__", fields)
+    _set(message, "__pydantic_fields_set__", set(_MESSAGE_FIELDS))
+    _set(message, "__pydantic_extra__", None)
+    _set(message, "__pydantic_private__", None)
+    message_: Message = message
+    return message_
 
 
 def created_child(model: type[Any], data: BaseModel, *, seq: int, created_at: datetime) -> Any:

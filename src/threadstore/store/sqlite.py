@@ -42,6 +42,7 @@ from threadstore.models import (
 )
 from threadstore.store.base import Store, check_limit, require_chat_identity
 from threadstore.store.cursor import decode_chat_cursor, encode_chat_cursor
+from threadstore.store.history_cache import DEFAULT_HISTORY_CACHE_MESSAGES, HistoryCache
 from threadstore.store.records import WriterLock, split_create, split_update
 from threadstore.store.rows import (
     RowLoader,
@@ -50,6 +51,7 @@ from threadstore.store.rows import (
     dump_metadata,
     dump_parts,
 )
+from threadstore.store.sql import UPDATABLE, created_child, created_message, load_run
 from threadstore.store.sqlite_schema import (
     CHAT_COLUMNS,
     MESSAGE_COLUMNS,
@@ -127,20 +129,6 @@ _BRANCH_FILTER = (
     " SELECT uuid FROM branch)"
 )
 
-_UPDATABLE = {
-    "messages": {
-        "content", "content_parts", "name", "encrypted_value", "activity_content", "status",
-        "in_progress", "step_name", "metadata",
-    },
-    "tool_calls": {
-        "name", "arguments", "content", "result_message_id", "error", "status", "in_progress",
-        "step_name", "metadata",
-    },
-    "reasonings": {
-        "name", "content", "encrypted_value", "status", "in_progress", "step_name", "metadata",
-    },
-}  # fmt: skip
-
 
 def sqlite_path(url: str) -> str:
     """Return the filesystem path (or ``:memory:``) named by a ``sqlite://`` URL."""
@@ -182,12 +170,22 @@ def _encode(column: str, value: Any) -> Any:
 class SQLiteStore(Store):
     """Store backed by one SQLite database file."""
 
-    def __init__(self, url: str = "sqlite:///./threadstore.db", **models: Any) -> None:
+    def __init__(
+        self,
+        url: str = "sqlite:///./threadstore.db",
+        *,
+        history_cache_messages: int = DEFAULT_HISTORY_CACHE_MESSAGES,
+        **models: Any,
+    ) -> None:
         super().__init__(**models)
         self.url = url
         self.path = sqlite_path(url)
         self._conn: aiosqlite.Connection | None = None
         self._lock = WriterLock()
+        self.history_cache: HistoryCache | None = (
+            HistoryCache(history_cache_messages) if history_cache_messages else None
+        )
+        """Histories read before, reused while their chat's version is unchanged."""
         self._chats = RowLoader(self.chat_model, Chat, CHAT_COLUMNS, self.codecs.chat)
         self._messages = RowLoader(
             self.message_model, Message, MESSAGE_COLUMNS, self.codecs.message
@@ -282,11 +280,17 @@ class SQLiteStore(Store):
     # --- statement helpers ---------------------------------------------------------------
 
     async def _fetch(self, sql: str, params: Sequence[Any]) -> list[Any]:
-        async with self._lock.hold():
-            try:
-                return list(await self.connection.execute_fetchall(sql, params))
-            except sqlite3.Error as exc:
-                raise _translate(exc) from exc
+        """Run one statement and return its rows (after any open transaction of another task)."""
+        if self._lock.held:
+            return await self._fetch_now(sql, params)
+        async with self._lock.mutex:
+            return await self._fetch_now(sql, params)
+
+    async def _fetch_now(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        try:
+            return list(await self.connection.execute_fetchall(sql, params))
+        except sqlite3.Error as exc:
+            raise _translate(exc) from exc
 
     async def _execute(self, sql: str, params: Sequence[Any]) -> int:
         """Run one write; return the number of rows it changed."""
@@ -468,30 +472,38 @@ class SQLiteStore(Store):
         return await self._insert_message(message_data)
 
     async def _insert_message(self, data: MessageCreate) -> Message:
-        base, extra = split_create(data, MessageCreate)
-        created = data.created_at or utcnow()
+        # The append hot path: read the DTO's fields from its dict and pass enums (str
+        # subclasses) straight to the driver.
+        fields = data.__dict__
+        extra = None if type(data) is MessageCreate else split_create(data, MessageCreate)[1]
+        created = fields["created_at"] or utcnow()
         stamp = _ts(created)
-        chat = str(data.chat_uuid)
+        chat = str(fields["chat_uuid"])
+        parts, activity, metadata = (
+            fields["content_parts"],
+            fields["activity_content"],
+            fields["metadata"],
+        )
         rows = await self._fetch(
             _INSERT_MESSAGE,
             (
-                str(data.message_uuid),
+                str(fields["message_uuid"]),
                 chat,
-                _u(data.parent_uuid),
+                _u(fields["parent_uuid"]),
                 chat,
-                data.agui_id,
-                data.role.value,
-                data.name,
-                data.content,
-                dump_parts(data.content_parts),
-                data.encrypted_value,
-                data.activity_type,
-                dump_json(data.activity_content),
-                data.status.value,
-                int(data.in_progress),
-                data.step_name,
-                data.run_id,
-                dump_metadata(data.metadata),
+                fields["agui_id"],
+                fields["role"],
+                fields["name"],
+                fields["content"],
+                None if parts is None else dump_parts(parts),
+                fields["encrypted_value"],
+                fields["activity_type"],
+                None if activity is None else dump_json(activity),
+                fields["status"],
+                int(fields["in_progress"]),
+                fields["step_name"],
+                fields["run_id"],
+                dump_metadata(metadata) if metadata else None,
                 extra,
                 FORMAT_VERSION,
                 stamp,
@@ -499,16 +511,9 @@ class SQLiteStore(Store):
             ),
         )
         seq, parent = rows[0]
-        fields = {name: value for name, value in data if name not in ("created_at",)}
-        fields.update(
-            base,
-            parent_uuid=parent,
-            seq=seq,
-            created_at=created,
-            updated_at=created,
+        return created_message(
+            self.message_model, data, seq=seq, parent_uuid=parent, created_at=created
         )
-        message: Message = self.message_model.model_validate(fields)
-        return message
 
     async def _update_row(
         self, table: str, key: str, uuid: UUID, update: Any, base_cls: Any, columns: Sequence[str]
@@ -517,7 +522,7 @@ class SQLiteStore(Store):
         assignments: list[str] = []
         params: list[Any] = []
         for column, value in base.items():
-            if column in _UPDATABLE[table]:
+            if column in UPDATABLE[table]:
                 assignments.append(f"{column} = ?")
                 params.append(_encode(column, value))
         if extra:
@@ -544,7 +549,7 @@ class SQLiteStore(Store):
         return messages[0] if messages else None
 
     async def create_message_tool_call(self, data: MessageToolCallCreate) -> ToolCall:
-        base, extra = split_create(data, MessageToolCallCreate)
+        _, extra = split_create(data, MessageToolCallCreate)
         now = utcnow()
         rows = await self._fetch(
             _INSERT_TOOL_CALL,
@@ -568,9 +573,9 @@ class SQLiteStore(Store):
         )
         if not rows:
             raise NotFoundError(f"parent message {data.message_uuid} does not exist")
-        fields = dict(data)
-        fields.update(base, seq=rows[0][0], created_at=now, updated_at=now)
-        tool_call: ToolCall = self.tool_call_model.model_validate(fields)
+        tool_call: ToolCall = created_child(
+            self.tool_call_model, data, seq=rows[0][0], created_at=now
+        )
         return tool_call
 
     async def update_message_tool_call(
@@ -583,7 +588,7 @@ class SQLiteStore(Store):
         return loaded[0] if loaded else None
 
     async def create_message_reasoning(self, data: MessageReasoningCreate) -> Reasoning:
-        base, extra = split_create(data, MessageReasoningCreate)
+        _, extra = split_create(data, MessageReasoningCreate)
         now = utcnow()
         rows = await self._fetch(
             _INSERT_REASONING,
@@ -605,9 +610,9 @@ class SQLiteStore(Store):
         )
         if not rows:
             raise NotFoundError(f"parent message {data.message_uuid} does not exist")
-        fields = dict(data)
-        fields.update(base, seq=rows[0][0], created_at=now, updated_at=now)
-        reasoning: Reasoning = self.reasoning_model.model_validate(fields)
+        reasoning: Reasoning = created_child(
+            self.reasoning_model, data, seq=rows[0][0], created_at=now
+        )
         return reasoning
 
     async def update_message_reasoning(
@@ -654,11 +659,24 @@ class SQLiteStore(Store):
     ) -> Sequence[Message]:
         size = check_limit(limit, default=None)
         flags = await self._fetch(
-            "SELECT has_branches FROM chats WHERE chat_uuid = ?", (str(chat_uuid),)
+            "SELECT has_branches, version, active_leaf_uuid FROM chats WHERE chat_uuid = ?",
+            (str(chat_uuid),),
         )
         if not flags:
             return []
-        where = _BRANCH_FILTER if flags[0][0] else "m.chat_uuid = ?1"
+        has_branches, version, leaf = flags[0]
+        # Only whole histories read outside a transaction are cached: a transaction's
+        # uncommitted version could be reused by a later commit if it rolled back.
+        cache = self.history_cache
+        cacheable = (
+            cache is not None and after is None and before is None and size is None
+        ) and not self._lock.held
+        if cacheable:
+            assert cache is not None
+            cached = cache.get(chat_uuid, (version, leaf))
+            if cached is not None:
+                return cached
+        where = _BRANCH_FILTER if has_branches else "m.chat_uuid = ?1"
         params: list[Any] = [str(chat_uuid)]
         if after is not None:
             params.append(after)
@@ -675,7 +693,11 @@ class SQLiteStore(Store):
         rows = await self._fetch(sql, params)
         if newest_first:
             rows.reverse()
-        return await self._load_messages(rows, chat_uuid=chat_uuid)
+        messages = await self._load_messages(rows, chat_uuid=chat_uuid)
+        if cacheable:
+            assert cache is not None
+            cache.put(chat_uuid, (version, leaf), messages)
+        return messages
 
     async def get_last_messages(self, chat_uuids: list[UUID]) -> dict[UUID, Message]:
         if not chat_uuids:
@@ -688,10 +710,6 @@ class SQLiteStore(Store):
         return {m.chat_uuid: m for m in await self._load_messages(rows)}
 
     # --- runs --------------------------------------------------------------------------
-
-    @staticmethod
-    def _load_run(row: Sequence[Any]) -> Run:
-        return Run.model_validate(dict(zip(RUN_COLUMNS, row, strict=True)))
 
     async def start_run(self, run: Run) -> Run:
         rows = await self._fetch(
@@ -714,7 +732,7 @@ class SQLiteStore(Store):
                 _ts(run.updated_at),
             ),
         )
-        return self._load_run(rows[0])
+        return load_run(rows[0])
 
     async def heartbeat_runs(self, owner: str, run_ids: Sequence[tuple[UUID, str]]) -> None:
         if not run_ids:
@@ -735,33 +753,35 @@ class SQLiteStore(Store):
             " WHERE chat_uuid = ? AND run_id = ? RETURNING " + ", ".join(RUN_COLUMNS),
             (status.value, error, _ts(utcnow()), str(chat_uuid), run_id),
         )
-        return self._load_run(rows[0]) if rows else None
+        return load_run(rows[0]) if rows else None
 
     async def get_run(self, chat_uuid: UUID, run_id: str) -> Run | None:
         rows = await self._fetch(
             _RUN_SELECT + " WHERE chat_uuid = ? AND run_id = ?", (str(chat_uuid), run_id)
         )
-        return self._load_run(rows[0]) if rows else None
+        return load_run(rows[0]) if rows else None
 
     async def get_stale_runs(self, older_than: datetime) -> Sequence[Run]:
         rows = await self._fetch(
             _RUN_SELECT + " WHERE status = 'running' AND heartbeat_at < ? ORDER BY heartbeat_at",
             (_ts(older_than),),
         )
-        return [self._load_run(row) for row in rows]
+        return [load_run(row) for row in rows]
 
     async def finalize_run_records(
         self, chat_uuid: UUID, run_id: str, status: MessageStatus
     ) -> int:
         params = (status.value, _ts(utcnow()), str(chat_uuid), run_id)
-        in_run = (
-            " WHERE in_progress = 1 AND message_uuid IN"
-            " (SELECT message_uuid FROM messages WHERE chat_uuid = ?3 AND run_id = ?4)"
-        )
         set_ = " SET status = ?1, in_progress = 0, updated_at = ?2"
+        changed = 0
         async with self.transaction():
-            changed = await self._execute("UPDATE tool_calls" + set_ + in_run, params)
-            changed += await self._execute("UPDATE reasonings" + set_ + in_run, params)
+            for table in ("tool_calls", "reasonings"):
+                changed += await self._execute(
+                    f"UPDATE {table}{set_} WHERE chat_uuid = ?3 AND in_progress = 1"
+                    f" AND EXISTS (SELECT 1 FROM messages m WHERE"
+                    f" m.message_uuid = {table}.message_uuid AND m.run_id = ?4)",
+                    params,
+                )
             changed += await self._execute(
                 "UPDATE messages"
                 + set_

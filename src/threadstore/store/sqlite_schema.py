@@ -6,6 +6,14 @@ Every statement takes placeholders only; no value is ever formatted into SQL.
 
 from __future__ import annotations
 
+from threadstore.store.sql import (
+    CHAT_COLUMNS,
+    MESSAGE_COLUMNS,
+    REASONING_COLUMNS,
+    RUN_COLUMNS,
+    TOOL_CALL_COLUMNS,
+)
+
 __all__ = [
     "CHAT_COLUMNS",
     "MESSAGE_COLUMNS",
@@ -28,6 +36,10 @@ MIGRATIONS: list[str] = [
         app_id TEXT,
         active_leaf_uuid TEXT,
         has_branches INTEGER NOT NULL DEFAULT 0,
+        -- Bumped by every committed change to the chat's messages, tool calls or
+        -- reasoning (triggers below): a history read at version V is still exact
+        -- while the chat is at V, which lets a store reuse it without re-reading.
+        version INTEGER NOT NULL DEFAULT 0,
         forked_from_chat_uuid TEXT,
         forked_from_message_uuid TEXT,
         state TEXT,
@@ -41,7 +53,9 @@ MIGRATIONS: list[str] = [
     CREATE INDEX chats_by_user_activity ON chats (user_uuid, updated_at DESC, chat_uuid DESC);
 
     CREATE TABLE messages (
-        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        -- The rowid: grows with every message of a chat (its earlier messages still
+        -- exist), which is all a per-chat cursor needs; no AUTOINCREMENT bookkeeping.
+        seq INTEGER PRIMARY KEY,
         message_uuid TEXT NOT NULL UNIQUE,
         chat_uuid TEXT NOT NULL REFERENCES chats (chat_uuid) ON DELETE CASCADE,
         parent_uuid TEXT,
@@ -65,7 +79,8 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX messages_by_chat ON messages (chat_uuid, seq);
     CREATE INDEX messages_by_agui_id ON messages (chat_uuid, agui_id);
-    CREATE INDEX messages_by_run ON messages (chat_uuid, run_id);
+    -- Finalizing a run only looks for its records still in progress.
+    CREATE INDEX messages_by_run ON messages (chat_uuid, run_id) WHERE in_progress = 1;
 
     -- A new message becomes the end of the active branch; a parent other than the
     -- previous leaf means the chat now has branches (reads then walk the tree).
@@ -73,8 +88,12 @@ MIGRATIONS: list[str] = [
         UPDATE chats
            SET has_branches = has_branches OR (NEW.parent_uuid IS NOT active_leaf_uuid),
                active_leaf_uuid = NEW.message_uuid,
-               updated_at = NEW.created_at
+               updated_at = NEW.created_at,
+               version = version + 1
          WHERE chat_uuid = NEW.chat_uuid;
+    END;
+    CREATE TRIGGER messages_bump_version AFTER UPDATE ON messages BEGIN
+        UPDATE chats SET version = version + 1 WHERE chat_uuid = NEW.chat_uuid;
     END;
 
     CREATE TABLE tool_calls (
@@ -99,6 +118,12 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX tool_calls_by_message ON tool_calls (message_uuid, tool_call_id);
     CREATE INDEX tool_calls_by_chat ON tool_calls (chat_uuid);
+    CREATE TRIGGER tool_calls_bump_version_on_insert AFTER INSERT ON tool_calls BEGIN
+        UPDATE chats SET version = version + 1 WHERE chat_uuid = NEW.chat_uuid;
+    END;
+    CREATE TRIGGER tool_calls_bump_version_on_update AFTER UPDATE ON tool_calls BEGIN
+        UPDATE chats SET version = version + 1 WHERE chat_uuid = NEW.chat_uuid;
+    END;
 
     CREATE TABLE reasonings (
         uuid TEXT PRIMARY KEY,
@@ -120,6 +145,12 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX reasonings_by_message ON reasonings (message_uuid);
     CREATE INDEX reasonings_by_chat ON reasonings (chat_uuid);
+    CREATE TRIGGER reasonings_bump_version_on_insert AFTER INSERT ON reasonings BEGIN
+        UPDATE chats SET version = version + 1 WHERE chat_uuid = NEW.chat_uuid;
+    END;
+    CREATE TRIGGER reasonings_bump_version_on_update AFTER UPDATE ON reasonings BEGIN
+        UPDATE chats SET version = version + 1 WHERE chat_uuid = NEW.chat_uuid;
+    END;
 
     CREATE TABLE runs (
         chat_uuid TEXT NOT NULL REFERENCES chats (chat_uuid) ON DELETE CASCADE,
@@ -138,33 +169,3 @@ MIGRATIONS: list[str] = [
     CREATE INDEX runs_by_heartbeat ON runs (heartbeat_at) WHERE status = 'running';
     """,
 ]
-
-CHAT_COLUMNS = (
-    "chat_uuid", "user_uuid", "thread_id", "dedup_key", "name", "tenant_id", "app_id",
-    "active_leaf_uuid", "forked_from_chat_uuid", "forked_from_message_uuid", "state",
-    "metadata", "extra", "format_version", "created_at", "updated_at",
-)  # fmt: skip
-
-MESSAGE_COLUMNS = (
-    "seq", "message_uuid", "chat_uuid", "parent_uuid", "agui_id", "role", "name", "content",
-    "content_parts", "encrypted_value", "activity_type", "activity_content", "status",
-    "in_progress", "step_name", "run_id", "metadata", "extra", "format_version", "created_at",
-    "updated_at",
-)  # fmt: skip
-
-TOOL_CALL_COLUMNS = (
-    "uuid", "message_uuid", "tool_call_id", "name", "arguments", "content", "result_message_id",
-    "error", "status", "in_progress", "step_name", "seq", "metadata", "extra", "format_version",
-    "created_at", "updated_at",
-)  # fmt: skip
-
-REASONING_COLUMNS = (
-    "uuid", "message_uuid", "agui_id", "name", "content", "encrypted_value", "status",
-    "in_progress", "step_name", "seq", "metadata", "extra", "format_version", "created_at",
-    "updated_at",
-)  # fmt: skip
-
-RUN_COLUMNS = (
-    "chat_uuid", "run_id", "thread_id", "parent_run_id", "status", "owner", "heartbeat_at",
-    "error", "format_version", "created_at", "updated_at",
-)  # fmt: skip

@@ -1,0 +1,113 @@
+"""A bounded cache of chat histories, valid for exactly one chat version.
+
+Loading a chat's whole history is the hot read of every run (the history is
+replayed into the agent) and of every page that shows a chat. A backend whose
+chats carry a ``version`` bumped in the same transaction as every change to their
+messages, tool calls and reasoning can answer a repeated read with one indexed
+lookup of that version: if it still matches, the history read before is exact.
+
+The cache never hands out the objects it keeps: every hit returns fresh copies,
+so callers may mutate what they get. It holds at most ``max_messages`` messages
+(least recently used chats are dropped first).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+from uuid import UUID
+
+from threadstore.models import Message, Reasoning, ToolCall
+
+__all__ = ["DEFAULT_HISTORY_CACHE_MESSAGES", "HistoryCache", "copy_messages"]
+
+DEFAULT_HISTORY_CACHE_MESSAGES = 50_000
+"""Default bound of a store's history cache, in messages (0 disables it)."""
+
+_new = object.__new__
+_set = object.__setattr__
+
+
+def _shell(source: Any, fields: dict[str, Any]) -> Any:
+    instance = _new(type(source))
+    _set(instance, "__dict__", fields)
+    _set(instance, "__pydantic_fields_set__", set(source.__pydantic_fields_set__))
+    _set(instance, "__pydantic_extra__", None)
+    _set(instance, "__pydantic_private__", None)
+    return instance
+
+
+def _copy_child(child: ToolCall | Reasoning) -> Any:
+    fields = dict(child.__dict__)
+    metadata = fields["metadata"]
+    fields["metadata"] = copy.deepcopy(metadata) if metadata else {}
+    return _shell(child, fields)
+
+
+def _copy_message(message: Message) -> Message:
+    # Ids, times, enums and strings are immutable and shared; containers are copied.
+    fields = dict(message.__dict__)
+    metadata = fields["metadata"]
+    fields["metadata"] = copy.deepcopy(metadata) if metadata else {}
+    for name in ("content_parts", "activity_content"):
+        if fields[name] is not None:
+            fields[name] = copy.deepcopy(fields[name])
+    fields["tool_calls"] = [_copy_child(t) for t in fields["tool_calls"]]
+    fields["reasonings"] = [_copy_child(r) for r in fields["reasonings"]]
+    copied: Message = _shell(message, fields)
+    return copied
+
+
+def copy_messages(messages: Sequence[Message]) -> list[Message]:
+    """Return independent copies of ``messages`` (fast for the stock model classes)."""
+    stock = (Message, ToolCall, Reasoning)
+    copies: list[Message] = []
+    for message in messages:
+        plain = (
+            type(message) is Message
+            and message.__pydantic_extra__ is None
+            and all(type(c) in stock for c in (*message.tool_calls, *message.reasonings))
+        )
+        copies.append(_copy_message(message) if plain else message.model_copy(deep=True))
+    return copies
+
+
+class HistoryCache:
+    """Histories by chat, each tagged with the chat version it was read at."""
+
+    def __init__(self, max_messages: int = DEFAULT_HISTORY_CACHE_MESSAGES) -> None:
+        self.max_messages = max_messages
+        self._entries: OrderedDict[UUID, tuple[Any, list[Message]]] = OrderedDict()
+        self._size = 0
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, chat_uuid: UUID, version: Any) -> list[Message] | None:
+        """Return copies of the history read at ``version``, or ``None``."""
+        entry = self._entries.get(chat_uuid)
+        if entry is None or entry[0] != version:
+            self.misses += 1
+            return None
+        self._entries.move_to_end(chat_uuid)
+        self.hits += 1
+        return copy_messages(entry[1])
+
+    def put(self, chat_uuid: UUID, version: Any, messages: Sequence[Message]) -> None:
+        """Keep copies of ``messages`` as the history at ``version``."""
+        if len(messages) > self.max_messages:
+            self.discard(chat_uuid)
+            return
+        self.discard(chat_uuid)
+        self._entries[chat_uuid] = (version, copy_messages(messages))
+        self._size += len(messages)
+        while self._size > self.max_messages:
+            _, (_, evicted) = self._entries.popitem(last=False)
+            self._size -= len(evicted)
+
+    def discard(self, chat_uuid: UUID) -> None:
+        """Forget a chat's history."""
+        entry = self._entries.pop(chat_uuid, None)
+        if entry is not None:
+            self._size -= len(entry[1])
