@@ -15,6 +15,8 @@ in or out.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from threadstore.store.sql import (
     CHAT_COLUMNS,
     MESSAGE_COLUMNS,
@@ -26,6 +28,7 @@ from threadstore.store.sql import (
 __all__ = [
     "CHAT_COLUMNS",
     "MESSAGE_COLUMNS",
+    "MESSAGE_ROW",
     "MIGRATIONS",
     "MIGRATION_LOCK_KEY",
     "REASONING_COLUMNS",
@@ -39,6 +42,8 @@ MIGRATION_LOCK_KEY = 0x7468_7265_6164  # "thread" in ASCII
 MIGRATIONS: list[str] = [
     # 1: chats, the message tree, tool calls, reasoning steps and runs.
     """
+    CREATE SEQUENCE chat_versions;
+
     CREATE TABLE chats (
         chat_uuid uuid PRIMARY KEY,
         user_uuid uuid NOT NULL,
@@ -48,7 +53,15 @@ MIGRATIONS: list[str] = [
         tenant_id text,
         app_id text,
         active_leaf_uuid uuid,
+        -- The parent of the active leaf: an append learns its own parent from the same
+        -- UPDATE that makes it the leaf (RETURNING shows new values only).
+        leaf_parent_uuid uuid,
         has_branches boolean NOT NULL DEFAULT false,
+        -- Set from chat_versions by every statement that changes the chat's messages,
+        -- tool calls or reasoning, in that statement's transaction: a history read at
+        -- one version is exact while the chat still has it, in every process, and a
+        -- deleted and re-created chat never meets an old version again.
+        version bigint NOT NULL DEFAULT nextval('chat_versions'),
         forked_from_chat_uuid uuid,
         forked_from_message_uuid uuid,
         state json,
@@ -89,22 +102,9 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX messages_by_chat ON messages (chat_uuid, seq);
     CREATE INDEX messages_by_agui_id ON messages (chat_uuid, agui_id) WHERE agui_id IS NOT NULL;
-    CREATE INDEX messages_by_run ON messages (chat_uuid, run_id) WHERE run_id IS NOT NULL;
-
-    -- A new message becomes the end of the active branch; a parent other than the
-    -- previous leaf means the chat now has branches (reads then walk the tree).
-    CREATE FUNCTION threadstore_advance_leaf() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-        UPDATE chats
-           SET has_branches = has_branches OR NEW.parent_uuid IS DISTINCT FROM active_leaf_uuid,
-               active_leaf_uuid = NEW.message_uuid,
-               updated_at = NEW.created_at
-         WHERE chat_uuid = NEW.chat_uuid;
-        RETURN NULL;
-    END
-    $$;
-    CREATE TRIGGER messages_advance_leaf AFTER INSERT ON messages
-        FOR EACH ROW EXECUTE FUNCTION threadstore_advance_leaf();
+    -- Finalizing a run only looks for its records still in progress; a record written
+    -- complete (most user messages) costs no entry here.
+    CREATE INDEX messages_in_progress ON messages (chat_uuid, run_id) WHERE in_progress;
 
     CREATE TABLE tool_calls (
         uuid uuid PRIMARY KEY,
@@ -127,7 +127,7 @@ MIGRATIONS: list[str] = [
         updated_at timestamptz NOT NULL
     );
     CREATE INDEX tool_calls_by_message ON tool_calls (message_uuid, tool_call_id);
-    CREATE INDEX tool_calls_by_chat ON tool_calls (chat_uuid);
+    CREATE INDEX tool_calls_in_progress ON tool_calls (chat_uuid) WHERE in_progress;
 
     CREATE TABLE reasonings (
         uuid uuid PRIMARY KEY,
@@ -148,7 +148,7 @@ MIGRATIONS: list[str] = [
         updated_at timestamptz NOT NULL
     );
     CREATE INDEX reasonings_by_message ON reasonings (message_uuid);
-    CREATE INDEX reasonings_by_chat ON reasonings (chat_uuid);
+    CREATE INDEX reasonings_in_progress ON reasonings (chat_uuid) WHERE in_progress;
 
     CREATE TABLE runs (
         chat_uuid uuid NOT NULL REFERENCES chats (chat_uuid) ON DELETE CASCADE,
@@ -181,10 +181,41 @@ RECORD_MIGRATION = "INSERT INTO threadstore_migrations (version, applied_at) VAL
 
 # --- selects ---------------------------------------------------------------------------------
 
-CHAT_SELECT = "SELECT " + ", ".join(CHAT_COLUMNS) + " FROM chats"
-MESSAGE_SELECT = "SELECT " + ", ".join(f"m.{c}" for c in MESSAGE_COLUMNS) + " FROM messages m"
-TOOL_CALL_SELECT = "SELECT " + ", ".join(TOOL_CALL_COLUMNS) + " FROM tool_calls"
-REASONING_SELECT = "SELECT " + ", ".join(REASONING_COLUMNS) + " FROM reasonings"
+_TIMES = frozenset({"created_at", "updated_at"})
+
+
+def _select(columns: tuple[str, ...], table: str, alias: str, *, iso_times: bool) -> str:
+    """A SELECT of ``columns``; with ``iso_times`` the timestamps come back as text.
+
+    asyncpg decodes a binary timestamptz through three Python objects; in a session
+    printing ISO 8601 in UTC, the text form, parsed once per distinct value (a record
+    never updated has ``updated_at == created_at``), costs a fraction of that, and
+    timestamps were the larger part of decoding a long history.
+    """
+    # A UTC session prints the offset as "+00"; ":00" completes it to what every
+    # ISO 8601 parser (pydantic's included) accepts.
+    names = [
+        f"{alias}.{c}::text || ':00'" if iso_times and c in _TIMES else f"{alias}.{c}"
+        for c in columns
+    ]
+    return f"SELECT {', '.join(names)} FROM {table} {alias}"
+
+
+MESSAGE_ROW = (*MESSAGE_COLUMNS, "last_child_seq")
+"""A message row as read: its columns, then whether it has tool calls or reasoning steps
+(a read of messages without any skips the two statements that look for them)."""
+
+# Each read comes in two forms, indexed by whether the session prints ISO/UTC text.
+CHAT_SELECT = {iso: _select(CHAT_COLUMNS, "chats", "c", iso_times=iso) for iso in (False, True)}
+MESSAGE_SELECT = {
+    iso: _select(MESSAGE_ROW, "messages", "m", iso_times=iso) for iso in (False, True)
+}
+TOOL_CALL_SELECT = {
+    iso: _select(TOOL_CALL_COLUMNS, "tool_calls", "t", iso_times=iso) for iso in (False, True)
+}
+REASONING_SELECT = {
+    iso: _select(REASONING_COLUMNS, "reasonings", "r", iso_times=iso) for iso in (False, True)
+}
 RUN_SELECT = "SELECT " + ", ".join(RUN_COLUMNS) + " FROM runs"
 
 CHAT_RETURNING = " RETURNING " + ", ".join(CHAT_COLUMNS)
@@ -204,8 +235,7 @@ BRANCH_FILTER = (
 )
 
 LAST_MESSAGES = (
-    MESSAGE_SELECT + " JOIN chats c ON c.active_leaf_uuid = m.message_uuid"
-    " WHERE c.chat_uuid = ANY($1::uuid[])"
+    " JOIN chats c ON c.active_leaf_uuid = m.message_uuid WHERE c.chat_uuid = ANY($1::uuid[])"
 )
 
 # --- chats -----------------------------------------------------------------------------------
@@ -223,32 +253,40 @@ INSERT_CHAT = (
 # message of the chat", so reads start walking the tree.
 SET_ACTIVE_LEAF = (
     "UPDATE chats SET has_branches = has_branches OR active_leaf_uuid IS DISTINCT FROM $2,"
-    " active_leaf_uuid = $2, updated_at = $3"
-    " WHERE chat_uuid = $1"
-    " AND EXISTS (SELECT 1 FROM messages WHERE message_uuid = $2 AND chat_uuid = $1)"
-    + CHAT_RETURNING
+    " active_leaf_uuid = $2, leaf_parent_uuid = leaf.parent_uuid, updated_at = $3,"
+    " version = nextval('chat_versions')"
+    " FROM (SELECT parent_uuid FROM messages WHERE message_uuid = $2 AND chat_uuid = $1) leaf"
+    " WHERE chat_uuid = $1" + CHAT_RETURNING
 )
 
 DELETE_CHAT = "DELETE FROM chats WHERE chat_uuid = $1" + CHAT_RETURNING
 
 # --- messages --------------------------------------------------------------------------------
 
-# One statement: lock the chat row (so concurrent appends chain one after another and
-# a concurrent delete_chat either waits for this insert or makes it find no chat),
-# check an explicit parent belongs to the chat, insert. No row back means the chat is
-# gone, the parent is foreign, or the uuid is taken; nothing is ever upserted.
+# One statement, no trigger. The UPDATE moves the chat's leaf to the new message and
+# stamps its activity; waiting on the chat's row lock, it reads the latest leaf, so
+# concurrent appends chain one after another, and a concurrent delete_chat either
+# waits for this append or leaves it no chat to update. It also checks an explicit
+# parent belongs to the chat and the uuid is free. The INSERT then writes only if the
+# UPDATE did: no row back means the chat is gone, the parent is foreign or the uuid is
+# taken. Nothing is ever upserted.
 INSERT_MESSAGE = (
-    "WITH chat AS (SELECT active_leaf_uuid FROM chats WHERE chat_uuid = $2 FOR NO KEY UPDATE)"
+    "WITH chat AS (UPDATE chats SET"
+    " has_branches = has_branches"
+    " OR ($3::uuid IS NOT NULL AND $3 IS DISTINCT FROM active_leaf_uuid),"
+    " leaf_parent_uuid = COALESCE($3, active_leaf_uuid), active_leaf_uuid = $1, updated_at = $19,"
+    " version = nextval('chat_versions')"
+    " WHERE chat_uuid = $2"
+    " AND NOT EXISTS (SELECT 1 FROM messages WHERE message_uuid = $1)"
+    " AND ($3::uuid IS NULL"
+    " OR EXISTS (SELECT 1 FROM messages p WHERE p.message_uuid = $3 AND p.chat_uuid = $2))"
+    " RETURNING leaf_parent_uuid)"
     " INSERT INTO messages (message_uuid, chat_uuid, parent_uuid, agui_id, role, name, content,"
     " content_parts, encrypted_value, activity_type, activity_content, status, in_progress,"
     " step_name, run_id, metadata, extra, format_version, created_at, updated_at)"
-    " SELECT $1::uuid, $2::uuid, COALESCE($3::uuid, chat.active_leaf_uuid), $4::text,"
-    " $5::text, $6::text, $7::text, $8::json, $9::text, $10::text, $11::json, $12::text,"
-    " $13::boolean, $14::text, $15::text, $16::jsonb, $17::jsonb, $18::integer,"
-    " $19::timestamptz, $19::timestamptz"
-    " FROM chat WHERE $3::uuid IS NULL"
-    " OR EXISTS (SELECT 1 FROM messages p WHERE p.message_uuid = $3 AND p.chat_uuid = $2)"
-    " ON CONFLICT (message_uuid) DO NOTHING"
+    " SELECT $1::uuid, $2::uuid, chat.leaf_parent_uuid, $4::text, $5::text, $6::text, $7::text,"
+    " $8::json, $9::text, $10::text, $11::json, $12::text, $13::boolean, $14::text, $15::text,"
+    " $16::jsonb, $17::jsonb, $18::integer, $19::timestamptz, $19::timestamptz FROM chat"
     " RETURNING seq, parent_uuid"
 )
 
@@ -258,11 +296,23 @@ MESSAGE_INSERT_DIAGNOSIS = (
     " EXISTS (SELECT 1 FROM messages WHERE message_uuid = $2)"
 )
 
+# Every write to a chat's history first moves the chat's version, which also takes the
+# chat's row lock, then locks its record: always in that order (delete_chat's cascade
+# too), so two writers never wait on each other crosswise.
+_BUMP_CHAT_OF = (
+    "chat AS (UPDATE chats SET version = nextval('chat_versions')"
+    " WHERE chat_uuid = (SELECT chat_uuid FROM {table} WHERE {key} = {param})"
+    " RETURNING chat_uuid)"
+)
+
 # Tool calls and reasoning steps take the next position of their parent message by
 # incrementing its counter: the row lock orders concurrent creates on one message.
 _NEXT_CHILD = (
-    "WITH parent AS (UPDATE messages SET last_child_seq = last_child_seq + 1"
-    " WHERE message_uuid = $1 RETURNING chat_uuid, last_child_seq)"
+    "WITH "
+    + _BUMP_CHAT_OF.format(table="messages", key="message_uuid", param="$1")
+    + ", parent AS (UPDATE messages SET last_child_seq = last_child_seq + 1"
+    " WHERE message_uuid = $1 AND chat_uuid IN (SELECT chat_uuid FROM chat)"
+    " RETURNING chat_uuid, last_child_seq)"
 )
 
 INSERT_TOOL_CALL = (
@@ -310,18 +360,39 @@ FINISH_RUN = (
 STALE_RUNS = RUN_SELECT + " WHERE status = 'running' AND heartbeat_at < $1 ORDER BY heartbeat_at"
 
 # One statement, so a crash cannot leave a run half-finalized; only the records of
-# this (chat, run) that are still in progress change.
+# this (chat, run) still in progress change, found through the in-progress indexes.
 FINALIZE_RUN_RECORDS = (
-    "WITH run_messages AS ("
-    "  SELECT message_uuid FROM messages WHERE chat_uuid = $3 AND run_id = $4),"
-    " calls AS (UPDATE tool_calls SET status = $1, in_progress = false, updated_at = $2"
-    "  WHERE in_progress AND message_uuid IN (SELECT message_uuid FROM run_messages)"
+    "WITH chat AS (UPDATE chats SET version = nextval('chat_versions') WHERE chat_uuid = $3"
+    "  RETURNING chat_uuid),"
+    " calls AS (UPDATE tool_calls t SET status = $1, in_progress = false, updated_at = $2"
+    "  WHERE t.chat_uuid = $3 AND t.in_progress AND EXISTS (SELECT 1 FROM chat) AND EXISTS"
+    "  (SELECT 1 FROM messages m WHERE m.message_uuid = t.message_uuid AND m.run_id = $4)"
     "  RETURNING 1),"
-    " steps AS (UPDATE reasonings SET status = $1, in_progress = false, updated_at = $2"
-    "  WHERE in_progress AND message_uuid IN (SELECT message_uuid FROM run_messages)"
+    " steps AS (UPDATE reasonings r SET status = $1, in_progress = false, updated_at = $2"
+    "  WHERE r.chat_uuid = $3 AND r.in_progress AND EXISTS (SELECT 1 FROM chat) AND EXISTS"
+    "  (SELECT 1 FROM messages m WHERE m.message_uuid = r.message_uuid AND m.run_id = $4)"
     "  RETURNING 1),"
     " own AS (UPDATE messages SET status = $1, in_progress = false, updated_at = $2"
-    "  WHERE chat_uuid = $3 AND run_id = $4 AND in_progress RETURNING 1)"
+    "  WHERE chat_uuid = $3 AND run_id = $4 AND in_progress AND EXISTS (SELECT 1 FROM chat)"
+    "  RETURNING 1)"
     " SELECT (SELECT count(*) FROM calls) + (SELECT count(*) FROM steps)"
     " + (SELECT count(*) FROM own)"
 )
+
+CHAT_VERSION = "SELECT version FROM chats WHERE chat_uuid = $1"
+
+
+def versioned_update(
+    table: str, key: str, assignments: str, param: str, columns: Sequence[str]
+) -> str:
+    """An UPDATE of the ``table`` row whose ``key`` is ``param``, returning ``columns``.
+
+    It first moves the version of the record's chat (see ``_BUMP_CHAT_OF``); a record
+    whose chat is gone is not updated.
+    """
+    return (
+        "WITH "
+        + _BUMP_CHAT_OF.format(table=table, key=key, param=param)
+        + f" UPDATE {table} SET {assignments} WHERE {key} = {param}"
+        f" AND chat_uuid IN (SELECT chat_uuid FROM chat) RETURNING {', '.join(columns)}"
+    )
