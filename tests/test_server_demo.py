@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -16,7 +14,7 @@ from threadstore.errors import ConfigurationError
 from threadstore.server import DemoAgent
 from threadstore.server.agents import load_agent
 from threadstore.server.demo_agent import evaluate_arithmetic
-from threadstore.server.sse import encode_frame, with_keepalive
+from threadstore.server.sse import encode_frame
 
 
 async def _demo_events(text: str) -> list[BaseEvent]:
@@ -100,35 +98,3 @@ def test_frames_carry_their_id_and_escape_line_separators() -> None:
     assert frame.endswith(b"\n\n")
     assert frame.count(b"\n") == 3
     assert json.loads(frame.split(b"data: ")[1])["delta"] == "a\u2028b"
-
-
-async def test_keep_alive_comments_fill_silence_without_losing_frames() -> None:
-    release = asyncio.Event()
-
-    async def quiet_source() -> AsyncIterator[bytes]:
-        yield b"first"
-        await release.wait()
-        yield b"second"
-
-    seen: list[bytes] = []
-    async for chunk in with_keepalive(quiet_source(), interval=0.01):
-        seen.append(chunk)
-        if chunk.startswith(b":"):
-            release.set()
-
-    frames = [chunk for chunk in seen if not chunk.startswith(b":")]
-    assert frames == [b"first", b"second"]
-    assert b": keep-alive\n\n" in seen
-
-
-async def test_keep_alive_passes_a_source_error_on_after_the_frames_before_it() -> None:
-    async def failing_source() -> AsyncIterator[bytes]:
-        yield b"first"
-        raise RuntimeError("the source broke")
-
-    seen: list[bytes] = []
-    with pytest.raises(RuntimeError, match="the source broke"):
-        async for chunk in with_keepalive(failing_source(), interval=10):
-            seen.append(chunk)
-
-    assert seen == [b"first"]

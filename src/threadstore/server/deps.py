@@ -28,7 +28,9 @@ class ServerState:
     keepalive_interval: float
 
 
-def get_state(request: Request) -> ServerState:
+# Both dependencies are ``async def`` although they never await: FastAPI runs a plain
+# ``def`` dependency in its thread pool, two thread hops per request for nothing.
+async def get_state(request: Request) -> ServerState:
     """Return the running app's :class:`ServerState`."""
     state: ServerState | None = getattr(request.app.state, "threadstore", None)
     if state is None:
@@ -36,8 +38,11 @@ def get_state(request: Request) -> ServerState:
     return state
 
 
-def current_user(request: Request, state: Annotated[ServerState, Depends(get_state)]) -> UUID:
-    """Return the caller's user UUID (401 when the request carries no valid identity)."""
+async def current_user(request: Request, state: Annotated[ServerState, Depends(get_state)]) -> UUID:
+    """Return the caller's user UUID (401 when the request carries no valid identity).
+
+    The authenticator runs on the event loop, so it must not block.
+    """
     return state.auth.authenticate(request)
 
 

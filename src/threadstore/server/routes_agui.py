@@ -9,6 +9,7 @@ not stop the run or its persistence, and can pick the stream up again with
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from typing import Annotated, Any
 from uuid import UUID, uuid4
@@ -71,16 +72,36 @@ def _owned_handle(
     return handle
 
 
-async def _numbered_frames(handle: RunHandle[Any], after: int) -> AsyncIterator[bytes]:
-    async for event_id, event in handle.numbered_events(after):
-        yield encode_frame(event, event_id)
+class _RunFrames:
+    """A stream's frames: ``head``, then those of the run's events after ``after``.
+
+    Each call resumes after the last frame yielded, as the keep-alives need.
+    """
+
+    def __init__(
+        self, head: Sequence[bytes] = (), handle: RunHandle[Any] | None = None, after: int = 0
+    ) -> None:
+        self._head = deque(head)
+        self._handle = handle
+        self._sent = after
+
+    async def __call__(self) -> AsyncIterator[bytes]:
+        """Yield the frames not yet yielded."""
+        head = self._head
+        while head:
+            yield head.popleft()
+        if self._handle is None:
+            return
+        async for event_id, event in self._handle.numbered_events(self._sent):
+            self._sent = event_id
+            yield encode_frame(event, event_id)
 
 
 def _stream(state: ServerState, handle: RunHandle[Any], after: int) -> StreamingResponse:
     # Checks ``after`` now, so a bad id is a 4xx rather than a broken stream.
     handle.numbered_events(after)
     return event_stream_response(
-        _numbered_frames(handle, after), keepalive_interval=state.keepalive_interval
+        _RunFrames(handle=handle, after=after), keepalive_interval=state.keepalive_interval
     )
 
 
@@ -191,7 +212,7 @@ async def connect_thread(thread_id: str, state: AppState, user: CurrentUser) -> 
     if chat is not None:
         history = [m async for m in state.store.iter_chat_messages(chat.chat_uuid)]
     frames = (
-        _connect_live(state, chat, history, live)
+        await _connect_live(chat, history, live)
         if live is not None
         else _connect_idle(thread_id, chat, history)
     )
@@ -216,14 +237,14 @@ def _snapshots(chat: Chat | None, history: Sequence[Message], exclude: set[str])
     ]
 
 
-async def _connect_idle(
-    thread_id: str, chat: Chat | None, history: Sequence[Message]
-) -> AsyncIterator[bytes]:
+def _connect_idle(thread_id: str, chat: Chat | None, history: Sequence[Message]) -> _RunFrames:
     run_id = f"connect-{uuid4().hex[:12]}"
-    yield encode_frame(RunStartedEvent(thread_id=thread_id, run_id=run_id, timestamp=_now_ms()))
-    for event in _snapshots(chat, history, set()):
-        yield encode_frame(event)
-    yield encode_frame(RunFinishedEvent(thread_id=thread_id, run_id=run_id, timestamp=_now_ms()))
+    events = [
+        RunStartedEvent(thread_id=thread_id, run_id=run_id, timestamp=_now_ms()),
+        *_snapshots(chat, history, set()),
+        RunFinishedEvent(thread_id=thread_id, run_id=run_id, timestamp=_now_ms()),
+    ]
+    return _RunFrames([encode_frame(event) for event in events])
 
 
 def _message_ids(event: BaseEvent) -> list[str]:
@@ -232,8 +253,8 @@ def _message_ids(event: BaseEvent) -> list[str]:
 
 
 async def _connect_live(
-    state: ServerState, chat: Chat | None, history: Sequence[Message], handle: RunHandle[Any]
-) -> AsyncIterator[bytes]:
+    chat: Chat | None, history: Sequence[Message], handle: RunHandle[Any]
+) -> _RunFrames:
     # The history was read before this point, so everything it holds of the live run
     # came from events up to ``seen``; those messages are left out of the snapshot and
     # arrive as the run's own events instead, never twice.
@@ -253,18 +274,17 @@ async def _connect_live(
     except EventsDroppedError:  # pragma: no cover - the server keeps whole logs
         head = []
     exclude = {i for _, event in head for i in _message_ids(event)}
+    frames: list[bytes] = []
     if head and head[0][1].type == EventType.RUN_STARTED:
         event_id, started = head.pop(0)
-        yield encode_frame(started, event_id)
+        frames.append(encode_frame(started, event_id))
+    frames.extend(encode_frame(event) for event in _snapshots(chat, history, exclude))
     snapshot_seen = False
-    for event in _snapshots(chat, history, exclude):
-        yield encode_frame(event)
     for event_id, event in head:
         snapshot_seen = snapshot_seen or event.type == EventType.STATE_SNAPSHOT
         # Deltas from before the run's own snapshot are already folded into the
         # stored state just sent; replaying them would apply them twice.
         if event.type == EventType.STATE_DELTA and not snapshot_seen:
             continue
-        yield encode_frame(event, event_id)
-    async for event_id, event in handle.numbered_events(seen):
-        yield encode_frame(event, event_id)
+        frames.append(encode_frame(event, event_id))
+    return _RunFrames(frames, handle, seen)
