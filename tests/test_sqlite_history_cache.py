@@ -227,3 +227,26 @@ async def test_the_cache_can_be_turned_off(db: str) -> None:
         assert [m.content for m in await store.get_chat_messages(chat.chat_uuid)] == contents
     finally:
         await store.close()
+
+
+async def test_a_chat_created_again_under_the_same_uuid_reads_its_own_history(
+    store: SQLiteStore, db: str
+) -> None:
+    chat, contents = await _chat_with_history(store)
+    await store.get_chat_messages(chat.chat_uuid)  # cached
+
+    # Another process deletes the chat and creates one with the same uuid and as many
+    # writes, so a version counted from zero would match again.
+    other = await open_store(db, history_cache_messages=0)
+    try:
+        await other.delete_chat(chat.chat_uuid)
+        again = await other.create_chat(
+            ChatCreate(user_uuid=chat.user_uuid, thread_id="t", chat_uuid=chat.chat_uuid)
+        )
+        for text in ("other", "history", "here"):
+            await other.create_message(MessageCreate(chat_uuid=again.chat_uuid, content=text))
+    finally:
+        await other.close()
+
+    read = await store.get_chat_messages(chat.chat_uuid)
+    assert [m.content for m in read] == ["other", "history", "here"]

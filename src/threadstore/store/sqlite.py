@@ -10,6 +10,7 @@ writers and ``busy_timeout`` makes them wait instead of failing.
 from __future__ import annotations
 
 import json
+import secrets
 import sqlite3
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
@@ -75,7 +76,7 @@ _RUN_SELECT = "SELECT " + ", ".join(RUN_COLUMNS) + " FROM runs"
 _INSERT_CHAT = (
     "INSERT INTO chats (chat_uuid, user_uuid, thread_id, dedup_key, name, tenant_id, app_id,"
     " forked_from_chat_uuid, forked_from_message_uuid, state, metadata, extra, format_version,"
-    " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " created_at, updated_at, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
     # A no-op update makes RETURNING yield the existing row when (user, thread) exists.
     " ON CONFLICT (user_uuid, thread_id) DO UPDATE SET thread_id = excluded.thread_id"
     " RETURNING " + ", ".join(CHAT_COLUMNS)
@@ -353,6 +354,9 @@ class SQLiteStore(Store):
                 FORMAT_VERSION,
                 now,
                 now,
+                # A random starting version: a chat deleted and created again under the
+                # same uuid can never match a history cached for the one before.
+                secrets.randbits(62),
             ),
         )
         return self._load_chats(rows)[0]
@@ -450,6 +454,8 @@ class SQLiteStore(Store):
             "DELETE FROM chats WHERE chat_uuid = ? RETURNING " + ", ".join(CHAT_COLUMNS),
             (str(chat_uuid),),
         )
+        if self.history_cache is not None:
+            self.history_cache.discard(chat_uuid)
         return self._load_chats(rows)[0] if rows else None
 
     # --- messages -----------------------------------------------------------------------
