@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
+from collections.abc import Sequence
 from typing import Any
 from uuid import uuid4
 
@@ -19,6 +22,8 @@ from ag_ui.core import (
     ReasoningEndEvent,
     ReasoningMessageChunkEvent,
     ReasoningMessageContentEvent,
+    ReasoningMessageEndEvent,
+    ReasoningMessageStartEvent,
     ReasoningStartEvent,
     RunErrorEvent,
     RunFinishedEvent,
@@ -41,7 +46,7 @@ from ag_ui.core import (
     UserMessage,
 )
 from ag_ui.core import ToolCall as AguiToolCall
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from agui_scripts import (
@@ -654,3 +659,148 @@ def test_any_event_sequence_folds_without_raising(events: list[BaseEvent]) -> No
         assert not record.in_progress
         if record.parent_key is not None:
             assert fold.records[record.parent_key].kind is RecordKind.MESSAGE
+
+
+# --- the delta fast path -----------------------------------------------------------------------
+
+
+def fold_snapshot(fold: ConversationFold) -> Any:
+    """Everything a fold holds that anyone reads: records field by field, dirty set, changes."""
+    records = [
+        {f.name: getattr(r, f.name) for f in dataclasses.fields(r) if f.name != "text"}
+        | {"content": r.content}
+        for r in fold.records.values()
+    ]
+    changes = fold.take_changes()
+    return (
+        records,
+        sorted(fold.dirty),
+        fold.current_event_timestamp,
+        fold.state,
+        [r.key for r in changes.opened],
+        [r.key for r in changes.closed],
+        changes.boundary,
+        changes.warnings,
+    )
+
+
+def fast_fold_history() -> list[Message]:
+    """A stored assistant message ``s`` and a stored call ``p`` still waiting for its result."""
+    stored = stored_message("s")
+    return [stored.model_copy(update={"tool_calls": [stored_call(stored, "p")]})]
+
+
+DELTA_ALPHABET = [
+    TextMessageStartEvent(message_id="m"),
+    TextMessageStartEvent(message_id="n", role="user"),
+    TextMessageContentEvent(message_id="m", delta="a"),
+    TextMessageContentEvent(message_id="n", delta=""),
+    TextMessageContentEvent(message_id="r", delta="b"),
+    TextMessageContentEvent(message_id="s", delta="c"),
+    TextMessageContentEvent(message_id="act", delta="d"),
+    TextMessageEndEvent(message_id="m"),
+    TextMessageChunkEvent(message_id="m", delta="e"),
+    TextMessageChunkEvent(message_id="n", delta=""),
+    TextMessageChunkEvent(delta="f"),
+    TextMessageChunkEvent(message_id="m", name="bob", delta="g"),
+    ToolCallStartEvent(tool_call_id="c", tool_call_name="f", parent_message_id="m"),
+    ToolCallStartEvent(tool_call_id="d", tool_call_name="f", parent_message_id="s"),
+    ToolCallArgsEvent(tool_call_id="c", delta="{"),
+    ToolCallArgsEvent(tool_call_id="d", delta="}"),
+    ToolCallArgsEvent(tool_call_id="p", delta="["),
+    ToolCallEndEvent(tool_call_id="c"),
+    ToolCallResultEvent(message_id="p-result", tool_call_id="p", content="ok"),
+    ToolCallChunkEvent(tool_call_id="c", delta="h"),
+    ToolCallChunkEvent(tool_call_id="e", tool_call_name="f", delta="i"),
+    ToolCallChunkEvent(delta="j"),
+    ToolCallChunkEvent(tool_call_id="c", delta=None),
+    ToolCallChunkEvent(tool_call_id="p", delta="q"),
+    ReasoningStartEvent(message_id="r"),
+    ReasoningMessageStartEvent(message_id="r", role="reasoning"),
+    ReasoningMessageContentEvent(message_id="r", delta="k"),
+    ReasoningMessageContentEvent(message_id="m", delta="l"),
+    ReasoningMessageContentEvent(message_id="r", delta=""),
+    ReasoningMessageEndEvent(message_id="r"),
+    ReasoningMessageChunkEvent(message_id="r", delta="m"),
+    ReasoningMessageChunkEvent(message_id="q", delta="n"),
+    ReasoningMessageChunkEvent(delta="o"),
+    ReasoningEndEvent(message_id="r"),
+    ActivitySnapshotEvent(message_id="act", activity_type="t", content={"x": 1}),
+    StepStartedEvent(step_name="s1"),
+    CustomEvent(name="x", value=1),
+    run_finished(),
+]
+"""Deltas in every situation the fast path must recognise or decline (open chunks of
+another kind, unknown, aliased, adopted and stored ids, other families, empty deltas),
+with the events that create those situations. Each has its own timestamp."""
+DELTA_ALPHABET = [e.model_copy(update={"timestamp": i}) for i, e in enumerate(DELTA_ALPHABET)]
+
+
+def assert_fast_path_folds_like_apply(events: Sequence[BaseEvent], history: list[Message]) -> None:
+    slow = ConversationFold("run-1", thread_id="thread-1", history=history)
+    fast = ConversationFold("run-1", thread_id="thread-1", history=history)
+    for event in events:
+        slow.apply(event)
+        if not fast.apply_delta(event):
+            fast.apply(event)
+        assert fold_snapshot(fast) == fold_snapshot(slow), event
+
+
+def test_the_delta_fast_path_folds_every_pair_of_events_exactly_like_apply() -> None:
+    history = fast_fold_history()
+    for first, second in itertools.product(DELTA_ALPHABET, repeat=2):
+        assert_fast_path_folds_like_apply([first, second], history)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(DELTA_ALPHABET), max_size=30))
+@example(  # a chunk continuing a stored call this run answered: its arguments are not owned
+    [
+        ToolCallResultEvent(message_id="p-result", tool_call_id="p", content="ok"),
+        ToolCallChunkEvent(tool_call_id="p", delta="q"),
+        ToolCallChunkEvent(delta="j"),
+    ]
+)
+@example(  # text for an id already used by a reasoning message goes to a renamed message
+    [
+        ReasoningMessageStartEvent(message_id="r", role="reasoning"),
+        TextMessageContentEvent(message_id="r", delta="b"),
+        TextMessageContentEvent(message_id="r", delta="b"),
+    ]
+)
+def test_the_delta_fast_path_folds_any_stream_exactly_like_apply(events: list[BaseEvent]) -> None:
+    assert_fast_path_folds_like_apply(events, fast_fold_history())
+
+
+def test_the_deltas_of_a_well_formed_stream_all_take_the_fast_path() -> None:
+    events = [
+        *full_turn(),
+        TextMessageChunkEvent(message_id="c1", delta="a"),
+        TextMessageChunkEvent(delta="b"),
+        ToolCallChunkEvent(
+            tool_call_id="tc", tool_call_name="f", parent_message_id="c1", delta="{"
+        ),
+        ToolCallChunkEvent(delta="}"),
+        ReasoningMessageChunkEvent(message_id="rc", delta="c"),
+        ReasoningMessageChunkEvent(delta="d"),
+    ]
+    fold = ConversationFold("run-1")
+    opening = {id(events[i]) for i in (-6, -4, -2)}  # a chunk naming a new id opens a record
+
+    for event in events:
+        taken = fold.apply_delta(event)
+        if not taken:
+            fold.apply(event)
+        is_delta = type(event) in fold.delta_folders()
+        assert taken == (is_delta and id(event) not in opening), event
+
+
+def test_the_fast_path_declines_everything_but_deltas_and_changes_nothing() -> None:
+    fold = fold_of(TextMessageStartEvent(message_id="m"))
+    fold.take_changes()
+    before = fold_snapshot(fold)
+
+    assert not fold.apply_delta(TextMessageContentEvent(message_id="unknown", delta="x"))
+    assert not fold.apply_delta(TextMessageEndEvent(message_id="m"))
+    assert not fold.apply_delta(ThinkingTextMessageContentEvent(delta="x"))
+    assert fold_snapshot(fold) == before

@@ -42,6 +42,7 @@ from threadstore.agui.manager import (
     CANCELLED_ERROR_CODE,
     INTERNAL_ERROR_CODE,
     EventsDroppedError,
+    RunHandle,
     StreamPersistenceManager,
 )
 from threadstore.models import utcnow
@@ -180,6 +181,38 @@ async def test_concurrent_readers_get_the_same_full_sequence() -> None:
         agent.push(_END)
         first, second = await asyncio.gather(*readers)
     assert first == second == list(enumerate(events, start=1))
+
+
+async def test_a_fast_stream_reaches_readers_in_batches_with_no_gap_or_duplicate(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(RunHandle, "reader_wake_interval", 3600.0)
+    events = conversation(20)
+    async with StreamPersistenceManager(lambda: ScriptedAgent(events)) as manager:
+        handle = await manager.run(make_input())
+        seen: list[tuple[int, int]] = []  # (event id, newest id when it was read)
+        async for event_id, _ in handle.numbered_events():
+            seen.append((event_id, handle.last_event_id))
+
+    assert [event_id for event_id, _ in seen] == list(range(1, len(events) + 1))
+    # Woken at once for the first event, then not before the end, which wakes at once.
+    assert len({newest for _, newest in seen}) == 2
+    assert seen[-1][1] == len(events)
+
+
+async def test_a_reader_cancelled_while_waiting_leaves_the_others_undisturbed() -> None:
+    agent = FedAgent()
+    events = conversation(3)
+    async with StreamPersistenceManager(lambda: agent) as manager:
+        handle = await manager.run(make_input())
+        quitter = asyncio.create_task(collect(handle.events()))
+        stayer = asyncio.create_task(collect(handle.numbered_events()))
+        await settle()
+        quitter.cancel()
+        agent.push(*events, _END)
+        assert await stayer == list(enumerate(events, start=1))
+    with pytest.raises(asyncio.CancelledError):
+        await quitter
 
 
 async def test_reader_resuming_while_live_gets_exactly_the_rest() -> None:
@@ -473,6 +506,22 @@ async def test_bounded_log_does_not_disturb_a_reader_that_keeps_up() -> None:
     agent = FedAgent()
     events = conversation(12)
     async with StreamPersistenceManager(lambda: agent, max_buffered_events=2) as manager:
+        handle = await manager.run(make_input())
+        reader = asyncio.create_task(collect(handle.events()))
+        for event in events:
+            agent.push(event)
+            await settle()
+        agent.push(_END)
+        assert await reader == events
+
+
+async def test_a_bounded_log_wakes_readers_before_they_could_fall_out_of_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(RunHandle, "reader_wake_interval", 3600.0)
+    agent = FedAgent()
+    events = conversation(30)
+    async with StreamPersistenceManager(lambda: agent, max_buffered_events=4) as manager:
         handle = await manager.run(make_input())
         reader = asyncio.create_task(collect(handle.events()))
         for event in events:

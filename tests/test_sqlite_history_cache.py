@@ -232,7 +232,7 @@ async def test_the_cache_can_be_turned_off(db: str) -> None:
 async def test_a_chat_created_again_under_the_same_uuid_reads_its_own_history(
     store: SQLiteStore, db: str
 ) -> None:
-    chat, contents = await _chat_with_history(store)
+    chat, _ = await _chat_with_history(store)
     await store.get_chat_messages(chat.chat_uuid)  # cached
 
     # Another process deletes the chat and creates one with the same uuid and as many

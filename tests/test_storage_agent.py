@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 from uuid import UUID
@@ -18,13 +19,19 @@ from ag_ui.core import (
     MessagesSnapshotEvent,
     RawEvent,
     ReasoningEncryptedValueEvent,
+    ReasoningMessageChunkEvent,
+    ReasoningMessageContentEvent,
     RunErrorEvent,
+    StepStartedEvent,
     SubagentFinishedEvent,
     SubagentStartedEvent,
     SystemMessage,
+    TextMessageChunkEvent,
     TextMessageContentEvent,
     TextMessageEndEvent,
     TextMessageStartEvent,
+    ToolCallArgsEvent,
+    ToolCallChunkEvent,
     ToolMessage,
     UserMessage,
 )
@@ -815,3 +822,223 @@ async def test_flush_message_buffer_writes_buffered_text_right_away(memory: Stor
     assert message.status is MessageStatus.ACTIVE
     inner.gate.set()
     await task
+
+
+# --- the inline fast path and the coalesced writer -------------------------------------------
+
+
+class PassThroughAgent(StorageAgent):
+    """Overrides every handler of streamed deltas with one that only calls the default.
+
+    An override is always awaited on the fold task, so this agent folds every delta the
+    slow way; its stored records must be exactly the default agent's.
+    """
+
+    async def handle_text_message(
+        self, state: ConversationFold, chat: Chat, event: BaseEvent
+    ) -> None:
+        await super().handle_text_message(state, chat, event)
+
+    async def handle_tool_call(self, state: ConversationFold, chat: Chat, event: BaseEvent) -> None:
+        await super().handle_tool_call(state, chat, event)
+
+    async def handle_reasoning(self, state: ConversationFold, chat: Chat, event: BaseEvent) -> None:
+        await super().handle_reasoning(state, chat, event)
+
+
+def deltas_everywhere(run_id: str) -> list[BaseEvent]:
+    """A run streaming every kind of delta: content, arguments, reasoning, and chunks."""
+    return [
+        *full_turn(run_id=run_id, deltas=4)[:-1],
+        TextMessageChunkEvent(message_id=f"{run_id}-c1", delta="Chunked "),
+        TextMessageChunkEvent(delta="text."),
+        ToolCallChunkEvent(
+            tool_call_id=f"{run_id}-tc", tool_call_name="f", parent_message_id=f"{run_id}-c1"
+        ),
+        ToolCallChunkEvent(delta='{"a": '),
+        ToolCallChunkEvent(delta="1}"),
+        ReasoningMessageChunkEvent(message_id=f"{run_id}-rc", delta="Chunked "),
+        ReasoningMessageChunkEvent(delta="thought."),
+        TextMessageContentEvent(message_id="nowhere", delta="orphan"),
+        run_finished(run_id=run_id),
+    ]
+
+
+def stored_form(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """Messages as stored, minus what differs between any two runs (uuids, times, run ids)."""
+
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {
+                k: strip(v)
+                for k, v in value.items()
+                if not k.endswith(("uuid", "_at")) and k not in ("seq", "run_id")
+            }
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value.replace("run-b", "run-a") if isinstance(value, str) else value
+
+    return [strip(m.model_dump(mode="json")) for m in messages]
+
+
+async def test_deltas_folded_inline_store_exactly_what_awaited_handlers_store(
+    memory: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    applied: list[str] = []
+    apply = ConversationFold.apply
+
+    def counting_apply(fold: ConversationFold, event: BaseEvent) -> bool:
+        applied.append(fold.run_id)
+        return apply(fold, event)
+
+    monkeypatch.setattr(ConversationFold, "apply", counting_apply)
+    for run_id, cls in (("run-a", StorageAgent), ("run-b", PassThroughAgent)):
+        inner = ScriptedAgent(deltas_everywhere(run_id))
+        agent = make_agent(memory, inner, cls=cls)
+        await collect(agent.run(run_input(thread_id=run_id, run_id=run_id)))
+
+    fast, slow = await history(memory, "run-a"), await history(memory, "run-b")
+    assert stored_form(fast) == stored_form(slow)
+    assert len(fast) == 6 and {m.status for m in fast} == {COMPLETE}
+    deltas = sum(isinstance(e, DELTA_TYPES) for e in deltas_everywhere("run-a"))
+    assert applied.count("run-b") - applied.count("run-a") == deltas - 4  # 4 open a record
+
+
+DELTA_TYPES = (
+    TextMessageContentEvent,
+    TextMessageChunkEvent,
+    ToolCallArgsEvent,
+    ToolCallChunkEvent,
+    ReasoningMessageContentEvent,
+    ReasoningMessageChunkEvent,
+)
+
+
+class GatedStepAgent(StorageAgent):
+    """Holds STEP_STARTED in its (overridden) handler until :attr:`gate` opens."""
+
+    gate: asyncio.Event
+
+    async def handle_step(self, state: ConversationFold, chat: Chat, event: BaseEvent) -> None:
+        await self.gate.wait()
+        await super().handle_step(state, chat, event)
+
+
+async def test_deltas_queue_behind_an_overridden_handler_that_is_still_running(
+    memory: Store,
+) -> None:
+    script = [
+        run_started(),
+        TextMessageStartEvent(message_id="m1"),
+        StepStartedEvent(step_name="search"),
+        *text_message("m1", "abcdef", deltas=3)[1:],
+        run_finished(),
+    ]
+    agent = make_agent(memory, ScriptedAgent(script), cls=GatedStepAgent)
+    agent.gate = asyncio.Event()
+    stream = agent.run(run_input())
+
+    received = [await anext(stream) for _ in script]  # the client is never held up
+    waiting = agent.backlog
+    agent.gate.set()
+    assert await collect(stream) == []
+
+    assert received == script
+    assert waiting == len(script) - 2  # the step and everything after it, in order
+    (message,) = await history(memory)
+    assert (message.content, message.status) == ("abcdef", COMPLETE)
+
+
+class TransactionCounter(StoreSpy):
+    """Counts transactions that wrote at least one message, tool call or reasoning step."""
+
+    def __init__(self, store: Store) -> None:
+        super().__init__(store)
+        self.writing_transactions = 0
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[None]:
+        before = self.record_writes
+        async with self.store.transaction():
+            yield
+        self.writing_transactions += self.record_writes > before
+
+
+async def run_counting_transactions(store: Store, run_id: str, interval: float) -> int:
+    spy = TransactionCounter(store)
+    script = [run_started(run_id=run_id)]
+    for turn in range(4):
+        script += full_turn(run_id=f"{run_id}-{turn}")[1:-1]
+    script.append(run_finished(run_id=run_id))
+    agent = make_agent(store, ScriptedAgent(script), checkpoint_interval=3600)
+    agent.message_repo = spy
+    agent.min_flush_interval = interval
+    await collect(agent.run(run_input(thread_id=run_id, run_id=run_id)))
+    return spy.writing_transactions
+
+
+async def test_the_boundaries_of_a_fast_stream_share_transactions(memory: Store) -> None:
+    one_by_one = await run_counting_transactions(memory, "run-a", 0)
+    coalesced = await run_counting_transactions(memory, "run-b", 3600)
+
+    assert coalesced == 2  # the first boundary at once, the rest with the run's end
+    assert one_by_one > coalesced
+    a, b = await history(memory, "run-a"), await history(memory, "run-b")
+    assert stored_form(a) == stored_form(b)
+
+
+async def test_persisted_does_not_wait_for_the_next_boundary_slot(memory: Store) -> None:
+    script = [run_started(), *text_message("m1", "ab", deltas=1), *text_message("m2", "cd")]
+    inner = ScriptedAgent(script, pause_after=len(script))
+    agent = make_agent(memory, inner, checkpoint_interval=3600)
+    agent.min_flush_interval = 3600
+    task = await start(agent, run_input())
+    await inner.paused.wait()
+
+    async with asyncio.timeout(10):  # a guard against hanging, not a measurement
+        await agent.persisted()
+
+    assert [(m.agui_id, m.content) for m in await history(memory)] == [("m1", "ab"), ("m2", "cd")]
+    inner.gate.set()
+    await task
+
+
+async def test_a_boundary_waiting_for_its_slot_is_written_by_the_checkpoint(
+    memory: Store,
+) -> None:
+    m2_open = text_message("m2", "cd", deltas=2)[:-1]
+    script = [run_started(), *text_message("m1", "ab", deltas=1), *m2_open]
+    inner = ScriptedAgent(script, pause_after=len(script))
+    agent = make_agent(memory, inner, checkpoint_interval=0.01)
+    agent.min_flush_interval = 3600
+    task = await start(agent, run_input())
+    await inner.paused.wait()
+
+    message = await wait_for_content(memory, "cd")
+
+    assert (message.agui_id, message.status) == ("m2", MessageStatus.ACTIVE)
+    inner.gate.set()
+    await task
+
+
+async def test_a_chat_created_meanwhile_by_a_concurrent_run_is_screened_against(
+    memory: Store,
+) -> None:
+    earlier = make_agent(memory, ScriptedAgent([run_started(run_id="run-0"), run_finished()]))
+    await collect(earlier.run(run_input(run_id="run-0", messages=[user("u1")])))
+    repo = StoreSpy(memory)
+    lookups: list[str] = []
+
+    async def lookup_that_misses_once(user_uuid: UUID, thread_id: str) -> Chat | None:
+        # As if the concurrent run created the chat just after this run looked for it.
+        lookups.append(thread_id)
+        if len(lookups) == 1:
+            return None
+        return await memory.get_chat_by_thread_id(user_uuid, thread_id)
+
+    repo.get_chat_by_thread_id = lookup_that_misses_once  # type: ignore[method-assign]
+    later = make_agent(repo, ScriptedAgent([run_started(), run_finished()]))
+
+    await collect(later.run(run_input(messages=[user("u1"), user("u2")])))
+
+    assert [m.agui_id for m in await history(memory)] == ["u1", "u2"]

@@ -145,19 +145,28 @@ __all__ = [
 
 
 class ContentBuffer:
-    """Text grown by appending deltas: O(1) amortized per append, joined once per read."""
+    """Text grown by appending deltas: O(1) amortized per append, joined once per read.
 
-    __slots__ = ("_joined", "_parts")
+    Unread deltas are also joined once they outnumber ``len(text) / 128`` (and 256), so
+    a stream nobody reads meanwhile (a stalled store) holds about its text, not one
+    string object per delta; each join copies at most ~128 characters per append since
+    the last one.
+    """
+
+    __slots__ = ("_joined", "_limit", "_parts")
 
     def __init__(self, text: str = "") -> None:
         self._parts: list[str] = [text] if text else []
         self._joined: str | None = text
+        self._limit = _MIN_UNJOINED
 
     def append(self, delta: str) -> None:
         """Add ``delta`` at the end."""
         if delta:
             self._parts.append(delta)
             self._joined = None
+            if len(self._parts) > self._limit:
+                self._join()
 
     def replace(self, text: str) -> None:
         """Make ``text`` the whole content."""
@@ -168,9 +177,18 @@ class ContentBuffer:
     def text(self) -> str:
         """The content so far (joined and cached; the chunks collapse into one)."""
         if self._joined is None:
-            self._joined = "".join(self._parts)
-            self._parts = [self._joined]
+            self._join()
+        assert self._joined is not None
         return self._joined
+
+    def _join(self) -> None:
+        joined = self._joined = "".join(self._parts)
+        self._parts = [joined]
+        self._limit = max(_MIN_UNJOINED, len(joined) >> 7)
+
+
+_MIN_UNJOINED = 256
+"""Unread deltas a :class:`ContentBuffer` keeps apart before joining them anyway."""
 
 
 def event_type_name(event: BaseEvent) -> str:
@@ -327,6 +345,10 @@ _CHUNK_SLOTS = {
 }
 
 
+_REASONING, _ACTIVITY = Role.REASONING, Role.ACTIVITY
+"""Bound once: looking a member up on its enum class costs about 150 ns (Python 3.11)."""
+
+
 def _family(role: Role) -> str:
     """Group roles whose events may share a message: text, reasoning, activity."""
     return role.value if role in (Role.REASONING, Role.ACTIVITY) else "text"
@@ -388,6 +410,14 @@ class ConversationFold:
         self._subagents: dict[str, dict[str, Any]] = {}
         self._changes = Changes()
         self._boundary = False
+        self._delta_folders: dict[type[BaseEvent], Callable[[Any], bool]] = {
+            TextMessageContentEvent: self._fast_text_content,
+            TextMessageChunkEvent: self._fast_text_chunk,
+            ToolCallArgsEvent: self._fast_tool_args,
+            ToolCallChunkEvent: self._fast_tool_chunk,
+            ReasoningMessageContentEvent: self._fast_reasoning_content,
+            ReasoningMessageChunkEvent: self._fast_reasoning_chunk,
+        }
 
     # --- public surface ----------------------------------------------------------------
 
@@ -417,6 +447,21 @@ class ConversationFold:
         if handler is not None:
             handler(self, event)
         return self._boundary
+
+    def apply_delta(self, event: BaseEvent) -> bool:
+        """Fold a streamed delta onto the open record it extends, exactly as :meth:`apply`.
+
+        The fast path for the events most of a stream is made of (text, tool argument
+        and reasoning deltas, and their chunk forms): True when ``event`` was folded
+        (never a boundary); False, with nothing changed, when it needs :meth:`apply`
+        (another event type, a subclass, or a delta that opens or closes a record).
+        """
+        folder = self._delta_folders.get(type(event))
+        return folder is not None and folder(event)
+
+    def delta_folders(self) -> dict[type[BaseEvent], Callable[[Any], bool]]:
+        """:meth:`apply_delta` split by exact event class, for callers that dispatch already."""
+        return dict(self._delta_folders)
 
     def finish(self, status: MessageStatus) -> list[FoldRecord]:
         """End the run: every record it owns that is still active takes ``status``."""
@@ -585,6 +630,99 @@ class ConversationFold:
             self._warn(f"{what} for unknown message {agui_id!r}; the message was opened")
             record, _ = self._message_for(agui_id, Role.ASSISTANT, event)
         return record
+
+    # --- the delta fast path (see apply_delta) ---------------------------------------------
+    # Each returns False before changing anything unless its event would, through apply(),
+    # only append to an existing record: no chunk of another kind open (apply would close
+    # it; a chunk form checks only its own slot, as apply leaves at most one slot open),
+    # no record to open, no warning. The tests fold streams both ways and compare.
+    # Hot code: the body of _touch is inlined and enum members are module constants.
+
+    def _grow(self, record: FoldRecord, delta: str) -> None:
+        record.text.append(delta)
+        record.version += 1
+        record.content_version += 1
+        self.dirty.add(record.key)
+
+    def _fast_text_content(self, event: TextMessageContentEvent) -> bool:
+        if self._text_chunk or self._tool_chunk or self._reasoning_chunk or self._aliases:
+            return False
+        record = self.records.get("m:" + event.message_id)
+        if record is None:
+            return False
+        role = record.role  # _find's family check: the text family only
+        if role is None or role is _REASONING or role is _ACTIVITY:
+            return False
+        self.current_event_timestamp = event.timestamp
+        self._grow(record, event.delta)
+        return True
+
+    def _fast_text_chunk(self, event: TextMessageChunkEvent) -> bool:
+        key = self._text_chunk
+        if not key:
+            return False
+        record = self.records.get(key)
+        agui_id = event.message_id
+        if record is None or (agui_id is not None and record.agui_id != agui_id):
+            return False
+        if event.name is not None and record.name is None:
+            return False
+        self.current_event_timestamp = event.timestamp
+        delta = event.delta
+        if delta:
+            self._grow(record, delta)
+        return True
+
+    def _fast_tool_args(self, event: ToolCallArgsEvent) -> bool:
+        if self._text_chunk or self._tool_chunk or self._reasoning_chunk:
+            return False
+        record = self.records.get("t:" + event.tool_call_id)
+        if record is None:
+            return False
+        self.current_event_timestamp = event.timestamp
+        if record.owned:
+            self._grow(record, event.delta)
+        return True
+
+    def _fast_tool_chunk(self, event: ToolCallChunkEvent) -> bool:
+        key = self._tool_chunk
+        if not key:
+            return False
+        record = self.records.get(key)
+        call_id = event.tool_call_id
+        if record is None or (call_id is not None and record.agui_id != call_id):
+            return False
+        self.current_event_timestamp = event.timestamp
+        delta = event.delta
+        if delta and record.owned:
+            self._grow(record, delta)
+        return True
+
+    def _fast_reasoning_content(self, event: ReasoningMessageContentEvent) -> bool:
+        if self._text_chunk or self._tool_chunk or self._reasoning_chunk:
+            return False
+        record = self.records.get("r:" + event.message_id)
+        if record is None:
+            return False
+        self.current_event_timestamp = event.timestamp
+        delta = event.delta
+        if delta:
+            self._grow(record, delta)
+        return True
+
+    def _fast_reasoning_chunk(self, event: ReasoningMessageChunkEvent) -> bool:
+        key = self._reasoning_chunk
+        if not key:
+            return False
+        record = self.records.get(key)
+        agui_id = event.message_id
+        if record is None or (agui_id is not None and record.agui_id != agui_id):
+            return False
+        self.current_event_timestamp = event.timestamp
+        delta = event.delta
+        if delta:
+            self._grow(record, delta)
+        return True
 
     # --- run lifecycle and steps ---------------------------------------------------------
 

@@ -2,16 +2,22 @@
 
 :class:`StorageAgent` (also exported as ``AGUIStorageAgent``, the seed's name) is
 transparent: :meth:`StorageAgent.run` yields the inner agent's events unchanged and in
-real time, and only *enqueues* each one (``put_nowait``) for persistence. Two
-background tasks own the rest:
+real time, and never waits on the store. A delta extending an open record (text,
+tool call arguments, reasoning, or their chunk forms) whose handler is the default is
+folded on the spot, a few hundred nanoseconds of pure data work
+(:meth:`~threadstore.fold.ConversationFold.apply_delta`); every other event, and
+every event while one is queued, is *enqueued* for persistence. Two background
+tasks own the rest:
 
-- the **fold task** drains the queue and applies the event handlers, which only
-  mutate the run's :class:`~threadstore.fold.ConversationFold` (no I/O);
+- the **fold task** drains the queue in order and applies the event handlers, which
+  only mutate the run's :class:`~threadstore.fold.ConversationFold` (no I/O); a
+  default handler runs synchronously, an overridden one is awaited;
 - the **writer task** writes the records the fold marked dirty: promptly after a
-  boundary (a record opened or closed, the run ended) and at a periodic checkpoint
-  (``checkpoint_interval``) while text streams, so a hard crash loses at most that
-  much text. Each flush is one ``transaction()``; a record is created once and then
-  updated, so writes per run are O(records), not O(deltas).
+  boundary (a record opened or closed, the run ended), yet boundary flushes start at
+  least ``min_flush_interval`` apart so a burst of them shares one transaction, and
+  at a periodic checkpoint (``checkpoint_interval``) while text streams, so a hard
+  crash loses at most that much text. Each flush is one ``transaction()``; a record
+  is created once and then updated, so writes per run are O(records), not O(deltas).
 
 Under a slow or stalled store the fold task keeps draining: pending work coalesces
 into the latest state of each record and nothing is dropped. A failed flush is
@@ -150,6 +156,13 @@ class StorageAgent:
     """Longest delay between flush retries."""
     final_flush_attempts: int = 12
     """Attempts of the final flush before giving up (records are left to the sweep)."""
+    min_flush_interval: float = 0.25
+    """Shortest time between the starts of two flushes that boundaries asked for.
+
+    A fast stream crosses boundaries faster than a store commits; its boundaries then
+    share one transaction instead of each paying its own. The end of the run,
+    :meth:`persisted` and the ``flush_*_buffer`` methods do not wait for it.
+    """
 
     def __init__(
         self,
@@ -183,6 +196,7 @@ class StorageAgent:
         self._translate = translate
         self._persister: RunPersister | None = None
         self._dispatch: dict[type[BaseEvent], Callable[..., Awaitable[None]]] = {}
+        self._table: dict[type[BaseEvent], str] | None = None
 
     # --- the run -------------------------------------------------------------------------
 
@@ -222,12 +236,22 @@ class StorageAgent:
             )
             await self.run_repo.start_run(run)
         persister = self._persister = RunPersister(self, chat, fold)
+        folders = {
+            kind: folder
+            for kind, folder in fold.delta_folders().items()
+            if self._inline_handler(kind) is ConversationFold.apply
+        }
+        pending, put = persister.pending, persister.put
         stream: AsyncIterator[BaseEvent] | None = None
         status, error = MessageStatus.COMPLETE, None
         try:
             stream = self.inner_agent.run(input)
             async for event in stream:
-                persister.put(event)
+                # A delta extending an open record is folded right here (no I/O, well under
+                # a microsecond) when nothing is queued ahead of it and its handler is the
+                # default; every other event goes to the fold task, in order.
+                if pending or (folder := folders.get(type(event))) is None or not folder(event):
+                    put(event)
                 yield event
         except (asyncio.CancelledError, GeneratorExit):
             status = MessageStatus.INTERRUPTED
@@ -285,7 +309,7 @@ class StorageAgent:
         await persister.wait_until(lambda: persister.folded >= target)
         reached = persister.barrier()
         if not reached():
-            persister.urgent.set()
+            persister.request_flush(now=True)
             await persister.wait_until(reached)
         if persister.failed is not None:
             raise StoreError("the run's records could not be persisted") from persister.failed
@@ -304,16 +328,18 @@ class StorageAgent:
         history = await self._history(chat)
         creates, results = self._screen(input, history)  # refuses before anything is written
         if chat is None:
-            chat = await self.chat_repo.create_chat(
-                ChatCreate(
-                    user_uuid=self.user_uuid,
-                    thread_id=input.thread_id,
-                    tenant_id=self.tenant_id,
-                    app_id=self.app_id,
-                )
+            chat_create = ChatCreate(
+                user_uuid=self.user_uuid,
+                thread_id=input.thread_id,
+                tenant_id=self.tenant_id,
+                app_id=self.app_id,
             )
-            history = await self._history(chat)
-            if history:  # a concurrent run created the chat meanwhile
+            chat = await self.chat_repo.create_chat(chat_create)
+            # A chat with our uuid is the one we just created, so it is empty; any other
+            # was created by a concurrent run meanwhile and may hold messages already.
+            fresh = chat.chat_uuid == chat_create.chat_uuid
+            history = [] if fresh else await self._history(chat)
+            if history:
                 creates, results = self._screen(input, history)
         if creates or results:
             async with self.message_repo.transaction():
@@ -323,7 +349,9 @@ class StorageAgent:
                     )
                 for call_uuid, update in results:
                     await self.message_repo.update_message_tool_call(call_uuid, update)
-            history = await self._history(chat)
+                # Read inside the transaction: the same rows, without queueing for the
+                # store again (SQLite: four trips through its writer lock).
+                history = await self._history(chat)
         return chat, history
 
     async def _history(self, chat: Chat | None) -> list[Message]:
@@ -425,11 +453,29 @@ class StorageAgent:
     def _handler_for(self, event_type: type[BaseEvent]) -> Callable[..., Awaitable[None]]:
         handler = self._dispatch.get(event_type)
         if handler is None:
-            table = type(self).event_handlers()
+            if self._table is None:
+                self._table = type(self).event_handlers()
+            table = self._table
             name = next((table[c] for c in event_type.__mro__ if c in table), None)
             handler = getattr(self, name) if name is not None else self.handle_unknown_event
             self._dispatch[event_type] = handler
         return handler
+
+    def _inline_handler(
+        self, event_type: type[BaseEvent]
+    ) -> Callable[[ConversationFold, BaseEvent], Any] | None:
+        """A synchronous twin of ``event_type``'s handler when that is a default one, else None.
+
+        The default category handlers only call ``state.apply(event)`` and the default
+        ``handle_unknown_event`` does nothing, so their twins fold without a coroutine
+        per event. An override, on the class or on the instance, is always awaited.
+        """
+        function = getattr(self._handler_for(event_type), "__func__", None)
+        if function in _APPLYING_HANDLERS:
+            return ConversationFold.apply
+        if function is _IGNORING_HANDLER:
+            return _ignore
+        return None
 
     async def handle_unknown_event(
         self, state: ConversationFold, chat: Chat, event: BaseEvent
@@ -494,7 +540,7 @@ class StorageAgent:
 
     def _request_flush(self) -> None:
         if self._persister is not None:
-            self._persister.urgent.set()
+            self._persister.request_flush(now=True)
 
     # --- extension point 3: build hooks ------------------------------------------------------
 
@@ -562,3 +608,24 @@ class StorageAgent:
 
 AGUIStorageAgent = StorageAgent
 """The seed's name for :class:`StorageAgent`."""
+
+_APPLYING_HANDLERS = frozenset(
+    vars(StorageAgent)[name]
+    for name in (
+        "handle_run_lifecycle",
+        "handle_step",
+        "handle_text_message",
+        "handle_tool_call",
+        "handle_reasoning",
+        "handle_state",
+        "handle_messages_snapshot",
+        "handle_activity",
+        "handle_subagent",
+    )
+)
+"""The default category handlers: each only calls ``state.apply(event)``."""
+_IGNORING_HANDLER = vars(StorageAgent)["handle_unknown_event"]
+
+
+def _ignore(state: ConversationFold, event: BaseEvent) -> None:
+    """The synchronous twin of the default ``handle_unknown_event``."""

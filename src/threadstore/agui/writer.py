@@ -1,15 +1,18 @@
 """The background half of a storage agent's run: the fold task and the writer task.
 
-:class:`RunPersister` receives the events :meth:`StorageAgent.run` enqueues. Its fold
-task applies the agent's event handlers to the run's
-:class:`~threadstore.fold.ConversationFold` (no I/O); its writer task writes what the
-fold marked dirty, promptly after a boundary and at each checkpoint, one transaction
-per flush. See :mod:`threadstore.agui.agent` for the guarantees this gives.
+:class:`RunPersister` receives the events :meth:`StorageAgent.run` enqueues (it folds
+deltas itself while nothing is queued). Its fold task applies the agent's event
+handlers to the run's :class:`~threadstore.fold.ConversationFold` (no I/O): a default
+handler synchronously, an overridden one awaited, one event after the other. Its
+writer task writes what the fold marked dirty, after a boundary (at most once per
+``min_flush_interval``) and at each checkpoint, one transaction per flush. See
+:mod:`threadstore.agui.agent` for the guarantees this gives.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import copy
 import functools
@@ -133,27 +136,40 @@ class RunPersister:
 
     def __init__(self, agent: StorageAgent, chat: Chat, fold: ConversationFold) -> None:
         self.agent, self.chat, self.fold = agent, chat, fold
-        self.queue: asyncio.Queue[BaseEvent | StreamEnd] = asyncio.Queue()
+        self.pending: collections.deque[BaseEvent | StreamEnd] = collections.deque()
+        self._arrival: asyncio.Future[None] | None = None
         self.enqueued = self.folded = 0
-        self.urgent = asyncio.Event()
+        self._writer_wakeup = asyncio.Event()
+        self._flush_wanted = self._flush_now = False
         self.entries: dict[str, _Entry] = {}
         self.state_written = 0
         self.final: tuple[MessageStatus, RunStatus, str | None] | None = None
         self.failed: BaseException | None = None
         self._waiters: list[tuple[Callable[[], bool], asyncio.Future[None]]] = []
+        self._inline: dict[type[BaseEvent], Callable[[ConversationFold, BaseEvent], Any] | None]
+        self._inline = {}
+        """Per event class: its default handler's synchronous twin, or None to await it."""
         self._fold_task = asyncio.create_task(self._fold_loop(), name="threadstore-fold")
         self._writer_task = asyncio.create_task(self._write_loop(), name="threadstore-writer")
 
     # --- client side ---------------------------------------------------------------------
 
     def put(self, event: BaseEvent) -> None:
-        self.queue.put_nowait(event)
+        self._push(event)
         self.enqueued += 1
 
     async def close(self, status: MessageStatus, error: str | None) -> None:
-        self.queue.put_nowait(StreamEnd(status, error))
+        self._push(StreamEnd(status, error))
         await self._fold_task
         await self._writer_task
+
+    def _push(self, item: BaseEvent | StreamEnd) -> None:
+        # A deque and one future rather than asyncio.Queue, whose bookkeeping took about
+        # a sixth of the time a streamed event costs (see docs/benchmarks.md).
+        self.pending.append(item)
+        arrival, self._arrival = self._arrival, None
+        if arrival is not None and not arrival.done():
+            arrival.set_result(None)
 
     @property
     def done(self) -> bool:
@@ -198,21 +214,51 @@ class RunPersister:
 
     # --- fold task -----------------------------------------------------------------------
 
+    def _inline_handler(
+        self, kind: type[BaseEvent]
+    ) -> Callable[[ConversationFold, BaseEvent], Any] | None:
+        try:
+            return self._inline[kind]
+        except KeyError:
+            handler = self._inline[kind] = self.agent._inline_handler(kind)
+            return handler
+
+    def _fold_inline(
+        self, handler: Callable[[ConversationFold, BaseEvent], Any], event: BaseEvent
+    ) -> None:
+        """What :meth:`_apply` does for a default handler, without a coroutine."""
+        if handler is ConversationFold.apply and self.fold.apply_delta(event):
+            return  # a delta never opens or closes a record: nothing to absorb
+        try:
+            handler(self.fold, event)
+        except Exception:
+            logger.exception("handler for %s failed; the event was not folded", event.type)
+        self._absorb(event)
+
     async def _fold_loop(self) -> None:
+        pending = self.pending
         while True:
-            item = await self.queue.get()
-            while True:
+            if not pending:
+                arrival = self._arrival = asyncio.get_running_loop().create_future()
+                await arrival
+                continue
+            while pending:
+                # Peeked, and popped once folded: StorageAgent.run folds a delta itself
+                # only while nothing is pending, so no event overtakes one still folding.
+                item = pending[0]
                 if isinstance(item, StreamEnd):
+                    pending.popleft()
                     self._end(item)
-                    self.urgent.set()
+                    self._writer_wakeup.set()
                     self._notify()
                     return
-                await self._apply(item)
+                handler = self._inline_handler(type(item))
+                if handler is None:
+                    await self._apply(item)
+                else:
+                    self._fold_inline(handler, item)
+                pending.popleft()
                 self.folded += 1
-                try:
-                    item = self.queue.get_nowait()
-                except asyncio.QueueEmpty:
-                    break
             self._notify()
 
     async def _apply(self, event: BaseEvent) -> None:
@@ -234,7 +280,7 @@ class RunPersister:
             if record.kind is RecordKind.MESSAGE and record.owned:
                 self._terminal_fields(record, event)
         if changes.boundary:
-            self.urgent.set()
+            self.request_flush()
 
     def _prepare(self, record: FoldRecord) -> None:
         try:
@@ -292,22 +338,51 @@ class RunPersister:
 
     # --- writer task ---------------------------------------------------------------------
 
+    def request_flush(self, *, now: bool = False) -> None:
+        """Ask the writer for a flush: right away if ``now``, else at the next boundary slot.
+
+        Boundary flushes start at least ``min_flush_interval`` apart, so the boundaries
+        of a fast stream share a transaction; ``now`` (and the end of the stream) skips
+        that wait.
+        """
+        if now:
+            self._flush_now = True
+        elif self._flush_wanted:
+            return  # the writer already waits for the next slot
+        self._flush_wanted = True
+        self._writer_wakeup.set()
+
     async def _write_loop(self) -> None:
-        interval = self.agent.checkpoint_interval
-        timeout = None if interval == float("inf") else interval
+        loop = asyncio.get_running_loop()
+        wakeup = self._writer_wakeup
+        started = -float("inf")  # when the last flush started: the first boundary flushes at once
+        checkpoint = loop.time()
         try:
             while True:
-                if not self.urgent.is_set():
+                delay = self._flush_delay(started, checkpoint, loop.time())
+                if delay > 0:
+                    wakeup.clear()
                     with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(timeout):
-                            await self.urgent.wait()
-                self.urgent.clear()
+                        async with asyncio.timeout(None if delay == float("inf") else delay):
+                            await wakeup.wait()
+                    continue  # a request or the due time: look again
+                self._flush_wanted = self._flush_now = False
+                started = checkpoint = loop.time()
                 final = self.final is not None
                 await self._flush(final=final)
                 if final:
                     return
         finally:
             self._notify()
+
+    def _flush_delay(self, started: float, checkpoint: float, now: float) -> float:
+        """Seconds until the next flush, given when the last one started (or the run did)."""
+        if self._flush_now or self.final is not None:
+            return 0.0
+        due = checkpoint + self.agent.checkpoint_interval
+        if self._flush_wanted:  # a boundary: its slot, but never after the checkpoint
+            due = min(due, started + self.agent.min_flush_interval)
+        return due - now
 
     def _entry(self, record: FoldRecord) -> _Entry | None:
         entry = self.entries.get(record.key)
