@@ -166,6 +166,20 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX runs_by_heartbeat ON runs (heartbeat_at) WHERE status = 'running';
     """,
+    # 2: the relay of live runs' events, so another process can resume them; runs found
+    # by thread (what a client names when it reconnects or cancels).
+    """
+    CREATE TABLE run_events (
+        chat_uuid uuid NOT NULL REFERENCES chats (chat_uuid) ON DELETE CASCADE,
+        run_id text NOT NULL,
+        event_id integer NOT NULL,
+        event json NOT NULL,
+        created_at timestamptz NOT NULL,
+        PRIMARY KEY (chat_uuid, run_id, event_id)
+    );
+    CREATE INDEX run_events_by_age ON run_events (created_at);
+    CREATE INDEX runs_by_thread ON runs (thread_id, run_id);
+    """,
 ]
 
 # --- migrations bookkeeping ------------------------------------------------------------------
