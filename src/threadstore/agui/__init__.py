@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from threadstore.agui.agent import AGUIAgent, AGUIStorageAgent, StorageAgent
     from threadstore.agui.compact import compact_events
+    from threadstore.agui.distributed import DistributedRunManager
     from threadstore.agui.legacy import (
         ThinkingEndEvent,
         ThinkingStartEvent,
@@ -28,6 +29,7 @@ _EXPORTS: dict[str, str] = {
     "AGUIStorageAgent": "threadstore.agui.agent",
     "StorageAgent": "threadstore.agui.agent",
     "RunHandle": "threadstore.agui.manager",
+    "DistributedRunManager": "threadstore.agui.distributed",
     "StreamPersistenceManager": "threadstore.agui.manager",
     "translate_messages": "threadstore.agui.translate",
     "compact_events": "threadstore.agui.compact",
@@ -56,6 +58,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "AGUIAgent",
     "AGUIStorageAgent",
+    "DistributedRunManager",
     "RunHandle",
     "StorageAgent",
     "StreamPersistenceManager",
