@@ -657,15 +657,18 @@ class ConversationFold:
         self._grow(record, event.delta)
         return True
 
-    def _fast_text_chunk(self, event: TextMessageChunkEvent) -> bool:
-        key = self._text_chunk
+    def _open_chunk(self, key: str | None, given_id: str | None) -> FoldRecord | None:
+        """The record of the open chunk slot ``key``, if an event naming ``given_id`` extends it."""
         if not key:
-            return False
+            return None
         record = self.records.get(key)
-        agui_id = event.message_id
-        if record is None or (agui_id is not None and record.agui_id != agui_id):
-            return False
-        if event.name is not None and record.name is None:
+        if record is None or (given_id is not None and record.agui_id != given_id):
+            return None
+        return record
+
+    def _fast_text_chunk(self, event: TextMessageChunkEvent) -> bool:
+        record = self._open_chunk(self._text_chunk, event.message_id)
+        if record is None or (event.name is not None and record.name is None):
             return False
         self.current_event_timestamp = event.timestamp
         delta = event.delta
@@ -685,12 +688,8 @@ class ConversationFold:
         return True
 
     def _fast_tool_chunk(self, event: ToolCallChunkEvent) -> bool:
-        key = self._tool_chunk
-        if not key:
-            return False
-        record = self.records.get(key)
-        call_id = event.tool_call_id
-        if record is None or (call_id is not None and record.agui_id != call_id):
+        record = self._open_chunk(self._tool_chunk, event.tool_call_id)
+        if record is None:
             return False
         self.current_event_timestamp = event.timestamp
         delta = event.delta
@@ -711,12 +710,8 @@ class ConversationFold:
         return True
 
     def _fast_reasoning_chunk(self, event: ReasoningMessageChunkEvent) -> bool:
-        key = self._reasoning_chunk
-        if not key:
-            return False
-        record = self.records.get(key)
-        agui_id = event.message_id
-        if record is None or (agui_id is not None and record.agui_id != agui_id):
+        record = self._open_chunk(self._reasoning_chunk, event.message_id)
+        if record is None:
             return False
         self.current_event_timestamp = event.timestamp
         delta = event.delta
