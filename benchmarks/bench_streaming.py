@@ -241,11 +241,12 @@ class SlowStore:
 
     def __getattr__(self, name: str) -> Any:
         target = getattr(self.store, name)
-        if name not in WRITE_METHODS:
+        if name not in WRITE_METHODS and name != "apply_writes":
             return target
 
         async def write(*args: Any, **kwargs: Any) -> Any:
-            self.writes += 1
+            # A batch is one call to the store (one round trip): one delay, its writes counted.
+            self.writes += len(args[0]) if name == "apply_writes" else 1
             if self.delay:
                 await asyncio.sleep(self.delay)
             if not self.released.is_set():

@@ -48,6 +48,7 @@ from ag_ui.core import (
 
 from threadstore import Store
 from threadstore.errors import StoreError
+from threadstore.store import Write
 
 __all__ = [
     "RECORD_WRITES",
@@ -340,6 +341,23 @@ class StoreSpy:
     def transaction(self) -> contextlib.AbstractAsyncContextManager[None]:
         """The wrapped store's transaction."""
         return self.store.transaction()
+
+    async def apply_writes(self, writes: Sequence[Write]) -> None:
+        """Count (and gate, or fail) each write of a batch as its own call, then apply it.
+
+        A failure injected at the k-th write fails the whole batch before it reaches
+        the store, as a batch is all or nothing.
+        """
+        self.calls["apply_writes"] += 1
+        for write in writes:
+            self.calls[write.method] += 1
+            self.writes += 1
+            if self.gate is not None:
+                await self.gate.wait()
+            if self.fail_every and self.writes % self.fail_every == 0:
+                self.failures += 1
+                raise StoreError(f"injected failure of {write.method}")
+        await self.store.apply_writes(writes)
 
     def __getattr__(self, name: str) -> Any:
         target = getattr(self.store, name)

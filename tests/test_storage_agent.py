@@ -76,6 +76,7 @@ from threadstore.agui.legacy import (
 )
 from threadstore.agui.translate import translate_messages
 from threadstore.fold import ConversationFold
+from threadstore.store import Write
 
 USER = UUID("00000000-0000-4000-8000-000000000001")
 COMPLETE, INTERRUPTED, ERRORED = (
@@ -961,6 +962,12 @@ class TransactionCounter(StoreSpy):
         before = self.record_writes
         async with self.store.transaction():
             yield
+        self.writing_transactions += self.record_writes > before
+
+    async def apply_writes(self, writes: Sequence[Write]) -> None:
+        """A batch is one transaction too."""
+        before = self.record_writes
+        await super().apply_writes(writes)
         self.writing_transactions += self.record_writes > before
 
 

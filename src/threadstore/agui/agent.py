@@ -207,14 +207,87 @@ class StorageAgent:
         before the inner agent runs. Yields the inner agent's events verbatim, or
         ``RUN_STARTED`` + ``RUN_ERROR(code="INVALID_INPUT")`` when the input is refused.
         """
+        started = await self._start(input)
+        if isinstance(started, list):
+            for event in started:
+                yield event
+            return
+        persister, folders = started
+        pending, put, fold_now = persister.pending, persister.put, persister.fold_now
+        stream: AsyncIterator[BaseEvent] | None = None
+        status, error = MessageStatus.COMPLETE, None
+        try:
+            stream = self.inner_agent.run(input)
+            async for event in stream:
+                # While nothing is queued ahead of it, an event whose handler is the default
+                # is folded right here (no I/O): a delta extending an open record in well
+                # under a microsecond, anything else through the full fold. Events with
+                # an overridden handler go to the fold task, and so does everything after
+                # them until it has caught up, to keep their order.
+                if pending or (
+                    ((folder := folders.get(type(event))) is None or not folder(event))
+                    and not fold_now(event)
+                ):
+                    put(event)
+                yield event
+        except (asyncio.CancelledError, GeneratorExit):
+            status = MessageStatus.INTERRUPTED
+            raise
+        except BaseException as exc:
+            status, error = MessageStatus.ERRORED, f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            await self._finish(stream, persister, status, error)
+
+    async def run_into(self, input: RunAgentInput, emit: Callable[[BaseEvent], None]) -> None:
+        """:meth:`run`, handing each event to ``emit`` instead of yielding it.
+
+        The run manager's path: the same events, persistence and outcomes as iterating
+        :meth:`run`, with one async-generator layer fewer for every event to cross (about
+        a tenth of what a streamed event costs). Returns when the run's records are
+        final; raises what the inner agent raised.
+        """
+        started = await self._start(input)
+        if isinstance(started, list):
+            for event in started:
+                emit(event)
+            return
+        persister, folders = started
+        pending, put, fold_now = persister.pending, persister.put, persister.fold_now
+        stream: AsyncIterator[BaseEvent] | None = None
+        status, error = MessageStatus.COMPLETE, None
+        try:
+            stream = self.inner_agent.run(input)
+            async for event in stream:
+                # As in run().
+                if pending or (
+                    ((folder := folders.get(type(event))) is None or not folder(event))
+                    and not fold_now(event)
+                ):
+                    put(event)
+                emit(event)
+        except asyncio.CancelledError:
+            status = MessageStatus.INTERRUPTED
+            raise
+        except BaseException as exc:
+            status, error = MessageStatus.ERRORED, f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            await self._finish(stream, persister, status, error)
+
+    async def _start(
+        self, input: RunAgentInput
+    ) -> list[BaseEvent] | tuple[RunPersister, dict[type[BaseEvent], Callable[[Any], bool]]]:
+        """Set the run up: (its persister, the inline delta folders), or the refusal's events."""
         if self._persister is not None:
             raise RuntimeError("a StorageAgent runs once; build a new one per run")
         try:
             chat, history = await self._prepare(input)
         except InvalidInputError as exc:
-            yield RunStartedEvent(thread_id=input.thread_id, run_id=input.run_id)
-            yield RunErrorEvent(message=str(exc), code=INVALID_INPUT_ERROR_CODE)
-            return
+            return [
+                RunStartedEvent(thread_id=input.thread_id, run_id=input.run_id),
+                RunErrorEvent(message=str(exc), code=INVALID_INPUT_ERROR_CODE),
+            ]
         self.chat = chat
         input.messages = self.translate(history)
         if input.state in (None, {}) and chat.state is not None:
@@ -241,26 +314,7 @@ class StorageAgent:
             for kind, folder in fold.delta_folders().items()
             if self._inline_handler(kind) is ConversationFold.apply
         }
-        pending, put = persister.pending, persister.put
-        stream: AsyncIterator[BaseEvent] | None = None
-        status, error = MessageStatus.COMPLETE, None
-        try:
-            stream = self.inner_agent.run(input)
-            async for event in stream:
-                # A delta extending an open record is folded right here (no I/O, well under
-                # a microsecond) when nothing is queued ahead of it and its handler is the
-                # default; every other event goes to the fold task, in order.
-                if pending or (folder := folders.get(type(event))) is None or not folder(event):
-                    put(event)
-                yield event
-        except (asyncio.CancelledError, GeneratorExit):
-            status = MessageStatus.INTERRUPTED
-            raise
-        except BaseException as exc:
-            status, error = MessageStatus.ERRORED, f"{type(exc).__name__}: {exc}"
-            raise
-        finally:
-            await self._finish(stream, persister, status, error)
+        return persister, folders
 
     async def _finish(
         self,

@@ -29,6 +29,10 @@ A synthesized event is appended only when the stream has not already ended with 
 ``RUN_FINISHED``/``RUN_ERROR``, so a stream never carries events after its end. It goes
 to readers only; the agent has already finalized its records (interrupted or errored).
 
+Runs are keyed by their user (the agent's ``user_uuid``, when it has one), thread id
+and run id: thread ids are chosen by clients and unique only per user, so two users
+may run the same ids at once without either reaching the other's run.
+
 A finished run stays reachable through :meth:`StreamPersistenceManager.get` for
 ``retention`` seconds, so a client that reconnects just after the end still gets the
 tail. With ``max_buffered_events`` the log keeps only that many newest events; asking
@@ -62,6 +66,7 @@ __all__ = [
     "AGUIAgentLike",
     "EventsDroppedError",
     "RunHandle",
+    "RunKey",
     "StreamPersistenceManager",
     "default_owner",
 ]
@@ -93,6 +98,15 @@ class AGUIAgentLike(Protocol):
 
 AgentT = TypeVar("AgentT", bound=AGUIAgentLike)
 
+RunKey = tuple[UUID | None, str, str]
+"""How a manager knows a run: ``(user_uuid, thread_id, run_id)``; no user for agents without one."""
+
+
+def _user_of(agent: object) -> UUID | None:
+    """The user an agent runs for (a ``StorageAgent``'s ``user_uuid``), if it says."""
+    user = getattr(agent, "user_uuid", None)
+    return user if isinstance(user, UUID) else None
+
 
 class EventsDroppedError(InvalidInputError):
     """Events a reader needs were dropped from a log bounded by ``max_buffered_events``."""
@@ -115,12 +129,25 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _runs_into(agent: object) -> bool:
+    """Whether ``agent`` is a storage agent whose ``run`` is the stock one.
+
+    Such an agent can hand its events straight to the log (``run_into``); a subclass
+    that overrides ``run`` (to filter or add events, say) is iterated instead.
+    """
+    from threadstore.agui.agent import StorageAgent
+
+    return isinstance(agent, StorageAgent) and type(agent).run is StorageAgent.run
+
+
 class RunHandle(Generic[AgentT]):
     """One run started by :class:`StreamPersistenceManager`: its event log, cancel and wait."""
 
     thread_id: str
     run_id: str
     agent: AgentT
+    user_uuid: UUID | None
+    """The user the run belongs to: its agent's ``user_uuid`` (``None`` if it has none)."""
     exception: BaseException | None
     """What the agent raised, when the run ended that way."""
     reader_wake_interval: float = 100e-6
@@ -138,6 +165,7 @@ class RunHandle(Generic[AgentT]):
         self.thread_id = thread_id
         self.run_id = run_id
         self.agent = agent
+        self.user_uuid = _user_of(agent)
         self.exception = None
         self._events: list[BaseEvent] = []
         self._base_id = 1  # id of self._events[0]
@@ -159,6 +187,11 @@ class RunHandle(Generic[AgentT]):
         return f"<RunHandle {self.thread_id}/{self.run_id} {state} events={self._last_id}>"
 
     # --- state -----------------------------------------------------------------------
+
+    @property
+    def key(self) -> RunKey:
+        """``(user_uuid, thread_id, run_id)``: the run's key in its manager."""
+        return (self.user_uuid, self.thread_id, self.run_id)
 
     @property
     def done(self) -> bool:
@@ -307,10 +340,13 @@ class RunHandle(Generic[AgentT]):
     async def _produce(self, input: RunAgentInput) -> None:
         # The only await point is inside the agent's stream, so a cancel always lands
         # in agent.run, which then finalizes its records as interrupted.
-        append = self._append
+        append, agent = self._append, self.agent
         try:
-            async for event in self.agent.run(input):
-                append(event)
+            if _runs_into(agent):
+                await agent.run_into(input, append)  # type: ignore[attr-defined]
+            else:
+                async for event in agent.run(input):
+                    append(event)
         except Exception as exc:
             self.exception = exc
             logger.error("agent raised in run %s/%s", self.thread_id, self.run_id, exc_info=exc)
@@ -405,8 +441,8 @@ class StreamPersistenceManager(Generic[AgentT]):
         self.owner = owner or default_owner()
         self._heartbeat_interval = heartbeat_interval
         self._max_buffered = max_buffered_events
-        self._runs: dict[tuple[str, str], RunHandle[AgentT]] = {}
-        self._forget_timers: dict[tuple[str, str], asyncio.TimerHandle] = {}
+        self._runs: dict[RunKey, RunHandle[AgentT]] = {}
+        self._forget_timers: dict[RunKey, asyncio.TimerHandle] = {}
         self._heartbeat_task: asyncio.Task[None] | None = None
         self._stop_heartbeat = asyncio.Event()
         self._closed = False
@@ -427,21 +463,30 @@ class StreamPersistenceManager(Generic[AgentT]):
     async def run(self, input: RunAgentInput, *args: Any, **kwargs: Any) -> RunHandle[AgentT]:
         """Start ``agent_factory(*args, **kwargs)`` on ``input`` and return the run's handle.
 
-        Raises :class:`~threadstore.errors.ConflictError` when a run with the same
-        ``(thread_id, run_id)`` is still live; a finished, retained one is replaced.
+        Raises :class:`~threadstore.errors.ConflictError` when a run of the same user
+        with the same ``(thread_id, run_id)`` is still live; a finished, retained one
+        is replaced. The agent is built before that check, because its ``user_uuid``
+        decides which runs it can conflict with; a rejected agent never runs.
         """
+        self._check_open()
+        return self._launch(input, self._factory(*args, **kwargs))
+
+    def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError("StreamPersistenceManager is closed")
-        key = (input.thread_id, input.run_id)
-        existing = self._runs.get(key)
-        if existing is not None and not existing.done:
-            raise ConflictError(f"run {input.run_id} of thread {input.thread_id} is already live")
-        agent = self._factory(*args, **kwargs)
-        if self._store is not None:
-            self._adopt(agent)
+
+    def _launch(self, input: RunAgentInput, agent: AgentT) -> RunHandle[AgentT]:
+        """Register a run of ``agent`` on ``input`` and start its producer."""
+        self._check_open()
         handle = RunHandle(
             input.thread_id, input.run_id, agent, max_buffered_events=self._max_buffered
         )
+        key = handle.key
+        existing = self._runs.get(key)
+        if existing is not None and not existing.done:
+            raise ConflictError(f"run {input.run_id} of thread {input.thread_id} is already live")
+        if self._store is not None:
+            self._adopt(agent)
         self._cancel_forget_timer(key)
         self._runs[key] = handle
         handle._start(input, self._run_finished)
@@ -457,21 +502,39 @@ class StreamPersistenceManager(Generic[AgentT]):
         if getattr(agent, "owner", "") is None:
             setattr(agent, "owner", self.owner)  # noqa: B010
 
-    def cancel(self, thread_id: str, run_id: str) -> bool:
-        """Cancel the live run ``(thread_id, run_id)``; False when finished or unknown."""
-        handle = self._runs.get((thread_id, run_id))
+    def cancel(self, thread_id: str, run_id: str, *, user_uuid: UUID | None = None) -> bool:
+        """Cancel the live run ``(thread_id, run_id)``; False when finished or unknown.
+
+        ``user_uuid`` is as in :meth:`get`.
+        """
+        handle = self.get(thread_id, run_id, user_uuid=user_uuid)
         return handle is not None and handle.cancel()
 
-    def get(self, thread_id: str, run_id: str) -> RunHandle[AgentT] | None:
-        """Return the run's handle while it is live or retained, else ``None``."""
-        return self._runs.get((thread_id, run_id))
+    def get(
+        self, thread_id: str, run_id: str, *, user_uuid: UUID | None = None
+    ) -> RunHandle[AgentT] | None:
+        """Return the run's handle while it is live or retained, else ``None``.
+
+        With ``user_uuid``, only that user's run is found: pass it whenever the ids
+        come from a client. Without it, the one run with these ids, whoever it
+        belongs to (for apps whose manager serves a single user); raises
+        :class:`~threadstore.errors.ConflictError` when several users have one.
+        """
+        if user_uuid is not None:
+            return self._runs.get((user_uuid, thread_id, run_id))
+        found = [h for h in self._runs.values() if h.thread_id == thread_id and h.run_id == run_id]
+        if len(found) > 1:
+            raise ConflictError(
+                f"several users have run {run_id} of thread {thread_id}; pass user_uuid"
+            )
+        return found[0] if found else None
 
     def live_runs(self) -> list[RunHandle[AgentT]]:
         """Return the handles of the runs still producing."""
         return [handle for handle in self._runs.values() if not handle.done]
 
     def _run_finished(self, handle: RunHandle[AgentT]) -> None:
-        key = (handle.thread_id, handle.run_id)
+        key = handle.key
         if self._runs.get(key) is not handle:
             return
         if self._retention == 0 or self._closed:
@@ -480,12 +543,12 @@ class StreamPersistenceManager(Generic[AgentT]):
         loop = asyncio.get_running_loop()
         self._forget_timers[key] = loop.call_later(self._retention, self._forget, key, handle)
 
-    def _forget(self, key: tuple[str, str], handle: RunHandle[AgentT]) -> None:
+    def _forget(self, key: RunKey, handle: RunHandle[AgentT]) -> None:
         if self._runs.get(key) is handle:
             del self._runs[key]
             self._forget_timers.pop(key, None)
 
-    def _cancel_forget_timer(self, key: tuple[str, str]) -> None:
+    def _cancel_forget_timer(self, key: RunKey) -> None:
         timer = self._forget_timers.pop(key, None)
         if timer is not None:
             timer.cancel()

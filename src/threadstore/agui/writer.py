@@ -17,7 +17,7 @@ import contextlib
 import copy
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 from uuid import UUID
@@ -37,6 +37,7 @@ from threadstore.models import (
     MessageUpdate,
     RunStatus,
 )
+from threadstore.store.base import Write
 
 if TYPE_CHECKING:
     from threadstore.agui.agent import StorageAgent
@@ -123,8 +124,12 @@ class _Entry:
 class _Op:
     """One write of a flush, with what it will have written once committed."""
 
-    run: Callable[[], Awaitable[Any]]
+    repo: Any
+    """The repository whose method ``write`` names."""
+    write: Write
     entry: _Entry | None = None
+    check_exists: bool = False
+    """A create retried after a failed flush: it may have landed, so look first."""
     version: int = 0
     content_version: int = 0
     state_version: int | None = None
@@ -222,6 +227,18 @@ class RunPersister:
         except KeyError:
             handler = self._inline[kind] = self.agent._inline_handler(kind)
             return handler
+
+    def fold_now(self, event: BaseEvent) -> bool:
+        """Fold ``event`` on the spot if its handler is a default one; False to queue it.
+
+        The caller (the stream) must only call this while nothing is pending, so no
+        event overtakes one still queued.
+        """
+        handler = self._inline_handler(type(event))
+        if handler is None:
+            return False
+        self._fold_inline(handler, event)
+        return True
 
     def _fold_inline(
         self, handler: Callable[[ConversationFold, BaseEvent], Any], event: BaseEvent
@@ -447,9 +464,20 @@ class RunPersister:
     async def _commit(self, ops: list[_Op]) -> None:
         if not ops:
             return
-        async with self.agent.message_repo.transaction():
+        repo = self.agent.message_repo
+        apply_writes = getattr(repo, "apply_writes", None)
+        if apply_writes is not None and all(op.repo is repo and not op.check_exists for op in ops):
+            # One call for the whole flush: a backend may send it in one round trip.
+            await apply_writes([op.write for op in ops])
+            return
+        async with repo.transaction():
             for op in ops:
-                await op.run()
+                if op.check_exists and await self._exists(op):
+                    # An earlier attempt's create landed although its flush failed.
+                    update = _as_update(op.write.args[0])
+                    await getattr(op.repo, _UPDATE_METHOD[op.write.method])(_uuid(op.entry), update)
+                else:
+                    await getattr(op.repo, op.write.method)(*op.write.args)
 
     def _committed(self, ops: list[_Op]) -> None:
         for op in ops:
@@ -482,33 +510,30 @@ class RunPersister:
                 deferred.append(record)
                 continue
             ops.append(self._record_op(record, entry))
-        repo = self.agent.chat_repo
+        chat_repo = self.agent.chat_repo
         if with_state and self.fold.state_version != self.state_written:
-            update_state = getattr(repo, "update_chat_state", None)
-            if update_state is not None:
-                ops.append(self._state_op(update_state))
+            if hasattr(chat_repo, "update_chat_state"):
+                state = copy.deepcopy(self.fold.state)
+                write = Write("update_chat_state", (self.chat.chat_uuid, state))
+                ops.append(_Op(chat_repo, write, state_version=self.fold.state_version))
         if closing and self.final is not None:
             ops.extend(self._final_ops(*self.final))
         return ops, deferred
-
-    def _state_op(self, update_state: Callable[[UUID, Any], Awaitable[Any]]) -> _Op:
-        state, chat_uuid = copy.deepcopy(self.fold.state), self.chat.chat_uuid
-        return _Op(
-            run=lambda: update_state(chat_uuid, state), state_version=self.fold.state_version
-        )
 
     def _final_ops(
         self, status: MessageStatus, run_status: RunStatus, error: str | None
     ) -> list[_Op]:
         chat_uuid, run_id = self.chat.chat_uuid, self.fold.run_id
         ops: list[_Op] = []
-        finalize = getattr(self.agent.message_repo, "finalize_run_records", None)
-        if finalize is not None:
+        message_repo = self.agent.message_repo
+        if hasattr(message_repo, "finalize_run_records"):
             # Catches records of this run written outside the fold (custom handlers).
-            ops.append(_Op(run=lambda: finalize(chat_uuid, run_id, status)))
+            write = Write("finalize_run_records", (chat_uuid, run_id, status))
+            ops.append(_Op(message_repo, write))
         run_repo = self.agent.run_repo
         if run_repo is not None:
-            ops.append(_Op(run=lambda: run_repo.finish_run(chat_uuid, run_id, run_status, error)))
+            write = Write("finish_run", (chat_uuid, run_id, run_status, error))
+            ops.append(_Op(run_repo, write))
         return ops
 
     def _record_op(self, record: FoldRecord, entry: _Entry) -> _Op:
@@ -518,10 +543,6 @@ class RunPersister:
         base_metadata: dict[str, Any] = getattr(entry.create, "metadata", None) or {}
         metadata = {**base_metadata, **copy.deepcopy(record.metadata)}
         common = {"status": record.status, "in_progress": record.in_progress}
-        repo = self.agent.message_repo
-        # Any: the three record kinds share this code but not their DTO types.
-        create: Any
-        update: Any
         update_cls: type[BaseModel]
         if record.kind is RecordKind.MESSAGE:
             fields = {
@@ -531,7 +552,7 @@ class RunPersister:
                 "name": record.name,
                 "encrypted_value": record.encrypted_value,
             }
-            create, update, update_cls = repo.create_message, repo.update_message, MessageUpdate
+            create, update_cls = "create_message", MessageUpdate
         elif record.kind is RecordKind.TOOL_CALL:
             fields = {
                 "arguments": record.content if content else None,
@@ -539,51 +560,38 @@ class RunPersister:
                 "result_message_id": record.result_message_id,
                 "name": record.name or None,
             }
-            create, update = repo.create_message_tool_call, repo.update_message_tool_call
-            update_cls = MessageToolCallUpdate
+            create, update_cls = "create_message_tool_call", MessageToolCallUpdate
         else:
             fields = {
                 "content": record.content if content else None,
                 "encrypted_value": record.encrypted_value,
                 "name": record.name,
             }
-            create, update = repo.create_message_reasoning, repo.update_message_reasoning
-            update_cls = MessageReasoningUpdate
+            create, update_cls = "create_message_reasoning", MessageReasoningUpdate
         fields = _set({**fields, **common})
         if entry.created:
             patch = _with_fields(update_cls(**fields, metadata=metadata or None), terminal)
-            run: Callable[[], Awaitable[Any]] = functools.partial(update, _uuid(entry), patch)
+            write = Write(_UPDATE_METHOD[create], (_uuid(entry), patch))
         else:
             extra = {"activity_type": record.activity_type} if record.activity_type else {}
             assert entry.create is not None
             dto = _with_fields(entry.create, {**fields, **extra, "metadata": metadata, **terminal})
-            run = self._creator(entry, dto, create, update)
+            write = Write(create, (dto,))
         return _Op(
-            run=run,
+            self.agent.message_repo,
+            write,
             entry=entry,
+            check_exists=entry.uncertain and not entry.created,
             version=record.version,
             content_version=record.content_version,
             terminal=bool(terminal),
         )
 
-    def _creator(
-        self,
-        entry: _Entry,
-        create: BaseModel,
-        create_call: Callable[[Any], Awaitable[Any]],
-        update_call: Callable[[UUID, Any], Awaitable[Any]],
-    ) -> Callable[[], Awaitable[Any]]:
-        async def run() -> Any:
-            if entry.uncertain and await self._exists(entry, create):
-                # An earlier attempt's create landed although its flush failed.
-                return await update_call(_uuid(entry), _as_update(create))
-            return await create_call(create)
-
-        return run
-
-    async def _exists(self, entry: _Entry, create: BaseModel) -> bool:
+    async def _exists(self, op: _Op) -> bool:
+        """Whether the record ``op`` creates is in the store already."""
         repo = self.agent.message_repo
-        uuid = _uuid(entry)
+        uuid = _uuid(op.entry)
+        create = op.write.args[0]
         if isinstance(create, MessageCreate):
             return await repo.get_message(uuid) is not None
         parent = await repo.get_message(getattr(create, "message_uuid"))  # noqa: B009
@@ -595,9 +603,16 @@ class RunPersister:
         return any(child.uuid == uuid for child in children)
 
 
-def _uuid(entry: _Entry) -> UUID:
-    assert entry.uuid is not None
+def _uuid(entry: _Entry | None) -> UUID:
+    assert entry is not None and entry.uuid is not None
     return entry.uuid
+
+
+_UPDATE_METHOD = {
+    "create_message": "update_message",
+    "create_message_tool_call": "update_message_tool_call",
+    "create_message_reasoning": "update_message_reasoning",
+}
 
 
 _UPDATE_FOR_CREATE: dict[type[BaseModel], type[BaseModel]] = {

@@ -20,6 +20,7 @@ from threadstore.store.base import (
     MessageRepositoryLike,
     RunRepositoryLike,
     Store,
+    Write,
 )
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "MessageRepositoryLike",
     "RunRepositoryLike",
     "Store",
+    "Write",
     "create_store",
     "open_store",
 ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import abc
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Protocol, Self, runtime_checkable
@@ -44,6 +45,7 @@ __all__ = [
     "MessageRepositoryLike",
     "RunRepositoryLike",
     "Store",
+    "Write",
 ]
 
 DEFAULT_PAGE_SIZE = 50
@@ -180,6 +182,31 @@ def require_chat_identity(chat_data: ChatCreate) -> tuple[UUID, str]:
     if chat_data.thread_id is None:
         raise InvalidInputError("ChatCreate.thread_id is required")
     return chat_data.user_uuid, chat_data.thread_id
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """One write of :meth:`Store.apply_writes`: a write method's name and its arguments."""
+
+    method: str
+    args: tuple[Any, ...]
+
+
+WRITE_METHODS = frozenset(
+    {
+        "create_message",
+        "update_message",
+        "create_message_tool_call",
+        "update_message_tool_call",
+        "create_message_reasoning",
+        "update_message_reasoning",
+        "update_chat_name",
+        "update_chat_state",
+        "finish_run",
+        "finalize_run_records",
+    }
+)
+"""The methods :meth:`Store.apply_writes` takes."""
 
 
 def update_fields(update: Any) -> dict[str, Any]:
@@ -383,6 +410,24 @@ class Store(abc.ABC):
         self, chat_uuid: UUID, run_id: str, status: MessageStatus
     ) -> int:
         """Flip the run's still-in-progress records to ``status``; return how many changed."""
+
+    async def apply_writes(self, writes: Sequence[Write]) -> None:
+        """Apply ``writes`` in order, all or nothing, without returning their results.
+
+        Each write behaves exactly as its method called inside one ``transaction()``
+        (same errors, same rows); this is that loop. A backend may send the whole
+        batch in fewer round trips (SQLite: one hop to its database thread) as long as
+        it stays equivalent, so a subclass overriding a write method must still see
+        it called: backends fall back to this loop when one is overridden.
+        """
+        for write in writes:
+            if write.method not in WRITE_METHODS:
+                raise InvalidInputError(
+                    f"apply_writes takes {', '.join(sorted(WRITE_METHODS))}; got {write.method!r}"
+                )
+        async with self.transaction():
+            for write in writes:
+                await getattr(self, write.method)(*write.args)
 
     async def iter_chat_messages(
         self, chat_uuid: UUID, *, page_size: int = 500

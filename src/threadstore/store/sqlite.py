@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 import secrets
 import sqlite3
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -41,7 +42,7 @@ from threadstore.models import (
     ToolCall,
     utcnow,
 )
-from threadstore.store.base import Store, check_limit, require_chat_identity
+from threadstore.store.base import Store, Write, check_limit, require_chat_identity
 from threadstore.store.cursor import decode_chat_cursor, encode_chat_cursor
 from threadstore.store.history_cache import DEFAULT_HISTORY_CACHE_MESSAGES, HistoryCache
 from threadstore.store.records import WriterLock, split_create, split_update
@@ -166,6 +167,43 @@ def _encode(column: str, value: Any) -> Any:
     if isinstance(value, bool):
         return int(value)
     return value
+
+
+@dataclass(frozen=True, slots=True)
+class _Statement:
+    """One statement of a write, built on the event loop and run on the database thread."""
+
+    sql: str
+    params: Sequence[Any]
+    missing: str | None = None
+    """If set, the statement must return a row; when it returns none the write fails
+    with ``NotFoundError(missing)`` (a create whose parent does not exist)."""
+
+
+def _run_statements(
+    conn: sqlite3.Connection, statements: Sequence[_Statement], transaction: bool
+) -> list[list[Any]]:
+    """Run ``statements`` in order (on aiosqlite's thread); return each one's rows.
+
+    With ``transaction`` they share one ``BEGIN IMMEDIATE`` ... ``COMMIT`` and roll back
+    together when one fails.
+    """
+    if transaction:
+        conn.execute("BEGIN IMMEDIATE")
+    try:
+        results: list[list[Any]] = []
+        for statement in statements:
+            rows = conn.execute(statement.sql, statement.params).fetchall()
+            if statement.missing is not None and not rows:
+                raise NotFoundError(statement.missing)
+            results.append(rows)
+    except BaseException:
+        if transaction:
+            conn.execute("ROLLBACK")
+        raise
+    if transaction:
+        conn.execute("COMMIT")
+    return results
 
 
 class SQLiteStore(Store):
@@ -293,16 +331,30 @@ class SQLiteStore(Store):
         except sqlite3.Error as exc:
             raise _translate(exc) from exc
 
-    async def _execute(self, sql: str, params: Sequence[Any]) -> int:
-        """Run one write; return the number of rows it changed."""
-        async with self._lock.hold():
-            try:
-                cursor = await self.connection.execute(sql, params)
-                count = cursor.rowcount
-                await cursor.close()
-                return count
-            except sqlite3.Error as exc:
-                raise _translate(exc) from exc
+    async def _run(self, *statements: _Statement) -> list[list[Any]]:
+        """Run write statements in one hop to the database thread; return each one's rows.
+
+        Several statements form one transaction (or join the caller's). Handing aiosqlite
+        one function for all of them, rather than a call per statement, is what makes a
+        write, or a whole batch of them, cost one thread round trip.
+        """
+        if self._lock.held:  # inside this task's transaction
+            return await self._send(statements, transaction=False)
+        async with self._lock.mutex:
+            return await self._send(statements, transaction=len(statements) > 1)
+
+    async def _send(
+        self, statements: Sequence[_Statement], *, transaction: bool
+    ) -> list[list[Any]]:
+        conn = self.connection
+        try:
+            # aiosqlite's own queue of work for its thread: there is no public call
+            # that runs several statements in one hop (pinned minor in pyproject.toml).
+            on_thread: Callable[..., Awaitable[list[list[Any]]]] = conn._execute
+            results = await on_thread(_run_statements, conn._conn, statements, transaction)
+        except sqlite3.Error as exc:
+            raise _translate(exc) from exc
+        return results
 
     def _load_chats(self, rows: Iterable[Sequence[Any]]) -> list[Chat]:
         return self._chats.load(rows)
@@ -415,21 +467,28 @@ class SQLiteStore(Store):
         next_cursor = encode_chat_cursor(items[-1]) if len(rows) > size else None
         return ChatPage(items=items, next_cursor=next_cursor)
 
-    async def _update_chat(
-        self, chat_uuid: UUID, assignments: str, params: Sequence[Any]
-    ) -> Chat | None:
-        rows = await self._fetch(
+    def _chat_update(self, chat_uuid: UUID, assignments: str, params: Sequence[Any]) -> _Statement:
+        return _Statement(
             "UPDATE chats SET " + assignments + ", updated_at = ? WHERE chat_uuid = ?"
             " RETURNING " + ", ".join(CHAT_COLUMNS),
             (*params, _ts(utcnow()), str(chat_uuid)),
         )
+
+    async def _update_chat(self, statement: _Statement) -> Chat | None:
+        (rows,) = await self._run(statement)
         return self._load_chats(rows)[0] if rows else None
 
+    def _chat_name_update(self, chat_uuid: UUID, name: str) -> list[_Statement]:
+        return [self._chat_update(chat_uuid, "name = ?", (name,))]
+
+    def _chat_state_update(self, chat_uuid: UUID, state: Any) -> list[_Statement]:
+        return [self._chat_update(chat_uuid, "state = ?", (dump_json(state),))]
+
     async def update_chat_name(self, chat_uuid: UUID, name: str) -> Chat | None:
-        return await self._update_chat(chat_uuid, "name = ?", (name,))
+        return await self._update_chat(*self._chat_name_update(chat_uuid, name))
 
     async def update_chat_state(self, chat_uuid: UUID, state: Any) -> Chat | None:
-        return await self._update_chat(chat_uuid, "state = ?", (dump_json(state),))
+        return await self._update_chat(*self._chat_state_update(chat_uuid, state))
 
     async def set_active_leaf(self, chat_uuid: UUID, message_uuid: UUID) -> Chat | None:
         async with self.transaction():
@@ -442,10 +501,12 @@ class SQLiteStore(Store):
             # A leaf anywhere but the newest message means the active branch is no
             # longer "every message", so reads must walk the tree from now on.
             return await self._update_chat(
-                chat_uuid,
-                "has_branches = has_branches OR (active_leaf_uuid IS NOT ?1),"
-                " active_leaf_uuid = ?1",
-                (str(message_uuid),),
+                self._chat_update(
+                    chat_uuid,
+                    "has_branches = has_branches OR (active_leaf_uuid IS NOT ?1),"
+                    " active_leaf_uuid = ?1",
+                    (str(message_uuid),),
+                )
             )
 
     async def delete_chat(self, chat_uuid: UUID) -> Chat | None:
@@ -461,41 +522,35 @@ class SQLiteStore(Store):
     # --- messages -----------------------------------------------------------------------
 
     async def create_message(self, message_data: MessageCreate) -> Message:
-        if message_data.chat_uuid is None:
-            raise NotFoundError("MessageCreate.chat_uuid is required")
-        if message_data.parent_uuid is not None:
-            async with self.transaction():
-                rows = await self._fetch(
-                    "SELECT 1 FROM messages WHERE message_uuid = ? AND chat_uuid = ?",
-                    (str(message_data.parent_uuid), str(message_data.chat_uuid)),
-                )
-                if not rows:
-                    raise NotFoundError(
-                        f"parent message {message_data.parent_uuid} is not in chat"
-                        f" {message_data.chat_uuid}"
-                    )
-                return await self._insert_message(message_data)
-        return await self._insert_message(message_data)
+        statements, created = self._message_insert(message_data)
+        seq, parent = (await self._run(*statements))[-1][0]
+        return created_message(
+            self.message_model, message_data, seq=seq, parent_uuid=parent, created_at=created
+        )
 
-    async def _insert_message(self, data: MessageCreate) -> Message:
+    def _message_insert(self, data: MessageCreate) -> tuple[list[_Statement], datetime]:
+        """The statements creating a message (a parent check first when a parent is given)."""
         # The append hot path: read the DTO's fields from its dict and pass enums (str
         # subclasses) straight to the driver.
         fields = data.__dict__
+        chat_uuid, parent_uuid = fields["chat_uuid"], fields["parent_uuid"]
+        if chat_uuid is None:
+            raise NotFoundError("MessageCreate.chat_uuid is required")
         extra = None if type(data) is MessageCreate else split_create(data, MessageCreate)[1]
         created = fields["created_at"] or utcnow()
         stamp = _ts(created)
-        chat = str(fields["chat_uuid"])
+        chat = str(chat_uuid)
         parts, activity, metadata = (
             fields["content_parts"],
             fields["activity_content"],
             fields["metadata"],
         )
-        rows = await self._fetch(
+        insert = _Statement(
             _INSERT_MESSAGE,
             (
                 str(fields["message_uuid"]),
                 chat,
-                _u(fields["parent_uuid"]),
+                _u(parent_uuid),
                 chat,
                 fields["agui_id"],
                 fields["role"],
@@ -516,14 +571,18 @@ class SQLiteStore(Store):
                 stamp,
             ),
         )
-        seq, parent = rows[0]
-        return created_message(
-            self.message_model, data, seq=seq, parent_uuid=parent, created_at=created
+        if parent_uuid is None:
+            return [insert], created
+        check = _Statement(
+            "SELECT 1 FROM messages WHERE message_uuid = ? AND chat_uuid = ?",
+            (str(parent_uuid), chat),
+            missing=f"parent message {parent_uuid} is not in chat {chat_uuid}",
         )
+        return [check, insert], created
 
-    async def _update_row(
+    def _row_update(
         self, table: str, key: str, uuid: UUID, update: Any, base_cls: Any, columns: Sequence[str]
-    ) -> list[Any]:
+    ) -> list[_Statement]:
         base, extra = split_update(update, base_cls)
         assignments: list[str] = []
         params: list[Any] = []
@@ -541,92 +600,109 @@ class SQLiteStore(Store):
                 params += [f'$."{name}"', json.dumps(value)]
         assignments.append("updated_at = ?")
         params.append(_ts(utcnow()))
-        return await self._fetch(
+        sql = (
             f"UPDATE {table} SET {', '.join(assignments)} WHERE {key} = ?"
-            f" RETURNING {', '.join(columns)}",
-            (*params, str(uuid)),
+            f" RETURNING {', '.join(columns)}"
+        )
+        return [_Statement(sql, (*params, str(uuid)))]
+
+    def _message_update(self, message_uuid: UUID, update: MessageUpdate) -> list[_Statement]:
+        return self._row_update(
+            "messages", "message_uuid", message_uuid, update, MessageUpdate, MESSAGE_COLUMNS
         )
 
     async def update_message(self, message_uuid: UUID, update: MessageUpdate) -> Message | None:
-        rows = await self._update_row(
-            "messages", "message_uuid", message_uuid, update, MessageUpdate, MESSAGE_COLUMNS
-        )
+        (rows,) = await self._run(*self._message_update(message_uuid, update))
         messages = await self._load_messages(rows)
         return messages[0] if messages else None
 
-    async def create_message_tool_call(self, data: MessageToolCallCreate) -> ToolCall:
+    def _tool_call_insert(self, data: MessageToolCallCreate, now: datetime) -> list[_Statement]:
         _, extra = split_create(data, MessageToolCallCreate)
+        return [
+            _Statement(
+                _INSERT_TOOL_CALL,
+                (
+                    str(data.message_uuid),
+                    str(data.uuid),
+                    data.tool_call_id,
+                    data.name,
+                    data.arguments,
+                    data.content,
+                    data.result_message_id,
+                    data.error,
+                    data.status.value,
+                    int(data.in_progress),
+                    data.step_name,
+                    dump_metadata(data.metadata),
+                    extra,
+                    FORMAT_VERSION,
+                    _ts(now),
+                ),
+                missing=f"parent message {data.message_uuid} does not exist",
+            )
+        ]
+
+    async def create_message_tool_call(self, data: MessageToolCallCreate) -> ToolCall:
         now = utcnow()
-        rows = await self._fetch(
-            _INSERT_TOOL_CALL,
-            (
-                str(data.message_uuid),
-                str(data.uuid),
-                data.tool_call_id,
-                data.name,
-                data.arguments,
-                data.content,
-                data.result_message_id,
-                data.error,
-                data.status.value,
-                int(data.in_progress),
-                data.step_name,
-                dump_metadata(data.metadata),
-                extra,
-                FORMAT_VERSION,
-                _ts(now),
-            ),
-        )
-        if not rows:
-            raise NotFoundError(f"parent message {data.message_uuid} does not exist")
+        (rows,) = await self._run(*self._tool_call_insert(data, now))
         tool_call: ToolCall = created_child(
             self.tool_call_model, data, seq=rows[0][0], created_at=now
         )
         return tool_call
 
+    def _tool_call_update(self, uuid: UUID, update: MessageToolCallUpdate) -> list[_Statement]:
+        return self._row_update(
+            "tool_calls", "uuid", uuid, update, MessageToolCallUpdate, TOOL_CALL_COLUMNS
+        )
+
     async def update_message_tool_call(
         self, uuid: UUID, update: MessageToolCallUpdate
     ) -> ToolCall | None:
-        rows = await self._update_row(
-            "tool_calls", "uuid", uuid, update, MessageToolCallUpdate, TOOL_CALL_COLUMNS
-        )
+        (rows,) = await self._run(*self._tool_call_update(uuid, update))
         loaded: list[ToolCall] = self._tool_calls.load(rows)
         return loaded[0] if loaded else None
 
-    async def create_message_reasoning(self, data: MessageReasoningCreate) -> Reasoning:
+    def _reasoning_insert(self, data: MessageReasoningCreate, now: datetime) -> list[_Statement]:
         _, extra = split_create(data, MessageReasoningCreate)
+        return [
+            _Statement(
+                _INSERT_REASONING,
+                (
+                    str(data.message_uuid),
+                    str(data.uuid),
+                    data.agui_id,
+                    data.name,
+                    data.content,
+                    data.encrypted_value,
+                    data.status.value,
+                    int(data.in_progress),
+                    data.step_name,
+                    dump_metadata(data.metadata),
+                    extra,
+                    FORMAT_VERSION,
+                    _ts(now),
+                ),
+                missing=f"parent message {data.message_uuid} does not exist",
+            )
+        ]
+
+    async def create_message_reasoning(self, data: MessageReasoningCreate) -> Reasoning:
         now = utcnow()
-        rows = await self._fetch(
-            _INSERT_REASONING,
-            (
-                str(data.message_uuid),
-                str(data.uuid),
-                data.agui_id,
-                data.name,
-                data.content,
-                data.encrypted_value,
-                data.status.value,
-                int(data.in_progress),
-                data.step_name,
-                dump_metadata(data.metadata),
-                extra,
-                FORMAT_VERSION,
-                _ts(now),
-            ),
-        )
-        if not rows:
-            raise NotFoundError(f"parent message {data.message_uuid} does not exist")
+        (rows,) = await self._run(*self._reasoning_insert(data, now))
         reasoning: Reasoning = created_child(
             self.reasoning_model, data, seq=rows[0][0], created_at=now
         )
         return reasoning
 
+    def _reasoning_update(self, uuid: UUID, update: MessageReasoningUpdate) -> list[_Statement]:
+        return self._row_update(
+            "reasonings", "uuid", uuid, update, MessageReasoningUpdate, REASONING_COLUMNS
+        )
+
     async def update_message_reasoning(
         self, uuid: UUID, update: MessageReasoningUpdate
     ) -> Reasoning | None:
-        rows = await self._update_row(
-            "reasonings", "uuid", uuid, update, MessageReasoningUpdate, REASONING_COLUMNS
-        )
+        (rows,) = await self._run(*self._reasoning_update(uuid, update))
         loaded: list[Reasoning] = self._reasonings.load(rows)
         return loaded[0] if loaded else None
 
@@ -744,21 +820,30 @@ class SQLiteStore(Store):
         if not run_ids:
             return
         keys = json.dumps([[str(chat), run] for chat, run in run_ids])
-        await self._execute(
-            "UPDATE runs SET heartbeat_at = ? WHERE owner = ? AND status = 'running'"
-            " AND (chat_uuid, run_id) IN"
-            " (SELECT value ->> 0, value ->> 1 FROM json_each(?))",
-            (_ts(utcnow()), owner, keys),
+        await self._run(
+            _Statement(
+                "UPDATE runs SET heartbeat_at = ? WHERE owner = ? AND status = 'running'"
+                " AND (chat_uuid, run_id) IN"
+                " (SELECT value ->> 0, value ->> 1 FROM json_each(?))",
+                (_ts(utcnow()), owner, keys),
+            )
         )
+
+    def _run_finish(
+        self, chat_uuid: UUID, run_id: str, status: RunStatus, error: str | None = None
+    ) -> list[_Statement]:
+        return [
+            _Statement(
+                "UPDATE runs SET status = ?, error = ?, updated_at = ?"
+                " WHERE chat_uuid = ? AND run_id = ? RETURNING " + ", ".join(RUN_COLUMNS),
+                (status.value, error, _ts(utcnow()), str(chat_uuid), run_id),
+            )
+        ]
 
     async def finish_run(
         self, chat_uuid: UUID, run_id: str, status: RunStatus, error: str | None = None
     ) -> Run | None:
-        rows = await self._fetch(
-            "UPDATE runs SET status = ?, error = ?, updated_at = ?"
-            " WHERE chat_uuid = ? AND run_id = ? RETURNING " + ", ".join(RUN_COLUMNS),
-            (status.value, error, _ts(utcnow()), str(chat_uuid), run_id),
-        )
+        (rows,) = await self._run(*self._run_finish(chat_uuid, run_id, status, error))
         return load_run(rows[0]) if rows else None
 
     async def get_run(self, chat_uuid: UUID, run_id: str) -> Run | None:
@@ -774,27 +859,70 @@ class SQLiteStore(Store):
         )
         return [load_run(row) for row in rows]
 
+    def _run_records_finalize(
+        self, chat_uuid: UUID, run_id: str, status: MessageStatus
+    ) -> list[_Statement]:
+        params = (status.value, _ts(utcnow()), str(chat_uuid), run_id)
+        set_ = " SET status = ?1, in_progress = 0, updated_at = ?2"
+        children = [
+            _Statement(
+                f"UPDATE {table}{set_} WHERE chat_uuid = ?3 AND in_progress = 1"
+                f" AND EXISTS (SELECT 1 FROM messages m WHERE"
+                f" m.message_uuid = {table}.message_uuid AND m.run_id = ?4) RETURNING 1",
+                params,
+            )
+            for table in ("tool_calls", "reasonings")
+        ]
+        messages = _Statement(
+            "UPDATE messages"
+            + set_
+            + " WHERE chat_uuid = ?3 AND run_id = ?4 AND in_progress = 1 RETURNING 1",
+            params,
+        )
+        return [*children, messages]
+
     async def finalize_run_records(
         self, chat_uuid: UUID, run_id: str, status: MessageStatus
     ) -> int:
-        params = (status.value, _ts(utcnow()), str(chat_uuid), run_id)
-        set_ = " SET status = ?1, in_progress = 0, updated_at = ?2"
-        changed = 0
-        async with self.transaction():
-            for table in ("tool_calls", "reasonings"):
-                changed += await self._execute(
-                    f"UPDATE {table}{set_} WHERE chat_uuid = ?3 AND in_progress = 1"
-                    f" AND EXISTS (SELECT 1 FROM messages m WHERE"
-                    f" m.message_uuid = {table}.message_uuid AND m.run_id = ?4)",
-                    params,
-                )
-            changed += await self._execute(
-                "UPDATE messages"
-                + set_
-                + " WHERE chat_uuid = ?3 AND run_id = ?4 AND in_progress = 1",
-                params,
-            )
-        return changed
+        results = await self._run(*self._run_records_finalize(chat_uuid, run_id, status))
+        return sum(len(rows) for rows in results)
+
+    # --- batches ---------------------------------------------------------------------
+
+    def _batch_builders(self) -> dict[str, Callable[..., list[_Statement]]]:
+        return {
+            "create_message": lambda data: self._message_insert(data)[0],
+            "update_message": self._message_update,
+            "create_message_tool_call": lambda data: self._tool_call_insert(data, utcnow()),
+            "update_message_tool_call": self._tool_call_update,
+            "create_message_reasoning": lambda data: self._reasoning_insert(data, utcnow()),
+            "update_message_reasoning": self._reasoning_update,
+            "update_chat_name": self._chat_name_update,
+            "update_chat_state": self._chat_state_update,
+            "finish_run": self._run_finish,
+            "finalize_run_records": self._run_records_finalize,
+        }
+
+    async def apply_writes(self, writes: Sequence[Write]) -> None:
+        """Apply ``writes`` in one transaction and one hop to the database thread.
+
+        Falls back to one call per write (the base class's loop) when a subclass
+        overrides one of the write methods, so the override still runs.
+        """
+        builders = self._batch_builders()
+        statements: list[_Statement] = []
+        for write in writes:
+            build = builders.get(write.method)
+            if build is None or _overridden(type(self), write.method):
+                await super().apply_writes(writes)
+                return
+            statements += build(*write.args)
+        if statements:
+            await self._run(*statements)
+
+
+def _overridden(cls: type[SQLiteStore], method: str) -> bool:
+    return getattr(cls, method) is not getattr(SQLiteStore, method)
 
 
 def _split_script(script: str) -> list[str]:
