@@ -11,11 +11,12 @@ per message would show here on any machine.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 from uuid import UUID, uuid4
 
 import pytest
@@ -26,9 +27,11 @@ from threadstore import (
     MessageReasoningCreate,
     MessageStatus,
     MessageToolCallCreate,
+    MessageUpdate,
     Role,
     open_store,
 )
+from threadstore.store import Write
 from threadstore.store.sqlite import SQLiteStore
 
 CHATS_PER_USER = 10
@@ -181,3 +184,51 @@ async def test_loading_a_history_takes_the_same_statements_for_3_or_300_turns(
             )
 
     assert counts[3] == counts[300] <= 4
+
+
+async def test_a_batch_of_writes_is_one_hop_to_the_database_thread(tmp_path: Path) -> None:
+    async with sqlite_store(tmp_path / "batch.db") as store:
+        chat = await store.create_chat(ChatCreate(user_uuid=uuid4(), thread_id="t"))
+        with counting_hops(store) as hops:
+            await store.apply_writes(turns_of_writes(chat.chat_uuid, 20))
+        statements = await count_statements(
+            store, partial(store.apply_writes, turns_of_writes(chat.chat_uuid, 20))
+        )
+        history = await store.get_chat_messages(chat.chat_uuid)
+
+    # The whole batch in one call to aiosqlite's thread: BEGIN, 60 writes, COMMIT.
+    assert (hops, statements) == ([1], 62)
+    assert len(history) == 40 and all(len(m.tool_calls) == 1 for m in history)
+
+
+def turns_of_writes(chat_uuid: UUID, turns: int) -> list[Write]:
+    """Per turn: create a message, create its tool call, update the message's content."""
+    writes: list[Write] = []
+    for index in range(turns):
+        message_uuid = uuid4()
+        create = MessageCreate(chat_uuid=chat_uuid, message_uuid=message_uuid, role=Role.ASSISTANT)
+        call = MessageToolCallCreate(message_uuid=message_uuid, tool_call_id="c", name="f")
+        writes += [
+            Write("create_message", (create,)),
+            Write("create_message_tool_call", (call,)),
+            Write("update_message", (message_uuid, MessageUpdate(content=f"answer {index}"))),
+        ]
+    return writes
+
+
+@contextmanager
+def counting_hops(store: SQLiteStore) -> Iterator[list[int]]:
+    """Count the calls the store makes to its aiosqlite thread inside the block."""
+    hops = [0]
+    connection = store.connection
+    send = connection._execute
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        hops[0] += 1
+        return await send(*args, **kwargs)
+
+    connection._execute = counted  # type: ignore[method-assign]
+    try:
+        yield hops
+    finally:
+        del connection._execute  # back to the class's method
