@@ -169,7 +169,7 @@ def _encode(column: str, value: Any) -> Any:
     return value
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Statement:
     """One statement of a write, built on the event loop and run on the database thread."""
 
@@ -338,23 +338,18 @@ class SQLiteStore(Store):
         one function for all of them, rather than a call per statement, is what makes a
         write, or a whole batch of them, cost one thread round trip.
         """
-        if self._lock.held:  # inside this task's transaction
-            return await self._send(statements, transaction=False)
-        async with self._lock.mutex:
-            return await self._send(statements, transaction=len(statements) > 1)
-
-    async def _send(
-        self, statements: Sequence[_Statement], *, transaction: bool
-    ) -> list[list[Any]]:
         conn = self.connection
+        # aiosqlite's own queue of work for its thread: there is no public call that
+        # runs several statements in one hop (its minor version is pinned for this).
+        on_thread: Callable[..., Awaitable[list[list[Any]]]] = conn._execute
         try:
-            # aiosqlite's own queue of work for its thread: there is no public call
-            # that runs several statements in one hop (pinned minor in pyproject.toml).
-            on_thread: Callable[..., Awaitable[list[list[Any]]]] = conn._execute
-            results = await on_thread(_run_statements, conn._conn, statements, transaction)
+            if self._lock.held:  # inside this task's transaction
+                return await on_thread(_run_statements, conn._conn, statements, False)
+            async with self._lock.mutex:
+                begin = len(statements) > 1
+                return await on_thread(_run_statements, conn._conn, statements, begin)
         except sqlite3.Error as exc:
             raise _translate(exc) from exc
-        return results
 
     def _load_chats(self, rows: Iterable[Sequence[Any]]) -> list[Chat]:
         return self._chats.load(rows)
