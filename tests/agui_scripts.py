@@ -339,7 +339,8 @@ class StoreSpy:
         return sum(self.calls[name] for name in RECORD_WRITES)
 
     def transaction(self) -> contextlib.AbstractAsyncContextManager[None]:
-        """The wrapped store's transaction."""
+        """The wrapped store's transaction (counted)."""
+        self.calls["transaction"] += 1
         return self.store.transaction()
 
     async def apply_writes(self, writes: Sequence[Write]) -> None:

@@ -9,7 +9,6 @@ in any listing. Runs on every backend through the ``store`` fixture.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -17,7 +16,7 @@ from uuid import UUID
 
 import pytest
 
-from agui_scripts import ScriptedAgent, collect, full_turn, run_input, user
+from agui_scripts import ScriptedAgent, StoreSpy, collect, full_turn, run_input, user
 from threadstore import (
     Chat,
     ChatCreate,
@@ -35,7 +34,6 @@ from threadstore import (
     Store,
 )
 from threadstore.agui import StorageAgent
-from threadstore.errors import StoreError
 
 MakeChat = Callable[..., Awaitable[Chat]]
 AddMessage = Callable[..., Awaitable[Message]]
@@ -217,10 +215,12 @@ async def test_a_run_still_streaming_when_its_chat_is_deleted_never_brings_it_ba
     assert written
 
     await store.delete_chat(chat.chat_uuid)
+    agent.message_repo = spy = StoreSpy(store)
     inner.gate.set()
     await run
-    # The run's remaining writes all find no chat; the agent may report that.
-    with contextlib.suppress(StoreError):
-        await agent.persisted()
+    await agent.persisted()  # nothing is left to write: the chat is gone
 
     await assert_gone(store, chat, written)
+    # One flush found the chat gone; nothing was retried after that.
+    assert agent.chat_deleted
+    assert spy.calls["apply_writes"] + spy.calls["transaction"] == 1

@@ -369,6 +369,15 @@ class StorageAgent:
             raise StoreError("the run's records could not be persisted") from persister.failed
 
     @property
+    def chat_deleted(self) -> bool:
+        """True when the run's chat was deleted while it streamed.
+
+        The run goes on streaming to its client, but its remaining records are dropped
+        instead of retried: a deleted chat stays deleted.
+        """
+        return self._persister is not None and self._persister.chat_deleted
+
+    @property
     def backlog(self) -> int:
         """Events handed to persistence that the fold task has not applied yet."""
         persister = self._persister

@@ -25,6 +25,7 @@ from uuid import UUID
 from ag_ui.core import BaseEvent
 from pydantic import BaseModel, create_model
 
+from threadstore.errors import NotFoundError
 from threadstore.fold import ConversationFold, FoldRecord, RecordKind
 from threadstore.models import (
     Chat,
@@ -150,6 +151,8 @@ class RunPersister:
         self.state_written = 0
         self.final: tuple[MessageStatus, RunStatus, str | None] | None = None
         self.failed: BaseException | None = None
+        self.chat_deleted = False
+        """The chat was deleted during the run: nothing more is written (it stays deleted)."""
         self._waiters: list[tuple[Callable[[], bool], asyncio.Future[None]]] = []
         self._inline: dict[type[BaseEvent], Callable[[ConversationFold, BaseEvent], Any] | None]
         self._inline = {}
@@ -181,7 +184,7 @@ class RunPersister:
         return self._writer_task.done()
 
     async def wait_until(self, predicate: Callable[[], bool]) -> None:
-        if predicate() or self.done:
+        if predicate() or self.done or self.chat_deleted:
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append((predicate, future))
@@ -192,7 +195,7 @@ class RunPersister:
         for predicate, future in waiting:
             if future.done():
                 continue
-            if predicate() or self.done or self.failed is not None:
+            if predicate() or self.done or self.failed is not None or self.chat_deleted:
                 future.set_result(None)
             else:
                 self._waiters.append((predicate, future))
@@ -413,6 +416,8 @@ class RunPersister:
     async def _flush(self, *, final: bool) -> None:
         """Write the records dirty now (and, if ``final``, finalize the run) in transactions."""
         records = self.fold.take_dirty()
+        if self.chat_deleted:
+            return
         state_pending = final or self.fold.state_version != self.state_written
         limit: int | None = None
         failures = 0
@@ -425,6 +430,9 @@ class RunPersister:
             except Exception as exc:
                 failures += 1
                 self._failed_batch(batch)
+                if isinstance(exc, NotFoundError) and await self._chat_gone():
+                    self._give_up_deleted_chat()
+                    return
                 if not self._retry(exc, failures, final):
                     self.fold.mark_dirty(records)
                     return
@@ -437,6 +445,29 @@ class RunPersister:
             records = records[len(batch) :]
             state_pending = False
             self._notify()
+
+    async def _chat_gone(self) -> bool:
+        """Whether the run's chat no longer exists (deleted while the run streamed)."""
+        repo, chat = self.agent.chat_repo, self.chat
+        try:
+            get_chat = getattr(repo, "get_chat", None)
+            if get_chat is not None:
+                return await get_chat(chat.chat_uuid) is None
+            found = await repo.get_chat_by_thread_id(chat.user_uuid, chat.thread_id)
+        except Exception:
+            return False  # the store is failing: retry as for any failure
+        return found is None or found.chat_uuid != chat.chat_uuid
+
+    def _give_up_deleted_chat(self) -> None:
+        # A delete is the user's word: the run's remaining records are dropped rather
+        # than retried (a retry could only fail again, or bring the chat back).
+        self.chat_deleted = True
+        logger.info(
+            "run %s: chat %s was deleted during the run; its remaining records are not written",
+            self.fold.run_id,
+            self.chat.chat_uuid,
+        )
+        self._notify()
 
     def _retry(self, exc: Exception, failures: int, final: bool) -> bool:
         if final and failures >= self.agent.final_flush_attempts:
