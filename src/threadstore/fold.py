@@ -639,7 +639,13 @@ class ConversationFold:
     # Hot code: the body of _touch is inlined and enum members are module constants.
 
     def _grow(self, record: FoldRecord, delta: str) -> None:
-        record.text.append(delta)
+        # ContentBuffer.append for a non-empty delta, inlined: this runs once per delta.
+        buffer = record.text
+        parts = buffer._parts
+        parts.append(delta)
+        buffer._joined = None
+        if len(parts) > buffer._limit:
+            buffer._join()
         record.version += 1
         record.content_version += 1
         self.dirty.add(record.key)
