@@ -436,24 +436,25 @@ async def test_zero_retention_forgets_a_run_as_soon_as_it_ends() -> None:
 
 async def test_starting_a_live_run_again_is_a_conflict() -> None:
     built: list[FedAgent] = []
+    same_user = uuid.uuid4()
 
     def factory() -> FedAgent:
-        built.append(FedAgent())
+        built.append(FedAgent(user_uuid=same_user))
         return built[-1]
 
     async with StreamPersistenceManager(factory) as manager:
         handle = await manager.run(make_input())
         with pytest.raises(ConflictError):
             await manager.run(make_input())
-        assert len(built) == 1  # no agent was built for the rejected run
+        assert not built[1].inputs  # the rejected run's agent never ran
         other = await manager.run(make_input(run_id="run-2"))
         assert {h.run_id for h in manager.live_runs()} == {RUN, "run-2"}
         built[0].push(_END)
         await handle.wait()
         again = await manager.run(make_input())  # a finished, retained run may be restarted
         assert manager.get(THREAD, RUN) is again
-        built[1].push(_END)
         built[2].push(_END)
+        built[3].push(_END)
         await asyncio.gather(other.wait(), again.wait())
 
 
