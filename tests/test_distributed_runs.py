@@ -7,6 +7,7 @@ import json
 import os
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +18,10 @@ import threadstore
 from agui_scripts import ScriptedAgent, run_finished, run_input, run_started, text_message, user
 from conftest import POSTGRES_URL_ENV, _postgres_database
 from test_crash_recovery import WAIT_LIMIT, start_child, wait_for_text
-from threadstore import Store
+from threadstore import ChatCreate, ConflictError, InvalidInputError, Store
 from threadstore.agui.agent import StorageAgent
 from threadstore.agui.distributed import DistributedRunManager
+from threadstore.agui.relay import EventRelay
 from threadstore.models import MessageStatus, RunStatus
 
 
@@ -71,9 +73,9 @@ async def test_a_run_is_cancelled_through_another_process_manager(
     child = await start_child(pg_url, user_uuid, thread, run, deltas=5000, delay=0.01)
     try:
         async with DistributedRunManager(never_built, store=pg_store) as other:
-            assert not await other.cancel_anywhere(thread, "no-such-run")
+            assert not await other.cancel_anywhere(thread, "no-such-run", user_uuid=user_uuid)
             await wait_for_text(pg_store, user_uuid, thread)
-            assert await other.cancel_anywhere(thread, run)
+            assert await other.cancel_anywhere(thread, run, user_uuid=user_uuid)
         events, outcome = await child_report(child)
     finally:
         if child.returncode is None:
@@ -103,7 +105,7 @@ async def test_a_client_resumes_another_process_run_with_no_gap_or_duplicate(
             async with asyncio.timeout(WAIT_LIMIT):
                 first = None
                 while first is None:
-                    first = await other.resume(thread, run)
+                    first = await other.resume(thread, run, user_uuid=user_uuid)
             # The client reads some events, disconnects, and reconnects after the last one.
             seen: list[tuple[int, str]] = []
             async for event_id, event in first:
@@ -111,7 +113,7 @@ async def test_a_client_resumes_another_process_run_with_no_gap_or_duplicate(
                 if len(seen) == 40:
                     break
             await first.aclose()
-            again = await other.resume(thread, run, after=seen[-1][0])
+            again = await other.resume(thread, run, after=seen[-1][0], user_uuid=user_uuid)
             assert again is not None
             async for event_id, event in again:
                 seen.append((event_id, event.model_dump_json(by_alias=True)))
@@ -163,8 +165,8 @@ async def test_on_sqlite_the_manager_stays_in_process(tmp_path: Path) -> None:
     try:
         async with DistributedRunManager(never_built, store=store) as manager:
             assert manager.relay is None
-            assert not await manager.cancel_anywhere("thread", "run")
-            assert await manager.resume("thread", "run") is None
+            assert not await manager.cancel_anywhere("thread", "run", user_uuid=uuid.uuid4())
+            assert await manager.resume("thread", "run", user_uuid=uuid.uuid4()) is None
     finally:
         await store.close()
 
@@ -173,16 +175,16 @@ async def test_on_sqlite_the_manager_stays_in_process(tmp_path: Path) -> None:
 async def test_a_local_client_receives_each_event_only_once_it_is_stored(
     pg_url: str, pg_store: Store
 ) -> None:
-    thread, run = "thread-d", "run-d"
+    thread, run, user_uuid = "thread-d", "run-d", uuid.uuid4()
     script = [run_started(thread, run), *text_message("a1", "y" * 300, deltas=300)]
     script.append(run_finished(thread, run))
     raw = await asyncpg.connect(pg_url)
     try:
         async with DistributedRunManager(
-            storage_factory(pg_store, script, uuid.uuid4()), store=pg_store
+            storage_factory(pg_store, script, user_uuid), store=pg_store
         ) as manager:
             handle = await manager.run(run_input(thread, run, [user("u1")]))
-            stream = await manager.resume(thread, run)
+            stream = await manager.resume(thread, run, user_uuid=user_uuid)
             assert stream is not None
             received = []
             async for event_id, _ in stream:
@@ -196,3 +198,321 @@ async def test_a_local_client_receives_each_event_only_once_it_is_stored(
     finally:
         await raw.close()
     assert received == [(event_id, 1) for event_id in range(1, handle.last_event_id + 1)]
+
+
+# --- runs are reached only through their owner ---------------------------------------------
+
+
+def paused_factory(store: Store, inner: ScriptedAgent) -> Any:
+    """Build storage agents for whichever user the manager's ``run`` names."""
+
+    def build(user_uuid: uuid.UUID) -> StorageAgent:
+        return StorageAgent("assistant", user_uuid, store, store, inner, checkpoint_interval=0.05)
+
+    return build
+
+
+def paused_script(thread: str, run: str) -> list[Any]:
+    return [
+        run_started(thread, run),
+        *text_message("a1", "partial answer"),
+        run_finished(thread, run),
+    ]
+
+
+@pytest.fixture
+async def two_managers(
+    pg_store: Store,
+) -> AsyncIterator[tuple[DistributedRunManager[Any], DistributedRunManager[Any], ScriptedAgent]]:
+    """Two managers on one database, as two server processes; the first runs a gated agent."""
+    inner = ScriptedAgent(paused_script("thread-s", "run-s"), pause_after=3)
+    owner = DistributedRunManager(paused_factory(pg_store, inner), store=pg_store)
+    other = DistributedRunManager(never_built, store=pg_store)
+    async with owner, other:
+        try:
+            yield owner, other, inner
+        finally:
+            inner.gate.set()
+
+
+@pytest.mark.postgres
+async def test_another_user_reaches_no_run_through_its_thread_and_run_ids(
+    pg_store: Store,
+    two_managers: tuple[DistributedRunManager[Any], DistributedRunManager[Any], ScriptedAgent],
+) -> None:
+    owner, other, inner = two_managers
+    alice, bob = uuid.uuid4(), uuid.uuid4()
+    handle = await owner.run(run_input("thread-s", "run-s", [user("u1")]), alice)
+    await inner.paused.wait()
+    # Bob even has a thread of his own with the same id.
+    await pg_store.create_chat(ChatCreate(user_uuid=bob, thread_id="thread-s"))
+
+    assert await other.resume("thread-s", "run-s", user_uuid=bob) is None
+    assert not await other.cancel_anywhere("thread-s", "run-s", user_uuid=bob)
+    assert await owner.resume("thread-s", "run-s", user_uuid=bob) is None
+    assert not await owner.cancel_anywhere("thread-s", "run-s", user_uuid=bob)
+    assert not handle.done
+
+    stream = await other.resume("thread-s", "run-s", user_uuid=alice)
+    assert stream is not None
+    async with aclosing(stream):
+        first = await anext(stream)
+    assert first[0] == 1 and first[1].type == "RUN_STARTED"
+    assert await other.cancel_anywhere("thread-s", "run-s", user_uuid=alice, wait=True)
+    await handle.wait()
+    assert handle.outcome == RunStatus.INTERRUPTED
+
+
+@pytest.mark.postgres
+async def test_trusted_callers_resume_and_cancel_by_chat_uuid(
+    pg_store: Store,
+    two_managers: tuple[DistributedRunManager[Any], DistributedRunManager[Any], ScriptedAgent],
+) -> None:
+    owner, other, inner = two_managers
+    alice = uuid.uuid4()
+    handle = await owner.run(run_input("thread-s", "run-s", [user("u1")]), alice)
+    await inner.paused.wait()
+    chat = await pg_store.get_chat_by_thread_id(alice, "thread-s")
+    assert chat is not None
+
+    assert await other.resume_chat_run(chat.chat_uuid, "no-such-run") is None
+    assert await other.live_chat_runs(chat.chat_uuid) == ["run-s"]
+    stream = await other.resume_chat_run(chat.chat_uuid, "run-s")
+    assert stream is not None
+    received: list[tuple[int, str]] = []
+
+    async def read() -> None:
+        async with aclosing(stream):
+            async for event_id, event in stream:
+                received.append((event_id, event.model_dump_json(by_alias=True)))
+
+    reader = asyncio.create_task(read())
+    assert await other.cancel_chat_run(chat.chat_uuid, "run-s", wait=True)
+    recorded = await pg_store.get_run(chat.chat_uuid, "run-s")
+    assert recorded is not None and recorded.status == RunStatus.INTERRUPTED
+    async with asyncio.timeout(WAIT_LIMIT):
+        await reader
+    await handle.wait()
+    expected = [(i, e.model_dump_json(by_alias=True)) async for i, e in handle.numbered_events()]
+    assert received == expected
+    assert json.loads(received[-1][1])["code"] == "CANCELLED"
+    assert not await other.cancel_chat_run(chat.chat_uuid, "run-s")
+    assert await other.live_chat_runs(chat.chat_uuid) == []
+
+
+@pytest.mark.postgres
+async def test_a_run_live_in_another_process_cannot_be_started_again(
+    pg_store: Store,
+    two_managers: tuple[DistributedRunManager[Any], DistributedRunManager[Any], ScriptedAgent],
+) -> None:
+    owner, _, inner = two_managers
+    alice, bob = uuid.uuid4(), uuid.uuid4()
+    handle = await owner.run(run_input("thread-s", "run-s", [user("u1")]), alice)
+    await inner.paused.wait()
+    second = ScriptedAgent(paused_script("thread-s", "run-s"))
+    async with DistributedRunManager(paused_factory(pg_store, second), store=pg_store) as elsewhere:
+        with pytest.raises(ConflictError):
+            await elsewhere.run(run_input("thread-s", "run-s", [user("u1")]), alice)
+        assert second.inputs == []
+        # Another user's run with the same ids is no conflict.
+        bobs = await elsewhere.run(run_input("thread-s", "run-s", [user("u1")]), bob)
+        await bobs.wait()
+        assert bobs.outcome == RunStatus.COMPLETE
+    inner.gate.set()
+    await handle.wait()
+    assert handle.outcome == RunStatus.COMPLETE
+
+
+@pytest.mark.postgres
+async def test_resuming_after_the_last_event_of_a_finished_run_elsewhere_ends_at_once(
+    pg_store: Store,
+    two_managers: tuple[DistributedRunManager[Any], DistributedRunManager[Any], ScriptedAgent],
+) -> None:
+    owner, other, inner = two_managers
+    alice = uuid.uuid4()
+    inner.gate.set()
+    handle = await owner.run(run_input("thread-s", "run-s", [user("u1")]), alice)
+    await handle.wait()
+    await owner.close()  # every relayed event is stored
+    last = handle.last_event_id
+    assert other.relay is not None
+    other.relay.end_grace = 3600.0  # a wait for a synthesized end would hang the test
+
+    stream = await other.resume("thread-s", "run-s", after=last, user_uuid=alice)
+    assert stream is not None
+    assert [pair async for pair in stream] == []
+    with pytest.raises(InvalidInputError):
+        await other.resume("thread-s", "run-s", after=last + 1, user_uuid=alice)
+    tail = await other.resume("thread-s", "run-s", after=last - 1, user_uuid=alice)
+    assert tail is not None
+    assert [event_id async for event_id, _ in tail] == [last]
+
+
+# --- the listening connection comes back ----------------------------------------------------
+
+
+async def drop_listener(pg_url: str, relay: EventRelay) -> None:
+    """Terminate the relay's listening connection from the server side; wait until it noticed."""
+    pid = relay.listener_pid
+    assert pid is not None
+    raw = await asyncpg.connect(pg_url)
+    try:
+        assert await raw.fetchval("SELECT pg_terminate_backend($1)", pid)
+    finally:
+        await raw.close()
+    async with asyncio.timeout(WAIT_LIMIT):
+        while relay.listener_pid == pid:
+            await asyncio.sleep(0.01)
+
+
+def hold_reconnect(relay: EventRelay) -> asyncio.Event:
+    """Make the relay's next attempts to listen wait until the returned event is set."""
+    release = asyncio.Event()
+    listen = relay._listen
+
+    async def held() -> None:
+        await release.wait()
+        await listen()
+
+    relay._listen = held  # type: ignore[method-assign]
+    return release
+
+
+async def wait_reconnected(relay: EventRelay, reconnects: int = 1) -> None:
+    async with asyncio.timeout(WAIT_LIMIT):
+        while relay.reconnects < reconnects or not relay.listening:
+            await asyncio.sleep(0.01)
+
+
+@pytest.mark.postgres
+async def test_cancel_requests_arrive_again_once_the_lost_listener_is_back(
+    pg_url: str,
+    two_managers: tuple[DistributedRunManager[Any], DistributedRunManager[Any], ScriptedAgent],
+) -> None:
+    owner, other, inner = two_managers
+    alice = uuid.uuid4()
+    handle = await owner.run(run_input("thread-s", "run-s", [user("u1")]), alice)
+    await inner.paused.wait()
+    assert owner.relay is not None
+    await drop_listener(pg_url, owner.relay)
+    await wait_reconnected(owner.relay)
+
+    assert await other.cancel_anywhere("thread-s", "run-s", user_uuid=alice)
+    async with asyncio.timeout(WAIT_LIMIT):
+        await handle.wait()
+    assert handle.outcome == RunStatus.INTERRUPTED
+
+
+@pytest.mark.postgres
+async def test_a_cancel_sent_while_the_owner_is_not_listening_is_repeated_until_heard(
+    pg_url: str,
+    pg_store: Store,
+    two_managers: tuple[DistributedRunManager[Any], DistributedRunManager[Any], ScriptedAgent],
+) -> None:
+    owner, other, inner = two_managers
+    alice = uuid.uuid4()
+    handle = await owner.run(run_input("thread-s", "run-s", [user("u1")]), alice)
+    await inner.paused.wait()
+    assert owner.relay is not None and other.relay is not None
+    other.relay.liveness_interval = 0.05
+    release = hold_reconnect(owner.relay)
+    await drop_listener(pg_url, owner.relay)
+
+    sent: list[bool] = []
+    first_sent = asyncio.Event()
+    notify = other.relay._notify_cancel
+
+    async def counted(*args: Any) -> bool:
+        sent.append(await notify(*args))
+        first_sent.set()
+        return sent[-1]
+
+    other.relay._notify_cancel = counted  # type: ignore[method-assign]
+    cancel = asyncio.create_task(
+        other.cancel_anywhere("thread-s", "run-s", user_uuid=alice, wait=True)
+    )
+    async with asyncio.timeout(WAIT_LIMIT):
+        await first_sent.wait()  # this request is lost: nobody listens for it
+        release.set()
+        assert await cancel
+    assert len(sent) >= 2 and all(sent)
+    assert handle.outcome == RunStatus.INTERRUPTED
+    chat = await pg_store.get_chat_by_thread_id(alice, "thread-s")
+    assert chat is not None
+    messages = await pg_store.get_chat_messages(chat.chat_uuid)
+    assert messages[-1].status == MessageStatus.INTERRUPTED
+
+
+@pytest.mark.postgres
+async def test_a_reader_waiting_while_the_listener_is_lost_misses_no_event(
+    pg_url: str,
+    two_managers: tuple[DistributedRunManager[Any], DistributedRunManager[Any], ScriptedAgent],
+) -> None:
+    owner, other, inner = two_managers
+    alice = uuid.uuid4()
+    handle = await owner.run(run_input("thread-s", "run-s", [user("u1")]), alice)
+    await inner.paused.wait()
+    assert other.relay is not None
+    # Only a notification or the reconnect itself may wake the reader.
+    other.relay.liveness_interval = 3600.0
+    stream = await other.resume("thread-s", "run-s", user_uuid=alice)
+    assert stream is not None
+    received: list[tuple[int, str]] = []
+    waiting = asyncio.Event()
+
+    async def read() -> None:
+        async with aclosing(stream):
+            async for event_id, event in stream:
+                received.append((event_id, event.model_dump_json(by_alias=True)))
+                if event_id == 3:  # everything before the gate
+                    waiting.set()
+
+    reader = asyncio.create_task(read())
+    async with asyncio.timeout(WAIT_LIMIT):
+        await waiting.wait()
+    release = hold_reconnect(other.relay)
+    await drop_listener(pg_url, other.relay)
+
+    # The rest of the run is produced and stored while the reader's process is deaf.
+    inner.gate.set()
+    await handle.wait()
+    raw = await asyncpg.connect(pg_url)
+    try:
+        async with asyncio.timeout(WAIT_LIMIT):
+            while await raw.fetchval("SELECT count(*) FROM run_events") < handle.last_event_id:
+                await asyncio.sleep(0.01)
+    finally:
+        await raw.close()
+    assert len(received) == 3
+    release.set()
+    async with asyncio.timeout(WAIT_LIMIT):
+        await reader
+    assert other.relay.reconnects == 1
+    expected = [(i, e.model_dump_json(by_alias=True)) async for i, e in handle.numbered_events()]
+    assert received == expected
+
+
+@pytest.mark.postgres
+async def test_the_relay_keeps_trying_to_listen_until_it_succeeds(
+    pg_url: str, pg_store: Store
+) -> None:
+    async with DistributedRunManager(never_built, store=pg_store) as manager:
+        relay = manager.relay
+        assert relay is not None
+        relay.reconnect_delay = 0.001
+        attempts = 0
+        listen = relay._listen
+
+        async def refused_three_times() -> None:
+            nonlocal attempts
+            attempts += 1
+            if attempts <= 3:
+                raise ConnectionRefusedError("the server is restarting")
+            await listen()
+
+        relay._listen = refused_three_times  # type: ignore[method-assign]
+        lost = relay.listener_pid
+        await drop_listener(pg_url, relay)
+        await wait_reconnected(relay)
+        assert (attempts, relay.reconnects) == (4, 1)
+        assert relay.listener_pid not in (None, lost)

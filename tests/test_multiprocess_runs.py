@@ -99,7 +99,7 @@ async def test_runs_cancelled_resumed_and_killed_on_two_processes_end_consistent
         got = received[thread]
         after = 0
         while True:
-            stream = await manager.resume(thread, run, after)
+            stream = await manager.resume(thread, run, after, user_uuid=user_uuid)
             if stream is None:
                 if thread in doomed and victim.returncode is not None:
                     return  # killed before it recorded the run: nothing to follow
@@ -115,7 +115,7 @@ async def test_runs_cancelled_resumed_and_killed_on_two_processes_end_consistent
                 else:
                     return
             if plan[thread] == "cancel":
-                await manager.cancel_anywhere(thread, run)
+                await manager.cancel_anywhere(thread, run, user_uuid=user_uuid)
             after = got[-1][0]
 
     async def kill_victim(clients: asyncio.Future[Any]) -> None:
@@ -151,7 +151,9 @@ async def test_runs_cancelled_resumed_and_killed_on_two_processes_end_consistent
         assert set(outcomes.values()) <= {"complete", "interrupted"}, seed
         statuses = await pool.fetch("SELECT status, count(*) FROM runs GROUP BY status")
         assert "running" not in {row["status"] for row in statuses}, seed
-        assert sum(row["count"] for row in statuses) == len(plan), seed
+        recorded = {row[0] for row in await pool.fetch("SELECT thread_id FROM runs")}
+        # The victim may die before its last runs were recorded; every survivor's was.
+        assert set(survivors) <= recorded <= set(plan), seed
         for table in ("messages", "tool_calls", "reasonings"):
             open_records = await pool.fetchval(f"SELECT count(*) FROM {table} WHERE in_progress")
             assert open_records == 0, (table, seed)

@@ -13,6 +13,16 @@ every ``flush_interval`` seconds or as soon as ``batch_size`` events wait, never
 the client's path (the pump reads the run's in-process log like any other reader).
 Rows of finished runs are deleted by :meth:`EventRelay.prune`.
 
+Runs are addressed by ``(chat_uuid, run_id)`` only: a chat belongs to one user, so
+callers resolve it from the user's own thread first and can never reach another
+user's run with a guessed thread id.
+
+PostgreSQL may drop the listening connection (a restart, a fail-over,
+``pg_terminate_backend``). The relay notices, reconnects with backoff and listens
+again, then wakes every waiting reader so it re-reads the table after its last
+event: notifications sent meanwhile are lost, events are not. Cancel requests sent
+meanwhile are lost too; a requester that waits for the run to stop repeats its request.
+
 This is PostgreSQL only; the embedded backends need none of it.
 """
 
@@ -20,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from collections.abc import AsyncGenerator, Callable
 from contextlib import AbstractAsyncContextManager, aclosing
 from datetime import timedelta
@@ -31,7 +42,8 @@ from ag_ui.core import BaseEvent, Event, EventType, RunErrorEvent
 from pydantic import TypeAdapter
 
 from threadstore.agui.manager import INTERNAL_ERROR_CODE, EventsDroppedError, RunHandle
-from threadstore.models import utcnow
+from threadstore.errors import ConfigurationError, InvalidInputError
+from threadstore.models import RunStatus, utcnow
 from threadstore.store.postgres import PostgresStore
 
 __all__ = [
@@ -63,18 +75,38 @@ INSERT_EVENTS = (
 )
 READ_EVENTS = (
     "SELECT event_id, event::text FROM run_events"
-    " WHERE chat_uuid = $1 AND run_id = $2 AND event_id > $3 ORDER BY event_id"
+    " WHERE chat_uuid = $1 AND run_id = $2 AND event_id >= $3 ORDER BY event_id"
 )
-LIVE_RUNS = (
-    "SELECT chat_uuid FROM runs WHERE thread_id = $1 AND run_id = $2"
-    " AND status = 'running' AND heartbeat_at >= $3"
+# What a reader must know before following a run: is it recorded, how it stands, and
+# which of its events are stored (the first, and the last with its type).
+RUN_LOG = (
+    "SELECT r.status, r.updated_at,"
+    " (SELECT min(event_id) FROM run_events f WHERE f.chat_uuid = r.chat_uuid"
+    "  AND f.run_id = r.run_id) AS first_id, l.event_id AS last_id, l.event ->> 'type' AS last_type"
+    " FROM runs r LEFT JOIN LATERAL (SELECT event_id, event FROM run_events e"
+    "  WHERE e.chat_uuid = r.chat_uuid AND e.run_id = r.run_id"
+    "  ORDER BY event_id DESC LIMIT 1) l ON true"
+    " WHERE r.chat_uuid = $1 AND r.run_id = $2"
 )
-RUNS_BY_THREAD = (
-    "SELECT chat_uuid FROM runs WHERE thread_id = $1 AND run_id = $2"
-    " ORDER BY created_at DESC LIMIT 1"
+# One statement: the notify goes out only if the run is recorded running and beating.
+CANCEL_IF_LIVE = (
+    "SELECT pg_notify($4, chat_uuid::text || '/' || run_id) FROM runs"
+    " WHERE chat_uuid = $1 AND run_id = $2 AND status = 'running' AND heartbeat_at >= $3"
+)
+RUN_STANDING = (
+    "SELECT status, heartbeat_at >= $3 AS beating FROM runs WHERE chat_uuid = $1 AND run_id = $2"
+)
+LIVE_RUNS_OF_CHAT = (
+    "SELECT run_id FROM runs WHERE chat_uuid = $1 AND status = 'running' AND heartbeat_at >= $2"
+    " ORDER BY created_at DESC"
+)
+# A live run of this user's thread with these ids, owned by another process.
+LIVE_ELSEWHERE = (
+    "SELECT r.owner FROM runs r JOIN chats c ON c.chat_uuid = r.chat_uuid"
+    " WHERE c.user_uuid = $1 AND c.thread_id = $2 AND r.run_id = $3 AND r.status = 'running'"
+    " AND r.heartbeat_at >= $4 AND r.owner IS DISTINCT FROM $5"
 )
 RUN_STATUS = "SELECT status FROM runs WHERE chat_uuid = $1 AND run_id = $2"
-NOTIFY = "SELECT pg_notify($1, $2)"
 # Rows of runs no longer running (or never recorded) once older than the retention.
 PRUNE_EVENTS = (
     "DELETE FROM run_events e WHERE e.created_at < $1 AND NOT EXISTS"
@@ -87,33 +119,85 @@ def _key(chat_uuid: UUID, run_id: str) -> str:
     return f"{chat_uuid}/{run_id}"
 
 
+class _Waiter:
+    """``with``: an event registered under a run's key for the block's duration."""
+
+    __slots__ = ("_event", "_key", "_registry")
+
+    def __init__(self, registry: dict[str, set[asyncio.Event]], key: str) -> None:
+        self._registry = registry
+        self._key = key
+        self._event = asyncio.Event()
+
+    def __enter__(self) -> asyncio.Event:
+        self._registry.setdefault(self._key, set()).add(self._event)
+        return self._event
+
+    def __exit__(self, *exc: object) -> None:
+        waiters = self._registry.get(self._key)
+        if waiters is not None:
+            waiters.discard(self._event)
+            if not waiters:
+                del self._registry[self._key]
+
+
+_TERMINAL_TYPES = frozenset(kind.value for kind in _TERMINAL)
+
+# What a connection that broke raises.
+_CONNECT_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
+
+
 class EventRelay:
     """One process's link to the shared run-event log and cancel channel."""
 
     def __init__(
-        self, store: PostgresStore, *, liveness_interval: float = 1.0, end_grace: float = 5.0
+        self,
+        store: PostgresStore,
+        *,
+        liveness_interval: float = 1.0,
+        end_grace: float = 5.0,
+        reconnect_delay: float = 0.1,
+        reconnect_max_delay: float = 10.0,
     ) -> None:
         self.store = store
         self.liveness_interval = liveness_interval
         """How often a reader waiting on a quiet run checks the run is still recorded live."""
         self.end_grace = end_grace
         """How long a reader waits for more events of a run no longer recorded running."""
+        self.reconnect_delay = reconnect_delay
+        """Seconds before the first attempt to listen again after the connection was lost."""
+        self.reconnect_max_delay = reconnect_max_delay
+        """Upper bound of the delay, which doubles after each failed attempt."""
         self.on_cancel: Callable[[UUID, str], None] | None = None
         """Called with ``(chat_uuid, run_id)`` for each cancel request heard."""
+        self.reconnects = 0
+        """How many times the listening connection was lost and established again."""
         self._listener: asyncpg.Connection | None = None
         self._listener_lease: AbstractAsyncContextManager[asyncpg.Connection] | None = None
+        self._reconnecting: asyncio.Task[None] | None = None
+        self._started = False
         self._waiters: dict[str, set[asyncio.Event]] = {}
+
+    @property
+    def listening(self) -> bool:
+        """Whether the relay holds a live listening connection right now."""
+        return self._listener is not None
+
+    @property
+    def listener_pid(self) -> int | None:
+        """The server process id of the listening connection (``None`` while reconnecting)."""
+        conn = self._listener
+        try:
+            return None if conn is None else conn.get_server_pid()
+        except asyncpg.InterfaceError:
+            return None  # lost a moment ago; the relay is about to notice
 
     async def start(self) -> None:
         """Take the dedicated listening connection and subscribe to both channels."""
-        if self._listener is not None:
+        if self._started:
             return
-        lease = self._lease()
-        conn: asyncpg.Connection = await lease.__aenter__()
-        await conn.add_listener(EVENTS_CHANNEL, self._heard_events)
-        await conn.add_listener(CANCEL_CHANNEL, self._heard_cancel)
-        self._listener = conn
-        self._listener_lease = lease
+        await self._listen()
+        self._started = True
 
     def _lease(self) -> AbstractAsyncContextManager[asyncpg.Connection]:
         # Through the store's own lending, never ``pool.acquire()``: a store that owns
@@ -121,19 +205,82 @@ class EventRelay:
         # direct acquire could wait forever.
         return self.store._borrowed()
 
-    async def close(self) -> None:
-        """Unsubscribe and give the listening connection back."""
-        conn, self._listener = self._listener, None
-        if conn is None:
-            return
+    async def _listen(self) -> None:
+        lease = self._lease()
+        conn: asyncpg.Connection = await lease.__aenter__()
         try:
-            # The store's pool skips the session reset on release, so unlisten here.
-            await conn.remove_listener(EVENTS_CHANNEL, self._heard_events)
-            await conn.remove_listener(CANCEL_CHANNEL, self._heard_cancel)
+            await conn.add_listener(EVENTS_CHANNEL, self._heard_events)
+            await conn.add_listener(CANCEL_CHANNEL, self._heard_cancel)
+        except BaseException as exc:
+            await lease.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        conn.add_termination_listener(self._lost)
+        self._listener, self._listener_lease = conn, lease
+
+    def _lost(self, conn: Any) -> None:
+        """The listening connection closed under us: listen again on a new one."""
+        if conn is not self._listener:
+            return
+        lease, self._listener, self._listener_lease = self._listener_lease, None, None
+        logger.warning("the LISTEN connection to PostgreSQL was lost; reconnecting")
+        self._reconnecting = asyncio.get_running_loop().create_task(
+            self._reconnect(lease), name="threadstore-relay-reconnect"
+        )
+
+    async def _reconnect(
+        self, lease: AbstractAsyncContextManager[asyncpg.Connection] | None
+    ) -> None:
+        if lease is not None:
+            # Given back as failed, so the pool replaces the dead connection.
+            lost = ConnectionError("the LISTEN connection was lost")
+            try:
+                await lease.__aexit__(ConnectionError, lost, None)
+            except Exception:
+                logger.debug("giving back the lost LISTEN connection failed", exc_info=True)
+        delay = self.reconnect_delay
+        while True:
+            try:
+                await self._listen()
+                break
+            except ConfigurationError:
+                logger.error("the store was closed; the relay stops listening")
+                return
+            except Exception as exc:
+                # Any failure, expected (the server is still down) or not, is retried:
+                # a relay that stopped trying would stay deaf for the process's life.
+                logger.warning("listening again failed (%s); retrying in %.1f s", exc, delay)
+            # Jittered, so many processes that lost one server do not return in lockstep.
+            await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+            delay = min(2 * delay, self.reconnect_max_delay)
+        self.reconnects += 1
+        logger.info("listening to PostgreSQL again")
+        # Notifications sent while nobody listened are gone: every reader re-reads.
+        self._wake_all()
+
+    async def close(self) -> None:
+        """Stop reconnecting, unsubscribe and give the listening connection back."""
+        self._started = False
+        reconnecting, self._reconnecting = self._reconnecting, None
+        if reconnecting is not None and not reconnecting.done():
+            reconnecting.cancel()
+            await asyncio.gather(reconnecting, return_exceptions=True)
+        conn, self._listener = self._listener, None
+        lease, self._listener_lease = self._listener_lease, None
+        broken: BaseException | None = None
+        try:
+            if conn is not None:
+                conn.remove_termination_listener(self._lost)
+                # The store's pool skips the session reset on release, so unlisten here.
+                await conn.remove_listener(EVENTS_CHANNEL, self._heard_events)
+                await conn.remove_listener(CANCEL_CHANNEL, self._heard_cancel)
+        except _CONNECT_ERRORS as exc:
+            broken = exc  # lost just now: given back as failed, the pool replaces it
         finally:
-            lease, self._listener_lease = self._listener_lease, None
             if lease is not None:
-                await lease.__aexit__(None, None, None)
+                await lease.__aexit__(type(broken) if broken else None, broken, None)
+        self._wake_all()
+
+    def _wake_all(self) -> None:
         for waiters in self._waiters.values():
             for waiter in waiters:
                 waiter.set()
@@ -150,50 +297,133 @@ class EventRelay:
             except ValueError:
                 logger.warning("ignoring malformed cancel request %r", payload)
 
-    # --- cancel -------------------------------------------------------------------------
+    def _waiting(self, chat_uuid: UUID, run_id: str) -> _Waiter:
+        """An event set whenever the run's events are appended or the relay listens again."""
+        return _Waiter(self._waiters, _key(chat_uuid, run_id))
 
-    async def request_cancel(self, thread_id: str, run_id: str, *, fresh_within: float) -> bool:
-        """Ask whichever process runs ``(thread_id, run_id)`` to cancel it.
+    # --- runs -----------------------------------------------------------------------------
 
-        True when the runs table records it running with a heartbeat at most
-        ``fresh_within`` seconds old.
+    async def live_runs(self, chat_uuid: UUID, *, fresh_within: float) -> list[str]:
+        """Run ids of the chat recorded running with a heartbeat at most ``fresh_within`` s old.
+
+        Newest first.
         """
         since = utcnow() - timedelta(seconds=fresh_within)
         async with self._lease() as conn:
-            rows = await conn.fetch(LIVE_RUNS, thread_id, run_id, since)
-            for row in rows:
-                await conn.execute(NOTIFY, CANCEL_CHANNEL, _key(row["chat_uuid"], run_id))
+            rows = await conn.fetch(LIVE_RUNS_OF_CHAT, chat_uuid, since)
+        return [row[0] for row in rows]
+
+    async def live_elsewhere(
+        self, user_uuid: UUID, thread_id: str, run_id: str, *, owner: str, fresh_within: float
+    ) -> str | None:
+        """The owner of the user's run ``(thread_id, run_id)`` if another process runs it."""
+        since = utcnow() - timedelta(seconds=fresh_within)
+        async with self._lease() as conn:
+            found: str | None = await conn.fetchval(
+                LIVE_ELSEWHERE, user_uuid, thread_id, run_id, since, owner
+            )
+        return found
+
+    # --- cancel -------------------------------------------------------------------------
+
+    async def request_cancel(
+        self, chat_uuid: UUID, run_id: str, *, fresh_within: float, wait: bool = False
+    ) -> bool:
+        """Ask whichever process runs ``(chat_uuid, run_id)`` to cancel it.
+
+        True when the runs table records it running with a heartbeat at most
+        ``fresh_within`` seconds old. With ``wait``, returns once the run is no
+        longer recorded running (its records are then finalized) or its heartbeat
+        went stale, repeating the request every ``liveness_interval`` in case the
+        owner's listening connection was reconnecting when it went out.
+        """
+        if not await self._notify_cancel(chat_uuid, run_id, fresh_within):
+            return False
+        if wait:
+            await self._until_stopped(chat_uuid, run_id, fresh_within)
+        return True
+
+    async def _notify_cancel(self, chat_uuid: UUID, run_id: str, fresh_within: float) -> bool:
+        since = utcnow() - timedelta(seconds=fresh_within)
+        async with self._lease() as conn:
+            rows = await conn.fetch(CANCEL_IF_LIVE, chat_uuid, run_id, since, CANCEL_CHANNEL)
         return bool(rows)
+
+    async def _until_stopped(self, chat_uuid: UUID, run_id: str, fresh_within: float) -> None:
+        # The owner records the run's end before its last events land, and each batch
+        # of events wakes us: the status is re-read after every wake.
+        with self._waiting(chat_uuid, run_id) as waiter:
+            while True:
+                waiter.clear()
+                since = utcnow() - timedelta(seconds=fresh_within)
+                async with self._lease() as conn:
+                    row = await conn.fetchrow(RUN_STANDING, chat_uuid, run_id, since)
+                if row is None or row["status"] != RunStatus.RUNNING or not row["beating"]:
+                    return
+                try:
+                    await asyncio.wait_for(waiter.wait(), self.liveness_interval)
+                except TimeoutError:
+                    await self._notify_cancel(chat_uuid, run_id, fresh_within)
 
     # --- reading ------------------------------------------------------------------------
 
-    async def find_chat(self, thread_id: str, run_id: str) -> UUID | None:
-        """The chat of the newest recorded run ``(thread_id, run_id)``, if any."""
+    async def resume(
+        self, chat_uuid: UUID, run_id: str, after: int = 0
+    ) -> AsyncGenerator[tuple[int, BaseEvent], None] | None:
+        """Check that the run's events after ``after`` can be followed, then :meth:`follow`.
+
+        ``None`` when no run ``(chat_uuid, run_id)`` is recorded, or it ended at least
+        ``end_grace`` seconds ago with no event stored (pruned). Raises
+        :class:`EventsDroppedError` when events after ``after`` were pruned, and
+        :class:`~threadstore.errors.InvalidInputError` when ``after`` lies beyond
+        the run's stored end.
+        """
+        if after < 0:
+            raise InvalidInputError(f"after must be >= 0, got {after}")
         async with self._lease() as conn:
-            chat: UUID | None = await conn.fetchval(RUNS_BY_THREAD, thread_id, run_id)
-        return chat
+            row = await conn.fetchrow(RUN_LOG, chat_uuid, run_id)
+        if row is None:
+            return None
+        first, last = row["first_id"], row["last_id"]
+        if last is None:
+            settled = utcnow() - timedelta(seconds=self.end_grace)
+            if row["status"] != RunStatus.RUNNING and row["updated_at"] < settled:
+                return None
+        elif after + 1 < first:
+            raise EventsDroppedError(after, first)
+        elif after > last and row["last_type"] in _TERMINAL_TYPES:
+            raise InvalidInputError(
+                f"event {after} does not exist in run {run_id} (its last event is {last})"
+            )
+        return self.follow(chat_uuid, run_id, after)
 
     async def follow(
         self, chat_uuid: UUID, run_id: str, after: int = 0
     ) -> AsyncGenerator[tuple[int, BaseEvent], None]:
         """Yield ``(event_id, event)`` of the run after ``after``, live, up to its end.
 
-        Ends after the run's ``RUN_FINISHED``/``RUN_ERROR``. If the run is no longer
-        recorded as running (finished, or swept after its process died) and no event
-        comes for ``end_grace`` seconds, ends with a synthesized ``RUN_ERROR``. Raises
+        Ends after the run's ``RUN_FINISHED``/``RUN_ERROR`` (at once if event
+        ``after`` was that end). If the run is no longer recorded as running
+        (finished, or swept after its process died) and no event comes for
+        ``end_grace`` seconds, ends with a synthesized ``RUN_ERROR``. Raises
         :class:`EventsDroppedError` when events it needs were pruned.
         """
-        key = _key(chat_uuid, run_id)
-        waiter = asyncio.Event()
-        self._waiters.setdefault(key, set()).add(waiter)
-        try:
+        with self._waiting(chat_uuid, run_id) as waiter:
             next_id = after + 1
+            # Event ``after`` is read once too: a client that saw the run's end from
+            # another process's memory must not wait here for an end already past.
+            settled = after == 0
             loop = asyncio.get_running_loop()
             stopped_at: float | None = None  # when the run was first seen not running
             while True:
                 # Cleared before reading, so a notify racing the read is not lost.
                 waiter.clear()
-                rows = await self._read(chat_uuid, run_id, next_id - 1)
+                rows = await self._read(chat_uuid, run_id, next_id - (0 if settled else 1))
+                if rows and not settled:
+                    settled = True
+                    if rows[0][0] == after:
+                        if rows.pop(0)[1].type in _TERMINAL:
+                            return
                 for event_id, event in rows:
                     if event_id != next_id:
                         raise EventsDroppedError(next_id - 1, event_id)
@@ -209,7 +439,7 @@ class EventRelay:
                     continue
                 except TimeoutError:
                     pass
-                if await self._status(chat_uuid, run_id) == "running":
+                if await self._status(chat_uuid, run_id) == RunStatus.RUNNING:
                     stopped_at = None
                     continue
                 # A producer finishing normally records the run's end before its last
@@ -227,16 +457,16 @@ class EventRelay:
                     ),
                 )
                 return
-        finally:
-            waiters = self._waiters.get(key)
-            if waiters is not None:
-                waiters.discard(waiter)
-                if not waiters:
-                    del self._waiters[key]
 
-    async def _read(self, chat_uuid: UUID, run_id: str, after: int) -> list[tuple[int, BaseEvent]]:
+    async def read_events(
+        self, chat_uuid: UUID, run_id: str, after: int = 0
+    ) -> list[tuple[int, BaseEvent]]:
+        """The run's events stored so far after ``after``, oldest first."""
+        return await self._read(chat_uuid, run_id, after + 1)
+
+    async def _read(self, chat_uuid: UUID, run_id: str, first: int) -> list[tuple[int, BaseEvent]]:
         async with self._lease() as conn:
-            rows = await conn.fetch(READ_EVENTS, chat_uuid, run_id, after)
+            rows = await conn.fetch(READ_EVENTS, chat_uuid, run_id, first)
         return [(row[0], _EVENT.validate_json(row[1])) for row in rows]
 
     async def _status(self, chat_uuid: UUID, run_id: str) -> str | None:
