@@ -172,3 +172,43 @@ def test_tokens_come_from_a_file_or_the_environment(
         parse_token_pairs("no-equals-sign")
     with pytest.raises(ConfigurationError, match="at least one"):
         TokenAuth({})
+
+
+async def test_two_users_run_the_same_thread_and_run_ids_at_once(
+    tokens_server: tuple[LiveServer, GatedAgent],
+) -> None:
+    server, agent = tokens_server
+    bodies = {
+        "alice": (run_input("alice asks", thread_id="t1", run_id="r1"), ALICE),
+        "bob": (run_input("bob asks", thread_id="t1", run_id="r1"), BOB),
+    }
+    path = "/agui/threads/t1/runs/r1"
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        for body, headers in bodies.values():
+            async with client.stream("POST", "/agui", json=body, headers=headers) as response:
+                assert response.status_code == 200
+                async for frame in read_sse(response):
+                    if frame.type == "TEXT_MESSAGE_CONTENT":
+                        break  # both runs are now live, waiting at the gate
+        cancel = await client.post(f"{path}/cancel", headers=BOB)
+        agent.gate.set()
+        streams = {}
+        for who, (_, headers) in bodies.items():
+            async with client.stream("GET", f"{path}/events", headers=headers) as response:
+                streams[who] = await collect_sse(response)
+        histories = {}
+        for who, (_, headers) in bodies.items():
+            chat = (await client.get("/api/chats", headers=headers)).json()["items"][0]
+            url = f"/api/chats/{chat['chat_uuid']}/messages"
+            histories[who] = [
+                (m["content"], m["status"])
+                for m in (await client.get(url, headers=headers)).json()["items"]
+            ]
+
+    assert cancel.json()["cancelled"] is True
+    assert streams["alice"][-1].type == "RUN_FINISHED"
+    assert streams["bob"][-1].type == "RUN_ERROR"
+    assert histories == {
+        "alice": [("alice asks", "complete"), ("first half second half", "complete")],
+        "bob": [("bob asks", "complete"), ("first half ", "interrupted")],
+    }

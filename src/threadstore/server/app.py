@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from starlette.types import Scope
 
 import threadstore
-from threadstore.agui.manager import StreamPersistenceManager
+from threadstore.agui.distributed import DistributedRunManager
 from threadstore.server.agents import InnerAgent, load_agent
 from threadstore.server.auth import Authenticator, LocalUserAuth
 from threadstore.server.demo_agent import DEFAULT_DEMO_DELAY
@@ -64,6 +64,10 @@ def create_app(
     runs are stored). ``auth`` defaults to the single local user. Runs whose
     process stopped heartbeating for ``stale_after`` seconds are finalized at start-up
     and every ``sweep_interval`` seconds (``None``: only at start-up).
+
+    On PostgreSQL the runs go through a
+    :class:`~threadstore.agui.distributed.DistributedRunManager`, so several server
+    processes on one database resume, cancel and connect to each other's runs.
     """
     inner = (
         load_agent(agent, model=model, demo_delay=demo_delay) if isinstance(agent, str) else agent
@@ -83,11 +87,18 @@ def create_app(
         def per_run(user_uuid: UUID) -> Any:
             return wrap(agent_name, user_uuid, opened, opened, inner, run_repo=opened)
 
-        manager: StreamPersistenceManager[Any] = StreamPersistenceManager(
-            per_run, store=opened, retention=retention, heartbeat_interval=heartbeat_interval
+        # Outside PostgreSQL it is the in-process manager. Streams of this process's runs
+        # come from memory, never waiting for the relay: the client goes first.
+        manager: DistributedRunManager[Any] = DistributedRunManager(
+            per_run,
+            store=opened,
+            retention=retention,
+            heartbeat_interval=heartbeat_interval,
+            durable_delivery=False,
         )
         sweeper: asyncio.Task[None] | None = None
         try:
+            await manager.start()
             swept = await manager.sweep(stale_after)
             if swept:
                 logger.info("finalized %d run(s) left over by a stopped server", swept)
@@ -138,7 +149,7 @@ def create_app(
 
 
 async def _sweep_forever(
-    manager: StreamPersistenceManager[Any], stale_after: float, interval: float
+    manager: DistributedRunManager[Any], stale_after: float, interval: float
 ) -> None:
     while True:
         await asyncio.sleep(interval)

@@ -8,7 +8,7 @@ from uuid import UUID
 
 from fastapi import Depends, HTTPException, Request
 
-from threadstore.agui.manager import StreamPersistenceManager
+from threadstore.agui.distributed import DistributedRunManager
 from threadstore.models import Chat
 from threadstore.server.auth import Authenticator
 from threadstore.server.limits import Limits
@@ -22,7 +22,8 @@ class ServerState:
     """Everything the routes share; built by the app's lifespan."""
 
     store: Store
-    manager: StreamPersistenceManager[Any]
+    manager: DistributedRunManager[Any]
+    """Runs of this process; on PostgreSQL it also reaches runs of the other processes."""
     auth: Authenticator
     limits: Limits
     keepalive_interval: float

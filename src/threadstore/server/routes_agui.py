@@ -4,13 +4,17 @@
 Runs belong to the run manager, not to the request: a client that disconnects does
 not stop the run or its persistence, and can pick the stream up again with
 ``GET .../events`` and ``Last-Event-ID``.
+
+A run of this process is read from memory. On PostgreSQL, a run of another server
+process is found through the caller's own chat (never by thread id alone, which
+another user may share) and read from the relayed events in the store.
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from typing import Annotated, Any
 from uuid import UUID, uuid4
 
@@ -30,7 +34,7 @@ from pydantic import BaseModel
 from threadstore.agui.manager import EventsDroppedError, RunHandle
 from threadstore.agui.translate import translate_messages
 from threadstore.errors import InvalidInputError
-from threadstore.models import Chat, Message, RunStatus
+from threadstore.models import Chat, Message, Role, RunStatus
 from threadstore.server.deps import AppState, CurrentUser, ServerState
 from threadstore.server.limits import check_id, check_run_input
 from threadstore.server.sse import close_iterator, encode_frame, event_stream_response
@@ -38,6 +42,10 @@ from threadstore.server.sse import close_iterator, encode_frame, event_stream_re
 __all__ = ["CancelResult", "router"]
 
 router = APIRouter(prefix="/agui", tags=["AG-UI"])
+
+NumberedEvents = AsyncGenerator[tuple[int, BaseEvent], None]
+Reopen = Callable[[int], Awaitable[NumberedEvents | None]]
+"""Opens a run's events after the given id again (``None`` once it cannot be followed)."""
 
 _STREAM_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {
@@ -63,26 +71,24 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _owned_handle(
-    state: ServerState, user: UUID, thread_id: str, run_id: str
-) -> RunHandle[Any] | None:
-    handle = state.manager.get(thread_id, run_id)
-    if handle is None or getattr(handle.agent, "user_uuid", None) != user:
-        return None
-    return handle
-
-
 class _RunFrames:
     """A stream's frames: ``head``, then those of the run's events after ``after``.
 
-    Each call resumes after the last frame yielded, as the keep-alives need.
+    Each call resumes after the last frame yielded, as the keep-alives need: the
+    first call reads ``stream`` and later ones what ``reopen`` gives.
     """
 
     def __init__(
-        self, head: Sequence[bytes] = (), handle: RunHandle[Any] | None = None, after: int = 0
+        self,
+        head: Sequence[bytes] = (),
+        *,
+        stream: NumberedEvents | None = None,
+        reopen: Reopen | None = None,
+        after: int = 0,
     ) -> None:
         self._head = deque(head)
-        self._handle = handle
+        self._stream = stream
+        self._reopen = reopen
         self._sent = after
 
     async def __call__(self) -> AsyncIterator[bytes]:
@@ -90,19 +96,47 @@ class _RunFrames:
         head = self._head
         while head:
             yield head.popleft()
-        if self._handle is None:
+        stream, self._stream = self._stream, None
+        if stream is None and self._reopen is not None:
+            stream = await self._reopen(self._sent)
+        if stream is None:
             return
-        async for event_id, event in self._handle.numbered_events(self._sent):
-            self._sent = event_id
-            yield encode_frame(event, event_id)
+        try:
+            async for event_id, event in stream:
+                self._sent = event_id
+                yield encode_frame(event, event_id)
+        finally:
+            # A relayed stream holds a wake-up registration until it is closed.
+            await close_iterator(stream)
 
 
-def _stream(state: ServerState, handle: RunHandle[Any], after: int) -> StreamingResponse:
-    # Checks ``after`` now, so a bad id is a 4xx rather than a broken stream.
-    handle.numbered_events(after)
-    return event_stream_response(
-        _RunFrames(handle=handle, after=after), keepalive_interval=state.keepalive_interval
-    )
+def _local_reopen(handle: RunHandle[Any]) -> Reopen:
+    async def reopen(after: int) -> NumberedEvents:
+        return handle.numbered_events(after)
+
+    return reopen
+
+
+async def _run_frames(
+    state: ServerState, user: UUID, thread_id: str, run_id: str, after: int
+) -> _RunFrames | None:
+    """The caller's run's frames after ``after``, wherever it runs; ``None`` if none.
+
+    Checks ``after`` now, so a bad id is a 4xx rather than a broken stream.
+    """
+    manager = state.manager
+
+    async def reopen(after: int) -> NumberedEvents | None:
+        return await manager.resume(thread_id, run_id, after, user_uuid=user)
+
+    stream = await reopen(after)
+    if stream is None:
+        return None
+    return _RunFrames(stream=stream, reopen=reopen, after=after)
+
+
+def _stream(state: ServerState, frames: _RunFrames) -> StreamingResponse:
+    return event_stream_response(frames, keepalive_interval=state.keepalive_interval)
 
 
 @router.post("", response_class=StreamingResponse, responses=_STREAM_RESPONSES, summary="Run")
@@ -114,7 +148,7 @@ async def run_agent(run_input: RunAgentInput, state: AppState, user: CurrentUser
     """
     check_run_input(run_input, state.limits)
     handle = await state.manager.run(run_input, user)
-    return _stream(state, handle, 0)
+    return _stream(state, _RunFrames(reopen=_local_reopen(handle)))
 
 
 def _resume_point(after: int | None, last_event_id: str | None) -> int:
@@ -151,25 +185,28 @@ async def resume_run(
 ) -> Any:
     """Stream a live (or just finished) run's events after ``Last-Event-ID`` / ``after``."""
     point = _resume_point(after, last_event_id)
-    handle = _owned_handle(state, user, thread_id, run_id)
-    if handle is None:
+    frames = await _run_frames(state, user, thread_id, run_id, point)
+    if frames is None:
         raise HTTPException(
             404,
-            detail=f"run {run_id} of thread {thread_id} is not live here; its stored "
-            "messages are at /api/chats",
+            detail=f"run {run_id} of thread {thread_id} is not live or recently finished; "
+            "its stored messages are at /api/chats",
         )
-    return _stream(state, handle, point)
+    return _stream(state, frames)
 
 
 @router.post(
     "/threads/{thread_id}/runs/{run_id}/cancel",
     response_model=CancelResult,
     summary="Cancel a run",
-    responses={409: {"description": "The run is live in another server process."}},
+    responses={
+        409: {"description": "The run is live in another server process (not on PostgreSQL)."}
+    },
 )
 async def cancel_run(thread_id: str, run_id: str, state: AppState, user: CurrentUser) -> Any:
     """Cancel a live run; its unfinished records become ``interrupted`` before this returns."""
-    handle = _owned_handle(state, user, thread_id, run_id)
+    manager = state.manager
+    handle = manager.get(thread_id, run_id, user_uuid=user)
     if handle is not None:
         cancelled = handle.cancel()
         await handle.wait()
@@ -181,13 +218,17 @@ async def cancel_run(thread_id: str, run_id: str, state: AppState, user: Current
         )
     chat = await state.store.get_chat_by_thread_id(user, thread_id)
     run = await state.store.get_run(chat.chat_uuid, run_id) if chat is not None else None
-    if run is None:
+    if chat is None or run is None:
         raise HTTPException(404, detail=f"run {run_id} of thread {thread_id} not found")
+    cancelled = False
     if run.status == RunStatus.RUNNING:
-        raise HTTPException(
-            409, detail=f"run {run_id} is live in another server process; cancel it there"
-        )
-    return CancelResult(thread_id=thread_id, run_id=run_id, cancelled=False, status=run.status)
+        if manager.relay is None:
+            raise HTTPException(
+                409, detail=f"run {run_id} is live in another server process; cancel it there"
+            )
+        cancelled = await manager.cancel_chat_run(chat.chat_uuid, run_id, wait=True)
+        run = await state.store.get_run(chat.chat_uuid, run_id) or run
+    return CancelResult(thread_id=thread_id, run_id=run_id, cancelled=cancelled, status=run.status)
 
 
 @router.get(
@@ -211,11 +252,13 @@ async def connect_thread(thread_id: str, state: AppState, user: CurrentUser) -> 
     history: list[Message] = []
     if chat is not None:
         history = [m async for m in state.store.iter_chat_messages(chat.chat_uuid)]
-    frames = (
-        await _connect_live(chat, history, live)
-        if live is not None
-        else _connect_idle(thread_id, chat, history)
-    )
+    frames: _RunFrames | None = None
+    if live is not None:
+        frames = await _connect_live(chat, history, live)
+    elif chat is not None:
+        frames = await _connect_elsewhere(state, chat, history)
+    if frames is None:
+        frames = _connect_idle(thread_id, chat, history)
     return event_stream_response(frames, keepalive_interval=state.keepalive_interval)
 
 
@@ -223,7 +266,7 @@ def _live_run(state: ServerState, user: UUID, thread_id: str) -> RunHandle[Any] 
     runs = [
         handle
         for handle in state.manager.live_runs()
-        if handle.thread_id == thread_id and getattr(handle.agent, "user_uuid", None) == user
+        if handle.thread_id == thread_id and handle.user_uuid == user
     ]
     return runs[-1] if runs else None
 
@@ -274,6 +317,53 @@ async def _connect_live(
     except EventsDroppedError:  # pragma: no cover - the server keeps whole logs
         head = []
     exclude = {i for _, event in head for i in _message_ids(event)}
+    frames = _hydration(chat, history, head, exclude)
+    return _RunFrames(frames, reopen=_local_reopen(handle), after=seen)
+
+
+async def _connect_elsewhere(
+    state: ServerState, chat: Chat, history: Sequence[Message]
+) -> _RunFrames | None:
+    """Frames joining the chat's run live in another process, if there is one."""
+    manager, relay = state.manager, state.manager.relay
+    if relay is None:
+        return None
+    live = await manager.live_chat_runs(chat.chat_uuid)
+    if not live:
+        return None
+    run_id = live[0]
+    # Read after the history: the events stored so far, then the rest as they come.
+    head = await relay.read_events(chat.chat_uuid, run_id)
+    seen = head[-1][0] if head else 0
+    rest = await manager.resume_chat_run(chat.chat_uuid, run_id, seen)
+    if rest is None:
+        return None
+    if not head:
+        # The run's first events are still on their way; RUN_STARTED must lead.
+        first = await anext(rest, None)
+        if first is None:
+            return None
+        head, seen = [first], first[0]
+    # The relay lags the run's writer, so the history may hold records of events not
+    # read above: every message this run produced (all but its input) is left to its
+    # events, which the client gets from the first.
+    history = [m for m in history if m.run_id != run_id or m.role == Role.USER]
+    exclude = {i for _, event in head for i in _message_ids(event)}
+    frames = _hydration(chat, history, head, exclude)
+
+    async def reopen(after: int) -> NumberedEvents | None:
+        return await manager.resume_chat_run(chat.chat_uuid, run_id, after)
+
+    return _RunFrames(frames, stream=rest, reopen=reopen, after=seen)
+
+
+def _hydration(
+    chat: Chat | None,
+    history: Sequence[Message],
+    head: list[tuple[int, BaseEvent]],
+    exclude: set[str],
+) -> list[bytes]:
+    """The run's ``RUN_STARTED``, the snapshots, then the rest of ``head`` (the run so far)."""
     frames: list[bytes] = []
     if head and head[0][1].type == EventType.RUN_STARTED:
         event_id, started = head.pop(0)
@@ -287,4 +377,4 @@ async def _connect_live(
         if event.type == EventType.STATE_DELTA and not snapshot_seen:
             continue
         frames.append(encode_frame(event, event_id))
-    return _RunFrames(frames, handle, seen)
+    return frames

@@ -175,9 +175,11 @@ async def delete_chat(chat_uuid: UUID, state: AppState, user: CurrentUser) -> Re
     """Delete the chat and everything in it; a live run on it is cancelled first."""
     chat = await owned_chat(state, user, chat_uuid)
     for handle in state.manager.live_runs():
-        if handle.thread_id == chat.thread_id and getattr(handle.agent, "user_uuid", None) == user:
+        if handle.thread_id == chat.thread_id and handle.user_uuid == user:
             handle.cancel()
             await handle.wait()
+    # On PostgreSQL, runs of the chat in other server processes stop too.
+    await state.manager.cancel_chat_runs(chat_uuid)
     await state.store.delete_chat(chat_uuid)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
