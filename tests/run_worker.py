@@ -39,10 +39,14 @@ async def main(url: str, user_uuid: UUID, deltas: int, delay: float, threads: li
         async with DistributedRunManager(
             build, store=store, heartbeat_interval=0.2, relay_flush_interval=0.05
         ) as manager:
-            handles = [
-                await manager.run(run_input(thread, f"run-{thread}", [user("u1")]), thread)
-                for thread in threads
-            ]
+            # Started together: each start checks no other process runs it (one query),
+            # and clients should find every run about as young as the first.
+            handles = await asyncio.gather(
+                *(
+                    manager.run(run_input(thread, f"run-{thread}", [user("u1")]), thread)
+                    for thread in threads
+                )
+            )
             print("owner", manager.owner, flush=True)
             await asyncio.gather(*(report(handle) for handle in handles))
     finally:
