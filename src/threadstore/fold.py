@@ -410,6 +410,11 @@ class ConversationFold:
         self._subagents: dict[str, dict[str, Any]] = {}
         self._changes = Changes()
         self._boundary = False
+        # The delta fast paths' lookups by the event's own id: the record under a key
+        # never changes (only _adopt_* may replace one, and they clear these).
+        self._text_ids: dict[str, FoldRecord] = {}
+        self._tool_ids: dict[str, FoldRecord] = {}
+        self._reasoning_ids: dict[str, FoldRecord] = {}
         self._delta_folders: dict[type[BaseEvent], Callable[[Any], bool]] = {
             TextMessageContentEvent: self._fast_text_content,
             TextMessageChunkEvent: self._fast_text_chunk,
@@ -653,9 +658,12 @@ class ConversationFold:
     def _fast_text_content(self, event: TextMessageContentEvent) -> bool:
         if self._text_chunk or self._tool_chunk or self._reasoning_chunk or self._aliases:
             return False
-        record = self.records.get("m:" + event.message_id)
+        record = self._text_ids.get(event.message_id)
         if record is None:
-            return False
+            record = self.records.get("m:" + event.message_id)
+            if record is None:
+                return False
+            self._text_ids[event.message_id] = record
         role = record.role  # _find's family check: the text family only
         if role is None or role is _REASONING or role is _ACTIVITY:
             return False
@@ -685,9 +693,12 @@ class ConversationFold:
     def _fast_tool_args(self, event: ToolCallArgsEvent) -> bool:
         if self._text_chunk or self._tool_chunk or self._reasoning_chunk:
             return False
-        record = self.records.get("t:" + event.tool_call_id)
+        record = self._tool_ids.get(event.tool_call_id)
         if record is None:
-            return False
+            record = self.records.get("t:" + event.tool_call_id)
+            if record is None:
+                return False
+            self._tool_ids[event.tool_call_id] = record
         self.current_event_timestamp = event.timestamp
         if record.owned:
             self._grow(record, event.delta)
@@ -706,9 +717,12 @@ class ConversationFold:
     def _fast_reasoning_content(self, event: ReasoningMessageContentEvent) -> bool:
         if self._text_chunk or self._tool_chunk or self._reasoning_chunk:
             return False
-        record = self.records.get("r:" + event.message_id)
+        record = self._reasoning_ids.get(event.message_id)
         if record is None:
-            return False
+            record = self.records.get("r:" + event.message_id)
+            if record is None:
+                return False
+            self._reasoning_ids[event.message_id] = record
         self.current_event_timestamp = event.timestamp
         delta = event.delta
         if delta:
@@ -854,7 +868,7 @@ class ConversationFold:
             owned=False,
             uuid=uuid,
         )
-        self.records[record.key] = record
+        self._adopted(record)
         return record
 
     def _adopt_call(self, tool_call_id: str) -> FoldRecord | None:
@@ -872,8 +886,15 @@ class ConversationFold:
             owned=False,
             uuid=stored.uuid,
         )
-        self.records[record.key] = record
+        self._adopted(record)
         return record
+
+    def _adopted(self, record: FoldRecord) -> None:
+        self.records[record.key] = record
+        # It may replace a record under its key: forget the fast paths' lookups.
+        self._text_ids.clear()
+        self._tool_ids.clear()
+        self._reasoning_ids.clear()
 
     def _open_call(
         self, tool_call_id: str, name: str | None, parent_message_id: str | None, event: BaseEvent
