@@ -55,6 +55,7 @@ _RUN_STATUS = {
 _RECORD_STATUS = {run: record for record, run in _RUN_STATUS.items()}
 
 _ModelT = TypeVar("_ModelT", bound=BaseModel)
+_T = TypeVar("_T")
 
 
 def _base_hook(agent: StorageAgent, name: str) -> Callable[..., BaseModel]:
@@ -89,6 +90,11 @@ def _with_fields(dto: _ModelT, fields: dict[str, Any]) -> _ModelT:
         return dto.model_copy(update=fields)
     extended: type[_ModelT] = _extended(type(dto), unknown)
     return extended.model_validate({**dto.model_dump(), **fields})
+
+
+def _copied(value: _T) -> _T:
+    """A deep copy of ``value`` (the fold keeps changing its own); None and {} as they are."""
+    return copy.deepcopy(value) if value else value
 
 
 def _set(values: dict[str, Any]) -> dict[str, Any]:
@@ -572,14 +578,14 @@ class RunPersister:
         content = record.content_version != entry.written_content_version and record.owned
         terminal = dict(entry.terminal) if not entry.terminal_written else {}
         base_metadata: dict[str, Any] = getattr(entry.create, "metadata", None) or {}
-        metadata = {**base_metadata, **copy.deepcopy(record.metadata)}
+        metadata = {**base_metadata, **_copied(record.metadata)}
         common = {"status": record.status, "in_progress": record.in_progress}
         update_cls: type[BaseModel]
         if record.kind is RecordKind.MESSAGE:
             fields = {
                 "content": record.content if content else None,
-                "content_parts": copy.deepcopy(record.content_parts) if content else None,
-                "activity_content": copy.deepcopy(record.activity_content) if content else None,
+                "content_parts": _copied(record.content_parts) if content else None,
+                "activity_content": _copied(record.activity_content) if content else None,
                 "name": record.name,
                 "encrypted_value": record.encrypted_value,
             }
