@@ -25,7 +25,15 @@ from ag_ui.core import (
 from ag_ui_validate.pytest_plugin import assert_valid_agui
 
 import threadstore
-from agui_scripts import ScriptedAgent, full_turn, run_input, run_started, text_message, user
+from agui_scripts import (
+    ScriptedAgent,
+    StoreSpy,
+    full_turn,
+    run_input,
+    run_started,
+    text_message,
+    user,
+)
 from threadstore import (
     Chat,
     ChatCreate,
@@ -359,7 +367,8 @@ async def test_cancel_after_the_agent_ended_its_stream_adds_no_event_after_the_e
         await handle.wait()
         got = await collect(handle.events())
     assert got == conversation(1)
-    assert handle.outcome == RunStatus.INTERRUPTED
+    # RUN_FINISHED had gone out: the run is complete, as its stored records say.
+    assert handle.outcome == RunStatus.COMPLETE
 
 
 async def test_agent_crash_gives_readers_an_internal_error_and_wait_does_not_raise() -> None:
@@ -700,6 +709,36 @@ async def test_storage_agent_cancelled_through_the_manager_is_interrupted(
     assert (messages[-1].content, messages[-1].status) == ("Partial answer", "interrupted")
     run = await memory_store.get_run(chat.chat_uuid, RUN)
     assert run is not None and run.status == RunStatus.INTERRUPTED
+
+
+async def test_a_cancel_during_the_final_write_of_a_finished_run_leaves_it_complete(
+    memory_store: Store,
+) -> None:
+    script = full_turn(THREAD, RUN)
+    gate = asyncio.Event()  # holds every record write until the run has been cancelled
+    spy = StoreSpy(memory_store, gate=gate)
+
+    def build() -> StorageAgent:
+        return StorageAgent("assistant", STORAGE_USER, memory_store, spy, ScriptedAgent(script))
+
+    async with StreamPersistenceManager(build, store=memory_store) as manager:
+        handle = await manager.run(run_input(THREAD, RUN, []))
+        streamed = []
+        async with aclosing(handle.events()) as events:
+            async for event in events:
+                streamed.append(event)
+                if event.type == EventType.RUN_FINISHED:
+                    break
+        assert handle.cancel() is True  # RUN_FINISHED is out; the records are being written
+        gate.set()
+        await handle.wait()
+
+    assert streamed == script
+    assert handle.outcome == RunStatus.COMPLETE
+    chat, messages = await stored_history(memory_store)
+    assert messages and all(m.status == MessageStatus.COMPLETE for m in messages)
+    run = await memory_store.get_run(chat.chat_uuid, RUN)
+    assert run is not None and run.status == RunStatus.COMPLETE
 
 
 async def test_storage_agent_crash_through_the_manager_is_errored_for_store_and_client(

@@ -28,6 +28,9 @@ normally and recorded the run so; only the client needs a closing event.
 A synthesized event is appended only when the stream has not already ended with a
 ``RUN_FINISHED``/``RUN_ERROR``, so a stream never carries events after its end. It goes
 to readers only; the agent has already finalized its records (interrupted or errored).
+A cancel that arrives after that terminal event (while a storage agent writes its last
+records, say) stops the agent but leaves the outcome the terminal event gave, as the
+stored run says.
 
 Runs are keyed by their user (the agent's ``user_uuid``, when it has one), thread id
 and run id: thread ids are chosen by clients and unique only per user, so two users
@@ -178,6 +181,7 @@ class RunHandle(Generic[AgentT]):
         self._finished = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._cancel_requested = False
+        self._cancelled_after_end = False
         self._ended = False  # the last lifecycle event was RUN_FINISHED or RUN_ERROR
         self._ended_in_error = False
         self._outcome: RunStatus | None = None
@@ -359,7 +363,11 @@ class RunHandle(Generic[AgentT]):
         if not task.cancelled() and task.exception() is not None:
             self.exception = task.exception()
         terminal: RunErrorEvent | None = None
-        if task.cancelled() or self._cancel_requested:
+        if (task.cancelled() or self._cancel_requested) and self._cancelled_after_end:
+            # The run had already ended (its records are final as its terminal event
+            # says); the cancel only cut short what the agent did after that.
+            outcome = RunStatus.ERRORED if self._ended_in_error else RunStatus.COMPLETE
+        elif task.cancelled() or self._cancel_requested:
             outcome = RunStatus.INTERRUPTED
             terminal = RunErrorEvent(
                 message="The run was cancelled.", code=CANCELLED_ERROR_CODE, timestamp=_now_ms()
@@ -397,6 +405,7 @@ class RunHandle(Generic[AgentT]):
         if not self._cancel_requested:
             # Only once: a second cancel would abort the agent's interrupt finalization.
             self._cancel_requested = True
+            self._cancelled_after_end = self._ended
             self._task.cancel()
         return True
 
