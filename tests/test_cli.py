@@ -17,6 +17,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
+from conftest import POSTGRES_URL_ENV, _postgres_database
 from server_support import run_input
 from threadstore import (
     ChatCreate,
@@ -25,6 +26,7 @@ from threadstore import (
     MessageToolCallCreate,
     Role,
     Run,
+    RunStatus,
     open_store,
 )
 from threadstore.cli import app
@@ -299,3 +301,54 @@ def test_serve_runs_the_demo_on_sqlite_and_keeps_history_across_restarts(
     assert chats[0]["last_message"]["role"] == "assistant"
     assert "87" in chats[0]["last_message"]["content"]
     assert code == 0 and body["threadId"] in listing
+
+
+@pytest.mark.postgres
+def test_sweep_on_postgresql_also_deletes_old_relayed_events() -> None:
+    server_url = os.environ.get(POSTGRES_URL_ENV)
+    if not server_url:
+        pytest.skip(f"{POSTGRES_URL_ENV} is not set; PostgreSQL tests need a server")
+
+    async def relayed_events(url: str, setup: bool) -> list[str]:
+        import asyncpg
+
+        if setup:
+            store = await open_store(url)
+            try:
+                chat = await store.create_chat(ChatCreate(user_uuid=LOCAL_USER_UUID, thread_id="t"))
+                for run_id in ("old", "recent"):
+                    await store.start_run(
+                        Run(chat_uuid=chat.chat_uuid, thread_id="t", run_id=run_id)
+                    )
+                    await store.finish_run(chat.chat_uuid, run_id, RunStatus.COMPLETE)
+            finally:
+                await store.close()
+        conn = await asyncpg.connect(url)
+        try:
+            if setup:
+                for run_id, age in (("old", 600), ("recent", 5)):
+                    await conn.execute(
+                        "INSERT INTO run_events (chat_uuid, run_id, event_id, event, created_at)"
+                        " VALUES ($1, $2, 1, '{}', $3)",
+                        chat.chat_uuid,
+                        run_id,
+                        utcnow() - timedelta(seconds=age),
+                    )
+            rows = await conn.fetch("SELECT run_id FROM run_events ORDER BY run_id")
+            return [row["run_id"] for row in rows]
+        finally:
+            await conn.close()
+
+    async def scenario() -> tuple[list[str], int, str, list[str]]:
+        async with _postgres_database(server_url) as url:
+            before = await relayed_events(url, setup=True)
+            code, output = await asyncio.to_thread(
+                invoke, "sweep", "--db", url, "--event-retention", "60"
+            )
+            return before, code, output, await relayed_events(url, setup=False)
+
+    before, code, output, after = asyncio.run(scenario())
+
+    assert before == ["old", "recent"]
+    assert code == 0, output
+    assert after == ["recent"]

@@ -263,9 +263,19 @@ def sweep(
     stale_after: Annotated[
         float, typer.Option(help="Seconds without a heartbeat after which a run is dead.")
     ] = 30.0,
+    event_retention: Annotated[
+        float,
+        typer.Option(
+            min=0, help="PostgreSQL: seconds the relayed events of ended runs are kept for resumes."
+        ),
+    ] = 300.0,
 ) -> None:
-    """Finalize runs left behind by a server that stopped (their records become interrupted)."""
-    from threadstore.agui.manager import StreamPersistenceManager
+    """Finalize runs left behind by a server that stopped (their records become interrupted).
+
+    On PostgreSQL it also deletes the relayed events of runs that ended more than
+    --event-retention seconds ago, as a running server does periodically.
+    """
+    from threadstore.agui.distributed import DistributedRunManager
 
     _check_sqlite_exists(db)
 
@@ -274,7 +284,8 @@ def sweep(
 
     async def work() -> int:
         async with _store(db) as store:
-            async with StreamPersistenceManager(no_agent, store=store) as manager:
+            manager = DistributedRunManager(no_agent, store=store, event_retention=event_retention)
+            async with manager:
                 return await manager.sweep(stale_after)
 
     swept = _run(work, db)
