@@ -222,6 +222,8 @@ class SlowStore:
         self.released = asyncio.Event()
         self.released.set()
         self.writes = 0
+        self.calls = 0
+        """Calls to the store's write methods and ``apply_writes`` (each one round trip)."""
         self.stalled_writes = 0
         self._release_at = 0.0
 
@@ -247,6 +249,7 @@ class SlowStore:
         async def write(*args: Any, **kwargs: Any) -> Any:
             # A batch is one call to the store (one round trip): one delay, its writes counted.
             self.writes += len(args[0]) if name == "apply_writes" else 1
+            self.calls += 1
             if self.delay:
                 await asyncio.sleep(self.delay)
             if not self.released.is_set():
@@ -428,8 +431,9 @@ async def run_latency(args: argparse.Namespace, root: Path) -> list[Goal]:
     print(markdown_table(["path", "p50 (ms)", "p99 (ms)", "max (ms)", "run (s, median)"], rows))
     runs = args.latency_reps
     print(
-        f"\nThe store took {store.writes / runs:.0f} writes per run, each delayed"
-        f" {args.write_delay * 1e3:g} ms; `run` includes `wait()` for the last of them."
+        f"\nThe store took {store.writes / runs:.0f} writes per run in {store.calls / runs:.0f}"
+        f" calls (a flush is one call), each call delayed {args.write_delay * 1e3:g} ms; `run`"
+        " includes `wait()` for the last of them."
     )
     return [
         Goal("added latency p50", added[0], 0.2, at_least=False, unit=" ms"),
@@ -506,7 +510,7 @@ async def run_memory(args: argparse.Namespace, root: Path) -> None:
             await stalled_run(case, root, args.stall, index)
             print(
                 f"  {case.path}: {case.content:,} chars in {case.events:,} events:"
-                f" peak {case.peak / 1e6:.1f} MB, {case.held_writes} writes held,"
+                f" peak {case.peak / 1e6:.1f} MB, {case.held_writes} write calls held,"
                 f" {case.seconds:.1f} s",
                 file=sys.stderr,
             )

@@ -51,7 +51,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
 from datetime import timedelta
 from types import TracebackType
 from typing import Any, Generic, Protocol, Self, TypeVar
@@ -335,33 +335,33 @@ class RunHandle(Generic[AgentT]):
                 self._wake_readers()  # a reader kept waiting would fall out of a bounded log
 
     def _start(self, input: RunAgentInput, on_done: Callable[[RunHandle[AgentT]], None]) -> None:
-        task = asyncio.create_task(
-            self._produce(input), name=f"threadstore-run:{self.thread_id}:{self.run_id}"
+        agent = self.agent
+        # A stock storage agent's run_into is the task itself: every event the agent
+        # yields crosses one coroutine fewer on its way up to the event loop and back.
+        producer: Coroutine[Any, Any, None] = (
+            agent.run_into(input, self._append)  # type: ignore[attr-defined]
+            if _runs_into(agent)
+            else self._produce(input)
         )
+        task = asyncio.create_task(producer, name=f"threadstore-run:{self.thread_id}:{self.run_id}")
         self._task = task
         task.add_done_callback(lambda t: self._finish(t, on_done))
 
     async def _produce(self, input: RunAgentInput) -> None:
         # The only await point is inside the agent's stream, so a cancel always lands
         # in agent.run, which then finalizes its records as interrupted.
-        append, agent = self._append, self.agent
-        try:
-            if _runs_into(agent):
-                await agent.run_into(input, append)  # type: ignore[attr-defined]
-            else:
-                async for event in agent.run(input):
-                    append(event)
-        except Exception as exc:
-            self.exception = exc
-            logger.error("agent raised in run %s/%s", self.thread_id, self.run_id, exc_info=exc)
+        append = self._append
+        async for event in self.agent.run(input):
+            append(event)
 
     def _finish(
         self, task: asyncio.Task[None], on_done: Callable[[RunHandle[AgentT]], None]
     ) -> None:
         # A done callback rather than a finally: it also runs for a task cancelled
         # before its first step, whose body never executes.
-        if not task.cancelled() and task.exception() is not None:
-            self.exception = task.exception()
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            self.exception = exc
+            logger.error("agent raised in run %s/%s", self.thread_id, self.run_id, exc_info=exc)
         terminal: RunErrorEvent | None = None
         if (task.cancelled() or self._cancel_requested) and self._cancelled_after_end:
             # The run had already ended (its records are final as its terminal event
