@@ -193,6 +193,24 @@ async def test_a_run_streams_events_unchanged_and_persists_every_record(store: S
     assert run is not None and (run.status, run.owner) == (RunStatus.COMPLETE, "test-owner")
 
 
+async def test_a_tool_calls_encrypted_value_reaches_the_next_run(store: Store) -> None:
+    script = [
+        run_started(),
+        *text_message("a1", "Let me look."),
+        *tool_call("c1", "search", '{"q": "x"}', parent_message_id="a1"),
+        ReasoningEncryptedValueEvent(subtype="tool-call", entity_id="c1", encrypted_value="sig"),
+        run_finished(),
+    ]
+    await collect(make_agent(store, ScriptedAgent(script)).run(run_input(messages=[user("u1")])))
+    second = ScriptedAgent([run_started(run_id="run-2"), run_finished(run_id="run-2")])
+
+    await collect(make_agent(store, second).run(run_input(run_id="run-2", messages=[])))
+
+    replayed = [m for m in second.inputs[0].messages if isinstance(m, AssistantMessage)]
+    calls = [call for m in replayed for call in m.tool_calls or ()]
+    assert [(call.id, call.encrypted_value) for call in calls] == [("c1", "sig")]
+
+
 async def test_the_next_run_gets_stored_history_and_an_echo_duplicates_nothing(
     store: Store,
 ) -> None:

@@ -117,6 +117,23 @@ def test_encrypted_value_carries_over() -> None:
     assert out.encrypted_value == "opaque"
 
 
+def test_a_tool_calls_encrypted_value_carries_over() -> None:
+    stored = message(
+        Role.ASSISTANT,
+        "",
+        "a1",
+        tool_calls=[
+            tool_call("c1", 1, arguments="{}", metadata={"encrypted_value": "sealed"}),
+            tool_call("c2", 2, arguments="{}"),
+        ],
+    )
+
+    (out,) = translate_messages([stored])
+
+    assert isinstance(out, ag.AssistantMessage) and out.tool_calls is not None
+    assert [(c.id, c.encrypted_value) for c in out.tool_calls] == [("c1", "sealed"), ("c2", None)]
+
+
 def test_agui_metadata_is_given_back_and_private_metadata_is_not() -> None:
     stored = message(
         Role.USER, "hi", "u1", metadata={AGUI_METADATA_KEY: {"lang": "fr"}, "internal": 1}

@@ -24,7 +24,8 @@ Roles
     ``FileSource``), otherwise the ``content`` string.
   - ``system`` / ``developer``: ``SystemMessage`` / ``DeveloperMessage``.
   - ``assistant``: ``AssistantMessage`` with ``tool_calls`` (``ToolCall(id, function=
-    FunctionCall(name, arguments))`` by seq; omitted when there are none). Calls with
+    FunctionCall(name, arguments), encrypted_value)`` by seq, the encrypted value being
+    ``metadata["encrypted_value"]``; omitted when there are none). Calls with
     no result yet are kept: the client answers them in the next run.
   - ``reasoning``: ``ReasoningMessage(content, encrypted_value)``; a reasoning message
     that only groups nested steps (empty content, no encrypted value) is not repeated.
@@ -204,6 +205,9 @@ def _own_message(message: Message, message_id: str) -> ag.Message:
             ag.ToolCall(
                 id=call.tool_call_id,
                 function=ag.FunctionCall(name=call.name, arguments=call.arguments),
+                # Where the fold keeps a call's REASONING_ENCRYPTED_VALUE (tool calls
+                # have no column for it); providers need it back to continue.
+                encrypted_value=call.metadata.get("encrypted_value"),
             )
             for call in _by_seq(message.tool_calls)
         ]
