@@ -16,9 +16,13 @@ from threadstore import (
     Message,
     MessageCreate,
     MessageReasoningCreate,
+    MessageReasoningUpdate,
+    MessageStatus,
     MessageToolCallCreate,
+    MessageToolCallUpdate,
     MessageUpdate,
     Run,
+    RunStatus,
     Store,
 )
 
@@ -203,6 +207,36 @@ async def test_an_exception_inside_a_transaction_rolls_back_every_write(
     assert await snapshot(store) == before
     assert await store.get_chat(new.chat_uuid) is None
     assert await store.get_message(added.message_uuid) is None
+
+
+async def test_rolled_back_updates_of_existing_records_and_runs_leave_them_as_they_were(
+    store: Store, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    chat = await make_chat()
+    message = await add_message(chat, "draft", run_id="run-1", in_progress=True)
+    call = await store.create_message_tool_call(
+        MessageToolCallCreate(
+            message_uuid=message.message_uuid, tool_call_id="c", name="f", arguments="{}"
+        )
+    )
+    step = await store.create_message_reasoning(
+        MessageReasoningCreate(message_uuid=message.message_uuid, content="thinking")
+    )
+    await store.start_run(
+        Run(chat_uuid=chat.chat_uuid, thread_id=chat.thread_id, run_id="run-1", owner="me")
+    )
+    before = await snapshot(store)
+
+    with pytest.raises(Boom):
+        async with store.transaction():
+            await store.update_message_tool_call(call.uuid, MessageToolCallUpdate(content="r"))
+            await store.update_message_reasoning(step.uuid, MessageReasoningUpdate(content="x"))
+            await store.heartbeat_runs("me", [(chat.chat_uuid, "run-1")])
+            await store.finalize_run_records(chat.chat_uuid, "run-1", MessageStatus.INTERRUPTED)
+            await store.finish_run(chat.chat_uuid, "run-1", RunStatus.INTERRUPTED, "stopped")
+            raise Boom("stop")
+
+    assert await snapshot(store) == before
 
 
 async def test_a_nested_transaction_joins_the_outer_one(store: Store) -> None:

@@ -12,7 +12,7 @@ import itertools
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 from threadstore.errors import ConflictError, NotFoundError
@@ -48,8 +48,17 @@ from threadstore.store.records import (
 __all__ = ["MemoryStore"]
 
 
+_K = TypeVar("_K")
+_R = TypeVar("_R", dict[str, Any], Run)
+
+
 class _State:
-    """Everything the store holds; copied whole to give transactions rollback."""
+    """Everything the store holds.
+
+    Rows are never changed in place once stored: a write replaces the row with a
+    changed copy (:func:`_writable`). So a snapshot (for a transaction's rollback and
+    for readers outside it) copies only the tables' mappings, not the rows they share.
+    """
 
     def __init__(self) -> None:
         self.chats: dict[UUID, dict[str, Any]] = {}
@@ -58,6 +67,23 @@ class _State:
         self.tool_calls: dict[UUID, dict[str, Any]] = {}
         self.reasonings: dict[UUID, dict[str, Any]] = {}
         self.runs: dict[tuple[UUID, str], Run] = {}
+
+    def snapshot(self) -> _State:
+        """A copy of every table's mapping, sharing the (never mutated) rows."""
+        copied = _State.__new__(_State)
+        for name, table in vars(self).items():
+            setattr(copied, name, dict(table))
+        return copied
+
+
+def _writable(table: dict[_K, _R], key: _K) -> _R | None:
+    """The row under ``key``, first replaced by a copy of it (a snapshot may share it)."""
+    row = table.get(key)
+    if row is None:
+        return None
+    copied: _R = row.model_copy() if isinstance(row, Run) else dict(row)
+    table[key] = copied
+    return copied
 
 
 class MemoryStore(Store):
@@ -91,7 +117,7 @@ class MemoryStore(Store):
             if not outermost:
                 yield
                 return
-            snapshot = self._committed = copy.deepcopy(self._live)
+            snapshot = self._committed = self._live.snapshot()
             try:
                 yield
             except BaseException:
@@ -210,7 +236,7 @@ class MemoryStore(Store):
 
     async def _patch_chat(self, chat_uuid: UUID, **fields: Any) -> Chat | None:
         async with self._lock.hold():
-            row = self._state.chats.get(chat_uuid)
+            row = _writable(self._state.chats, chat_uuid)
             if row is None:
                 return None
             row.update(copy.deepcopy(fields))
@@ -274,13 +300,15 @@ class MemoryStore(Store):
                 updated_at=message_data.created_at or now,
             )
             self._state.messages[message_data.message_uuid] = row
+            chat = _writable(self._state.chats, message_data.chat_uuid)
+            assert chat is not None
             chat["active_leaf_uuid"] = message_data.message_uuid
             chat["updated_at"] = row["created_at"]
             return self._message(row)
 
     async def update_message(self, message_uuid: UUID, update: MessageUpdate) -> Message | None:
         async with self._lock.hold():
-            row = self._state.messages.get(message_uuid)
+            row = _writable(self._state.messages, message_uuid)
             if row is None:
                 return None
             _apply(row, update, MessageUpdate)
@@ -306,7 +334,7 @@ class MemoryStore(Store):
         self, uuid: UUID, update: MessageToolCallUpdate
     ) -> ToolCall | None:
         async with self._lock.hold():
-            row = self._state.tool_calls.get(uuid)
+            row = _writable(self._state.tool_calls, uuid)
             if row is None:
                 return None
             _apply(row, update, MessageToolCallUpdate)
@@ -327,7 +355,7 @@ class MemoryStore(Store):
         self, uuid: UUID, update: MessageReasoningUpdate
     ) -> Reasoning | None:
         async with self._lock.hold():
-            row = self._state.reasonings.get(uuid)
+            row = _writable(self._state.reasonings, uuid)
             if row is None:
                 return None
             _apply(row, update, MessageReasoningUpdate)
@@ -406,13 +434,15 @@ class MemoryStore(Store):
             for key in run_ids:
                 run = self._state.runs.get(key)
                 if run is not None and run.owner == owner and run.status == RunStatus.RUNNING:
-                    run.heartbeat_at = now
+                    beating = _writable(self._state.runs, key)
+                    assert beating is not None
+                    beating.heartbeat_at = now
 
     async def finish_run(
         self, chat_uuid: UUID, run_id: str, status: RunStatus, error: str | None = None
     ) -> Run | None:
         async with self._lock.hold():
-            run = self._state.runs.get((chat_uuid, run_id))
+            run = _writable(self._state.runs, (chat_uuid, run_id))
             if run is None:
                 return None
             run.status, run.error, run.updated_at = status, error, utcnow()
@@ -442,10 +472,16 @@ class MemoryStore(Store):
             changed = 0
             now = utcnow()
             for table in (state.messages, state.tool_calls, state.reasonings):
-                for row in table.values():
-                    if row["message_uuid"] in run_messages and row["in_progress"]:
-                        row.update(status=status, in_progress=False, updated_at=now)
-                        changed += 1
+                keys = [
+                    key
+                    for key, row in table.items()
+                    if row["message_uuid"] in run_messages and row["in_progress"]
+                ]
+                for key in keys:
+                    row = _writable(table, key)
+                    assert row is not None
+                    row.update(status=status, in_progress=False, updated_at=now)
+                changed += len(keys)
             return changed
 
 
