@@ -516,3 +516,45 @@ async def test_the_relay_keeps_trying_to_listen_until_it_succeeds(
         await wait_reconnected(relay)
         assert (attempts, relay.reconnects) == (4, 1)
         assert relay.listener_pid not in (None, lost)
+
+
+@pytest.mark.postgres
+async def test_a_failed_relay_write_is_retried_and_no_event_is_lost(
+    pg_url: str, pg_store: Store
+) -> None:
+    thread, run = "thread-f", "run-f"
+    script = [run_started(thread, run), *text_message("a1", "y" * 300, deltas=300)]
+    script.append(run_finished(thread, run))
+    manager = DistributedRunManager(
+        storage_factory(pg_store, script, uuid.uuid4()),
+        store=pg_store,
+        relay_flush_interval=0.001,
+        relay_batch_size=16,
+    )
+    assert manager.relay is not None
+    append = manager.relay.append
+    failures = 0
+
+    async def flaky_append(*args: Any) -> None:
+        nonlocal failures
+        if failures < 3:  # the first three writes fail, as when the database is restarting
+            failures += 1
+            raise asyncpg.exceptions.ConnectionDoesNotExistError("connection was closed")
+        await append(*args)
+
+    manager.relay.append = flaky_append  # type: ignore[method-assign]
+    async with manager:
+        handle = await manager.run(run_input(thread, run, [user("u1")]))
+        durable = await manager.resume(thread, run, user_uuid=handle.user_uuid)
+        assert durable is not None
+        read = [event_id async for event_id, _ in durable]
+        await handle.wait()
+    raw = await asyncpg.connect(pg_url)
+    try:
+        stored = [r["event_id"] for r in await raw.fetch("SELECT event_id FROM run_events")]
+    finally:
+        await raw.close()
+
+    assert failures == 3
+    assert read == list(range(1, handle.last_event_id + 1))
+    assert sorted(stored) == read

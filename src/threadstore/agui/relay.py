@@ -497,6 +497,13 @@ class EventRelay:
         return int(status.rsplit(" ", 1)[-1])
 
 
+RELAY_FINAL_ATTEMPTS = 8
+"""Tries to write a finished run's last relayed events before giving up on them."""
+
+RELAY_RETRY_MAX_DELAY = 5.0
+"""Longest wait, in seconds, between two tries of a failed relay write."""
+
+
 class EventPump:
     """Copy one run's in-process event log to ``run_events`` in batches."""
 
@@ -577,6 +584,7 @@ class EventPump:
             self._full.set()
 
     async def _write(self) -> None:
+        failures = 0
         while True:
             await self._wake.wait()
             self._wake.clear()
@@ -588,7 +596,26 @@ class EventPump:
                     pass
             self._full.clear()
             done = self._reading_done
-            await self._flush()
+            try:
+                await self._flush()
+            except Exception as exc:
+                # The batch is pending again; a run's events are worth retrying while
+                # it streams (readers elsewhere need them), and a while after it ended.
+                failures += 1
+                if done and failures >= RELAY_FINAL_ATTEMPTS:
+                    raise
+                delay = min(RELAY_RETRY_MAX_DELAY, self.flush_interval * 2 ** (failures - 1))
+                logger.warning(
+                    "relaying run %s/%s failed (%s); retrying in %.2f s",
+                    self.handle.thread_id,
+                    self.handle.run_id,
+                    exc,
+                    delay,
+                )
+                await asyncio.sleep(delay)
+                self._wake.set()
+                continue
+            failures = 0
             if done:
                 return
             if self._pending:
@@ -600,7 +627,11 @@ class EventPump:
         if not self._pending or not isinstance(chat_uuid, UUID):
             return  # no chat yet: the events wait for the next flush
         batch, self._pending = self._pending, []
-        await self.relay.append(chat_uuid, self.handle.run_id, batch)
+        try:
+            await self.relay.append(chat_uuid, self.handle.run_id, batch)
+        except BaseException:
+            self._pending = batch + self._pending  # in order, ahead of what came meanwhile
+            raise
         self.batches += 1
         self.written_id = batch[-1][0]
         self._signal_progress()
