@@ -208,6 +208,29 @@ async def test_a_fast_stream_reaches_readers_in_batches_with_no_gap_or_duplicate
     assert seen[-1][1] == len(events)
 
 
+async def test_the_wake_interval_stretches_while_wakes_find_one_event_and_shrinks_back() -> None:
+    async with StreamPersistenceManager(lambda: FedAgent()) as manager:
+        handle = await manager.run(make_input())
+        base, ceiling = handle.reader_wake_interval, handle.reader_wake_interval_max
+        soon = base * 2  # events a little further apart than the base interval
+
+        intervals = []
+        for _ in range(8):
+            handle._adapt_wake_interval(delivered=1, since_last=soon)
+            intervals.append(handle._wake_interval)
+        stretched = handle._wake_interval
+        handle._adapt_wake_interval(delivered=1, since_last=ceiling * 10)  # a slow stream
+        after_a_pause = handle._wake_interval
+        for _ in range(8):
+            handle._adapt_wake_interval(delivered=40, since_last=soon)
+        handle.cancel()
+
+    assert intervals[:2] == [base * 2, base * 4]
+    assert stretched == ceiling == max(intervals)
+    assert after_a_pause == ceiling  # a quiet spell is no reason to stretch (or shrink)
+    assert handle._wake_interval == base
+
+
 async def test_a_reader_cancelled_while_waiting_leaves_the_others_undisturbed() -> None:
     agent = FedAgent()
     events = conversation(3)

@@ -161,6 +161,15 @@ class RunHandle(Generic[AgentT]):
     soon after the last wake waits for the rest of the interval; if the event loop then
     has nothing else to do, its timer granularity (1 ms with epoll) may stretch that.
     """
+    reader_wake_interval_max: float = 500e-6
+    """How far the wake interval stretches when wakes keep finding a single event (0.5 ms).
+
+    With many runs streaming at once, each run's events come just too far apart for
+    the base interval to batch them, and every event cost its readers a wake. While a
+    wake finds at most two new events although the last was less than this long ago,
+    the interval doubles (up to this); while wakes find 16 or more, it halves again. An
+    event after a quiet spell longer than the interval still goes out at once.
+    """
 
     def __init__(
         self, thread_id: str, run_id: str, agent: AgentT, *, max_buffered_events: int | None
@@ -176,6 +185,7 @@ class RunHandle(Generic[AgentT]):
         self._max_buffered = max_buffered_events
         self._readers: list[asyncio.Future[None]] = []
         self._last_wake = float("-inf")  # loop time
+        self._wake_interval = self.reader_wake_interval  # adapted to how events come
         self._woken_at = 0  # the newest event id when readers were last woken
         self._wake_timer: asyncio.TimerHandle | None = None
         self._finished = asyncio.Event()
@@ -288,11 +298,20 @@ class RunHandle(Generic[AgentT]):
     def _signal(self) -> None:
         """Wake the waiting readers now, or ``reader_wake_interval`` after their last wake."""
         loop = asyncio.get_running_loop()
-        due = self._last_wake + self.reader_wake_interval
+        due = self._last_wake + self._wake_interval
         if loop.time() >= due:
             self._wake_readers()
         else:
             self._wake_timer = loop.call_at(due, self._timed_wake)
+
+    def _adapt_wake_interval(self, delivered: int, since_last: float) -> None:
+        """Stretch or shrink the wake interval by what the last one brought (see the class)."""
+        interval, base = self._wake_interval, self.reader_wake_interval
+        ceiling = max(base, self.reader_wake_interval_max)
+        if delivered <= 2 and since_last < ceiling:
+            self._wake_interval = min(interval * 2, ceiling)
+        elif delivered >= 16 and interval > base:
+            self._wake_interval = max(interval / 2, base)
 
     def _timed_wake(self) -> None:
         self._wake_timer = None
@@ -304,7 +323,9 @@ class RunHandle(Generic[AgentT]):
             self._wake_timer = None
         readers, self._readers = self._readers, []
         if readers:
-            self._last_wake = asyncio.get_running_loop().time()
+            now = asyncio.get_running_loop().time()
+            self._adapt_wake_interval(self._last_id - self._woken_at, now - self._last_wake)
+            self._last_wake = now
             self._woken_at = self._last_id
         for future in readers:
             if not future.done():
