@@ -168,12 +168,39 @@ async def test_a_subclass_override_of_a_write_method_still_runs(
             created: Message = await super().create_message(message_data)
             return created
 
+        async def update_message(
+            self, message_uuid: uuid.UUID, update: MessageUpdate
+        ) -> Message | None:
+            seen.append(update.content or "")
+            updated: Message | None = await super().update_message(message_uuid, update)
+            return updated
+
     store.__class__ = Audited
     try:
         await store.apply_writes(turn(chat, uuid.uuid4()))
     finally:
         store.__class__ = base
 
-    assert seen == [""]
+    assert seen == ["", "the answer"]
     (message,) = await store.get_chat_messages(chat.chat_uuid)
     assert message.content == "the answer" and len(message.tool_calls) == 1
+
+
+async def test_a_batch_does_not_read_back_what_it_does_not_return(
+    store: Store, make_chat: MakeChat, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not hasattr(store, "_messages_with_children"):
+        pytest.skip("the read-back this checks is PostgreSQL's")
+    chat = await make_chat()
+    message_uuid = uuid.uuid4()
+    await store.apply_writes(turn(chat, message_uuid)[:2])  # a message with a tool call
+
+    def no_read_back(*args: object) -> None:
+        raise AssertionError("the batch read the message's children back")
+
+    monkeypatch.setattr(store, "_messages_with_children", no_read_back)
+    await store.apply_writes([Write("update_message", (message_uuid, MessageUpdate(content="x")))])
+    monkeypatch.undo()
+
+    (message,) = await store.get_chat_messages(chat.chat_uuid)
+    assert message.content == "x" and len(message.tool_calls) == 1

@@ -427,7 +427,11 @@ class Store(abc.ABC):
                 )
         async with self.transaction():
             for write in writes:
-                await getattr(self, write.method)(*write.args)
+                await self._apply_write(write)
+
+    async def _apply_write(self, write: Write) -> None:
+        """One write of :meth:`apply_writes`; a backend may skip building its result."""
+        await getattr(self, write.method)(*write.args)
 
     async def iter_chat_messages(
         self, chat_uuid: UUID, *, page_size: int = 500

@@ -63,7 +63,7 @@ from threadstore.models import (
     utcnow,
 )
 from threadstore.store import postgres_schema as sql
-from threadstore.store.base import Store, check_limit, require_chat_identity
+from threadstore.store.base import Store, Write, check_limit, require_chat_identity
 from threadstore.store.cursor import decode_chat_cursor, encode_chat_cursor
 from threadstore.store.history_cache import DEFAULT_HISTORY_CACHE_MESSAGES, HistoryCache
 from threadstore.store.records import split_create, split_update
@@ -565,6 +565,21 @@ class PostgresStore(Store):
             rows = await self._fetch_on(conn, query, *args)
             messages = await self._messages_with_children(conn, rows)
         return messages[0] if messages else None
+
+    async def _apply_write(self, write: Write) -> None:
+        if write.method != "update_message" or type(self).update_message is not (
+            PostgresStore.update_message
+        ):
+            await super()._apply_write(write)
+            return
+        # The batch returns nothing: the message's tool calls and reasoning steps,
+        # which update_message reads back to return it whole, are not read.
+        message_uuid, update = write.args
+        query, args = self._update_statement(
+            "messages", "message_uuid", message_uuid, update, MessageUpdate, sql.MESSAGE_ROW
+        )
+        async with self._connection() as conn:
+            await self._fetch_on(conn, query, *args)
 
     async def create_message_tool_call(self, data: MessageToolCallCreate) -> ToolCall:
         _, extra = split_create(data, MessageToolCallCreate)
