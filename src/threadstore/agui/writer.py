@@ -93,8 +93,13 @@ def _with_fields(dto: _ModelT, fields: dict[str, Any]) -> _ModelT:
 
 
 def _copied(value: _T) -> _T:
-    """A deep copy of ``value`` (the fold keeps changing its own); None and {} as they are."""
-    return copy.deepcopy(value) if value else value
+    """A deep copy of ``value``, which the fold keeps changing (cheap when it is empty)."""
+    if value is None:
+        return value
+    if not value:
+        fresh: _T = type(value)()  # an empty container, but never the fold's own
+        return fresh
+    return copy.deepcopy(value)
 
 
 def _set(values: dict[str, Any]) -> dict[str, Any]:

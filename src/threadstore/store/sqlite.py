@@ -197,12 +197,12 @@ def _run_statements(
             if statement.missing is not None and not rows:
                 raise NotFoundError(statement.missing)
             results.append(rows)
-    except BaseException:
         if transaction:
+            conn.execute("COMMIT")
+    except BaseException:
+        if transaction and conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
-    if transaction:
-        conn.execute("COMMIT")
     return results
 
 
@@ -314,7 +314,12 @@ class SQLiteStore(Store):
             except BaseException:
                 await conn.execute("ROLLBACK")
                 raise
-            await conn.execute("COMMIT")
+            try:
+                await conn.execute("COMMIT")
+            except sqlite3.Error:
+                if conn.in_transaction:  # a failed COMMIT leaves the transaction open
+                    await conn.execute("ROLLBACK")
+                raise
 
     # --- statement helpers ---------------------------------------------------------------
 
