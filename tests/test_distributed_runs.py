@@ -558,3 +558,46 @@ async def test_a_failed_relay_write_is_retried_and_no_event_is_lost(
     assert failures == 3
     assert read == list(range(1, handle.last_event_id + 1))
     assert sorted(stored) == read
+
+
+@pytest.mark.postgres
+async def test_the_relay_writes_the_events_of_many_runs_in_one_statement(
+    pg_url: str, pg_store: Store
+) -> None:
+    runs, before_pause = 10, 5
+    owner = uuid.uuid4()
+
+    def build(inner: ScriptedAgent) -> StorageAgent:
+        return StorageAgent("assistant", owner, pg_store, pg_store, inner)
+
+    manager = DistributedRunManager(
+        build,
+        store=pg_store,
+        relay_flush_interval=3600.0,  # only a full batch or a run's end is written
+        relay_batch_size=runs * before_pause,  # every run's first events, exactly
+    )
+    assert manager.relay is not None
+    writer = manager.relay.writer
+    inners = []
+    async with manager:
+        for index in range(runs):
+            thread, run = f"thread-{index}", f"run-{index}"
+            script = [run_started(thread, run), *text_message("a1", "hello", deltas=5)]
+            inner = ScriptedAgent([*script, run_finished(thread, run)], pause_after=before_pause)
+            inners.append(inner)
+            await manager.run(run_input(thread, run, []), inner)
+        async with asyncio.timeout(WAIT_LIMIT):
+            for inner in inners:
+                await inner.paused.wait()
+            while writer.statements == 0:
+                await asyncio.sleep(0.01)  # a guard for the writer's turn, not a measurement
+        raw = await asyncpg.connect(pg_url)
+        try:
+            stored = await raw.fetchval("SELECT count(*) FROM run_events")
+        finally:
+            await raw.close()
+        shared = writer.statements
+        for inner in inners:
+            inner.gate.set()
+
+    assert (shared, stored) == (1, runs * before_pause)

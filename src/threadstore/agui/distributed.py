@@ -90,17 +90,19 @@ class DistributedRunManager(StreamPersistenceManager[AgentT]):
         With it, no event a client received can be lost with this process (``kill -9``
         included); it costs the client up to ``relay_flush_interval`` of latency.
         """
-        self._flush_interval = relay_flush_interval
-        self._batch_size = relay_batch_size
         self._pumps: dict[RunKey, EventPump] = {}
         self.relayed_batches = 0
-        """How many event batches (one INSERT each) finished relays wrote."""
+        """How many INSERTs carried finished runs' events (one shared by n runs counts n)."""
         self.relay: EventRelay | None = None
         """The PostgreSQL relay, or ``None`` on other stores."""
         if _is_postgres(store):
             from threadstore.agui.relay import EventRelay
 
-            self.relay = EventRelay(store)  # type: ignore[arg-type]  # checked just above
+            self.relay = EventRelay(
+                store,  # type: ignore[arg-type]  # checked just above
+                flush_interval=relay_flush_interval,
+                batch_size=relay_batch_size,
+            )
             self.relay.on_cancel = self._cancel_requested
 
     async def __aenter__(self) -> Self:
@@ -158,12 +160,7 @@ class DistributedRunManager(StreamPersistenceManager[AgentT]):
         previous = self._pumps.pop(key, None)
         if previous is not None:
             await previous.wait()
-        pump = EventPump(
-            self.relay,
-            handle,
-            flush_interval=self._flush_interval,
-            batch_size=self._batch_size,
-        )
+        pump = EventPump(self.relay, handle)
         self._pumps[key] = pump
         pump.done_callback(lambda: self._pump_done(key, pump))
 

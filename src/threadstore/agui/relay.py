@@ -7,11 +7,13 @@
 - ``threadstore_cancel``: some process asked to cancel a run; the process running it
   cancels it. Payload ``"<chat_uuid>/<run_id>"``.
 
-A producer's events go to ``run_events`` through :class:`EventPump`, in batches:
-one ``INSERT ... SELECT FROM unnest`` plus its ``NOTIFY`` per batch, written at least
-every ``flush_interval`` seconds or as soon as ``batch_size`` events wait, never on
-the client's path (the pump reads the run's in-process log like any other reader).
-Rows of finished runs are deleted by :meth:`EventRelay.prune`.
+Each relayed run has an :class:`EventPump` that reads the run's in-process log like
+any other reader (never on the client's path) and serializes its events; the relay's
+one :class:`RelayWriter` writes what all pumps have pending in one ``INSERT ...
+SELECT FROM unnest`` plus a ``NOTIFY`` per run, at least every ``flush_interval``
+seconds or as soon as ``batch_size`` events wait or a run ended. So the statements
+per second stay flat however many runs stream. Rows of finished runs are deleted by
+:meth:`EventRelay.prune`.
 
 Runs are addressed by ``(chat_uuid, run_id)`` only: a chat belongs to one user, so
 callers resolve it from the user's own thread first and can never reach another
@@ -29,6 +31,7 @@ This is PostgreSQL only; the embedded backends need none of it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 from collections.abc import AsyncGenerator, Callable
@@ -51,6 +54,7 @@ __all__ = [
     "EVENTS_CHANNEL",
     "EventPump",
     "EventRelay",
+    "RelayWriter",
 ]
 
 logger = logging.getLogger(__name__)
@@ -64,14 +68,17 @@ EVENTS_CHANNEL = "threadstore_run_events"
 _EVENT: TypeAdapter[BaseEvent] = TypeAdapter(Event)
 _TERMINAL = frozenset({EventType.RUN_FINISHED, EventType.RUN_ERROR})
 
-# The chat must still exist: a run whose chat was deleted leaves nothing behind.
+# Events of any number of runs in one statement, then one NOTIFY per run. The chat
+# must still exist: a run whose chat was deleted leaves nothing behind.
 INSERT_EVENTS = (
-    "WITH ins AS (INSERT INTO run_events (chat_uuid, run_id, event_id, event, created_at)"
-    " SELECT $1, $2, e.id, e.event::json, $5"
-    " FROM unnest($3::integer[], $4::text[]) AS e (id, event)"
-    " WHERE EXISTS (SELECT 1 FROM chats WHERE chat_uuid = $1)"
+    "WITH batch AS (SELECT * FROM unnest($1::uuid[], $2::text[], $3::integer[], $4::text[])"
+    " AS e (chat_uuid, run_id, event_id, event)),"
+    " ins AS (INSERT INTO run_events (chat_uuid, run_id, event_id, event, created_at)"
+    " SELECT b.chat_uuid, b.run_id, b.event_id, b.event::json, $5 FROM batch b"
+    " WHERE EXISTS (SELECT 1 FROM chats c WHERE c.chat_uuid = b.chat_uuid)"
     " ON CONFLICT DO NOTHING RETURNING 1)"
-    " SELECT pg_notify($6, $1::text || '/' || $2), (SELECT count(*) FROM ins)"
+    " SELECT pg_notify($6, k.chat_uuid::text || '/' || k.run_id), (SELECT count(*) FROM ins)"
+    " FROM (SELECT DISTINCT chat_uuid, run_id FROM batch) k"
 )
 READ_EVENTS = (
     "SELECT event_id, event::text FROM run_events"
@@ -158,8 +165,12 @@ class EventRelay:
         end_grace: float = 5.0,
         reconnect_delay: float = 0.1,
         reconnect_max_delay: float = 10.0,
+        flush_interval: float = 0.05,
+        batch_size: int = 256,
     ) -> None:
         self.store = store
+        self.writer = RelayWriter(self, flush_interval=flush_interval, batch_size=batch_size)
+        """Writes the pending events of every run this process relays."""
         self.liveness_interval = liveness_interval
         """How often a reader waiting on a quiet run checks the run is still recorded live."""
         self.end_grace = end_grace
@@ -476,18 +487,23 @@ class EventRelay:
 
     # --- writing ------------------------------------------------------------------------
 
-    async def append(self, chat_uuid: UUID, run_id: str, batch: list[tuple[int, str]]) -> None:
-        """Append one batch of ``(event_id, event JSON)`` and wake the run's readers."""
+    async def append(self, batches: list[tuple[UUID, str, list[tuple[int, str]]]]) -> None:
+        """Append ``(chat_uuid, run_id, [(event_id, event JSON)...])`` batches at once.
+
+        One statement (one commit) for every run given, and a ``NOTIFY`` for each run so
+        its readers wake.
+        """
+        chats: list[UUID] = []
+        runs: list[str] = []
+        ids: list[int] = []
+        events: list[str] = []
+        for chat_uuid, run_id, batch in batches:
+            chats += [chat_uuid] * len(batch)
+            runs += [run_id] * len(batch)
+            ids += [event_id for event_id, _ in batch]
+            events += [event for _, event in batch]
         async with self._lease() as conn:
-            await conn.execute(
-                INSERT_EVENTS,
-                chat_uuid,
-                run_id,
-                [event_id for event_id, _ in batch],
-                [event for _, event in batch],
-                utcnow(),
-                EVENTS_CHANNEL,
-            )
+            await conn.execute(INSERT_EVENTS, chats, runs, ids, events, utcnow(), EVENTS_CHANNEL)
 
     async def prune(self, retention: float) -> int:
         """Delete the events of runs not running, older than ``retention`` seconds."""
@@ -505,40 +521,41 @@ RELAY_RETRY_MAX_DELAY = 5.0
 
 
 class EventPump:
-    """Copy one run's in-process event log to ``run_events`` in batches."""
+    """Copy one run's in-process event log to ``run_events`` (through its relay's writer).
 
-    def __init__(
-        self,
-        relay: EventRelay,
-        handle: RunHandle[Any],
-        *,
-        flush_interval: float = 0.05,
-        batch_size: int = 256,
-    ) -> None:
+    The pump reads the run's log like any other reader and serializes each event; the
+    relay's :class:`RelayWriter` writes what every pump of the process has pending in
+    one statement per interval.
+    """
+
+    def __init__(self, relay: EventRelay, handle: RunHandle[Any]) -> None:
         self.relay = relay
         self.handle = handle
-        self.flush_interval = flush_interval
-        self.batch_size = batch_size
         self.batches = 0
-        """How many INSERT statements this pump ran."""
+        """How many INSERT statements carried some of this run's events."""
         self.written_id = 0
         """Id of the newest event known to be in ``run_events``."""
         self.stopped = False
+        self.pending: list[tuple[int, str]] = []
+        """Events read and serialized, not yet written: ``(event_id, event JSON)``."""
+        self.reading_done = False
         self._progress = asyncio.Event()  # replaced after each set, so each wait sees one
-        self._pending: list[tuple[int, str]] = []
-        self._wake = asyncio.Event()  # something is pending, or the run ended
-        self._full = asyncio.Event()  # a whole batch is pending, or the run ended
-        self._reading_done = False
-        self._task = asyncio.gather(self._read(), self._write())
-        self._task.add_done_callback(self._stopped)
+        self._done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._reader = asyncio.create_task(self._read(), name="threadstore-relay-read")
+
+    @property
+    def chat_uuid(self) -> UUID | None:
+        """The run's chat, once its agent has found or created it."""
+        chat_uuid = getattr(getattr(self.handle.agent, "chat", None), "chat_uuid", None)
+        return chat_uuid if isinstance(chat_uuid, UUID) else None
 
     def done_callback(self, callback: Callable[[], None]) -> None:
         """Call ``callback()`` once the pump has stopped."""
-        self._task.add_done_callback(lambda _: callback())
+        self._done.add_done_callback(lambda _: callback())
 
     async def wait(self) -> None:
         """Wait until every event of the finished run was written (or given up on)."""
-        await asyncio.wait([self._task])
+        await asyncio.wait([self._done])
 
     async def durable(
         self, stream: AsyncGenerator[tuple[int, BaseEvent], None]
@@ -554,84 +571,135 @@ class EventPump:
                     await self._progress.wait()
                 yield event_id, event
 
+    def written(self, up_to: int) -> None:
+        """The writer stored this run's events up to ``up_to``."""
+        self.batches += 1
+        self.written_id = up_to
+        self._signal_progress()
+
+    def stop(self, error: BaseException | None = None) -> None:
+        """End the pump: everything written, or given up on (``error``)."""
+        if self._done.done():
+            return
+        self.stopped = True
+        self._reader.cancel()
+        self._signal_progress()
+        if error is not None:
+            logger.warning(
+                "relaying run %s/%s failed; its unwritten events are dropped",
+                self.handle.thread_id,
+                self.handle.run_id,
+                exc_info=error,
+            )
+        self._done.set_result(None)
+
     def _signal_progress(self) -> None:
         progress, self._progress = self._progress, asyncio.Event()
         progress.set()
 
-    def _stopped(self, task: asyncio.Future[Any]) -> None:
-        self.stopped = True
-        self._signal_progress()
-        if not task.cancelled() and task.exception() is not None:
-            logger.warning(
-                "relaying run %s/%s failed",
-                self.handle.thread_id,
-                self.handle.run_id,
-                exc_info=task.exception(),
-            )
-
     async def _read(self) -> None:
+        writer = self.relay.writer
         try:
             async for event_id, event in self.handle.numbered_events():
-                pending = self._pending
-                pending.append((event_id, event.model_dump_json(by_alias=True)))
-                if len(pending) == 1:
-                    self._wake.set()
-                if len(pending) >= self.batch_size:
-                    self._full.set()
-        finally:
-            self._reading_done = True
-            self._wake.set()
-            self._full.set()
+                self.pending.append((event_id, event.model_dump_json(by_alias=True)))
+                writer.has_pending(self)
+        except Exception as exc:
+            self.stop(exc)
+            return
+        self.reading_done = True
+        writer.has_pending(self)  # so it writes the rest at once and then ends the pump
 
-    async def _write(self) -> None:
+
+class RelayWriter:
+    """Writes every relayed run's pending events in one ``INSERT`` per interval.
+
+    A batch waits at most ``flush_interval`` seconds for company, or goes as soon as
+    ``batch_size`` events wait in all, or a run has ended. One statement (one commit,
+    one ``NOTIFY`` per run) for all the runs a process streams, rather than one per
+    run, is what keeps the relay's cost flat as runs multiply. A failed write keeps its
+    events, in order, and is retried with backoff.
+    """
+
+    def __init__(self, relay: EventRelay, *, flush_interval: float, batch_size: int) -> None:
+        self.relay = relay
+        self.flush_interval = flush_interval
+        self.batch_size = batch_size
+        self.statements = 0
+        """How many INSERT statements the writer ran."""
+        self._pumps: set[EventPump] = set()
+        self._pending = 0
+        self._wake = asyncio.Event()
+        self._full = asyncio.Event()  # a whole batch waits, or a run ended
+        self._task: asyncio.Task[None] | None = None
+
+    def has_pending(self, pump: EventPump) -> None:
+        """``pump`` has new events or finished reading: write them soon."""
+        self._pumps.add(pump)
+        self._pending += 1
+        self._wake.set()
+        if self._pending >= self.batch_size or pump.reading_done:
+            self._full.set()
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="threadstore-relay-write")
+
+    async def _run(self) -> None:
         failures = 0
         while True:
             await self._wake.wait()
             self._wake.clear()
-            if not self._reading_done and len(self._pending) < self.batch_size:
+            if not self._full.is_set():
                 # The first pending event waits at most one interval for company.
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._full.wait(), self.flush_interval)
-                except TimeoutError:
-                    pass
             self._full.clear()
-            done = self._reading_done
             try:
-                await self._flush()
+                await self._write()
             except Exception as exc:
-                # The batch is pending again; a run's events are worth retrying while
-                # it streams (readers elsewhere need them), and a while after it ended.
                 failures += 1
-                if done and failures >= RELAY_FINAL_ATTEMPTS:
-                    raise
                 delay = min(RELAY_RETRY_MAX_DELAY, self.flush_interval * 2 ** (failures - 1))
-                logger.warning(
-                    "relaying run %s/%s failed (%s); retrying in %.2f s",
-                    self.handle.thread_id,
-                    self.handle.run_id,
-                    exc,
-                    delay,
-                )
+                logger.warning("relaying events failed (%s); retrying in %.2f s", exc, delay)
+                if failures >= RELAY_FINAL_ATTEMPTS:
+                    for pump in [p for p in self._pumps if p.reading_done]:
+                        self._pumps.discard(pump)
+                        pump.stop(exc)
                 await asyncio.sleep(delay)
                 self._wake.set()
                 continue
             failures = 0
-            if done:
+            for pump in list(self._pumps):
+                if not pump.pending:
+                    self._pumps.discard(pump)
+                    if pump.reading_done:
+                        pump.stop()
+            if self._pumps:
+                self._wake.set()  # a run with no chat yet, or events that came meanwhile
+            else:
+                self._task = None  # the next pending event starts a new writer
                 return
-            if self._pending:
-                self._wake.set()  # not written (no chat yet, or more came meanwhile)
 
-    async def _flush(self) -> None:
-        chat = getattr(self.handle.agent, "chat", None)
-        chat_uuid = getattr(chat, "chat_uuid", None)
-        if not self._pending or not isinstance(chat_uuid, UUID):
-            return  # no chat yet: the events wait for the next flush
-        batch, self._pending = self._pending, []
+    async def _write(self) -> None:
+        taken: list[tuple[EventPump, list[tuple[int, str]]]] = []
+        batches: list[tuple[UUID, str, list[tuple[int, str]]]] = []
+        for pump in list(self._pumps):
+            chat_uuid = pump.chat_uuid
+            if chat_uuid is None:
+                if pump.reading_done:  # the run ended before it had a chat (refused input)
+                    pump.pending = []
+                continue  # otherwise its events wait for the chat
+            if pump.pending:
+                taken.append((pump, pump.pending))
+                batches.append((chat_uuid, pump.handle.run_id, pump.pending))
+                pump.pending = []
+        self._pending = sum(len(p.pending) for p in self._pumps)
+        if not taken:
+            return
         try:
-            await self.relay.append(chat_uuid, self.handle.run_id, batch)
+            await self.relay.append(batches)
         except BaseException:
-            self._pending = batch + self._pending  # in order, ahead of what came meanwhile
+            for pump, batch in taken:  # in order, ahead of what came meanwhile
+                pump.pending = batch + pump.pending
+            self._pending = sum(len(p.pending) for p in self._pumps)
             raise
-        self.batches += 1
-        self.written_id = batch[-1][0]
-        self._signal_progress()
+        self.statements += 1
+        for pump, batch in taken:
+            pump.written(batch[-1][0])
