@@ -484,30 +484,38 @@ class PostgresStore(Store):
 
     async def create_message(self, message_data: MessageCreate) -> Message:
         data = message_data
-        if data.chat_uuid is None:
+        # The append hot path: the DTO's fields from its dict, enums (str subclasses)
+        # as they are, and no extras to split off a stock DTO.
+        fields = data.__dict__
+        if fields["chat_uuid"] is None:
             raise NotFoundError("MessageCreate.chat_uuid is required")
-        _, extra = split_create(data, MessageCreate)
-        created = data.created_at or utcnow()
+        extra = None if type(data) is MessageCreate else split_create(data, MessageCreate)[1]
+        created = fields["created_at"] or utcnow()
+        parts, activity, metadata = (
+            fields["content_parts"],
+            fields["activity_content"],
+            fields["metadata"],
+        )
         async with self._connection() as conn:
             rows = await self._fetch_on(
                 conn,
                 sql.INSERT_MESSAGE,
-                data.message_uuid,
-                data.chat_uuid,
-                data.parent_uuid,
-                data.agui_id,
-                data.role.value,
-                data.name,
-                data.content,
-                dump_parts(data.content_parts),
-                data.encrypted_value,
-                data.activity_type,
-                dump_json(data.activity_content),
-                data.status.value,
-                data.in_progress,
-                data.step_name,
-                data.run_id,
-                dump_metadata(data.metadata),
+                fields["message_uuid"],
+                fields["chat_uuid"],
+                fields["parent_uuid"],
+                fields["agui_id"],
+                fields["role"],
+                fields["name"],
+                fields["content"],
+                None if parts is None else dump_parts(parts),
+                fields["encrypted_value"],
+                fields["activity_type"],
+                None if activity is None else dump_json(activity),
+                fields["status"],
+                fields["in_progress"],
+                fields["step_name"],
+                fields["run_id"],
+                dump_metadata(metadata) if metadata else None,
                 extra,
                 FORMAT_VERSION,
                 created,
