@@ -116,6 +116,35 @@ async def test_create_message_for_an_unknown_chat_raises_value_error(store: Stor
     assert list(await store.get_chat_messages(unknown)) == []
 
 
+async def test_a_tool_call_or_reasoning_step_with_an_existing_uuid_is_rejected(
+    store: Store, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    chat = await make_chat()
+    message = await add_message(chat, "answer")
+    call = await store.create_message_tool_call(
+        MessageToolCallCreate(message_uuid=message.message_uuid, tool_call_id="c1", name="f")
+    )
+    step = await store.create_message_reasoning(
+        MessageReasoningCreate(message_uuid=message.message_uuid, content="thinking")
+    )
+
+    with pytest.raises(ConflictError):
+        await store.create_message_tool_call(
+            MessageToolCallCreate(
+                message_uuid=message.message_uuid, uuid=call.uuid, tool_call_id="c2", name="g"
+            )
+        )
+    with pytest.raises(ConflictError):
+        await store.create_message_reasoning(
+            MessageReasoningCreate(message_uuid=message.message_uuid, uuid=step.uuid)
+        )
+
+    stored = await store.get_message(message.message_uuid)
+    assert stored is not None
+    assert [(c.tool_call_id, c.seq) for c in stored.tool_calls] == [("c1", 1)]
+    assert [(r.content, r.seq) for r in stored.reasonings] == [("thinking", 2)]
+
+
 async def test_create_message_with_an_existing_uuid_is_rejected(
     store: Store, make_chat: MakeChat, add_message: AddMessage
 ) -> None:

@@ -66,6 +66,8 @@ class _State:
         self.messages: dict[UUID, dict[str, Any]] = {}
         self.tool_calls: dict[UUID, dict[str, Any]] = {}
         self.reasonings: dict[UUID, dict[str, Any]] = {}
+        self.children: dict[UUID, tuple[tuple[str, UUID], ...]] = {}
+        """Per message, its children in ``seq`` order: ``("tool_calls" | "reasonings", uuid)``."""
         self.runs: dict[tuple[UUID, str], Run] = {}
 
     def snapshot(self) -> _State:
@@ -147,16 +149,13 @@ class MemoryStore(Store):
 
     def _message(self, row: dict[str, Any]) -> Message:
         message: Message = self._load(self.message_model, self.codecs.message, row)
-        uuid = row["message_uuid"]
+        state = self._state
+        children = state.children.get(row["message_uuid"], ())
         message.tool_calls = [
-            self._tool_call(tc)
-            for tc in sorted(self._state.tool_calls.values(), key=lambda r: r["seq"])
-            if tc["message_uuid"] == uuid
+            self._tool_call(state.tool_calls[u]) for table, u in children if table == "tool_calls"
         ]
         message.reasonings = [
-            self._reasoning(r)
-            for r in sorted(self._state.reasonings.values(), key=lambda r: r["seq"])
-            if r["message_uuid"] == uuid
+            self._reasoning(state.reasonings[u]) for table, u in children if table == "reasonings"
         ]
         return message
 
@@ -265,6 +264,7 @@ class MemoryStore(Store):
             owned = {u for u, m in state.messages.items() if m["chat_uuid"] == chat_uuid}
             for u in owned:
                 del state.messages[u]
+                state.children.pop(u, None)
             state.tool_calls = {
                 k: v for k, v in state.tool_calls.items() if v["message_uuid"] not in owned
             }
@@ -318,17 +318,30 @@ class MemoryStore(Store):
         async with self._lock.hold():
             if data.message_uuid not in self._state.messages:
                 raise NotFoundError(f"parent message {data.message_uuid} does not exist")
+            if data.uuid in self._state.tool_calls:
+                raise ConflictError(f"{data.uuid} already exists in tool_calls")
             base, extra = split_create(data, MessageToolCallCreate)
             row = self._row(base, extra)
             now = utcnow()
-            row.update(seq=self._next_child_seq(data.message_uuid), created_at=now, updated_at=now)
+            seq = self._add_child("tool_calls", data.message_uuid, data.uuid)
+            row.update(seq=seq, created_at=now, updated_at=now)
             self._state.tool_calls[data.uuid] = row
             return self._tool_call(row)
 
-    def _next_child_seq(self, message_uuid: UUID) -> int:
-        """Tool calls and reasoning steps share one position counter per message."""
-        children = itertools.chain(self._state.tool_calls.values(), self._state.reasonings.values())
-        return 1 + max((r["seq"] for r in children if r["message_uuid"] == message_uuid), default=0)
+    def _add_child(self, table: str, message_uuid: UUID, uuid: UUID) -> int:
+        """Register a new tool call or reasoning step; return its position (``seq``).
+
+        Tool calls and reasoning steps share one position counter per message.
+        """
+        state = self._state
+        children = state.children.get(message_uuid, ())
+        last_seq = 0
+        if children:
+            last_table, last = children[-1]
+            last_seq = getattr(state, last_table)[last]["seq"]
+        # A new tuple, never an appended one: snapshots share the old.
+        state.children[message_uuid] = (*children, (table, uuid))
+        return last_seq + 1
 
     async def update_message_tool_call(
         self, uuid: UUID, update: MessageToolCallUpdate
@@ -344,10 +357,13 @@ class MemoryStore(Store):
         async with self._lock.hold():
             if data.message_uuid not in self._state.messages:
                 raise NotFoundError(f"parent message {data.message_uuid} does not exist")
+            if data.uuid in self._state.reasonings:
+                raise ConflictError(f"{data.uuid} already exists in reasonings")
             base, extra = split_create(data, MessageReasoningCreate)
             row = self._row(base, extra)
             now = utcnow()
-            row.update(seq=self._next_child_seq(data.message_uuid), created_at=now, updated_at=now)
+            seq = self._add_child("reasonings", data.message_uuid, data.uuid)
+            row.update(seq=seq, created_at=now, updated_at=now)
             self._state.reasonings[data.uuid] = row
             return self._reasoning(row)
 
