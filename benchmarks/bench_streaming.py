@@ -4,10 +4,11 @@ Part 1 streams a scripted run of 10,000 events (20 assistant turns of reasoning,
 and a tool call with streamed arguments and a result) to a client, once straight from
 the agent and once through ``StreamPersistenceManager`` + ``StorageAgent`` on a SQLite
 file, ``handle.wait()`` included; events/s and their ratio. Part 2 stamps each event
-as the agent yields it and as the client receives it while every store write takes
-50 ms, and reports the latency threadstore adds (p50, p99). Part 3 holds every store
-write for 10 s (and until the stream ended) and records the traced peak memory of runs
-of two content sizes and two event counts. Part 4 times ``import threadstore`` in fresh
+as the agent yields it and as the client receives it while every call to a store write
+method (or to ``apply_writes``, a whole flush) takes 50 ms, and reports the latency
+threadstore adds (p50, p99). Part 3 holds every store write for 10 s (and until the
+stream ended) and records the traced peak memory of runs of two content sizes and two
+event counts. Part 4 times ``import threadstore`` in fresh
 interpreters.
 
 Run ``python benchmarks/bench_streaming.py`` (``--quick`` for a smoke run of a few
@@ -387,7 +388,7 @@ def latencies(sent: Sequence[int], received: Sequence[int]) -> list[float]:
 
 
 async def run_latency(args: argparse.Namespace, root: Path) -> list[Goal]:
-    """Part 2: added client latency per event while every store write takes 50 ms."""
+    """Part 2: added client latency per event while every store write call takes 50 ms."""
     base = await open_store(f"sqlite:///{root / 'latency.db'}")
     store = SlowStore(base, delay=args.write_delay)
     measured: dict[str, list[float]] = {"alone": [], "threadstore": []}
@@ -424,7 +425,7 @@ async def run_latency(args: argparse.Namespace, root: Path) -> list[Goal]:
     rows.append(["added by threadstore", *(f"{q:.3f}" for q in added), ""])
     pace = "back to back" if args.pace == 0 else f"one every {args.pace * 1e3:g} ms"
     print(
-        f"\n## Part 2: latency from the agent's yield to the client, every store write"
+        f"\n## Part 2: latency from the agent's yield to the client, every store write call"
         f" {args.write_delay * 1e3:g} ms; {args.events:,} events ({pace}),"
         f" {args.latency_reps} interleaved runs per path, all events pooled\n"
     )
