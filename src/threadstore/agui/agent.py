@@ -214,10 +214,8 @@ class StorageAgent:
             return
         persister, folders = started
         pending, put, fold_now = persister.pending, persister.put, persister.fold_now
-        stream: AsyncIterator[BaseEvent] | None = None
-        status, error = MessageStatus.COMPLETE, None
-        try:
-            stream = self.inner_agent.run(input)
+        async with _Streaming(self, persister) as streaming:
+            stream = streaming.stream = self.inner_agent.run(input)
             async for event in stream:
                 # While nothing is queued ahead of it, an event whose handler is the default
                 # is folded right here (no I/O): a delta extending an open record in well
@@ -230,14 +228,6 @@ class StorageAgent:
                 ):
                     put(event)
                 yield event
-        except (asyncio.CancelledError, GeneratorExit):
-            status = MessageStatus.INTERRUPTED
-            raise
-        except BaseException as exc:
-            status, error = MessageStatus.ERRORED, f"{type(exc).__name__}: {exc}"
-            raise
-        finally:
-            await self._finish(stream, persister, status, error)
 
     async def run_into(self, input: RunAgentInput, emit: Callable[[BaseEvent], None]) -> None:
         """:meth:`run`, handing each event to ``emit`` instead of yielding it.
@@ -254,26 +244,16 @@ class StorageAgent:
             return
         persister, folders = started
         pending, put, fold_now = persister.pending, persister.put, persister.fold_now
-        stream: AsyncIterator[BaseEvent] | None = None
-        status, error = MessageStatus.COMPLETE, None
-        try:
-            stream = self.inner_agent.run(input)
+        async with _Streaming(self, persister) as streaming:
+            stream = streaming.stream = self.inner_agent.run(input)
             async for event in stream:
-                # As in run().
+                # As in run(): the test is inlined in both, as it runs for every event.
                 if pending or (
                     ((folder := folders.get(type(event))) is None or not folder(event))
                     and not fold_now(event)
                 ):
                     put(event)
                 emit(event)
-        except asyncio.CancelledError:
-            status = MessageStatus.INTERRUPTED
-            raise
-        except BaseException as exc:
-            status, error = MessageStatus.ERRORED, f"{type(exc).__name__}: {exc}"
-            raise
-        finally:
-            await self._finish(stream, persister, status, error)
 
     async def _start(
         self, input: RunAgentInput
@@ -671,6 +651,34 @@ class StorageAgent:
 
 AGUIStorageAgent = StorageAgent
 """The seed's name for :class:`StorageAgent`."""
+
+
+class _Streaming:
+    """``async with``: one run's inner stream; on the way out, how it ended finalizes the run.
+
+    Normal end -> complete; cancelled (or the consumer closed ``run()``) -> interrupted;
+    anything raised -> errored. Shared by :meth:`StorageAgent.run` and ``run_into``.
+    """
+
+    __slots__ = ("agent", "persister", "stream")
+
+    def __init__(self, agent: StorageAgent, persister: RunPersister) -> None:
+        self.agent, self.persister = agent, persister
+        self.stream: AsyncIterator[BaseEvent] | None = None
+
+    async def __aenter__(self) -> _Streaming:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        status, error = MessageStatus.COMPLETE, None
+        if kind is not None and issubclass(kind, asyncio.CancelledError | GeneratorExit):
+            status = MessageStatus.INTERRUPTED
+        elif kind is not None:
+            status, error = MessageStatus.ERRORED, f"{kind.__name__}: {exc}"
+        await self.agent._finish(self.stream, self.persister, status, error)
+
 
 _APPLYING_HANDLERS = frozenset(
     vars(StorageAgent)[name]

@@ -209,6 +209,11 @@ WRITE_METHODS = frozenset(
 """The methods :meth:`Store.apply_writes` takes."""
 
 
+def overrides(store: Store, backend: type[Store], method: str) -> bool:
+    """Whether ``store``'s class replaces ``backend``'s ``method`` (a batch must then call it)."""
+    return getattr(type(store), method) is not getattr(backend, method)
+
+
 def update_fields(update: Any) -> dict[str, Any]:
     """Return the explicitly-set, non-None fields of an update DTO."""
     fields: dict[str, Any] = update.model_dump(exclude_unset=True, exclude_none=True)

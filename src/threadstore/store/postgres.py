@@ -63,7 +63,13 @@ from threadstore.models import (
     utcnow,
 )
 from threadstore.store import postgres_schema as sql
-from threadstore.store.base import Store, Write, check_limit, require_chat_identity
+from threadstore.store.base import (
+    Store,
+    Write,
+    check_limit,
+    overrides,
+    require_chat_identity,
+)
 from threadstore.store.cursor import decode_chat_cursor, encode_chat_cursor
 from threadstore.store.history_cache import DEFAULT_HISTORY_CACHE_MESSAGES, HistoryCache
 from threadstore.store.records import split_create, split_update
@@ -575,9 +581,7 @@ class PostgresStore(Store):
         return messages[0] if messages else None
 
     async def _apply_write(self, write: Write) -> None:
-        if write.method != "update_message" or type(self).update_message is not (
-            PostgresStore.update_message
-        ):
+        if write.method != "update_message" or overrides(self, PostgresStore, write.method):
             await super()._apply_write(write)
             return
         # The batch returns nothing: the message's tool calls and reasoning steps,

@@ -42,7 +42,13 @@ from threadstore.models import (
     ToolCall,
     utcnow,
 )
-from threadstore.store.base import Store, Write, check_limit, require_chat_identity
+from threadstore.store.base import (
+    Store,
+    Write,
+    check_limit,
+    overrides,
+    require_chat_identity,
+)
 from threadstore.store.cursor import decode_chat_cursor, encode_chat_cursor
 from threadstore.store.history_cache import DEFAULT_HISTORY_CACHE_MESSAGES, HistoryCache
 from threadstore.store.records import WriterLock, split_create, split_update
@@ -913,16 +919,12 @@ class SQLiteStore(Store):
         statements: list[_Statement] = []
         for write in writes:
             build = builders.get(write.method)
-            if build is None or _overridden(type(self), write.method):
+            if build is None or overrides(self, SQLiteStore, write.method):
                 await super().apply_writes(writes)
                 return
             statements += build(*write.args)
         if statements:
             await self._run(*statements)
-
-
-def _overridden(cls: type[SQLiteStore], method: str) -> bool:
-    return getattr(cls, method) is not getattr(SQLiteStore, method)
 
 
 def _split_script(script: str) -> list[str]:
