@@ -101,15 +101,14 @@ class StatementLog:
         if not self.statements or self.statements[-1] != sql:
             self.statements.append(sql)
 
-    async def count(self, conn: aiosqlite.Connection, action: Callable[[], Any]) -> int:
-        """Return how many client statements awaiting ``action()`` sends on ``conn``."""
+    async def count(self, store: SQLiteStore, action: Callable[[], Any]) -> int:
+        """Return how many client statements awaiting ``action()`` sends to ``store``'s file."""
         self.statements = []
-        await conn.set_trace_callback(self)
+        await store.set_trace_callback(self)
         try:
             await action()
         finally:
-            # sqlite3 takes None to remove the hook; aiosqlite's annotation leaves it out.
-            await conn.set_trace_callback(None)  # type: ignore[arg-type]
+            await store.set_trace_callback(None)
         return len(self.statements)
 
 
@@ -298,6 +297,69 @@ class ThreadstoreNoCache(Threadstore):
         self.chat_uuid = chat.chat_uuid
 
 
+class ThreadstoreThread(Threadstore):
+    """threadstore with inline calls off: every statement through aiosqlite's thread."""
+
+    name = "threadstore, inline off"
+
+    async def open(self, path: Path, extra_pragmas: Sequence[str] = ()) -> None:
+        self.store = await open_store(f"sqlite:///{path}?inline=off")
+        assert isinstance(self.store, SQLiteStore)
+        for pragma in extra_pragmas:
+            await self.store.connection.execute(pragma)
+        chat = await self.store.create_chat(
+            ChatCreate(user_uuid=uuid.uuid4(), thread_id="bench", name="bench")
+        )
+        self.chat_uuid = chat.chat_uuid
+
+
+class RawInline(RawSameSchema):
+    """sqlite3 on the event loop's thread (no worker thread), in threadstore's schema.
+
+    The floor for threadstore's inline path: the same rows and statements with
+    nothing around them, blocking the loop for each one and never yielding.
+    """
+
+    name = "raw sqlite3 on the event loop, threadstore schema"
+
+    async def open(self, path: Path, extra_pragmas: Sequence[str] = ()) -> None:
+        await super().open(path, extra_pragmas)
+        self.inline = sqlite3.connect(path, isolation_level=None)
+        for pragma in (*PRAGMAS, *extra_pragmas):
+            self.inline.execute(pragma)
+
+    async def append(self, turns: Sequence[Turn]) -> None:
+        for turn in turns:
+            message_uuid = str(uuid.uuid4())
+            now = stamp()
+            self.inline.execute(
+                _RAW_INSERT,
+                (
+                    message_uuid,
+                    self.chat_uuid,
+                    self.parent,
+                    turn.agui_id,
+                    turn.role,
+                    turn.content,
+                    "complete",
+                    0,
+                    RUN_ID,
+                    FORMAT_VERSION,
+                    now,
+                    now,
+                ),
+            )
+            self.parent = message_uuid
+
+    async def load(self) -> list[str]:
+        rows = self.inline.execute(_RAW_SELECT, (self.chat_uuid,)).fetchall()
+        return [row[7] for row in rows]
+
+    async def close(self) -> None:
+        self.inline.close()
+        await super().close()
+
+
 class LangChain:
     """langchain-community's SQLChatMessageHistory on a SQLAlchemy engine, same pragmas."""
 
@@ -340,7 +402,15 @@ def slug(name: str) -> str:
 
 def contenders() -> list[Contender]:
     """A fresh, unopened instance of each contender."""
-    return [Threadstore(), ThreadstoreNoCache(), RawSameSchema(), RawDriver(), LangChain()]
+    return [
+        Threadstore(),
+        ThreadstoreNoCache(),
+        ThreadstoreThread(),
+        RawSameSchema(),
+        RawInline(),
+        RawDriver(),
+        LangChain(),
+    ]
 
 
 async def repetition(
@@ -384,6 +454,9 @@ async def wal_pages(root: Path, turns: Sequence[Turn]) -> dict[str, float]:
     for racer in contenders():
         path = root / f"wal-{slug(racer.name)}.db"
         await racer.open(path, extra_pragmas=("PRAGMA wal_autocheckpoint = 0",))
+        store = getattr(racer, "store", None)
+        if isinstance(store, SQLiteStore):
+            store.checkpoint_every_writes = 0  # the inline path's own checkpoints too
         try:
             await racer.append(turns[:1])
             probe = sqlite3.connect(path)
@@ -409,13 +482,7 @@ async def run_history(args: argparse.Namespace, root: Path) -> list[Goal]:
         print(f"  repetition {rep + 1}/{args.reps} done", file=sys.stderr)
     pages = await wal_pages(root, turns[: min(len(turns), 501)])
 
-    names = [
-        Threadstore.name,
-        ThreadstoreNoCache.name,
-        RawSameSchema.name,
-        RawDriver.name,
-        LangChain.name,
-    ]
+    names = [racer.name for racer in contenders()]
     append = {n: samples.median(f"{n}/append") for n in names}
     load = {n: samples.median(f"{n}/load") for n in names}
     rows = [
@@ -452,13 +519,18 @@ async def run_history(args: argparse.Namespace, root: Path) -> list[Goal]:
         f"\nthreadstore statements: create_message = {statements[0]},"
         f" get_chat_messages ({args.messages:,} messages) = {statements[1]}\n"
     )
-    threadstore, uncached, raw, minimal, langchain = names
+    threadstore, uncached, thread, raw, floor, minimal, langchain = names
     print(
         "For information, against a minimal hand-made table (no tree, no activity order,"
         f" fewer indexes): append {append[minimal] / append[threadstore]:.2f}x,"
         f" load {load[threadstore] / load[minimal]:.2f}x (cache on),"
         f" {load[uncached] / load[minimal]:.2f}x (cache off); load with the cache off"
         f" against the same schema: {load[uncached] / load[raw]:.2f}x\n"
+    )
+    print(
+        "For information, appends: threadstore with inline calls off against raw aiosqlite"
+        f" {append[raw] / append[thread]:.2f}x; threadstore against raw sqlite3 on the event"
+        f" loop {append[floor] / append[threadstore]:.2f}x\n"
     )
     return [
         Goal("append throughput threadstore/raw", append[raw] / append[threadstore], 0.8),
@@ -472,9 +544,9 @@ async def history_statements(contender: Contender, turn: Turn) -> tuple[int, int
     """Statements of one more ``create_message`` and of one full ``get_chat_messages``."""
     assert isinstance(contender, Threadstore) and isinstance(contender.store, SQLiteStore)
     log = StatementLog()
-    conn = contender.store.connection
-    appended = await log.count(conn, partial(contender.append, [turn]))
-    loaded = await log.count(conn, contender.load)
+    store = contender.store
+    appended = await log.count(store, partial(contender.append, [turn]))
+    loaded = await log.count(store, contender.load)
     return appended, loaded
 
 
@@ -568,8 +640,8 @@ async def run_catalog(args: argparse.Namespace, root: Path) -> None:
         if len(await store.get_last_messages(chosen)) != 100:
             raise SystemExit("get_last_messages did not return one message per chat")
         log = StatementLog()
-        listed = await log.count(store.connection, partial(store.list_chats, user))
-        last = await log.count(store.connection, partial(store.get_last_messages, chosen))
+        listed = await log.count(store, partial(store.list_chats, user))
+        last = await log.count(store, partial(store.get_last_messages, chosen))
     finally:
         await store.close()
     rows = [

@@ -1,8 +1,8 @@
 """Shared fixtures: one ``store`` fixture parametrized over every backend.
 
-``memory`` and ``sqlite`` always run. ``postgres`` runs when
-``THREADSTORE_TEST_POSTGRES_URL`` names a server the tests may create databases on;
-each test then gets a fresh database that is dropped afterwards.
+``memory``, ``sqlite`` and ``sqlite-thread`` (SQLite with inline calls off) always
+run. ``postgres`` runs when ``THREADSTORE_TEST_POSTGRES_URL`` names a server the tests
+may create databases on; each test then gets a fresh database that is dropped afterwards.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ POSTGRES_URL_ENV = "THREADSTORE_TEST_POSTGRES_URL"
 BACKENDS = [
     pytest.param("memory", id="memory"),
     pytest.param("sqlite", id="sqlite"),
+    # Every statement through aiosqlite's thread, none inline on the event loop.
+    pytest.param("sqlite-thread", id="sqlite-thread"),
     pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
 ]
 
@@ -66,6 +68,8 @@ async def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIter
         yield "memory://"
     elif backend == "sqlite":
         yield f"sqlite:///{tmp_path / 'threadstore.db'}"
+    elif backend == "sqlite-thread":
+        yield f"sqlite:///{tmp_path / 'threadstore.db'}?inline=off"
     else:
         server_url = os.environ.get(POSTGRES_URL_ENV)
         if not server_url:

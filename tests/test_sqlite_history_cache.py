@@ -70,9 +70,9 @@ async def test_a_repeated_read_is_one_statement_and_returns_the_same_history(
     first = await store.get_chat_messages(chat.chat_uuid)
 
     counter = _Statements()
-    await store.connection.set_trace_callback(counter)
+    await store.set_trace_callback(counter)
     second = await store.get_chat_messages(chat.chat_uuid)
-    await store.connection.set_trace_callback(None)
+    await store.set_trace_callback(None)
 
     assert second == first
     assert counter.count == 1

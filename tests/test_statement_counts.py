@@ -51,12 +51,11 @@ class StatementLog:
 async def count_statements(store: SQLiteStore, action: Callable[[], Awaitable[object]]) -> int:
     """Return how many statements awaiting ``action()`` sends to the database."""
     log = StatementLog()
-    await store.connection.set_trace_callback(log)
+    await store.set_trace_callback(log)
     try:
         await action()
     finally:
-        # sqlite3 takes None to remove the hook; aiosqlite's annotation leaves it out.
-        await store.connection.set_trace_callback(None)  # type: ignore[arg-type]
+        await store.set_trace_callback(None)
     return len(log.statements)
 
 

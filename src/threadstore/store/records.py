@@ -98,7 +98,9 @@ class WriterLock:
     """Serializes writers on one connection; re-entrant within the task that holds it.
 
     A transaction holds the lock for its whole body, so another task's statements can
-    neither interleave with it nor read its uncommitted writes.
+    neither interleave with it nor read its uncommitted writes. The lock also counts
+    the tasks holding or waiting for it: a statement may skip the queue only when
+    nobody is in it (:attr:`idle`), which keeps statements in the order they asked.
     """
 
     def __init__(self) -> None:
@@ -106,6 +108,7 @@ class WriterLock:
         self._holder: contextvars.ContextVar[bool] = contextvars.ContextVar(
             f"writer_lock_{id(self)}", default=False
         )
+        self._users = 0
 
     @property
     def held(self) -> bool:
@@ -113,9 +116,13 @@ class WriterLock:
         return self._holder.get()
 
     @property
-    def mutex(self) -> asyncio.Lock:
-        """The lock itself, for one statement that takes no other lock while it runs."""
-        return self._lock
+    def idle(self) -> bool:
+        """True when no task holds the lock or waits for it."""
+        return self._users == 0
+
+    def turn(self) -> _Turn:
+        """``async with`` the lock for one statement that takes no other lock while it runs."""
+        return _Turn(self)
 
     @asynccontextmanager
     async def hold(self) -> AsyncIterator[bool]:
@@ -123,9 +130,32 @@ class WriterLock:
         if self._holder.get():
             yield False
             return
-        async with self._lock:
+        async with self.turn():
             token = self._holder.set(True)
             try:
                 yield True
             finally:
                 self._holder.reset(token)
+
+
+class _Turn:
+    """One acquisition of a :class:`WriterLock` (a class: every statement enters one)."""
+
+    __slots__ = ("_owner",)
+
+    def __init__(self, owner: WriterLock) -> None:
+        self._owner = owner
+
+    async def __aenter__(self) -> None:
+        owner = self._owner
+        owner._users += 1
+        try:
+            await owner._lock.acquire()
+        except BaseException:
+            owner._users -= 1
+            raise
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        owner = self._owner
+        owner._lock.release()
+        owner._users -= 1
