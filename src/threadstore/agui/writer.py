@@ -81,14 +81,33 @@ def _extended(cls: type[_ModelT], names: frozenset[str]) -> type[_ModelT]:
     return create_model(f"{cls.__name__}WithFields", __base__=cls, **fields)
 
 
+@functools.cache
+def _field_names(cls: type[BaseModel]) -> frozenset[str]:
+    return frozenset(cls.model_fields)
+
+
+_new = object.__new__
+_setattr = object.__setattr__
+
+
 def _with_fields(dto: _ModelT, fields: dict[str, Any]) -> _ModelT:
     """Return ``dto`` with ``fields`` set; keys its class lacks are declared on a subclass."""
     if not fields:
         return dto
-    unknown = frozenset(fields) - set(type(dto).model_fields)
+    cls = type(dto)
+    unknown = fields.keys() - _field_names(cls)
     if not unknown:
-        return dto.model_copy(update=fields)
-    extended: type[_ModelT] = _extended(type(dto), unknown)
+        if dto.__pydantic_extra__ is not None or dto.__pydantic_private__ is not None:
+            return dto.model_copy(update=fields)
+        # model_copy(update=...) without its generic steps: this runs for every record
+        # of every flush. Shallow, unvalidated, fields marked set: what model_copy does.
+        copied = _new(cls)
+        _setattr(copied, "__dict__", {**dto.__dict__, **fields})
+        _setattr(copied, "__pydantic_fields_set__", dto.__pydantic_fields_set__ | fields.keys())
+        _setattr(copied, "__pydantic_extra__", None)
+        _setattr(copied, "__pydantic_private__", None)
+        return copied
+    extended: type[_ModelT] = _extended(cls, frozenset(unknown))
     return extended.model_validate({**dto.model_dump(), **fields})
 
 

@@ -816,7 +816,8 @@ class SQLiteStore(Store):
         return messages[0] if messages else None
 
     def _tool_call_insert(self, data: MessageToolCallCreate, now: datetime) -> list[_Statement]:
-        _, extra = split_create(data, MessageToolCallCreate)
+        stock = type(data) is MessageToolCallCreate  # nothing to keep in ``extra``
+        extra = None if stock else split_create(data, MessageToolCallCreate)[1]
         return [
             _Statement(
                 _INSERT_TOOL_CALL,
@@ -862,7 +863,8 @@ class SQLiteStore(Store):
         return loaded[0] if loaded else None
 
     def _reasoning_insert(self, data: MessageReasoningCreate, now: datetime) -> list[_Statement]:
-        _, extra = split_create(data, MessageReasoningCreate)
+        stock = type(data) is MessageReasoningCreate  # nothing to keep in ``extra``
+        extra = None if stock else split_create(data, MessageReasoningCreate)[1]
         return [
             _Statement(
                 _INSERT_REASONING,
