@@ -31,7 +31,16 @@ import asyncpg
 
 from bench_sqlite import RUN_ID, Turn, conversation
 from common import Goal, Samples, collect_garbage, machine_line, markdown_table, rotated, timed
-from threadstore import FORMAT_VERSION, ChatCreate, MessageCreate, MessageStatus, Role, open_store
+from threadstore import (
+    FORMAT_VERSION,
+    ChatCreate,
+    MessageCreate,
+    MessageStatus,
+    Role,
+    chat_deduplication_key,
+    open_store,
+)
+from threadstore.store.postgres_schema import INSERT_MESSAGE
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
 
@@ -253,6 +262,69 @@ class RawDriver:
         await self.conn.close()
 
 
+class RawSameSchema(RawDriver):
+    """asyncpg by hand on one connection, writing the very rows threadstore writes.
+
+    The tables come from threadstore's own migration; each append sends threadstore's
+    own statement (the message row, and the chat's active leaf, activity time and
+    version in the same statement) with the same values; a load selects the same
+    columns in the same order. The difference to threadstore is only what threadstore
+    does around the statements: its models, its pool and its error handling.
+    """
+
+    name = "raw asyncpg, threadstore schema"
+
+    async def open(self, url: str, commit: str) -> None:
+        self.conn = await asyncpg.connect(url, server_settings={"synchronous_commit": commit})
+        schema = await open_store(url)  # creates threadstore's tables if need be
+        await schema.close()
+        self.chat_uuid = uuid.uuid4()
+        user, now = uuid.uuid4(), datetime.now(UTC)
+        await self.conn.execute(
+            "INSERT INTO chats (chat_uuid, user_uuid, thread_id, dedup_key, name,"
+            " format_version, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $7)",
+            self.chat_uuid,
+            user,
+            "bench-raw",
+            chat_deduplication_key(user, "bench-raw"),
+            "bench",
+            FORMAT_VERSION,
+            now,
+        )
+
+    async def append(self, turns: Sequence[Turn]) -> None:
+        for turn in turns:
+            await self.conn.fetch(
+                INSERT_MESSAGE,
+                uuid.uuid4(),
+                self.chat_uuid,
+                None,
+                turn.agui_id,
+                turn.role,
+                None,
+                turn.content,
+                None,
+                None,
+                None,
+                None,
+                "complete",
+                False,
+                None,
+                RUN_ID,
+                None,
+                None,
+                FORMAT_VERSION,
+                datetime.now(UTC),
+            )
+
+    async def load(self) -> list[str]:
+        rows = await self.conn.fetch(_SAME_SCHEMA_SELECT, self.chat_uuid)
+        return [row[7] for row in rows]
+
+
+_SAME_SCHEMA_SELECT = f"SELECT {_RAW_COLUMNS} FROM messages WHERE chat_uuid = $1 ORDER BY seq"
+
+
 class LangChain:
     """langchain-postgres's PostgresChatMessageHistory on a psycopg async connection."""
 
@@ -295,6 +367,7 @@ async def run_repetition(
         contenders: list[Contender] = [
             Threadstore(),
             ThreadstoreNoCache(),
+            RawSameSchema(),
             RawDriver(),
             LangChain(),
         ]
@@ -331,7 +404,13 @@ async def run_history(args: argparse.Namespace) -> list[Goal]:
         statements = await run_repetition(args, rep, turns, samples) or statements
         print(f"  repetition {rep + 1}/{args.reps} done", file=sys.stderr)
 
-    names = [Threadstore.name, ThreadstoreNoCache.name, RawDriver.name, LangChain.name]
+    names = [
+        Threadstore.name,
+        ThreadstoreNoCache.name,
+        RawSameSchema.name,
+        RawDriver.name,
+        LangChain.name,
+    ]
     append = {n: samples.median(f"{n}/append") for n in names}
     load = {n: samples.median(f"{n}/load") for n in names}
     rows = [
@@ -367,11 +446,17 @@ async def run_history(args: argparse.Namespace) -> list[Goal]:
         f" get_chat_messages ({args.messages:,} messages) = {statements[1]} the first time,"
         f" {statements[2]} while the chat is unchanged\n"
     )
-    threadstore, uncached, raw, langchain = names
+    threadstore, uncached, raw, minimal, langchain = names
     print(
         f"For information, with the history cache off: full load time threadstore/raw"
         f" {load[uncached] / load[raw]:.2f}x, langchain/threadstore"
         f" {load[langchain] / load[uncached]:.2f}x\n"
+    )
+    print(
+        "For information, against a minimal hand-made table (one row per message, no chat"
+        f" row to keep current): append {append[minimal] / append[threadstore]:.2f}x,"
+        f" load {load[threadstore] / load[minimal]:.2f}x; raw asyncpg on that table against"
+        f" langchain-postgres: append {append[langchain] / append[minimal]:.2f}x\n"
     )
     return [
         Goal("append throughput threadstore/raw", append[raw] / append[threadstore], 0.8),
