@@ -20,6 +20,7 @@ from uuid import UUID, uuid4
 import pytest
 
 from threadstore import ChatCreate, ConfigurationError, MessageCreate, open_store
+from threadstore.store.records import WriterLock
 from threadstore.store.sqlite import (
     CHECKPOINT_EVERY_WRITES,
     INLINE_MAX_BYTES,
@@ -163,10 +164,32 @@ async def test_another_task_transaction_keeps_its_place(tmp_path: Path) -> None:
         await asyncio.sleep(0.05)
         queued = not later.done()
         release.set()
+        await asyncio.sleep(0)  # the transaction ends; "second" is due but has not run yet
+        last = await store.create_message(MessageCreate(chat_uuid=chat_uuid, content="third"))
         await asyncio.gather(holder, later)
 
     assert queued  # it did not slip past the open transaction on the other connection
-    assert stored_contents(path, chat_uuid) == ["first", "second"]
+    assert stored_contents(path, chat_uuid) == ["first", "second", "third"]
+    assert last.parent_uuid == later.result().message_uuid  # nor did "third" past "second"
+
+
+async def test_the_writer_lock_is_not_idle_while_a_released_waiter_has_yet_to_run() -> None:
+    lock = WriterLock()
+    order: list[str] = []
+
+    async def queued() -> None:
+        async with lock.turn():
+            order.append("queued")
+
+    async with lock.turn():
+        waiter = asyncio.ensure_future(queued())
+        await asyncio.sleep(0)  # the waiter is in the lock's queue
+        assert not lock.idle
+    # Released: the waiter is due but has not run. An inline call now would jump it.
+    assert not waiter.done()
+    assert not lock.idle
+    await waiter
+    assert lock.idle and order == ["queued"]
 
 
 async def test_a_loop_of_inline_calls_lets_other_tasks_run(tmp_path: Path) -> None:

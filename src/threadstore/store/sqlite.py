@@ -7,7 +7,7 @@ the middle of it. Several processes may share one file: SQLite serializes their
 writers and ``busy_timeout`` makes them wait instead of failing.
 
 Small calls run inline. A round trip to aiosqlite's thread costs more than a small
-write itself (on a 2-core VM about 100 µs against 40 to 60), so a write of at most
+write itself (on a 2-core VM 100 to 180 µs against about 60), so a write of at most
 :data:`INLINE_MAX_STATEMENTS` statements and :data:`INLINE_MAX_BYTES` of text, and a
 lookup of one record, run on the event loop's thread on a second connection when no
 other task of the store holds or waits for the writer lock. That connection never
