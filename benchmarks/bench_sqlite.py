@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 from uuid import UUID
 
 import aiosqlite
@@ -137,9 +137,13 @@ class Threadstore:
     """threadstore's SQLite backend through its public API."""
 
     name = "threadstore"
+    query = ""
+    """Options in the store's URL."""
+    options: ClassVar[dict[str, Any]] = {}
+    """Keyword options of ``open_store``."""
 
     async def open(self, path: Path, extra_pragmas: Sequence[str] = ()) -> None:
-        self.store = await open_store(f"sqlite:///{path}")
+        self.store = await open_store(f"sqlite:///{path}{self.query}", **self.options)
         assert isinstance(self.store, SQLiteStore)
         for pragma in extra_pragmas:
             await self.store.connection.execute(pragma)
@@ -215,28 +219,29 @@ class RawDriver:
         )
         self.parent: str | None = None
 
+    def next_row(self, turn: Turn) -> tuple[Any, ...]:
+        """The values of ``turn``'s row, its parent the previous message's."""
+        message_uuid, now = str(uuid.uuid4()), stamp()
+        row = (
+            message_uuid,
+            self.chat_uuid,
+            self.parent,
+            turn.agui_id,
+            turn.role,
+            turn.content,
+            "complete",
+            0,
+            RUN_ID,
+            FORMAT_VERSION,
+            now,
+            now,
+        )
+        self.parent = message_uuid
+        return row
+
     async def append(self, turns: Sequence[Turn]) -> None:
         for turn in turns:
-            message_uuid = str(uuid.uuid4())
-            now = stamp()
-            await self.conn.execute_insert(
-                _RAW_INSERT,
-                (
-                    message_uuid,
-                    self.chat_uuid,
-                    self.parent,
-                    turn.agui_id,
-                    turn.role,
-                    turn.content,
-                    "complete",
-                    0,
-                    RUN_ID,
-                    FORMAT_VERSION,
-                    now,
-                    now,
-                ),
-            )
-            self.parent = message_uuid
+            await self.conn.execute_insert(_RAW_INSERT, self.next_row(turn))
 
     async def load(self) -> list[str]:
         rows = await self.conn.execute_fetchall(_RAW_SELECT, (self.chat_uuid,))
@@ -285,32 +290,14 @@ class ThreadstoreNoCache(Threadstore):
     """threadstore with its history cache turned off: every load reads every row."""
 
     name = "threadstore, history cache off"
-
-    async def open(self, path: Path, extra_pragmas: Sequence[str] = ()) -> None:
-        self.store = await open_store(f"sqlite:///{path}", history_cache_messages=0)
-        assert isinstance(self.store, SQLiteStore)
-        for pragma in extra_pragmas:
-            await self.store.connection.execute(pragma)
-        chat = await self.store.create_chat(
-            ChatCreate(user_uuid=uuid.uuid4(), thread_id="bench", name="bench")
-        )
-        self.chat_uuid = chat.chat_uuid
+    options: ClassVar[dict[str, Any]] = {"history_cache_messages": 0}
 
 
 class ThreadstoreThread(Threadstore):
     """threadstore with inline calls off: every statement through aiosqlite's thread."""
 
     name = "threadstore, inline off"
-
-    async def open(self, path: Path, extra_pragmas: Sequence[str] = ()) -> None:
-        self.store = await open_store(f"sqlite:///{path}?inline=off")
-        assert isinstance(self.store, SQLiteStore)
-        for pragma in extra_pragmas:
-            await self.store.connection.execute(pragma)
-        chat = await self.store.create_chat(
-            ChatCreate(user_uuid=uuid.uuid4(), thread_id="bench", name="bench")
-        )
-        self.chat_uuid = chat.chat_uuid
+    query = "?inline=off"
 
 
 class RawInline(RawSameSchema):
@@ -330,26 +317,7 @@ class RawInline(RawSameSchema):
 
     async def append(self, turns: Sequence[Turn]) -> None:
         for turn in turns:
-            message_uuid = str(uuid.uuid4())
-            now = stamp()
-            self.inline.execute(
-                _RAW_INSERT,
-                (
-                    message_uuid,
-                    self.chat_uuid,
-                    self.parent,
-                    turn.agui_id,
-                    turn.role,
-                    turn.content,
-                    "complete",
-                    0,
-                    RUN_ID,
-                    FORMAT_VERSION,
-                    now,
-                    now,
-                ),
-            )
-            self.parent = message_uuid
+            self.inline.execute(_RAW_INSERT, self.next_row(turn))
 
     async def load(self) -> list[str]:
         rows = self.inline.execute(_RAW_SELECT, (self.chat_uuid,)).fetchall()

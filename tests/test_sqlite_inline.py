@@ -11,15 +11,13 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Any
 from uuid import UUID, uuid4
 
 import pytest
 
-from threadstore import ChatCreate, ConfigurationError, MessageCreate, open_store
+from sqlite_support import counting_hops, sqlite_store
+from threadstore import ChatCreate, ConfigurationError, MessageCreate
 from threadstore.store.records import WriterLock
 from threadstore.store.sqlite import (
     CHECKPOINT_EVERY_WRITES,
@@ -27,34 +25,6 @@ from threadstore.store.sqlite import (
     SQLiteStore,
     sqlite_options,
 )
-
-
-@asynccontextmanager
-async def sqlite_store(path: Path, query: str = "") -> AsyncIterator[SQLiteStore]:
-    store = await open_store(f"sqlite:///{path}{query}")
-    assert isinstance(store, SQLiteStore)
-    try:
-        yield store
-    finally:
-        await store.close()
-
-
-@contextmanager
-def counting_hops(store: SQLiteStore) -> Iterator[list[int]]:
-    """Count the calls the store makes to its aiosqlite thread inside the block."""
-    hops = [0]
-    connection = store.connection
-    send = connection._execute
-
-    async def counted(*args: Any, **kwargs: Any) -> Any:
-        hops[0] += 1
-        return await send(*args, **kwargs)
-
-    connection._execute = counted  # type: ignore[method-assign]
-    try:
-        yield hops
-    finally:
-        del connection._execute  # back to the class's method
 
 
 def stored_contents(path: Path, chat_uuid: UUID) -> list[str]:

@@ -11,16 +11,15 @@ per message would show here on any machine.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
 from uuid import UUID, uuid4
 
 import pytest
 
+from sqlite_support import counting_hops, sqlite_store
 from threadstore import (
     ChatCreate,
     MessageCreate,
@@ -29,7 +28,6 @@ from threadstore import (
     MessageToolCallCreate,
     MessageUpdate,
     Role,
-    open_store,
 )
 from threadstore.store import Write
 from threadstore.store.sqlite import SQLiteStore
@@ -57,17 +55,6 @@ async def count_statements(store: SQLiteStore, action: Callable[[], Awaitable[ob
     finally:
         await store.set_trace_callback(None)
     return len(log.statements)
-
-
-@asynccontextmanager
-async def sqlite_store(path: Path) -> AsyncIterator[SQLiteStore]:
-    """An open, migrated SQLite store on ``path``."""
-    store = await open_store(f"sqlite:///{path}")
-    assert isinstance(store, SQLiteStore)
-    try:
-        yield store
-    finally:
-        await store.close()
 
 
 async def add_turn(store: SQLiteStore, chat_uuid: UUID, content: str) -> None:
@@ -213,21 +200,3 @@ def turns_of_writes(chat_uuid: UUID, turns: int) -> list[Write]:
             Write("update_message", (message_uuid, MessageUpdate(content=f"answer {index}"))),
         ]
     return writes
-
-
-@contextmanager
-def counting_hops(store: SQLiteStore) -> Iterator[list[int]]:
-    """Count the calls the store makes to its aiosqlite thread inside the block."""
-    hops = [0]
-    connection = store.connection
-    send = connection._execute
-
-    async def counted(*args: Any, **kwargs: Any) -> Any:
-        hops[0] += 1
-        return await send(*args, **kwargs)
-
-    connection._execute = counted  # type: ignore[method-assign]
-    try:
-        yield hops
-    finally:
-        del connection._execute  # back to the class's method
