@@ -772,6 +772,78 @@ def test_the_delta_fast_path_folds_any_stream_exactly_like_apply(events: list[Ba
     assert_fast_path_folds_like_apply(events, fast_fold_history())
 
 
+def fold_in_runs(fold: ConversationFold, events: Sequence[BaseEvent]) -> list[Any]:
+    """Fold as a storage agent does: deltas buffered, then folded run by run at the next
+    other event (or the end); returns the snapshot after each such point."""
+    kinds = fold.delta_folders().keys()
+    buffered: list[BaseEvent] = []
+    snapshots: list[Any] = []
+
+    def drain() -> None:
+        index = 0
+        while index < len(buffered):
+            taken = fold.apply_deltas(buffered, index)
+            if not taken:
+                fold.apply(buffered[index])
+            index += taken or 1
+        buffered.clear()
+
+    for event in events:
+        if type(event) in kinds:
+            buffered.append(event)
+            continue
+        drain()
+        snapshots.append(fold_snapshot(fold))
+        fold.apply(event)
+        snapshots.append(fold_snapshot(fold))
+    drain()
+    snapshots.append(fold_snapshot(fold))
+    return snapshots
+
+
+def assert_runs_fold_like_apply(events: Sequence[BaseEvent], history: list[Message]) -> None:
+    slow = ConversationFold("run-1", thread_id="thread-1", history=history)
+    fast = ConversationFold("run-1", thread_id="thread-1", history=history)
+    expected: list[Any] = []
+    kinds = slow.delta_folders().keys()
+    for event in events:  # a snapshot where fold_in_runs takes one: before and after others
+        if type(event) not in kinds:
+            expected.append(fold_snapshot(slow))
+        slow.apply(event)
+        if type(event) not in kinds:
+            expected.append(fold_snapshot(slow))
+    expected.append(fold_snapshot(slow))
+    assert fold_in_runs(fast, events) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(DELTA_ALPHABET), max_size=40))
+@example(  # long runs of one record's deltas, of every kind, back to back
+    [
+        TextMessageStartEvent(message_id="m"),
+        *[TextMessageContentEvent(message_id="m", delta=c) for c in "abcde"],
+        ToolCallStartEvent(tool_call_id="c", tool_call_name="f", parent_message_id="m"),
+        *[ToolCallArgsEvent(tool_call_id="c", delta=c) for c in '{"a":1}'],
+        ReasoningMessageStartEvent(message_id="r", role="reasoning"),
+        *[ReasoningMessageContentEvent(message_id="r", delta=c) for c in ("x", "", "y")],
+        *[TextMessageContentEvent(message_id="m", delta=c) for c in "fgh"],
+        *[ToolCallArgsEvent(tool_call_id="p", delta=c) for c in "[]"],  # not owned
+    ]
+)
+def test_deltas_folded_run_by_run_fold_exactly_like_apply(events: list[BaseEvent]) -> None:
+    assert_runs_fold_like_apply(events, fast_fold_history())
+
+
+def test_a_run_of_one_record_deltas_is_folded_in_one_call() -> None:
+    fold = fold_of(TextMessageStartEvent(message_id="m"))
+    deltas = [TextMessageContentEvent(message_id="m", delta=c) for c in "hello"]
+    other = TextMessageContentEvent(message_id="elsewhere", delta="!")
+
+    assert fold.apply_deltas([*deltas, other]) == 5  # the last is another record's
+    assert fold.apply_deltas([other]) == 0  # an unknown id needs apply
+    assert fold.records["m:m"].content == "hello"
+
+
 def test_the_deltas_of_a_well_formed_stream_all_take_the_fast_path() -> None:
     events = [
         *full_turn(),

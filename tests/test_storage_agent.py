@@ -75,6 +75,7 @@ from threadstore.agui.legacy import (
     ThinkingTextMessageStartEvent,
 )
 from threadstore.agui.translate import translate_messages
+from threadstore.agui.writer import DELTA_BATCH
 from threadstore.fold import ConversationFold
 from threadstore.store import Write
 
@@ -921,6 +922,46 @@ async def test_deltas_folded_inline_store_exactly_what_awaited_handlers_store(
     assert len(fast) == 6 and {m.status for m in fast} == {COMPLETE}
     deltas = sum(isinstance(e, DELTA_TYPES) for e in deltas_everywhere("run-a"))
     assert applied.count("run-b") - applied.count("run-a") == deltas - 4  # 4 open a record
+
+
+async def test_deltas_not_folded_yet_are_written_by_a_flush_in_the_middle_of_a_message(
+    memory: Store,
+) -> None:
+    script = [
+        run_started(),
+        TextMessageStartEvent(message_id="m1"),
+        *[TextMessageContentEvent(message_id="m1", delta=c) for c in "abc"],
+        run_finished(),
+    ]
+    agent = make_agent(memory, ScriptedAgent(script))
+    stream = agent.run(run_input())
+    for _ in script[:-1]:
+        await anext(stream)
+    held = agent.backlog  # the three deltas wait for the next other event
+
+    await agent.persisted()
+    (message,) = await history(memory)
+    await collect(stream)
+
+    assert held == 3
+    assert (message.content, message.status) == ("abc", MessageStatus.ACTIVE)
+
+
+async def test_a_run_holds_fewer_than_delta_batch_deltas_unfolded(memory: Store) -> None:
+    count = 3 * DELTA_BATCH + 5
+    script = [
+        run_started(),
+        TextMessageStartEvent(message_id="m1"),
+        *[TextMessageContentEvent(message_id="m1", delta="x") for _ in range(count)],
+        TextMessageEndEvent(message_id="m1"),
+        run_finished(),
+    ]
+    agent = make_agent(memory, ScriptedAgent(script))
+    held = [agent.backlog async for _ in agent.run(run_input())]
+
+    (message,) = await history(memory)
+    assert max(held) == DELTA_BATCH - 1  # folded every DELTA_BATCH deltas, not at the end
+    assert (message.content, message.status) == ("x" * count, COMPLETE)
 
 
 DELTA_TYPES = (

@@ -190,6 +190,16 @@ class ContentBuffer:
 _MIN_UNJOINED = 256
 """Unread deltas a :class:`ContentBuffer` keeps apart before joining them anyway."""
 
+# How ConversationFold.apply_deltas extends a run of content deltas: the attribute
+# naming the record, the fast path's id cache, and which deltas its fast path appends
+# (every one, only non-empty ones, or every one when the run owns the record).
+_GROW_ALL, _GROW_NONEMPTY, _GROW_OWNED = "all", "nonempty", "owned"
+_DELTA_RUNS: dict[type[BaseEvent], tuple[str, str, str]] = {
+    TextMessageContentEvent: ("message_id", "_text_ids", _GROW_ALL),
+    ReasoningMessageContentEvent: ("message_id", "_reasoning_ids", _GROW_NONEMPTY),
+    ToolCallArgsEvent: ("tool_call_id", "_tool_ids", _GROW_OWNED),
+}
+
 
 def event_type_name(event: BaseEvent) -> str:
     """Return an event's wire type (``"TEXT_MESSAGE_START"``...), enum or plain string."""
@@ -468,6 +478,44 @@ class ConversationFold:
         """:meth:`apply_delta` split by exact event class, for callers that dispatch already."""
         return dict(self._delta_folders)
 
+    def apply_deltas(self, events: Sequence[BaseEvent], start: int = 0) -> int:
+        """Fold ``events[start]``, and the content deltas after it for the same record, at once.
+
+        Exactly what :meth:`apply_delta` does for each of them in turn (the same text,
+        versions, dirty set and timestamp), for the runs of one message's, tool call's
+        or reasoning message's content deltas a stream is mostly made of: the record
+        is looked up once and the deltas appended together. Returns how many events it
+        folded; 0 when ``events[start]`` needs :meth:`apply`. A chunk event is folded
+        alone.
+        """
+        first = events[start]
+        kind: Any = type(first)  # Any: a follower of this class is a content delta event
+        folder = self._delta_folders.get(kind)
+        if folder is None or not folder(first):
+            return 0
+        run = _DELTA_RUNS.get(kind)
+        if run is None:
+            return 1
+        attr, cache, mode = run
+        target = getattr(first, attr)
+        record = getattr(self, cache)[target]  # the fast path has just cached it
+        every = mode is _GROW_ALL or (mode is _GROW_OWNED and record.owned)
+        nonempty = mode is _GROW_NONEMPTY
+        deltas: list[str] = []
+        end, count = start + 1, len(events)
+        while end < count:
+            follower: Any = events[end]
+            if type(follower) is not kind or getattr(follower, attr) != target:
+                break
+            if every or (nonempty and follower.delta):
+                deltas.append(follower.delta)
+            end += 1
+        if end - start > 1:
+            self.current_event_timestamp = events[end - 1].timestamp
+            if deltas:
+                self._grow_all(record, deltas)
+        return end - start
+
     def finish(self, status: MessageStatus) -> list[FoldRecord]:
         """End the run: every record it owns that is still active takes ``status``."""
         for slot in _CHUNK_SLOTS.values():
@@ -653,6 +701,19 @@ class ConversationFold:
             buffer._join()
         record.version += 1
         record.content_version += 1
+        self.dirty.add(record.key)
+
+    def _grow_all(self, record: FoldRecord, deltas: list[str]) -> None:
+        # _grow for each of ``deltas`` in turn, in one step (the joins may fall elsewhere;
+        # the text is the same).
+        buffer = record.text
+        parts = buffer._parts
+        parts.extend(deltas)
+        buffer._joined = None
+        if len(parts) > buffer._limit:
+            buffer._join()
+        record.version += len(deltas)
+        record.content_version += len(deltas)
         self.dirty.add(record.key)
 
     def _fast_text_content(self, event: TextMessageContentEvent) -> bool:

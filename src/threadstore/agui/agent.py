@@ -2,12 +2,12 @@
 
 :class:`StorageAgent` (also exported as ``AGUIStorageAgent``, the seed's name) is
 transparent: :meth:`StorageAgent.run` yields the inner agent's events unchanged and in
-real time, and never waits on the store. A delta extending an open record (text,
-tool call arguments, reasoning, or their chunk forms) whose handler is the default is
-folded on the spot, a few hundred nanoseconds of pure data work
-(:meth:`~threadstore.fold.ConversationFold.apply_delta`); every other event, and
-every event while one is queued, is *enqueued* for persistence. Two background
-tasks own the rest:
+real time, and never waits on the store. While nothing is queued, an event whose
+handler is the default is folded on the producer, pure data work: deltas (text, tool
+call arguments, reasoning, or their chunk forms) a few dozen at a time, each run of one
+record's at once (:meth:`~threadstore.fold.ConversationFold.apply_deltas`), any other
+event at once after them. An event with an overridden handler, and every event while
+one is queued, is *enqueued* for persistence. Two background tasks own the rest:
 
 - the **fold task** drains the queue in order and applies the event handlers, which
   only mutate the run's :class:`~threadstore.fold.ConversationFold` (no I/O); a
@@ -94,7 +94,7 @@ from ag_ui.core import (
 )
 
 from threadstore.agui import legacy
-from threadstore.agui.writer import RunPersister
+from threadstore.agui.writer import DELTA_BATCH, RunPersister
 from threadstore.errors import InvalidInputError, StoreError
 from threadstore.fold import (
     ConversationFold,
@@ -212,21 +212,29 @@ class StorageAgent:
             for event in started:
                 yield event
             return
-        persister, folders = started
+        persister, delta_kinds = started
         pending, put, fold_now = persister.pending, persister.put, persister.fold_now
+        deltas, fold_deltas = persister.deltas, persister.fold_deltas
         async with _Streaming(self, persister) as streaming:
             stream = streaming.stream = self.inner_agent.run(input)
             async for event in stream:
                 # While nothing is queued ahead of it, an event whose handler is the default
-                # is folded right here (no I/O): a delta extending an open record in well
-                # under a microsecond, anything else through the full fold. Events with
-                # an overridden handler go to the fold task, and so does everything after
-                # them until it has caught up, to keep their order.
-                if pending or (
-                    ((folder := folders.get(type(event))) is None or not folder(event))
-                    and not fold_now(event)
-                ):
+                # is folded here, on the producer (no I/O): deltas a few dozen at a time,
+                # each run of one record's at once (RunPersister.fold_deltas), anything
+                # else at once through the full fold, after the deltas before it. Events
+                # with an overridden handler go to the fold task, and so does everything
+                # after them until it has caught up, to keep their order.
+                if pending:
                     put(event)
+                elif type(event) in delta_kinds:
+                    deltas.append(event)
+                    if len(deltas) >= DELTA_BATCH:
+                        fold_deltas()
+                else:
+                    if deltas:
+                        fold_deltas()
+                    if not fold_now(event):
+                        put(event)
                 yield event
 
     async def run_into(self, input: RunAgentInput, emit: Callable[[BaseEvent], None]) -> None:
@@ -242,23 +250,30 @@ class StorageAgent:
             for event in started:
                 emit(event)
             return
-        persister, folders = started
+        persister, delta_kinds = started
         pending, put, fold_now = persister.pending, persister.put, persister.fold_now
+        deltas, fold_deltas = persister.deltas, persister.fold_deltas
         async with _Streaming(self, persister) as streaming:
             stream = streaming.stream = self.inner_agent.run(input)
             async for event in stream:
-                # As in run(): the test is inlined in both, as it runs for every event.
-                if pending or (
-                    ((folder := folders.get(type(event))) is None or not folder(event))
-                    and not fold_now(event)
-                ):
+                # As in run(): the dispatch is inlined in both, as it runs for every event.
+                if pending:
                     put(event)
+                elif type(event) in delta_kinds:
+                    deltas.append(event)
+                    if len(deltas) >= DELTA_BATCH:
+                        fold_deltas()
+                else:
+                    if deltas:
+                        fold_deltas()
+                    if not fold_now(event):
+                        put(event)
                 emit(event)
 
     async def _start(
         self, input: RunAgentInput
-    ) -> list[BaseEvent] | tuple[RunPersister, dict[type[BaseEvent], Callable[[Any], bool]]]:
-        """Set the run up: (its persister, the inline delta folders), or the refusal's events."""
+    ) -> list[BaseEvent] | tuple[RunPersister, frozenset[type[BaseEvent]]]:
+        """Set the run up: (its persister, the delta classes it folds), or the refusal's events."""
         if self._persister is not None:
             raise RuntimeError("a StorageAgent runs once; build a new one per run")
         try:
@@ -289,12 +304,12 @@ class StorageAgent:
             )
             await self.run_repo.start_run(run)
         persister = self._persister = RunPersister(self, chat, fold)
-        folders = {
-            kind: folder
-            for kind, folder in fold.delta_folders().items()
+        delta_kinds = frozenset(
+            kind
+            for kind in fold.delta_folders()
             if self._inline_handler(kind) is ConversationFold.apply
-        }
-        return persister, folders
+        )
+        return persister, delta_kinds
 
     async def _finish(
         self,
@@ -359,9 +374,11 @@ class StorageAgent:
 
     @property
     def backlog(self) -> int:
-        """Events handed to persistence that the fold task has not applied yet."""
+        """Events handed to persistence and not folded yet: queued, or deltas held back."""
         persister = self._persister
-        return 0 if persister is None else persister.enqueued - persister.folded
+        if persister is None:
+            return 0
+        return persister.enqueued - persister.folded + len(persister.deltas)
 
     # --- input ---------------------------------------------------------------------------
 

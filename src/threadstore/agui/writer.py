@@ -54,6 +54,13 @@ _RUN_STATUS = {
 }
 _RECORD_STATUS = {run: record for record, run in _RUN_STATUS.items()}
 
+DELTA_BATCH = 64
+"""Deltas a stream hands over before they are folded (:meth:`RunPersister.fold_deltas`).
+
+Folding a run of one record's deltas at once costs less than folding each as it
+comes; this bounds what a run holds unfolded.
+"""
+
 _ModelT = TypeVar("_ModelT", bound=BaseModel)
 _T = TypeVar("_T")
 
@@ -173,6 +180,8 @@ class RunPersister:
     def __init__(self, agent: StorageAgent, chat: Chat, fold: ConversationFold) -> None:
         self.agent, self.chat, self.fold = agent, chat, fold
         self.pending: collections.deque[BaseEvent | StreamEnd] = collections.deque()
+        self.deltas: list[BaseEvent] = []
+        """Deltas the stream handed over while nothing was pending, not folded yet."""
         self._arrival: asyncio.Future[None] | None = None
         self.enqueued = self.folded = 0
         self._writer_wakeup = asyncio.Event()
@@ -197,6 +206,7 @@ class RunPersister:
         self.enqueued += 1
 
     async def close(self, status: MessageStatus, error: str | None) -> None:
+        self.fold_deltas()
         self._push(StreamEnd(status, error))
         await self._fold_task
         await self._writer_task
@@ -232,6 +242,7 @@ class RunPersister:
 
     def barrier(self) -> Callable[[], bool]:
         """A predicate that holds once everything folded so far is written."""
+        self.fold_deltas()
         pending = {
             record.key: record.version
             for record in self.fold.records.values()
@@ -260,6 +271,28 @@ class RunPersister:
         except KeyError:
             handler = self._inline[kind] = self.agent._inline_handler(kind)
             return handler
+
+    def fold_deltas(self) -> None:
+        """Fold the deltas in :attr:`deltas`, in order: each run of one record's at once.
+
+        Called before anything reads the fold: the next event that is not such a delta,
+        a flush, a barrier, the end of the stream, and every ``DELTA_BATCH`` deltas.
+        """
+        deltas = self.deltas
+        if not deltas:
+            return
+        apply_deltas = self.fold.apply_deltas
+        index, count = 0, len(deltas)
+        try:
+            while index < count:
+                taken = apply_deltas(deltas, index)
+                if taken:
+                    index += taken
+                else:  # a delta that opens a record, warns or closes a chunk
+                    self.fold_now(deltas[index])
+                    index += 1
+        finally:
+            deltas.clear()
 
     def fold_now(self, event: BaseEvent) -> bool:
         """Fold ``event`` on the spot if its handler is a default one; False to queue it.
@@ -445,6 +478,7 @@ class RunPersister:
 
     async def _flush(self, *, final: bool) -> None:
         """Write the records dirty now (and, if ``final``, finalize the run) in transactions."""
+        self.fold_deltas()
         records = self.fold.take_dirty()
         if self.chat_deleted:
             return
