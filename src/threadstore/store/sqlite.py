@@ -156,6 +156,13 @@ _INSERT_REASONING = (
     " RETURNING seq"
 )
 
+# The creates of a batch, whose results nobody reads: without RETURNING, SQLite need
+# not collect the new rows (about 3.5 µs a statement).
+_UNRETURNED = {
+    sql: sql.partition(" RETURNING ")[0]
+    for sql in (_INSERT_MESSAGE, _INSERT_TOOL_CALL, _INSERT_REASONING)
+}
+
 # The active branch of a chat that has branches: the path from the active leaf to the
 # root. A chat that never branched reads every message instead (one index range scan).
 _BRANCH_FILTER = (
@@ -249,8 +256,10 @@ def _run_statements(
     try:
         results: list[list[Any]] = []
         for statement in statements:
-            rows = conn.execute(statement.sql, statement.params).fetchall()
-            if statement.missing is not None and not rows:
+            cursor = conn.execute(statement.sql, statement.params)
+            rows = cursor.fetchall()
+            # A statement that must touch a row: rows it returned, or rows it inserted.
+            if statement.missing is not None and not rows and cursor.rowcount < 1:
                 raise NotFoundError(statement.missing)
             results.append(rows)
         if transaction:
@@ -1124,6 +1133,8 @@ class SQLiteStore(Store):
                 await super().apply_writes(writes)
                 return
             statements += build(*write.args)
+        for statement in statements:
+            statement.sql = _UNRETURNED.get(statement.sql, statement.sql)
         if statements:
             await self._run(*statements)
 
