@@ -89,6 +89,7 @@ _RUN_STARTED, _RUN_FINISHED, _RUN_ERROR = (
     EventType.RUN_FINISHED,
     EventType.RUN_ERROR,
 )
+_RUN_BOUNDS = frozenset((_RUN_STARTED, _RUN_FINISHED, _RUN_ERROR))
 
 
 class AGUIAgentLike(Protocol):
@@ -344,11 +345,12 @@ class RunHandle(Generic[AgentT]):
             del events[:drop]
             self._base_id += drop
         kind = event.type
-        if kind == _RUN_FINISHED or kind == _RUN_ERROR:
-            self._ended = True
-            self._ended_in_error = kind == _RUN_ERROR
-        elif kind == _RUN_STARTED:
-            self._ended = False
+        if kind in _RUN_BOUNDS:  # one set lookup for the events that are neither
+            if kind == _RUN_STARTED:
+                self._ended = False
+            else:
+                self._ended = True
+                self._ended_in_error = kind == _RUN_ERROR
         if self._readers:
             if self._wake_timer is None:
                 self._signal()
