@@ -208,7 +208,12 @@ async def test_a_fast_stream_reaches_readers_in_batches_with_no_gap_or_duplicate
     assert seen[-1][1] == len(events)
 
 
-async def test_the_wake_interval_stretches_while_wakes_find_one_event_and_shrinks_back() -> None:
+async def test_the_wake_interval_stretches_while_wakes_find_one_event_and_shrinks_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Room for several doublings between the base and the ceiling, whatever the defaults.
+    monkeypatch.setattr(RunHandle, "reader_wake_interval", 100e-6)
+    monkeypatch.setattr(RunHandle, "reader_wake_interval_max", 1.6e-3)
     async with StreamPersistenceManager(lambda: FedAgent()) as manager:
         handle = await manager.run(make_input())
         base, ceiling = handle.reader_wake_interval, handle.reader_wake_interval_max
@@ -225,7 +230,7 @@ async def test_the_wake_interval_stretches_while_wakes_find_one_event_and_shrink
             handle._adapt_wake_interval(delivered=40, since_last=soon)
         handle.cancel()
 
-    assert intervals[:2] == [base * 2, base * 4]
+    assert intervals[:4] == [base * 2, base * 4, base * 8, ceiling]
     assert stretched == ceiling == max(intervals)
     assert after_a_pause == ceiling  # a quiet spell is no reason to stretch (or shrink)
     assert handle._wake_interval == base

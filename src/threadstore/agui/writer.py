@@ -1,7 +1,8 @@
 """The background half of a storage agent's run: the fold task and the writer task.
 
-:class:`RunPersister` receives the events :meth:`StorageAgent.run` enqueues (it folds
-deltas itself while nothing is queued). Its fold task applies the agent's event
+:class:`RunPersister` receives the events :meth:`StorageAgent.run` enqueues, and the
+deltas it holds back while nothing is queued (:attr:`RunPersister.deltas`, folded a run
+at a time by :meth:`RunPersister.fold_deltas`). Its fold task applies the agent's event
 handlers to the run's :class:`~threadstore.fold.ConversationFold` (no I/O): a default
 handler synchronously, an overridden one awaited, one event after the other. Its
 writer task writes what the fold marked dirty, after a boundary (at most once per
