@@ -825,31 +825,41 @@ class SQLiteStore(Store):
         return messages[0] if messages else None
 
     def _tool_call_insert(self, data: MessageToolCallCreate, now: datetime) -> list[_Statement]:
-        stock = type(data) is MessageToolCallCreate  # nothing to keep in ``extra``
-        extra = None if stock else split_create(data, MessageToolCallCreate)[1]
-        return [
-            _Statement(
-                _INSERT_TOOL_CALL,
-                (
-                    str(data.message_uuid),
-                    str(data.uuid),
-                    data.tool_call_id,
-                    data.name,
-                    data.arguments,
-                    data.content,
-                    data.result_message_id,
-                    data.error,
-                    data.status.value,
-                    int(data.in_progress),
-                    data.step_name,
-                    dump_metadata(data.metadata),
-                    extra,
-                    FORMAT_VERSION,
-                    _ts(now),
-                ),
-                missing=f"parent message {data.message_uuid} does not exist",
-            )
-        ]
+        own = (
+            data.tool_call_id,
+            data.name,
+            data.arguments,
+            data.content,
+            data.result_message_id,
+            data.error,
+        )
+        return self._child_insert(_INSERT_TOOL_CALL, data, MessageToolCallCreate, own, now)
+
+    @staticmethod
+    def _child_insert(
+        sql: str,
+        data: MessageToolCallCreate | MessageReasoningCreate,
+        base_cls: type[MessageToolCallCreate | MessageReasoningCreate],
+        own: tuple[Any, ...],
+        now: datetime,
+    ) -> list[_Statement]:
+        """A tool call's or reasoning step's insert: its parent, ``own`` columns, the rest."""
+        stock = type(data) is base_cls  # nothing to keep in ``extra``
+        extra = None if stock else split_create(data, base_cls)[1]
+        params = (
+            str(data.message_uuid),
+            str(data.uuid),
+            *own,
+            data.status.value,
+            int(data.in_progress),
+            data.step_name,
+            dump_metadata(data.metadata),
+            extra,
+            FORMAT_VERSION,
+            _ts(now),
+        )
+        missing = f"parent message {data.message_uuid} does not exist"
+        return [_Statement(sql, params, missing=missing)]
 
     async def create_message_tool_call(self, data: MessageToolCallCreate) -> ToolCall:
         now = utcnow()
@@ -872,29 +882,8 @@ class SQLiteStore(Store):
         return loaded[0] if loaded else None
 
     def _reasoning_insert(self, data: MessageReasoningCreate, now: datetime) -> list[_Statement]:
-        stock = type(data) is MessageReasoningCreate  # nothing to keep in ``extra``
-        extra = None if stock else split_create(data, MessageReasoningCreate)[1]
-        return [
-            _Statement(
-                _INSERT_REASONING,
-                (
-                    str(data.message_uuid),
-                    str(data.uuid),
-                    data.agui_id,
-                    data.name,
-                    data.content,
-                    data.encrypted_value,
-                    data.status.value,
-                    int(data.in_progress),
-                    data.step_name,
-                    dump_metadata(data.metadata),
-                    extra,
-                    FORMAT_VERSION,
-                    _ts(now),
-                ),
-                missing=f"parent message {data.message_uuid} does not exist",
-            )
-        ]
+        own = (data.agui_id, data.name, data.content, data.encrypted_value)
+        return self._child_insert(_INSERT_REASONING, data, MessageReasoningCreate, own, now)
 
     async def create_message_reasoning(self, data: MessageReasoningCreate) -> Reasoning:
         now = utcnow()
