@@ -21,6 +21,7 @@ from test_crash_recovery import WAIT_LIMIT, start_child, wait_for_text
 from threadstore import ChatCreate, ConflictError, InvalidInputError, Store
 from threadstore.agui.agent import StorageAgent
 from threadstore.agui.distributed import DistributedRunManager
+from threadstore.agui.manager import RunHandle
 from threadstore.agui.relay import EventRelay
 from threadstore.models import MessageStatus, RunStatus
 
@@ -220,10 +221,12 @@ def paused_script(thread: str, run: str) -> list[Any]:
     ]
 
 
+TwoManagers = tuple[DistributedRunManager[Any], DistributedRunManager[Any], ScriptedAgent]
+"""The run's owner, another process's manager, and the owner's gated agent."""
+
+
 @pytest.fixture
-async def two_managers(
-    pg_store: Store,
-) -> AsyncIterator[tuple[DistributedRunManager[Any], DistributedRunManager[Any], ScriptedAgent]]:
+async def two_managers(pg_store: Store) -> AsyncIterator[TwoManagers]:
     """Two managers on one database, as two server processes; the first runs a gated agent."""
     inner = ScriptedAgent(paused_script("thread-s", "run-s"), pause_after=3)
     owner = DistributedRunManager(paused_factory(pg_store, inner), store=pg_store)
@@ -235,15 +238,22 @@ async def two_managers(
             inner.gate.set()
 
 
+async def start_paused(managers: TwoManagers, user_uuid: uuid.UUID) -> RunHandle[Any]:
+    """Start ``user_uuid``'s run "thread-s"/"run-s" on the owner; return once it paused."""
+    owner, _, inner = managers
+    handle = await owner.run(run_input("thread-s", "run-s", [user("u1")]), user_uuid)
+    await inner.paused.wait()
+    return handle
+
+
 @pytest.mark.postgres
 async def test_another_user_reaches_no_run_through_its_thread_and_run_ids(
     pg_store: Store,
-    two_managers: tuple[DistributedRunManager[Any], DistributedRunManager[Any], ScriptedAgent],
+    two_managers: TwoManagers,
 ) -> None:
-    owner, other, inner = two_managers
+    owner, other, _ = two_managers
     alice, bob = uuid.uuid4(), uuid.uuid4()
-    handle = await owner.run(run_input("thread-s", "run-s", [user("u1")]), alice)
-    await inner.paused.wait()
+    handle = await start_paused(two_managers, alice)
     # Bob even has a thread of his own with the same id.
     await pg_store.create_chat(ChatCreate(user_uuid=bob, thread_id="thread-s"))
 
@@ -266,12 +276,11 @@ async def test_another_user_reaches_no_run_through_its_thread_and_run_ids(
 @pytest.mark.postgres
 async def test_trusted_callers_resume_and_cancel_by_chat_uuid(
     pg_store: Store,
-    two_managers: tuple[DistributedRunManager[Any], DistributedRunManager[Any], ScriptedAgent],
+    two_managers: TwoManagers,
 ) -> None:
-    owner, other, inner = two_managers
+    _, other, _ = two_managers
     alice = uuid.uuid4()
-    handle = await owner.run(run_input("thread-s", "run-s", [user("u1")]), alice)
-    await inner.paused.wait()
+    handle = await start_paused(two_managers, alice)
     chat = await pg_store.get_chat_by_thread_id(alice, "thread-s")
     assert chat is not None
 
@@ -303,12 +312,11 @@ async def test_trusted_callers_resume_and_cancel_by_chat_uuid(
 @pytest.mark.postgres
 async def test_a_run_live_in_another_process_cannot_be_started_again(
     pg_store: Store,
-    two_managers: tuple[DistributedRunManager[Any], DistributedRunManager[Any], ScriptedAgent],
+    two_managers: TwoManagers,
 ) -> None:
-    owner, _, inner = two_managers
+    _, _, inner = two_managers
     alice, bob = uuid.uuid4(), uuid.uuid4()
-    handle = await owner.run(run_input("thread-s", "run-s", [user("u1")]), alice)
-    await inner.paused.wait()
+    handle = await start_paused(two_managers, alice)
     second = ScriptedAgent(paused_script("thread-s", "run-s"))
     async with DistributedRunManager(paused_factory(pg_store, second), store=pg_store) as elsewhere:
         with pytest.raises(ConflictError):
@@ -326,7 +334,7 @@ async def test_a_run_live_in_another_process_cannot_be_started_again(
 @pytest.mark.postgres
 async def test_resuming_after_the_last_event_of_a_finished_run_elsewhere_ends_at_once(
     pg_store: Store,
-    two_managers: tuple[DistributedRunManager[Any], DistributedRunManager[Any], ScriptedAgent],
+    two_managers: TwoManagers,
 ) -> None:
     owner, other, inner = two_managers
     alice = uuid.uuid4()
@@ -387,12 +395,11 @@ async def wait_reconnected(relay: EventRelay, reconnects: int = 1) -> None:
 @pytest.mark.postgres
 async def test_cancel_requests_arrive_again_once_the_lost_listener_is_back(
     pg_url: str,
-    two_managers: tuple[DistributedRunManager[Any], DistributedRunManager[Any], ScriptedAgent],
+    two_managers: TwoManagers,
 ) -> None:
-    owner, other, inner = two_managers
+    owner, other, _ = two_managers
     alice = uuid.uuid4()
-    handle = await owner.run(run_input("thread-s", "run-s", [user("u1")]), alice)
-    await inner.paused.wait()
+    handle = await start_paused(two_managers, alice)
     assert owner.relay is not None
     await drop_listener(pg_url, owner.relay)
     await wait_reconnected(owner.relay)
@@ -407,12 +414,11 @@ async def test_cancel_requests_arrive_again_once_the_lost_listener_is_back(
 async def test_a_cancel_sent_while_the_owner_is_not_listening_is_repeated_until_heard(
     pg_url: str,
     pg_store: Store,
-    two_managers: tuple[DistributedRunManager[Any], DistributedRunManager[Any], ScriptedAgent],
+    two_managers: TwoManagers,
 ) -> None:
-    owner, other, inner = two_managers
+    owner, other, _ = two_managers
     alice = uuid.uuid4()
-    handle = await owner.run(run_input("thread-s", "run-s", [user("u1")]), alice)
-    await inner.paused.wait()
+    handle = await start_paused(two_managers, alice)
     assert owner.relay is not None and other.relay is not None
     other.relay.liveness_interval = 0.05
     release = hold_reconnect(owner.relay)
@@ -446,12 +452,11 @@ async def test_a_cancel_sent_while_the_owner_is_not_listening_is_repeated_until_
 @pytest.mark.postgres
 async def test_a_reader_waiting_while_the_listener_is_lost_misses_no_event(
     pg_url: str,
-    two_managers: tuple[DistributedRunManager[Any], DistributedRunManager[Any], ScriptedAgent],
+    two_managers: TwoManagers,
 ) -> None:
-    owner, other, inner = two_managers
+    _, other, inner = two_managers
     alice = uuid.uuid4()
-    handle = await owner.run(run_input("thread-s", "run-s", [user("u1")]), alice)
-    await inner.paused.wait()
+    handle = await start_paused(two_managers, alice)
     assert other.relay is not None
     # Only a notification or the reconnect itself may wake the reader.
     other.relay.liveness_interval = 3600.0
