@@ -18,17 +18,9 @@ import sys
 from collections.abc import AsyncIterator
 
 import uvicorn
-from ag_ui.core import (
-    BaseEvent,
-    RunAgentInput,
-    RunFinishedEvent,
-    RunStartedEvent,
-    StateSnapshotEvent,
-    TextMessageContentEvent,
-    TextMessageEndEvent,
-    TextMessageStartEvent,
-)
+from ag_ui.core import BaseEvent, RunAgentInput
 
+from server_support import answer_in_halves
 from threadstore.server import TokenAuth, create_app
 
 TOKENS = {"token-alice": "alice", "token-bob": "bob"}
@@ -44,19 +36,9 @@ class ProcessGatedAgent:
         """The gate of ``run_id`` (created closed on first use)."""
         return self.gates.setdefault(run_id, asyncio.Event())
 
-    async def run(self, input: RunAgentInput) -> AsyncIterator[BaseEvent]:
+    def run(self, input: RunAgentInput) -> AsyncIterator[BaseEvent]:
         """Yield the first half, wait for the gate, yield the second half."""
-        message_id = f"answer-{input.run_id}"
-        yield RunStartedEvent(thread_id=input.thread_id, run_id=input.run_id)
-        yield StateSnapshotEvent(snapshot={"run": input.run_id})
-        yield TextMessageStartEvent(message_id=message_id, role="assistant")
-        for word in ("first ", "half "):
-            yield TextMessageContentEvent(message_id=message_id, delta=word)
-        await self.gate(input.run_id).wait()
-        for word in ("second ", "half"):
-            yield TextMessageContentEvent(message_id=message_id, delta=word)
-        yield TextMessageEndEvent(message_id=message_id)
-        yield RunFinishedEvent(thread_id=input.thread_id, run_id=input.run_id)
+        return answer_in_halves(input, {"run": input.run_id}, self.gate(input.run_id).wait)
 
 
 def main(url: str) -> None:

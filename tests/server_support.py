@@ -9,7 +9,7 @@ import asyncio
 import json
 import socket
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 from uuid import uuid4
@@ -28,7 +28,15 @@ from ag_ui.core import (
 )
 from starlette.types import ASGIApp
 
-__all__ = ["Frame", "GatedAgent", "LiveServer", "collect_sse", "read_sse", "run_input"]
+__all__ = [
+    "Frame",
+    "GatedAgent",
+    "LiveServer",
+    "answer_in_halves",
+    "collect_sse",
+    "read_sse",
+    "run_input",
+]
 
 
 class LiveServer:
@@ -143,6 +151,23 @@ def run_input(
     }
 
 
+async def answer_in_halves(
+    input: RunAgentInput, snapshot: dict[str, Any], between: Callable[[], Awaitable[None]]
+) -> AsyncIterator[BaseEvent]:
+    """A run whose answer streams in two halves, awaiting ``between()`` in the middle."""
+    message_id = f"answer-{input.run_id}"
+    yield RunStartedEvent(thread_id=input.thread_id, run_id=input.run_id)
+    yield StateSnapshotEvent(snapshot=snapshot)
+    yield TextMessageStartEvent(message_id=message_id, role="assistant")
+    for word in ("first ", "half "):
+        yield TextMessageContentEvent(message_id=message_id, delta=word)
+    await between()
+    for word in ("second ", "half"):
+        yield TextMessageContentEvent(message_id=message_id, delta=word)
+    yield TextMessageEndEvent(message_id=message_id)
+    yield RunFinishedEvent(thread_id=input.thread_id, run_id=input.run_id)
+
+
 class GatedAgent:
     """Streams an answer in two halves; the second waits until the test opens ``gate``.
 
@@ -154,20 +179,13 @@ class GatedAgent:
         self.gate = threading.Event()
         self.reached = threading.Event()
 
-    async def run(self, input: RunAgentInput) -> AsyncIterator[BaseEvent]:
+    def run(self, input: RunAgentInput) -> AsyncIterator[BaseEvent]:
         """Yield the first half, wait for the gate, yield the second half."""
-        message_id = f"answer-{input.run_id}"
-        yield RunStartedEvent(thread_id=input.thread_id, run_id=input.run_id)
-        yield StateSnapshotEvent(snapshot={"phase": "first"})
-        yield TextMessageStartEvent(message_id=message_id, role="assistant")
-        for word in ("first ", "half "):
-            yield TextMessageContentEvent(message_id=message_id, delta=word)
+        return answer_in_halves(input, {"phase": "first"}, self._between)
+
+    async def _between(self) -> None:
         self.reached.set()
         await asyncio.to_thread(self.gate.wait)
-        for word in ("second ", "half"):
-            yield TextMessageContentEvent(message_id=message_id, delta=word)
-        yield TextMessageEndEvent(message_id=message_id)
-        yield RunFinishedEvent(thread_id=input.thread_id, run_id=input.run_id)
 
     async def wait_reached(self) -> None:
         """Wait until a run has produced its first half."""
