@@ -692,20 +692,11 @@ class ConversationFold:
     # Hot code: the body of _touch is inlined and enum members are module constants.
 
     def _grow(self, record: FoldRecord, delta: str) -> None:
-        # ContentBuffer.append for a non-empty delta, inlined: this runs once per delta.
-        buffer = record.text
-        parts = buffer._parts
-        parts.append(delta)
-        buffer._joined = None
-        if len(parts) > buffer._limit:
-            buffer._join()
-        record.version += 1
-        record.content_version += 1
-        self.dirty.add(record.key)
+        self._grow_all(record, [delta])
 
     def _grow_all(self, record: FoldRecord, deltas: list[str]) -> None:
-        # _grow for each of ``deltas`` in turn, in one step (the joins may fall elsewhere;
-        # the text is the same).
+        # ContentBuffer.append of each delta, inlined and in one step (the joins may fall
+        # elsewhere; the text is the same); a version per delta, as apply counts them.
         buffer = record.text
         parts = buffer._parts
         parts.extend(deltas)
