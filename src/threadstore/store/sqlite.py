@@ -457,12 +457,8 @@ class SQLiteStore(Store):
 
         ``small``: the statement touches at most a few rows, so it may run inline.
         """
-        statement = _Statement(sql, params)
-        if small and self._inline_ready() and _fits_inline((statement,)):
-            rows = self._inline_run((statement,))
-            if rows is not None:
-                await asyncio.sleep(0)  # as a trip to the thread would, let others run
-                return rows[0]
+        if small and (rows := await self._run_small((_Statement(sql, params),))) is not None:
+            return rows[0]
         if self._lock.held:
             return await self._fetch_now(sql, params)
         async with self._lock.turn():
@@ -481,11 +477,8 @@ class SQLiteStore(Store):
         one function for all of them, rather than a call per statement, is what makes a
         write, or a whole batch of them, cost one thread round trip.
         """
-        if self._inline_ready() and _fits_inline(statements):
-            results = self._inline_run(statements)
-            if results is not None:
-                await asyncio.sleep(0)  # as a trip to the thread would, let others run
-                return results
+        if (results := await self._run_small(statements)) is not None:
+            return results
         conn = self.connection
         # aiosqlite's own queue of work for its thread: there is no public call that
         # runs several statements in one hop (its minor version is pinned for this).
@@ -498,6 +491,15 @@ class SQLiteStore(Store):
                 return await on_thread(_run_statements, conn._conn, statements, begin)
         except sqlite3.Error as exc:
             raise _translate(exc) from exc
+
+    async def _run_small(self, statements: Sequence[_Statement]) -> list[list[Any]] | None:
+        """Run ``statements`` inline if they may (module docstring); None: use the thread."""
+        if not (self._inline_ready() and _fits_inline(statements)):
+            return None
+        results = self._inline_run(statements)
+        if results is not None:
+            await asyncio.sleep(0)  # as a trip to the thread would, let others run
+        return results
 
     def _inline_ready(self) -> bool:
         """Whether a small call may run inline now (module docstring: "Small calls")."""
