@@ -16,7 +16,12 @@ import pytest
 HEAVY = ("fastapi", "uvicorn", "aiosqlite", "asyncpg", "ag_ui", "jsonpatch", "typer", "rich")
 """Dependencies that only some uses of threadstore need."""
 
-LAZY_SUBPACKAGES = ("threadstore.agui", "threadstore.server", "threadstore.cli")
+LAZY_SUBPACKAGES = (
+    "threadstore.agui",
+    "threadstore.chat",
+    "threadstore.server",
+    "threadstore.cli",
+)
 
 
 def loaded_after(code: str, cwd: Path) -> set[str]:

@@ -1,0 +1,67 @@
+"""The pure chat engine: AG-UI events -> a UI turn with ordered parts; UI <-> canonical; branching.
+
+Everything here is pure (no I/O, no asyncio): functions take values and return new
+ones, never changing what they were given. See docs/chat-engine.md.
+"""
+
+from __future__ import annotations
+
+from threadstore.chat.branch import ChatHistory, branch_before_user_message, drop_trailing_assistant
+from threadstore.chat.convert import (
+    HistoryMessage,
+    assistant_message_from_turn,
+    canonical_from_ui,
+    tool_result_message,
+    tool_result_message_id,
+    ui_from_messages,
+)
+from threadstore.chat.reducer import CITATION_EVENT_NAME, apply_event, create_assistant_turn
+from threadstore.chat.seal import seal_assistant_turn
+from threadstore.chat.types import (
+    AssistantTurn,
+    CitationPart,
+    DataPart,
+    FilePart,
+    ReasoningPart,
+    StepInfo,
+    StepStartPart,
+    SubAgentFrame,
+    TextPart,
+    ToolPart,
+    ToolRunState,
+    TurnError,
+    UIMessage,
+    UIMessagePart,
+    UIToolCall,
+)
+
+__all__ = [
+    "CITATION_EVENT_NAME",
+    "AssistantTurn",
+    "ChatHistory",
+    "CitationPart",
+    "DataPart",
+    "FilePart",
+    "HistoryMessage",
+    "ReasoningPart",
+    "StepInfo",
+    "StepStartPart",
+    "SubAgentFrame",
+    "TextPart",
+    "ToolPart",
+    "ToolRunState",
+    "TurnError",
+    "UIMessage",
+    "UIMessagePart",
+    "UIToolCall",
+    "apply_event",
+    "assistant_message_from_turn",
+    "branch_before_user_message",
+    "canonical_from_ui",
+    "create_assistant_turn",
+    "drop_trailing_assistant",
+    "seal_assistant_turn",
+    "tool_result_message",
+    "tool_result_message_id",
+    "ui_from_messages",
+]
