@@ -315,12 +315,12 @@ def ui_from_messages(
     builder = _UIBuilder()
     for message in messages:
         if isinstance(message, StoredMessage):
-            id = message.agui_id or generate_id()
-            if message.role == Role.USER:
-                builder.user(_user_from_stored(message, id))
-            elif message.role in (Role.SYSTEM, Role.DEVELOPER):
+            if message.role in (Role.SYSTEM, Role.DEVELOPER):
                 builder.flush()
+            elif message.role == Role.USER:
+                builder.user(_user_from_stored(message, message.agui_id or generate_id()))
             elif message.role != Role.TOOL:
+                id = message.agui_id or generate_id()
                 for item in _agui_from_stored(message, id):
                     builder.assistant_side(item, message.run_id)
         elif isinstance(message, ag.UserMessage):
