@@ -27,6 +27,8 @@ from threadstore.chat.types import (
     UIMessage,
     UIMessagePart,
     UIToolCall,
+    parse_arguments,
+    wire_json,
 )
 from threadstore.models import MediaPart, Role
 from threadstore.models import Message as StoredMessage
@@ -173,7 +175,7 @@ def _add_assistant(turn: _Turn, message: ag.AssistantMessage) -> None:
         turn.calls[call.id] = UIToolCall(
             tool_call_id=call.id,
             tool_name=call.function.name,
-            input=_parse(arguments),
+            input=parse_arguments(arguments),
             arguments=arguments,
             encrypted_value=call.encrypted_value,
             metadata=call.metadata,
@@ -186,7 +188,7 @@ def _add_result(turn: _Turn, message: ag.ToolMessage) -> None:
     if call is None:
         return
     content = message.content
-    output = content if isinstance(content, str) else [_dump(part) for part in content]
+    output = content if isinstance(content, str) else [wire_json(part) for part in content]
     turn.calls[call.tool_call_id] = call.model_copy(
         update={
             "output": output,
@@ -483,14 +485,3 @@ def canonical_from_ui(ui: Iterable[UIMessage]) -> list[ag.Message]:
         else:
             out.extend(_assistant_canonical(message))
     return out
-
-
-def _parse(arguments: str) -> Any:
-    try:
-        return json.loads(arguments) if arguments else None
-    except ValueError:
-        return arguments
-
-
-def _dump(value: Any) -> Any:
-    return value.model_dump(mode="json", by_alias=True) if hasattr(value, "model_dump") else value

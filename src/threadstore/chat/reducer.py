@@ -41,7 +41,6 @@ from ag_ui.core import (
     ToolCallResultEvent,
     ToolCallStartEvent,
 )
-from pydantic import BaseModel
 
 from threadstore.chat.seal import closed_parts, seal_assistant_turn
 from threadstore.chat.types import (
@@ -61,6 +60,7 @@ from threadstore.chat.types import (
     chain_items,
     chain_text,
     parse_arguments,
+    wire_json,
 )
 
 __all__ = ["CITATION_EVENT_NAME", "apply_event", "create_assistant_turn"]
@@ -324,7 +324,7 @@ def _tool_result(turn: AssistantTurn, event: ToolCallResultEvent) -> AssistantTu
         return _warn(turn, f"result for unknown tool call {event.tool_call_id!r} ignored")
     call, args = _frozen_args(turn, call)
     content = event.content
-    output = content if isinstance(content, str) else [_json(part) for part in content]
+    output = content if isinstance(content, str) else [wire_json(part) for part in content]
     call = call.model_copy(
         update={"output": output, "state": "result", "run_state": "output-available"}
     )
@@ -399,7 +399,7 @@ def _activity_delta(turn: AssistantTurn, event: ActivityDeltaEvent) -> Assistant
     entry = _find_data(turn, event.activity_type, event.message_id)
     if entry is None:
         return _warn(turn, f"ACTIVITY_DELTA for unknown activity {event.message_id!r} ignored")
-    operations = [_json(op) for op in event.patch]
+    operations = [wire_json(op) for op in event.patch]
     try:
         # A patched copy: the payload of the turn we were given must not change.
         payload = jsonpatch.apply_patch(copy.deepcopy(entry.payload), operations)
@@ -417,7 +417,7 @@ def _sealed_all(turn: AssistantTurn) -> AssistantTurn:
 
 
 def _usage(event: RunFinishedEvent | RunErrorEvent) -> dict[str, Any]:
-    return {"usage": tuple(_json(u) for u in event.usage)} if event.usage else {}
+    return {"usage": tuple(wire_json(u) for u in event.usage)} if event.usage else {}
 
 
 def _run_finished(turn: AssistantTurn, event: RunFinishedEvent) -> AssistantTurn:
@@ -430,7 +430,7 @@ def _run_finished(turn: AssistantTurn, event: RunFinishedEvent) -> AssistantTurn
     calls = turn.calls
     interrupts = getattr(outcome, "interrupts", None)
     if interrupts:
-        items["approvals"] = tuple(_json(interrupt) for interrupt in interrupts)
+        items["approvals"] = tuple(wire_json(interrupt) for interrupt in interrupts)
         gated = {i.tool_call_id for i in interrupts if i.tool_call_id in calls}
         if gated:
             calls = {
@@ -493,10 +493,6 @@ def _subagent_error(turn: AssistantTurn, event: SubagentErrorEvent) -> Assistant
     child = seal_assistant_turn(frame.turn)
     error = TurnError(message=event.message, code=event.code)
     return _with_frame(turn, frame.with_turn(child.evolve(buckets=_buckets(child, error=error))))
-
-
-def _json(value: Any) -> Any:
-    return value.model_dump(mode="json", by_alias=True) if isinstance(value, BaseModel) else value
 
 
 def _ignore(turn: AssistantTurn, event: Any) -> AssistantTurn:

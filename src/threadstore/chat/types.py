@@ -118,7 +118,7 @@ class FilePart(_UIModel):
     source: Literal["data", "url", "file"] = "data"
     """Where ``data`` comes from: inline (bytes or base64 text), a URL, a provider file id."""
     kind: Literal["image", "audio", "video", "document"] | None = None
-    """The media kind the message declared, when it differs from what ``media_type`` says."""
+    """The media kind the message declared; ``None`` reads it from ``media_type``."""
 
 
 UIMessagePart = Annotated[
@@ -263,8 +263,8 @@ class AssistantTurn:
         "_message",
         "_notes",
         "_parts",
+        "_id",
         "_tail",
-        "id",
     )
 
     BUCKETS = (
@@ -295,8 +295,7 @@ class AssistantTurn:
         frames: Mapping[str, SubAgentFrame] | None = None,
         notes: Mapping[str, Any] | None = None,
     ) -> None:
-        self.id = id
-        """The turn's message id (the first assistant message id the stream named)."""
+        self._id = id
         self._parts = parts
         self._count = count
         self._tail = tail
@@ -310,7 +309,7 @@ class AssistantTurn:
     def evolve(self, **changes: Any) -> AssistantTurn:
         """A copy of this turn with some of its state replaced (for the reducer)."""
         turn = AssistantTurn.__new__(AssistantTurn)
-        turn.id = changes.get("id", self.id)
+        turn._id = changes.get("id", self._id)
         turn._parts = changes.get("parts", self._parts)
         turn._count = changes.get("count", self._count)
         turn._tail = changes.get("tail", self._tail)
@@ -321,6 +320,11 @@ class AssistantTurn:
         turn._notes = changes.get("notes", self._notes)
         turn._message = None
         return turn
+
+    @property
+    def id(self) -> str:
+        """The turn's message id: the first assistant message id the stream named."""
+        return self._id
 
     # --- the reducer's view ------------------------------------------------------------
 
@@ -489,6 +493,13 @@ class SubAgentFrame:
             f"SubAgentFrame(agent_path={self.agent_path!r}, after_part={self.after_part}, "
             f"turn={self.turn!r})"
         )
+
+
+def wire_json(value: Any) -> Any:
+    """A protocol model as its JSON data (camelCase, as on the wire); anything else as is."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json", by_alias=True)
+    return value
 
 
 def _jsonable(value: Any) -> Any:
