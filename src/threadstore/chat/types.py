@@ -260,10 +260,10 @@ class AssistantTurn:
         "_calls",
         "_count",
         "_frames",
+        "_id",
         "_message",
         "_notes",
         "_parts",
-        "_id",
         "_tail",
     )
 
