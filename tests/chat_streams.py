@@ -11,6 +11,7 @@ from ag_ui.core import (
     CustomEvent,
     ReasoningEncryptedValueEvent,
     ReasoningEndEvent,
+    ReasoningMessageChunkEvent,
     ReasoningMessageContentEvent,
     ReasoningMessageEndEvent,
     ReasoningMessageStartEvent,
@@ -139,6 +140,7 @@ def _event() -> st.SearchStrategy[BaseEvent]:
         st.builds(ToolCallChunkEvent, tool_call_id=st.none() | _ids, delta=_deltas),
         st.builds(ToolCallResultEvent, message_id=_ids, tool_call_id=_ids, content=_deltas),
         st.builds(ReasoningMessageContentEvent, message_id=_ids, delta=_deltas),
+        st.builds(ReasoningMessageChunkEvent, message_id=st.none() | _ids, delta=_deltas),
         st.builds(ReasoningMessageEndEvent, message_id=_ids),
         st.builds(ReasoningEndEvent, message_id=_ids),
         st.builds(

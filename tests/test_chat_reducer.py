@@ -9,6 +9,7 @@ from ag_ui.core import (
     Interrupt,
     RawEvent,
     ReasoningEncryptedValueEvent,
+    ReasoningMessageChunkEvent,
     RunErrorEvent,
     RunFinishedEvent,
     RunFinishedInterruptOutcome,
@@ -195,6 +196,19 @@ def test_reasoning_and_its_encrypted_value_become_reasoning_parts() -> None:
         ReasoningPart(text="opaque", encrypted=True, state="done"),
     )
     assert turn.message.reasoning == "thinking"  # the opaque payload is no display text
+
+
+def test_reasoning_chunks_continue_the_last_chunked_reasoning_message() -> None:
+    turn = fold(
+        [
+            ReasoningMessageChunkEvent(message_id="r", delta="step one, "),
+            ReasoningMessageChunkEvent(delta="step two"),
+            *text("m", "ok"),
+        ]
+    )
+
+    assert turn.message.reasoning == "step one, step two"
+    assert kinds(turn) == ["reasoning", "text"]
 
 
 def test_an_encrypted_value_of_a_tool_call_lands_on_the_call() -> None:
