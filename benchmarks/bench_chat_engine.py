@@ -8,7 +8,8 @@ per event, then every record's content read once):
    streamed arguments and a result), and the same run at 2x and 4x;
 2. one answer of 0.25, 0.5 and 1 MB streamed in 10-character deltas.
 
-Linear folding shows as a constant time per event (or per MB) across the three sizes.
+Times are the process's CPU time (medians of interleaved repetitions). Linear folding
+shows as a constant time per event (or per MB) across the three sizes.
 Run ``python benchmarks/bench_chat_engine.py`` (``--quick`` for a smoke run).
 Figures: docs/benchmarks.md.
 """
@@ -125,9 +126,11 @@ def measure(
     for rep in range(reps):
         for size, name in rotated(jobs, rep):
             collect_garbage()
-            start = time.perf_counter()
+            # CPU time of this process: the folds are pure computation, and on a shared
+            # machine wall-clock time mostly measures the other processes.
+            start = time.process_time()
             CONTENDERS[name](streams[size])
-            samples.add(f"{size}|{name}", time.perf_counter() - start)
+            samples.add(f"{size}|{name}", time.process_time() - start)
     rows = []
     first = next(iter(streams))
     for size in streams:
