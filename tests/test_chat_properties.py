@@ -19,14 +19,15 @@ from threadstore.chat import (
     ui_from_messages,
 )
 
-settings.register_profile("chat", max_examples=150, deadline=None)
-settings.load_profile("chat")
+# Folding is fast, so each property sees more streams than hypothesis's default 100.
+generated = settings(max_examples=150, deadline=None)
 
 
 def dump(event: BaseEvent) -> dict[str, object]:
     return event.model_dump(mode="json")
 
 
+@generated
 @given(streams, streams)
 def test_folding_never_changes_the_turn_or_the_event_it_was_given(
     prefix: list[BaseEvent], suffix: list[BaseEvent]
@@ -47,6 +48,7 @@ def test_folding_never_changes_the_turn_or_the_event_it_was_given(
     assert [dump(event) for event in prefix + suffix] == events_before
 
 
+@generated
 @given(streams)
 def test_every_event_gives_a_new_turn(events: list[BaseEvent]) -> None:
     turn = create_assistant_turn("t")
@@ -56,6 +58,7 @@ def test_every_event_gives_a_new_turn(events: list[BaseEvent]) -> None:
         turn = nxt
 
 
+@generated
 @given(streams)
 def test_sealing_twice_returns_the_identical_object(events: list[BaseEvent]) -> None:
     turn = fold(events)
@@ -84,6 +87,7 @@ def check_buckets(turn: AssistantTurn) -> None:
     assert len(parts) == turn.part_count
 
 
+@generated
 @given(streams)
 def test_buckets_hold_exactly_the_text_of_the_parts(events: list[BaseEvent]) -> None:
     turn = fold(events)
@@ -112,6 +116,7 @@ def text_histories(draw: st.DrawFn) -> list[UserMessage | AssistantMessage]:
     return history
 
 
+@generated
 @given(text_histories())
 def test_text_only_histories_round_trip(history: list[UserMessage | AssistantMessage]) -> None:
     before = [m.model_dump() for m in history]
