@@ -180,5 +180,35 @@ def _event() -> st.SearchStrategy[BaseEvent]:
     )
 
 
-streams = st.lists(_event(), max_size=30)
-"""Arbitrary AG-UI streams: interleaved, out of order, truncated, with sub-agents."""
+_subs = st.none() | st.sampled_from(["sub-1", "sub-2"])
+
+
+def _segment() -> st.SearchStrategy[list[BaseEvent]]:
+    """A well-formed piece of a stream, or one arbitrary event."""
+    deltas = st.lists(_deltas, min_size=1, max_size=3)
+    return st.one_of(
+        st.builds(lambda i, d, s: text(i, *d, subagent=s), _ids, deltas, _subs),
+        st.builds(
+            lambda i, d, r, s: tool(i, "search", *d, result=r, subagent=s),
+            _ids,
+            deltas,
+            st.none() | _deltas,
+            _subs,
+        ),
+        st.builds(lambda i, d: thinking(i, *d), _ids, deltas),
+        st.builds(lambda n: [StepStartedEvent(step_name=n), StepFinishedEvent(step_name=n)], _ids),
+        st.builds(
+            lambda i, n: [
+                SubagentStartedEvent(subagent_run_id=i, name=n),
+                TextMessageContentEvent(message_id="x", delta=n, subagent_run_id=i),
+                SubagentFinishedEvent(subagent_run_id=i),
+            ],
+            st.sampled_from(["sub-1", "sub-2"]),
+            st.sampled_from(["researcher", "critic"]),
+        ),
+        _event().map(lambda event: [event]),
+    )
+
+
+streams = st.lists(_segment(), max_size=10).map(lambda pieces: [e for p in pieces for e in p])
+"""AG-UI streams: well-formed pieces and arbitrary events, interleaved, with sub-agents."""
