@@ -75,6 +75,20 @@ def test_tool_results_merge_into_the_turn_and_system_messages_are_not_rendered()
     assert (c1.input, c1.output, c1.state) == ({"q": "x"}, "sunny", "result")
 
 
+def test_a_sub_agents_messages_are_not_rendered_as_the_assistants_words() -> None:
+    history = [
+        UserMessage(id="u", content="research this"),
+        AssistantMessage(id="a", content="Delegating."),
+        AssistantMessage(id="s", content="child notes", subagent_run_id="sub-1"),
+    ]
+    stored_child = stored(Role.ASSISTANT, agui_id="s2", content="stored child notes")
+    stored_child.metadata["subagent_run_id"] = "sub-2"
+
+    ui = ui_from_messages([*history, stored_child], ids())
+
+    assert [(m.id, m.content) for m in ui] == [("u", "research this"), ("a", "Delegating.")]
+
+
 def test_canonical_from_ui_keeps_the_interleave_and_answers_every_executed_call() -> None:
     ui = ui_from_messages(AGUI_HISTORY, ids())
     canonical = canonical_from_ui(ui)

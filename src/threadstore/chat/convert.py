@@ -300,6 +300,17 @@ def _agui_from_stored(message: StoredMessage, id: str) -> list[ag.Message]:
     return out
 
 
+SUBAGENT_METADATA_KEY = "subagent_run_id"
+"""Where a stored message records the sub-agent invocation that produced it."""
+
+
+def _sub_agents(message: HistoryMessage) -> bool:
+    """Whether a sub-agent produced ``message`` (AG-UI attribution, or stored metadata)."""
+    if isinstance(message, StoredMessage):
+        return message.metadata.get(SUBAGENT_METADATA_KEY) is not None
+    return getattr(message, "subagent_run_id", None) is not None
+
+
 def ui_from_messages(
     messages: Iterable[HistoryMessage], generate_id: Callable[[], str]
 ) -> list[UIMessage]:
@@ -312,10 +323,13 @@ def ui_from_messages(
     or assistant message right after an assistant message starts a new turn). A
     message keeps its own id; ``generate_id`` names a stored message that has none.
     Stored messages have no parts order yet, so each reads in bucket order:
-    reasoning, text, tool calls.
+    reasoning, text, tool calls. A sub-agent's messages are not the assistant's own
+    words and are left out, as a live turn keeps them out of its parts.
     """
     builder = _UIBuilder()
     for message in messages:
+        if _sub_agents(message):
+            continue
         if isinstance(message, StoredMessage):
             if message.role in (Role.SYSTEM, Role.DEVELOPER):
                 builder.flush()
