@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from threadstore.chat.types import AssistantTurn
+from threadstore.chat.types import AssistantTurn, Chain
 
 __all__ = ["seal_assistant_turn"]
 
@@ -29,7 +29,7 @@ def seal_assistant_turn(turn: AssistantTurn) -> AssistantTurn:
     )
 
 
-def closed_parts(turn: AssistantTurn) -> object:
+def closed_parts(turn: AssistantTurn) -> Chain:
     """The turn's part chain with its open element, if any, appended as ``done``."""
     if turn.tail is None:
         return turn.part_chain
