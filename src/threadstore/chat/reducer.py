@@ -57,7 +57,8 @@ from threadstore.chat.types import (
     TurnError,
     UIMessagePart,
     UIToolCall,
-    chain_items,
+    chain_find,
+    chain_replace,
     chain_text,
     parse_arguments,
     wire_json,
@@ -112,8 +113,9 @@ def _buckets(turn: AssistantTurn, **items: Any) -> dict[str, Any]:
     return {**turn.buckets, **items}
 
 
-def _appended(turn: AssistantTurn, bucket: str, item: Any) -> tuple[Any, ...]:
-    return (*(turn.buckets.get(bucket) or ()), item)
+def _appended(turn: AssistantTurn, bucket: str, item: Any) -> Chain:
+    """The append-only ``bucket`` with ``item`` added (a chain: O(1), nothing copied)."""
+    return (turn.buckets.get(bucket), item)
 
 
 def _warn(turn: AssistantTurn, warning: str) -> AssistantTurn:
@@ -336,41 +338,46 @@ def _tool_result(turn: AssistantTurn, event: ToolCallResultEvent) -> AssistantTu
 
 
 def _step_started(turn: AssistantTurn, event: StepStartedEvent) -> AssistantTurn:
-    steps = turn.buckets.get("steps") or ()
-    step = StepInfo(step=len(steps), name=event.step_name)
-    part = StepStartPart(step=step.step, name=event.step_name)
-    return _push(turn, part, buckets=_buckets(turn, steps=(*steps, step)))
+    number = turn.notes.get("steps", 0)
+    step = StepInfo(step=number, name=event.step_name)
+    part = StepStartPart(step=number, name=event.step_name)
+    return _push(
+        turn,
+        part,
+        buckets=_buckets(turn, steps=_appended(turn, "steps", step)),
+        notes={**turn.notes, "steps": number + 1},
+    )
 
 
 def _step_finished(turn: AssistantTurn, event: StepFinishedEvent) -> AssistantTurn:
-    steps = list(turn.buckets.get("steps") or ())
-    for index in range(len(steps) - 1, -1, -1):
-        if steps[index].name == event.step_name and not steps[index].finished:
-            steps[index] = steps[index].model_copy(update={"finished": True})
-            return turn.evolve(buckets=_buckets(turn, steps=tuple(steps)))
-    return _warn(turn, f"STEP_FINISHED for step {event.step_name!r} that is not open ignored")
+    def open_step(step: StepInfo) -> bool:
+        return step.name == event.step_name and not step.finished
+
+    steps = turn.buckets.get("steps")
+    found = chain_find(steps, open_step)
+    if found is None:
+        return _warn(turn, f"STEP_FINISHED for step {event.step_name!r} that is not open ignored")
+    finished = found.model_copy(update={"finished": True})
+    return turn.evolve(buckets=_buckets(turn, steps=chain_replace(steps, open_step, finished)))
 
 
 def _data(turn: AssistantTurn, part: DataPart) -> AssistantTurn:
     """Append a data part, or replace the one with the same name and string id in place."""
-    entries = turn.buckets.get("data_parts") or ()
-    if part.id is not None:
-        for index, entry in enumerate(entries):
-            if entry.name == part.name and entry.id == part.id:
-                replaced = (*entries[:index], part, *entries[index + 1 :])
-                parts: Chain = None
-                for item in chain_items(turn.part_chain):
-                    same = isinstance(item, DataPart) and item.name == part.name
-                    parts = (parts, part if same and item.id == part.id else item)
-                return turn.evolve(parts=parts, buckets=_buckets(turn, data_parts=replaced))
-    return _push(turn, part, buckets=_buckets(turn, data_parts=(*entries, part)))
+    if part.id is not None and _find_data(turn, part.name, part.id) is not None:
+
+        def same(item: Any) -> bool:
+            return isinstance(item, DataPart) and (item.name, item.id) == (part.name, part.id)
+
+        # Rebuilding both chains from the entry on costs O(parts after it).
+        entries = chain_replace(turn.buckets.get("data_parts"), same, part)
+        parts = chain_replace(turn.part_chain, same, part)
+        return turn.evolve(parts=parts, buckets=_buckets(turn, data_parts=entries))
+    return _push(turn, part, buckets=_buckets(turn, data_parts=_appended(turn, "data_parts", part)))
 
 
 def _find_data(turn: AssistantTurn, name: str, id: str) -> DataPart | None:
-    for entry in turn.buckets.get("data_parts") or ():
-        if entry.name == name and entry.id == id:
-            return entry  # type: ignore[no-any-return]
-    return None
+    found = chain_find(turn.buckets.get("data_parts"), lambda e: (e.name, e.id) == (name, id))
+    return found if isinstance(found, DataPart) else None
 
 
 def _custom(turn: AssistantTurn, event: CustomEvent) -> AssistantTurn:

@@ -11,7 +11,7 @@ it has arrived, so the initial shape never invents a key.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
@@ -208,6 +208,33 @@ def chain_items(chain: Chain) -> list[Any]:
     return items
 
 
+def chain_replace(chain: Chain, match: Callable[[Any], bool], new: Any) -> Chain | None:
+    """The chain with its newest item matching ``match`` replaced, or ``None`` if none does.
+
+    Costs the distance from the newest item: the items before the match are shared.
+    """
+    newer: list[Any] = []
+    while chain is not None:
+        rest, item = chain
+        if match(item):
+            rebuilt: Chain = (rest, new)
+            for later in reversed(newer):
+                rebuilt = (rebuilt, later)
+            return rebuilt
+        newer.append(item)
+        chain = rest
+    return None
+
+
+def chain_find(chain: Chain, match: Callable[[Any], bool]) -> Any:
+    """The newest item of the chain matching ``match``, or ``None``."""
+    while chain is not None:
+        chain, item = chain
+        if match(item):
+            return item
+    return None
+
+
 def chain_text(chain: Chain) -> str:
     """The deltas of a chain joined into one string."""
     return "".join(chain_items(chain))
@@ -266,6 +293,9 @@ class AssistantTurn:
         "_parts",
         "_tail",
     )
+
+    LISTED = frozenset({"server_results", "data_parts", "citations", "steps", "warnings"})
+    """The buckets that grow by appending: kept as chains, read as tuples."""
 
     BUCKETS = (
         "approvals",
@@ -377,6 +407,11 @@ class AssistantTurn:
             self._message = _materialize(self)
         return self._message
 
+    def _listed(self, name: str) -> tuple[Any, ...] | None:
+        # Append-only buckets are chains (O(1) per append); a read lists them.
+        chain = self._buckets.get(name)
+        return tuple(chain_items(chain)) if chain is not None else None
+
     @property
     def approvals(self) -> tuple[dict[str, Any], ...] | None:
         """Interrupts awaiting a verdict (AG-UI ``Interrupt`` objects as JSON)."""
@@ -385,17 +420,17 @@ class AssistantTurn:
     @property
     def server_results(self) -> tuple[str, ...] | None:
         """Ids of the calls the server executed (their result came in the stream)."""
-        return self._buckets.get("server_results")
+        return self._listed("server_results")
 
     @property
     def data_parts(self) -> tuple[DataPart, ...] | None:
         """Data parts in arrival order; an addressable one is replaced in place."""
-        return self._buckets.get("data_parts")
+        return self._listed("data_parts")
 
     @property
     def citations(self) -> tuple[Any, ...] | None:
         """Citations in arrival order."""
-        return self._buckets.get("citations")
+        return self._listed("citations")
 
     @property
     def error(self) -> TurnError | None:
@@ -420,12 +455,12 @@ class AssistantTurn:
     @property
     def steps(self) -> tuple[StepInfo, ...] | None:
         """Steps in the order they started."""
-        return self._buckets.get("steps")
+        return self._listed("steps")
 
     @property
     def warnings(self) -> tuple[str, ...] | None:
         """Events that could not be applied as they were, described."""
-        return self._buckets.get("warnings")
+        return self._listed("warnings")
 
     @property
     def sub_agents(self) -> tuple[SubAgentFrame, ...] | None:
