@@ -168,7 +168,7 @@ def measure(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="one small repetition")
-    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--reps", type=int, default=7)
     args = parser.parse_args()
     reps = 1 if args.quick else args.reps
     print(machine_line())
