@@ -279,6 +279,9 @@ class AssistantTurn:
     - ``steps``: ``STEP_STARTED``/``STEP_FINISHED``; ``warnings``: events that could not
       be applied as they were (an unknown call's result, a patch that does not apply);
     - ``sub_agents``: one :class:`SubAgentFrame` per sub-agent invocation.
+
+    ``evolve`` and the state properties (``part_chain``, ``tail``, ``calls``...) are
+    the reducer's working view; renderers read ``message`` and the buckets.
     """
 
     __slots__ = (
