@@ -1,12 +1,15 @@
-"""The pure chat engine: AG-UI events -> a UI turn with ordered parts; UI <-> canonical; branching.
+"""The chat layer: a pure chat engine and the two-method ``ChatStore`` persistence seam.
 
-Everything here is pure (no I/O, no asyncio): functions take values and return new
-ones, never changing what they were given. See docs/chat-engine.md.
+The engine (AG-UI events -> a UI turn with ordered parts; UI <-> canonical; branch cuts)
+is pure: no I/O, no asyncio; functions take values and return new ones, never changing
+what they were given. The seam (``ChatRecord``, ``ChatStore``, reference stores and the
+binary-safe codec) persists whole chats. See docs/chat-engine.md.
 """
 
 from __future__ import annotations
 
 from threadstore.chat.branch import ChatHistory, branch_before_user_message, drop_trailing_assistant
+from threadstore.chat.codec import deserialize_chat_record, serialize_chat_record
 from threadstore.chat.convert import (
     HistoryMessage,
     assistant_message_from_turn,
@@ -15,8 +18,20 @@ from threadstore.chat.convert import (
     tool_result_message_id,
     ui_from_messages,
 )
+from threadstore.chat.record import (
+    ChatRecord,
+    ChatStore,
+    DeletableChatStore,
+    ListableChatStore,
+    Scope,
+    delete_chat,
+    list_chats,
+    load_chat,
+    save_chat,
+)
 from threadstore.chat.reducer import CITATION_EVENT_NAME, apply_event, create_assistant_turn
 from threadstore.chat.seal import seal_assistant_turn
+from threadstore.chat.stores import InMemoryChatStore, JsonlChatStore
 from threadstore.chat.types import (
     AssistantTurn,
     CitationPart,
@@ -39,11 +54,18 @@ __all__ = [
     "CITATION_EVENT_NAME",
     "AssistantTurn",
     "ChatHistory",
+    "ChatRecord",
+    "ChatStore",
     "CitationPart",
     "DataPart",
+    "DeletableChatStore",
     "FilePart",
     "HistoryMessage",
+    "InMemoryChatStore",
+    "JsonlChatStore",
+    "ListableChatStore",
     "ReasoningPart",
+    "Scope",
     "StepInfo",
     "StepStartPart",
     "SubAgentFrame",
@@ -59,8 +81,14 @@ __all__ = [
     "branch_before_user_message",
     "canonical_from_ui",
     "create_assistant_turn",
+    "delete_chat",
+    "deserialize_chat_record",
     "drop_trailing_assistant",
+    "list_chats",
+    "load_chat",
+    "save_chat",
     "seal_assistant_turn",
+    "serialize_chat_record",
     "tool_result_message",
     "tool_result_message_id",
     "ui_from_messages",
