@@ -19,6 +19,7 @@ from typing import Annotated, Any
 from uuid import UUID, uuid4
 
 from ag_ui.core import (
+    PROTOCOL_VERSION,
     BaseEvent,
     EventType,
     MessagesSnapshotEvent,
@@ -283,7 +284,12 @@ def _snapshots(chat: Chat | None, history: Sequence[Message], exclude: set[str])
 def _connect_idle(thread_id: str, chat: Chat | None, history: Sequence[Message]) -> _RunFrames:
     run_id = f"connect-{uuid4().hex[:12]}"
     events = [
-        RunStartedEvent(thread_id=thread_id, run_id=run_id, timestamp=_now_ms()),
+        RunStartedEvent(
+            thread_id=thread_id,
+            run_id=run_id,
+            protocol_version=PROTOCOL_VERSION,
+            timestamp=_now_ms(),
+        ),
         *_snapshots(chat, history, set()),
         RunFinishedEvent(thread_id=thread_id, run_id=run_id, timestamp=_now_ms()),
     ]
