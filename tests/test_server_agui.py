@@ -185,8 +185,15 @@ async def test_quiet_streams_carry_keep_alive_comments(serve: Serve) -> None:
     assert comments and set(comments) == {"keep-alive"}
 
 
-async def test_connect_hydrates_the_thread_then_streams_the_rest_of_the_live_run(
-    serve: Serve,
+@pytest.mark.parametrize(
+    "route",
+    [
+        pytest.param("{thread}/connect", id="connect"),
+        pytest.param("{thread}/runs/{run}/events?snapshots=true", id="resume-with-snapshots"),
+    ],
+)
+async def test_connect_and_a_resume_with_snapshots_hydrate_then_stream_the_live_run(
+    serve: Serve, route: str
 ) -> None:
     agent = GatedAgent()
     async with serve(agent) as server, httpx.AsyncClient() as client:
@@ -201,8 +208,10 @@ async def test_connect_hydrates_the_thread_then_streams_the_rest_of_the_live_run
             async for frame in read_sse(live):
                 if frame.type == "TEXT_MESSAGE_CONTENT":
                     break
-            url = f"{server.url}/agui/threads/{first['threadId']}/connect"
-            async with client.stream("GET", url) as connected:
+            path = route.format(thread=second["threadId"], run=second["runId"])
+            # A browser's EventSource sends its last id again: these streams are whole anyway.
+            url, last_id = f"{server.url}/agui/threads/{path}", {"Last-Event-ID": "4"}
+            async with client.stream("GET", url, headers=last_id) as connected:
                 frames: list[Frame] = []
                 async for frame in read_sse(connected):
                     if frame.data is None:
@@ -213,6 +222,7 @@ async def test_connect_hydrates_the_thread_then_streams_the_rest_of_the_live_run
 
     types = [frame.type for frame in frames]
     assert types[:3] == ["RUN_STARTED", "MESSAGES_SNAPSHOT", "STATE_SNAPSHOT"]
+    assert frames[0].id == 1
     assert frames[0].data is not None and frames[0].data["runId"] == second["runId"]
     snapshot = frames[1].data["messages"] if frames[1].data else []
     assert [(m["role"], m.get("content")) for m in snapshot] == [
@@ -221,10 +231,11 @@ async def test_connect_hydrates_the_thread_then_streams_the_rest_of_the_live_run
         ("user", "second question"),
         ("assistant", ""),  # the live run's answer, named empty: its events fill it in
     ]
+    run_ids = [frame.id for frame in frames[3:]]
+    assert run_ids == list(range(2, 2 + len(run_ids)))
     live_text = "".join(f.data["delta"] for f in frames if f.data is not None and "delta" in f.data)
     assert live_text == "first half second half"
     assert types[-1] == "RUN_FINISHED"
-    assert frames[-1].id is not None
     assert_valid_agui(_events(frames))
 
 
@@ -319,54 +330,6 @@ async def test_every_backend_serves_runs_history_and_connect(store_url: str) -> 
         "and 6 * 6?",
     ]
     assert connected[2].data is not None and connected[2].data["snapshot"]["turns"] == 2
-
-
-async def test_a_resume_with_snapshots_starts_the_live_run_over_as_connect_does(
-    serve: Serve,
-) -> None:
-    agent = GatedAgent()
-    async with serve(agent) as server, httpx.AsyncClient() as client:
-        first = run_input("first question")
-        agent.gate.set()
-        await _post_run(client, server, first)
-        agent.gate.clear()
-        second = run_input(
-            "second question", thread_id=first["threadId"], history=first["messages"]
-        )
-        async with client.stream("POST", f"{server.url}/agui", json=second) as live:
-            async for frame in read_sse(live):
-                if frame.type == "TEXT_MESSAGE_CONTENT":
-                    break  # the client drops the stream mid-answer
-        url = f"{server.url}/agui/threads/{second['threadId']}/runs/{second['runId']}/events"
-        # A browser's EventSource would still send its last id: it is ignored here.
-        snapshots, last_id = {"snapshots": "true"}, {"Last-Event-ID": "4"}
-        async with client.stream("GET", url, params=snapshots, headers=last_id) as resumed:
-            assert resumed.status_code == 200
-            frames: list[Frame] = []
-            async for frame in read_sse(resumed):
-                if frame.data is None:
-                    continue
-                frames.append(frame)
-                if frame.type == "STATE_SNAPSHOT" and frame.id is None:
-                    agent.gate.set()
-
-    types = [frame.type for frame in frames]
-    assert types[:3] == ["RUN_STARTED", "MESSAGES_SNAPSHOT", "STATE_SNAPSHOT"]
-    assert frames[0].id == 1
-    assert frames[0].data is not None and frames[0].data["runId"] == second["runId"]
-    snapshot = frames[1].data["messages"] if frames[1].data else []
-    assert [(m["role"], m.get("content")) for m in snapshot] == [
-        ("user", "first question"),
-        ("assistant", "first half second half"),
-        ("user", "second question"),
-        ("assistant", ""),  # the live run's answer, named empty: its events fill it in
-    ]
-    run_ids = [frame.id for frame in frames[3:]]
-    assert run_ids == list(range(2, 2 + len(run_ids)))
-    text = "".join(f.data["delta"] for f in frames if f.data is not None and "delta" in f.data)
-    assert text == "first half second half"
-    assert types[-1] == "RUN_FINISHED"
-    assert_valid_agui(_events(frames))
 
 
 async def test_a_resume_with_snapshots_replays_a_just_finished_run_whole(serve: Serve) -> None:
