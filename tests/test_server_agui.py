@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -9,6 +11,22 @@ from typing import Any
 
 import httpx
 import pytest
+from ag_ui.core import (
+    BaseEvent,
+    ReasoningEndEvent,
+    ReasoningMessageContentEvent,
+    ReasoningMessageEndEvent,
+    ReasoningMessageStartEvent,
+    ReasoningStartEvent,
+    RunAgentInput,
+    RunFinishedEvent,
+    RunStartedEvent,
+    TextMessageContentEvent,
+    TextMessageEndEvent,
+    TextMessageStartEvent,
+    ToolCallEndEvent,
+    ToolCallStartEvent,
+)
 from ag_ui_validate.pytest_plugin import (
     assert_valid_agui,
     assert_valid_agui_endpoint,
@@ -236,6 +254,64 @@ async def test_connect_and_a_resume_with_snapshots_hydrate_then_stream_the_live_
     live_text = "".join(f.data["delta"] for f in frames if f.data is not None and "delta" in f.data)
     assert live_text == "first half second half"
     assert types[-1] == "RUN_FINISHED"
+    assert_valid_agui(_events(frames))
+
+
+class OpeningAgent:
+    """Streams a text message, a reasoning message, then opens a tool call with no parent
+    and waits for ``gate`` before ending it."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+
+    async def run(self, input: RunAgentInput) -> AsyncIterator[BaseEvent]:
+        """Yield the run; the tool call stays open until the gate opens."""
+        yield RunStartedEvent(thread_id=input.thread_id, run_id=input.run_id)
+        yield TextMessageStartEvent(message_id="text", role="assistant")
+        yield TextMessageContentEvent(message_id="text", delta="Let me think.")
+        yield TextMessageEndEvent(message_id="text")
+        yield ReasoningStartEvent(message_id="thinking")
+        yield ReasoningMessageStartEvent(message_id="thought", role="reasoning")
+        yield ReasoningMessageContentEvent(message_id="thought", delta="Which clock?")
+        yield ReasoningMessageEndEvent(message_id="thought")
+        yield ReasoningEndEvent(message_id="thinking")
+        yield ToolCallStartEvent(tool_call_id="call", tool_call_name="clock")
+        await asyncio.to_thread(self.gate.wait)
+        yield ToolCallEndEvent(tool_call_id="call")
+        yield RunFinishedEvent(thread_id=input.thread_id, run_id=input.run_id)
+
+
+async def test_connect_names_what_the_replayed_run_opens_empty_in_the_runs_order(
+    serve: Serve,
+) -> None:
+    agent = OpeningAgent()
+    body = run_input("what time is it?")
+    try:
+        async with serve(agent) as server, httpx.AsyncClient() as client:
+            async with client.stream("POST", f"{server.url}/agui", json=body) as live:
+                async for frame in read_sse(live):
+                    if frame.type == "TOOL_CALL_START":
+                        break
+            url = f"{server.url}/agui/threads/{body['threadId']}/connect"
+            async with client.stream("GET", url) as connected:
+                frames: list[Frame] = []
+                async for frame in read_sse(connected):
+                    if frame.data is not None:
+                        frames.append(frame)
+                    if frame.type == "STATE_SNAPSHOT":
+                        agent.gate.set()
+    finally:
+        agent.gate.set()
+
+    snapshot = frames[1].data["messages"] if frames[1].data else []
+    # What an AG-UI client makes of each opening event, in the order the run sent them:
+    # a reconnecting client's copies are reset there, and the replay fills them in.
+    assert snapshot[1:] == [
+        {"id": "text", "role": "assistant", "content": ""},
+        {"id": "thought", "role": "reasoning", "content": ""},
+        {"id": "call", "role": "assistant", "toolCalls": []},
+    ]
+    assert [f.type for f in frames][-2:] == ["TOOL_CALL_END", "RUN_FINISHED"]
     assert_valid_agui(_events(frames))
 
 

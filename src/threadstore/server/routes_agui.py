@@ -416,7 +416,7 @@ async def _connect_live(
                 await close_iterator(pairs)
     except EventsDroppedError:  # pragma: no cover - the server keeps whole logs
         head = []
-    frames = _hydration(chat, history, head)
+    frames = _hydration(chat, history, handle.run_id, head)
     return _RunFrames(frames, reopen=_local_reopen(handle), after=seen)
 
 
@@ -451,11 +451,7 @@ async def _join_relayed(
         if first is None:
             return None
         head, seen = [first], first[0]
-    # The relay lags the run's writer, so the history may hold records of events not
-    # read above: every message this run produced (all but its input) is left to its
-    # events, which the client gets from the first.
-    history = [m for m in history if m.run_id != run_id or m.role == Role.USER]
-    frames = _hydration(chat, history, head)
+    frames = _hydration(chat, history, run_id, head)
 
     async def reopen(after: int) -> NumberedEvents | None:
         return await manager.resume_chat_run(chat.chat_uuid, run_id, after)
@@ -466,9 +462,17 @@ async def _join_relayed(
 def _hydration(
     chat: Chat | None,
     history: Sequence[Message],
+    run_id: str,
     head: list[tuple[int, BaseEvent]],
 ) -> list[bytes]:
-    """The run's ``RUN_STARTED``, the snapshots, then the rest of ``head`` (the run so far)."""
+    """The run's ``RUN_STARTED``, the snapshots, then the rest of ``head`` (the run so far).
+
+    ``head`` starts at the run's first event, so every message the run produced (all
+    but its input) is left to its events. The history may hold records of events not in
+    ``head`` (a relayed ``head`` lags the run's writer) and records no event names (the
+    message the store opens for a tool call without a parent).
+    """
+    history = [m for m in history if m.run_id != run_id or m.role == Role.USER]
     frames: list[bytes] = []
     if head and head[0][1].type == EventType.RUN_STARTED:
         event_id, started = head.pop(0)
