@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -9,6 +11,22 @@ from typing import Any
 
 import httpx
 import pytest
+from ag_ui.core import (
+    BaseEvent,
+    ReasoningEndEvent,
+    ReasoningMessageContentEvent,
+    ReasoningMessageEndEvent,
+    ReasoningMessageStartEvent,
+    ReasoningStartEvent,
+    RunAgentInput,
+    RunFinishedEvent,
+    RunStartedEvent,
+    TextMessageContentEvent,
+    TextMessageEndEvent,
+    TextMessageStartEvent,
+    ToolCallEndEvent,
+    ToolCallStartEvent,
+)
 from ag_ui_validate.pytest_plugin import (
     assert_valid_agui,
     assert_valid_agui_endpoint,
@@ -185,8 +203,15 @@ async def test_quiet_streams_carry_keep_alive_comments(serve: Serve) -> None:
     assert comments and set(comments) == {"keep-alive"}
 
 
-async def test_connect_hydrates_the_thread_then_streams_the_rest_of_the_live_run(
-    serve: Serve,
+@pytest.mark.parametrize(
+    "route",
+    [
+        pytest.param("{thread}/connect", id="connect"),
+        pytest.param("{thread}/runs/{run}/events?snapshots=true", id="resume-with-snapshots"),
+    ],
+)
+async def test_connect_and_a_resume_with_snapshots_hydrate_then_stream_the_live_run(
+    serve: Serve, route: str
 ) -> None:
     agent = GatedAgent()
     async with serve(agent) as server, httpx.AsyncClient() as client:
@@ -201,8 +226,10 @@ async def test_connect_hydrates_the_thread_then_streams_the_rest_of_the_live_run
             async for frame in read_sse(live):
                 if frame.type == "TEXT_MESSAGE_CONTENT":
                     break
-            url = f"{server.url}/agui/threads/{first['threadId']}/connect"
-            async with client.stream("GET", url) as connected:
+            path = route.format(thread=second["threadId"], run=second["runId"])
+            # A browser's EventSource sends its last id again: these streams are whole anyway.
+            url, last_id = f"{server.url}/agui/threads/{path}", {"Last-Event-ID": "4"}
+            async with client.stream("GET", url, headers=last_id) as connected:
                 frames: list[Frame] = []
                 async for frame in read_sse(connected):
                     if frame.data is None:
@@ -213,17 +240,78 @@ async def test_connect_hydrates_the_thread_then_streams_the_rest_of_the_live_run
 
     types = [frame.type for frame in frames]
     assert types[:3] == ["RUN_STARTED", "MESSAGES_SNAPSHOT", "STATE_SNAPSHOT"]
+    assert frames[0].id == 1
     assert frames[0].data is not None and frames[0].data["runId"] == second["runId"]
     snapshot = frames[1].data["messages"] if frames[1].data else []
     assert [(m["role"], m.get("content")) for m in snapshot] == [
         ("user", "first question"),
         ("assistant", "first half second half"),
         ("user", "second question"),
+        ("assistant", ""),  # the live run's answer, named empty: its events fill it in
     ]
+    run_ids = [frame.id for frame in frames[3:]]
+    assert run_ids == list(range(2, 2 + len(run_ids)))
     live_text = "".join(f.data["delta"] for f in frames if f.data is not None and "delta" in f.data)
     assert live_text == "first half second half"
     assert types[-1] == "RUN_FINISHED"
-    assert frames[-1].id is not None
+    assert_valid_agui(_events(frames))
+
+
+class OpeningAgent:
+    """Streams a text message, a reasoning message, then opens a tool call with no parent
+    and waits for ``gate`` before ending it."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+
+    async def run(self, input: RunAgentInput) -> AsyncIterator[BaseEvent]:
+        """Yield the run; the tool call stays open until the gate opens."""
+        yield RunStartedEvent(thread_id=input.thread_id, run_id=input.run_id)
+        yield TextMessageStartEvent(message_id="text", role="assistant")
+        yield TextMessageContentEvent(message_id="text", delta="Let me think.")
+        yield TextMessageEndEvent(message_id="text")
+        yield ReasoningStartEvent(message_id="thinking")
+        yield ReasoningMessageStartEvent(message_id="thought", role="reasoning")
+        yield ReasoningMessageContentEvent(message_id="thought", delta="Which clock?")
+        yield ReasoningMessageEndEvent(message_id="thought")
+        yield ReasoningEndEvent(message_id="thinking")
+        yield ToolCallStartEvent(tool_call_id="call", tool_call_name="clock")
+        await asyncio.to_thread(self.gate.wait)
+        yield ToolCallEndEvent(tool_call_id="call")
+        yield RunFinishedEvent(thread_id=input.thread_id, run_id=input.run_id)
+
+
+async def test_connect_names_what_the_replayed_run_opens_empty_in_the_runs_order(
+    serve: Serve,
+) -> None:
+    agent = OpeningAgent()
+    body = run_input("what time is it?")
+    try:
+        async with serve(agent) as server, httpx.AsyncClient() as client:
+            async with client.stream("POST", f"{server.url}/agui", json=body) as live:
+                async for frame in read_sse(live):
+                    if frame.type == "TOOL_CALL_START":
+                        break
+            url = f"{server.url}/agui/threads/{body['threadId']}/connect"
+            async with client.stream("GET", url) as connected:
+                frames: list[Frame] = []
+                async for frame in read_sse(connected):
+                    if frame.data is not None:
+                        frames.append(frame)
+                    if frame.type == "STATE_SNAPSHOT":
+                        agent.gate.set()
+    finally:
+        agent.gate.set()
+
+    snapshot = frames[1].data["messages"] if frames[1].data else []
+    # What an AG-UI client makes of each opening event, in the order the run sent them:
+    # a reconnecting client's copies are reset there, and the replay fills them in.
+    assert snapshot[1:] == [
+        {"id": "text", "role": "assistant", "content": ""},
+        {"id": "thought", "role": "reasoning", "content": ""},
+        {"id": "call", "role": "assistant", "toolCalls": []},
+    ]
+    assert [f.type for f in frames][-2:] == ["TOOL_CALL_END", "RUN_FINISHED"]
     assert_valid_agui(_events(frames))
 
 
@@ -318,3 +406,30 @@ async def test_every_backend_serves_runs_history_and_connect(store_url: str) -> 
         "and 6 * 6?",
     ]
     assert connected[2].data is not None and connected[2].data["snapshot"]["turns"] == 2
+
+
+async def test_a_resume_with_snapshots_replays_a_just_finished_run_whole(serve: Serve) -> None:
+    async with serve(DemoAgent(delay=0)) as server, httpx.AsyncClient() as client:
+        body = run_input("what is 2 + 2")
+        run = await _post_run(client, server, body)
+        url = f"{server.url}/agui/threads/{body['threadId']}/runs/{body['runId']}/events"
+        async with client.stream("GET", url, params={"snapshots": "true"}) as response:
+            frames = await collect_sse(response)
+        both = await client.get(url, params={"snapshots": "true", "after": 2})
+        elsewhere = url.replace(body["runId"], "no-such-run")
+        unknown = await client.get(elsewhere, params={"snapshots": "true"})
+
+    assert [f.type for f in frames[:3]] == ["RUN_STARTED", "MESSAGES_SNAPSHOT", "STATE_SNAPSHOT"]
+    # The run's events, all of them with their ids, after the snapshots.
+    assert [(f.id, f.data) for f in frames[:1] + frames[3:]] == [(f.id, f.data) for f in run]
+    snapshot = frames[1].data["messages"] if frames[1].data else []
+    assert [(m["role"], m.get("content"), m.get("toolCalls")) for m in snapshot] == [
+        ("user", "what is 2 + 2", None),
+        ("reasoning", "", None),
+        ("assistant", "", None),
+        ("assistant", "", None),
+    ]
+    assert_valid_agui(_events(frames))
+    assert both.status_code == 422
+    assert "either after or snapshots=true" in both.json()["detail"]
+    assert unknown.status_code == 404

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 from uuid import uuid4
 
 import httpx
@@ -11,6 +12,7 @@ import pytest
 from conftest import AddMessage, MakeChat
 from threadstore import Chat, MessageReasoningCreate, MessageToolCallCreate, Role, Store
 from threadstore.server import LOCAL_USER_UUID, Limits, create_app
+from threadstore.store.base import MAX_PAGE_SIZE
 
 
 @pytest.fixture
@@ -112,6 +114,42 @@ async def test_a_chat_and_its_messages_page_forward_and_back(
     assert rest["next_cursor"] is None
     assert [m["content"] for m in newest["items"]] == ["question 2", "answer 2"]
     assert [m["content"] for m in older["items"]] == ["question 1", "answer 1"]
+
+
+async def test_the_largest_page_size_pages_a_long_chat_both_ways(
+    client: httpx.AsyncClient, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    template = await _conversation(make_chat, add_message, 1)
+    document = (await client.get(f"/api/chats/{template.chat_uuid}/export")).json()
+    message = document["messages"][0]
+    document["messages"] = [
+        {**message, "message_uuid": str(uuid4()), "agui_id": f"m{i}", "content": f"m{i}"}
+        for i in range(MAX_PAGE_SIZE + 1)
+    ]
+    imported = await client.post("/api/chats/import", json=document, params={"thread_id": "long"})
+    url = f"/api/chats/{imported.json()['chat_uuid']}/messages"
+
+    async def page(**params: str | int) -> dict[str, Any]:
+        response = await client.get(url, params={"limit": MAX_PAGE_SIZE, **params})
+        assert response.status_code == 200, response.text
+        body: dict[str, Any] = response.json()
+        return body
+
+    first = await page()
+    rest = await page(after=first["next_cursor"])
+    full_last = await page(after=first["items"][0]["seq"])
+    newest = await page(newest="true")
+    oldest = await page(before=newest["prev_cursor"])
+
+    def contents(body: dict[str, Any]) -> list[str]:
+        return [m["content"] for m in body["items"]]
+
+    every = [f"m{i}" for i in range(MAX_PAGE_SIZE + 1)]
+    assert contents(first) == every[:-1] and first["next_cursor"] is not None
+    assert contents(rest) == every[-1:] and rest["next_cursor"] is None
+    assert contents(full_last) == every[1:] and full_last["next_cursor"] is None
+    assert contents(newest) == every[1:] and newest["prev_cursor"] is not None
+    assert contents(oldest) == every[:1] and oldest["prev_cursor"] is None
 
 
 async def test_messages_carry_their_tool_calls_and_reasoning(

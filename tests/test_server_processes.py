@@ -189,8 +189,15 @@ async def test_a_run_started_on_one_process_is_cancelled_through_the_other(
     assert messages[-1]["content"] == "first half "
 
 
-async def test_connect_through_the_other_process_shows_the_history_then_the_live_run(
-    replicas: tuple[Replica, Replica],
+@pytest.mark.parametrize(
+    "route",
+    [
+        pytest.param("connect", id="connect"),
+        pytest.param("runs/{run}/events?snapshots=true", id="resume-with-snapshots"),
+    ],
+)
+async def test_connect_and_a_resume_with_snapshots_through_the_other_process_show_the_live_run(
+    replicas: tuple[Replica, Replica], route: str
 ) -> None:
     a, b = replicas
     first = run_input("first question")
@@ -204,7 +211,7 @@ async def test_connect_through_the_other_process_shows_the_history_then_the_live
             "second question", thread_id=first["threadId"], history=first["messages"]
         )
         await start_run(client, a, second, ALICE)
-        connect = f"{b.url}/agui/threads/{first['threadId']}/connect"
+        connect = f"{b.url}/agui/threads/{first['threadId']}/{route.format(run=second['runId'])}"
         frames: list[Frame] = []
         async with client.stream("GET", connect, headers=ALICE) as connected:
             assert connected.status_code == 200
@@ -220,11 +227,17 @@ async def test_connect_through_the_other_process_shows_the_history_then_the_live
     assert frames[0].id == 1
     assert frames[0].data is not None and frames[0].data["runId"] == second["runId"]
     snapshot = frames[1].data["messages"] if frames[1].data else []
-    assert [(m["role"], m.get("content")) for m in snapshot] == [
+    assert [(m["role"], m["content"]) for m in snapshot if m["content"]] == [
         ("user", "first question"),
         ("assistant", "first half second half"),
         ("user", "second question"),
     ]
+    # The live run's answer comes from its events; the snapshot names it, empty, if the
+    # relayed events read for it had reached the answer's start.
+    assert [(m["role"], m["content"]) for m in snapshot if not m["content"]] in (
+        [],
+        [("assistant", "")],
+    )
     live_ids = [f.id for f in frames[3:] if f.id is not None]
     assert live_ids == list(range(2, 2 + len(live_ids)))
     text = "".join(f.data["delta"] for f in frames if f.data is not None and "delta" in f.data)

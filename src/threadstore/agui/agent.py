@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from uuid import UUID
 
 from ag_ui.core import (
+    PROTOCOL_VERSION,
     ActivityDeltaEvent,
     ActivitySnapshotEvent,
     BaseEvent,
@@ -281,7 +282,11 @@ class StorageAgent:
             chat, history = await self._prepare(input)
         except InvalidInputError as exc:
             return [
-                RunStartedEvent(thread_id=input.thread_id, run_id=input.run_id),
+                RunStartedEvent(
+                    thread_id=input.thread_id,
+                    run_id=input.run_id,
+                    protocol_version=PROTOCOL_VERSION,
+                ),
                 RunErrorEvent(message=str(exc), code=INVALID_INPUT_ERROR_CODE),
             ]
         self.chat = chat

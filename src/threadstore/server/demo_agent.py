@@ -23,6 +23,7 @@ from typing import Any
 from uuid import uuid4
 
 from ag_ui.core import (
+    PROTOCOL_VERSION,
     BaseEvent,
     ReasoningEndEvent,
     ReasoningMessageContentEvent,
@@ -142,7 +143,12 @@ class DemoAgent:
         tool, args, result, answer = self._plan(question)
         turns = sum(1 for m in input.messages if m.role == "user")
 
-        yield RunStartedEvent(thread_id=input.thread_id, run_id=input.run_id, timestamp=_now_ms())
+        yield RunStartedEvent(
+            thread_id=input.thread_id,
+            run_id=input.run_id,
+            protocol_version=PROTOCOL_VERSION,
+            timestamp=_now_ms(),
+        )
         yield StateSnapshotEvent(snapshot={"turns": turns, "lastTool": tool}, timestamp=_now_ms())
 
         thought = f"The user wrote {len(question)} characters. " + (

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from uuid import uuid4
 
 from ag_ui.core import (
+    PROTOCOL_VERSION,
     AssistantMessage,
     BaseEvent,
     DeveloperMessage,
@@ -275,7 +276,12 @@ class OpenAIAgent:
         """Yield the run: RUN_STARTED, the streamed completion, then RUN_FINISHED or RUN_ERROR."""
         import httpx
 
-        yield RunStartedEvent(thread_id=input.thread_id, run_id=input.run_id, timestamp=_now_ms())
+        yield RunStartedEvent(
+            thread_id=input.thread_id,
+            run_id=input.run_id,
+            protocol_version=PROTOCOL_VERSION,
+            timestamp=_now_ms(),
+        )
         turn = _Turn()
         headers = {"Accept": "text/event-stream"}
         if self.api_key:

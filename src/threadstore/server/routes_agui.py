@@ -19,17 +19,25 @@ from typing import Annotated, Any
 from uuid import UUID, uuid4
 
 from ag_ui.core import (
+    PROTOCOL_VERSION,
     BaseEvent,
     EventType,
     MessagesSnapshotEvent,
+    ReasoningMessageChunkEvent,
+    ReasoningMessageStartEvent,
     RunAgentInput,
     RunFinishedEvent,
     RunStartedEvent,
     StateSnapshotEvent,
+    TextMessageChunkEvent,
+    TextMessageStartEvent,
+    ToolCallChunkEvent,
+    ToolCallStartEvent,
 )
+from ag_ui.core import Message as AGUIMessage
 from fastapi import APIRouter, Header, HTTPException, Query
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter
 
 from threadstore.agui.manager import EventsDroppedError, RunHandle
 from threadstore.agui.translate import translate_messages
@@ -182,10 +190,30 @@ async def resume_run(
     last_event_id: Annotated[
         str | None, Header(description="Standard SSE reconnect header; wins over `after`.")
     ] = None,
+    snapshots: Annotated[
+        bool,
+        Query(
+            description="Start over as `/connect` does: the run's `RUN_STARTED`, the thread's "
+            "snapshots, then the run's events (for clients that check event order and keep "
+            "no event ids). `Last-Event-ID` is then ignored; `after` is refused."
+        ),
+    ] = False,
 ) -> Any:
-    """Stream a live (or just finished) run's events after ``Last-Event-ID`` / ``after``."""
-    point = _resume_point(after, last_event_id)
-    frames = await _run_frames(state, user, thread_id, run_id, point)
+    """Stream a live (or just finished) run's events after ``Last-Event-ID`` / ``after``.
+
+    With ``snapshots=true`` the stream is one whole AG-UI run instead, as ``/connect``
+    gives it for this run: ``RUN_STARTED``, ``MESSAGES_SNAPSHOT``, ``STATE_SNAPSHOT``,
+    then the run's events.
+    """
+    if snapshots:
+        if after is not None:
+            raise InvalidInputError(
+                "pass either after or snapshots=true: a stream with snapshots starts the run over"
+            )
+        frames = await _rejoin(state, user, thread_id, run_id)
+    else:
+        point = _resume_point(after, last_event_id)
+        frames = await _run_frames(state, user, thread_id, run_id, point)
     if frames is None:
         raise HTTPException(
             404,
@@ -249,9 +277,7 @@ async def connect_thread(thread_id: str, state: AppState, user: CurrentUser) -> 
     chat = await state.store.get_chat_by_thread_id(user, thread_id)
     if chat is None and live is None:
         raise HTTPException(404, detail=f"thread {thread_id} not found")
-    history: list[Message] = []
-    if chat is not None:
-        history = [m async for m in state.store.iter_chat_messages(chat.chat_uuid)]
+    history = await _history(state, chat)
     frames: _RunFrames | None = None
     if live is not None:
         frames = await _connect_live(chat, history, live)
@@ -260,6 +286,24 @@ async def connect_thread(thread_id: str, state: AppState, user: CurrentUser) -> 
     if frames is None:
         frames = _connect_idle(thread_id, chat, history)
     return event_stream_response(frames, keepalive_interval=state.keepalive_interval)
+
+
+async def _rejoin(state: ServerState, user: UUID, thread_id: str, run_id: str) -> _RunFrames | None:
+    """The caller's run as ``/connect`` streams it, wherever it runs; ``None`` if not found."""
+    handle = state.manager.get(thread_id, run_id, user_uuid=user)  # live or just finished
+    chat = await state.store.get_chat_by_thread_id(user, thread_id)
+    history = await _history(state, chat)
+    if handle is not None:
+        return await _connect_live(chat, history, handle)
+    if chat is None:
+        return None
+    return await _join_relayed(state, chat, history, run_id)
+
+
+async def _history(state: ServerState, chat: Chat | None) -> list[Message]:
+    if chat is None:
+        return []
+    return [m async for m in state.store.iter_chat_messages(chat.chat_uuid)]
 
 
 def _live_run(state: ServerState, user: UUID, thread_id: str) -> RunHandle[Any] | None:
@@ -271,8 +315,17 @@ def _live_run(state: ServerState, user: UUID, thread_id: str) -> RunHandle[Any] 
     return runs[-1] if runs else None
 
 
-def _snapshots(chat: Chat | None, history: Sequence[Message], exclude: set[str]) -> list[BaseEvent]:
+def _snapshots(
+    chat: Chat | None, history: Sequence[Message], replayed: Sequence[BaseEvent] = ()
+) -> list[BaseEvent]:
+    """The thread's snapshots for a stream that then replays the ``replayed`` events.
+
+    Messages those events touch are left out of the history, which the events rebuild,
+    so none appears twice.
+    """
+    exclude = {i for event in replayed for i in _message_ids(event)}
     messages = [m for m in translate_messages(list(history)) if m.id not in exclude]
+    messages += _opened_messages(replayed)
     state = chat.state if chat is not None and chat.state is not None else {}
     return [
         MessagesSnapshotEvent(messages=messages, timestamp=_now_ms()),
@@ -283,8 +336,13 @@ def _snapshots(chat: Chat | None, history: Sequence[Message], exclude: set[str])
 def _connect_idle(thread_id: str, chat: Chat | None, history: Sequence[Message]) -> _RunFrames:
     run_id = f"connect-{uuid4().hex[:12]}"
     events = [
-        RunStartedEvent(thread_id=thread_id, run_id=run_id, timestamp=_now_ms()),
-        *_snapshots(chat, history, set()),
+        RunStartedEvent(
+            thread_id=thread_id,
+            run_id=run_id,
+            protocol_version=PROTOCOL_VERSION,
+            timestamp=_now_ms(),
+        ),
+        *_snapshots(chat, history),
         RunFinishedEvent(thread_id=thread_id, run_id=run_id, timestamp=_now_ms()),
     ]
     return _RunFrames([encode_frame(event) for event in events])
@@ -293,6 +351,48 @@ def _connect_idle(thread_id: str, chat: Chat | None, history: Sequence[Message])
 def _message_ids(event: BaseEvent) -> list[str]:
     ids = [getattr(event, "message_id", None), getattr(event, "parent_message_id", None)]
     return [i for i in ids if isinstance(i, str)]
+
+
+_MESSAGE: TypeAdapter[AGUIMessage] = TypeAdapter(AGUIMessage)
+
+
+def _opened_messages(events: Sequence[BaseEvent]) -> list[AGUIMessage]:
+    """The messages ``events`` open, empty, in the order an AG-UI client creates them.
+
+    A client that reconnects after its stream dropped holds part of the run already,
+    and AG-UI clients append to a message whose START names an id they hold, and keep
+    reasoning messages a snapshot does not name when it names none. Named empty in the
+    snapshot, each is reset there and filled by the replayed events as a new one would
+    be, at the place the client would have created it.
+    """
+    opened: dict[str, dict[str, Any]] = {}
+    calls: set[str] = set()
+
+    def open_once(message_id: str, event: BaseEvent, **fields: Any) -> None:
+        if message_id not in opened:
+            subagent = getattr(event, "subagent_run_id", None)
+            owner = {"subagentRunId": subagent} if subagent is not None else {}
+            opened[message_id] = {"id": message_id, **fields, **owner}
+
+    for event in events:
+        if isinstance(event, TextMessageStartEvent | TextMessageChunkEvent) and event.message_id:
+            named = {"name": event.name} if event.name is not None else {}
+            open_once(event.message_id, event, role=event.role or "assistant", content="", **named)
+        elif isinstance(event, ReasoningMessageStartEvent | ReasoningMessageChunkEvent):
+            if event.message_id:
+                open_once(event.message_id, event, role="reasoning", content="")
+        elif isinstance(event, ToolCallStartEvent | ToolCallChunkEvent) and event.tool_call_id:
+            if event.tool_call_id in calls:
+                continue
+            calls.add(event.tool_call_id)
+            parent = event.parent_message_id
+            holder = opened.get(parent) if parent else None
+            if holder is None:
+                # A client makes the named parent, or one named for the call.
+                open_once(parent or event.tool_call_id, event, role="assistant", toolCalls=[])
+            elif holder["role"] != "assistant":
+                open_once(event.tool_call_id, event, role="assistant", toolCalls=[])
+    return [_MESSAGE.validate_python(message) for message in opened.values()]
 
 
 async def _connect_live(
@@ -316,8 +416,7 @@ async def _connect_live(
                 await close_iterator(pairs)
     except EventsDroppedError:  # pragma: no cover - the server keeps whole logs
         head = []
-    exclude = {i for _, event in head for i in _message_ids(event)}
-    frames = _hydration(chat, history, head, exclude)
+    frames = _hydration(chat, history, handle.run_id, head)
     return _RunFrames(frames, reopen=_local_reopen(handle), after=seen)
 
 
@@ -325,13 +424,21 @@ async def _connect_elsewhere(
     state: ServerState, chat: Chat, history: Sequence[Message]
 ) -> _RunFrames | None:
     """Frames joining the chat's run live in another process, if there is one."""
+    if state.manager.relay is None:
+        return None
+    live = await state.manager.live_chat_runs(chat.chat_uuid)
+    if not live:
+        return None
+    return await _join_relayed(state, chat, history, live[0])
+
+
+async def _join_relayed(
+    state: ServerState, chat: Chat, history: Sequence[Message], run_id: str
+) -> _RunFrames | None:
+    """Frames joining the chat's run ``run_id`` from its relayed events; ``None`` if none."""
     manager, relay = state.manager, state.manager.relay
     if relay is None:
         return None
-    live = await manager.live_chat_runs(chat.chat_uuid)
-    if not live:
-        return None
-    run_id = live[0]
     # Read after the history: the events stored so far, then the rest as they come.
     head = await relay.read_events(chat.chat_uuid, run_id)
     seen = head[-1][0] if head else 0
@@ -344,12 +451,7 @@ async def _connect_elsewhere(
         if first is None:
             return None
         head, seen = [first], first[0]
-    # The relay lags the run's writer, so the history may hold records of events not
-    # read above: every message this run produced (all but its input) is left to its
-    # events, which the client gets from the first.
-    history = [m for m in history if m.run_id != run_id or m.role == Role.USER]
-    exclude = {i for _, event in head for i in _message_ids(event)}
-    frames = _hydration(chat, history, head, exclude)
+    frames = _hydration(chat, history, run_id, head)
 
     async def reopen(after: int) -> NumberedEvents | None:
         return await manager.resume_chat_run(chat.chat_uuid, run_id, after)
@@ -360,15 +462,23 @@ async def _connect_elsewhere(
 def _hydration(
     chat: Chat | None,
     history: Sequence[Message],
+    run_id: str,
     head: list[tuple[int, BaseEvent]],
-    exclude: set[str],
 ) -> list[bytes]:
-    """The run's ``RUN_STARTED``, the snapshots, then the rest of ``head`` (the run so far)."""
+    """The run's ``RUN_STARTED``, the snapshots, then the rest of ``head`` (the run so far).
+
+    ``head`` starts at the run's first event, so every message the run produced (all
+    but its input) is left to its events. The history may hold records of events not in
+    ``head`` (a relayed ``head`` lags the run's writer) and records no event names (the
+    message the store opens for a tool call without a parent).
+    """
+    history = [m for m in history if m.run_id != run_id or m.role == Role.USER]
     frames: list[bytes] = []
     if head and head[0][1].type == EventType.RUN_STARTED:
         event_id, started = head.pop(0)
         frames.append(encode_frame(started, event_id))
-    frames.extend(encode_frame(event) for event in _snapshots(chat, history, exclude))
+    replayed = [event for _, event in head]
+    frames.extend(encode_frame(event) for event in _snapshots(chat, history, replayed))
     snapshot_seen = False
     for event_id, event in head:
         snapshot_seen = snapshot_seen or event.type == EventType.STATE_SNAPSHOT

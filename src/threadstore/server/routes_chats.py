@@ -133,15 +133,21 @@ async def list_messages(
     if newest:
         before = _END_OF_CHAT
     await owned_chat(state, user, chat_uuid)
-    # One extra row tells whether another page exists.
-    rows = list(
-        await state.store.get_chat_messages(chat_uuid, after=after, before=before, limit=limit + 1)
+    store = state.store
+    items = list(await store.get_chat_messages(chat_uuid, after=after, before=before, limit=limit))
+    back = before is not None
+    # Only a full page can have another past it, and one row past its edge tells. (Asking
+    # for limit + 1 rows would refuse the largest page size.)
+    more = len(items) == limit and bool(
+        await store.get_chat_messages(
+            chat_uuid,
+            after=None if back else items[-1].seq,
+            before=items[0].seq if back else None,
+            limit=1,
+        )
     )
-    more = len(rows) > limit
-    if before is not None:
-        items = rows[-limit:]
+    if back:
         return MessagePage(items=items, prev_cursor=items[0].seq if more else None)
-    items = rows[:limit]
     return MessagePage(
         items=items,
         next_cursor=items[-1].seq if more else None,
