@@ -122,7 +122,7 @@ function messageFromStored(stored) {
     parts.push({ kind: "text", text: "```json\n" + JSON.stringify(stored.activity_content, null, 2) + "\n```" });
   }
   return {
-    id: stored.agui_id,
+    id: stored.agui_id || stored.message_uuid, // messages stored without an AG-UI id still count
     uuid: stored.message_uuid,
     seq: stored.seq,
     role: stored.role,
@@ -504,38 +504,55 @@ function renderChatItem(chat) {
   return el("li", { "data-thread": chat.thread_id }, link);
 }
 
-function renderChatList() {
+// The list only grows by pages: new items are appended, never the whole list redrawn.
+function renderChatList(added = null) {
   const list = $("chat-list");
-  list.replaceChildren(...page.chats.map(renderChatItem));
+  if (added === null) list.replaceChildren(...page.chats.map(renderChatItem));
+  else list.append(...added.map(renderChatItem));
   const status = $("list-status");
   if (page.cursor === null && page.chats.length === 0) status.textContent = page.query ? "No chat has that name." : "No chats yet.";
   else status.textContent = "";
 }
 
+function markOpenChat() {
+  for (const link of $("chat-list").querySelectorAll("a")) {
+    const current = link.parentElement.dataset.thread === page.thread;
+    if (current) link.setAttribute("aria-current", "page");
+    else link.removeAttribute("aria-current");
+  }
+}
+
+let listGeneration = 0;
+
 async function loadChats(reset = false) {
   if (reset) {
+    // A reset wins over a page still on its way: that page is dropped when it lands.
+    listGeneration += 1;
     page.chats = [];
     page.cursor = undefined;
+    page.loadingChats = false;
   }
   if (page.loadingChats || page.cursor === null) return;
   page.loadingChats = true;
-  const query = page.query;
+  const generation = listGeneration;
   try {
     const params = new URLSearchParams({ limit: String(PAGE_SIZE) });
     if (page.cursor) params.set("cursor", page.cursor);
-    if (query) params.set("q", query);
+    if (page.query) params.set("q", page.query);
     const result = await api("GET", `/api/chats?${params}`);
-    if (query !== page.query) return; // a newer search replaced this one
+    if (generation !== listGeneration) return;
+    const first = page.chats.length === 0;
     page.chats.push(...result.items);
     page.cursor = result.next_cursor;
-    renderChatList();
+    renderChatList(first ? null : result.items);
+    markOpenChat();
   } catch (error) {
     report(error);
   } finally {
-    page.loadingChats = false;
+    if (generation === listGeneration) page.loadingChats = false;
   }
   // Keep loading while the sentinel is still visible (a tall screen, a short page).
-  if (page.cursor && sentinelVisible()) loadChats();
+  if (generation === listGeneration && page.cursor && sentinelVisible()) loadChats();
 }
 
 function sentinelVisible() {
@@ -610,7 +627,7 @@ async function openThread(threadId) {
   setRunning(false);
   renderConversation();
   setChatHeader();
-  renderChatList();
+  markOpenChat();
   if (!threadId) return;
   let info = null;
   try {
@@ -894,7 +911,7 @@ function start() {
       loadChats(true);
     }, 200);
   });
-  new IntersectionObserver((entries) => entries.some((e) => e.isIntersecting) && loadChats(), { root: $("sidebar") }).observe($("list-sentinel"));
+  new IntersectionObserver((entries) => entries.some((e) => e.isIntersecting) && loadChats(), { root: $("sidebar"), rootMargin: "0px 0px 300px 0px" }).observe($("list-sentinel"));
   $("messages").addEventListener("scroll", () => {
     if ($("messages").scrollTop < 40) loadOlder();
   });
