@@ -23,6 +23,7 @@ from threadstore.server.errors import install_error_handlers
 from threadstore.server.limits import DEFAULT_LIMITS, BodyLimitMiddleware, Limits
 from threadstore.server.routes_agui import router as agui_router
 from threadstore.server.routes_chats import router as chats_router
+from threadstore.server.routes_web import install_web
 from threadstore.server.sse import DEFAULT_KEEPALIVE_INTERVAL
 from threadstore.store import open_store
 from threadstore.store.base import Store
@@ -133,6 +134,7 @@ def create_app(
     install_error_handlers(app)
     app.include_router(agui_router)
     app.include_router(chats_router)
+    install_web(app)
 
     @app.get("/healthz", tags=["server"], summary="Liveness")
     async def healthz() -> dict[str, str]:
