@@ -89,6 +89,26 @@ async def test_a_saved_tool_using_history_loads_back_message_for_message(store: 
     assert loaded.scope == SCOPE and loaded.parent_id is None and loaded.chat_id == "chat-42"
 
 
+async def test_bytes_in_message_metadata_load_back_as_bytes(
+    store: Store, request: pytest.FixtureRequest
+) -> None:
+    if not store.url.startswith("memory"):
+        request.applymarker(
+            pytest.mark.xfail(
+                raises=TypeError,
+                strict=True,
+                reason="the SQL backends' JSON columns refuse bytes until they use the codec",
+            )
+        )
+    chats = StoreChatStore(store, "u_1")
+    photo = UserMessage(id="u1", content="What is this?", metadata={"thumbnail": b"\x89PNG\x00"})
+
+    await chats.save_chat(record([photo]))
+
+    loaded = await chats.load_chat("chat-42")
+    assert loaded is not None and loaded.messages[0].metadata == {"thumbnail": b"\x89PNG\x00"}
+
+
 async def test_a_saved_chat_is_an_ordinary_chat_of_the_users_uuid(store: Store) -> None:
     await StoreChatStore(store, "u_1").save_chat(record(tool_history()))
 
