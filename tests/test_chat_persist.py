@@ -295,3 +295,19 @@ async def test_the_wrapper_is_an_agui_agent_named_after_the_inner_one() -> None:
     )
     assert isinstance(agent, AGUIAgent)
     assert agent.name == "weather-bot"
+
+
+async def test_an_agent_that_fails_before_streaming_still_gets_the_input_saved() -> None:
+    class Refusing:
+        name = "refusing"
+
+        def run(self, input: RunAgentInput) -> Any:
+            raise PermissionError("no model access")
+
+    store = DictChatStore()
+    agent = ChatPersistingAgent(Refusing(), ChatPersistOptions(store, "c", SCOPE))
+
+    with pytest.raises(PermissionError, match="no model access"):
+        await collect(agent.run(run_input(messages=[user("u1")])))
+
+    assert roles_and_ids(store.chats["c"]) == [("user", "u1")]

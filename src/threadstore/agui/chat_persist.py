@@ -74,8 +74,9 @@ class ChatPersistingAgent:
     async def run(self, input: RunAgentInput) -> AsyncGenerator[BaseEvent, None]:
         """Yield ``inner``'s events for ``input`` unchanged; save the chat at each boundary."""
         run = _PersistedRun(self.options, input)
-        stream = self.inner.run(input)
+        stream: AsyncIterator[BaseEvent] | None = None
         try:
+            stream = self.inner.run(input)
             async for event in stream:
                 run.fold(event)
                 yield event
