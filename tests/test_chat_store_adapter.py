@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
+from uuid import uuid4
 
 import pytest
 from ag_ui.core import (
@@ -24,6 +25,7 @@ from agui_scripts import (
     ScriptedAgent,
     StoreSpy,
     collect,
+    full_turn,
     run_finished,
     run_input,
     run_started,
@@ -34,7 +36,7 @@ from agui_scripts import (
 from sqlite_support import sqlite_store
 from test_chat_persist import tool_run
 from test_statement_counts import count_statements
-from threadstore import InvalidInputError, Role, Store
+from threadstore import InvalidInputError, Role, StorageAgent, Store
 from threadstore.agui import ChatPersistingAgent, ChatPersistOptions
 from threadstore.chat import ChatRecord, Scope, StoreChatStore, list_chats
 from threadstore.keys import user_uuid_for
@@ -360,3 +362,34 @@ async def test_a_wrapped_agent_persists_two_runs_into_a_store(store: Store) -> N
     # one call, whatever the length of the history before them.
     assert spy.calls["create_message"] == 2 and spy.calls["create_message_tool_call"] == 1
     assert spy.record_writes == 3
+
+
+async def test_a_chat_a_storage_agent_wrote_loads_and_grows_by_what_a_save_adds(
+    store: Store,
+) -> None:
+    owner = uuid4()
+    inner = ScriptedAgent(full_turn("thread-1", "run-1"))
+    storage = StorageAgent("assistant", owner, store, store, inner)
+    await collect(storage.run(run_input("thread-1", "run-1", [user("u1", "Weather?")])))
+
+    spy = StoreSpy(store)
+    chats = StoreChatStore(spy, str(owner))  # type: ignore[arg-type]
+    loaded = await chats.load_chat("thread-1")
+    assert loaded is not None
+    assert [m.role for m in loaded.messages] == [
+        "user",
+        "reasoning",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
+
+    await chats.save_chat(
+        record([*loaded.messages, user("u2", "And tomorrow?")], "thread-1", scope=loaded.scope)
+    )
+
+    assert spy.record_writes == 1 and spy.calls["create_message"] == 1
+    again = await chats.load_chat("thread-1")
+    assert again is not None and dumps(again.messages) == dumps(
+        [*loaded.messages, user("u2", "And tomorrow?")]
+    )
