@@ -311,3 +311,18 @@ async def test_an_agent_that_fails_before_streaming_still_gets_the_input_saved()
         await collect(agent.run(run_input(messages=[user("u1")])))
 
     assert roles_and_ids(store.chats["c"]) == [("user", "u1")]
+
+
+async def test_a_cancelled_run_saves_what_it_produced_and_stays_cancelled() -> None:
+    store = DictChatStore()
+    inner = ScriptedAgent(tool_run(), pause_after=5)  # after the first sentence
+    agent = ChatPersistingAgent(inner, ChatPersistOptions(store, "c", SCOPE))
+    consumer = asyncio.create_task(collect(agent.run(run_input(messages=[user("u1")]))))
+
+    await inner.paused.wait()
+    consumer.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await consumer
+
+    assert roles_and_ids(store.chats["c"]) == [("user", "u1"), ("assistant", "a1")]
+    assert store.chats["c"].messages[1].content == "Let me check the weather."
