@@ -1,4 +1,4 @@
-"""Deterministic identifiers: deduplication keys and participant ids.
+"""Deterministic identifiers: deduplication keys, participant ids and user UUIDs.
 
 These keep the seed's names and meanings, so an app that switches to threadstore
 derives the same keys for the same inputs.
@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import hashlib
 import re
-from uuid import UUID
+from uuid import UUID, uuid5
 
 __all__ = [
     "DEDUPLICATION_KEY_LENGTH",
     "PARTICIPANT_ID_LENGTH",
+    "USER_NAMESPACE",
     "chat_deduplication_key",
     "normalize_participant_id",
     "participant_id",
     "session_deduplication_key",
+    "user_uuid_for",
 ]
 
 DEDUPLICATION_KEY_LENGTH: int = 64
@@ -25,7 +27,18 @@ DEDUPLICATION_KEY_LENGTH: int = 64
 PARTICIPANT_ID_LENGTH: int = 24
 """Length of a participant id (ObjectId-shaped: 24 lowercase hex characters)."""
 
+USER_NAMESPACE = UUID("6f1c3a52-8a0e-5c5e-9d1f-7b2f0c4e6a11")
+"""The uuid5 namespace that turns a non-UUID user id into a user UUID."""
+
 _PARTICIPANT_RE = re.compile(r"^[0-9a-f]{24}$")
+
+
+def user_uuid_for(user_id: str) -> UUID:
+    """Return the user UUID for ``user_id``: itself when it is a UUID, else its uuid5."""
+    try:
+        return UUID(user_id)
+    except ValueError:
+        return uuid5(USER_NAMESPACE, user_id)
 
 
 def session_deduplication_key(namespace: str, *parts: str) -> str:

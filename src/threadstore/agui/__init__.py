@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from threadstore.agui.agent import AGUIAgent, AGUIStorageAgent, StorageAgent
+    from threadstore.agui.chat_persist import ChatPersistingAgent, ChatPersistOptions
     from threadstore.agui.compact import compact_events
     from threadstore.agui.distributed import DistributedRunManager
     from threadstore.agui.legacy import (
@@ -28,6 +29,8 @@ _EXPORTS: dict[str, str] = {
     "AGUIAgent": "threadstore.agui.agent",
     "AGUIStorageAgent": "threadstore.agui.agent",
     "StorageAgent": "threadstore.agui.agent",
+    "ChatPersistOptions": "threadstore.agui.chat_persist",
+    "ChatPersistingAgent": "threadstore.agui.chat_persist",
     "RunHandle": "threadstore.agui.manager",
     "DistributedRunManager": "threadstore.agui.distributed",
     "StreamPersistenceManager": "threadstore.agui.manager",
@@ -58,6 +61,8 @@ def __dir__() -> list[str]:
 __all__ = [
     "AGUIAgent",
     "AGUIStorageAgent",
+    "ChatPersistOptions",
+    "ChatPersistingAgent",
     "DistributedRunManager",
     "RunHandle",
     "StorageAgent",

@@ -3,7 +3,8 @@
 The engine (AG-UI events -> a UI turn with ordered parts; UI <-> canonical; branch cuts)
 is pure: no I/O, no asyncio; functions take values and return new ones, never changing
 what they were given. The seam (``ChatRecord``, ``ChatStore``, reference stores and the
-binary-safe codec) persists whole chats. See docs/chat-engine.md.
+binary-safe codec; ``StoreChatStore`` puts any threadstore ``Store`` behind it) persists
+whole chats. See docs/chat-engine.md and docs/chat-store.md.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from threadstore.chat.record import (
 )
 from threadstore.chat.reducer import CITATION_EVENT_NAME, apply_event, create_assistant_turn
 from threadstore.chat.seal import seal_assistant_turn
+from threadstore.chat.store_adapter import StoreChatStore
 from threadstore.chat.stores import InMemoryChatStore, JsonlChatStore
 from threadstore.chat.types import (
     AssistantTurn,
@@ -68,6 +70,7 @@ __all__ = [
     "Scope",
     "StepInfo",
     "StepStartPart",
+    "StoreChatStore",
     "SubAgentFrame",
     "TextPart",
     "ToolPart",

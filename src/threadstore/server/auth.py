@@ -14,11 +14,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
-from uuid import UUID, uuid5
+from uuid import UUID
 
 from fastapi import HTTPException, Request, status
 
 from threadstore.errors import ConfigurationError
+from threadstore.keys import USER_NAMESPACE, user_uuid_for
 
 __all__ = [
     "LOCAL_USER_ID",
@@ -33,22 +34,11 @@ __all__ = [
     "user_uuid_for",
 ]
 
-USER_NAMESPACE = UUID("6f1c3a52-8a0e-5c5e-9d1f-7b2f0c4e6a11")
-"""The uuid5 namespace that turns a non-UUID user id into a user UUID."""
-
 LOCAL_USER_ID = "local"
 """The user id of the single local user (the default when auth is off)."""
 
 TOKENS_ENV_VAR = "THREADSTORE_TOKENS"
 """Environment variable holding ``token=user_id`` pairs for ``--auth tokens``."""
-
-
-def user_uuid_for(user_id: str) -> UUID:
-    """Return the user UUID for ``user_id``: itself when it is a UUID, else its uuid5."""
-    try:
-        return UUID(user_id)
-    except ValueError:
-        return uuid5(USER_NAMESPACE, user_id)
 
 
 LOCAL_USER_UUID = user_uuid_for(LOCAL_USER_ID)
