@@ -13,10 +13,18 @@ from pathlib import Path
 
 import pytest
 
-HEAVY = ("fastapi", "uvicorn", "aiosqlite", "asyncpg", "ag_ui", "jsonpatch", "typer", "rich")
+HEAVY = (
+    *("fastapi", "uvicorn", "aiosqlite", "asyncpg", "ag_ui", "jsonpatch", "typer", "rich"),
+    *("langchain_core", "agents", "openai"),  # the framework faces' extras
+)
 """Dependencies that only some uses of threadstore need."""
 
-LAZY_SUBPACKAGES = ("threadstore.agui", "threadstore.server", "threadstore.cli")
+LAZY_SUBPACKAGES = (
+    "threadstore.agui",
+    "threadstore.server",
+    "threadstore.cli",
+    "threadstore.faces",
+)
 
 
 def loaded_after(code: str, cwd: Path) -> set[str]:
