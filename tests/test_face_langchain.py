@@ -292,3 +292,14 @@ async def test_runnable_with_message_history_continues_a_conversation_async(stor
     assert [m.content for m in other_seen[0]] == ["new topic"]
     stored = await history(store, "chat-1", user_uuid=user).aget_messages()
     assert [m.content for m in stored] == ["hi", "hello", "see you", "bye"]
+
+
+async def test_a_history_cleared_by_another_instance_is_written_again(store: Store) -> None:
+    user = uuid.uuid4()
+    writer, other = history(store, "s", user_uuid=user), history(store, "s", user_uuid=user)
+    await writer.aadd_messages([HumanMessage("before")])
+
+    await other.aclear()
+    await writer.aadd_messages([HumanMessage("after")])
+
+    assert [m.content for m in await other.aget_messages()] == ["after"]

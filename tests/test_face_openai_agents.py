@@ -387,3 +387,14 @@ async def test_a_session_written_by_one_process_is_continued_by_another(shared_u
         assert after[: len(before)] == before
         assert after[len(before) :][0] == {"role": "user", "content": "Thanks!"}
         assert after[-1]["content"][0]["text"] == "child reply"
+
+
+async def test_a_session_cleared_by_another_instance_is_written_again(store: Store) -> None:
+    user = uuid.uuid4()
+    writer, other = session_of(store, "s", user_uuid=user), session_of(store, "s", user_uuid=user)
+    await writer.add_items([text_item("before")])
+
+    await other.clear_session()
+    await writer.add_items([text_item("after")])
+
+    assert await other.get_items() == [text_item("after")]

@@ -40,13 +40,12 @@ from langchain_core.messages import (
     HumanMessage,
     SystemMessage,
     ToolMessage,
-    message_to_dict,
     messages_from_dict,
 )
 
 from threadstore.errors import ConfigurationError
+from threadstore.faces._chat import SessionChat
 from threadstore.models import (
-    ChatCreate,
     Message,
     MessageCreate,
     MessageStatus,
@@ -155,8 +154,7 @@ class ThreadstoreChatMessageHistory(BaseChatMessageHistory):
         self.store = store.store if isinstance(store, BackgroundStore) else store
         self.user_uuid = user_uuid
         self.session_id = session_id
-        self.tenant_id = tenant_id
-        self.app_id = app_id
+        self._chat = SessionChat(self.store, user_uuid, session_id, tenant_id, app_id)
 
     # --- LangChain's interface -----------------------------------------------------------
 
@@ -206,36 +204,18 @@ class ThreadstoreChatMessageHistory(BaseChatMessageHistory):
     # --- the store side --------------------------------------------------------------------
 
     async def _load(self) -> list[BaseMessage]:
-        chat = await self.store.get_chat_by_thread_id(self.user_uuid, self.session_id)
-        if chat is None:
+        chat_uuid = await self._chat.find()
+        if chat_uuid is None:
             return []
-        out: list[BaseMessage] = []
-        async for message in self.store.iter_chat_messages(chat.chat_uuid):
-            out.extend(langchain_messages(message))
-        return out
+        messages = await self.store.get_chat_messages(chat_uuid)
+        return [out for message in messages for out in langchain_messages(message)]
 
     async def _append(self, messages: Sequence[BaseMessage]) -> None:
-        if not messages:
-            return
-        chat = await self.store.create_chat(
-            ChatCreate(
-                user_uuid=self.user_uuid,
-                thread_id=self.session_id,
-                tenant_id=self.tenant_id,
-                app_id=self.app_id,
-            )
-        )
-        async with self.store.transaction():
-            for message in messages:
-                create, calls = message_records(chat.chat_uuid, message)
-                await self.store.create_message(create)
-                for call in calls:
-                    await self.store.create_message_tool_call(call)
+        if messages:
+            await self._chat.append(lambda chat: [message_records(chat, one) for one in messages])
 
     async def _clear(self) -> None:
-        chat = await self.store.get_chat_by_thread_id(self.user_uuid, self.session_id)
-        if chat is not None:
-            await self.store.delete_chat(chat.chat_uuid)
+        await self._chat.delete()
 
 
 # --- conversion ------------------------------------------------------------------------------
@@ -257,16 +237,16 @@ def message_records(
     chat_uuid: UUID, message: BaseMessage
 ) -> tuple[MessageCreate, list[MessageToolCallCreate]]:
     """The threadstore message (and tool calls) that store one LangChain message."""
-    dumped = message_to_dict(message)
-    data: dict[str, Any] = dumped["data"]
+    # Fields left at their defaults come back by themselves; the stored copy stays small.
+    data: dict[str, Any] = message.model_dump(exclude_defaults=True)
     # The id and string content live in the message's own fields; the rest is LangChain's.
     data.pop("id", None)
     if isinstance(message.content, str):
         data.pop("content", None)
     # As JSON text, not a JSON document: PostgreSQL's jsonb would read 1e16 back as an int.
-    saved = json.dumps({**data, "type": dumped["type"]})
+    saved = json.dumps({**data, "type": message.type})
     metadata: dict[str, Any] = {LANGCHAIN_METADATA_KEY: saved}
-    role = _ROLES.get(dumped["type"], Role.ASSISTANT)
+    role = _ROLES.get(message.type, Role.ASSISTANT)
     if isinstance(message, ToolMessage):
         metadata[TOOL_CALL_ID_METADATA_KEY] = message.tool_call_id
     create = MessageCreate(

@@ -32,9 +32,8 @@ from uuid import UUID
 from agents.items import TResponseInputItem
 from agents.memory import SessionSettings
 
+from threadstore.faces._chat import SessionChat
 from threadstore.models import (
-    Chat,
-    ChatCreate,
     Message,
     MessageCreate,
     MessageStatus,
@@ -84,8 +83,7 @@ class ThreadstoreSession:
         self.session_id = session_id
         self.store = store
         self.user_uuid = user_uuid
-        self.tenant_id = tenant_id
-        self.app_id = app_id
+        self._chat = SessionChat(store, user_uuid, session_id, tenant_id, app_id)
         self.session_settings: SessionSettings | None = session_settings or SessionSettings()
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
@@ -94,58 +92,39 @@ class ThreadstoreSession:
         size = limit if limit is not None else settings.limit if settings is not None else None
         if size == 0:
             return []
-        chat = await self._chat()
-        if chat is None:
+        chat_uuid = await self._chat.find()
+        if chat_uuid is None:
             return []
         if size is None or size < 0:  # SQLite reads a negative LIMIT as no limit
-            messages = await self.store.get_chat_messages(chat.chat_uuid)
+            messages = await self.store.get_chat_messages(chat_uuid)
             return [item for message in messages for item in session_items(message)]
-        return await self._latest(chat.chat_uuid, size)
+        return await self._latest(chat_uuid, size)
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
-        """Append ``items`` in order, in one transaction."""
-        if not items:
-            return
-        chat = await self.store.create_chat(
-            ChatCreate(
-                user_uuid=self.user_uuid,
-                thread_id=self.session_id,
-                tenant_id=self.tenant_id,
-                app_id=self.app_id,
-            )
-        )
-        async with self.store.transaction():
-            for item in items:
-                create, calls = item_records(chat.chat_uuid, item)
-                await self.store.create_message(create)
-                for call in calls:
-                    await self.store.create_message_tool_call(call)
+        """Append ``items`` in order, all or nothing."""
+        if items:
+            await self._chat.append(lambda chat: [item_records(chat, one) for one in items])
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove the newest item and return it; ``None`` when the session is empty."""
-        chat = await self._chat()
-        if chat is None:
+        chat_uuid = await self._chat.find()
+        if chat_uuid is None:
             return None
         async with self.store.transaction():
-            newest = await self.store.get_chat_messages(chat.chat_uuid, before=_NEWEST, limit=1)
+            newest = await self.store.get_chat_messages(chat_uuid, before=_NEWEST, limit=1)
             if not newest:
                 return None
             message = newest[0]
             if message.parent_uuid is None:
-                await self.store.delete_chat(chat.chat_uuid)
+                await self.store.delete_chat(chat_uuid)
             else:
-                await self.store.set_active_leaf(chat.chat_uuid, message.parent_uuid)
+                await self.store.set_active_leaf(chat_uuid, message.parent_uuid)
         items = session_items(message)
         return items[-1] if items else None
 
     async def clear_session(self) -> None:
         """Remove every item (the whole chat)."""
-        chat = await self._chat()
-        if chat is not None:
-            await self.store.delete_chat(chat.chat_uuid)
-
-    async def _chat(self) -> Chat | None:
-        return await self.store.get_chat_by_thread_id(self.user_uuid, self.session_id)
+        await self._chat.delete()
 
     async def _latest(self, chat_uuid: UUID, size: int) -> list[TResponseInputItem]:
         """The latest ``size`` items, read back from the end a page of messages at a time."""
