@@ -14,17 +14,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
-import tempfile
 import uuid
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Any, Protocol
 
 from agents import SQLiteSession
 from agents.items import TResponseInputItem
 
 from bench_postgres import fresh_database
-from common import Goal, Samples, collect_garbage, machine_line, markdown_table, rotated, timed
+from common import Goal, machine_line
+from face_contest import Contest
 from threadstore import Store, open_store
 from threadstore.faces.openai_agents import ThreadstoreSession
 
@@ -50,15 +49,6 @@ def conversation(count: int) -> list[TResponseInputItem]:
                 }
             )
     return items
-
-
-class Contender(Protocol):
-    name: str
-
-    async def open(self, directory: Path) -> None: ...
-    async def append(self, items: list[TResponseInputItem]) -> None: ...
-    async def load(self) -> list[TResponseInputItem]: ...
-    async def close(self) -> None: ...
 
 
 class Ours:
@@ -105,42 +95,6 @@ class Peer:
         self.session.close()
 
 
-async def repetition(
-    rep: int,
-    contenders: list[Contender],
-    items: list[TResponseInputItem],
-    loads: int,
-    slices: int,
-    samples: Samples,
-) -> None:
-    """One repetition: fresh databases, interleaved appends, a correctness check, loads."""
-    with tempfile.TemporaryDirectory(prefix="bench-agents-") as directory:
-        for contender in contenders:
-            await contender.open(Path(directory))
-        try:
-            size = len(items) // slices
-            totals = dict.fromkeys((c.name for c in contenders), 0.0)
-            for part in range(slices):
-                chunk = items[part * size : (part + 1) * size]
-                for contender in rotated(contenders, rep + part):
-                    collect_garbage()
-                    totals[contender.name] += await timed(appending(contender, chunk))
-            for name, total in totals.items():
-                samples.add(f"append {name}", total)
-            for contender in contenders:
-                assert await contender.load() == items[: size * slices], contender.name
-            for turn in range(loads):
-                for contender in rotated(contenders, turn):
-                    samples.add(f"load {contender.name}", await timed(contender.load))
-        finally:
-            for contender in contenders:
-                await contender.close()
-
-
-def appending(contender: Contender, chunk: list[TResponseInputItem]) -> Any:
-    return lambda: contender.append(chunk)
-
-
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--items", type=int, default=2000)
@@ -155,58 +109,22 @@ async def main() -> int:
     args = parser.parse_args()
     if args.quick:
         args.items, args.loads, args.reps = 200, 10, 2
-    items = conversation(args.items)
-    samples = Samples()
     ours = Ours()
-    contenders: list[Contender] = [ours, Peer()]
     async with AsyncExitStack() as stack:
+        contenders = [ours]
         if args.postgres:
             contenders.append(Ours(await stack.enter_async_context(fresh_database(args.postgres))))
+        contest: Contest[TResponseInputItem] = Contest(contenders, Peer(), conversation(args.items))
         for rep in range(args.reps):
-            await repetition(rep, contenders, items, args.loads, 20, samples)
-
-    peer_append = samples.median(f"append {Peer.name}")
-    peer_load = samples.median(f"load {Peer.name}")
-    rows = []
-    for contender in contenders:
-        append = samples.median(f"append {contender.name}")
-        load = samples.median(f"load {contender.name}")
-        rows.append(
-            [
-                contender.name,
-                f"{append * 1000:.0f} ms",
-                f"{append / args.items * 1e6:.0f} µs",
-                f"{append / peer_append:.2f}x",
-                f"{load * 1000:.1f} ms",
-                f"{load / peer_load:.2f}x",
-            ]
-        )
+            await contest.repetition(rep, args.loads)
     print(f"{args.items} items, {args.reps} repetitions, {args.loads} loads each")
     print(machine_line())
     print()
-    headers = [
-        "contender",
-        "append all",
-        "per item",
-        "append time vs SQLiteSession",
-        "load all (median)",
-        "load time vs SQLiteSession",
-    ]
-    print(markdown_table(headers, rows))
+    print(contest.table())
     print()
     goals = [
-        Goal(
-            f"append time vs SQLiteSession, {ours.name}",
-            samples.median(f"append {ours.name}") / peer_append,
-            2,
-            at_least=False,
-        ),
-        Goal(
-            f"load time vs SQLiteSession, {ours.name}",
-            samples.median(f"load {ours.name}") / peer_load,
-            2,
-            at_least=False,
-        ),
+        Goal(f"{what} time / SQLiteSession, {ours.name}", contest.ratio(what, ours), 2, False)
+        for what in ("append", "load")
     ]
     for goal in goals:
         print(goal.line())
