@@ -13,7 +13,7 @@ import uuid
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from langchain_core._api.deprecation import LangChainDeprecationWarning
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
@@ -27,6 +27,7 @@ from langchain_core.messages import (
 from langchain_core.runnables import RunnableLambda
 from langchain_core.runnables.history import RunnableWithMessageHistory
 
+from face_support import json_values, on_the_store_fixture, text
 from threadstore import (
     ChatCreate,
     ConfigurationError,
@@ -39,24 +40,13 @@ from threadstore import (
 from threadstore.agui import translate_messages
 from threadstore.faces.langchain import BackgroundStore, ThreadstoreChatMessageHistory
 
-# Text as every backend stores it: PostgreSQL refuses NUL, and nothing encodes surrogates.
-_text = st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"), max_size=8)
-_ids = st.none() | _text.filter(bool)
-_json = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(-(2**53), 2**53)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | _text,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_text, inner, max_size=3),
-    max_leaves=6,
-)
-_kwargs = st.dictionaries(_text, _json, max_size=3)
-_content = _text | st.lists(
-    st.fixed_dictionaries({"type": st.just("text"), "text": _text}) | _text, max_size=2
+_ids = st.none() | text.filter(bool)
+_kwargs = st.dictionaries(text, json_values, max_size=3)
+_content = text | st.lists(
+    st.fixed_dictionaries({"type": st.just("text"), "text": text}) | text, max_size=2
 )
 _tool_call = st.fixed_dictionaries(
-    {"id": _text.filter(bool), "name": _text.filter(bool), "args": _kwargs}
+    {"id": text.filter(bool), "name": text.filter(bool), "args": _kwargs}
 )
 _message: st.SearchStrategy[BaseMessage] = st.one_of(
     st.builds(HumanMessage, content=_content, id=_ids, additional_kwargs=_kwargs, name=_ids),
@@ -73,10 +63,10 @@ _message: st.SearchStrategy[BaseMessage] = st.one_of(
         ToolMessage,
         content=_content,
         id=_ids,
-        tool_call_id=_text.filter(bool),
+        tool_call_id=text.filter(bool),
         additional_kwargs=_kwargs,
         status=st.sampled_from(["success", "error"]),
-        artifact=_json,
+        artifact=json_values,
     ),
 )
 
@@ -87,11 +77,7 @@ def history(store: Store | BackgroundStore, session_id: str = "s1", **kwargs: An
     return ThreadstoreChatMessageHistory(store, session_id=session_id, **kwargs)
 
 
-@settings(
-    max_examples=25,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@on_the_store_fixture
 @given(batches=st.lists(st.lists(_message, min_size=1, max_size=4), min_size=1, max_size=3))
 async def test_every_message_kind_reads_back_equal_on_every_backend(
     store: Store, batches: list[list[BaseMessage]]

@@ -23,11 +23,12 @@ from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool
 from agents.items import TResponseInputItem
 from agents.memory import Session, SessionSettings
 from agents.testing import ScriptedModel, assistant_message, function_call
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import threadstore
 from conftest import POSTGRES_URL_ENV, _postgres_database
+from face_support import json_values, on_the_store_fixture, text
 from threadstore import ChatCreate, MessageCreate, MessageStatus, MessageToolCallCreate, Role, Store
 from threadstore.agui import translate_messages
 from threadstore.faces.openai_agents import ThreadstoreSession
@@ -35,17 +36,6 @@ from threadstore.faces.openai_agents import ThreadstoreSession
 CHILD = Path(__file__).with_name("agents_session_child.py")
 NO_TRACING = RunConfig(tracing_disabled=True)
 
-# Text as every backend stores it: PostgreSQL refuses NUL, and nothing encodes surrogates.
-_text = st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"), max_size=8)
-_json = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(-(2**53), 2**53)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | _text,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_text, inner, max_size=3),
-    max_leaves=6,
-)
 ITEM_TYPES = sorted(
     {
         kind
@@ -66,12 +56,12 @@ def _with_extras(base: dict[str, Any]) -> st.SearchStrategy[dict[str, Any]]:
     return st.builds(
         lambda item, extra: {**extra, **item},
         st.fixed_dictionaries(fields),
-        st.dictionaries(st.sampled_from(["id", "status", "x_extra"]), _json, max_size=2),
+        st.dictionaries(st.sampled_from(["id", "status", "x_extra"]), json_values, max_size=2),
     )
 
 
-_content = _text | st.lists(
-    st.fixed_dictionaries({"type": st.sampled_from(["input_text", "output_text"]), "text": _text}),
+_content = text | st.lists(
+    st.fixed_dictionaries({"type": st.sampled_from(["input_text", "output_text"]), "text": text}),
     max_size=2,
 )
 _item: st.SearchStrategy[dict[str, Any]] = st.one_of(
@@ -84,24 +74,24 @@ _item: st.SearchStrategy[dict[str, Any]] = st.one_of(
     _with_extras(
         {
             "type": "function_call",
-            "call_id": _text.filter(bool),
-            "name": _text.filter(bool),
-            "arguments": _text,
+            "call_id": text.filter(bool),
+            "name": text.filter(bool),
+            "arguments": text,
         }
     ),
     _with_extras(
-        {"type": "function_call_output", "call_id": _text.filter(bool), "output": _content}
+        {"type": "function_call_output", "call_id": text.filter(bool), "output": _content}
     ),
     _with_extras(
         {
             "type": "reasoning",
             "summary": st.lists(
-                st.fixed_dictionaries({"type": st.just("summary_text"), "text": _text}), max_size=2
+                st.fixed_dictionaries({"type": st.just("summary_text"), "text": text}), max_size=2
             ),
-            "encrypted_content": st.none() | _text,
+            "encrypted_content": st.none() | text,
         }
     ),
-    _with_extras({"type": st.sampled_from(ITEM_TYPES), "payload": _json}),
+    _with_extras({"type": st.sampled_from(ITEM_TYPES), "payload": json_values}),
 )
 
 
@@ -142,11 +132,7 @@ async def apply(session: Session, operation: tuple[str, Any], counter: list[int]
     return await session.clear_session()
 
 
-@settings(
-    max_examples=40,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@on_the_store_fixture
 @given(operations=_operations)
 async def test_the_same_operations_give_what_sqlite_session_gives(
     store: Store, operations: list[tuple[str, Any]]
@@ -191,11 +177,7 @@ async def test_latest_items_are_found_past_one_page_of_messages(store: Store) ->
     assert await session.get_items() == items
 
 
-@settings(
-    max_examples=30,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@on_the_store_fixture
 @given(batches=st.lists(st.lists(_item, min_size=1, max_size=4), min_size=1, max_size=3))
 async def test_every_item_type_reads_back_exactly_on_every_backend(
     store: Store, batches: list[list[Any]]
