@@ -14,11 +14,9 @@ import os
 import sys
 import typing
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool
 from agents.items import TResponseInputItem
 from agents.memory import Session, SessionSettings
@@ -27,8 +25,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import threadstore
-from conftest import POSTGRES_URL_ENV, _postgres_database
 from face_support import json_values, on_the_store_fixture, text
+from test_crash_recovery import WAIT_LIMIT
+from test_crash_recovery import shared_store_url as shared_store_url  # a fixture, used by name
 from threadstore import ChatCreate, MessageCreate, MessageStatus, MessageToolCallCreate, Role, Store
 from threadstore.agui import translate_messages
 from threadstore.faces.openai_agents import ThreadstoreSession
@@ -328,19 +327,6 @@ async def test_runner_keeps_the_conversation_as_sqlite_session_does(store: Store
     assert seen[2]["output"] == "rain in Oslo"
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-async def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
-    """A store URL two processes can share."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'sessions.db'}"
-        return
-    server_url = os.environ.get(POSTGRES_URL_ENV)
-    if not server_url:
-        pytest.skip(f"{POSTGRES_URL_ENV} is not set")
-    async with _postgres_database(server_url) as url:
-        yield url
-
-
 async def continue_in_child(url: str, user: uuid.UUID, session_id: str, text: str) -> Any:
     """Run one turn in a new process; return the input its model was given."""
     child = await asyncio.create_subprocess_exec(
@@ -349,20 +335,22 @@ async def continue_in_child(url: str, user: uuid.UUID, session_id: str, text: st
         stderr=asyncio.subprocess.PIPE,
         env={**os.environ, "PYTHONPATH": str(CHILD.parent)},
     )
-    out, err = await child.communicate()
+    out, err = await asyncio.wait_for(child.communicate(), WAIT_LIMIT)
     assert child.returncode == 0, err.decode()
     return json.loads(out.decode().splitlines()[-1])
 
 
-async def test_a_session_written_by_one_process_is_continued_by_another(shared_url: str) -> None:
+async def test_a_session_written_by_one_process_is_continued_by_another(
+    shared_store_url: str,
+) -> None:
     user = uuid.uuid4()
-    async with await threadstore.open_store(shared_url) as store:
+    async with await threadstore.open_store(shared_store_url) as store:
         session = ThreadstoreSession("shared", store, user_uuid=user)
         agent, _ = weather_agent()
         await Runner.run(agent, "Weather in Oslo?", session=session, run_config=NO_TRACING)
         before = await session.get_items()
 
-        seen_by_child = await continue_in_child(shared_url, user, "shared", "Thanks!")
+        seen_by_child = await continue_in_child(shared_store_url, user, "shared", "Thanks!")
 
         assert seen_by_child == [*before, {"role": "user", "content": "Thanks!"}]
         after = await session.get_items()
