@@ -9,6 +9,7 @@ faces read.
 
 from __future__ import annotations
 
+import threading
 import uuid
 from typing import Any
 
@@ -289,3 +290,23 @@ async def test_a_history_cleared_by_another_instance_is_written_again(store: Sto
     await writer.aadd_messages([HumanMessage("after")])
 
     assert [m.content for m in await other.aget_messages()] == ["after"]
+
+
+def test_a_background_store_with_a_bad_url_says_so_and_stops_its_thread() -> None:
+    threads = threading.active_count()
+
+    with pytest.raises(ConfigurationError, match="unsupported store URL"):
+        BackgroundStore("nosuchdb://x")
+
+    assert threading.active_count() == threads
+
+
+def test_a_sync_call_on_the_store_s_own_loop_is_refused_instead_of_hanging() -> None:
+    with BackgroundStore("memory://") as background:
+        chat_history = history(background)
+
+        async def sync_call_inside() -> object:
+            return chat_history.messages
+
+        with pytest.raises(ConfigurationError, match="own loop"):
+            background.run(sync_call_inside())

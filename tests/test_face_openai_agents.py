@@ -194,6 +194,7 @@ async def test_every_item_type_reads_back_exactly_on_every_backend(
 
 async def test_sessions_are_scoped_by_user_and_session_id(store: Store) -> None:
     alice, bob = uuid.uuid4(), uuid.uuid4()
+    assert isinstance(session_of(store), Session)  # the SDK's runtime-checkable protocol
     await session_of(store, "s1", user_uuid=alice).add_items([text_item("alice s1")])
     await session_of(store, "s2", user_uuid=alice).add_items([text_item("alice s2")])
     await session_of(store, "s1", user_uuid=bob).add_items([text_item("bob s1")])
