@@ -369,3 +369,16 @@ async def test_a_session_cleared_by_another_instance_is_written_again(store: Sto
     await writer.add_items([text_item("after")])
 
     assert await other.get_items() == [text_item("after")]
+
+
+async def test_pop_goes_past_messages_that_have_no_item_form(store: Store) -> None:
+    user = uuid.uuid4()
+    chat = await store.create_chat(ChatCreate(user_uuid=user, thread_id="t"))
+    session = session_of(store, "t", user_uuid=user)
+    await session.add_items([text_item("first"), text_item("second")])
+    await store.create_message(  # written by another face; no session item reads from it
+        MessageCreate(chat_uuid=chat.chat_uuid, role=Role.ACTIVITY, activity_type="progress")
+    )
+
+    assert await session.pop_item() == text_item("second")
+    assert await session.get_items() == [text_item("first")]

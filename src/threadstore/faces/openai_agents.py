@@ -19,7 +19,9 @@ closest items (text messages, function calls and their outputs).
 
 ``pop_item`` moves the chat's active branch back by one message: the popped message
 stays in the chat's tree off the active branch (as an edited message does) and no
-face reads it again; popping the only message deletes the chat.
+face reads it again; popping the only message deletes the chat. Messages another face
+wrote that have no item form (an activity, say) are removed on the way to the newest
+item, as SQLiteSession drops rows it cannot read.
 """
 
 from __future__ import annotations
@@ -111,16 +113,18 @@ class ThreadstoreSession:
         if chat_uuid is None:
             return None
         async with self.store.transaction():
-            newest = await self.store.get_chat_messages(chat_uuid, before=_NEWEST, limit=1)
-            if not newest:
-                return None
-            message = newest[0]
-            if message.parent_uuid is None:
-                await self.store.delete_chat(chat_uuid)
-            else:
-                await self.store.set_active_leaf(chat_uuid, message.parent_uuid)
-        items = session_items(message)
-        return items[-1] if items else None
+            # A message with no item form (another face's reasoning, say) goes with it, as
+            # SQLiteSession drops unreadable rows on its way to the newest item.
+            while newest := await self.store.get_chat_messages(chat_uuid, before=_NEWEST, limit=1):
+                message = newest[0]
+                if message.parent_uuid is None:
+                    await self.store.delete_chat(chat_uuid)
+                else:
+                    await self.store.set_active_leaf(chat_uuid, message.parent_uuid)
+                items = session_items(message)
+                if items:
+                    return items[-1]
+        return None
 
     async def clear_session(self) -> None:
         """Remove every item (the whole chat)."""
