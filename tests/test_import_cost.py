@@ -13,7 +13,10 @@ from pathlib import Path
 
 import pytest
 
-HEAVY = ("fastapi", "uvicorn", "aiosqlite", "asyncpg", "ag_ui", "jsonpatch", "typer", "rich")
+HEAVY = (
+    *("fastapi", "uvicorn", "aiosqlite", "asyncpg", "ag_ui", "jsonpatch", "typer", "rich"),
+    *("langchain_core", "agents", "openai"),  # the framework faces' extras
+)
 """Dependencies that only some uses of threadstore need."""
 
 LAZY_SUBPACKAGES = (
@@ -21,6 +24,7 @@ LAZY_SUBPACKAGES = (
     "threadstore.chat",
     "threadstore.server",
     "threadstore.cli",
+    "threadstore.faces",
 )
 
 

@@ -1,0 +1,73 @@
+"""The chat a framework's session lives in: one user's chat, named by its thread id."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from uuid import UUID
+
+from threadstore.errors import NotFoundError
+from threadstore.models import ChatCreate, MessageCreate, MessageToolCallCreate
+from threadstore.store import Store, Write
+
+Record = tuple[MessageCreate, list[MessageToolCallCreate]]
+"""One message to create and its tool calls."""
+
+
+def _writes(records: Iterable[Record]) -> list[Write]:
+    writes: list[Write] = []
+    for create, calls in records:
+        writes.append(Write("create_message", (create,)))
+        writes.extend(Write("create_message_tool_call", (call,)) for call in calls)
+    return writes
+
+
+@dataclass
+class SessionChat:
+    """One user's chat in ``store``, found by ``thread_id`` and created on the first write."""
+
+    store: Store
+    user_uuid: UUID
+    thread_id: str
+    tenant_id: str | None = None
+    app_id: str | None = None
+    _known: UUID | None = field(default=None, repr=False)
+    """The chat's uuid as last seen; writes trust it until the store says it is gone."""
+
+    async def find(self) -> UUID | None:
+        """The chat's uuid, or ``None`` when the session has nothing yet.
+
+        Always asks the store: another process may have cleared the session meanwhile.
+        """
+        chat = await self.store.get_chat_by_thread_id(self.user_uuid, self.thread_id)
+        self._known = chat.chat_uuid if chat is not None else None
+        return self._known
+
+    async def append(self, build: Callable[[UUID], Iterable[Record]]) -> None:
+        """Append the messages ``build`` makes for the chat, all or nothing, creating it if needed.
+
+        ``build`` gives each message with its tool calls, in order.
+        """
+        if self._known is not None:
+            try:
+                await self.store.apply_writes(_writes(build(self._known)))
+                return
+            except NotFoundError:
+                pass  # cleared by another history or process since: start a new chat
+        chat = await self.store.create_chat(
+            ChatCreate(
+                user_uuid=self.user_uuid,
+                thread_id=self.thread_id,
+                tenant_id=self.tenant_id,
+                app_id=self.app_id,
+            )
+        )
+        self._known = chat.chat_uuid
+        await self.store.apply_writes(_writes(build(chat.chat_uuid)))
+
+    async def delete(self) -> None:
+        """Delete the chat and everything in it (nothing when there is none)."""
+        chat_uuid = await self.find()
+        if chat_uuid is not None:
+            await self.store.delete_chat(chat_uuid)
+        self._known = None
