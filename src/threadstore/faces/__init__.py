@@ -1,0 +1,1 @@
+"""Adapters for agent frameworks; each is an optional extra."""
