@@ -27,7 +27,9 @@ Reply = Message | Exception
 """What the model answers to one call: a message, or an error the call raises."""
 
 
-class ScriptedChatClient(FunctionInvocationLayer[Any], ChatMiddlewareLayer[Any], BaseChatClient[Any]):
+class ScriptedChatClient(
+    FunctionInvocationLayer[Any], ChatMiddlewareLayer[Any], BaseChatClient[Any]
+):
     """Answers each model call with the next canned reply and records what it was sent."""
 
     def __init__(self, replies: Sequence[Reply] = (), *, conversation_id: str | None = None):
