@@ -36,7 +36,7 @@ MessageFilter = Callable[[list[AFMessage]], list[AFMessage]]
 _TAIL_MARGIN = 4
 """Stored messages read beyond the incoming count when looking for re-sent messages."""
 
-_NO_UPPER_BOUND = 2**63 - 1
+_NO_UPPER_BOUND = 2**62
 """A ``before`` cursor past every message, to read the newest page."""
 
 
