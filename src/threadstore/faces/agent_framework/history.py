@@ -179,6 +179,12 @@ class ThreadstoreHistoryProvider(HistoryProvider):
             return
         self._check_only_loader(agent)
         await super().before_run(agent=agent, session=session, context=context, state=state)
+        # A caller that sends its whole transcript as input would otherwise give the
+        # model every earlier turn twice: drop the history the input repeats.
+        loaded = context.context_messages.get(self.source_id, [])
+        repeated = _overlap(loaded, context.input_messages)
+        if repeated:
+            context.context_messages[self.source_id] = loaded[: len(loaded) - repeated]
 
     async def after_run(
         self,
@@ -213,13 +219,10 @@ def _service_managed(session: AgentSession, context: SessionContext) -> bool:
     return session.service_session_id is not None or context.service_session_id is not None
 
 
-def unsaved(stored: Sequence[AFMessage], incoming: Sequence[AFMessage]) -> list[AFMessage]:
-    """Return the messages of ``incoming`` that ``stored`` (the history's tail) lacks.
+def _overlap(stored: Sequence[AFMessage], incoming: Sequence[AFMessage]) -> int:
+    """Return how many messages ``incoming`` starts with that end ``stored``.
 
-    ``incoming`` may start with messages already at the end of ``stored`` (a replay),
-    which are dropped; a lone user message without an id is kept even when it repeats
-    the last one, since users do say the same thing twice. Messages whose id is in
-    ``stored`` are dropped wherever they are.
+    A lone user message without an id does not count: users do say the same thing twice.
     """
     stored_ids = [message_identity(message) for message in stored]
     ids = [message_identity(message) for message in incoming]
@@ -228,12 +231,19 @@ def unsaved(stored: Sequence[AFMessage], incoming: Sequence[AFMessage]) -> list[
             continue
         if overlap == 1 and incoming[0].role == "user" and ids[0][0] != "id":
             continue
-        ids = ids[overlap:]
-        incoming = incoming[overlap:]
-        break
-    known = {identity for identity in stored_ids if identity[0] == "id"}
-    pairs = zip(incoming, ids, strict=True)
-    return [message for message, identity in pairs if identity not in known]
+        return overlap
+    return 0
+
+
+def unsaved(stored: Sequence[AFMessage], incoming: Sequence[AFMessage]) -> list[AFMessage]:
+    """Return the messages of ``incoming`` that ``stored`` (the history's tail) lacks.
+
+    Dropped: the messages ``incoming`` starts with that end ``stored`` (a replay) and
+    the messages whose id is in ``stored``, wherever they are.
+    """
+    known = {message_identity(message) for message in stored if message.message_id is not None}
+    rest = incoming[_overlap(stored, incoming) :]
+    return [message for message in rest if message_identity(message) not in known]
 
 
 def _writes(chat_uuid: UUID, tail: Sequence[Message], new: Sequence[AFMessage]) -> list[Write]:
