@@ -7,6 +7,8 @@ is in ``test_agent_framework_agent.py``.
 from __future__ import annotations
 
 import base64
+import subprocess
+import sys
 import json
 from typing import Any
 from uuid import uuid4
@@ -357,3 +359,15 @@ async def test_the_filter_applies_to_loaded_history_only(store: Store) -> None:
     chat = await provider.get_chat("s", state)
     assert chat is not None
     assert len(await store.get_chat_messages(chat.chat_uuid)) == 5
+
+
+def test_import_threadstore_leaves_the_framework_unloaded() -> None:
+    script = (
+        "import sys, threadstore\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'agent_framework'"
+        " or m.startswith('threadstore.faces')))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "[]"
