@@ -7,9 +7,9 @@ is in ``test_agent_framework_agent.py``.
 from __future__ import annotations
 
 import base64
+import json
 import subprocess
 import sys
-import json
 from typing import Any
 from uuid import uuid4
 
