@@ -10,7 +10,8 @@ and the chat API read tool results.
 Every content type has fields no other face has a place for (usage, errors, hosted
 tools, approvals, annotations, additional properties), so the framework's own
 serialization of the message (``Message.to_dict()``) is kept under
-``metadata["agent_framework"]`` and is what reads back: the round trip is exact.
+``metadata["agent_framework"]`` and is what reads back: the round trip is exact. A
+message of one plain text needs none: its fields hold all of it.
 A record written by another face (no such key) is read from its own fields.
 """
 
@@ -50,6 +51,8 @@ __all__ = [
 
 METADATA_KEY = "agent_framework"
 """Key of ``Message.metadata`` holding the framework's own form of the message."""
+
+_PLAIN_ROLES = ("user", "assistant", "system")
 
 TOOL_CALL_ID_KEY = "tool_call_id"
 """Key of ``Message.metadata`` naming the call a stored ``tool`` message answers (AG-UI's)."""
@@ -152,7 +155,8 @@ def message_to_records(message: AFMessage, chat_uuid: UUID) -> RecordSet:
         for content in message.contents
         if content.type == "function_result" and content.call_id is not None
     ]
-    metadata: dict[str, Any] = {METADATA_KEY: message.to_dict()}
+    own_form = _own_form_to_keep(message)
+    metadata: dict[str, Any] = {} if own_form is None else {METADATA_KEY: own_form}
     text = message.text if role is not Role.TOOL else "\n".join(text for _, text in results)
     record = MessageCreate(
         chat_uuid=chat_uuid,
@@ -193,11 +197,35 @@ def message_to_records(message: AFMessage, chat_uuid: UUID) -> RecordSet:
     return RecordSet(record, tool_calls, reasonings, results)
 
 
+def _own_form_to_keep(message: AFMessage) -> dict[str, Any] | None:
+    """Return the framework form to keep in the record, or ``None`` when its fields hold it all.
+
+    A message of one non-empty plain text (most of a conversation) reads back exactly
+    from the record's own fields, as any other face's record does; checked here against
+    the framework's own form, ``Message.to_dict()``.
+    """
+    full = message.to_dict()
+    contents = message.contents
+    if (
+        message.role in _PLAIN_ROLES
+        and len(contents) == 1
+        and contents[0].type == "text"
+        and contents[0].text
+        and full
+        == AFMessage(
+            message.role,
+            [Content.from_text(contents[0].text)],
+            author_name=message.author_name,
+            message_id=message.message_id,
+        ).to_dict()
+    ):
+        return None
+    return full
+
+
 def _own_form(record: Message) -> AFMessage | None:
     stored = record.metadata.get(METADATA_KEY)
-    if isinstance(stored, dict):
-        return AFMessage.from_dict(stored)
-    return None
+    return AFMessage.from_dict(stored) if isinstance(stored, dict) else None
 
 
 def _native_contents(record: Message) -> list[Content]:
@@ -238,12 +266,16 @@ def _native(record: Message, answered: set[str]) -> list[AFMessage]:
     role = _NATIVE_ROLES.get(record.role)
     if role is None:
         return []
+    if not (record.reasonings or record.tool_calls or record.content_parts):
+        # Most of a conversation: plain text, read without the general assembly below.
+        contents = [Content("text", text=record.content)] if record.content else []
+        return [AFMessage(role, contents, author_name=record.name, message_id=record.agui_id)]
     out = [
         AFMessage(
             role,
             _native_contents(record),
             author_name=record.name,
-            message_id=record.agui_id or str(record.message_uuid),
+            message_id=record.agui_id,
         )
     ]
     results = [
