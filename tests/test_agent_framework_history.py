@@ -371,3 +371,24 @@ def test_import_threadstore_leaves_the_framework_unloaded() -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "[]"
+
+
+async def test_plain_text_is_stored_as_any_face_stores_it(store: Store) -> None:
+    provider = _provider(store)
+    state: dict[str, Any] = {}
+    plain = [Message("user", ["Hi"]), Message("assistant", ["Hello."], message_id="a1")]
+    rich = Message("assistant", [Content.from_text("Hello.", additional_properties={"k": 1})])
+
+    await provider.save_messages("s", [*plain, rich], state=state)
+
+    chat = await provider.get_chat("s", state)
+    assert chat is not None
+    records = await store.get_chat_messages(chat.chat_uuid)
+    assert [r.metadata for r in records[:2]] == [{}, {}]
+    assert [(r.role, r.content, r.agui_id) for r in records[:2]] == [
+        (Role.USER, "Hi", None),
+        (Role.ASSISTANT, "Hello.", "a1"),
+    ]
+    assert records[2].metadata["agent_framework"] == rich.to_dict()
+    loaded = await provider.get_messages("s", state=state)
+    assert [m.to_dict() for m in loaded] == [m.to_dict() for m in [*plain, rich]]

@@ -15,14 +15,15 @@ from uuid import UUID, uuid4
 from agent_framework import AgentSession, HistoryProvider, SessionContext, SupportsAgentRun
 from agent_framework import Message as AFMessage
 
-from threadstore.errors import ConfigurationError, ConflictError
+from threadstore.errors import ConfigurationError
 from threadstore.faces.agent_framework.convert import (
     TOOL_CALL_ID_KEY,
     message_identity,
     message_to_records,
     records_to_messages,
 )
-from threadstore.models import Chat, ChatCreate, Message, MessageToolCallUpdate
+from threadstore.faces.agent_framework.scope import ChatScope
+from threadstore.models import Chat, Message, MessageToolCallUpdate
 from threadstore.store import Store, Write
 
 __all__ = ["STATE_KEY", "MessageFilter", "ThreadstoreHistoryProvider"]
@@ -77,9 +78,7 @@ class ThreadstoreHistoryProvider(HistoryProvider):
             store_outputs=store_outputs,
         )
         self.store = store
-        self.user_uuid = user_uuid
-        self.tenant_id = tenant_id
-        self.app_id = app_id
+        self.scope = ChatScope(store, user_uuid, tenant_id, app_id)
         self.message_filter = message_filter
 
     # --- the session's storage key --------------------------------------------------------
@@ -95,33 +94,10 @@ class ThreadstoreHistoryProvider(HistoryProvider):
         state[STATE_KEY] = key
         return key
 
-    def _in_scope(self, chat: Chat) -> bool:
-        return chat.tenant_id == self.tenant_id and chat.app_id == self.app_id
-
     async def get_chat(self, session_id: str | None, state: dict[str, Any] | None) -> Chat | None:
         """Return the chat holding the session's history, or ``None`` when it has none yet."""
         thread_id = self.thread_id(session_id, state)
-        if thread_id is None:
-            return None
-        chat = await self.store.get_chat_by_thread_id(self.user_uuid, thread_id)
-        return chat if chat is not None and self._in_scope(chat) else None
-
-    async def _open_chat(self, thread_id: str) -> Chat:
-        chat = await self.store.create_chat(
-            ChatCreate(
-                user_uuid=self.user_uuid,
-                thread_id=thread_id,
-                tenant_id=self.tenant_id,
-                app_id=self.app_id,
-            )
-        )
-        if not self._in_scope(chat):
-            raise ConflictError(
-                f"thread {thread_id!r} of this user belongs to tenant {chat.tenant_id!r}, "
-                f"app {chat.app_id!r}; this provider is scoped to tenant {self.tenant_id!r}, "
-                f"app {self.app_id!r}"
-            )
-        return chat
+        return None if thread_id is None else await self.scope.find(thread_id)
 
     # --- HistoryProvider ----------------------------------------------------------------------
 
@@ -154,7 +130,7 @@ class ThreadstoreHistoryProvider(HistoryProvider):
         if not incoming:
             return
         thread_id = self.thread_id(session_id, state) or str(uuid4())
-        chat = await self._open_chat(thread_id)
+        chat = await self.scope.open(thread_id)
         tail = await self.store.get_chat_messages(
             chat.chat_uuid, before=_NO_UPPER_BOUND, limit=min(len(incoming) + _TAIL_MARGIN, 1000)
         )

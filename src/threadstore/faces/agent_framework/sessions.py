@@ -13,8 +13,7 @@ from uuid import UUID
 
 from agent_framework import AgentSession, SessionStore
 
-from threadstore.errors import ConflictError
-from threadstore.models import Chat, ChatCreate
+from threadstore.faces.agent_framework.scope import ChatScope
 from threadstore.store import Store
 
 __all__ = ["SESSION_STATE_KEY", "ThreadstoreSessionStore"]
@@ -44,20 +43,13 @@ with warnings.catch_warnings():
         ) -> None:
             super().__init__()
             self.store = store
-            self.user_uuid = user_uuid
-            self.tenant_id = tenant_id
-            self.app_id = app_id
-
-        def _in_scope(self, chat: Chat | None) -> bool:
-            return (
-                chat is not None and chat.tenant_id == self.tenant_id and chat.app_id == self.app_id
-            )
+            self.scope = ChatScope(store, user_uuid, tenant_id, app_id)
 
         async def get(self, session_id: str) -> AgentSession | None:
             """Return the stored session, or ``None`` when there is none."""
             self.validate_session_id(session_id)
-            chat = await self.store.get_chat_by_thread_id(self.user_uuid, session_id)
-            if chat is None or not self._in_scope(chat) or not isinstance(chat.state, dict):
+            chat = await self.scope.find(session_id)
+            if chat is None or not isinstance(chat.state, dict):
                 return None
             stored = chat.state.get(SESSION_STATE_KEY)
             return AgentSession.from_dict(stored) if isinstance(stored, dict) else None
@@ -65,24 +57,13 @@ with warnings.catch_warnings():
         async def set(self, session_id: str, session: AgentSession) -> None:
             """Store ``session`` under ``session_id``, replacing what was there."""
             self.validate_session_id(session_id)
-            chat = await self.store.create_chat(
-                ChatCreate(
-                    user_uuid=self.user_uuid,
-                    thread_id=session_id,
-                    tenant_id=self.tenant_id,
-                    app_id=self.app_id,
-                )
-            )
-            if not self._in_scope(chat):
-                raise ConflictError(
-                    f"session {session_id!r} of this user belongs to another tenant or app"
-                )
+            chat = await self.scope.open(session_id)
             state: dict[str, Any] = {SESSION_STATE_KEY: session.to_dict()}
             await self.store.update_chat_state(chat.chat_uuid, state)
 
         async def delete(self, session_id: str) -> None:
             """Forget the stored session (its history, if any, stays)."""
             self.validate_session_id(session_id)
-            chat = await self.store.get_chat_by_thread_id(self.user_uuid, session_id)
-            if chat is not None and self._in_scope(chat):
+            chat = await self.scope.find(session_id)
+            if chat is not None:
                 await self.store.update_chat_state(chat.chat_uuid, None)
