@@ -8,7 +8,7 @@ same provider, tool-loop and persistence calls it makes against a service.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import Any
 
 from agent_framework import (
@@ -16,10 +16,12 @@ from agent_framework import (
     BaseChatClient,
     ChatMiddlewareLayer,
     ChatResponse,
+    ChatResponseUpdate,
     Content,
     ContextProvider,
     FunctionInvocationLayer,
     Message,
+    ResponseStream,
     tool,
 )
 
@@ -41,9 +43,7 @@ class ScriptedChatClient(
 
     def _inner_get_response(
         self, *, messages: Sequence[Message], stream: bool, options: Any, **kwargs: Any
-    ) -> Awaitable[ChatResponse]:
-        if stream:
-            raise NotImplementedError("the scripted client answers non-streaming calls only")
+    ) -> Awaitable[ChatResponse] | ResponseStream[ChatResponseUpdate, ChatResponse]:
         self.seen.append(list(messages))
         reply = self.replies.pop(0) if self.replies else say("(no more replies)")
 
@@ -52,7 +52,22 @@ class ScriptedChatClient(
                 raise reply
             return ChatResponse(messages=[reply], conversation_id=self.conversation_id)
 
-        return respond()
+        if not stream:
+            return respond()
+
+        async def updates() -> AsyncIterator[ChatResponseUpdate]:
+            # One update per content, as a service streams them.
+            if isinstance(reply, Exception):
+                raise reply
+            for content in reply.contents:
+                yield ChatResponseUpdate(
+                    role=reply.role,
+                    contents=[content],
+                    message_id=reply.message_id,
+                    conversation_id=self.conversation_id,
+                )
+
+        return ResponseStream(updates(), finalizer=ChatResponse.from_updates)
 
 
 def say(text: str, *, message_id: str | None = None) -> Message:

@@ -64,6 +64,23 @@ async def test_the_second_run_of_a_session_sees_the_first(store: Store) -> None:
     ]
 
 
+async def test_a_streamed_run_is_stored_like_any_other(store: Store) -> None:
+    provider = _provider(store)
+    client = ScriptedChatClient(
+        [call("weather", "c1", city="Oslo"), say("Sunny in Oslo."), say("Oslo, yes.")]
+    )
+    agent = make_agent(client, [provider])
+    session = agent.create_session()
+
+    async for _ in agent.run("Weather in Oslo?", session=session, stream=True):
+        pass
+    answer = await agent.run("Which city?", session=session)
+
+    assert answer.text == "Oslo, yes."
+    assert texts(client.seen[-1]) == [*WEATHER_TURN, ("user", "Which city?")]
+    assert len(await _history(provider, session)) == 6
+
+
 async def test_one_provider_serves_many_sessions_apart(store: Store) -> None:
     provider = _provider(store)
     client = ScriptedChatClient([say("one"), say("two"), say("three")])
