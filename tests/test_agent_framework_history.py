@@ -15,7 +15,7 @@ from uuid import uuid4
 
 import httpx
 import pytest
-from agent_framework import Content, Message
+from agent_framework import AgentSession, Content, Message
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -356,6 +356,9 @@ async def test_the_filter_applies_to_loaded_history_only(store: Store) -> None:
     await provider.save_messages("s", [Message("user", [f"m{i}"]) for i in range(5)], state=state)
 
     assert [m.text for m in await provider.get_messages("s", state=state)] == ["m3", "m4"]
+    session = AgentSession(session_id="s")
+    session.state[provider.source_id] = state
+    assert len(await provider.get_session_messages(session)) == 5
     chat = await provider.get_chat("s", state)
     assert chat is not None
     assert len(await store.get_chat_messages(chat.chat_uuid)) == 5

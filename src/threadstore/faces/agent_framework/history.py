@@ -105,11 +105,20 @@ class ThreadstoreHistoryProvider(HistoryProvider):
         self, session_id: str | None, *, state: dict[str, Any] | None = None, **kwargs: Any
     ) -> list[AFMessage]:
         """Return the session's history, oldest first, after ``message_filter``."""
+        messages = await self._stored(session_id, state)
+        return self.message_filter(messages) if self.message_filter else messages
+
+    async def get_session_messages(self, session: AgentSession) -> list[AFMessage]:
+        """Return everything stored for ``session``, oldest first (no ``message_filter``)."""
+        return await self._stored(session.session_id, session.state.get(self.source_id))
+
+    async def _stored(
+        self, session_id: str | None, state: dict[str, Any] | None
+    ) -> list[AFMessage]:
         chat = await self.get_chat(session_id, state)
         if chat is None:
             return []
-        messages = records_to_messages(await self.store.get_chat_messages(chat.chat_uuid))
-        return self.message_filter(messages) if self.message_filter else messages
+        return records_to_messages(await self.store.get_chat_messages(chat.chat_uuid))
 
     async def save_messages(
         self,
