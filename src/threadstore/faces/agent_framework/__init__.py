@@ -1,0 +1,25 @@
+"""Agent Framework face: a history provider and a session store on any threadstore store.
+
+Install with ``pip install "threadstore[agent-framework]"``. ``import threadstore``
+does not import this package or the framework.
+"""
+
+from threadstore.faces.agent_framework.convert import (
+    message_to_records,
+    records_to_messages,
+)
+from threadstore.faces.agent_framework.filters import keep_last_messages
+from threadstore.faces.agent_framework.history import (
+    MessageFilter,
+    ThreadstoreHistoryProvider,
+)
+from threadstore.faces.agent_framework.sessions import ThreadstoreSessionStore
+
+__all__ = [
+    "MessageFilter",
+    "ThreadstoreHistoryProvider",
+    "ThreadstoreSessionStore",
+    "keep_last_messages",
+    "message_to_records",
+    "records_to_messages",
+]

@@ -1,0 +1,399 @@
+"""The Agent Framework history provider's storage: exact round trips, other faces, filters.
+
+Every test runs on every backend (the ``store`` fixture). The agent-driven behaviour
+is in ``test_agent_framework_agent.py``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+from typing import Any
+from uuid import uuid4
+
+import httpx
+import pytest
+from agent_framework import AgentSession, Content, Message
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from threadstore import Role, Store, translate_messages
+from threadstore.faces.agent_framework import (
+    ThreadstoreHistoryProvider,
+    keep_last_messages,
+)
+from threadstore.server import LOCAL_USER_UUID, create_app
+
+# --- a strategy for every kind of framework message ---------------------------------------
+
+# PostgreSQL cannot store NUL in text (the store refuses it with InvalidInputError, and the
+# server rejects it at the edge on every backend), so generated text never holds one.
+_text = st.text(st.characters(blacklist_characters="\x00"), max_size=40)
+_ident = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_-", min_size=1, max_size=12)
+_json_value = st.recursive(
+    st.none() | st.booleans() | st.integers(-1000, 1000) | _text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_ident, inner, max_size=3),
+    max_leaves=6,
+)
+_properties = st.dictionaries(_ident, _json_value, max_size=2)
+
+
+@st.composite
+def _content(draw: st.DrawFn) -> Content:
+    kind = draw(
+        st.sampled_from(
+            [
+                "text",
+                "text_reasoning",
+                "data",
+                "uri",
+                "error",
+                "function_call",
+                "function_result",
+                "usage",
+                "hosted_file",
+                "function_approval_request",
+            ]
+        )
+    )
+    props = draw(_properties)
+    if kind == "text":
+        return Content.from_text(draw(_text), additional_properties=props)
+    if kind == "text_reasoning":
+        return Content.from_text_reasoning(
+            id=draw(st.none() | _ident),
+            text=draw(st.none() | _text),
+            protected_data=draw(st.none() | _text),
+            additional_properties=props,
+        )
+    if kind == "data":
+        media_type = draw(st.sampled_from(["image/png", "audio/wav", "application/pdf"]))
+        return Content.from_data(draw(st.binary(max_size=40)), media_type)
+    if kind == "uri":
+        return Content.from_uri(
+            f"https://example.com/{draw(_ident)}",
+            media_type=draw(st.sampled_from(["image/jpeg", "video/mp4"])),
+        )
+    if kind == "error":
+        return Content.from_error(
+            message=draw(_text),
+            error_code=draw(st.none() | _ident),
+            error_details=draw(st.none() | _text),
+        )
+    if kind == "function_call":
+        arguments = draw(st.dictionaries(_ident, _json_value, max_size=3))
+        return Content.from_function_call(
+            draw(_ident), draw(_ident), arguments=json.dumps(arguments), additional_properties=props
+        )
+    if kind == "function_result":
+        return Content.from_function_result(draw(_ident), result=draw(_json_value))
+    if kind == "usage":
+        return Content.from_usage(
+            {
+                "input_token_count": draw(st.integers(0, 10**6)),
+                "output_token_count": draw(st.integers(0, 10**6)),
+            }
+        )
+    if kind == "hosted_file":
+        return Content.from_hosted_file(draw(_ident))
+    call = Content.from_function_call(draw(_ident), draw(_ident), arguments="{}")
+    return Content.from_function_approval_request(draw(_ident), call)
+
+
+@st.composite
+def _messages(draw: st.DrawFn) -> list[Message]:
+    count = draw(st.integers(1, 6))
+    return [
+        Message(
+            draw(st.sampled_from(["user", "assistant", "system", "tool"])),
+            draw(st.lists(_content(), max_size=4)),
+            author_name=draw(st.none() | _ident),
+            # Ids are unique within a chat, as the framework's services hand them out.
+            message_id=draw(st.none() | st.just(f"m{index}-{uuid4().hex[:6]}")),
+            additional_properties=draw(_properties),
+        )
+        for index in range(count)
+    ]
+
+
+def _provider(store: Store, **options: Any) -> ThreadstoreHistoryProvider:
+    return ThreadstoreHistoryProvider(store, uuid4(), **options)
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(messages=_messages())
+async def test_any_framework_history_reads_back_exactly_as_it_was_stored(
+    store: Store, messages: list[Message]
+) -> None:
+    provider = _provider(store)
+    state: dict[str, Any] = {}
+
+    await provider.save_messages("session", messages, state=state)
+    loaded = await provider.get_messages("session", state=state)
+
+    assert [m.to_dict() for m in loaded] == [m.to_dict() for m in messages]
+
+
+async def _tool_conversation(provider: ThreadstoreHistoryProvider, state: dict[str, Any]) -> None:
+    png = b"\x89PNG\r\n\x1a\nimage"
+    await provider.save_messages(
+        "s",
+        [
+            Message("user", ["What is in this picture?", Content.from_data(png, "image/png")]),
+            Message(
+                "assistant",
+                [
+                    Content.from_text_reasoning(text="Look it up twice.", protected_data="opaque"),
+                    Content.from_function_call("c1", "lookup", arguments='{"q": "a"}'),
+                    Content.from_function_call("c2", "lookup", arguments='{"q": "b"}'),
+                ],
+                message_id="a1",
+            ),
+            Message(
+                "tool",
+                [
+                    Content.from_function_result("c1", result="first result"),
+                    Content.from_function_result("c2", result={"n": 2}),
+                ],
+            ),
+            Message("assistant", ["A cat."], message_id="a2"),
+        ],
+        state=state,
+    )
+
+
+async def test_a_framework_history_replays_through_agui_with_calls_results_and_reasoning(
+    store: Store,
+) -> None:
+    provider = _provider(store)
+    state: dict[str, Any] = {}
+    await _tool_conversation(provider, state)
+    chat = await provider.get_chat("s", state)
+    assert chat is not None
+
+    replay = translate_messages(await store.get_chat_messages(chat.chat_uuid))
+
+    shape = [(m.role, getattr(m, "content", None)) for m in replay]
+    assert shape == [
+        ("user", replay[0].content),
+        ("reasoning", "Look it up twice."),
+        ("assistant", ""),
+        ("tool", "first result"),
+        ("tool", '{"n": 2}'),
+        ("assistant", "A cat."),
+    ]
+    user_parts = replay[0].content
+    assert isinstance(user_parts, list)
+    assert user_parts[0].text == "What is in this picture?"
+    assert base64.b64decode(user_parts[1].source.value) == b"\x89PNG\r\n\x1a\nimage"
+    calls = replay[2].tool_calls or []
+    assert [(c.id, c.function.name, c.function.arguments) for c in calls] == [
+        ("c1", "lookup", '{"q": "a"}'),
+        ("c2", "lookup", '{"q": "b"}'),
+    ]
+    assert [m.tool_call_id for m in replay[3:5]] == ["c1", "c2"]
+
+
+async def test_a_framework_history_reads_through_the_chat_api(store: Store) -> None:
+    provider = ThreadstoreHistoryProvider(store, LOCAL_USER_UUID)
+    state: dict[str, Any] = {}
+    await _tool_conversation(provider, state)
+    chat = await provider.get_chat("s", state)
+    assert chat is not None
+    app = create_app(store, agent="demo", demo_delay=0)
+
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+            response = await http.get(f"/api/chats/{chat.chat_uuid}/messages")
+
+    assert response.status_code == 200, response.text
+    items = response.json()["items"]
+    assert [item["role"] for item in items] == ["user", "assistant", "tool", "assistant"]
+    assert items[0]["content"] == "What is in this picture?"
+    assert [c["content"] for c in items[1]["tool_calls"]] == ["first result", '{"n": 2}']
+    assert items[1]["reasonings"][0]["content"] == "Look it up twice."
+    assert items[3]["content"] == "A cat."
+
+
+async def test_a_history_written_by_another_face_loads_as_framework_messages(
+    store: Store,
+) -> None:
+    from threadstore import ChatCreate, MessageCreate, MessageStatus, MessageToolCallCreate
+
+    user = uuid4()
+    chat = await store.create_chat(ChatCreate(user_uuid=user, thread_id="agui-thread"))
+    await store.create_message(
+        MessageCreate(chat_uuid=chat.chat_uuid, role=Role.USER, content="Weather?", agui_id="u1")
+    )
+    answer = await store.create_message(
+        MessageCreate(chat_uuid=chat.chat_uuid, role=Role.ASSISTANT, agui_id="a1")
+    )
+    await store.create_message_tool_call(
+        MessageToolCallCreate(
+            message_uuid=answer.message_uuid,
+            tool_call_id="t1",
+            name="weather",
+            arguments='{"city": "Oslo"}',
+            content="sunny",
+            status=MessageStatus.COMPLETE,
+        )
+    )
+    await store.create_message(
+        MessageCreate(chat_uuid=chat.chat_uuid, role=Role.ASSISTANT, content="Sunny.", agui_id="a2")
+    )
+    provider = ThreadstoreHistoryProvider(store, user)
+
+    loaded = await provider.get_messages(None, state={"thread_id": "agui-thread"})
+
+    assert [(m.role, m.message_id) for m in loaded] == [
+        ("user", "u1"),
+        ("assistant", "a1"),
+        ("tool", None),
+        ("assistant", "a2"),
+    ]
+    assert loaded[0].text == "Weather?"
+    call = loaded[1].contents[0]
+    assert (call.type, call.call_id, call.name, call.arguments) == (
+        "function_call",
+        "t1",
+        "weather",
+        '{"city": "Oslo"}',
+    )
+    result = loaded[2].contents[0]
+    assert (result.type, result.call_id, result.result) == ("function_result", "t1", "sunny")
+
+
+async def test_histories_are_scoped_by_user_tenant_and_app(store: Store) -> None:
+    user = uuid4()
+    mine = ThreadstoreHistoryProvider(store, user, tenant_id="t1", app_id="a")
+    other_user = ThreadstoreHistoryProvider(store, uuid4(), tenant_id="t1", app_id="a")
+    other_app = ThreadstoreHistoryProvider(store, user, tenant_id="t1", app_id="b")
+    await mine.save_messages("s", [Message("user", ["secret"])], state={})
+
+    assert [m.text for m in await mine.get_messages("s", state={})] == ["secret"]
+    assert await other_user.get_messages("s", state={}) == []
+    assert await other_app.get_messages("s", state={}) == []
+    from threadstore import ConflictError
+
+    with pytest.raises(ConflictError, match="tenant 't1', app 'a'"):
+        await other_app.save_messages("s", [Message("user", ["mixing in"])], state={})
+
+
+async def test_the_storage_key_lives_in_the_session_state_not_the_provider(store: Store) -> None:
+    provider = _provider(store)
+    first: dict[str, Any] = {}
+    second: dict[str, Any] = {"thread_id": "chosen-thread"}
+
+    await provider.save_messages("session-1", [Message("user", ["one"])], state=first)
+    await provider.save_messages("session-2", [Message("user", ["two"])], state=second)
+
+    assert first == {"thread_id": "session-1"}
+    assert second == {"thread_id": "chosen-thread"}
+    assert [m.text for m in await provider.get_messages("ignored", state=first)] == ["one"]
+    assert [m.text for m in await provider.get_messages("ignored", state=second)] == ["two"]
+
+
+# --- the keep-last filter ------------------------------------------------------------------
+
+
+@st.composite
+def _tool_histories(draw: st.DrawFn) -> list[Message]:
+    """User turns, answers, and assistant calls each followed by their results."""
+    out: list[Message] = []
+    for turn in range(draw(st.integers(0, 8))):
+        out.append(Message("user", [f"q{turn}"]))
+        for step in range(draw(st.integers(0, 2))):
+            ids = [f"c{turn}-{step}-{n}" for n in range(draw(st.integers(1, 3)))]
+            out.append(Message("assistant", [Content.from_function_call(i, "f") for i in ids]))
+            if draw(st.booleans()):  # all results in one tool message
+                out.append(
+                    Message("tool", [Content.from_function_result(i, result=1) for i in ids])
+                )
+            else:
+                out.extend(
+                    Message("tool", [Content.from_function_result(i, result=1)]) for i in ids
+                )
+        out.append(Message("assistant", [f"a{turn}"]))
+    return out
+
+
+def _calls(messages: list[Message], kind: str) -> set[str]:
+    return {c.call_id for m in messages for c in m.contents if c.type == kind and c.call_id}
+
+
+@settings(max_examples=300, deadline=None)
+@given(history=_tool_histories(), count=st.integers(1, 12))
+def test_keep_last_never_separates_a_tool_call_from_its_result(
+    history: list[Message], count: int
+) -> None:
+    kept = keep_last_messages(count)(history)
+
+    assert len(kept) <= count
+    assert kept == history[len(history) - len(kept) :]  # a suffix
+    assert _calls(kept, "function_result") <= _calls(kept, "function_call")
+    assert {
+        r for r in _calls(history, "function_result") if r in _calls(kept, "function_call")
+    } <= (_calls(kept, "function_result"))
+    # The longest such suffix: one more message would break a pair or the count.
+    longer = history[len(history) - len(kept) - 1 :] if len(kept) < len(history) else None
+    if longer is not None and len(longer) <= count:
+        assert not _calls(longer, "function_result") <= _calls(longer, "function_call")
+
+
+def test_keep_last_rejects_a_count_below_one() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        keep_last_messages(0)
+
+
+async def test_the_filter_applies_to_loaded_history_only(store: Store) -> None:
+    provider = _provider(store, message_filter=keep_last_messages(2))
+    state: dict[str, Any] = {}
+    await provider.save_messages("s", [Message("user", [f"m{i}"]) for i in range(5)], state=state)
+
+    assert [m.text for m in await provider.get_messages("s", state=state)] == ["m3", "m4"]
+    session = AgentSession(session_id="s")
+    session.state[provider.source_id] = state
+    assert len(await provider.get_session_messages(session)) == 5
+    chat = await provider.get_chat("s", state)
+    assert chat is not None
+    assert len(await store.get_chat_messages(chat.chat_uuid)) == 5
+
+
+def test_import_threadstore_leaves_the_framework_unloaded() -> None:
+    script = (
+        "import sys, threadstore\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'agent_framework'"
+        " or m.startswith('threadstore.faces')))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "[]"
+
+
+async def test_plain_text_is_stored_as_any_face_stores_it(store: Store) -> None:
+    provider = _provider(store)
+    state: dict[str, Any] = {}
+    plain = [Message("user", ["Hi"]), Message("assistant", ["Hello."], message_id="a1")]
+    rich = Message("assistant", [Content.from_text("Hello.", additional_properties={"k": 1})])
+
+    await provider.save_messages("s", [*plain, rich], state=state)
+
+    chat = await provider.get_chat("s", state)
+    assert chat is not None
+    records = await store.get_chat_messages(chat.chat_uuid)
+    assert [r.metadata for r in records[:2]] == [{}, {}]
+    assert [(r.role, r.content, r.agui_id) for r in records[:2]] == [
+        (Role.USER, "Hi", None),
+        (Role.ASSISTANT, "Hello.", "a1"),
+    ]
+    assert records[2].metadata["agent_framework"] == rich.to_dict()
+    loaded = await provider.get_messages("s", state=state)
+    assert [m.to_dict() for m in loaded] == [m.to_dict() for m in [*plain, rich]]
