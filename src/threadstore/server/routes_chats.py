@@ -7,17 +7,18 @@ a chat that does not exist.
 from __future__ import annotations
 
 from typing import Annotated
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from fastapi import APIRouter, Body, HTTPException, Query, Response, status
 from pydantic import BaseModel, Field
 
+from threadstore.chat import UIMessage, ui_from_messages
 from threadstore.errors import InvalidInputError
-from threadstore.models import Chat, Message
+from threadstore.models import Chat, Message, Role
 from threadstore.server.deps import AppState, CurrentUser, owned_chat
 from threadstore.server.limits import check_id
 from threadstore.server.transfer import ChatExport, export_chat, import_chat
-from threadstore.store.base import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE
+from threadstore.store.base import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, Store
 
 __all__ = ["ChatList", "ChatRename", "ChatSummary", "MessagePage", "router"]
 
@@ -111,29 +112,37 @@ async def get_chat(chat_uuid: UUID, state: AppState, user: CurrentUser) -> Chat:
     return await owned_chat(state, user, chat_uuid)
 
 
+CursorAfter = Annotated[int | None, Query(ge=0, description="Messages newer than this.")]
+CursorBefore = Annotated[int | None, Query(ge=0, description="Messages older than this.")]
+Newest = Annotated[bool, Query(description="The newest page (where a chat view starts).")]
+
+
 @router.get("/{chat_uuid}/messages", response_model=MessagePage, summary="A chat's messages")
 async def list_messages(
     chat_uuid: UUID,
     state: AppState,
     user: CurrentUser,
     limit: PageSize = DEFAULT_PAGE_SIZE,
-    after: Annotated[int | None, Query(ge=0, description="Messages newer than this.")] = None,
-    before: Annotated[int | None, Query(ge=0, description="Messages older than this.")] = None,
-    newest: Annotated[
-        bool, Query(description="The newest page (where a chat view starts).")
-    ] = False,
+    after: CursorAfter = None,
+    before: CursorBefore = None,
+    newest: Newest = False,
 ) -> MessagePage:
     """Return a page of the chat's history, oldest first.
 
     Without a cursor: the first page. ``after=next_cursor`` pages forward;
     ``before=prev_cursor`` pages back; ``newest=true`` gives the last page.
     """
+    await owned_chat(state, user, chat_uuid)
+    return await _message_page(state.store, chat_uuid, limit, after, before, newest)
+
+
+async def _message_page(
+    store: Store, chat_uuid: UUID, limit: int, after: int | None, before: int | None, newest: bool
+) -> MessagePage:
     if sum((after is not None, before is not None, newest)) > 1:
         raise InvalidInputError("pass at most one of after, before and newest")
     if newest:
         before = _END_OF_CHAT
-    await owned_chat(state, user, chat_uuid)
-    store = state.store
     items = list(await store.get_chat_messages(chat_uuid, after=after, before=before, limit=limit))
     back = before is not None
     # Only a full page can have another past it, and one row past its edge tells. (Asking
@@ -153,6 +162,85 @@ async def list_messages(
         next_cursor=items[-1].seq if more else None,
         prev_cursor=items[0].seq if after is not None and items else None,
     )
+
+
+class UIMessagePage(BaseModel):
+    """One page of a chat as the chat engine's UI messages, oldest first."""
+
+    items: list[UIMessage]
+    next_cursor: int | None = Field(
+        default=None, description="Pass as `after` for the next (newer) page; null when none."
+    )
+    prev_cursor: int | None = Field(
+        default=None, description="Pass as `before` for the previous (older) page; null when none."
+    )
+
+
+@router.get("/{chat_uuid}/ui", response_model=UIMessagePage, summary="A chat as UI messages")
+async def list_ui_messages(
+    chat_uuid: UUID,
+    state: AppState,
+    user: CurrentUser,
+    limit: PageSize = DEFAULT_PAGE_SIZE,
+    after: CursorAfter = None,
+    before: CursorBefore = None,
+    newest: Newest = False,
+) -> UIMessagePage:
+    """Return a page of the chat as UI messages with ordered parts (``threadstore.chat``).
+
+    Paged like ``/messages`` (``limit`` counts stored messages, the cursors are theirs),
+    except that a page never cuts a turn: it grows to the turn's first and last message,
+    so each assistant turn (its reasoning, text, tool calls and their results) arrives
+    whole in one page. A message stored without an AG-UI id is named by its uuid.
+    """
+    await owned_chat(state, user, chat_uuid)
+    page = await _message_page(state.store, chat_uuid, limit, after, before, newest)
+    items = list(page.items)
+    if items and page.prev_cursor is not None:
+        items[:0] = await _turn_edge(state.store, chat_uuid, items[0], backward=True)
+        page.prev_cursor = items[0].seq
+    if items and page.next_cursor is not None:
+        items.extend(await _turn_edge(state.store, chat_uuid, items[-1], backward=False))
+        page.next_cursor = items[-1].seq
+    named = [
+        m if m.agui_id else m.model_copy(update={"agui_id": str(m.message_uuid)}) for m in items
+    ]
+    ui = ui_from_messages(named, generate_id=lambda: str(uuid4()))
+    return UIMessagePage(items=ui, next_cursor=page.next_cursor, prev_cursor=page.prev_cursor)
+
+
+async def _turn_edge(
+    store: Store, chat_uuid: UUID, edge: Message, *, backward: bool
+) -> list[Message]:
+    """The messages past ``edge`` that belong to its turn (same run, no user message between)."""
+
+    def same_turn(message: Message) -> bool:
+        return message.role != Role.USER and message.run_id == edge.run_id
+
+    if edge.role == Role.USER:
+        return []  # a user message is a UI message of its own: nothing to join
+    found: list[Message] = []
+    cursor = edge.seq
+    while True:
+        batch = list(
+            await store.get_chat_messages(
+                chat_uuid,
+                after=None if backward else cursor,
+                before=cursor if backward else None,
+                limit=_TURN_BATCH,
+            )
+        )
+        ordered = batch[::-1] if backward else batch
+        for message in ordered:
+            if not same_turn(message):
+                return found[::-1] if backward else found
+            found.append(message)
+        if len(batch) < _TURN_BATCH:
+            return found[::-1] if backward else found
+        cursor = ordered[-1].seq
+
+
+_TURN_BATCH = 50
 
 
 @router.patch("/{chat_uuid}", response_model=Chat, summary="Rename a chat")
