@@ -54,23 +54,27 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
 from datetime import timedelta
 from types import TracebackType
-from typing import Any, Generic, Protocol, Self, TypeVar
+from typing import Any, Generic, Protocol, Self, TypeVar, runtime_checkable
 from uuid import UUID
 
 from ag_ui.core import BaseEvent, EventType, RunAgentInput, RunErrorEvent
 
 from threadstore.errors import ConfigurationError, ConflictError, InvalidInputError
 from threadstore.models import Chat, MessageStatus, RunStatus, utcnow
-from threadstore.store.base import Store
+from threadstore.store.base import RunRepositoryLike, Store
 
 __all__ = [
     "CANCELLED_ERROR_CODE",
     "INTERNAL_ERROR_CODE",
     "AGUIAgentLike",
+    "EmittingAgent",
     "EventsDroppedError",
+    "RecordedAgent",
+    "RegisteringAgent",
     "RunHandle",
     "RunKey",
     "StreamPersistenceManager",
+    "UserScopedAgent",
     "default_owner",
 ]
 
@@ -100,6 +104,41 @@ class AGUIAgentLike(Protocol):
         ...
 
 
+@runtime_checkable
+class UserScopedAgent(Protocol):
+    """An agent that runs for one user: its runs are keyed by that user too."""
+
+    user_uuid: UUID
+
+
+@runtime_checkable
+class RecordedAgent(Protocol):
+    """An agent whose run is recorded in a store: the manager heartbeats and sweeps it.
+
+    The manager reads ``chat`` once the agent has resolved it, and fills ``owner`` in
+    with its own when it is ``None`` (the store takes heartbeats from the run's owner).
+    """
+
+    chat: Chat | None
+    owner: str | None
+
+
+@runtime_checkable
+class RegisteringAgent(Protocol):
+    """An agent that records its run in ``run_repo``; the manager gives it its store if None."""
+
+    run_repo: RunRepositoryLike | None
+
+
+@runtime_checkable
+class EmittingAgent(Protocol):
+    """An agent that can hand its events straight to the run's log (a ``StorageAgent``)."""
+
+    async def run_into(self, input: RunAgentInput, emit: Callable[[BaseEvent], None]) -> None:
+        """Run, handing each event to ``emit`` in order; return when the run is done."""
+        ...
+
+
 AgentT = TypeVar("AgentT", bound=AGUIAgentLike)
 
 RunKey = tuple[UUID | None, str, str]
@@ -108,8 +147,7 @@ RunKey = tuple[UUID | None, str, str]
 
 def _user_of(agent: object) -> UUID | None:
     """The user an agent runs for (a ``StorageAgent``'s ``user_uuid``), if it says."""
-    user = getattr(agent, "user_uuid", None)
-    return user if isinstance(user, UUID) else None
+    return agent.user_uuid if isinstance(agent, UserScopedAgent) else None
 
 
 class EventsDroppedError(InvalidInputError):
@@ -131,17 +169,6 @@ def default_owner() -> str:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def _runs_into(agent: object) -> bool:
-    """Whether ``agent`` is a storage agent whose ``run`` is the stock one.
-
-    Such an agent can hand its events straight to the log (``run_into``); a subclass
-    that overrides ``run`` (to filter or add events, say) is iterated instead.
-    """
-    from threadstore.agui.agent import StorageAgent
-
-    return isinstance(agent, StorageAgent) and type(agent).run is StorageAgent.run
 
 
 class RunHandle(Generic[AgentT]):
@@ -361,11 +388,11 @@ class RunHandle(Generic[AgentT]):
 
     def _start(self, input: RunAgentInput, on_done: Callable[[RunHandle[AgentT]], None]) -> None:
         agent = self.agent
-        # A stock storage agent's run_into is the task itself: every event the agent
-        # yields crosses one coroutine fewer on its way up to the event loop and back.
+        # A storage agent's run_into is the task itself: every event the agent yields
+        # crosses one coroutine fewer on its way up to the event loop and back.
         producer: Coroutine[Any, Any, None] = (
-            agent.run_into(input, self._append)  # type: ignore[attr-defined]
-            if _runs_into(agent)
+            agent.run_into(input, self._append)
+            if isinstance(agent, EmittingAgent)
             else self._produce(input)
         )
         task = asyncio.create_task(producer, name=f"threadstore-run:{self.thread_id}:{self.run_id}")
@@ -531,10 +558,10 @@ class StreamPersistenceManager(Generic[AgentT]):
         """Give an agent left without them the store as run registry and this owner."""
         # Without a run record there is nothing to heartbeat or sweep, and the store
         # only accepts heartbeats from the owner recorded on the run.
-        if getattr(agent, "run_repo", "") is None:
-            setattr(agent, "run_repo", self._store)  # noqa: B010
-        if getattr(agent, "owner", "") is None:
-            setattr(agent, "owner", self.owner)  # noqa: B010
+        if isinstance(agent, RegisteringAgent) and agent.run_repo is None:
+            agent.run_repo = self._store
+        if isinstance(agent, RecordedAgent) and agent.owner is None:
+            agent.owner = self.owner
 
     def cancel(self, thread_id: str, run_id: str, *, user_uuid: UUID | None = None) -> bool:
         """Cancel the live run ``(thread_id, run_id)``; False when finished or unknown.
@@ -618,11 +645,11 @@ class StreamPersistenceManager(Generic[AgentT]):
         store = self._require_store()
         by_owner: dict[str, list[tuple[UUID, str]]] = {}
         for handle in self.live_runs():
-            chat = getattr(handle.agent, "chat", None)
-            if not isinstance(chat, Chat):
+            agent = handle.agent
+            if not isinstance(agent, RecordedAgent) or agent.chat is None:
                 continue  # the run record does not exist before the chat is resolved
-            agent_owner = getattr(handle.agent, "owner", None)
-            owner = agent_owner if isinstance(agent_owner, str) else self.owner
+            chat = agent.chat
+            owner = agent.owner if agent.owner is not None else self.owner
             by_owner.setdefault(owner, []).append((chat.chat_uuid, handle.run_id))
         for owner, run_keys in by_owner.items():
             await store.heartbeat_runs(owner, run_keys)
@@ -643,7 +670,7 @@ class StreamPersistenceManager(Generic[AgentT]):
         live_chat_runs = {
             (chat.chat_uuid, h.run_id)
             for h in live
-            if isinstance(chat := getattr(h.agent, "chat", None), Chat)
+            if isinstance(h.agent, RecordedAgent) and (chat := h.agent.chat) is not None
         }
         swept = 0
         for run in await store.get_stale_runs(older_than):
