@@ -1,53 +1,11 @@
 """The storage agent: wrap an AG-UI agent and persist its stream as chat history.
 
-:class:`StorageAgent` (also exported as ``AGUIStorageAgent``, the seed's name) is
-transparent: :meth:`StorageAgent.run` yields the inner agent's events unchanged and in
-real time, and never waits on the store. While nothing is queued, an event whose
-handler is the default is folded on the producer, pure data work: deltas (text, tool
-call arguments, reasoning, or their chunk forms) a few dozen at a time, each run of one
-record's at once (:meth:`~threadstore.fold.ConversationFold.apply_deltas`), any other
-event at once after them. An event with an overridden handler, and every event while
-one is queued, is *enqueued* for persistence. Whether a handler is a default one is
-declared on it, not guessed. Two background tasks own the rest
-(:class:`~threadstore.agui.writer.RunPersister`):
-
-- the **fold task** drains the queue in order and applies the event handlers, which
-  only mutate the run's :class:`~threadstore.fold.ConversationFold` (no I/O); a
-  default handler runs synchronously, an overridden one is awaited;
-- the **writer task** writes the records the fold marked dirty: promptly after a
-  boundary (a record opened or closed, the run ended), yet boundary flushes start at
-  least ``min_flush_interval`` apart so a burst of them shares one transaction, and
-  at a periodic checkpoint (``checkpoint_interval``) while text streams, so a hard
-  crash loses at most that much text. Each flush is one ``transaction()``; a record
-  is created once and then updated, so writes per run are O(records), not O(deltas).
-
-Under a slow or stalled store the fold task keeps draining: pending work coalesces
-into the latest state of each record and nothing is dropped. A failed flush is
-retried with backoff, in ever smaller transactions so a store that fails now and then
-still makes progress; a record counts as created only once its transaction
-committed, and a retried create first checks whether the record landed, so a retry
-never duplicates anything (even on a repository whose ``transaction()`` cannot roll
-back). Whatever way ``run()`` ends, it first waits for the final flush (shielded from
-cancellation); if the store stays down for ``final_flush_attempts`` tries the records
-are left for the stale-run sweep and :meth:`StorageAgent.persisted` raises.
-
-Before the inner agent runs, ``run()`` finds or creates the chat, loads its history,
-and screens ``input.messages``: messages already stored (by AG-UI id, uuid, tool call
-id, tool result id or reasoning id) are skipped; new user messages are stored; a new
-tool message answering a stored tool call that has no result yet (a client-side
-tool) becomes that call's result. Any other new message stops the run with
-``RUN_STARTED`` + ``RUN_ERROR(code="INVALID_INPUT")`` and nothing is written.
-``input.messages`` is then replaced by :meth:`StorageAgent.translate` of the stored
-history, and ``input.state`` by the chat's stored state when the client sent none.
-The chat keeps the run's latest state through ``chat_repo.update_chat_state`` when the
-repository has one (every :class:`~threadstore.store.base.Store` does; the seed's
-Protocol does not, so a Protocol-only repository keeps no state).
-
-How the run ends decides the status of records still active (the seed's table):
-normal end -> ``complete``; ``CancelledError`` (or the consumer closing the stream)
--> ``interrupted``; the inner agent raising -> ``errored`` and the exception
-propagates; an in-band ``RUN_ERROR`` -> ``errored``. Only this run's records are
-touched. See :mod:`threadstore.fold` for how each event family becomes records.
+:class:`StorageAgent` (also ``AGUIStorageAgent``, the seed's name) yields the inner
+agent's events unchanged and in real time and never waits on the store; its run's
+:class:`~threadstore.agui.writer.RunPersister` folds and writes them in the background.
+Before the run it finds or creates the chat, screens the input messages against the
+stored history and replays that history to the inner agent. How the run ends decides
+the status of its records. The whole write path is in docs/architecture.md.
 """
 
 from __future__ import annotations

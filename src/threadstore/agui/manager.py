@@ -1,46 +1,11 @@
 """Run AG-UI agents in the background so their streams survive client disconnects.
 
-:class:`StreamPersistenceManager` builds a fresh agent per run from a factory, drains
-its event stream on a producer task into an ordered, numbered in-memory log and
-returns a :class:`RunHandle`. Event ids start at 1. Any number of readers follow the
-log at once; ``numbered_events(after=N)`` (SSE ``Last-Event-ID``) yields every event
-with an id above ``N`` and then the live ones, with no gap and no duplicate. Readers
-never slow the producer: it drains the agent whether or not anyone is reading. A
-reader takes every event available at once; while events come faster than
-``RunHandle.reader_wake_interval`` (200 µs) apart, readers are woken at most that often,
-so a fast stream reaches them in batches instead of costing a task switch per event.
-
-Every reader sees a terminal event, however the run ends:
-
-=========================  ==================================================  ============
-how the run ends           last event readers get                              ``outcome``
-=========================  ==================================================  ============
-agent finishes             the agent's own ``RUN_FINISHED``                    complete
-agent emits ``RUN_ERROR``  the agent's own ``RUN_ERROR``                       errored
-agent raises               ``RUN_ERROR`` ``INTERNAL_ERROR`` (synthesized) [1]  errored
-cancelled                  ``RUN_ERROR`` ``CANCELLED`` (synthesized)           interrupted
-stream just stops          ``RUN_ERROR`` ``INTERNAL_ERROR`` (synthesized)      complete [2]
-=========================  ==================================================  ============
-
-[1] with message ``"<ExceptionType>: <message>"``. [2] the agent itself ended
-normally and recorded the run so; only the client needs a closing event.
-
-A synthesized event is appended only when the stream has not already ended with a
-``RUN_FINISHED``/``RUN_ERROR``, so a stream never carries events after its end. It goes
-to readers only; the agent has already finalized its records (interrupted or errored).
-A cancel that arrives after that terminal event (while a storage agent writes its last
-records, say) stops the agent but leaves the outcome the terminal event gave, as the
-stored run says.
-
-Runs are keyed by their user (the agent's ``user_uuid``, when it has one), thread id
-and run id: thread ids are chosen by clients and unique only per user, so two users
-may run the same ids at once without either reaching the other's run.
-
-A finished run stays reachable through :meth:`StreamPersistenceManager.get` for
-``retention`` seconds, so a client that reconnects just after the end still gets the
-tail. With ``max_buffered_events`` the log keeps only that many newest events; asking
-for an older one (or falling that far behind while reading) raises
-:class:`EventsDroppedError`.
+:class:`StreamPersistenceManager` builds a fresh agent per run, drains its stream on a
+producer task into a numbered in-memory log and returns a :class:`RunHandle`; any
+number of readers follow the log from any event id, with no gap and no duplicate, and
+every reader sees a terminal event however the run ends. What the manager uses of an
+agent beyond ``run()`` is declared by the Protocols below. See docs/architecture.md,
+"The run manager".
 """
 
 from __future__ import annotations
@@ -86,8 +51,8 @@ INTERNAL_ERROR_CODE = "INTERNAL_ERROR"
 CANCELLED_ERROR_CODE = "CANCELLED"
 """``RunErrorEvent.code`` synthesized when a run is cancelled."""
 
-# Bound once: an enum member looked up on its class costs about 150 ns (Python 3.11),
-# and _append runs once per event.
+# Bound once: looking a member up on its enum class is slow next to the rest of
+# _append, which runs once per event.
 _RUN_STARTED, _RUN_FINISHED, _RUN_ERROR = (
     EventType.RUN_STARTED,
     EventType.RUN_FINISHED,
@@ -184,15 +149,14 @@ class RunHandle(Generic[AgentT]):
     reader_wake_interval: float = 200e-6
     """Waiting readers are woken at most once per this many seconds; the end, at once.
 
-    A wake costs a reader a few microseconds, as much as a cheap agent spends producing
-    an event, so a fast stream reaches its readers in batches. An event arriving this
-    soon after the last wake waits for the rest of the interval; if the event loop then
-    has nothing else to do, its timer granularity (1 ms with epoll) may stretch that.
-    At 200 µs a back-to-back stream's events wait about 0.1 ms (p99 0.3 ms) and the
-    wakes cost a 10,000-event run about 3 ms less than at 100 µs (docs/benchmarks.md).
+    A wake costs a reader about as much as a cheap agent spends producing an event, so
+    a fast stream reaches its readers in batches. An event arriving this soon after the
+    last wake waits for the rest of the interval; if the event loop then has nothing
+    else to do, its timer granularity may stretch that. The trade-off between this wait
+    and the wakes' cost is measured in docs/benchmarks.md.
     """
     reader_wake_interval_max: float = 500e-6
-    """How far the wake interval stretches when wakes keep finding a single event (0.5 ms).
+    """How far the wake interval stretches when wakes keep finding a single event.
 
     With many runs streaming at once, each run's events come just too far apart for
     the base interval to batch them, and every event cost its readers a wake. While a

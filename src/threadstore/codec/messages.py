@@ -1,62 +1,9 @@
 """Stored history <-> AG-UI messages.
 
-:func:`translate_messages` turns a chat's stored history into the AG-UI message list
-an agent receives as ``RunAgentInput.messages`` (or a client as a MESSAGES_SNAPSHOT).
-It is pure and linear in the size of the history. The rules:
-
-Order
-  Messages come out in the order given (pass the history oldest first, as the store
-  returns it). For each stored message, in this order:
-
-  1. its nested reasoning steps, as one ``ReasoningMessage`` each, by ``Reasoning.seq``;
-  2. the message itself (see Roles);
-  3. its tool results, as one ``ToolMessage`` per nested tool call that has a result
-     (``content``) or an ``error``, by ``ToolCall.seq`` - so results sit right after
-     the assistant message that made the calls.
-
-  Every record is translated whatever its status: an interrupted answer is still
-  part of what the user saw.
-
-Roles
-  - ``user``: ``UserMessage``; ``content_parts`` when present become AG-UI parts
-    (text -> ``TextPart``; image/audio/video/document -> the matching part whose
-    ``source`` is a ``DataSource`` with the bytes base64-encoded, a ``UrlSource`` or a
-    ``FileSource``), otherwise the ``content`` string.
-  - ``system`` / ``developer``: ``SystemMessage`` / ``DeveloperMessage``.
-  - ``assistant``: ``AssistantMessage`` with ``tool_calls`` (``ToolCall(id, function=
-    FunctionCall(name, arguments), encrypted_value)`` by seq, the encrypted value being
-    ``metadata["encrypted_value"]``; omitted when there are none). Calls with
-    no result yet are kept: the client answers them in the next run.
-  - ``reasoning``: ``ReasoningMessage(content, encrypted_value)``; a reasoning message
-    that only groups nested steps (empty content, no encrypted value) is not repeated.
-  - ``tool``: ``ToolMessage``; its ``tool_call_id`` is read from
-    ``metadata["tool_call_id"]`` and a tool message without one is skipped, since AG-UI
-    cannot represent it.
-  - ``activity``: ``ActivityMessage(activity_type, content)`` (``{}`` when unset).
-
-  Only user and tool messages carry parts in AG-UI; other roles use ``content``.
-
-Fields
-  - Empty content stays ``""``; ``name`` and ``encrypted_value`` carry over where the
-    AG-UI message has them.
-  - AG-UI ``metadata`` received from a client is kept under
-    ``Message.metadata["agui"]`` (see :func:`message_create_from_agui`) and given back
-    on user/system/developer/assistant messages; the rest of ``metadata`` is private.
-
-Ids
-  - message: ``agui_id``, else ``str(message_uuid)``;
-  - reasoning: ``Reasoning.agui_id``, else ``str(Reasoning.uuid)``;
-  - tool result: ``ToolCall.result_message_id``, else ``"<tool_call_id>-result"``.
-
-  Ids are unique in the output: a message given twice (same ``message_uuid``) is
-  translated once, and when an id was already used by another record (a producer that
-  gave a reasoning step the id of its message, say), the record's UUID is used
-  instead. A message claims its id before its nested records, so it keeps its own.
-
-:func:`message_create_from_agui` is the inverse for what a client may send (user,
-system and developer messages): parts with inline base64 data are decoded to bytes,
-the ``content`` of a multi-part message is its text parts joined by newlines, and a
-part's AG-UI ``id`` is kept in the part's ``metadata["agui_id"]``.
+:func:`translate_messages` turns a chat's stored history into the AG-UI messages an
+agent receives (or a client as a MESSAGES_SNAPSHOT); :func:`message_create_from_agui`
+is the inverse for what a client may send. Pure and linear in the history. The rules
+(order, roles, fields, ids) are in docs/architecture.md, "AG-UI conversion".
 """
 
 from __future__ import annotations

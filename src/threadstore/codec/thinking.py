@@ -1,36 +1,9 @@
-"""Parse any AG-UI event JSON, including the THINKING_* events AG-UI 1.0 dropped.
+"""The THINKING_* events AG-UI 1.0 dropped, and their REASONING_* twins.
 
-AG-UI 1.0's Python SDK removed the deprecated ``THINKING_*`` events, but producers
-written against 0.x still send them. This module keeps them readable:
-
-- :class:`ThinkingStartEvent` ... :class:`ThinkingTextMessageEndEvent` are the 0.x
-  shapes (``ag_ui.core.BaseEvent`` subclasses, camelCase on the wire, either spelling
-  accepted). Their fields follow the 0.x SDK: only ``THINKING_START`` has a field of
-  its own (``title``, optional) and only ``THINKING_TEXT_MESSAGE_CONTENT`` has a
-  ``delta``. An empty ``delta`` is accepted, as 1.0 accepts it on every content event.
-- :func:`parse_event` turns a JSON object (dict, ``str`` or ``bytes``) into the right
-  ``ag_ui.core`` event class, or one of the classes above.
-- :func:`to_reasoning_event` maps one THINKING_* event to its REASONING_* twin:
-
-  ==============================  ==============================
-  THINKING_START                  REASONING_START
-  THINKING_END                    REASONING_END
-  THINKING_TEXT_MESSAGE_START     REASONING_MESSAGE_START
-  THINKING_TEXT_MESSAGE_CONTENT   REASONING_MESSAGE_CONTENT
-  THINKING_TEXT_MESSAGE_END       REASONING_MESSAGE_END
-  ==============================  ==============================
-
-  ``timestamp``, ``raw_event`` and ``metadata`` carry over. REASONING_START has no
-  ``title``, so a THINKING_START title travels in ``metadata["title"]``.
-
-THINKING_* events carry no message id, but every REASONING_* event needs one.
-:class:`ThinkingTranslator` (one per run) synthesizes them: each THINKING_START and
-each THINKING_TEXT_MESSAGE_START takes the next id ``thinking-<run_id>-<n>`` (``n``
-counts from 1 within the run; ``<run_id>`` comes from the run's RUN_STARTED, or from
-the constructor, or is a random hex string when neither is known). The matching end
-and content events reuse the id of the block or message they close or extend. The ids
-are therefore deterministic for a given run, so replaying the same recorded stream
-persists to the same records instead of duplicating them.
+Producers written against AG-UI 0.x still send them: :func:`parse_event` reads any
+event JSON, these included, and :class:`ThinkingTranslator` maps them to REASONING_*
+events with ids that are deterministic per run, so a replayed stream persists to the
+same records (docs/architecture.md, "The retired THINKING_* events").
 """
 
 from __future__ import annotations
