@@ -69,7 +69,7 @@ def _target(fold: RecordTable, rule: _Rule, event: Any) -> FoldRecord | None:
     if rule.slot is None:
         if fold.text_chunk or fold.tool_chunk or fold.reasoning_chunk:
             return None  # apply would close that chunk run first
-        record = fold.records.get(rule.prefix + given) if given is not None else None  # type: ignore[operator]
+        record = fold.records.get(f"{rule.prefix}{given}")
         if record is None or rule.prefix != "m:":
             return record
         # A text delta extends only a text-family message, and never an aliased id.

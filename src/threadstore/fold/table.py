@@ -12,7 +12,6 @@ import copy
 import itertools
 from collections.abc import Iterable, Sequence
 from typing import Any
-from uuid import UUID
 
 from ag_ui.core import BaseEvent
 
@@ -266,18 +265,3 @@ class RecordTable:
         record.metadata[why] = agui_id
         self.aliases[(family(role), agui_id)] = record.key
         return record
-
-    def adopted_message(self, agui_id: str, uuid: UUID) -> FoldRecord:
-        """Adopt the stored assistant message ``agui_id`` so this run's tool calls nest in it."""
-        record = FoldRecord(
-            key=f"m:{agui_id}",
-            kind=RecordKind.MESSAGE,
-            order=0,
-            agui_id=agui_id,
-            role=Role.ASSISTANT,
-            status=MessageStatus.COMPLETE,
-            in_progress=False,
-            owned=False,
-            uuid=uuid,
-        )
-        return self.adopt(record)

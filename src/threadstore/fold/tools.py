@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
+from uuid import UUID
 
 from ag_ui.core import (
     BaseEvent,
@@ -27,6 +28,21 @@ from threadstore.models import MessageStatus, Role
 __all__ = ["ToolFolding"]
 
 
+def _stored(key: str, kind: RecordKind, uuid: UUID) -> FoldRecord:
+    """A finished record of an earlier run, stored under ``uuid``, that this run updates."""
+    agui_id = key.split(":", 1)[1]
+    return FoldRecord(
+        key=key,
+        kind=kind,
+        order=0,
+        agui_id=agui_id,
+        status=MessageStatus.COMPLETE,
+        in_progress=False,
+        owned=False,
+        uuid=uuid,
+    )
+
+
 class ToolFolding(RecordTable):
     """Folds tool call events onto one record per tool call id, nested in a message."""
 
@@ -39,7 +55,9 @@ class ToolFolding(RecordTable):
                 return named
             stored = self.stored_assistant.get(parent_message_id)
             if named is None and stored is not None:
-                return self.adopted_message(parent_message_id, stored)
+                record = _stored(f"m:{parent_message_id}", RecordKind.MESSAGE, stored)
+                record.role = Role.ASSISTANT
+                return self.adopt(record)
             if named is None and self.message(parent_message_id) is None:
                 record, _ = self.message_for(parent_message_id, Role.ASSISTANT, event)
                 record.implicit = True
@@ -57,17 +75,8 @@ class ToolFolding(RecordTable):
         stored = self.pending_calls.pop(tool_call_id, None)
         if stored is None:
             return None
-        record = FoldRecord(
-            key=f"t:{tool_call_id}",
-            kind=RecordKind.TOOL_CALL,
-            order=0,
-            agui_id=tool_call_id,
-            name=stored.name,
-            status=stored.status,
-            in_progress=False,
-            owned=False,
-            uuid=stored.uuid,
-        )
+        record = _stored(f"t:{tool_call_id}", RecordKind.TOOL_CALL, stored.uuid)
+        record.name, record.status = stored.name, stored.status
         return self.adopt(record)
 
     def _open_call(
