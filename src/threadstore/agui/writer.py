@@ -379,7 +379,7 @@ class RunPersister:
                 if taken:
                     index += taken
                 else:  # a delta that opens a record, warns or closes a chunk
-                    self.fold_now(deltas[index])
+                    self._apply_inline(deltas[index])
                     index += 1
         finally:
             deltas.clear()
@@ -398,13 +398,16 @@ class RunPersister:
 
     def _fold_inline(self, kind: HandlerKind, event: BaseEvent) -> None:
         """What :meth:`_apply` does for a default handler, without a coroutine."""
-        if kind is HandlerKind.APPLY:
-            if type(event) in self.delta_kinds and self.fold.apply_deltas((event,)):
-                return  # a delta never opens or closes a record: nothing to absorb
-            try:
-                self.fold.apply(event)
-            except Exception:
-                logger.exception("handler for %s failed; the event was not folded", event.type)
+        if kind is HandlerKind.IGNORE:
+            self._absorb(event)
+        elif not (type(event) in self.delta_kinds and self.fold.apply_deltas((event,))):
+            self._apply_inline(event)  # (a delta folded above opened or closed nothing)
+
+    def _apply_inline(self, event: BaseEvent) -> None:
+        try:
+            self.fold.apply(event)
+        except Exception:
+            logger.exception("handler for %s failed; the event was not folded", event.type)
         self._absorb(event)
 
     async def _fold_loop(self) -> None:
