@@ -67,6 +67,7 @@ from threadstore.agui.legacy import (
     ThinkingTextMessageStartEvent,
 )
 from threadstore.fold import (
+    DELTA_EVENTS,
     ContentBuffer,
     ConversationFold,
     FoldRecord,
@@ -741,7 +742,7 @@ def assert_fast_path_folds_like_apply(events: Sequence[BaseEvent], history: list
     fast = ConversationFold("run-1", thread_id="thread-1", history=history)
     for event in events:
         slow.apply(event)
-        if not fast.apply_delta(event):
+        if not fast.apply_deltas([event]):
             fast.apply(event)
         assert fold_snapshot(fast) == fold_snapshot(slow), event
 
@@ -775,7 +776,7 @@ def test_the_delta_fast_path_folds_any_stream_exactly_like_apply(events: list[Ba
 def fold_in_runs(fold: ConversationFold, events: Sequence[BaseEvent]) -> list[Any]:
     """Fold as a storage agent does: deltas buffered, then folded run by run at the next
     other event (or the end); returns the snapshot after each such point."""
-    kinds = fold.delta_folders().keys()
+    kinds = DELTA_EVENTS
     buffered: list[BaseEvent] = []
     snapshots: list[Any] = []
 
@@ -805,7 +806,7 @@ def assert_runs_fold_like_apply(events: Sequence[BaseEvent], history: list[Messa
     slow = ConversationFold("run-1", thread_id="thread-1", history=history)
     fast = ConversationFold("run-1", thread_id="thread-1", history=history)
     expected: list[Any] = []
-    kinds = slow.delta_folders().keys()
+    kinds = DELTA_EVENTS
     for event in events:  # a snapshot where fold_in_runs takes one: before and after others
         if type(event) not in kinds:
             expected.append(fold_snapshot(slow))
@@ -860,10 +861,10 @@ def test_the_deltas_of_a_well_formed_stream_all_take_the_fast_path() -> None:
     opening = {id(events[i]) for i in (-6, -4, -2)}  # a chunk naming a new id opens a record
 
     for event in events:
-        taken = fold.apply_delta(event)
+        taken = bool(fold.apply_deltas([event]))
         if not taken:
             fold.apply(event)
-        is_delta = type(event) in fold.delta_folders()
+        is_delta = type(event) in DELTA_EVENTS
         assert taken == (is_delta and id(event) not in opening), event
 
 
@@ -872,7 +873,7 @@ def test_the_fast_path_declines_everything_but_deltas_and_changes_nothing() -> N
     fold.take_changes()
     before = fold_snapshot(fold)
 
-    assert not fold.apply_delta(TextMessageContentEvent(message_id="unknown", delta="x"))
-    assert not fold.apply_delta(TextMessageEndEvent(message_id="m"))
-    assert not fold.apply_delta(ThinkingTextMessageContentEvent(delta="x"))
+    assert not fold.apply_deltas([TextMessageContentEvent(message_id="unknown", delta="x")])
+    assert not fold.apply_deltas([TextMessageEndEvent(message_id="m")])
+    assert not fold.apply_deltas([ThinkingTextMessageContentEvent(delta="x")])
     assert fold_snapshot(fold) == before

@@ -26,7 +26,7 @@ from ag_ui.core import (
 )
 
 from agui_validation import assert_valid_stream, validation_report
-from threadstore.agui.legacy import (
+from threadstore.codec.thinking import (
     THINKING_TITLE_METADATA_KEY,
     ThinkingEndEvent,
     ThinkingStartEvent,
@@ -348,3 +348,19 @@ def test_non_thinking_events_pass_through_as_the_same_objects() -> None:
 def test_to_reasoning_events_refuses_a_single_event() -> None:
     with pytest.raises(TypeError, match="sequence of events"):
         to_reasoning_events(ThinkingEndEvent())  # type: ignore[arg-type]
+
+
+def test_the_names_users_import_from_the_agui_layer_are_the_codec_ones() -> None:
+    import threadstore
+    import threadstore.agui
+    import threadstore.agui.legacy
+    import threadstore.agui.translate
+    import threadstore.codec
+
+    for name in threadstore.agui.legacy.__all__:
+        assert getattr(threadstore.agui.legacy, name) is getattr(threadstore.codec, name)
+    for name in threadstore.agui.translate.__all__:
+        assert getattr(threadstore.agui.translate, name) is getattr(threadstore.codec, name)
+    for name in ("parse_event", "ThinkingStartEvent", "translate_messages"):
+        assert getattr(threadstore.agui, name) is getattr(threadstore.codec, name)
+    assert threadstore.translate_messages is threadstore.codec.translate_messages

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from ag_ui.core import (
     BaseEvent,
+    CustomEvent,
     EventType,
     RunAgentInput,
     RunErrorEvent,
@@ -716,6 +717,40 @@ async def test_storage_agent_run_through_the_manager_is_recorded_and_completed(
     run = await memory_store.get_run(chat.chat_uuid, RUN)
     assert run is not None
     assert (run.status, run.owner) == (RunStatus.COMPLETE, manager.owner)
+
+
+class TaggedStreamAgent(StorageAgent):
+    """Overrides ``run`` to add a CUSTOM event after RUN_STARTED (what the client sees)."""
+
+    async def run(self, input: RunAgentInput) -> AsyncIterator[BaseEvent]:  # type: ignore[override]
+        async for event in super().run(input):
+            yield event
+            if isinstance(event, RunStartedEvent):
+                yield CustomEvent(name="tag", value="added by the subclass")
+
+
+async def test_a_storage_agent_overriding_run_is_streamed_through_its_override(
+    memory_store: Store,
+) -> None:
+    script = full_turn(THREAD, RUN)
+
+    def build() -> StorageAgent:
+        return TaggedStreamAgent(
+            "assistant", STORAGE_USER, memory_store, memory_store, ScriptedAgent(script)
+        )
+
+    async with StreamPersistenceManager(build, store=memory_store) as manager:
+        handle = await manager.run(run_input(THREAD, RUN, [user("u1")]))
+        streamed = await collect(handle.events())
+        await handle.wait()
+
+    assert streamed == [
+        script[0],
+        CustomEvent(name="tag", value="added by the subclass"),
+        *script[1:],
+    ]
+    _, messages = await stored_history(memory_store)
+    assert messages[-1].content == "It is 21 degrees in Paris."
 
 
 async def test_storage_agent_cancelled_through_the_manager_is_interrupted(

@@ -719,6 +719,30 @@ async def test_a_category_handler_override_changes_what_is_stored_not_what_is_st
     assert message.content == "QUIET PLEASE"
 
 
+async def test_a_handler_replaced_on_one_agent_is_awaited_for_that_agent_only(
+    memory: Store,
+) -> None:
+    seen: list[str] = []
+
+    async def shout(state: ConversationFold, chat: Chat, event: BaseEvent) -> None:
+        if isinstance(event, TextMessageContentEvent):
+            seen.append(event.delta)
+            event = event.model_copy(update={"delta": event.delta.upper()})
+        state.apply(event)
+
+    script = [run_started(), *text_message("m1", "quiet please"), run_finished()]
+    agent = make_agent(memory, ScriptedAgent(script))
+    agent.handle_text_message = shout  # type: ignore[method-assign]
+    await collect(agent.run(run_input()))
+    other = make_agent(memory, ScriptedAgent(script))
+    await collect(other.run(run_input(thread_id="t-other")))
+
+    (message,) = await history(memory)
+    (untouched,) = await history(memory, "t-other")
+    assert (message.content, untouched.content) == ("QUIET PLEASE", "quiet please")
+    assert "".join(seen) == "quiet please"  # every delta went through the replacement
+
+
 class TeamMessage(Message):
     team: str | None = None
     finished_at: int | None = None

@@ -1,7 +1,8 @@
 """threadstore: durable, typed chat history for AI agents.
 
-The models, keys and store are imported eagerly; the AG-UI layer is imported on
-first use so that ``import threadstore`` stays fast.
+The models, keys and store are imported eagerly. The AG-UI layer's names resolve on
+first use (module ``__getattr__``), only because it loads the AG-UI SDK: this keeps
+``import threadstore`` fast, not a cycle apart (nothing below ``agui`` imports it).
 """
 
 from __future__ import annotations

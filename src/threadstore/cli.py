@@ -366,7 +366,7 @@ def chats_show(
     ] = False,
 ) -> None:
     """Show a chat's history: messages, tool calls and reasoning, oldest first."""
-    from threadstore.server.transfer import export_chat
+    from threadstore.transfer import export_chat
 
     _check_sqlite_exists(db)
 
@@ -476,7 +476,7 @@ def export_chats(
     ] = None,
 ) -> None:
     """Export chats as JSON lines: one chat, with its whole history, per line."""
-    from threadstore.server.transfer import export_chat
+    from threadstore.transfer import export_chat
 
     _check_sqlite_exists(db)
     user_uuid = _user(user)
@@ -519,7 +519,7 @@ def import_chats(
     """Import chats from JSON lines; each chat lands whole or not at all."""
     from pydantic import ValidationError
 
-    from threadstore.server.transfer import ChatExport, import_chat
+    from threadstore.transfer import ChatExport, import_chat
 
     _check_sqlite_exists(db)
     user_uuid = _user(user)

@@ -1,60 +1,21 @@
 """The storage agent: wrap an AG-UI agent and persist its stream as chat history.
 
-:class:`StorageAgent` (also exported as ``AGUIStorageAgent``, the seed's name) is
-transparent: :meth:`StorageAgent.run` yields the inner agent's events unchanged and in
-real time, and never waits on the store. While nothing is queued, an event whose
-handler is the default is folded on the producer, pure data work: deltas (text, tool
-call arguments, reasoning, or their chunk forms) a few dozen at a time, each run of one
-record's at once (:meth:`~threadstore.fold.ConversationFold.apply_deltas`), any other
-event at once after them. An event with an overridden handler, and every event while
-one is queued, is *enqueued* for persistence. Two background tasks own the rest:
-
-- the **fold task** drains the queue in order and applies the event handlers, which
-  only mutate the run's :class:`~threadstore.fold.ConversationFold` (no I/O); a
-  default handler runs synchronously, an overridden one is awaited;
-- the **writer task** writes the records the fold marked dirty: promptly after a
-  boundary (a record opened or closed, the run ended), yet boundary flushes start at
-  least ``min_flush_interval`` apart so a burst of them shares one transaction, and
-  at a periodic checkpoint (``checkpoint_interval``) while text streams, so a hard
-  crash loses at most that much text. Each flush is one ``transaction()``; a record
-  is created once and then updated, so writes per run are O(records), not O(deltas).
-
-Under a slow or stalled store the fold task keeps draining: pending work coalesces
-into the latest state of each record and nothing is dropped. A failed flush is
-retried with backoff, in ever smaller transactions so a store that fails now and then
-still makes progress; a record counts as created only once its transaction
-committed, and a retried create first checks whether the record landed, so a retry
-never duplicates anything (even on a repository whose ``transaction()`` cannot roll
-back). Whatever way ``run()`` ends, it first waits for the final flush (shielded from
-cancellation); if the store stays down for ``final_flush_attempts`` tries the records
-are left for the stale-run sweep and :meth:`StorageAgent.persisted` raises.
-
-Before the inner agent runs, ``run()`` finds or creates the chat, loads its history,
-and screens ``input.messages``: messages already stored (by AG-UI id, uuid, tool call
-id, tool result id or reasoning id) are skipped; new user messages are stored; a new
-tool message answering a stored tool call that has no result yet (a client-side
-tool) becomes that call's result. Any other new message stops the run with
-``RUN_STARTED`` + ``RUN_ERROR(code="INVALID_INPUT")`` and nothing is written.
-``input.messages`` is then replaced by :meth:`StorageAgent.translate` of the stored
-history, and ``input.state`` by the chat's stored state when the client sent none.
-The chat keeps the run's latest state through ``chat_repo.update_chat_state`` when the
-repository has one (every :class:`~threadstore.store.base.Store` does; the seed's
-Protocol does not, so a Protocol-only repository keeps no state).
-
-How the run ends decides the status of records still active (the seed's table):
-normal end -> ``complete``; ``CancelledError`` (or the consumer closing the stream)
--> ``interrupted``; the inner agent raising -> ``errored`` and the exception
-propagates; an in-band ``RUN_ERROR`` -> ``errored``. Only this run's records are
-touched. See :mod:`threadstore.fold` for how each event family becomes records.
+:class:`StorageAgent` (also ``AGUIStorageAgent``, the seed's name) yields the inner
+agent's events unchanged and in real time and never waits on the store; its run's
+:class:`~threadstore.agui.writer.RunPersister` folds and writes them in the background.
+Before the run it finds or creates the chat, screens the input messages against the
+stored history and replays that history to the inner agent. How the run ends decides
+the status of its records. The whole write path is in docs/architecture.md.
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 from uuid import UUID
 
 from ag_ui.core import (
@@ -94,15 +55,20 @@ from ag_ui.core import (
     UserMessage,
 )
 
-from threadstore.agui import legacy
-from threadstore.agui.writer import DELTA_BATCH, RunPersister
-from threadstore.errors import InvalidInputError, StoreError
-from threadstore.fold import (
-    ConversationFold,
-    pending_tool_calls,
-    stored_ids,
-    tool_result_text,
+from threadstore.agui.writer import (
+    EventHandler,
+    HandlerKind,
+    PersisterConfig,
+    RunPersister,
 )
+from threadstore.codec import thinking
+from threadstore.codec.messages import (
+    message_create_from_agui,
+    tool_result_text,
+    translate_messages,
+)
+from threadstore.errors import InvalidInputError, StoreError
+from threadstore.fold import ConversationFold, pending_tool_calls, stored_ids
 from threadstore.models import (
     Chat,
     ChatCreate,
@@ -120,6 +86,7 @@ from threadstore.store.base import ChatRepositoryLike, MessageRepositoryLike, Ru
 
 if TYPE_CHECKING:
     import ag_ui.core
+    from pydantic import BaseModel
 
 __all__ = ["INVALID_INPUT_ERROR_CODE", "AGUIAgent", "AGUIStorageAgent", "StorageAgent"]
 
@@ -127,6 +94,27 @@ logger = logging.getLogger(__name__)
 
 INVALID_INPUT_ERROR_CODE = "INVALID_INPUT"
 """``RunErrorEvent.code`` of a run refused because of its input messages."""
+
+
+_HandlerT = TypeVar("_HandlerT", bound=Callable[..., Any])
+_KIND_ATTRIBUTE = "threadstore_handler_kind"
+
+
+def _declared(kind: HandlerKind) -> Callable[[_HandlerT], _HandlerT]:
+    """Declare what a default handler does, so the persister can fold its events inline.
+
+    An override (on a subclass or an instance) does not carry the declaration, so it
+    is awaited: the declaration travels with the function, not with its name.
+    """
+
+    def declare(handler: _HandlerT) -> _HandlerT:
+        handler.__dict__[_KIND_ATTRIBUTE] = kind
+        return handler
+
+    return declare
+
+
+_applies = _declared(HandlerKind.APPLY)
 
 
 @runtime_checkable
@@ -213,69 +201,37 @@ class StorageAgent:
             for event in started:
                 yield event
             return
-        persister, delta_kinds = started
-        pending, put, fold_now = persister.pending, persister.put, persister.fold_now
-        deltas, fold_deltas = persister.deltas, persister.fold_deltas
-        async with _Streaming(self, persister) as streaming:
-            stream = streaming.stream = self.inner_agent.run(input)
-            async for event in stream:
-                # While nothing is queued ahead of it, an event whose handler is the default
-                # is folded here, on the producer (no I/O): deltas a few dozen at a time,
-                # each run of one record's at once (RunPersister.fold_deltas), anything
-                # else at once through the full fold, after the deltas before it. Events
-                # with an overridden handler go to the fold task, and so does everything
-                # after them until it has caught up, to keep their order.
-                if pending:
-                    put(event)
-                elif type(event) in delta_kinds:
-                    deltas.append(event)
-                    if len(deltas) >= DELTA_BATCH:
-                        fold_deltas()
-                else:
-                    if deltas:
-                        fold_deltas()
-                    if not fold_now(event):
-                        put(event)
+        take = started.take
+        async with _Streaming(self, started) as streaming:
+            async for event in streaming.open(input):
+                take(event)
                 yield event
 
     async def run_into(self, input: RunAgentInput, emit: Callable[[BaseEvent], None]) -> None:
         """:meth:`run`, handing each event to ``emit`` instead of yielding it.
 
         The run manager's path: the same events, persistence and outcomes as iterating
-        :meth:`run`, with one async-generator layer fewer for every event to cross (about
-        a tenth of what a streamed event costs). Returns when the run's records are
-        final; raises what the inner agent raised.
+        :meth:`run`, with one async-generator layer fewer for every event to cross.
+        Returns when the run's records are final; raises what the inner agent raised. A
+        subclass that overrides :meth:`run` is iterated, so its override holds.
         """
+        if self._overrides_run:
+            async for event in self.run(input):
+                emit(event)
+            return
         started = await self._start(input)
         if isinstance(started, list):
             for event in started:
                 emit(event)
             return
-        persister, delta_kinds = started
-        pending, put, fold_now = persister.pending, persister.put, persister.fold_now
-        deltas, fold_deltas = persister.deltas, persister.fold_deltas
-        async with _Streaming(self, persister) as streaming:
-            stream = streaming.stream = self.inner_agent.run(input)
-            async for event in stream:
-                # As in run(), on purpose: one step function shared by both costs a call
-                # per event, 1.5 ms of a 10,000-event run (bench_streaming part 1, A/B).
-                if pending:
-                    put(event)
-                elif type(event) in delta_kinds:
-                    deltas.append(event)
-                    if len(deltas) >= DELTA_BATCH:
-                        fold_deltas()
-                else:
-                    if deltas:
-                        fold_deltas()
-                    if not fold_now(event):
-                        put(event)
+        take = started.take
+        async with _Streaming(self, started) as streaming:
+            async for event in streaming.open(input):
+                take(event)  # the loop of run(); see there
                 emit(event)
 
-    async def _start(
-        self, input: RunAgentInput
-    ) -> list[BaseEvent] | tuple[RunPersister, frozenset[type[BaseEvent]]]:
-        """Set the run up: (its persister, the delta classes it folds), or the refusal's events."""
+    async def _start(self, input: RunAgentInput) -> list[BaseEvent] | RunPersister:
+        """Set the run up and return its persister, or the refusal's events."""
         if self._persister is not None:
             raise RuntimeError("a StorageAgent runs once; build a new one per run")
         try:
@@ -309,13 +265,15 @@ class StorageAgent:
                 owner=self.owner,
             )
             await self.run_repo.start_run(run)
-        persister = self._persister = RunPersister(self, chat, fold)
-        delta_kinds = frozenset(
-            kind
-            for kind in fold.delta_folders()
-            if self._inline_handler(kind) is ConversationFold.apply
+        config = PersisterConfig(
+            checkpoint_interval=self.checkpoint_interval,
+            min_flush_interval=self.min_flush_interval,
+            retry_base_delay=self.retry_base_delay,
+            retry_max_delay=self.retry_max_delay,
+            final_flush_attempts=self.final_flush_attempts,
         )
-        return persister, delta_kinds
+        persister = self._persister = RunPersister(_Hooks(self), config, chat, fold)
+        return persister
 
     async def _finish(
         self,
@@ -429,8 +387,6 @@ class StorageAgent:
         self, input: RunAgentInput, history: Sequence[Message]
     ) -> tuple[list[MessageCreate], list[tuple[UUID, MessageToolCallUpdate]]]:
         """Sort inbound messages into new user messages and tool results; refuse the rest."""
-        from threadstore.agui.translate import message_create_from_agui
-
         known = stored_ids(history)
         pending = pending_tool_calls(history)
         creates: list[MessageCreate] = []
@@ -469,8 +425,6 @@ class StorageAgent:
         """Translate stored messages into AG-UI history (default: ``translate_messages``)."""
         if self._translate is not None:
             return self._translate(messages)
-        from threadstore.agui.translate import translate_messages
-
         return translate_messages(messages)
 
     # --- extension point 1: the event-dispatch registry ------------------------------------
@@ -494,11 +448,11 @@ class StorageAgent:
             ReasoningMessageChunkEvent,
             ReasoningEndEvent,
             ReasoningEncryptedValueEvent,
-            legacy.ThinkingStartEvent,
-            legacy.ThinkingEndEvent,
-            legacy.ThinkingTextMessageStartEvent,
-            legacy.ThinkingTextMessageContentEvent,
-            legacy.ThinkingTextMessageEndEvent,
+            thinking.ThinkingStartEvent,
+            thinking.ThinkingEndEvent,
+            thinking.ThinkingTextMessageStartEvent,
+            thinking.ThinkingTextMessageContentEvent,
+            thinking.ThinkingTextMessageEndEvent,
         )
         subagents = (SubagentStartedEvent, SubagentFinishedEvent, SubagentErrorEvent)
         table: dict[type[BaseEvent], str] = {}
@@ -527,22 +481,7 @@ class StorageAgent:
             self._dispatch[event_type] = handler
         return handler
 
-    def _inline_handler(
-        self, event_type: type[BaseEvent]
-    ) -> Callable[[ConversationFold, BaseEvent], Any] | None:
-        """A synchronous twin of ``event_type``'s handler when that is a default one, else None.
-
-        The default category handlers only call ``state.apply(event)`` and the default
-        ``handle_unknown_event`` does nothing, so their twins fold without a coroutine
-        per event. An override, on the class or on the instance, is always awaited.
-        """
-        function = getattr(self._handler_for(event_type), "__func__", None)
-        if function in _APPLYING_HANDLERS:
-            return ConversationFold.apply
-        if function is _IGNORING_HANDLER:
-            return _ignore
-        return None
-
+    @_declared(HandlerKind.IGNORE)
     async def handle_unknown_event(
         self, state: ConversationFold, chat: Chat, event: BaseEvent
     ) -> None:
@@ -550,44 +489,53 @@ class StorageAgent:
 
     # --- extension point 2: category handlers (fold only; no I/O) ---------------------------
 
+    @_applies
     async def handle_run_lifecycle(
         self, state: ConversationFold, chat: Chat, event: BaseEvent
     ) -> None:
         """Fold RUN_STARTED / RUN_FINISHED / RUN_ERROR: the run's outcome and final statuses."""
         state.apply(event)
 
+    @_applies
     async def handle_step(self, state: ConversationFold, chat: Chat, event: BaseEvent) -> None:
         """Track the active step across STEP_STARTED / STEP_FINISHED."""
         state.apply(event)
 
+    @_applies
     async def handle_text_message(
         self, state: ConversationFold, chat: Chat, event: BaseEvent
     ) -> None:
         """Fold text message events (start/content/end/chunk) onto their message."""
         state.apply(event)
 
+    @_applies
     async def handle_tool_call(self, state: ConversationFold, chat: Chat, event: BaseEvent) -> None:
         """Fold tool call events (start/args/end/chunk/result) onto their tool call."""
         state.apply(event)
 
+    @_applies
     async def handle_reasoning(self, state: ConversationFold, chat: Chat, event: BaseEvent) -> None:
         """Fold REASONING_* (and the deprecated THINKING_*) events onto reasoning steps."""
         state.apply(event)
 
+    @_applies
     async def handle_state(self, state: ConversationFold, chat: Chat, event: BaseEvent) -> None:
         """Fold STATE_SNAPSHOT / STATE_DELTA into the chat's state."""
         state.apply(event)
 
+    @_applies
     async def handle_messages_snapshot(
         self, state: ConversationFold, chat: Chat, event: BaseEvent
     ) -> None:
         """Store the messages of a MESSAGES_SNAPSHOT that are not stored yet."""
         state.apply(event)
 
+    @_applies
     async def handle_activity(self, state: ConversationFold, chat: Chat, event: BaseEvent) -> None:
         """Fold ACTIVITY_SNAPSHOT / ACTIVITY_DELTA onto an activity message."""
         state.apply(event)
 
+    @_applies
     async def handle_subagent(self, state: ConversationFold, chat: Chat, event: BaseEvent) -> None:
         """Fold SUBAGENT_STARTED / FINISHED / ERROR onto the subagent's records."""
         state.apply(event)
@@ -663,13 +611,13 @@ class StorageAgent:
         """
         return {}
 
-    # --- helpers -----------------------------------------------------------------------------
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "run" in vars(cls):
+            cls._overrides_run = True
 
-    def _can_update_state(self) -> bool:
-        return hasattr(self.chat_repo, "update_chat_state")
-
-    def _backoff(self, failures: int) -> float:
-        return float(min(self.retry_max_delay, self.retry_base_delay * 2 ** (failures - 1)))
+    _overrides_run = False
+    """Whether this class defines its own :meth:`run` (:meth:`run_into` then iterates it)."""
 
 
 AGUIStorageAgent = StorageAgent
@@ -689,6 +637,11 @@ class _Streaming:
         self.agent, self.persister = agent, persister
         self.stream: AsyncIterator[BaseEvent] | None = None
 
+    def open(self, input: RunAgentInput) -> AsyncIterator[BaseEvent]:
+        """Start the inner agent's stream (closed on the way out)."""
+        stream = self.stream = self.agent.inner_agent.run(input)
+        return stream
+
     async def __aenter__(self) -> _Streaming:
         return self
 
@@ -703,23 +656,39 @@ class _Streaming:
         await self.agent._finish(self.stream, self.persister, status, error)
 
 
-_APPLYING_HANDLERS = frozenset(
-    vars(StorageAgent)[name]
-    for name in (
-        "handle_run_lifecycle",
-        "handle_step",
-        "handle_text_message",
-        "handle_tool_call",
-        "handle_reasoning",
-        "handle_state",
-        "handle_messages_snapshot",
-        "handle_activity",
-        "handle_subagent",
-    )
-)
-"""The default category handlers: each only calls ``state.apply(event)``."""
-_IGNORING_HANDLER = vars(StorageAgent)["handle_unknown_event"]
+class _Hooks:
+    """A storage agent as its run's persister sees it (``writer.AgentHooks``)."""
 
+    __slots__ = ("agent",)
 
-def _ignore(state: ConversationFold, event: BaseEvent) -> None:
-    """The synchronous twin of the default ``handle_unknown_event``."""
+    def __init__(self, agent: StorageAgent) -> None:
+        self.agent = agent
+
+    @property
+    def chat_repo(self) -> ChatRepositoryLike:
+        return self.agent.chat_repo
+
+    @property
+    def message_repo(self) -> MessageRepositoryLike:
+        return self.agent.message_repo
+
+    @property
+    def run_repo(self) -> RunRepositoryLike | None:
+        return self.agent.run_repo
+
+    def handler_kind(self, event_type: type[BaseEvent]) -> HandlerKind:
+        kind = getattr(self.agent._handler_for(event_type), _KIND_ATTRIBUTE, HandlerKind.CUSTOM)
+        return kind if isinstance(kind, HandlerKind) else HandlerKind.CUSTOM
+
+    def handler(self, event_type: type[BaseEvent]) -> EventHandler:
+        return self.agent._handler_for(event_type)
+
+    def build_hook(self, name: str, *, default: bool) -> Callable[..., BaseModel]:
+        source = StorageAgent if default else self.agent
+        hook: Callable[..., BaseModel] = getattr(source, name)
+        return functools.partial(hook, self.agent) if default else hook
+
+    def message_update_fields(
+        self, state: ConversationFold, event: BaseEvent | None
+    ) -> dict[str, Any]:
+        return self.agent.message_update_fields(state, event)

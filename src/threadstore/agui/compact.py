@@ -1,42 +1,8 @@
 """Compact a recorded AG-UI event stream into a shorter one with the same meaning.
 
-This follows AG-UI's TypeScript ``compactEvents`` (``@ag-ui/client``): the deltas of one
-streamed text message (TEXT_MESSAGE_CONTENT) or tool call (TOOL_CALL_ARGS) become a
-single content event carrying their concatenation, between the stream's start and end.
-REASONING_MESSAGE_CONTENT, which has the same start/content/end shape, is merged the
-same way. Everything else passes through unchanged, as in TypeScript; that includes
-STATE_SNAPSHOT / STATE_DELTA (merging patches is not equivalent: RFC 6902 applies a
-patch atomically, so one failing operation would also undo the patches merged with it)
-and the *_CHUNK events (their stream boundaries are implicit, defined by adjacency).
-
-Where this differs from TypeScript, it is to stay safe on interleaved streams:
-
-- TypeScript moves events found between a start and its end to after the end, to make
-  each block contiguous. Here **no event other than a content delta ever moves**: the
-  non-content events come out in their original order, as the same objects. Moving
-  them is not equivalent in general (a tool call flushed ahead of its parent message's
-  start, or a step boundary moved across records, changes what a fold records). For a
-  stream that is not interleaved the output is the same as TypeScript's.
-- A content delta moves earlier, joining the first delta of its run (its *segment*),
-  only across events that cannot observe or change that stream's content or what is
-  recorded with it: other streams' start/content/end events, tool results, encrypted
-  values, state, activity, SUBAGENT_STARTED, CUSTOM and RAW events - and none of them
-  may name the stream's id (as ``messageId``, ``toolCallId``, ``parentMessageId``,
-  ``entityId`` or ``parentToolCallId``). Any other event ends every open segment: run
-  boundaries, MESSAGES_SNAPSHOT (it rewrites message content), STEP_STARTED /
-  STEP_FINISHED (a fold may record the step with what it writes), SUBAGENT_FINISHED /
-  SUBAGENT_ERROR (they close the subagent's records), *_CHUNK events and event types
-  this module does not know (legacy THINKING_* events included).
-- Deltas merge only when they agree on ``subagentRunId``, ``metadata`` and any extra
-  fields. The merged event is the segment's first event with the joined ``delta``: it
-  keeps that event's ``timestamp`` and drops its ``rawEvent``, which described only the
-  first fragment. A segment of one event is that event, untouched (an empty ``delta``
-  included, as in TypeScript).
-
-Hence each stream's content, read start to end, is unchanged; a merged delta stays
-after its stream's start (its first fragment was) and before its end (the end names the
-stream and closes its segment); and the stream validates whenever the input does.
-The function is pure and runs in one pass, linear in the number of events.
+As AG-UI's TypeScript ``compactEvents``: each stream's content deltas join into one
+event, but no other event ever moves, so interleaved streams stay safe. Pure, one
+pass. The rules are in docs/architecture.md, "Compacting a recorded stream".
 """
 
 from __future__ import annotations

@@ -35,7 +35,13 @@ from uuid import UUID
 
 from ag_ui.core import BaseEvent, RunAgentInput
 
-from threadstore.agui.manager import AgentT, RunHandle, RunKey, StreamPersistenceManager
+from threadstore.agui.manager import (
+    AgentT,
+    RunHandle,
+    RunKey,
+    StreamPersistenceManager,
+    UserScopedAgent,
+)
 from threadstore.errors import ConflictError, InvalidInputError
 from threadstore.models import Chat
 from threadstore.store.base import Store
@@ -137,8 +143,8 @@ class DistributedRunManager(StreamPersistenceManager[AgentT]):
         return handle
 
     async def _refuse_if_live_elsewhere(self, input: RunAgentInput, agent: AgentT) -> None:
-        user = getattr(agent, "user_uuid", None)
-        if self.relay is None or not isinstance(user, UUID):
+        user = agent.user_uuid if isinstance(agent, UserScopedAgent) else None
+        if self.relay is None or user is None:
             return
         owner = await self.relay.live_elsewhere(
             user,

@@ -1,46 +1,11 @@
 """Run AG-UI agents in the background so their streams survive client disconnects.
 
-:class:`StreamPersistenceManager` builds a fresh agent per run from a factory, drains
-its event stream on a producer task into an ordered, numbered in-memory log and
-returns a :class:`RunHandle`. Event ids start at 1. Any number of readers follow the
-log at once; ``numbered_events(after=N)`` (SSE ``Last-Event-ID``) yields every event
-with an id above ``N`` and then the live ones, with no gap and no duplicate. Readers
-never slow the producer: it drains the agent whether or not anyone is reading. A
-reader takes every event available at once; while events come faster than
-``RunHandle.reader_wake_interval`` (200 µs) apart, readers are woken at most that often,
-so a fast stream reaches them in batches instead of costing a task switch per event.
-
-Every reader sees a terminal event, however the run ends:
-
-=========================  ==================================================  ============
-how the run ends           last event readers get                              ``outcome``
-=========================  ==================================================  ============
-agent finishes             the agent's own ``RUN_FINISHED``                    complete
-agent emits ``RUN_ERROR``  the agent's own ``RUN_ERROR``                       errored
-agent raises               ``RUN_ERROR`` ``INTERNAL_ERROR`` (synthesized) [1]  errored
-cancelled                  ``RUN_ERROR`` ``CANCELLED`` (synthesized)           interrupted
-stream just stops          ``RUN_ERROR`` ``INTERNAL_ERROR`` (synthesized)      complete [2]
-=========================  ==================================================  ============
-
-[1] with message ``"<ExceptionType>: <message>"``. [2] the agent itself ended
-normally and recorded the run so; only the client needs a closing event.
-
-A synthesized event is appended only when the stream has not already ended with a
-``RUN_FINISHED``/``RUN_ERROR``, so a stream never carries events after its end. It goes
-to readers only; the agent has already finalized its records (interrupted or errored).
-A cancel that arrives after that terminal event (while a storage agent writes its last
-records, say) stops the agent but leaves the outcome the terminal event gave, as the
-stored run says.
-
-Runs are keyed by their user (the agent's ``user_uuid``, when it has one), thread id
-and run id: thread ids are chosen by clients and unique only per user, so two users
-may run the same ids at once without either reaching the other's run.
-
-A finished run stays reachable through :meth:`StreamPersistenceManager.get` for
-``retention`` seconds, so a client that reconnects just after the end still gets the
-tail. With ``max_buffered_events`` the log keeps only that many newest events; asking
-for an older one (or falling that far behind while reading) raises
-:class:`EventsDroppedError`.
+:class:`StreamPersistenceManager` builds a fresh agent per run, drains its stream on a
+producer task into a numbered in-memory log and returns a :class:`RunHandle`; any
+number of readers follow the log from any event id, with no gap and no duplicate, and
+every reader sees a terminal event however the run ends. What the manager uses of an
+agent beyond ``run()`` is declared by the Protocols below. See docs/architecture.md,
+"The run manager".
 """
 
 from __future__ import annotations
@@ -54,23 +19,27 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
 from datetime import timedelta
 from types import TracebackType
-from typing import Any, Generic, Protocol, Self, TypeVar
+from typing import Any, Generic, Protocol, Self, TypeVar, runtime_checkable
 from uuid import UUID
 
 from ag_ui.core import BaseEvent, EventType, RunAgentInput, RunErrorEvent
 
 from threadstore.errors import ConfigurationError, ConflictError, InvalidInputError
 from threadstore.models import Chat, MessageStatus, RunStatus, utcnow
-from threadstore.store.base import Store
+from threadstore.store.base import RunRepositoryLike, Store
 
 __all__ = [
     "CANCELLED_ERROR_CODE",
     "INTERNAL_ERROR_CODE",
     "AGUIAgentLike",
+    "EmittingAgent",
     "EventsDroppedError",
+    "RecordedAgent",
+    "RegisteringAgent",
     "RunHandle",
     "RunKey",
     "StreamPersistenceManager",
+    "UserScopedAgent",
     "default_owner",
 ]
 
@@ -82,8 +51,8 @@ INTERNAL_ERROR_CODE = "INTERNAL_ERROR"
 CANCELLED_ERROR_CODE = "CANCELLED"
 """``RunErrorEvent.code`` synthesized when a run is cancelled."""
 
-# Bound once: an enum member looked up on its class costs about 150 ns (Python 3.11),
-# and _append runs once per event.
+# Bound once: looking a member up on its enum class is slow next to the rest of
+# _append, which runs once per event.
 _RUN_STARTED, _RUN_FINISHED, _RUN_ERROR = (
     EventType.RUN_STARTED,
     EventType.RUN_FINISHED,
@@ -100,6 +69,41 @@ class AGUIAgentLike(Protocol):
         ...
 
 
+@runtime_checkable
+class UserScopedAgent(Protocol):
+    """An agent that runs for one user: its runs are keyed by that user too."""
+
+    user_uuid: UUID
+
+
+@runtime_checkable
+class RecordedAgent(Protocol):
+    """An agent whose run is recorded in a store: the manager heartbeats and sweeps it.
+
+    The manager reads ``chat`` once the agent has resolved it, and fills ``owner`` in
+    with its own when it is ``None`` (the store takes heartbeats from the run's owner).
+    """
+
+    chat: Chat | None
+    owner: str | None
+
+
+@runtime_checkable
+class RegisteringAgent(Protocol):
+    """An agent that records its run in ``run_repo``; the manager gives it its store if None."""
+
+    run_repo: RunRepositoryLike | None
+
+
+@runtime_checkable
+class EmittingAgent(Protocol):
+    """An agent that can hand its events straight to the run's log (a ``StorageAgent``)."""
+
+    async def run_into(self, input: RunAgentInput, emit: Callable[[BaseEvent], None]) -> None:
+        """Run, handing each event to ``emit`` in order; return when the run is done."""
+        ...
+
+
 AgentT = TypeVar("AgentT", bound=AGUIAgentLike)
 
 RunKey = tuple[UUID | None, str, str]
@@ -108,8 +112,7 @@ RunKey = tuple[UUID | None, str, str]
 
 def _user_of(agent: object) -> UUID | None:
     """The user an agent runs for (a ``StorageAgent``'s ``user_uuid``), if it says."""
-    user = getattr(agent, "user_uuid", None)
-    return user if isinstance(user, UUID) else None
+    return agent.user_uuid if isinstance(agent, UserScopedAgent) else None
 
 
 class EventsDroppedError(InvalidInputError):
@@ -133,17 +136,6 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _runs_into(agent: object) -> bool:
-    """Whether ``agent`` is a storage agent whose ``run`` is the stock one.
-
-    Such an agent can hand its events straight to the log (``run_into``); a subclass
-    that overrides ``run`` (to filter or add events, say) is iterated instead.
-    """
-    from threadstore.agui.agent import StorageAgent
-
-    return isinstance(agent, StorageAgent) and type(agent).run is StorageAgent.run
-
-
 class RunHandle(Generic[AgentT]):
     """One run started by :class:`StreamPersistenceManager`: its event log, cancel and wait."""
 
@@ -157,15 +149,14 @@ class RunHandle(Generic[AgentT]):
     reader_wake_interval: float = 200e-6
     """Waiting readers are woken at most once per this many seconds; the end, at once.
 
-    A wake costs a reader a few microseconds, as much as a cheap agent spends producing
-    an event, so a fast stream reaches its readers in batches. An event arriving this
-    soon after the last wake waits for the rest of the interval; if the event loop then
-    has nothing else to do, its timer granularity (1 ms with epoll) may stretch that.
-    At 200 µs a back-to-back stream's events wait about 0.1 ms (p99 0.3 ms) and the
-    wakes cost a 10,000-event run about 3 ms less than at 100 µs (docs/benchmarks.md).
+    A wake costs a reader about as much as a cheap agent spends producing an event, so
+    a fast stream reaches its readers in batches. An event arriving this soon after the
+    last wake waits for the rest of the interval; if the event loop then has nothing
+    else to do, its timer granularity may stretch that. The trade-off between this wait
+    and the wakes' cost is measured in docs/benchmarks.md.
     """
     reader_wake_interval_max: float = 500e-6
-    """How far the wake interval stretches when wakes keep finding a single event (0.5 ms).
+    """How far the wake interval stretches when wakes keep finding a single event.
 
     With many runs streaming at once, each run's events come just too far apart for
     the base interval to batch them, and every event cost its readers a wake. While a
@@ -361,11 +352,11 @@ class RunHandle(Generic[AgentT]):
 
     def _start(self, input: RunAgentInput, on_done: Callable[[RunHandle[AgentT]], None]) -> None:
         agent = self.agent
-        # A stock storage agent's run_into is the task itself: every event the agent
-        # yields crosses one coroutine fewer on its way up to the event loop and back.
+        # A storage agent's run_into is the task itself: every event the agent yields
+        # crosses one coroutine fewer on its way up to the event loop and back.
         producer: Coroutine[Any, Any, None] = (
-            agent.run_into(input, self._append)  # type: ignore[attr-defined]
-            if _runs_into(agent)
+            agent.run_into(input, self._append)
+            if isinstance(agent, EmittingAgent)
             else self._produce(input)
         )
         task = asyncio.create_task(producer, name=f"threadstore-run:{self.thread_id}:{self.run_id}")
@@ -531,10 +522,10 @@ class StreamPersistenceManager(Generic[AgentT]):
         """Give an agent left without them the store as run registry and this owner."""
         # Without a run record there is nothing to heartbeat or sweep, and the store
         # only accepts heartbeats from the owner recorded on the run.
-        if getattr(agent, "run_repo", "") is None:
-            setattr(agent, "run_repo", self._store)  # noqa: B010
-        if getattr(agent, "owner", "") is None:
-            setattr(agent, "owner", self.owner)  # noqa: B010
+        if isinstance(agent, RegisteringAgent) and agent.run_repo is None:
+            agent.run_repo = self._store
+        if isinstance(agent, RecordedAgent) and agent.owner is None:
+            agent.owner = self.owner
 
     def cancel(self, thread_id: str, run_id: str, *, user_uuid: UUID | None = None) -> bool:
         """Cancel the live run ``(thread_id, run_id)``; False when finished or unknown.
@@ -618,11 +609,11 @@ class StreamPersistenceManager(Generic[AgentT]):
         store = self._require_store()
         by_owner: dict[str, list[tuple[UUID, str]]] = {}
         for handle in self.live_runs():
-            chat = getattr(handle.agent, "chat", None)
-            if not isinstance(chat, Chat):
+            agent = handle.agent
+            if not isinstance(agent, RecordedAgent) or agent.chat is None:
                 continue  # the run record does not exist before the chat is resolved
-            agent_owner = getattr(handle.agent, "owner", None)
-            owner = agent_owner if isinstance(agent_owner, str) else self.owner
+            chat = agent.chat
+            owner = agent.owner if agent.owner is not None else self.owner
             by_owner.setdefault(owner, []).append((chat.chat_uuid, handle.run_id))
         for owner, run_keys in by_owner.items():
             await store.heartbeat_runs(owner, run_keys)
@@ -643,7 +634,7 @@ class StreamPersistenceManager(Generic[AgentT]):
         live_chat_runs = {
             (chat.chat_uuid, h.run_id)
             for h in live
-            if isinstance(chat := getattr(h.agent, "chat", None), Chat)
+            if isinstance(h.agent, RecordedAgent) and (chat := h.agent.chat) is not None
         }
         swept = 0
         for run in await store.get_stale_runs(older_than):

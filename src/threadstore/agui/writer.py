@@ -1,12 +1,10 @@
 """The background half of a storage agent's run: the fold task and the writer task.
 
-:class:`RunPersister` receives the events :meth:`StorageAgent.run` enqueues, and the
-deltas it holds back while nothing is queued (:attr:`RunPersister.deltas`, folded a run
-at a time by :meth:`RunPersister.fold_deltas`). Its fold task applies the agent's event
-handlers to the run's :class:`~threadstore.fold.ConversationFold` (no I/O): a default
-handler synchronously, an overridden one awaited, one event after the other. Its
-writer task writes what the fold marked dirty, after a boundary (at most once per
-``min_flush_interval``) and at each checkpoint, one transaction per flush. See
+:class:`RunPersister` takes each event the stream yields (:meth:`RunPersister.take`):
+while nothing is queued it folds it on the spot, deltas a run at a time; otherwise it
+queues it for the fold task, which awaits overridden handlers in order. The writer task
+writes what the fold marked dirty, one transaction per flush. It sees the agent only
+through :class:`AgentHooks` and :class:`PersisterConfig`; see
 :mod:`threadstore.agui.agent` for the guarantees this gives.
 """
 
@@ -18,16 +16,17 @@ import contextlib
 import copy
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from enum import Enum
+from typing import Any, Protocol, TypeVar
 from uuid import UUID
 
 from ag_ui.core import BaseEvent
 from pydantic import BaseModel, create_model
 
 from threadstore.errors import NotFoundError
-from threadstore.fold import ConversationFold, FoldRecord, RecordKind
+from threadstore.fold import DELTA_EVENTS, ConversationFold, FoldRecord, RecordKind
 from threadstore.models import (
     Chat,
     MessageCreate,
@@ -39,12 +38,22 @@ from threadstore.models import (
     MessageUpdate,
     RunStatus,
 )
-from threadstore.store.base import Write
+from threadstore.store.base import (
+    ChatRepositoryLike,
+    MessageRepositoryLike,
+    RunRepositoryLike,
+    Write,
+)
 
-if TYPE_CHECKING:
-    from threadstore.agui.agent import StorageAgent
-
-__all__ = ["RunPersister", "StreamEnd"]
+__all__ = [
+    "DELTA_BATCH",
+    "AgentHooks",
+    "EventHandler",
+    "HandlerKind",
+    "PersisterConfig",
+    "RunPersister",
+    "StreamEnd",
+]
 
 logger = logging.getLogger("threadstore.agui.agent")
 
@@ -65,18 +74,71 @@ comes; this bounds what a run holds unfolded.
 _ModelT = TypeVar("_ModelT", bound=BaseModel)
 _T = TypeVar("_T")
 
+EventHandler = Callable[[ConversationFold, Chat, BaseEvent], Awaitable[None]]
+"""An event handler of a storage agent: folds one event into the run's state."""
 
-def _base_hook(agent: StorageAgent, name: str) -> Callable[..., BaseModel]:
-    """The base class's implementation of hook ``name``, bound to ``agent``.
 
-    Used when an override fails: the first class in the MRO defining the hook, walking
-    from ``object`` up, is the storage agent itself.
-    """
-    for cls in reversed(type(agent).__mro__):
-        if name in vars(cls):
-            method: Callable[..., BaseModel] = vars(cls)[name].__get__(agent)
-            return method
-    raise AttributeError(name)
+class HandlerKind(Enum):
+    """What an event's handler does, as its agent declares it."""
+
+    APPLY = "apply"
+    """The default: only ``state.apply(event)``, so the event is folded without awaiting."""
+    IGNORE = "ignore"
+    """The default for unknown events: nothing."""
+    CUSTOM = "custom"
+    """An override: awaited, in order, on the fold task."""
+
+
+class AgentHooks(Protocol):
+    """What a run's persister uses of its storage agent: repositories, handlers, build hooks."""
+
+    @property
+    def chat_repo(self) -> ChatRepositoryLike:
+        """Where the chat's state is kept."""
+        ...
+
+    @property
+    def message_repo(self) -> MessageRepositoryLike:
+        """Where the run's records are written."""
+        ...
+
+    @property
+    def run_repo(self) -> RunRepositoryLike | None:
+        """Where the run record is finished, if the run is recorded."""
+        ...
+
+    def handler_kind(self, event_type: type[BaseEvent]) -> HandlerKind:
+        """Whether ``event_type``'s handler is a default one (folded inline) or an override."""
+        ...
+
+    def handler(self, event_type: type[BaseEvent]) -> EventHandler:
+        """The handler of ``event_type``."""
+        ...
+
+    def build_hook(self, name: str, *, default: bool) -> Callable[..., BaseModel]:
+        """The build hook ``name`` (``build_message_create``...); the base one if ``default``."""
+        ...
+
+    def message_update_fields(
+        self, state: ConversationFold, event: BaseEvent | None
+    ) -> dict[str, Any]:
+        """Extra fields written when a message reaches a terminal status."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class PersisterConfig:
+    """When a persister flushes and how it retries (see ``StorageAgent``'s attributes)."""
+
+    checkpoint_interval: float = 1.0
+    min_flush_interval: float = 0.25
+    retry_base_delay: float = 0.05
+    retry_max_delay: float = 2.0
+    final_flush_attempts: int = 12
+
+    def backoff(self, failures: int) -> float:
+        """Seconds to wait before the retry that follows ``failures`` failures in a row."""
+        return float(min(self.retry_max_delay, self.retry_base_delay * 2 ** (failures - 1)))
 
 
 # --- DTO helpers -------------------------------------------------------------------------
@@ -178,8 +240,12 @@ class _Op:
 class RunPersister:
     """The fold task and the writer task of one run."""
 
-    def __init__(self, agent: StorageAgent, chat: Chat, fold: ConversationFold) -> None:
-        self.agent, self.chat, self.fold = agent, chat, fold
+    def __init__(
+        self, agent: AgentHooks, config: PersisterConfig, chat: Chat, fold: ConversationFold
+    ) -> None:
+        self.agent, self.config, self.chat, self.fold = agent, config, chat, fold
+        # What the chat repository can keep: a Protocol-only repository keeps no state.
+        self.keeps_state = hasattr(agent.chat_repo, "update_chat_state")
         self.pending: collections.deque[BaseEvent | StreamEnd] = collections.deque()
         self.deltas: list[BaseEvent] = []
         """Deltas the stream handed over while nothing was pending, not folded yet."""
@@ -194,13 +260,38 @@ class RunPersister:
         self.chat_deleted = False
         """The chat was deleted during the run: nothing more is written (it stays deleted)."""
         self._waiters: list[tuple[Callable[[], bool], asyncio.Future[None]]] = []
-        self._inline: dict[type[BaseEvent], Callable[[ConversationFold, BaseEvent], Any] | None]
-        self._inline = {}
-        """Per event class: its default handler's synchronous twin, or None to await it."""
+        self._kinds: dict[type[BaseEvent], HandlerKind] = {}
+        """Per event class: what its handler does (asked once per class)."""
+        self.delta_kinds = frozenset(
+            kind for kind in DELTA_EVENTS if self._handler_kind(kind) is HandlerKind.APPLY
+        )
+        """The delta classes folded a run at a time while nothing is queued."""
         self._fold_task = asyncio.create_task(self._fold_loop(), name="threadstore-fold")
         self._writer_task = asyncio.create_task(self._write_loop(), name="threadstore-writer")
 
     # --- client side ---------------------------------------------------------------------
+
+    def take(self, event: BaseEvent) -> None:
+        """Hand over one event the stream yields, in order (the stream's only per-event call).
+
+        While nothing is queued ahead of it, an event whose handler is a default one is
+        folded here (no I/O): deltas a few dozen at a time, each run of one record's at
+        once, anything else at once after the deltas before it. Events with an
+        overridden handler go to the fold task, and so does everything after them until
+        it has caught up, to keep their order.
+        """
+        if self.pending:
+            self.put(event)
+        elif type(event) in self.delta_kinds:
+            deltas = self.deltas
+            deltas.append(event)
+            if len(deltas) >= DELTA_BATCH:
+                self.fold_deltas()
+        else:
+            if self.deltas:
+                self.fold_deltas()
+            if not self.fold_now(event):
+                self.put(event)
 
     def put(self, event: BaseEvent) -> None:
         self._push(event)
@@ -252,7 +343,7 @@ class RunPersister:
         state_version = self.fold.state_version
 
         def reached() -> bool:
-            if self.state_written < state_version and self.agent._can_update_state():
+            if self.state_written < state_version and self.keeps_state:
                 return False
             for key, version in pending.items():
                 entry = self.entries.get(key)
@@ -264,14 +355,12 @@ class RunPersister:
 
     # --- fold task -----------------------------------------------------------------------
 
-    def _inline_handler(
-        self, kind: type[BaseEvent]
-    ) -> Callable[[ConversationFold, BaseEvent], Any] | None:
+    def _handler_kind(self, event_type: type[BaseEvent]) -> HandlerKind:
         try:
-            return self._inline[kind]
+            return self._kinds[event_type]
         except KeyError:
-            handler = self._inline[kind] = self.agent._inline_handler(kind)
-            return handler
+            kind = self._kinds[event_type] = self.agent.handler_kind(event_type)
+            return kind
 
     def fold_deltas(self) -> None:
         """Fold the deltas in :attr:`deltas`, in order: each run of one record's at once.
@@ -290,7 +379,7 @@ class RunPersister:
                 if taken:
                     index += taken
                 else:  # a delta that opens a record, warns or closes a chunk
-                    self.fold_now(deltas[index])
+                    self._apply_inline(deltas[index])
                     index += 1
         finally:
             deltas.clear()
@@ -301,20 +390,22 @@ class RunPersister:
         The caller (the stream) must only call this while nothing is pending, so no
         event overtakes one still queued.
         """
-        handler = self._inline_handler(type(event))
-        if handler is None:
+        kind = self._handler_kind(type(event))
+        if kind is HandlerKind.CUSTOM:
             return False
-        self._fold_inline(handler, event)
+        self._fold_inline(kind, event)
         return True
 
-    def _fold_inline(
-        self, handler: Callable[[ConversationFold, BaseEvent], Any], event: BaseEvent
-    ) -> None:
+    def _fold_inline(self, kind: HandlerKind, event: BaseEvent) -> None:
         """What :meth:`_apply` does for a default handler, without a coroutine."""
-        if handler is ConversationFold.apply and self.fold.apply_delta(event):
-            return  # a delta never opens or closes a record: nothing to absorb
+        if kind is HandlerKind.IGNORE:
+            self._absorb(event)
+        elif not (type(event) in self.delta_kinds and self.fold.apply_deltas((event,))):
+            self._apply_inline(event)  # (a delta folded above opened or closed nothing)
+
+    def _apply_inline(self, event: BaseEvent) -> None:
         try:
-            handler(self.fold, event)
+            self.fold.apply(event)
         except Exception:
             logger.exception("handler for %s failed; the event was not folded", event.type)
         self._absorb(event)
@@ -336,17 +427,17 @@ class RunPersister:
                     self._writer_wakeup.set()
                     self._notify()
                     return
-                handler = self._inline_handler(type(item))
-                if handler is None:
+                kind = self._handler_kind(type(item))
+                if kind is HandlerKind.CUSTOM:
                     await self._apply(item)
                 else:
-                    self._fold_inline(handler, item)
+                    self._fold_inline(kind, item)
                 pending.popleft()
                 self.folded += 1
             self._notify()
 
     async def _apply(self, event: BaseEvent) -> None:
-        handler = self.agent._handler_for(type(event))
+        handler = self.agent.handler(type(event))
         try:
             await handler(self.fold, self.chat, event)
         except Exception:
@@ -380,11 +471,8 @@ class RunPersister:
         agent, fold, chat = self.agent, self.fold, self.chat
 
         def hook(name: str) -> Callable[..., BaseModel]:
-            # ``default`` binds the base implementation, bypassing a failing override.
-            method: Callable[..., BaseModel] = (
-                _base_hook(agent, name) if default else getattr(agent, name)
-            )
-            return functools.partial(method, fold, chat)
+            # ``default`` is the base implementation, bypassing a failing override.
+            return functools.partial(agent.build_hook(name, default=default), fold, chat)
 
         if record.kind is RecordKind.MESSAGE:
             return hook("build_message_create")(record.agui_id, record.role)
@@ -463,9 +551,9 @@ class RunPersister:
         """Seconds until the next flush, given when the last one started (or the run did)."""
         if self._flush_now or self.final is not None:
             return 0.0
-        due = checkpoint + self.agent.checkpoint_interval
+        due = checkpoint + self.config.checkpoint_interval
         if self._flush_wanted:  # a boundary: its slot, but never after the checkpoint
-            due = min(due, started + self.agent.min_flush_interval)
+            due = min(due, started + self.config.min_flush_interval)
         return due - now
 
     def _entry(self, record: FoldRecord) -> _Entry | None:
@@ -502,7 +590,7 @@ class RunPersister:
                     self.fold.mark_dirty(records)
                     return
                 limit = max(1, len(batch) // 2)
-                await asyncio.sleep(self.agent._backoff(failures))
+                await asyncio.sleep(self.config.backoff(failures))
                 continue
             failures = 0
             self._committed(ops)
@@ -535,7 +623,7 @@ class RunPersister:
         self._notify()
 
     def _retry(self, exc: Exception, failures: int, final: bool) -> bool:
-        if final and failures >= self.agent.final_flush_attempts:
+        if final and failures >= self.config.final_flush_attempts:
             self.failed = exc
             logger.error(
                 "run %s: giving up persisting after %d attempts; its records are left for the "

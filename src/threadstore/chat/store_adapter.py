@@ -34,14 +34,15 @@ from uuid import UUID, uuid4
 
 import ag_ui.core as ag
 
+from threadstore.chat.record import ChatRecord, Scope
+
 # The one place this module takes AG-UI <-> stored-record conversion from.
-from threadstore.agui.translate import (
+from threadstore.codec import (
     AGUI_METADATA_KEY,
     TOOL_CALL_ID_METADATA_KEY,
     message_create_from_agui,
     translate_messages,
 )
-from threadstore.chat.record import ChatRecord, Scope
 from threadstore.errors import InvalidInputError
 from threadstore.fold import pending_tool_calls, tool_result_text
 from threadstore.keys import user_uuid_for

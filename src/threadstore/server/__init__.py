@@ -18,7 +18,7 @@ from threadstore.server.auth import (
 )
 from threadstore.server.demo_agent import DemoAgent
 from threadstore.server.limits import DEFAULT_LIMITS, Limits
-from threadstore.server.transfer import ChatExport, export_chat, import_chat
+from threadstore.transfer import ChatExport, export_chat, import_chat
 
 __all__ = [
     "DEFAULT_DB_URL",

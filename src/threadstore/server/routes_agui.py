@@ -40,7 +40,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, TypeAdapter
 
 from threadstore.agui.manager import EventsDroppedError, RunHandle
-from threadstore.agui.translate import translate_messages
+from threadstore.codec import translate_messages
 from threadstore.errors import InvalidInputError
 from threadstore.models import Chat, Message, Role, RunStatus
 from threadstore.server.deps import AppState, CurrentUser, ServerState

@@ -17,8 +17,8 @@ from threadstore.errors import InvalidInputError
 from threadstore.models import Chat, Message, Role
 from threadstore.server.deps import AppState, CurrentUser, owned_chat
 from threadstore.server.limits import check_id
-from threadstore.server.transfer import ChatExport, export_chat, import_chat
 from threadstore.store.base import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, Store
+from threadstore.transfer import ChatExport, export_chat, import_chat
 
 __all__ = ["ChatList", "ChatRename", "ChatSummary", "MessagePage", "router"]
 

@@ -1,0 +1,307 @@
+"""Stored history <-> AG-UI messages.
+
+:func:`translate_messages` turns a chat's stored history into the AG-UI messages an
+agent receives (or a client as a MESSAGES_SNAPSHOT); :func:`message_create_from_agui`
+is the inverse for what a client may send. Pure and linear in the history. The rules
+(order, roles, fields, ids) are in docs/architecture.md, "AG-UI conversion".
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Sequence
+from typing import Any, TypeVar
+from uuid import UUID
+
+from ag_ui import core as ag
+
+from threadstore.errors import InvalidInputError
+from threadstore.models import (
+    ContentPart,
+    MediaPart,
+    Message,
+    MessageCreate,
+    MessageStatus,
+    Reasoning,
+    Role,
+    TextPart,
+    ToolCall,
+)
+
+__all__ = [
+    "AGUI_METADATA_KEY",
+    "DEFAULT_MIME_TYPE",
+    "TOOL_CALL_ID_METADATA_KEY",
+    "message_create_from_agui",
+    "tool_result_message_id",
+    "tool_result_text",
+    "translate_messages",
+]
+
+AGUI_METADATA_KEY = "agui"
+"""Key of ``Message.metadata`` that holds the AG-UI message's own ``metadata``."""
+
+TOOL_CALL_ID_METADATA_KEY = "tool_call_id"
+"""Key of ``Message.metadata`` naming the tool call a stored ``tool`` message answers."""
+
+DEFAULT_MIME_TYPE = "application/octet-stream"
+"""MIME type sent for inline data whose stored part has none (AG-UI requires one)."""
+
+_PART_ID_METADATA_KEY = "agui_id"
+
+_Nested = TypeVar("_Nested", ToolCall, Reasoning)
+
+_MEDIA_PARTS: dict[str, type[ag.ImagePart | ag.AudioPart | ag.VideoPart | ag.DocumentPart]] = {
+    "image": ag.ImagePart,
+    "audio": ag.AudioPart,
+    "video": ag.VideoPart,
+    "document": ag.DocumentPart,
+}
+
+
+def tool_result_text(content: str | Sequence[Any]) -> tuple[str, bool]:
+    """Return (text, as_json): text parts joined by newlines, or all parts as JSON if media."""
+    if isinstance(content, str):
+        return content, False
+    parts: list[Any] = list(content)
+    if all(isinstance(part, ag.TextPart) for part in parts):
+        return "\n".join(part.text for part in parts), False
+    return json.dumps([part.model_dump(mode="json", by_alias=True) for part in parts]), True
+
+
+def tool_result_message_id(tool_call: ToolCall) -> str:
+    """Return the AG-UI id of the tool message carrying ``tool_call``'s result."""
+    return tool_call.result_message_id or f"{tool_call.tool_call_id}-result"
+
+
+class _Ids:
+    """Hands out ids, never the same one twice."""
+
+    def __init__(self) -> None:
+        self._used: set[str] = set()
+
+    def claim(self, preferred: str, fallback: UUID) -> str | None:
+        for candidate in (preferred, str(fallback)):
+            if candidate not in self._used:
+                self._used.add(candidate)
+                return candidate
+        return None
+
+
+def _agui_metadata(message: Message) -> dict[str, Any] | None:
+    value = message.metadata.get(AGUI_METADATA_KEY)
+    return value if isinstance(value, dict) else None
+
+
+def _source_to_agui(part: MediaPart) -> ag.DataSource | ag.UrlSource | ag.FileSource:
+    if part.source == "data":
+        if part.data is not None:
+            value = base64.b64encode(part.data).decode("ascii")
+        elif part.value is not None:
+            value = part.value  # already base64 text
+        else:
+            raise InvalidInputError(f"{part.type} part with inline source has no data")
+        return ag.DataSource(value=value, mime_type=part.mime_type or DEFAULT_MIME_TYPE)
+    if part.value is None:
+        raise InvalidInputError(f"{part.type} part with {part.source} source has no value")
+    if part.source == "url":
+        return ag.UrlSource(value=part.value, mime_type=part.mime_type)
+    return ag.FileSource(value=part.value, provider=part.provider, mime_type=part.mime_type)
+
+
+def _part_id(metadata: dict[str, Any] | None) -> str | None:
+    value = (metadata or {}).get(_PART_ID_METADATA_KEY)
+    return value if isinstance(value, str) else None
+
+
+def _part_to_agui(part: ContentPart) -> ag.ContentPart:
+    if isinstance(part, TextPart):
+        return ag.TextPart(text=part.text, id=_part_id(part.metadata))
+    return _MEDIA_PARTS[part.type](source=_source_to_agui(part), id=_part_id(part.metadata))
+
+
+def _content(message: Message) -> str | list[ag.ContentPart]:
+    if message.content_parts is None:
+        return message.content
+    return [_part_to_agui(part) for part in message.content_parts]
+
+
+def _by_seq(items: list[_Nested]) -> list[_Nested]:
+    # ``sorted`` is stable, so records with equal seq keep their stored order.
+    return sorted(items, key=lambda item: item.seq)
+
+
+def _has_own_form(message: Message) -> bool:
+    """Whether the message itself (nested records aside) has an AG-UI form."""
+    if message.role is Role.REASONING:
+        return (
+            not message.reasonings or bool(message.content) or message.encrypted_value is not None
+        )
+    if message.role is Role.TOOL:
+        return isinstance(message.metadata.get(TOOL_CALL_ID_METADATA_KEY), str)
+    return True
+
+
+def _own_message(message: Message, message_id: str) -> ag.Message:
+    """Translate the message itself, nested records aside (see :func:`_has_own_form`)."""
+    common: dict[str, Any] = {
+        "id": message_id,
+        "name": message.name,
+        "encrypted_value": message.encrypted_value,
+        "metadata": _agui_metadata(message),
+    }
+    role = message.role
+    if role is Role.USER:
+        return ag.UserMessage(content=_content(message), **common)
+    if role is Role.SYSTEM:
+        return ag.SystemMessage(content=message.content, **common)
+    if role is Role.DEVELOPER:
+        return ag.DeveloperMessage(content=message.content, **common)
+    if role is Role.ASSISTANT:
+        tool_calls = [
+            ag.ToolCall(
+                id=call.tool_call_id,
+                function=ag.FunctionCall(name=call.name, arguments=call.arguments),
+                # Where the fold keeps a call's REASONING_ENCRYPTED_VALUE (tool calls
+                # have no column for it); providers need it back to continue.
+                encrypted_value=call.metadata.get("encrypted_value"),
+            )
+            for call in _by_seq(message.tool_calls)
+        ]
+        return ag.AssistantMessage(content=message.content, tool_calls=tool_calls or None, **common)
+    if role is Role.REASONING:
+        return ag.ReasoningMessage(
+            id=message_id, content=message.content, encrypted_value=message.encrypted_value
+        )
+    if role is Role.TOOL:
+        return ag.ToolMessage(
+            id=message_id,
+            content=_content(message),
+            tool_call_id=message.metadata[TOOL_CALL_ID_METADATA_KEY],
+            encrypted_value=message.encrypted_value,
+        )
+    return ag.ActivityMessage(
+        id=message_id,
+        activity_type=message.activity_type or "",
+        content=message.activity_content or {},
+    )
+
+
+def translate_messages(messages: Sequence[Message]) -> list[ag.Message]:
+    """Translate stored history (oldest first) into AG-UI messages; see the module docstring."""
+    ids = _Ids()
+    seen: set[UUID] = set()
+    out: list[ag.Message] = []
+    for message in messages:
+        if message.message_uuid in seen:
+            continue
+        seen.add(message.message_uuid)
+        # The message claims its id before its nested records: if a producer reused the
+        # id, the reasoning step or tool result is the one that falls back to its UUID.
+        message_id = None
+        if _has_own_form(message):
+            message_id = ids.claim(
+                message.agui_id or str(message.message_uuid), message.message_uuid
+            )
+        for step in _by_seq(message.reasonings):
+            step_id = ids.claim(step.agui_id or str(step.uuid), step.uuid)
+            if step_id is not None:
+                out.append(
+                    ag.ReasoningMessage(
+                        id=step_id, content=step.content, encrypted_value=step.encrypted_value
+                    )
+                )
+        if message_id is not None:
+            out.append(_own_message(message, message_id))
+        for call in _by_seq(message.tool_calls):
+            if call.content is None and call.error is None:
+                continue
+            result_id = ids.claim(tool_result_message_id(call), call.uuid)
+            if result_id is not None:
+                out.append(
+                    ag.ToolMessage(
+                        id=result_id,
+                        content=call.content or "",
+                        tool_call_id=call.tool_call_id,
+                        error=call.error,
+                    )
+                )
+    return out
+
+
+# --- client -> store -----------------------------------------------------------------
+
+
+def _decode_base64(value: str, what: str) -> bytes:
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise InvalidInputError(f"{what} data is not valid base64") from exc
+
+
+def _part_from_agui(part: ag.ContentPart) -> ContentPart:
+    part_metadata = {_PART_ID_METADATA_KEY: part.id} if part.id is not None else None
+    if isinstance(part, ag.TextPart):
+        return TextPart(text=part.text, metadata=part_metadata)
+    source = part.source
+    if isinstance(source, ag.DataSource):
+        return MediaPart(
+            type=part.type,
+            source="data",
+            data=_decode_base64(source.value, f"{part.type} part"),
+            mime_type=source.mime_type,
+            metadata=part_metadata,
+        )
+    if isinstance(source, ag.UrlSource):
+        return MediaPart(
+            type=part.type,
+            source="url",
+            value=source.value,
+            mime_type=source.mime_type,
+            metadata=part_metadata,
+        )
+    return MediaPart(
+        type=part.type,
+        source="file",
+        value=source.value,
+        provider=source.provider,
+        mime_type=source.mime_type,
+        metadata=part_metadata,
+    )
+
+
+def message_create_from_agui(
+    message: ag.Message, chat_uuid: UUID, run_id: str | None
+) -> MessageCreate:
+    """Build the DTO that persists a client-sent user, system or developer message.
+
+    Raises :class:`~threadstore.errors.InvalidInputError` for any other role or for
+    inline part data that is not valid base64.
+    """
+    if not isinstance(message, ag.UserMessage | ag.SystemMessage | ag.DeveloperMessage):
+        raise InvalidInputError(
+            f"a client may only send user, system or developer messages to be stored; "
+            f"message {message.id!r} has role {message.role!r}"
+        )
+    content: str
+    parts: list[ContentPart] | None = None
+    if isinstance(message.content, str):
+        content = message.content
+    else:
+        parts = [_part_from_agui(part) for part in message.content]
+        content = "\n".join(part.text for part in parts if isinstance(part, TextPart))
+    return MessageCreate(
+        chat_uuid=chat_uuid,
+        role=Role(message.role),
+        agui_id=message.id,
+        name=message.name,
+        content=content,
+        content_parts=parts,
+        encrypted_value=message.encrypted_value,
+        status=MessageStatus.COMPLETE,
+        in_progress=False,
+        run_id=run_id,
+        metadata={AGUI_METADATA_KEY: message.metadata} if message.metadata else {},
+    )

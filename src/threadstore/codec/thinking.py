@@ -1,0 +1,223 @@
+"""The THINKING_* events AG-UI 1.0 dropped, and their REASONING_* twins.
+
+Producers written against AG-UI 0.x still send them: :func:`parse_event` reads any
+event JSON, these included, and :class:`ThinkingTranslator` maps them to REASONING_*
+events with ids that are deterministic per run, so a replayed stream persists to the
+same records (docs/architecture.md, "The retired THINKING_* events").
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal, get_args
+
+from ag_ui.core import (
+    BaseEvent,
+    Event,
+    EventType,
+    ReasoningEndEvent,
+    ReasoningMessageContentEvent,
+    ReasoningMessageEndEvent,
+    ReasoningMessageStartEvent,
+    ReasoningStartEvent,
+    RunStartedEvent,
+)
+from pydantic import BaseModel, ValidationError
+
+from threadstore.errors import InvalidInputError
+
+__all__ = [
+    "THINKING_TITLE_METADATA_KEY",
+    "ThinkingEndEvent",
+    "ThinkingEvent",
+    "ThinkingStartEvent",
+    "ThinkingTextMessageContentEvent",
+    "ThinkingTextMessageEndEvent",
+    "ThinkingTextMessageStartEvent",
+    "ThinkingTranslator",
+    "parse_event",
+    "to_reasoning_event",
+    "to_reasoning_events",
+]
+
+THINKING_TITLE_METADATA_KEY = "title"
+"""Where a THINKING_START ``title`` lands in the translated REASONING_START's metadata."""
+
+
+# ``BaseEvent.type`` is typed as ``EventType``, which has no THINKING_* members in 1.0
+# and cannot be extended, so each legacy class narrows ``type`` to a plain string.
+
+
+class ThinkingStartEvent(BaseEvent):
+    """Deprecated 0.x event: the agent started a thinking block."""
+
+    type: Literal["THINKING_START"] = "THINKING_START"  # type: ignore[assignment]
+    title: str | None = None
+
+
+class ThinkingEndEvent(BaseEvent):
+    """Deprecated 0.x event: the agent finished a thinking block."""
+
+    type: Literal["THINKING_END"] = "THINKING_END"  # type: ignore[assignment]
+
+
+class ThinkingTextMessageStartEvent(BaseEvent):
+    """Deprecated 0.x event: a thinking text message started."""
+
+    type: Literal["THINKING_TEXT_MESSAGE_START"] = "THINKING_TEXT_MESSAGE_START"  # type: ignore[assignment]
+
+
+class ThinkingTextMessageContentEvent(BaseEvent):
+    """Deprecated 0.x event: a fragment of the current thinking text message."""
+
+    type: Literal["THINKING_TEXT_MESSAGE_CONTENT"] = "THINKING_TEXT_MESSAGE_CONTENT"  # type: ignore[assignment]
+    delta: str
+
+
+class ThinkingTextMessageEndEvent(BaseEvent):
+    """Deprecated 0.x event: the current thinking text message ended."""
+
+    type: Literal["THINKING_TEXT_MESSAGE_END"] = "THINKING_TEXT_MESSAGE_END"  # type: ignore[assignment]
+
+
+ThinkingEvent = (
+    ThinkingStartEvent
+    | ThinkingEndEvent
+    | ThinkingTextMessageStartEvent
+    | ThinkingTextMessageContentEvent
+    | ThinkingTextMessageEndEvent
+)
+"""Any of the deprecated THINKING_* events."""
+
+_THINKING_CLASSES: tuple[type[BaseEvent], ...] = (
+    ThinkingStartEvent,
+    ThinkingEndEvent,
+    ThinkingTextMessageStartEvent,
+    ThinkingTextMessageContentEvent,
+    ThinkingTextMessageEndEvent,
+)
+
+
+def _wire_type(cls: type[BaseEvent]) -> str:
+    """Return the ``type`` string an event class declares as its default."""
+    default = cls.model_fields["type"].default
+    return str(default.value if isinstance(default, EventType) else default)
+
+
+_EVENT_CLASSES: dict[str, type[BaseEvent]] = {
+    _wire_type(cls): cls for cls in (*get_args(get_args(Event)[0]), *_THINKING_CLASSES)
+}
+
+
+def parse_event(data: Mapping[str, Any] | str | bytes) -> BaseEvent:
+    """Parse one AG-UI event (camelCase or snake_case JSON) into its ``ag_ui.core`` class.
+
+    Raises :class:`~threadstore.errors.InvalidInputError` for malformed JSON, a
+    payload that is not an object, an unknown ``type`` or fields that fail validation.
+    """
+    payload: Any = data
+    if isinstance(data, str | bytes):
+        try:
+            payload = json.loads(data)
+        except ValueError as exc:
+            raise InvalidInputError(f"AG-UI event is not valid JSON: {exc}") from exc
+    if not isinstance(payload, Mapping):
+        raise InvalidInputError(f"AG-UI event must be a JSON object, got {type(payload).__name__}")
+    event_type = payload.get("type")
+    if not isinstance(event_type, str):
+        raise InvalidInputError("AG-UI event has no string 'type' field")
+    cls = _EVENT_CLASSES.get(event_type)
+    if cls is None:
+        raise InvalidInputError(f"unknown AG-UI event type {event_type!r}")
+    try:
+        return cls.model_validate(payload)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '<event>'}: {err['msg']}"
+            for err in exc.errors(include_url=False)
+        )
+        raise InvalidInputError(f"invalid {event_type} event: {problems}") from exc
+
+
+def _carried(event: BaseEvent) -> dict[str, Any]:
+    """Return the base fields a translated event keeps from its source."""
+    return {
+        "timestamp": event.timestamp,
+        "raw_event": event.raw_event,
+        "metadata": event.metadata,
+    }
+
+
+def to_reasoning_event(event: ThinkingEvent, message_id: str) -> BaseEvent:
+    """Return the REASONING_* event equivalent to one THINKING_* event, with ``message_id``."""
+    base = _carried(event)
+    if isinstance(event, ThinkingStartEvent):
+        if event.title is not None:
+            base["metadata"] = {**(event.metadata or {}), THINKING_TITLE_METADATA_KEY: event.title}
+        return ReasoningStartEvent(message_id=message_id, **base)
+    if isinstance(event, ThinkingEndEvent):
+        return ReasoningEndEvent(message_id=message_id, **base)
+    if isinstance(event, ThinkingTextMessageStartEvent):
+        return ReasoningMessageStartEvent(message_id=message_id, **base)
+    if isinstance(event, ThinkingTextMessageContentEvent):
+        return ReasoningMessageContentEvent(message_id=message_id, delta=event.delta, **base)
+    return ReasoningMessageEndEvent(message_id=message_id, **base)
+
+
+class ThinkingTranslator:
+    """Translate one run's THINKING_* events to REASONING_* events with synthesized ids.
+
+    Feed it every event of the run in order; anything that is not a THINKING_* event
+    comes back unchanged. See the module docstring for the id scheme.
+    """
+
+    def __init__(self, run_id: str | None = None) -> None:
+        self._run_id = run_id if run_id is not None else uuid.uuid4().hex
+        self._counter = 0
+        self._block_id: str | None = None
+        self._message_id: str | None = None
+
+    def _next_id(self) -> str:
+        self._counter += 1
+        return f"thinking-{self._run_id}-{self._counter}"
+
+    def __call__(self, event: BaseEvent) -> BaseEvent:
+        """Return ``event`` translated if it is a THINKING_* event, else ``event`` itself."""
+        if isinstance(event, RunStartedEvent):
+            # A new run restarts the id sequence under its own run id.
+            self._run_id = event.run_id
+            self._counter = 0
+            self._block_id = self._message_id = None
+            return event
+        if isinstance(event, ThinkingStartEvent):
+            self._block_id = self._next_id()
+            return to_reasoning_event(event, self._block_id)
+        if isinstance(event, ThinkingEndEvent):
+            block_id, self._block_id = self._block_id or self._next_id(), None
+            return to_reasoning_event(event, block_id)
+        if isinstance(event, ThinkingTextMessageStartEvent):
+            self._message_id = self._next_id()
+            return to_reasoning_event(event, self._message_id)
+        if isinstance(event, ThinkingTextMessageContentEvent):
+            if self._message_id is None:
+                # Content without a start: give it a message of its own.
+                self._message_id = self._next_id()
+            return to_reasoning_event(event, self._message_id)
+        if isinstance(event, ThinkingTextMessageEndEvent):
+            message_id, self._message_id = self._message_id or self._next_id(), None
+            return to_reasoning_event(event, message_id)
+        return event
+
+
+def to_reasoning_events(events: Iterable[BaseEvent], run_id: str | None = None) -> list[BaseEvent]:
+    """Translate a stream's THINKING_* events to REASONING_* events; others pass unchanged.
+
+    Ids correlate only within this call; to translate a live stream event by event,
+    keep one :class:`ThinkingTranslator` for the run instead.
+    """
+    if isinstance(events, BaseModel):
+        raise TypeError("to_reasoning_events takes a sequence of events; wrap one event in a list")
+    translate = ThinkingTranslator(run_id)
+    return [translate(event) for event in events]

@@ -1,0 +1,32 @@
+"""The pure fold: one run's AG-UI events -> the records that run produced (no I/O).
+
+:class:`ConversationFold` holds the records of one run and applies events to them one
+at a time; the storage agent feeds it and writes the records it marks dirty. One
+module per event family (text, tools, reasoning, documents, snapshot) over a shared
+record table; :meth:`ConversationFold.apply` is the reference path and
+:meth:`ConversationFold.apply_deltas` (``fast.py``) its one fast path. How each event
+becomes records is described in docs/architecture.md ("The fold").
+"""
+
+from threadstore.codec.messages import tool_result_text
+from threadstore.fold.conversation import ConversationFold, StorageState, event_type_name
+from threadstore.fold.documents import apply_json_patch
+from threadstore.fold.fast import DELTA_EVENTS
+from threadstore.fold.history import pending_tool_calls, stored_ids
+from threadstore.fold.records import Changes, ContentBuffer, FoldRecord, RecordKind, RunInfo
+
+__all__ = [
+    "DELTA_EVENTS",
+    "Changes",
+    "ContentBuffer",
+    "ConversationFold",
+    "FoldRecord",
+    "RecordKind",
+    "RunInfo",
+    "StorageState",
+    "apply_json_patch",
+    "event_type_name",
+    "pending_tool_calls",
+    "stored_ids",
+    "tool_result_text",
+]

@@ -1,0 +1,267 @@
+"""The records of one run and the rules every event family shares to open, find and close them.
+
+:class:`RecordTable` is the base of :class:`~threadstore.fold.ConversationFold`: the
+record table, the dirty set and the changes the shell takes, and the id rules (one
+AG-UI id, one record; an id already stored is never reused). The event families
+(text, tool calls, reasoning, documents, snapshots) build on these methods.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from ag_ui.core import BaseEvent
+
+from threadstore.fold.history import pending_tool_calls, stored_ids
+from threadstore.fold.records import Changes, FoldRecord, RecordKind, RunInfo
+from threadstore.models import Message, MessageStatus, Role
+
+__all__ = ["CHUNK_SLOTS", "RecordTable", "family"]
+
+CHUNK_SLOTS = ("text_chunk", "tool_chunk", "reasoning_chunk")
+"""The attributes naming the record a run of ``*_CHUNK`` events of each kind extends."""
+
+
+def family(role: Role) -> str:
+    """Group roles whose events may share a message: text, reasoning, activity."""
+    return role.value if role in (Role.REASONING, Role.ACTIVITY) else "text"
+
+
+class RecordTable:
+    """The records of one run (pure data, no I/O) and the plumbing every event family uses."""
+
+    def __init__(
+        self,
+        run_id: str,
+        *,
+        thread_id: str | None = None,
+        parent_run_id: str | None = None,
+        history: Sequence[Message] = (),
+        state: Any = None,
+    ) -> None:
+        self.run = RunInfo(run_id=run_id, thread_id=thread_id, parent_run_id=parent_run_id)
+        self.records: dict[str, FoldRecord] = {}
+        self.state: Any = copy.deepcopy(state)
+        self.state_version = 0
+        self.dirty: set[str] = set()
+        self.current_event_timestamp: int | None = None
+        self.known_ids = stored_ids(history)
+        """Ids already stored in the chat or produced by this run."""
+        self.stored_ids = frozenset(self.known_ids)
+        """Ids already stored in the chat when the run started."""
+        self.aliases: dict[tuple[str, str], str] = {}
+        """(family, AG-UI id) -> key of the record that took an id another family holds."""
+        self.pending_calls = pending_tool_calls(history)
+        """Stored tool calls still waiting for a result, by tool call id."""
+        self.stored_assistant = {
+            m.agui_id: m.message_uuid for m in history if m.agui_id and m.role == Role.ASSISTANT
+        }
+        """Stored assistant messages by AG-UI id: tool calls of this run may nest in them."""
+        self.steps: list[str] = []
+        """The stack of steps started and not finished yet."""
+        self.subagents: dict[str, dict[str, Any]] = {}
+        """Subagents announced by SUBAGENT_STARTED: name and description by run id."""
+        self.text_chunk: str | None = None
+        self.tool_chunk: str | None = None
+        self.reasoning_chunk: str | None = None
+        self.boundary = False
+        """Whether the event being folded opened or closed a record (or ended the run)."""
+        self._order = itertools.count()
+        self._anonymous = itertools.count(1)
+        self._last_message: dict[str | None, str] = {}
+        self._changes = Changes()
+
+    # --- reading -----------------------------------------------------------------------
+
+    @property
+    def active_step(self) -> str | None:
+        """The innermost step started and not yet finished."""
+        return self.steps[-1] if self.steps else None
+
+    @property
+    def run_id(self) -> str:
+        """The run this fold belongs to."""
+        return self.run.run_id
+
+    def message(self, agui_id: str) -> FoldRecord | None:
+        """Return this run's message record with that AG-UI id."""
+        return self.records.get(f"m:{agui_id}")
+
+    def tool_call(self, tool_call_id: str) -> FoldRecord | None:
+        """Return the tool call record with that AG-UI id."""
+        return self.records.get(f"t:{tool_call_id}")
+
+    def reasoning(self, agui_id: str) -> FoldRecord | None:
+        """Return the reasoning step record with that AG-UI reasoning message id."""
+        return self.records.get(f"r:{agui_id}")
+
+    def children(self, message: FoldRecord) -> list[FoldRecord]:
+        """Return the tool calls and reasoning steps nested in ``message``, in order."""
+        return [r for r in self.records.values() if r.parent_key == message.key]
+
+    def last_message(self) -> FoldRecord | None:
+        """Return the last message record this run opened."""
+        for record in reversed(self.records.values()):
+            if record.kind is RecordKind.MESSAGE and record.owned:
+                return record
+        return None
+
+    def last_message_of(self, scope: str | None) -> FoldRecord | None:
+        """Return the last message record opened by subagent ``scope`` (None: the agent)."""
+        return self.records.get(self._last_message.get(scope, ""))
+
+    # --- what the shell takes ------------------------------------------------------------
+
+    def take_changes(self) -> Changes:
+        """Return what changed since the last call (opened/closed records, warnings)."""
+        changes, self._changes = self._changes, Changes()
+        return changes
+
+    def take_dirty(self) -> list[FoldRecord]:
+        """Return the records changed since the last call, in production order, and clear them."""
+        records = sorted((self.records[key] for key in self.dirty), key=lambda r: r.order)
+        self.dirty.clear()
+        return records
+
+    def touch(self, record: FoldRecord, *, content: bool = False) -> None:
+        """Mark ``record`` changed so it is written (for handlers that edit records directly)."""
+        record.version += 1
+        if content:
+            record.content_version += 1
+        self.dirty.add(record.key)
+
+    def mark_dirty(self, records: Iterable[FoldRecord]) -> None:
+        """Put records back in the dirty set (a write of them failed)."""
+        self.dirty.update(record.key for record in records)
+
+    def warn(self, message: str) -> None:
+        """Report an out-of-order or malformed event (the fold never raises on one)."""
+        self._changes.warnings.append(message)
+
+    def mark_boundary(self) -> None:
+        """Flag the current event as a boundary: the writer flushes soon after it."""
+        self.boundary = self._changes.boundary = True
+
+    def mark_closed(self, record: FoldRecord) -> None:
+        """Report ``record`` as closed again (a stored record this run answered)."""
+        self._changes.closed.append(record)
+        self.mark_boundary()
+
+    # --- opening and closing -------------------------------------------------------------
+
+    def open_record(
+        self,
+        kind: RecordKind,
+        key: str,
+        event: BaseEvent | None,
+        *,
+        agui_id: str | None = None,
+        role: Role | None = None,
+        parent_key: str | None = None,
+    ) -> FoldRecord:
+        """Open a record of this run under ``key``, in the event's step and subagent."""
+        scope = getattr(event, "subagent_run_id", None) if event is not None else None
+        record = FoldRecord(
+            key=key,
+            kind=kind,
+            order=next(self._order),
+            agui_id=agui_id,
+            parent_key=parent_key,
+            role=role,
+            step_name=self.active_step,
+            subagent_run_id=scope,
+        )
+        if scope is not None:
+            record.metadata["subagent_run_id"] = scope
+            name = self.subagents.get(scope, {}).get("name")
+            if name is not None:
+                record.metadata["subagent_name"] = name
+        self.records[key] = record
+        if agui_id is not None:
+            self.known_ids.add(agui_id)
+        if kind is RecordKind.MESSAGE:
+            self._last_message[scope] = key
+        self.touch(record, content=True)
+        self._changes.opened.append(record)
+        self.mark_boundary()
+        return record
+
+    def adopt(self, record: FoldRecord) -> FoldRecord:
+        """Take a stored record of an earlier run in, to update it (it may replace a key)."""
+        record.order = next(self._order)
+        self.records[record.key] = record
+        return record
+
+    def close(self, record: FoldRecord, status: MessageStatus = MessageStatus.COMPLETE) -> bool:
+        """End ``record`` with ``status`` (and a parent that ends with it); False if it had."""
+        if not record.in_progress:
+            return False
+        record.status = status
+        record.in_progress = False
+        self.touch(record)
+        self.mark_closed(record)
+        parent = self.records.get(record.parent_key) if record.parent_key else None
+        if parent is not None and parent.in_progress:
+            if record.kind is RecordKind.REASONING and parent.role is Role.REASONING:
+                self.close(parent, status)
+            elif parent.implicit and not any(
+                c.in_progress for c in self.children(parent) if c.kind is RecordKind.TOOL_CALL
+            ):
+                self.close(parent, status)
+        return True
+
+    def close_chunk(self, slot: str) -> None:
+        """Close the record a run of chunks of ``slot`` (one of :data:`CHUNK_SLOTS`) extended."""
+        key = getattr(self, slot)
+        if key is None:
+            return
+        setattr(self, slot, None)
+        record = self.records.get(key)
+        if record is not None:
+            self.close(record)
+
+    def close_chunks(self, keep: str | None = None) -> None:
+        """Close every open chunk run but the one in slot ``keep``."""
+        for slot in CHUNK_SLOTS:
+            if slot != keep:
+                self.close_chunk(slot)
+
+    # --- messages by id ------------------------------------------------------------------
+
+    def find(self, agui_id: str, role: Role) -> FoldRecord | None:
+        """Return the message of ``role``'s family (text, reasoning, activity) with that id."""
+        kind = family(role)
+        record = self.records.get(self.aliases.get((kind, agui_id), f"m:{agui_id}"))
+        if record is None or record.role is None or family(record.role) != kind:
+            return None
+        return record
+
+    def message_for(
+        self, agui_id: str | None, role: Role, event: BaseEvent | None
+    ) -> tuple[FoldRecord, bool]:
+        """Return (message record for ``agui_id``, opened?) following the reuse rules."""
+        if agui_id is None:
+            key = f"m#{next(self._anonymous)}"
+            return self.open_record(RecordKind.MESSAGE, key, event, role=role), True
+        record = self.find(agui_id, role)
+        if record is not None:
+            return record, False
+        taken = self.message(agui_id)
+        if taken is not None:
+            self.warn(f"message {agui_id!r} is a {taken.role} message; {role} content kept apart")
+            return self._renamed(agui_id, role, event, "conflicting_agui_id"), True
+        if agui_id in self.stored_ids:
+            self.warn(f"message id {agui_id!r} is already stored in the chat; not reused")
+            return self._renamed(agui_id, role, event, "duplicate_agui_id"), True
+        key = f"m:{agui_id}"
+        return self.open_record(RecordKind.MESSAGE, key, event, agui_id=agui_id, role=role), True
+
+    def _renamed(self, agui_id: str, role: Role, event: BaseEvent | None, why: str) -> FoldRecord:
+        key = f"m#{next(self._anonymous)}"
+        record = self.open_record(RecordKind.MESSAGE, key, event, role=role)
+        record.metadata[why] = agui_id
+        self.aliases[(family(role), agui_id)] = record.key
+        return record
