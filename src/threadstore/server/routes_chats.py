@@ -132,15 +132,19 @@ async def list_messages(
     Without a cursor: the first page. ``after=next_cursor`` pages forward;
     ``before=prev_cursor`` pages back; ``newest=true`` gives the last page.
     """
+    _one_cursor(after, before, newest)
     await owned_chat(state, user, chat_uuid)
     return await _message_page(state.store, chat_uuid, limit, after, before, newest)
+
+
+def _one_cursor(after: int | None, before: int | None, newest: bool) -> None:
+    if sum((after is not None, before is not None, newest)) > 1:
+        raise InvalidInputError("pass at most one of after, before and newest")
 
 
 async def _message_page(
     store: Store, chat_uuid: UUID, limit: int, after: int | None, before: int | None, newest: bool
 ) -> MessagePage:
-    if sum((after is not None, before is not None, newest)) > 1:
-        raise InvalidInputError("pass at most one of after, before and newest")
     if newest:
         before = _END_OF_CHAT
     items = list(await store.get_chat_messages(chat_uuid, after=after, before=before, limit=limit))
@@ -193,6 +197,7 @@ async def list_ui_messages(
     so each assistant turn (its reasoning, text, tool calls and their results) arrives
     whole in one page. A message stored without an AG-UI id is named by its uuid.
     """
+    _one_cursor(after, before, newest)
     await owned_chat(state, user, chat_uuid)
     page = await _message_page(state.store, chat_uuid, limit, after, before, newest)
     items = list(page.items)
