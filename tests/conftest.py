@@ -2,26 +2,25 @@
 
 ``memory``, ``sqlite`` and ``sqlite-thread`` (SQLite with inline calls off) always
 run. ``postgres`` runs when ``THREADSTORE_TEST_POSTGRES_URL`` names a server the tests
-may create databases on; each test then gets a fresh database that is dropped afterwards.
+may create databases on; each test then gets an empty, migrated database
+(``postgres_support.clean_database``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import urlsplit, urlunsplit
 from uuid import UUID
 
 import pytest
 
 import threadstore
+from postgres_support import clean_database, drop_clean_database, server_url
 from threadstore import Chat, ChatCreate, Message, MessageCreate, Store
-
-POSTGRES_URL_ENV = "THREADSTORE_TEST_POSTGRES_URL"
 
 BACKENDS = [
     pytest.param("memory", id="memory"),
@@ -30,34 +29,6 @@ BACKENDS = [
     pytest.param("sqlite-thread", id="sqlite-thread"),
     pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
 ]
-
-
-def _with_database(url: str, database: str) -> str:
-    """Return ``url`` pointing at ``database`` instead of the one it names."""
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(path=f"/{database}"))
-
-
-@asynccontextmanager
-async def _postgres_database(server_url: str) -> AsyncIterator[str]:
-    """Create a throwaway database on ``server_url``; yield its URL; drop it afterwards."""
-    import asyncpg
-
-    name = f"ts_test_{uuid.uuid4().hex[:16]}"
-    admin = await asyncpg.connect(server_url)
-    try:
-        # Identifiers cannot be bound as parameters; ``name`` is generated above.
-        await admin.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await admin.close()
-    try:
-        yield _with_database(server_url, name)
-    finally:
-        admin = await asyncpg.connect(server_url)
-        try:
-            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            await admin.close()
 
 
 @pytest.fixture(params=BACKENDS)
@@ -71,10 +42,7 @@ async def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIter
     elif backend == "sqlite-thread":
         yield f"sqlite:///{tmp_path / 'threadstore.db'}?inline=off"
     else:
-        server_url = os.environ.get(POSTGRES_URL_ENV)
-        if not server_url:
-            pytest.skip(f"{POSTGRES_URL_ENV} is not set; PostgreSQL contract tests need a server")
-        async with _postgres_database(server_url) as url:
+        async with clean_database(server_url()) as url:
             yield url
 
 
@@ -168,3 +136,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.longrepr = (
             f"PostgreSQL test skipped although {REQUIRE_POSTGRES_ENV}=1: {report.longrepr}"
         )
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Drop this process's PostgreSQL test database."""
+    asyncio.run(drop_clean_database())

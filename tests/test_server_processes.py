@@ -19,7 +19,7 @@ import httpx
 import pytest
 from ag_ui_validate.pytest_plugin import assert_valid_agui
 
-from conftest import POSTGRES_URL_ENV, _postgres_database
+from postgres_support import clean_database, server_url
 from server_support import Frame, collect_sse, read_sse, run_input
 from test_crash_recovery import WAIT_LIMIT
 
@@ -78,10 +78,8 @@ async def stop_replica(replica: Replica) -> None:
 @pytest.fixture
 async def replicas() -> AsyncIterator[tuple[Replica, Replica]]:
     """Two server processes on one fresh database (migrated by the first)."""
-    server_url = os.environ.get(POSTGRES_URL_ENV)
-    if not server_url:
-        pytest.skip(f"{POSTGRES_URL_ENV} is not set")
-    async with _postgres_database(server_url) as url:
+    server = server_url()
+    async with clean_database(server) as url:
         first = await start_replica(url)
         try:
             second = await start_replica(url)
