@@ -13,10 +13,18 @@ from pathlib import Path
 
 import pytest
 
-HEAVY = ("fastapi", "uvicorn", "aiosqlite", "asyncpg", "ag_ui", "jsonpatch", "typer", "rich")
-"""Dependencies that only some uses of threadstore need."""
+HEAVY = (
+    *("fastapi", "uvicorn", "aiosqlite", "asyncpg", "ag_ui", "jsonpatch", "typer", "rich"),
+    *("pytest", "_pytest", "pytest_asyncio"),
+)
+"""Dependencies that only some uses of threadstore need (pytest: only the contract suite)."""
 
-LAZY_SUBPACKAGES = ("threadstore.agui", "threadstore.server", "threadstore.cli")
+LAZY_SUBPACKAGES = (
+    "threadstore.agui",
+    "threadstore.server",
+    "threadstore.cli",
+    "threadstore.testing",
+)
 
 
 def loaded_after(code: str, cwd: Path) -> set[str]:
