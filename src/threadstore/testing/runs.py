@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -11,7 +10,6 @@ import pytest
 
 from threadstore import (
     Chat,
-    Message,
     MessageReasoningCreate,
     MessageStatus,
     MessageToolCallCreate,
@@ -20,9 +18,7 @@ from threadstore import (
     Store,
 )
 from threadstore.models import FORMAT_VERSION
-
-MakeChat = Callable[..., Awaitable[Chat]]
-AddMessage = Callable[..., Awaitable[Message]]
+from threadstore.testing._suite import AddMessage, MakeChat
 
 LONG_AGO = datetime(2020, 1, 1, tzinfo=UTC)
 LATER = datetime(2021, 1, 1, tzinfo=UTC)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import uuid
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -14,7 +13,6 @@ from threadstore import (
     ChatCreate,
     ChatRepositoryLike,
     InvalidInputError,
-    Message,
     MessageCreate,
     MessageReasoningCreate,
     MessageReasoningUpdate,
@@ -29,10 +27,7 @@ from threadstore import (
 )
 from threadstore.models import FORMAT_VERSION
 from threadstore.store.base import MAX_PAGE_SIZE
-
-MakeChat = Callable[..., Awaitable[Chat]]
-AddMessage = Callable[..., Awaitable[Message]]
-OpenStore = Callable[..., Awaitable[Store]]
+from threadstore.testing._suite import AddMessage, MakeChat, OpenStore
 
 
 async def test_store_satisfies_the_repository_protocols(store: Store) -> None:

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 import pytest
 
 from threadstore import (
-    Chat,
     ChatCreate,
     ConflictError,
     InvalidInputError,
@@ -31,10 +29,7 @@ from threadstore import (
 )
 from threadstore.models import FORMAT_VERSION
 from threadstore.store.base import MAX_PAGE_SIZE
-
-MakeChat = Callable[..., Awaitable[Chat]]
-AddMessage = Callable[..., Awaitable[Message]]
-OpenStore = Callable[..., Awaitable[Store]]
+from threadstore.testing._suite import AddMessage, MakeChat, OpenStore
 
 NOT_UTF8 = b"\xff\xfe\x00\x80binary\xc3"
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import uuid
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -13,7 +12,6 @@ import pytest
 from threadstore import (
     Chat,
     ChatCreate,
-    Message,
     MessageCreate,
     MessageReasoningCreate,
     MessageReasoningUpdate,
@@ -25,10 +23,7 @@ from threadstore import (
     RunStatus,
     Store,
 )
-
-MakeChat = Callable[..., Awaitable[Chat]]
-AddMessage = Callable[..., Awaitable[Message]]
-OpenStore = Callable[..., Awaitable[Store]]
+from threadstore.testing._suite import AddMessage, MakeChat
 
 
 class Boom(Exception):
@@ -127,27 +122,6 @@ async def test_concurrent_tool_calls_on_one_message_are_all_kept(
     stored = await store.get_message(message.message_uuid)
     assert stored is not None
     assert {tc.tool_call_id for tc in stored.tool_calls} == {f"c{i}" for i in range(20)}
-
-
-async def test_two_stores_on_one_database_create_a_thread_once(
-    store_url: str, open_test_store: OpenStore
-) -> None:
-    if store_url.startswith("memory"):
-        pytest.skip("memory stores do not share data between instances")
-    first, second = await open_test_store(), await open_test_store()
-    user = uuid.uuid4()
-
-    chats = await asyncio.gather(
-        *(
-            each.create_chat(ChatCreate(user_uuid=user, thread_id="same"))
-            for _ in range(10)
-            for each in (first, second)
-        )
-    )
-
-    assert len({c.chat_uuid for c in chats}) == 1
-    message = await first.create_message(MessageCreate(chat_uuid=chats[0].chat_uuid, content="x"))
-    assert await second.get_message(message.message_uuid) == message
 
 
 # --- transactions ------------------------------------------------------------------------------
