@@ -63,6 +63,19 @@ OpenStore = Callable[..., Awaitable[Store]]
 """``open_test_store(**options)``: another fresh store from the factory, closed after the test."""
 
 
+async def stored_chat(repo: Repository, chat: Chat) -> Chat | None:
+    """``chat`` as stored now, or ``None``: read by (user, thread) and, on a Store, by uuid too.
+
+    Both reads must agree, so a full Store is checked on each of its lookups.
+    """
+    found = await repo.get_chat_by_thread_id(chat.user_uuid, chat.thread_id)
+    if found is not None and found.chat_uuid != chat.chat_uuid:
+        found = None  # the thread was deleted and started again as another chat
+    if isinstance(repo, Store):
+        assert await repo.get_chat(chat.chat_uuid) == found
+    return found
+
+
 def _missing_methods(repository: object) -> list[str]:
     """The Protocol methods ``repository`` lacks (``isinstance`` only says whether any are)."""
     wanted = [
