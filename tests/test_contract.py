@@ -14,8 +14,7 @@ import pytest
 
 import threadstore
 from threadstore import Store
-from threadstore.testing import ContractSuite
-from threadstore.testing._suite import OpenRepository
+from threadstore.testing import ContractSuite, OpenRepository
 
 
 class TestBackends(ContractSuite):
