@@ -25,9 +25,12 @@ from uuid import UUID
 import pytest
 import pytest_asyncio
 
-from threadstore.models import Chat, ChatCreate, Message, MessageCreate
-from threadstore.store.base import (
+from threadstore import (
+    Chat,
+    ChatCreate,
     ChatRepositoryLike,
+    Message,
+    MessageCreate,
     MessageRepositoryLike,
     RunRepositoryLike,
     Store,
