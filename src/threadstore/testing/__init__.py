@@ -15,6 +15,7 @@ import pytest
 
 # Before the test modules are imported, so that their asserts explain a failure.
 pytest.register_assert_rewrite(
+    "threadstore.testing._suite",
     "threadstore.testing.chats",
     "threadstore.testing.concurrency",
     "threadstore.testing.messages",
