@@ -4,7 +4,8 @@
 run. ``postgres`` runs when ``THREADSTORE_TEST_POSTGRES_URL`` names a server the tests
 may create databases on; each test then gets an empty, migrated database
 (``postgres_support.clean_database``). A SQLite test gets a copy of a database file
-migrated once per test process: a copy takes a sixth of the time of migrating a new file.
+migrated once per test process, which is cheaper than migrating a new file
+(docs/benchmarks.md, "How a test gets its database").
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """PostgreSQL databases for tests: one migrated database per test process, emptied per use.
 
-Creating, migrating and dropping a database costs about half a second on PostgreSQL 15
-(most of it the ``CREATE``/``DROP``); cloning a migrated template costs as much, and
-``TRUNCATE`` of every table still a tenth of it (it makes new files), while ``DELETE``
-of a test's few rows takes well under a millisecond. So each test process makes one
+A new database per test (create, migrate, drop) or a clone of a migrated template (the
+drop dominates) cost most of the PostgreSQL tests' time; ``TRUNCATE`` makes new files
+for every table. Deleting a test's few rows is far cheaper (the figures and their command:
+docs/benchmarks.md, "How a test gets its database"). So each test process makes one
 database, migrated by the code under test (a change of the migrations is picked up by the
 next run), deletes every row and restarts every sequence before each test that asks for
 it, and drops the database when the session ends. The name is random, so several test
