@@ -13,17 +13,16 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import Any, Protocol
-from uuid import UUID
 
 import pytest
 
 import threadstore
 from postgres_support import clean_database, drop_clean_database, server_url
-from threadstore import Chat, ChatCreate, Message, MessageCreate, Store
+from threadstore import Store
+from threadstore.testing import AddMessage, MakeChat, chat_maker, message_adder
 
 BACKENDS = [
     pytest.param("memory", id="memory"),
@@ -104,39 +103,16 @@ async def open_test_store(store_url: str) -> AsyncIterator[StoreOpener]:
             await each.close()
 
 
-MakeChat = Callable[..., Awaitable[Chat]]
-AddMessage = Callable[..., Awaitable[Message]]
-
-
 @pytest.fixture
 def make_chat(store: Store) -> MakeChat:
     """Create a chat in ``store``; a fresh user and thread unless given."""
-
-    async def make(
-        user_uuid: UUID | None = None, thread_id: str | None = None, **fields: Any
-    ) -> Chat:
-        return await store.create_chat(
-            ChatCreate(
-                user_uuid=user_uuid or uuid.uuid4(),
-                thread_id=thread_id or f"thread-{uuid.uuid4().hex[:8]}",
-                **fields,
-            )
-        )
-
-    return make
+    return chat_maker(store)
 
 
 @pytest.fixture
 def add_message(store: Store) -> AddMessage:
     """Append a message to a chat in ``store`` (on its active branch unless a parent is given)."""
-
-    async def add(chat: Chat | UUID, content: str = "", **fields: Any) -> Message:
-        chat_uuid = chat.chat_uuid if isinstance(chat, Chat) else chat
-        return await store.create_message(
-            MessageCreate(chat_uuid=chat_uuid, content=content, **fields)
-        )
-
-    return add
+    return message_adder(store)
 
 
 REQUIRE_POSTGRES_ENV = "THREADSTORE_REQUIRE_POSTGRES"

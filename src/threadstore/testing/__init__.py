@@ -32,8 +32,10 @@ from threadstore.testing._suite import (  # noqa: E402
     Repository,
     RepositoryFactory,
     RunRepository,
+    chat_maker,
     contract_tests,
     gather_tests,
+    message_adder,
 )
 
 gather_tests(ContractSuite, [chats, messages, runs, concurrency])
@@ -47,5 +49,7 @@ __all__ = [
     "Repository",
     "RepositoryFactory",
     "RunRepository",
+    "chat_maker",
     "contract_tests",
+    "message_adder",
 ]

@@ -155,31 +155,41 @@ class ContractSuite:
     @pytest.fixture
     def make_chat(self, repo: Repository) -> MakeChat:
         """Create a chat in the repository; a fresh user and thread unless given."""
-
-        async def make(
-            user_uuid: UUID | None = None, thread_id: str | None = None, **fields: Any
-        ) -> Chat:
-            return await repo.create_chat(
-                ChatCreate(
-                    user_uuid=user_uuid or uuid.uuid4(),
-                    thread_id=thread_id or f"thread-{uuid.uuid4().hex[:8]}",
-                    **fields,
-                )
-            )
-
-        return make
+        return chat_maker(repo)
 
     @pytest.fixture
     def add_message(self, repo: Repository) -> AddMessage:
         """Append a message to a chat (on its active branch unless a parent is given)."""
+        return message_adder(repo)
 
-        async def add(chat: Chat | UUID, content: str = "", **fields: Any) -> Message:
-            chat_uuid = chat.chat_uuid if isinstance(chat, Chat) else chat
-            return await repo.create_message(
-                MessageCreate(chat_uuid=chat_uuid, content=content, **fields)
+
+def chat_maker(repo: ChatRepositoryLike) -> MakeChat:
+    """A ``make_chat`` for ``repo``: creates a chat, with a fresh user and thread unless given."""
+
+    async def make(
+        user_uuid: UUID | None = None, thread_id: str | None = None, **fields: Any
+    ) -> Chat:
+        return await repo.create_chat(
+            ChatCreate(
+                user_uuid=user_uuid or uuid.uuid4(),
+                thread_id=thread_id or f"thread-{uuid.uuid4().hex[:8]}",
+                **fields,
             )
+        )
 
-        return add
+    return make
+
+
+def message_adder(repo: MessageRepositoryLike) -> AddMessage:
+    """An ``add_message`` for ``repo``: appends to a chat's active branch unless given a parent."""
+
+    async def add(chat: Chat | UUID, content: str = "", **fields: Any) -> Message:
+        chat_uuid = chat.chat_uuid if isinstance(chat, Chat) else chat
+        return await repo.create_message(
+            MessageCreate(chat_uuid=chat_uuid, content=content, **fields)
+        )
+
+    return add
 
 
 def gather_tests(suite: type[ContractSuite], modules: list[ModuleType]) -> None:
