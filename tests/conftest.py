@@ -2,26 +2,27 @@
 
 ``memory``, ``sqlite`` and ``sqlite-thread`` (SQLite with inline calls off) always
 run. ``postgres`` runs when ``THREADSTORE_TEST_POSTGRES_URL`` names a server the tests
-may create databases on; each test then gets a fresh database that is dropped afterwards.
+may create databases on; each test then gets an empty, migrated database
+(``postgres_support.clean_database``). A SQLite test gets a copy of a database file
+migrated once per test process, which is cheaper than migrating a new file
+(docs/benchmarks.md, "How a test gets its database").
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+import shutil
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import urlsplit, urlunsplit
-from uuid import UUID
 
 import pytest
 
 import threadstore
-from threadstore import Chat, ChatCreate, Message, MessageCreate, Store
-
-POSTGRES_URL_ENV = "THREADSTORE_TEST_POSTGRES_URL"
+from postgres_support import clean_database, drop_clean_database, server_url
+from threadstore import Store
+from threadstore.testing import AddMessage, MakeChat, chat_maker, message_adder
 
 BACKENDS = [
     pytest.param("memory", id="memory"),
@@ -32,49 +33,35 @@ BACKENDS = [
 ]
 
 
-def _with_database(url: str, database: str) -> str:
-    """Return ``url`` pointing at ``database`` instead of the one it names."""
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(path=f"/{database}"))
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty SQLite database file, migrated by the code under test once per process."""
+    path = tmp_path_factory.mktemp("sqlite-template") / "threadstore.db"
 
+    async def migrate() -> None:
+        store = await threadstore.open_store(f"sqlite:///{path}")
+        await store.close()
 
-@asynccontextmanager
-async def _postgres_database(server_url: str) -> AsyncIterator[str]:
-    """Create a throwaway database on ``server_url``; yield its URL; drop it afterwards."""
-    import asyncpg
-
-    name = f"ts_test_{uuid.uuid4().hex[:16]}"
-    admin = await asyncpg.connect(server_url)
-    try:
-        # Identifiers cannot be bound as parameters; ``name`` is generated above.
-        await admin.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await admin.close()
-    try:
-        yield _with_database(server_url, name)
-    finally:
-        admin = await asyncpg.connect(server_url)
-        try:
-            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            await admin.close()
+    asyncio.run(migrate())
+    # Closing the last connection folded the write-ahead log into the file.
+    assert not path.with_name(f"{path.name}-wal").exists()
+    return path
 
 
 @pytest.fixture(params=BACKENDS)
-async def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+async def store_url(
+    request: pytest.FixtureRequest, tmp_path: Path, sqlite_template: Path
+) -> AsyncIterator[str]:
     """The URL of an empty store of each backend kind."""
     backend: str = request.param
     if backend == "memory":
         yield "memory://"
-    elif backend == "sqlite":
-        yield f"sqlite:///{tmp_path / 'threadstore.db'}"
-    elif backend == "sqlite-thread":
-        yield f"sqlite:///{tmp_path / 'threadstore.db'}?inline=off"
+    elif backend in ("sqlite", "sqlite-thread"):
+        path = tmp_path / "threadstore.db"
+        shutil.copyfile(sqlite_template, path)
+        yield f"sqlite:///{path}" + ("?inline=off" if backend == "sqlite-thread" else "")
     else:
-        server_url = os.environ.get(POSTGRES_URL_ENV)
-        if not server_url:
-            pytest.skip(f"{POSTGRES_URL_ENV} is not set; PostgreSQL contract tests need a server")
-        async with _postgres_database(server_url) as url:
+        async with clean_database(server_url()) as url:
             yield url
 
 
@@ -116,39 +103,16 @@ async def open_test_store(store_url: str) -> AsyncIterator[StoreOpener]:
             await each.close()
 
 
-MakeChat = Callable[..., Awaitable[Chat]]
-AddMessage = Callable[..., Awaitable[Message]]
-
-
 @pytest.fixture
 def make_chat(store: Store) -> MakeChat:
     """Create a chat in ``store``; a fresh user and thread unless given."""
-
-    async def make(
-        user_uuid: UUID | None = None, thread_id: str | None = None, **fields: Any
-    ) -> Chat:
-        return await store.create_chat(
-            ChatCreate(
-                user_uuid=user_uuid or uuid.uuid4(),
-                thread_id=thread_id or f"thread-{uuid.uuid4().hex[:8]}",
-                **fields,
-            )
-        )
-
-    return make
+    return chat_maker(store)
 
 
 @pytest.fixture
 def add_message(store: Store) -> AddMessage:
     """Append a message to a chat in ``store`` (on its active branch unless a parent is given)."""
-
-    async def add(chat: Chat | UUID, content: str = "", **fields: Any) -> Message:
-        chat_uuid = chat.chat_uuid if isinstance(chat, Chat) else chat
-        return await store.create_message(
-            MessageCreate(chat_uuid=chat_uuid, content=content, **fields)
-        )
-
-    return add
+    return message_adder(store)
 
 
 REQUIRE_POSTGRES_ENV = "THREADSTORE_REQUIRE_POSTGRES"
@@ -168,3 +132,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.longrepr = (
             f"PostgreSQL test skipped although {REQUIRE_POSTGRES_ENV}=1: {report.longrepr}"
         )
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Drop this process's PostgreSQL test database."""
+    asyncio.run(drop_clean_database())

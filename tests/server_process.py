@@ -1,7 +1,8 @@
 """A threadstore server in its own process, as one of several replicas on one database.
 
 Usage: ``python server_process.py STORE_URL``. Serves ``create_app(STORE_URL)`` with
-token auth (``token-alice`` -> alice, ``token-bob`` -> bob) on a free port of
+token auth (``token-alice-N`` -> alice-N, ``token-bob-N`` -> bob-N, N < 100, so that
+each test of a module sharing the processes has users of its own) on a free port of
 127.0.0.1 and prints ``port <n>`` before it starts; ``/healthz`` answers once it is
 ready. SIGTERM shuts it down gracefully.
 
@@ -23,7 +24,7 @@ from ag_ui.core import BaseEvent, RunAgentInput
 from server_support import answer_in_halves
 from threadstore.server import TokenAuth, create_app
 
-TOKENS = {"token-alice": "alice", "token-bob": "bob"}
+TOKENS = {f"token-{name}-{n}": f"{name}-{n}" for name in ("alice", "bob") for n in range(100)}
 
 
 class ProcessGatedAgent:

@@ -17,7 +17,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from conftest import POSTGRES_URL_ENV, _postgres_database
+from postgres_support import clean_database, server_url
 from server_support import run_input
 from threadstore import (
     ChatCreate,
@@ -305,9 +305,7 @@ def test_serve_runs_the_demo_on_sqlite_and_keeps_history_across_restarts(
 
 @pytest.mark.postgres
 def test_sweep_on_postgresql_also_deletes_old_relayed_events() -> None:
-    server_url = os.environ.get(POSTGRES_URL_ENV)
-    if not server_url:
-        pytest.skip(f"{POSTGRES_URL_ENV} is not set; PostgreSQL tests need a server")
+    server = server_url()
 
     async def relayed_events(url: str, setup: bool) -> list[str]:
         import asyncpg
@@ -340,7 +338,7 @@ def test_sweep_on_postgresql_also_deletes_old_relayed_events() -> None:
             await conn.close()
 
     async def scenario() -> tuple[list[str], int, str, list[str]]:
-        async with _postgres_database(server_url) as url:
+        async with clean_database(server) as url:
             before = await relayed_events(url, setup=True)
             code, output = await asyncio.to_thread(
                 invoke, "sweep", "--db", url, "--event-retention", "60"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import threadstore
-from conftest import POSTGRES_URL_ENV, _postgres_database
+from postgres_support import clean_database, server_url
 from threadstore import Store
 from threadstore.agui.manager import StreamPersistenceManager
 from threadstore.models import MessageStatus, RunStatus
@@ -33,10 +33,8 @@ async def shared_store_url(request: pytest.FixtureRequest, tmp_path: Path) -> As
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'shared.db'}"
         return
-    server_url = os.environ.get(POSTGRES_URL_ENV)
-    if not server_url:
-        pytest.skip(f"{POSTGRES_URL_ENV} is not set")
-    async with _postgres_database(server_url) as url:
+    server = server_url()
+    async with clean_database(server) as url:
         yield url
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import aclosing
@@ -16,7 +15,7 @@ import pytest
 
 import threadstore
 from agui_scripts import ScriptedAgent, run_finished, run_input, run_started, text_message, user
-from conftest import POSTGRES_URL_ENV, _postgres_database
+from postgres_support import clean_database, server_url
 from test_crash_recovery import WAIT_LIMIT, start_child, wait_for_text
 from threadstore import ChatCreate, ConflictError, InvalidInputError, Store
 from threadstore.agui.agent import StorageAgent
@@ -29,10 +28,8 @@ from threadstore.models import MessageStatus, RunStatus
 @pytest.fixture
 async def pg_url() -> AsyncIterator[str]:
     """A fresh PostgreSQL database for the test."""
-    server_url = os.environ.get(POSTGRES_URL_ENV)
-    if not server_url:
-        pytest.skip(f"{POSTGRES_URL_ENV} is not set")
-    async with _postgres_database(server_url) as url:
+    server = server_url()
+    async with clean_database(server) as url:
         yield url
 
 

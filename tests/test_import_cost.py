@@ -16,6 +16,7 @@ import pytest
 HEAVY = (
     *("fastapi", "uvicorn", "aiosqlite", "asyncpg", "ag_ui", "jsonpatch", "typer", "rich"),
     *("langchain_core", "agents", "openai"),  # the framework faces' extras
+    *("pytest", "_pytest", "pytest_asyncio"),  # only the contract suite
 )
 """Dependencies that only some uses of threadstore need."""
 
@@ -25,6 +26,7 @@ LAZY_SUBPACKAGES = (
     "threadstore.server",
     "threadstore.cli",
     "threadstore.faces",
+    "threadstore.testing",
 )
 
 

@@ -140,6 +140,26 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
+class LoopClock:
+    """The running loop's clock, stopped: it moves only when the test advances it.
+
+    Timers (``call_later``) then fire exactly when the test says the time has come,
+    so a retention of a minute is tested without waiting for it.
+    """
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        loop = asyncio.get_running_loop()
+        self.now = loop.time()
+        monkeypatch.setattr(loop, "time", lambda: self.now)
+
+    async def advance(self, seconds: float) -> None:
+        """Let what is runnable run (and set its timers), move the clock on, run what is due."""
+        await settle()
+        self.now += seconds
+        for _ in range(50):
+            await asyncio.sleep(0)
+
+
 # --- the log ----------------------------------------------------------------------------
 
 
@@ -454,13 +474,16 @@ async def test_a_stream_that_stops_without_a_terminal_event_is_closed_for_reader
 # --- registry -----------------------------------------------------------------------------
 
 
-async def test_finished_run_is_retained_then_forgotten() -> None:
-    async with StreamPersistenceManager(lambda: ListAgent(conversation(1)), retention=0.2) as m:
+async def test_finished_run_is_retained_then_forgotten(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = LoopClock(monkeypatch)
+    async with StreamPersistenceManager(lambda: ListAgent(conversation(1)), retention=60) as m:
         handle = await m.run(make_input())
         await handle.wait()
         assert m.get(THREAD, RUN) is handle
         assert m.live_runs() == []
-        await asyncio.sleep(0.3)
+        await clock.advance(59.9)
+        assert m.get(THREAD, RUN) is handle
+        await clock.advance(0.2)
         assert m.get(THREAD, RUN) is None
 
 
@@ -496,13 +519,16 @@ async def test_starting_a_live_run_again_is_a_conflict() -> None:
         await asyncio.gather(other.wait(), again.wait())
 
 
-async def test_an_old_runs_retention_timer_does_not_forget_its_replacement() -> None:
+async def test_an_old_runs_retention_timer_does_not_forget_its_replacement(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = LoopClock(monkeypatch)
     agents = [FedAgent(), FedAgent(_END)]  # popped from the end
-    async with StreamPersistenceManager(agents.pop, retention=0.05) as manager:
+    async with StreamPersistenceManager(agents.pop, retention=60) as manager:
         first = await manager.run(make_input())
         await first.wait()
         second = await manager.run(make_input())
-        await asyncio.sleep(0.1)
+        await clock.advance(120)  # well past the first run's retention
         assert manager.get(THREAD, RUN) is second
         second.cancel()
 
@@ -660,10 +686,11 @@ async def test_sweep_without_a_store_is_a_configuration_error() -> None:
 
 
 async def test_heartbeat_refreshes_live_runs_under_the_managers_owner(
-    memory_store: Store,
+    memory_store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    clock = LoopClock(monkeypatch)
     agent = FedAgent()
-    manager = StreamPersistenceManager(lambda: agent, store=memory_store, heartbeat_interval=0.01)
+    manager = StreamPersistenceManager(lambda: agent, store=memory_store, heartbeat_interval=30)
     chat, _ = await _chat_with_run(
         memory_store, THREAD, RUN, manager.owner, age=timedelta(minutes=5)
     )
@@ -671,13 +698,12 @@ async def test_heartbeat_refreshes_live_runs_under_the_managers_owner(
         handle = await manager.run(make_input())
         assert agent.owner == manager.owner  # stamped so the store accepts its heartbeats
         agent.chat = chat
-        async with asyncio.timeout(5):
-            while True:
-                run = await memory_store.get_run(chat.chat_uuid, RUN)
-                assert run is not None
-                if utcnow() - run.heartbeat_at < timedelta(minutes=1):
-                    break
-                await asyncio.sleep(0.01)
+        await clock.advance(29)
+        run = await memory_store.get_run(chat.chat_uuid, RUN)
+        assert run is not None and utcnow() - run.heartbeat_at > timedelta(minutes=4)
+        await clock.advance(2)  # the first beat is due
+        run = await memory_store.get_run(chat.chat_uuid, RUN)
+        assert run is not None and utcnow() - run.heartbeat_at < timedelta(minutes=1)
         handle.cancel()
 
 

@@ -18,7 +18,7 @@ import asyncpg
 import pytest
 
 import threadstore
-from conftest import POSTGRES_URL_ENV, _postgres_database
+from postgres_support import clean_database, server_url
 from test_crash_recovery import WAIT_LIMIT
 from threadstore.agui.distributed import DistributedRunManager
 
@@ -30,10 +30,8 @@ DIED = "The run's process stopped before the run ended."
 @pytest.fixture
 async def pg_url() -> AsyncIterator[str]:
     """A fresh PostgreSQL database for the test."""
-    server_url = os.environ.get(POSTGRES_URL_ENV)
-    if not server_url:
-        pytest.skip(f"{POSTGRES_URL_ENV} is not set")
-    async with _postgres_database(server_url) as url:
+    server = server_url()
+    async with clean_database(server) as url:
         yield url
 
 

@@ -1,8 +1,9 @@
 """PostgreSQL under real concurrency: parallel connections, several pools, several processes.
 
-Each test gets a fresh database. The contract suite already runs on PostgreSQL;
-these tests add what only a shared server can show: writers on different
-connections (and in different processes) racing on the same rows.
+Each test gets an empty, migrated database (a new one where it tests the migrations).
+The contract suite already runs on PostgreSQL; these tests add what only a shared server
+can show: writers on different connections (and in different processes) racing on the
+same rows.
 """
 
 from __future__ import annotations
@@ -10,17 +11,16 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import os
 import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
 
 import threadstore
+from postgres_support import clean_database, fresh_database, server_url
 from threadstore import (
     ChatCreate,
     InvalidInputError,
@@ -42,38 +42,23 @@ from threadstore import (
 from threadstore.store.postgres import PostgresStore
 from threadstore.store.postgres_schema import MIGRATIONS
 
-POSTGRES_URL = os.environ.get("THREADSTORE_TEST_POSTGRES_URL")
-
-pytestmark = [
-    pytest.mark.postgres,
-    pytest.mark.skipif(
-        not POSTGRES_URL,
-        reason="THREADSTORE_TEST_POSTGRES_URL is not set; these tests need a PostgreSQL server",
-    ),
-]
+pytestmark = pytest.mark.postgres
 
 OpenStore = Callable[..., Awaitable[PostgresStore]]
 
 
 @pytest.fixture
 async def pg_url() -> AsyncIterator[str]:
-    """The URL of a fresh, empty database, dropped after the test."""
-    assert POSTGRES_URL is not None
-    name = f"ts_{uuid.uuid4().hex[:16]}"
-    admin = await asyncpg.connect(POSTGRES_URL)
-    try:
-        # Identifiers cannot be bound as parameters; ``name`` is generated above.
-        await admin.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await admin.close()
-    try:
-        yield urlunsplit(urlsplit(POSTGRES_URL)._replace(path=f"/{name}"))
-    finally:
-        admin = await asyncpg.connect(POSTGRES_URL)
-        try:
-            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            await admin.close()
+    """The URL of an empty, migrated database for the test."""
+    async with clean_database(server_url()) as url:
+        yield url
+
+
+@pytest.fixture
+async def fresh_pg_url() -> AsyncIterator[str]:
+    """The URL of a new database without the schema, dropped after the test."""
+    async with fresh_database(server_url()) as url:
+        yield url
 
 
 @pytest.fixture
@@ -177,11 +162,11 @@ async def test_two_processes_creating_one_thread_at_once_get_one_chat(
     assert [str(c.chat_uuid) for c in await store.get_all_chats(user)] == list(created)
 
 
-async def test_setup_from_several_processes_at_once_migrates_once(pg_url: str) -> None:
-    versions = await in_processes(pg_url, 3, "setup", {})
+async def test_setup_from_several_processes_at_once_migrates_once(fresh_pg_url: str) -> None:
+    versions = await in_processes(fresh_pg_url, 3, "setup", {})
 
     assert versions == [len(MIGRATIONS)] * 3
-    conn = await asyncpg.connect(pg_url)
+    conn = await asyncpg.connect(fresh_pg_url)
     try:
         applied = await conn.fetch("SELECT version FROM threadstore_migrations ORDER BY version")
     finally:
@@ -192,30 +177,30 @@ async def test_setup_from_several_processes_at_once_migrates_once(pg_url: str) -
 # --- schema ------------------------------------------------------------------------------------
 
 
-async def test_a_schema_newer_than_the_code_is_refused(pg_url: str, open_pg: OpenStore) -> None:
-    store = await open_pg()
-    conn = await asyncpg.connect(pg_url)
-    try:
-        await conn.execute(
-            "INSERT INTO threadstore_migrations (version, applied_at) VALUES ($1, now())",
-            len(MIGRATIONS) + 1,
-        )
-    finally:
-        await conn.close()
+async def test_a_schema_newer_than_the_code_is_refused(fresh_pg_url: str) -> None:
+    async with await threadstore.open_store(fresh_pg_url) as store:
+        conn = await asyncpg.connect(fresh_pg_url)
+        try:
+            await conn.execute(
+                "INSERT INTO threadstore_migrations (version, applied_at) VALUES ($1, now())",
+                len(MIGRATIONS) + 1,
+            )
+        finally:
+            await conn.close()
 
-    with pytest.raises(MigrationError, match="newer"):
+        with pytest.raises(MigrationError, match="newer"):
+            await store.setup()
+
+
+async def test_a_database_without_the_schema_asks_for_migration(fresh_pg_url: str) -> None:
+    async with await threadstore.open_store(fresh_pg_url, setup=False) as store:
+        assert isinstance(store, PostgresStore)
+        assert await store.schema_version() == 0
+        with pytest.raises(MigrationError, match="setup"):
+            await store.get_chat(uuid.uuid4())
         await store.setup()
-
-
-async def test_a_database_without_the_schema_asks_for_migration(open_pg: OpenStore) -> None:
-    store = await open_pg(setup=False)
-
-    assert await store.schema_version() == 0
-    with pytest.raises(MigrationError, match="setup"):
-        await store.get_chat(uuid.uuid4())
-    await store.setup()
-    assert await store.schema_version() == len(MIGRATIONS)
-    assert await store.get_chat(uuid.uuid4()) is None
+        assert await store.schema_version() == len(MIGRATIONS)
+        assert await store.get_chat(uuid.uuid4()) is None
 
 
 # --- pools and transactions --------------------------------------------------------------------

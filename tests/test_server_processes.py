@@ -7,6 +7,7 @@ the other, and no user reaches another user's run through either of them.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import signal
 import sys
@@ -17,17 +18,37 @@ from typing import Any
 
 import httpx
 import pytest
+import pytest_asyncio
 from ag_ui_validate.pytest_plugin import assert_valid_agui
 
-from conftest import POSTGRES_URL_ENV, _postgres_database
+from postgres_support import clean_database, server_url
 from server_support import Frame, collect_sse, read_sse, run_input
 from test_crash_recovery import WAIT_LIMIT
 
 SERVER = Path(__file__).with_name("server_process.py")
-ALICE = {"Authorization": "Bearer token-alice"}
-BOB = {"Authorization": "Bearer token-bob"}
 
-pytestmark = pytest.mark.postgres
+# The tests share two server processes (starting them is most of the module's time);
+# each test has users of its own, so what one test leaves behind is no other's business.
+pytestmark = [pytest.mark.postgres, pytest.mark.asyncio(loop_scope="module")]
+
+_users = itertools.count()
+
+
+@dataclass
+class People:
+    """Two users' auth headers, new for each test."""
+
+    alice: dict[str, str]
+    bob: dict[str, str]
+
+
+@pytest.fixture
+def people() -> People:
+    n = next(_users)
+    return People(
+        alice={"Authorization": f"Bearer token-alice-{n}"},
+        bob={"Authorization": f"Bearer token-bob-{n}"},
+    )
 
 
 @dataclass
@@ -75,13 +96,11 @@ async def stop_replica(replica: Replica) -> None:
     await process.stdout.read()
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def replicas() -> AsyncIterator[tuple[Replica, Replica]]:
-    """Two server processes on one fresh database (migrated by the first)."""
-    server_url = os.environ.get(POSTGRES_URL_ENV)
-    if not server_url:
-        pytest.skip(f"{POSTGRES_URL_ENV} is not set")
-    async with _postgres_database(server_url) as url:
+    """Two server processes on one empty database, shared by the module's tests."""
+    server = server_url()
+    async with clean_database(server) as url:
         first = await start_replica(url)
         try:
             second = await start_replica(url)
@@ -129,13 +148,15 @@ async def messages_of(
 
 async def test_a_run_started_on_one_process_is_resumed_through_the_other(
     replicas: tuple[Replica, Replica],
+    people: People,
 ) -> None:
     a, b = replicas
+    alice = people.alice
     body = run_input("hello")
     async with httpx.AsyncClient(timeout=WAIT_LIMIT) as client:
-        before = await start_run(client, a, body, ALICE)
+        before = await start_run(client, a, body, alice)
         events = f"{b.url}{run_path(body)}/events"
-        headers = {**ALICE, "Last-Event-ID": str(before[-1].id)}
+        headers = {**alice, "Last-Event-ID": str(before[-1].id)}
         async with client.stream("GET", events, headers=headers) as resumed:
             assert resumed.status_code == 200
             await open_gate(client, a, body["runId"])
@@ -143,9 +164,9 @@ async def test_a_run_started_on_one_process_is_resumed_through_the_other(
         replays = {}
         for replica in (a, b):
             url = f"{replica.url}{run_path(body)}/events"
-            async with client.stream("GET", url, params={"after": 0}, headers=ALICE) as replay:
+            async with client.stream("GET", url, params={"after": 0}, headers=alice) as replay:
                 replays[replica.url] = await collect_sse(replay)
-        late = await client.get(events, headers={**ALICE, "Last-Event-ID": str(after[-1].id)})
+        late = await client.get(events, headers={**alice, "Last-Event-ID": str(after[-1].id)})
 
     everything = replays[a.url]
     assert [f.id for f in before + after] == list(range(1, len(everything) + 1))
@@ -159,17 +180,19 @@ async def test_a_run_started_on_one_process_is_resumed_through_the_other(
 
 async def test_a_run_started_on_one_process_is_cancelled_through_the_other(
     replicas: tuple[Replica, Replica],
+    people: People,
 ) -> None:
     a, b = replicas
+    alice = people.alice
     body = run_input("hello")
     async with httpx.AsyncClient(timeout=WAIT_LIMIT) as client:
-        await start_run(client, a, body, ALICE)
+        await start_run(client, a, body, alice)
         follow = f"{a.url}{run_path(body)}/events"
-        async with client.stream("GET", follow, params={"after": 0}, headers=ALICE) as stream:
-            cancel = await client.post(f"{b.url}{run_path(body)}/cancel", headers=ALICE)
+        async with client.stream("GET", follow, params={"after": 0}, headers=alice) as stream:
+            cancel = await client.post(f"{b.url}{run_path(body)}/cancel", headers=alice)
             frames = await collect_sse(stream)
-        again = await client.post(f"{b.url}{run_path(body)}/cancel", headers=ALICE)
-        messages = await messages_of(client, b, ALICE)
+        again = await client.post(f"{b.url}{run_path(body)}/cancel", headers=alice)
+        messages = await messages_of(client, b, alice)
 
     assert cancel.status_code == 200
     assert cancel.json() == {
@@ -197,23 +220,24 @@ async def test_a_run_started_on_one_process_is_cancelled_through_the_other(
     ],
 )
 async def test_connect_and_a_resume_with_snapshots_through_the_other_process_show_the_live_run(
-    replicas: tuple[Replica, Replica], route: str
+    replicas: tuple[Replica, Replica], route: str, people: People
 ) -> None:
     a, b = replicas
+    alice = people.alice
     first = run_input("first question")
     async with httpx.AsyncClient(timeout=WAIT_LIMIT) as client:
-        await start_run(client, a, first, ALICE)
+        await start_run(client, a, first, alice)
         await open_gate(client, a, first["runId"])
         url = f"{a.url}{run_path(first)}/events"
-        async with client.stream("GET", url, params={"after": 0}, headers=ALICE) as done:
+        async with client.stream("GET", url, params={"after": 0}, headers=alice) as done:
             await collect_sse(done)  # the first run has ended
         second = run_input(
             "second question", thread_id=first["threadId"], history=first["messages"]
         )
-        await start_run(client, a, second, ALICE)
+        await start_run(client, a, second, alice)
         connect = f"{b.url}/agui/threads/{first['threadId']}/{route.format(run=second['runId'])}"
         frames: list[Frame] = []
-        async with client.stream("GET", connect, headers=ALICE) as connected:
+        async with client.stream("GET", connect, headers=alice) as connected:
             assert connected.status_code == 200
             async for frame in read_sse(connected):
                 if frame.data is None:
@@ -248,13 +272,15 @@ async def test_connect_and_a_resume_with_snapshots_through_the_other_process_sho
 
 async def test_no_process_lets_a_user_reach_another_users_run(
     replicas: tuple[Replica, Replica],
+    people: People,
 ) -> None:
     a, b = replicas
+    alice, bob = people.alice, people.bob
     alice_body = run_input("alice's secret question", thread_id="shared-thread", run_id="r1")
     bob_body = run_input("bob's question", thread_id="shared-thread", run_id="r1")
     path = run_path(alice_body)
     async with httpx.AsyncClient(timeout=WAIT_LIMIT) as client:
-        await start_run(client, a, alice_body, ALICE)
+        await start_run(client, a, alice_body, alice)
         answers: list[int] = []
         leaked: list[str] = []
         for replica in (a, b):
@@ -263,23 +289,23 @@ async def test_no_process_lets_a_user_reach_another_users_run(
                 ("POST", f"{path}/cancel"),
                 ("GET", "/agui/threads/shared-thread/connect"),
             ):
-                response = await client.request(method, f"{replica.url}{route}", headers=BOB)
+                response = await client.request(method, f"{replica.url}{route}", headers=bob)
                 answers.append(response.status_code)
                 if "secret" in response.text or "first half" in response.text:
                     leaked.append(f"{replica.url} {method} {route}")
         # Bob's own run with the very same ids, through the other process, is his alone.
-        bob_frames = await start_run(client, b, bob_body, BOB)
+        bob_frames = await start_run(client, b, bob_body, bob)
         await open_gate(client, b, "r1")
         url = f"{b.url}{path}/events"
-        async with client.stream("GET", url, params={"after": 0}, headers=BOB) as response:
+        async with client.stream("GET", url, params={"after": 0}, headers=bob) as response:
             bob_frames = await collect_sse(response)  # bob's run has ended
         connected: list[list[Frame]] = []
         for replica in (a, b):
             url = f"{replica.url}/agui/threads/shared-thread/connect"
-            async with client.stream("GET", url, headers=BOB) as response:
+            async with client.stream("GET", url, headers=bob) as response:
                 connected.append(await collect_sse(response))
         resumed: dict[str, list[Frame]] = {}
-        for who, replica, headers in (("bob", a, BOB), ("alice", b, ALICE)):
+        for who, replica, headers in (("bob", a, bob), ("alice", b, alice)):
             url = f"{replica.url}{path}/events"
             after = {"Last-Event-ID": "5"}
             async with client.stream("GET", url, headers={**headers, **after}) as response:
@@ -287,8 +313,8 @@ async def test_no_process_lets_a_user_reach_another_users_run(
                 if who == "alice":
                     await open_gate(client, a, "r1")
                 resumed[who] = await collect_sse(response)
-        bob_messages = await messages_of(client, a, BOB)
-        alice_messages = await messages_of(client, b, ALICE)
+        bob_messages = await messages_of(client, a, bob)
+        alice_messages = await messages_of(client, b, alice)
 
     assert leaked == []
     assert answers == [404] * 6
@@ -315,12 +341,14 @@ async def test_no_process_lets_a_user_reach_another_users_run(
 
 async def test_starting_a_run_live_on_the_other_process_is_a_conflict(
     replicas: tuple[Replica, Replica],
+    people: People,
 ) -> None:
     a, b = replicas
+    alice = people.alice
     body = run_input("hello")
     async with httpx.AsyncClient(timeout=WAIT_LIMIT) as client:
-        await start_run(client, a, body, ALICE)
-        again = await client.post(f"{b.url}/agui", json=body, headers=ALICE)
+        await start_run(client, a, body, alice)
+        again = await client.post(f"{b.url}/agui", json=body, headers=alice)
         await open_gate(client, a, body["runId"])
 
     assert again.status_code == 409
@@ -329,17 +357,19 @@ async def test_starting_a_run_live_on_the_other_process_is_a_conflict(
 
 async def test_deleting_a_chat_through_the_other_process_stops_its_live_run_first(
     replicas: tuple[Replica, Replica],
+    people: People,
 ) -> None:
     a, b = replicas
+    alice = people.alice
     body = run_input("hello")
     async with httpx.AsyncClient(timeout=WAIT_LIMIT) as client:
-        await start_run(client, a, body, ALICE)
-        chat = (await client.get(f"{b.url}/api/chats", headers=ALICE)).json()["items"][0]
+        await start_run(client, a, body, alice)
+        chat = (await client.get(f"{b.url}/api/chats", headers=alice)).json()["items"][0]
         follow = f"{a.url}{run_path(body)}/events"
-        async with client.stream("GET", follow, params={"after": 0}, headers=ALICE) as stream:
-            deleted = await client.delete(f"{b.url}/api/chats/{chat['chat_uuid']}", headers=ALICE)
+        async with client.stream("GET", follow, params={"after": 0}, headers=alice) as stream:
+            deleted = await client.delete(f"{b.url}/api/chats/{chat['chat_uuid']}", headers=alice)
             frames = await collect_sse(stream)
-        remaining = (await client.get(f"{a.url}/api/chats", headers=ALICE)).json()["items"]
+        remaining = (await client.get(f"{a.url}/api/chats", headers=alice)).json()["items"]
 
     assert deleted.status_code == 204
     assert frames[-1].data is not None and frames[-1].data["code"] == "CANCELLED"

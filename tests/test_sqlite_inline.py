@@ -27,6 +27,10 @@ from threadstore.store.sqlite import (
 )
 
 
+class RolledBack(Exception):
+    """Raised inside a transaction to roll it back."""
+
+
 def stored_contents(path: Path, chat_uuid: UUID) -> list[str]:
     """The chat's message contents, read on a connection of the test's own."""
     with sqlite3.connect(path) as conn:
@@ -92,8 +96,12 @@ async def test_a_write_larger_than_the_inline_bound_goes_to_the_thread(tmp_path:
 
 async def test_a_write_meeting_another_process_lock_waits_for_it(tmp_path: Path) -> None:
     path = tmp_path / "busy.db"
+    loop = asyncio.get_running_loop()
+    running = asyncio.Event()
     async with sqlite_store(path) as store:
         chat_uuid = await new_chat(store)
+        # Called on the thread that runs a statement, as the statement starts.
+        await store.connection.set_trace_callback(lambda _: loop.call_soon_threadsafe(running.set))
         other = sqlite3.connect(path, isolation_level=None)
         try:
             other.execute("BEGIN IMMEDIATE")  # holds the file's write lock
@@ -101,14 +109,12 @@ async def test_a_write_meeting_another_process_lock_waits_for_it(tmp_path: Path)
                 write = asyncio.ensure_future(
                     store.create_message(MessageCreate(chat_uuid=chat_uuid, content="after"))
                 )
-                await asyncio.sleep(0.2)
-                waited = not write.done()
+                await running.wait()  # the write runs into the lock
                 other.execute("COMMIT")
-                await write
+                await write  # neither failed with "database is locked" nor returned early
         finally:
             other.close()
 
-    assert waited  # neither failed with "database is locked" nor returned early
     assert hops == [1]  # it went to the thread, whose busy_timeout waits
     assert stored_contents(path, chat_uuid) == ["after"]
 
@@ -125,22 +131,26 @@ async def test_another_task_transaction_keeps_its_place(tmp_path: Path) -> None:
                 await store.create_message(MessageCreate(chat_uuid=chat_uuid, content="first"))
                 inside.set()
                 await release.wait()
+                raise RolledBack
 
         holder = asyncio.ensure_future(transaction())
         await inside.wait()
         later = asyncio.ensure_future(
             store.create_message(MessageCreate(chat_uuid=chat_uuid, content="second"))
         )
-        await asyncio.sleep(0.05)
-        queued = not later.done()
+        # "second" runs until it waits: for the transaction, or (wrongly) inside it, on the
+        # connection or in the thread's queue ahead of the rollback.
+        await asyncio.sleep(0)
         release.set()
         await asyncio.sleep(0)  # the transaction ends; "second" is due but has not run yet
         last = await store.create_message(MessageCreate(chat_uuid=chat_uuid, content="third"))
-        await asyncio.gather(holder, later)
+        with pytest.raises(RolledBack):
+            await holder
+        await later
 
-    assert queued  # it did not slip past the open transaction on the other connection
-    assert stored_contents(path, chat_uuid) == ["first", "second", "third"]
-    assert last.parent_uuid == later.result().message_uuid  # nor did "third" past "second"
+    # "second" did not slip into the rolled-back transaction, nor "third" past "second".
+    assert stored_contents(path, chat_uuid) == ["second", "third"]
+    assert last.parent_uuid == later.result().message_uuid
 
 
 async def test_the_writer_lock_is_not_idle_while_a_released_waiter_has_yet_to_run() -> None:

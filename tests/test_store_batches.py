@@ -1,4 +1,4 @@
-"""Contract: ``Store.apply_writes`` applies a batch of writes in order, all or nothing."""
+"""Store.apply_writes (a backend batch seam): a batch of writes lands in order, all or nothing."""
 
 from __future__ import annotations
 

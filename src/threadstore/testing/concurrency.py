@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import uuid
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -13,7 +12,6 @@ import pytest
 from threadstore import (
     Chat,
     ChatCreate,
-    Message,
     MessageCreate,
     MessageReasoningCreate,
     MessageReasoningUpdate,
@@ -25,10 +23,7 @@ from threadstore import (
     RunStatus,
     Store,
 )
-
-MakeChat = Callable[..., Awaitable[Chat]]
-AddMessage = Callable[..., Awaitable[Message]]
-OpenStore = Callable[..., Awaitable[Store]]
+from threadstore.testing._suite import AddMessage, MakeChat, Repository, stored_chat
 
 
 class Boom(Exception):
@@ -48,25 +43,25 @@ async def snapshot(store: Store) -> dict[str, Any]:
 # --- concurrent callers ------------------------------------------------------------------------
 
 
-async def test_concurrent_creates_of_one_thread_make_one_chat(store: Store) -> None:
+async def test_concurrent_creates_of_one_thread_make_one_chat(repo: Repository) -> None:
     user = uuid.uuid4()
 
     chats = await asyncio.gather(
-        *(store.create_chat(ChatCreate(user_uuid=user, thread_id="same")) for _ in range(20))
+        *(repo.create_chat(ChatCreate(user_uuid=user, thread_id="same")) for _ in range(20))
     )
 
     assert len({c.chat_uuid for c in chats}) == 1
-    assert [c.chat_uuid for c in await store.get_all_chats(user)] == [chats[0].chat_uuid]
+    assert [c.chat_uuid for c in await repo.get_all_chats(user)] == [chats[0].chat_uuid]
 
 
 async def test_concurrent_creates_of_one_thread_id_for_two_users_make_two_chats(
-    store: Store,
+    repo: Repository,
 ) -> None:
     alice, bob = uuid.uuid4(), uuid.uuid4()
 
     chats = await asyncio.gather(
         *(
-            store.create_chat(ChatCreate(user_uuid=user, thread_id="same"))
+            repo.create_chat(ChatCreate(user_uuid=user, thread_id="same"))
             for _ in range(10)
             for user in (alice, bob)
         )
@@ -77,30 +72,30 @@ async def test_concurrent_creates_of_one_thread_id_for_two_users_make_two_chats(
     assert {user for user, _ in by_user} == {alice, bob}
 
 
-async def test_concurrent_creates_of_different_threads_lose_nothing(store: Store) -> None:
+async def test_concurrent_creates_of_different_threads_lose_nothing(repo: Repository) -> None:
     user = uuid.uuid4()
 
     chats = await asyncio.gather(
-        *(store.create_chat(ChatCreate(user_uuid=user, thread_id=f"t{i}")) for i in range(20))
+        *(repo.create_chat(ChatCreate(user_uuid=user, thread_id=f"t{i}")) for i in range(20))
     )
 
     assert len({c.chat_uuid for c in chats}) == 20
-    assert {c.thread_id for c in await store.get_all_chats(user)} == {f"t{i}" for i in range(20)}
+    assert {c.thread_id for c in await repo.get_all_chats(user)} == {f"t{i}" for i in range(20)}
 
 
 async def test_concurrent_appends_form_one_unbroken_branch(
-    store: Store, make_chat: MakeChat
+    repo: Repository, make_chat: MakeChat
 ) -> None:
     chat = await make_chat()
 
     created = await asyncio.gather(
         *(
-            store.create_message(MessageCreate(chat_uuid=chat.chat_uuid, content=str(i)))
+            repo.create_message(MessageCreate(chat_uuid=chat.chat_uuid, content=str(i)))
             for i in range(20)
         )
     )
 
-    history = await store.get_chat_messages(chat.chat_uuid)
+    history = await repo.get_chat_messages(chat.chat_uuid)
     assert {m.message_uuid for m in history} == {m.message_uuid for m in created}
     assert history[0].parent_uuid is None
     for parent, child in itertools.pairwise(history):
@@ -109,13 +104,13 @@ async def test_concurrent_appends_form_one_unbroken_branch(
 
 
 async def test_concurrent_tool_calls_on_one_message_are_all_kept(
-    store: Store, make_chat: MakeChat, add_message: AddMessage
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
 ) -> None:
     message = await add_message(await make_chat(), "")
 
     await asyncio.gather(
         *(
-            store.create_message_tool_call(
+            repo.create_message_tool_call(
                 MessageToolCallCreate(
                     message_uuid=message.message_uuid, tool_call_id=f"c{i}", name="f"
                 )
@@ -124,50 +119,29 @@ async def test_concurrent_tool_calls_on_one_message_are_all_kept(
         )
     )
 
-    stored = await store.get_message(message.message_uuid)
+    stored = await repo.get_message(message.message_uuid)
     assert stored is not None
     assert {tc.tool_call_id for tc in stored.tool_calls} == {f"c{i}" for i in range(20)}
-
-
-async def test_two_stores_on_one_database_create_a_thread_once(
-    store_url: str, open_test_store: OpenStore
-) -> None:
-    if store_url.startswith("memory"):
-        pytest.skip("memory stores do not share data between instances")
-    first, second = await open_test_store(), await open_test_store()
-    user = uuid.uuid4()
-
-    chats = await asyncio.gather(
-        *(
-            each.create_chat(ChatCreate(user_uuid=user, thread_id="same"))
-            for _ in range(10)
-            for each in (first, second)
-        )
-    )
-
-    assert len({c.chat_uuid for c in chats}) == 1
-    message = await first.create_message(MessageCreate(chat_uuid=chats[0].chat_uuid, content="x"))
-    assert await second.get_message(message.message_uuid) == message
 
 
 # --- transactions ------------------------------------------------------------------------------
 
 
-async def test_writes_inside_a_transaction_commit_together(store: Store) -> None:
+async def test_writes_inside_a_transaction_commit_together(repo: Repository) -> None:
     user = uuid.uuid4()
 
-    async with store.transaction():
-        chat = await store.create_chat(ChatCreate(user_uuid=user, thread_id="t"))
-        assert await store.get_chat(chat.chat_uuid) == chat
-        message = await store.create_message(MessageCreate(chat_uuid=chat.chat_uuid, content="a"))
-        call = await store.create_message_tool_call(
+    async with repo.transaction():
+        chat = await repo.create_chat(ChatCreate(user_uuid=user, thread_id="t"))
+        assert await stored_chat(repo, chat) == chat
+        message = await repo.create_message(MessageCreate(chat_uuid=chat.chat_uuid, content="a"))
+        call = await repo.create_message_tool_call(
             MessageToolCallCreate(message_uuid=message.message_uuid, tool_call_id="c", name="f")
         )
-        assert await store.get_tool_call_by_agui_id(message.message_uuid, "c") == call
+        assert await repo.get_tool_call_by_agui_id(message.message_uuid, "c") == call
 
-    stored = await store.get_message(message.message_uuid)
+    stored = await repo.get_message(message.message_uuid)
     assert stored is not None and stored.tool_calls == [call]
-    assert [c.chat_uuid for c in await store.get_all_chats(user)] == [chat.chat_uuid]
+    assert [c.chat_uuid for c in await repo.get_all_chats(user)] == [chat.chat_uuid]
 
 
 async def test_an_exception_inside_a_transaction_rolls_back_every_write(
@@ -239,32 +213,32 @@ async def test_rolled_back_updates_of_existing_records_and_runs_leave_them_as_th
     assert await snapshot(store) == before
 
 
-async def test_a_nested_transaction_joins_the_outer_one(store: Store) -> None:
+async def test_a_nested_transaction_joins_the_outer_one(repo: Repository) -> None:
     user = uuid.uuid4()
 
     with pytest.raises(Boom):
-        async with store.transaction():
-            async with store.transaction():
-                inner = await store.create_chat(ChatCreate(user_uuid=user, thread_id="inner"))
-            await store.create_chat(ChatCreate(user_uuid=user, thread_id="outer"))
+        async with repo.transaction():
+            async with repo.transaction():
+                inner = await repo.create_chat(ChatCreate(user_uuid=user, thread_id="inner"))
+            await repo.create_chat(ChatCreate(user_uuid=user, thread_id="outer"))
             raise Boom
 
-    assert await store.get_chat(inner.chat_uuid) is None
-    assert list(await store.get_all_chats(user)) == []
+    assert await stored_chat(repo, inner) is None
+    assert list(await repo.get_all_chats(user)) == []
 
-    async with store.transaction():
-        async with store.transaction():
-            committed = await store.create_chat(ChatCreate(user_uuid=user, thread_id="inner"))
-    assert await store.get_chat(committed.chat_uuid) == committed
+    async with repo.transaction():
+        async with repo.transaction():
+            committed = await repo.create_chat(ChatCreate(user_uuid=user, thread_id="inner"))
+    assert await stored_chat(repo, committed) == committed
 
 
-async def test_a_cancelled_transaction_rolls_back_and_releases_the_store(store: Store) -> None:
+async def test_a_cancelled_transaction_rolls_back_and_releases_the_store(repo: Repository) -> None:
     user = uuid.uuid4()
     entered = asyncio.Event()
 
     async def interrupted() -> None:
-        async with store.transaction():
-            await store.create_chat(ChatCreate(user_uuid=user, thread_id="cancelled"))
+        async with repo.transaction():
+            await repo.create_chat(ChatCreate(user_uuid=user, thread_id="cancelled"))
             entered.set()
             await asyncio.Event().wait()
 
@@ -274,59 +248,59 @@ async def test_a_cancelled_transaction_rolls_back_and_releases_the_store(store: 
     with pytest.raises(asyncio.CancelledError):
         await task
 
-    assert await store.get_chat_by_thread_id(user, "cancelled") is None
-    after = await store.create_chat(ChatCreate(user_uuid=user, thread_id="after"))
-    assert [c.chat_uuid for c in await store.get_all_chats(user)] == [after.chat_uuid]
+    assert await repo.get_chat_by_thread_id(user, "cancelled") is None
+    after = await repo.create_chat(ChatCreate(user_uuid=user, thread_id="after"))
+    assert [c.chat_uuid for c in await repo.get_all_chats(user)] == [after.chat_uuid]
 
 
 async def test_a_concurrent_write_is_not_rolled_back_with_another_tasks_transaction(
-    store: Store,
+    repo: Repository,
 ) -> None:
     user = uuid.uuid4()
     entered, writer_started = asyncio.Event(), asyncio.Event()
 
     async def rolled_back() -> None:
-        async with store.transaction():
-            inside = await store.create_chat(ChatCreate(user_uuid=user, thread_id="inside"))
+        async with repo.transaction():
+            inside = await repo.create_chat(ChatCreate(user_uuid=user, thread_id="inside"))
             entered.set()
             await writer_started.wait()
             # More round trips inside the transaction: a writer that did not wait for
             # the transaction would get its statements in between these.
             for _ in range(5):
-                await store.get_chat(inside.chat_uuid)
+                await stored_chat(repo, inside)
             raise Boom
 
     transaction = asyncio.create_task(rolled_back())
     await entered.wait()
-    writer = asyncio.create_task(store.create_chat(ChatCreate(user_uuid=user, thread_id="outside")))
+    writer = asyncio.create_task(repo.create_chat(ChatCreate(user_uuid=user, thread_id="outside")))
     await asyncio.sleep(0)
     writer_started.set()
     with pytest.raises(Boom):
         await transaction
     outside = await writer
 
-    assert await store.get_chat(outside.chat_uuid) == outside
-    assert await store.get_chat_by_thread_id(user, "inside") is None
-    assert [c.thread_id for c in await store.get_all_chats(user)] == ["outside"]
+    assert await stored_chat(repo, outside) == outside
+    assert await repo.get_chat_by_thread_id(user, "inside") is None
+    assert [c.thread_id for c in await repo.get_all_chats(user)] == ["outside"]
 
 
-async def test_a_concurrent_reader_never_sees_uncommitted_writes(store: Store) -> None:
+async def test_a_concurrent_reader_never_sees_uncommitted_writes(repo: Repository) -> None:
     user = uuid.uuid4()
     entered, release = asyncio.Event(), asyncio.Event()
     created: list[Chat] = []
 
     async def rolled_back() -> None:
-        async with store.transaction():
-            created.append(await store.create_chat(ChatCreate(user_uuid=user, thread_id="t")))
+        async with repo.transaction():
+            created.append(await repo.create_chat(ChatCreate(user_uuid=user, thread_id="t")))
             entered.set()
             await release.wait()
             raise Boom
 
     transaction = asyncio.create_task(rolled_back())
     await entered.wait()
-    by_uuid = asyncio.create_task(store.get_chat(created[0].chat_uuid))
-    by_thread = asyncio.create_task(store.get_chat_by_thread_id(user, "t"))
-    listing = asyncio.create_task(store.get_all_chats(user))
+    by_uuid = asyncio.create_task(stored_chat(repo, created[0]))
+    by_thread = asyncio.create_task(repo.get_chat_by_thread_id(user, "t"))
+    listing = asyncio.create_task(repo.get_all_chats(user))
     await asyncio.sleep(0)
     release.set()
     with pytest.raises(Boom):

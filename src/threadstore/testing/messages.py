@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 import pytest
 
 from threadstore import (
-    Chat,
     ChatCreate,
     ConflictError,
     InvalidInputError,
@@ -31,10 +29,7 @@ from threadstore import (
 )
 from threadstore.models import FORMAT_VERSION
 from threadstore.store.base import MAX_PAGE_SIZE
-
-MakeChat = Callable[..., Awaitable[Chat]]
-AddMessage = Callable[..., Awaitable[Message]]
-OpenStore = Callable[..., Awaitable[Store]]
+from threadstore.testing._suite import AddMessage, MakeChat, OpenStore, Repository, stored_chat
 
 NOT_UTF8 = b"\xff\xfe\x00\x80binary\xc3"
 
@@ -47,12 +42,14 @@ def contents(messages: object) -> list[str]:
 # --- create and read -------------------------------------------------------------------------
 
 
-async def test_create_message_returns_every_given_field(store: Store, make_chat: MakeChat) -> None:
+async def test_create_message_returns_every_given_field(
+    repo: Repository, make_chat: MakeChat
+) -> None:
     chat = await make_chat()
     message_uuid = uuid.uuid4()
     at = datetime(2024, 5, 1, 12, 30, 15, 123456, tzinfo=UTC)
 
-    message = await store.create_message(
+    message = await repo.create_message(
         MessageCreate(
             chat_uuid=chat.chat_uuid,
             message_uuid=message_uuid,
@@ -86,13 +83,13 @@ async def test_create_message_returns_every_given_field(store: Store, make_chat:
     assert message.created_at == at
     assert message.format_version == FORMAT_VERSION
     assert message.tool_calls == [] and message.reasonings == []
-    assert await store.get_message(message_uuid) == message
+    assert await repo.get_message(message_uuid) == message
 
 
-async def test_create_message_defaults(store: Store, make_chat: MakeChat) -> None:
+async def test_create_message_defaults(repo: Repository, make_chat: MakeChat) -> None:
     chat = await make_chat()
 
-    message = await store.create_message(MessageCreate(chat_uuid=chat.chat_uuid))
+    message = await repo.create_message(MessageCreate(chat_uuid=chat.chat_uuid))
 
     assert message.role == Role.ASSISTANT
     assert message.content == ""
@@ -104,49 +101,49 @@ async def test_create_message_defaults(store: Store, make_chat: MakeChat) -> Non
     assert message.created_at.tzinfo is not None
 
 
-async def test_create_message_without_chat_uuid_raises_value_error(store: Store) -> None:
+async def test_create_message_without_chat_uuid_raises_value_error(repo: Repository) -> None:
     with pytest.raises(ValueError, match="chat_uuid"):
-        await store.create_message(MessageCreate(content="orphan"))
+        await repo.create_message(MessageCreate(content="orphan"))
 
 
-async def test_create_message_for_an_unknown_chat_raises_value_error(store: Store) -> None:
+async def test_create_message_for_an_unknown_chat_raises_value_error(repo: Repository) -> None:
     unknown = uuid.uuid4()
     with pytest.raises(ValueError):
-        await store.create_message(MessageCreate(chat_uuid=unknown, content="orphan"))
-    assert list(await store.get_chat_messages(unknown)) == []
+        await repo.create_message(MessageCreate(chat_uuid=unknown, content="orphan"))
+    assert list(await repo.get_chat_messages(unknown)) == []
 
 
 async def test_a_tool_call_or_reasoning_step_with_an_existing_uuid_is_rejected(
-    store: Store, make_chat: MakeChat, add_message: AddMessage
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
 ) -> None:
     chat = await make_chat()
     message = await add_message(chat, "answer")
-    call = await store.create_message_tool_call(
+    call = await repo.create_message_tool_call(
         MessageToolCallCreate(message_uuid=message.message_uuid, tool_call_id="c1", name="f")
     )
-    step = await store.create_message_reasoning(
+    step = await repo.create_message_reasoning(
         MessageReasoningCreate(message_uuid=message.message_uuid, content="thinking")
     )
 
     with pytest.raises(ConflictError):
-        await store.create_message_tool_call(
+        await repo.create_message_tool_call(
             MessageToolCallCreate(
                 message_uuid=message.message_uuid, uuid=call.uuid, tool_call_id="c2", name="g"
             )
         )
     with pytest.raises(ConflictError):
-        await store.create_message_reasoning(
+        await repo.create_message_reasoning(
             MessageReasoningCreate(message_uuid=message.message_uuid, uuid=step.uuid)
         )
 
-    stored = await store.get_message(message.message_uuid)
+    stored = await repo.get_message(message.message_uuid)
     assert stored is not None
     assert [(c.tool_call_id, c.seq) for c in stored.tool_calls] == [("c1", 1)]
     assert [(r.content, r.seq) for r in stored.reasonings] == [("thinking", 2)]
 
 
 async def test_create_message_with_an_existing_uuid_is_rejected(
-    store: Store, make_chat: MakeChat, add_message: AddMessage
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
 ) -> None:
     chat = await make_chat()
     original = await add_message(chat, "original")
@@ -154,12 +151,12 @@ async def test_create_message_with_an_existing_uuid_is_rejected(
     with pytest.raises(ConflictError):
         await add_message(chat, "impostor", message_uuid=original.message_uuid)
 
-    assert await store.get_message(original.message_uuid) == original
-    assert contents(await store.get_chat_messages(chat.chat_uuid)) == ["original"]
+    assert await repo.get_message(original.message_uuid) == original
+    assert contents(await repo.get_chat_messages(chat.chat_uuid)) == ["original"]
 
 
 async def test_message_seq_grows_in_creation_order(
-    store: Store, make_chat: MakeChat, add_message: AddMessage
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
 ) -> None:
     chat = await make_chat()
     seqs = [(await add_message(chat, str(i))).seq for i in range(5)]
@@ -168,18 +165,18 @@ async def test_message_seq_grows_in_creation_order(
 
 
 @pytest.mark.parametrize("role", list(Role))
-async def test_every_role_round_trips(store: Store, make_chat: MakeChat, role: Role) -> None:
+async def test_every_role_round_trips(repo: Repository, make_chat: MakeChat, role: Role) -> None:
     chat = await make_chat()
-    message = await store.create_message(MessageCreate(chat_uuid=chat.chat_uuid, role=role))
-    stored = await store.get_message(message.message_uuid)
+    message = await repo.create_message(MessageCreate(chat_uuid=chat.chat_uuid, role=role))
+    stored = await repo.get_message(message.message_uuid)
     assert stored is not None and stored.role == role
 
 
-async def test_activity_message_round_trips(store: Store, make_chat: MakeChat) -> None:
+async def test_activity_message_round_trips(repo: Repository, make_chat: MakeChat) -> None:
     chat = await make_chat()
     activity = {"steps": [{"title": "search", "done": True}], "progress": 0.5}
 
-    message = await store.create_message(
+    message = await repo.create_message(
         MessageCreate(
             chat_uuid=chat.chat_uuid,
             role=Role.ACTIVITY,
@@ -188,12 +185,14 @@ async def test_activity_message_round_trips(store: Store, make_chat: MakeChat) -
         )
     )
 
-    stored = await store.get_message(message.message_uuid)
+    stored = await repo.get_message(message.message_uuid)
     assert stored is not None
     assert (stored.activity_type, stored.activity_content) == ("PLAN", activity)
 
 
-async def test_content_parts_round_trip_with_binary_data(store: Store, make_chat: MakeChat) -> None:
+async def test_content_parts_round_trip_with_binary_data(
+    repo: Repository, make_chat: MakeChat
+) -> None:
     chat = await make_chat()
     parts: list[TextPart | MediaPart] = [
         TextPart(text="What is in this picture?"),
@@ -201,11 +200,11 @@ async def test_content_parts_round_trip_with_binary_data(store: Store, make_chat
         MediaPart(type="document", source="url", value="https://example.com/a.pdf"),
     ]
 
-    message = await store.create_message(
+    message = await repo.create_message(
         MessageCreate(chat_uuid=chat.chat_uuid, role=Role.USER, content_parts=parts)
     )
 
-    stored = await store.get_message(message.message_uuid)
+    stored = await repo.get_message(message.message_uuid)
     assert stored is not None
     assert stored.content_parts == parts
     image = stored.content_parts[1]
@@ -213,20 +212,20 @@ async def test_content_parts_round_trip_with_binary_data(store: Store, make_chat
 
 
 async def test_empty_strings_round_trip_as_empty_strings(
-    store: Store, make_chat: MakeChat, add_message: AddMessage
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
 ) -> None:
     chat = await make_chat()
     message = await add_message(chat, "", name="", step_name="")
-    tool_call = await store.create_message_tool_call(
+    tool_call = await repo.create_message_tool_call(
         MessageToolCallCreate(
             message_uuid=message.message_uuid, tool_call_id="tc", name="f", arguments="", content=""
         )
     )
-    reasoning = await store.create_message_reasoning(
+    reasoning = await repo.create_message_reasoning(
         MessageReasoningCreate(message_uuid=message.message_uuid, content="", encrypted_value="")
     )
 
-    stored = await store.get_message(message.message_uuid)
+    stored = await repo.get_message(message.message_uuid)
     assert stored is not None
     assert (stored.content, stored.name, stored.step_name) == ("", "", "")
     assert stored.tool_calls == [tool_call]
@@ -236,44 +235,44 @@ async def test_empty_strings_round_trip_as_empty_strings(
 
 
 async def test_get_message_of_unknown_uuid_returns_none(
-    store: Store, make_chat: MakeChat, add_message: AddMessage
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
 ) -> None:
     await add_message(await make_chat(), "x")
-    assert await store.get_message(uuid.uuid4()) is None
+    assert await repo.get_message(uuid.uuid4()) is None
 
 
 async def test_get_message_by_agui_id_is_scoped_to_its_chat(
-    store: Store, make_chat: MakeChat, add_message: AddMessage
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
 ) -> None:
     chat, other = await make_chat(), await make_chat()
     mine = await add_message(chat, "mine", agui_id="same-id")
     theirs = await add_message(other, "theirs", agui_id="same-id")
 
-    assert await store.get_message_by_agui_id(chat.chat_uuid, "same-id") == mine
-    assert await store.get_message_by_agui_id(other.chat_uuid, "same-id") == theirs
-    assert await store.get_message_by_agui_id(chat.chat_uuid, "unknown") is None
-    assert await store.get_message_by_agui_id(uuid.uuid4(), "same-id") is None
+    assert await repo.get_message_by_agui_id(chat.chat_uuid, "same-id") == mine
+    assert await repo.get_message_by_agui_id(other.chat_uuid, "same-id") == theirs
+    assert await repo.get_message_by_agui_id(chat.chat_uuid, "unknown") is None
+    assert await repo.get_message_by_agui_id(uuid.uuid4(), "same-id") is None
 
 
 async def test_every_record_is_readable_right_after_its_create(
-    store: Store, make_chat: MakeChat
+    repo: Repository, make_chat: MakeChat
 ) -> None:
     for i in range(5):
         chat = await make_chat()
-        assert await store.get_chat(chat.chat_uuid) == chat
-        message = await store.create_message(
+        assert await stored_chat(repo, chat) == chat
+        message = await repo.create_message(
             MessageCreate(chat_uuid=chat.chat_uuid, agui_id=f"m{i}")
         )
-        assert await store.get_message(message.message_uuid) == message
-        assert await store.get_message_by_agui_id(chat.chat_uuid, f"m{i}") == message
-        tool_call = await store.create_message_tool_call(
+        assert await repo.get_message(message.message_uuid) == message
+        assert await repo.get_message_by_agui_id(chat.chat_uuid, f"m{i}") == message
+        tool_call = await repo.create_message_tool_call(
             MessageToolCallCreate(message_uuid=message.message_uuid, tool_call_id=f"t{i}", name="f")
         )
-        assert await store.get_tool_call_by_agui_id(message.message_uuid, f"t{i}") == tool_call
-        reasoning = await store.create_message_reasoning(
+        assert await repo.get_tool_call_by_agui_id(message.message_uuid, f"t{i}") == tool_call
+        reasoning = await repo.create_message_reasoning(
             MessageReasoningCreate(message_uuid=message.message_uuid)
         )
-        stored = await store.get_message(message.message_uuid)
+        stored = await repo.get_message(message.message_uuid)
         assert stored is not None and stored.reasonings == [reasoning]
 
 
@@ -281,14 +280,14 @@ async def test_every_record_is_readable_right_after_its_create(
 
 
 async def test_update_message_applies_only_explicitly_set_non_none_fields(
-    store: Store, make_chat: MakeChat, add_message: AddMessage
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
 ) -> None:
     chat = await make_chat()
     message = await add_message(
         chat, "draft", name="bot", step_name="s1", metadata={"a": 1}, encrypted_value="e"
     )
 
-    updated = await store.update_message(
+    updated = await repo.update_message(
         message.message_uuid,
         MessageUpdate(content="final", name=None, status=MessageStatus.COMPLETE, in_progress=False),
     )
@@ -303,16 +302,16 @@ async def test_update_message_applies_only_explicitly_set_non_none_fields(
     assert updated.encrypted_value == "e"
     assert updated.message_uuid == message.message_uuid
     assert updated.seq == message.seq
-    assert await store.get_message(message.message_uuid) == updated
+    assert await repo.get_message(message.message_uuid) == updated
 
 
 async def test_update_message_can_set_every_patchable_field(
-    store: Store, make_chat: MakeChat, add_message: AddMessage
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
 ) -> None:
     message = await add_message(await make_chat(), "x")
     parts = [TextPart(text="t"), MediaPart(type="audio", data=NOT_UTF8)]
 
-    updated = await store.update_message(
+    updated = await repo.update_message(
         message.message_uuid,
         MessageUpdate(
             content="y",
@@ -327,7 +326,7 @@ async def test_update_message_can_set_every_patchable_field(
         ),
     )
 
-    stored = await store.get_message(message.message_uuid)
+    stored = await repo.get_message(message.message_uuid)
     assert stored == updated
     assert stored is not None
     assert stored.content == "y"
@@ -339,50 +338,50 @@ async def test_update_message_can_set_every_patchable_field(
 
 
 async def test_update_message_to_an_empty_string_clears_the_content(
-    store: Store, make_chat: MakeChat, add_message: AddMessage
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
 ) -> None:
     message = await add_message(await make_chat(), "something")
 
-    await store.update_message(message.message_uuid, MessageUpdate(content=""))
+    await repo.update_message(message.message_uuid, MessageUpdate(content=""))
 
-    stored = await store.get_message(message.message_uuid)
+    stored = await repo.get_message(message.message_uuid)
     assert stored is not None and stored.content == ""
 
 
 async def test_update_message_with_an_empty_patch_changes_nothing(
-    store: Store, make_chat: MakeChat, add_message: AddMessage
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
 ) -> None:
     message = await add_message(await make_chat(), "kept", metadata={"a": 1})
 
-    updated = await store.update_message(message.message_uuid, MessageUpdate())
+    updated = await repo.update_message(message.message_uuid, MessageUpdate())
 
     assert updated is not None
     assert (updated.content, updated.metadata) == ("kept", {"a": 1})
 
 
-async def test_update_message_of_unknown_uuid_returns_none(store: Store) -> None:
-    assert await store.update_message(uuid.uuid4(), MessageUpdate(content="x")) is None
+async def test_update_message_of_unknown_uuid_returns_none(repo: Repository) -> None:
+    assert await repo.update_message(uuid.uuid4(), MessageUpdate(content="x")) is None
 
 
 async def test_mutating_a_returned_message_does_not_change_the_stored_message(
-    store: Store, make_chat: MakeChat, add_message: AddMessage
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
 ) -> None:
     chat = await make_chat()
     message = await add_message(chat, "hi", metadata={"list": [1]})
-    await store.create_message_tool_call(
+    await repo.create_message_tool_call(
         MessageToolCallCreate(message_uuid=message.message_uuid, tool_call_id="t", name="f")
     )
 
-    fetched = await store.get_message(message.message_uuid)
+    fetched = await repo.get_message(message.message_uuid)
     assert fetched is not None
     fetched.metadata["list"].append(2)
     fetched.tool_calls[0].name = "changed"
     fetched.tool_calls.clear()
     fetched.content = "changed"
-    listed = (await store.get_chat_messages(chat.chat_uuid))[0]
+    listed = (await repo.get_chat_messages(chat.chat_uuid))[0]
     listed.metadata.clear()
 
-    stored = await store.get_message(message.message_uuid)
+    stored = await repo.get_message(message.message_uuid)
     assert stored is not None
     assert stored.content == "hi"
     assert stored.metadata == {"list": [1]}
@@ -393,12 +392,12 @@ async def test_mutating_a_returned_message_does_not_change_the_stored_message(
 
 
 async def test_create_tool_call_returns_every_given_field(
-    store: Store, make_chat: MakeChat, add_message: AddMessage
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
 ) -> None:
     message = await add_message(await make_chat(), "")
     tool_uuid = uuid.uuid4()
 
-    tool_call = await store.create_message_tool_call(
+    tool_call = await repo.create_message_tool_call(
         MessageToolCallCreate(
             uuid=tool_uuid,
             message_uuid=message.message_uuid,
@@ -425,62 +424,62 @@ async def test_create_tool_call_returns_every_given_field(
     assert tool_call.step_name == "tools"
     assert tool_call.metadata == {"latency_ms": 12}
     assert tool_call.format_version == FORMAT_VERSION
-    assert await store.get_tool_call_by_agui_id(message.message_uuid, "call-1") == tool_call
+    assert await repo.get_tool_call_by_agui_id(message.message_uuid, "call-1") == tool_call
 
 
-async def test_create_tool_call_for_an_unknown_message_raises_value_error(store: Store) -> None:
+async def test_create_tool_call_for_an_unknown_message_raises_value_error(repo: Repository) -> None:
     with pytest.raises(ValueError):
-        await store.create_message_tool_call(
+        await repo.create_message_tool_call(
             MessageToolCallCreate(message_uuid=uuid.uuid4(), tool_call_id="t", name="f")
         )
 
 
 async def test_tool_calls_are_nested_in_their_message_in_creation_order(
-    store: Store, make_chat: MakeChat, add_message: AddMessage
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
 ) -> None:
     chat = await make_chat()
     message = await add_message(chat, "")
     other = await add_message(chat, "")
     created = [
-        await store.create_message_tool_call(
+        await repo.create_message_tool_call(
             MessageToolCallCreate(message_uuid=message.message_uuid, tool_call_id=f"c{i}", name="f")
         )
         for i in range(3)
     ]
-    await store.create_message_tool_call(
+    await repo.create_message_tool_call(
         MessageToolCallCreate(message_uuid=other.message_uuid, tool_call_id="c0", name="g")
     )
 
-    stored = await store.get_message(message.message_uuid)
+    stored = await repo.get_message(message.message_uuid)
     assert stored is not None and stored.tool_calls == created
-    branch = await store.get_chat_messages(chat.chat_uuid)
+    branch = await repo.get_chat_messages(chat.chat_uuid)
     assert branch[0].tool_calls == created
     assert [tc.name for tc in branch[1].tool_calls] == ["g"]
 
 
 async def test_get_tool_call_by_agui_id_is_scoped_to_its_message(
-    store: Store, make_chat: MakeChat, add_message: AddMessage
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
 ) -> None:
     chat = await make_chat()
     first, second = await add_message(chat, ""), await add_message(chat, "")
-    a = await store.create_message_tool_call(
+    a = await repo.create_message_tool_call(
         MessageToolCallCreate(message_uuid=first.message_uuid, tool_call_id="same", name="a")
     )
-    b = await store.create_message_tool_call(
+    b = await repo.create_message_tool_call(
         MessageToolCallCreate(message_uuid=second.message_uuid, tool_call_id="same", name="b")
     )
 
-    assert await store.get_tool_call_by_agui_id(first.message_uuid, "same") == a
-    assert await store.get_tool_call_by_agui_id(second.message_uuid, "same") == b
-    assert await store.get_tool_call_by_agui_id(first.message_uuid, "other") is None
-    assert await store.get_tool_call_by_agui_id(uuid.uuid4(), "same") is None
+    assert await repo.get_tool_call_by_agui_id(first.message_uuid, "same") == a
+    assert await repo.get_tool_call_by_agui_id(second.message_uuid, "same") == b
+    assert await repo.get_tool_call_by_agui_id(first.message_uuid, "other") is None
+    assert await repo.get_tool_call_by_agui_id(uuid.uuid4(), "same") is None
 
 
 async def test_update_tool_call_applies_only_explicitly_set_non_none_fields(
-    store: Store, make_chat: MakeChat, add_message: AddMessage
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
 ) -> None:
     message = await add_message(await make_chat(), "")
-    tool_call = await store.create_message_tool_call(
+    tool_call = await repo.create_message_tool_call(
         MessageToolCallCreate(
             message_uuid=message.message_uuid,
             tool_call_id="call",
@@ -491,7 +490,7 @@ async def test_update_tool_call_applies_only_explicitly_set_non_none_fields(
         )
     )
 
-    updated = await store.update_message_tool_call(
+    updated = await repo.update_message_tool_call(
         tool_call.uuid,
         MessageToolCallUpdate(
             arguments='{"q": "x"}', content="result", name=None, status=MessageStatus.COMPLETE
@@ -506,20 +505,20 @@ async def test_update_tool_call_applies_only_explicitly_set_non_none_fields(
     assert updated.step_name == "s"
     assert updated.metadata == {"k": 1}
     assert updated.in_progress is True
-    assert await store.get_tool_call_by_agui_id(message.message_uuid, "call") == updated
-    stored = await store.get_message(message.message_uuid)
+    assert await repo.get_tool_call_by_agui_id(message.message_uuid, "call") == updated
+    stored = await repo.get_message(message.message_uuid)
     assert stored is not None and stored.tool_calls == [updated]
 
 
 async def test_update_tool_call_can_set_every_patchable_field(
-    store: Store, make_chat: MakeChat, add_message: AddMessage
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
 ) -> None:
     message = await add_message(await make_chat(), "")
-    tool_call = await store.create_message_tool_call(
+    tool_call = await repo.create_message_tool_call(
         MessageToolCallCreate(message_uuid=message.message_uuid, tool_call_id="c", name="f")
     )
 
-    await store.update_message_tool_call(
+    await repo.update_message_tool_call(
         tool_call.uuid,
         MessageToolCallUpdate(
             name="g",
@@ -534,7 +533,7 @@ async def test_update_tool_call_can_set_every_patchable_field(
         ),
     )
 
-    stored = await store.get_tool_call_by_agui_id(message.message_uuid, "c")
+    stored = await repo.get_tool_call_by_agui_id(message.message_uuid, "c")
     assert stored is not None
     assert (stored.name, stored.arguments, stored.content) == ("g", "{}", "out")
     assert (stored.result_message_id, stored.error) == ("r1", "boom")
@@ -542,9 +541,9 @@ async def test_update_tool_call_can_set_every_patchable_field(
     assert (stored.step_name, stored.metadata) == ("st", {"x": [1]})
 
 
-async def test_update_tool_call_of_unknown_uuid_returns_none(store: Store) -> None:
+async def test_update_tool_call_of_unknown_uuid_returns_none(repo: Repository) -> None:
     assert (
-        await store.update_message_tool_call(uuid.uuid4(), MessageToolCallUpdate(name="x")) is None
+        await repo.update_message_tool_call(uuid.uuid4(), MessageToolCallUpdate(name="x")) is None
     )
 
 
@@ -552,12 +551,12 @@ async def test_update_tool_call_of_unknown_uuid_returns_none(store: Store) -> No
 
 
 async def test_create_reasoning_returns_every_given_field(
-    store: Store, make_chat: MakeChat, add_message: AddMessage
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
 ) -> None:
     message = await add_message(await make_chat(), "")
     reasoning_uuid = uuid.uuid4()
 
-    reasoning = await store.create_message_reasoning(
+    reasoning = await repo.create_message_reasoning(
         MessageReasoningCreate(
             uuid=reasoning_uuid,
             message_uuid=message.message_uuid,
@@ -579,26 +578,26 @@ async def test_create_reasoning_returns_every_given_field(
     assert (reasoning.status, reasoning.in_progress) == (MessageStatus.COMPLETE, False)
     assert (reasoning.step_name, reasoning.metadata) == ("plan", {"tokens": 5})
     assert reasoning.format_version == FORMAT_VERSION
-    stored = await store.get_message(message.message_uuid)
+    stored = await repo.get_message(message.message_uuid)
     assert stored is not None and stored.reasonings == [reasoning]
 
 
-async def test_create_reasoning_for_an_unknown_message_raises_value_error(store: Store) -> None:
+async def test_create_reasoning_for_an_unknown_message_raises_value_error(repo: Repository) -> None:
     with pytest.raises(ValueError):
-        await store.create_message_reasoning(MessageReasoningCreate(message_uuid=uuid.uuid4()))
+        await repo.create_message_reasoning(MessageReasoningCreate(message_uuid=uuid.uuid4()))
 
 
 async def test_update_reasoning_applies_only_explicitly_set_non_none_fields(
-    store: Store, make_chat: MakeChat, add_message: AddMessage
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
 ) -> None:
     message = await add_message(await make_chat(), "")
-    reasoning = await store.create_message_reasoning(
+    reasoning = await repo.create_message_reasoning(
         MessageReasoningCreate(
             message_uuid=message.message_uuid, content="Let", name="r", metadata={"a": 1}
         )
     )
 
-    updated = await store.update_message_reasoning(
+    updated = await repo.update_message_reasoning(
         reasoning.uuid,
         MessageReasoningUpdate(content="Let me think", name=None, in_progress=False),
     )
@@ -609,19 +608,19 @@ async def test_update_reasoning_applies_only_explicitly_set_non_none_fields(
     assert updated.name == "r"
     assert updated.metadata == {"a": 1}
     assert updated.status == MessageStatus.ACTIVE
-    stored = await store.get_message(message.message_uuid)
+    stored = await repo.get_message(message.message_uuid)
     assert stored is not None and stored.reasonings == [updated]
 
 
 async def test_update_reasoning_can_set_every_patchable_field(
-    store: Store, make_chat: MakeChat, add_message: AddMessage
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
 ) -> None:
     message = await add_message(await make_chat(), "")
-    reasoning = await store.create_message_reasoning(
+    reasoning = await repo.create_message_reasoning(
         MessageReasoningCreate(message_uuid=message.message_uuid)
     )
 
-    await store.update_message_reasoning(
+    await repo.update_message_reasoning(
         reasoning.uuid,
         MessageReasoningUpdate(
             name="n",
@@ -634,7 +633,7 @@ async def test_update_reasoning_can_set_every_patchable_field(
         ),
     )
 
-    stored = await store.get_message(message.message_uuid)
+    stored = await repo.get_message(message.message_uuid)
     assert stored is not None
     (only,) = stored.reasonings
     assert (only.name, only.content, only.encrypted_value) == ("n", "c", "e")
@@ -642,28 +641,28 @@ async def test_update_reasoning_can_set_every_patchable_field(
     assert (only.step_name, only.metadata) == ("s", {"m": None})
 
 
-async def test_update_reasoning_of_unknown_uuid_returns_none(store: Store) -> None:
+async def test_update_reasoning_of_unknown_uuid_returns_none(repo: Repository) -> None:
     assert (
-        await store.update_message_reasoning(uuid.uuid4(), MessageReasoningUpdate(content="x"))
+        await repo.update_message_reasoning(uuid.uuid4(), MessageReasoningUpdate(content="x"))
         is None
     )
 
 
 async def test_reasoning_and_tool_calls_keep_their_production_order(
-    store: Store, make_chat: MakeChat, add_message: AddMessage
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
 ) -> None:
     message = await add_message(await make_chat(), "")
-    first = await store.create_message_reasoning(
+    first = await repo.create_message_reasoning(
         MessageReasoningCreate(message_uuid=message.message_uuid, content="think 1")
     )
-    call = await store.create_message_tool_call(
+    call = await repo.create_message_tool_call(
         MessageToolCallCreate(message_uuid=message.message_uuid, tool_call_id="c", name="f")
     )
-    second = await store.create_message_reasoning(
+    second = await repo.create_message_reasoning(
         MessageReasoningCreate(message_uuid=message.message_uuid, content="think 2")
     )
 
-    stored = await store.get_message(message.message_uuid)
+    stored = await repo.get_message(message.message_uuid)
     assert stored is not None
     assert [r.content for r in stored.reasonings] == ["think 1", "think 2"]
     positions = {r.uuid: r.seq for r in stored.reasonings} | {
@@ -676,7 +675,7 @@ async def test_reasoning_and_tool_calls_keep_their_production_order(
 
 
 async def test_get_chat_messages_returns_the_history_oldest_first(
-    store: Store, make_chat: MakeChat, add_message: AddMessage
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
 ) -> None:
     chat = await make_chat()
     other = await make_chat()
@@ -684,18 +683,18 @@ async def test_get_chat_messages_returns_the_history_oldest_first(
         await add_message(chat, text)
     await add_message(other, "elsewhere")
 
-    history = await store.get_chat_messages(chat.chat_uuid)
+    history = await repo.get_chat_messages(chat.chat_uuid)
 
     assert contents(history) == ["one", "two", "three"]
     assert [m.seq for m in history] == sorted(m.seq for m in history)
 
 
 async def test_get_chat_messages_of_an_empty_or_unknown_chat_is_empty(
-    store: Store, make_chat: MakeChat
+    repo: Repository, make_chat: MakeChat
 ) -> None:
     chat = await make_chat()
-    assert list(await store.get_chat_messages(chat.chat_uuid)) == []
-    assert list(await store.get_chat_messages(uuid.uuid4())) == []
+    assert list(await repo.get_chat_messages(chat.chat_uuid)) == []
+    assert list(await repo.get_chat_messages(uuid.uuid4())) == []
 
 
 async def test_get_chat_messages_pages_by_seq(
@@ -754,7 +753,7 @@ async def test_get_chat_messages_rejects_an_invalid_limit(
 
 
 async def test_get_last_messages_maps_only_chats_with_messages(
-    store: Store, make_chat: MakeChat, add_message: AddMessage
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
 ) -> None:
     busy, quiet, empty = await make_chat(), await make_chat(), await make_chat()
     await add_message(busy, "first")
@@ -763,19 +762,17 @@ async def test_get_last_messages_maps_only_chats_with_messages(
     await add_message(await make_chat(), "not asked for")
     unknown = uuid.uuid4()
 
-    last = await store.get_last_messages(
-        [busy.chat_uuid, quiet.chat_uuid, empty.chat_uuid, unknown]
-    )
+    last = await repo.get_last_messages([busy.chat_uuid, quiet.chat_uuid, empty.chat_uuid, unknown])
 
     assert last == {busy.chat_uuid: newest, quiet.chat_uuid: only}
-    assert await store.get_last_messages([]) == {}
+    assert await repo.get_last_messages([]) == {}
 
 
 # --- the message tree ------------------------------------------------------------------------
 
 
 async def test_messages_chain_onto_the_active_leaf_by_default(
-    store: Store, make_chat: MakeChat, add_message: AddMessage
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
 ) -> None:
     chat = await make_chat()
     first = await add_message(chat, "1")
@@ -785,12 +782,12 @@ async def test_messages_chain_onto_the_active_leaf_by_default(
     assert first.parent_uuid is None
     assert second.parent_uuid == first.message_uuid
     assert third.parent_uuid == second.message_uuid
-    stored = await store.get_chat(chat.chat_uuid)
+    stored = await stored_chat(repo, chat)
     assert stored is not None and stored.active_leaf_uuid == third.message_uuid
 
 
 async def test_an_explicit_earlier_parent_starts_a_branch_that_becomes_active(
-    store: Store, make_chat: MakeChat, add_message: AddMessage
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
 ) -> None:
     chat = await make_chat()
     question = await add_message(chat, "question", role=Role.USER)
@@ -800,12 +797,12 @@ async def test_an_explicit_earlier_parent_starts_a_branch_that_becomes_active(
     regenerated = await add_message(chat, "better answer", parent_uuid=question.message_uuid)
 
     assert regenerated.parent_uuid == question.message_uuid
-    assert contents(await store.get_chat_messages(chat.chat_uuid)) == ["question", "better answer"]
-    stored = await store.get_chat(chat.chat_uuid)
+    assert contents(await repo.get_chat_messages(chat.chat_uuid)) == ["question", "better answer"]
+    stored = await stored_chat(repo, chat)
     assert stored is not None and stored.active_leaf_uuid == regenerated.message_uuid
-    assert await store.get_last_messages([chat.chat_uuid]) == {chat.chat_uuid: regenerated}
+    assert await repo.get_last_messages([chat.chat_uuid]) == {chat.chat_uuid: regenerated}
     # The old branch is kept, not deleted.
-    assert await store.get_message(answer.message_uuid) == answer
+    assert await repo.get_message(answer.message_uuid) == answer
     continued = await add_message(chat, "thanks", role=Role.USER)
     assert continued.parent_uuid == regenerated.message_uuid
 
@@ -859,7 +856,7 @@ async def test_pagination_follows_the_active_branch(
 
 
 async def test_a_parent_from_another_chat_or_unknown_is_rejected(
-    store: Store, make_chat: MakeChat, add_message: AddMessage
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
 ) -> None:
     chat, other = await make_chat(), await make_chat()
     mine = await add_message(chat, "mine")
@@ -869,8 +866,8 @@ async def test_a_parent_from_another_chat_or_unknown_is_rejected(
         await add_message(chat, "x", parent_uuid=foreign.message_uuid)
     with pytest.raises(NotFoundError):
         await add_message(chat, "x", parent_uuid=uuid.uuid4())
-    assert contents(await store.get_chat_messages(chat.chat_uuid)) == ["mine"]
-    assert (await store.get_last_messages([chat.chat_uuid]))[chat.chat_uuid] == mine
+    assert contents(await repo.get_chat_messages(chat.chat_uuid)) == ["mine"]
+    assert (await repo.get_last_messages([chat.chat_uuid]))[chat.chat_uuid] == mine
 
 
 # --- subclassed models -----------------------------------------------------------------------

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -11,7 +10,6 @@ import pytest
 
 from threadstore import (
     Chat,
-    Message,
     MessageReasoningCreate,
     MessageStatus,
     MessageToolCallCreate,
@@ -20,9 +18,7 @@ from threadstore import (
     Store,
 )
 from threadstore.models import FORMAT_VERSION
-
-MakeChat = Callable[..., Awaitable[Chat]]
-AddMessage = Callable[..., Awaitable[Message]]
+from threadstore.testing._suite import AddMessage, MakeChat, RunRepository
 
 LONG_AGO = datetime(2020, 1, 1, tzinfo=UTC)
 LATER = datetime(2021, 1, 1, tzinfo=UTC)
@@ -33,10 +29,12 @@ def run_of(chat: Chat, run_id: str, **fields: Any) -> Run:
     return Run(chat_uuid=chat.chat_uuid, thread_id=chat.thread_id, run_id=run_id, **fields)
 
 
-async def test_start_run_records_a_running_run(store: Store, make_chat: MakeChat) -> None:
+async def test_start_run_records_a_running_run(
+    run_repo: RunRepository, make_chat: MakeChat
+) -> None:
     chat = await make_chat()
 
-    started = await store.start_run(
+    started = await run_repo.start_run(
         run_of(chat, "run-1", parent_run_id="run-0", owner="host:1:abc", heartbeat_at=LONG_AGO)
     )
 
@@ -47,149 +45,157 @@ async def test_start_run_records_a_running_run(store: Store, make_chat: MakeChat
     assert started.heartbeat_at == LONG_AGO
     assert started.error is None
     assert started.format_version == FORMAT_VERSION
-    assert await store.get_run(chat.chat_uuid, "run-1") == started
+    assert await run_repo.get_run(chat.chat_uuid, "run-1") == started
 
 
 async def test_start_run_is_idempotent_by_chat_and_run_id(
-    store: Store, make_chat: MakeChat
+    run_repo: RunRepository, make_chat: MakeChat
 ) -> None:
     chat = await make_chat()
-    first = await store.start_run(run_of(chat, "run-1", owner="first"))
+    first = await run_repo.start_run(run_of(chat, "run-1", owner="first"))
 
-    again = await store.start_run(run_of(chat, "run-1", owner="second"))
+    again = await run_repo.start_run(run_of(chat, "run-1", owner="second"))
 
     assert again == first
-    assert await store.get_run(chat.chat_uuid, "run-1") == first
+    assert await run_repo.get_run(chat.chat_uuid, "run-1") == first
 
 
-async def test_the_same_run_id_on_two_chats_is_two_runs(store: Store, make_chat: MakeChat) -> None:
+async def test_the_same_run_id_on_two_chats_is_two_runs(
+    run_repo: RunRepository, make_chat: MakeChat
+) -> None:
     one, two = await make_chat(), await make_chat()
-    await store.start_run(run_of(one, "run-1", owner="a"))
-    await store.start_run(run_of(two, "run-1", owner="b"))
+    await run_repo.start_run(run_of(one, "run-1", owner="a"))
+    await run_repo.start_run(run_of(two, "run-1", owner="b"))
 
-    await store.finish_run(one.chat_uuid, "run-1", RunStatus.COMPLETE)
+    await run_repo.finish_run(one.chat_uuid, "run-1", RunStatus.COMPLETE)
 
     first, second = (
-        await store.get_run(one.chat_uuid, "run-1"),
-        await store.get_run(two.chat_uuid, "run-1"),
+        await run_repo.get_run(one.chat_uuid, "run-1"),
+        await run_repo.get_run(two.chat_uuid, "run-1"),
     )
     assert first is not None and (first.owner, first.status) == ("a", RunStatus.COMPLETE)
     assert second is not None and (second.owner, second.status) == ("b", RunStatus.RUNNING)
 
 
-async def test_start_run_for_an_unknown_chat_raises_value_error(store: Store) -> None:
+async def test_start_run_for_an_unknown_chat_raises_value_error(run_repo: RunRepository) -> None:
     run = Run(chat_uuid=uuid.uuid4(), thread_id="t", run_id="r")
     with pytest.raises(ValueError):
-        await store.start_run(run)
-    assert await store.get_run(run.chat_uuid, "r") is None
+        await run_repo.start_run(run)
+    assert await run_repo.get_run(run.chat_uuid, "r") is None
 
 
-async def test_get_run_of_unknown_run_returns_none(store: Store, make_chat: MakeChat) -> None:
+async def test_get_run_of_unknown_run_returns_none(
+    run_repo: RunRepository, make_chat: MakeChat
+) -> None:
     chat = await make_chat()
-    await store.start_run(run_of(chat, "run-1"))
-    assert await store.get_run(chat.chat_uuid, "run-2") is None
-    assert await store.get_run(uuid.uuid4(), "run-1") is None
+    await run_repo.start_run(run_of(chat, "run-1"))
+    assert await run_repo.get_run(chat.chat_uuid, "run-2") is None
+    assert await run_repo.get_run(uuid.uuid4(), "run-1") is None
 
 
 async def test_heartbeat_refreshes_only_the_owners_running_runs(
-    store: Store, make_chat: MakeChat
+    run_repo: RunRepository, make_chat: MakeChat
 ) -> None:
     chat = await make_chat()
     for run_id, owner in (("mine", "me"), ("theirs", "them"), ("mine-done", "me")):
-        await store.start_run(run_of(chat, run_id, owner=owner, heartbeat_at=LONG_AGO))
-    await store.finish_run(chat.chat_uuid, "mine-done", RunStatus.COMPLETE)
+        await run_repo.start_run(run_of(chat, run_id, owner=owner, heartbeat_at=LONG_AGO))
+    await run_repo.finish_run(chat.chat_uuid, "mine-done", RunStatus.COMPLETE)
     keys = [(chat.chat_uuid, r) for r in ("mine", "theirs", "mine-done", "unknown")]
 
-    await store.heartbeat_runs("me", keys)
+    await run_repo.heartbeat_runs("me", keys)
 
-    mine = await store.get_run(chat.chat_uuid, "mine")
-    theirs = await store.get_run(chat.chat_uuid, "theirs")
-    done = await store.get_run(chat.chat_uuid, "mine-done")
+    mine = await run_repo.get_run(chat.chat_uuid, "mine")
+    theirs = await run_repo.get_run(chat.chat_uuid, "theirs")
+    done = await run_repo.get_run(chat.chat_uuid, "mine-done")
     assert mine is not None and mine.heartbeat_at > LATER
     assert theirs is not None and theirs.heartbeat_at == LONG_AGO
     assert done is not None and done.heartbeat_at == LONG_AGO
 
 
-async def test_heartbeat_touches_only_the_runs_it_names(store: Store, make_chat: MakeChat) -> None:
+async def test_heartbeat_touches_only_the_runs_it_names(
+    run_repo: RunRepository, make_chat: MakeChat
+) -> None:
     chat = await make_chat()
-    await store.start_run(run_of(chat, "named", owner="me", heartbeat_at=LONG_AGO))
-    await store.start_run(run_of(chat, "unnamed", owner="me", heartbeat_at=LONG_AGO))
+    await run_repo.start_run(run_of(chat, "named", owner="me", heartbeat_at=LONG_AGO))
+    await run_repo.start_run(run_of(chat, "unnamed", owner="me", heartbeat_at=LONG_AGO))
 
-    await store.heartbeat_runs("me", [(chat.chat_uuid, "named")])
+    await run_repo.heartbeat_runs("me", [(chat.chat_uuid, "named")])
 
-    unnamed = await store.get_run(chat.chat_uuid, "unnamed")
+    unnamed = await run_repo.get_run(chat.chat_uuid, "unnamed")
     assert unnamed is not None and unnamed.heartbeat_at == LONG_AGO
 
 
 async def test_finish_run_sets_the_terminal_status_and_error(
-    store: Store, make_chat: MakeChat
+    run_repo: RunRepository, make_chat: MakeChat
 ) -> None:
     chat = await make_chat()
-    await store.start_run(run_of(chat, "ok"))
-    await store.start_run(run_of(chat, "bad"))
+    await run_repo.start_run(run_of(chat, "ok"))
+    await run_repo.start_run(run_of(chat, "bad"))
 
-    ok = await store.finish_run(chat.chat_uuid, "ok", RunStatus.COMPLETE)
-    bad = await store.finish_run(chat.chat_uuid, "bad", RunStatus.ERRORED, error="boom")
+    ok = await run_repo.finish_run(chat.chat_uuid, "ok", RunStatus.COMPLETE)
+    bad = await run_repo.finish_run(chat.chat_uuid, "bad", RunStatus.ERRORED, error="boom")
 
     assert ok is not None and (ok.status, ok.error) == (RunStatus.COMPLETE, None)
     assert bad is not None and (bad.status, bad.error) == (RunStatus.ERRORED, "boom")
-    assert await store.get_run(chat.chat_uuid, "ok") == ok
-    assert await store.get_run(chat.chat_uuid, "bad") == bad
+    assert await run_repo.get_run(chat.chat_uuid, "ok") == ok
+    assert await run_repo.get_run(chat.chat_uuid, "bad") == bad
 
 
-async def test_finish_run_of_unknown_run_returns_none(store: Store, make_chat: MakeChat) -> None:
+async def test_finish_run_of_unknown_run_returns_none(
+    run_repo: RunRepository, make_chat: MakeChat
+) -> None:
     chat = await make_chat()
-    assert await store.finish_run(chat.chat_uuid, "nope", RunStatus.COMPLETE) is None
-    assert await store.finish_run(uuid.uuid4(), "nope", RunStatus.COMPLETE) is None
+    assert await run_repo.finish_run(chat.chat_uuid, "nope", RunStatus.COMPLETE) is None
+    assert await run_repo.finish_run(uuid.uuid4(), "nope", RunStatus.COMPLETE) is None
 
 
 async def test_stale_runs_are_running_runs_with_an_old_heartbeat(
-    store: Store, make_chat: MakeChat
+    run_repo: RunRepository, make_chat: MakeChat
 ) -> None:
     chat, other = await make_chat(), await make_chat()
-    await store.start_run(run_of(chat, "dead", owner="gone", heartbeat_at=LONG_AGO))
-    await store.start_run(run_of(other, "dead-too", owner="gone", heartbeat_at=LONG_AGO))
-    await store.start_run(run_of(chat, "alive", owner="here"))
-    await store.start_run(run_of(chat, "finished", owner="gone", heartbeat_at=LONG_AGO))
-    await store.finish_run(chat.chat_uuid, "finished", RunStatus.INTERRUPTED)
+    await run_repo.start_run(run_of(chat, "dead", owner="gone", heartbeat_at=LONG_AGO))
+    await run_repo.start_run(run_of(other, "dead-too", owner="gone", heartbeat_at=LONG_AGO))
+    await run_repo.start_run(run_of(chat, "alive", owner="here"))
+    await run_repo.start_run(run_of(chat, "finished", owner="gone", heartbeat_at=LONG_AGO))
+    await run_repo.finish_run(chat.chat_uuid, "finished", RunStatus.INTERRUPTED)
 
-    stale = await store.get_stale_runs(LATER)
+    stale = await run_repo.get_stale_runs(LATER)
 
     assert {(r.chat_uuid, r.run_id) for r in stale} == {
         (chat.chat_uuid, "dead"),
         (other.chat_uuid, "dead-too"),
     }
     assert all(r.status == RunStatus.RUNNING for r in stale)
-    assert list(await store.get_stale_runs(LONG_AGO)) == []
+    assert list(await run_repo.get_stale_runs(LONG_AGO)) == []
 
 
 async def test_a_heartbeat_or_finish_takes_a_run_off_the_stale_list(
-    store: Store, make_chat: MakeChat
+    run_repo: RunRepository, make_chat: MakeChat
 ) -> None:
     chat = await make_chat()
-    await store.start_run(run_of(chat, "revived", owner="me", heartbeat_at=LONG_AGO))
-    await store.start_run(run_of(chat, "ended", owner="me", heartbeat_at=LONG_AGO))
+    await run_repo.start_run(run_of(chat, "revived", owner="me", heartbeat_at=LONG_AGO))
+    await run_repo.start_run(run_of(chat, "ended", owner="me", heartbeat_at=LONG_AGO))
 
-    await store.heartbeat_runs("me", [(chat.chat_uuid, "revived")])
-    await store.finish_run(chat.chat_uuid, "ended", RunStatus.INTERRUPTED)
+    await run_repo.heartbeat_runs("me", [(chat.chat_uuid, "revived")])
+    await run_repo.finish_run(chat.chat_uuid, "ended", RunStatus.INTERRUPTED)
 
-    assert list(await store.get_stale_runs(LATER)) == []
+    assert list(await run_repo.get_stale_runs(LATER)) == []
 
 
 async def test_mutating_a_returned_run_does_not_change_the_stored_run(
-    store: Store, make_chat: MakeChat
+    run_repo: RunRepository, make_chat: MakeChat
 ) -> None:
     chat = await make_chat()
     run = run_of(chat, "r", owner="me")
-    started = await store.start_run(run)
+    started = await run_repo.start_run(run)
 
     run.owner = "changed-input"
     started.owner = "changed-output"
-    fetched = await store.get_run(chat.chat_uuid, "r")
+    fetched = await run_repo.get_run(chat.chat_uuid, "r")
     assert fetched is not None
     fetched.status = RunStatus.ERRORED
 
-    stored = await store.get_run(chat.chat_uuid, "r")
+    stored = await run_repo.get_run(chat.chat_uuid, "r")
     assert stored is not None and (stored.owner, stored.status) == ("me", RunStatus.RUNNING)
 
 

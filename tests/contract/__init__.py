@@ -1,1 +1,0 @@
-"""One contract suite, run against every storage backend."""
