@@ -12,7 +12,7 @@ import pytest
 from ag_ui.core import UserMessage
 
 from agui_scripts import ScriptedAgent, collect, run_input, user
-from conftest import POSTGRES_URL_ENV
+from postgres_support import POSTGRES_URL_ENV
 from test_chat_persist import tool_run
 from threadstore.agui import ChatPersistingAgent, ChatPersistOptions
 from threadstore.chat import ChatRecord, Scope, list_chats
