@@ -143,8 +143,13 @@ class StorageAgent:
     """First delay before retrying a failed flush; doubles per failure."""
     retry_max_delay: float = 2.0
     """Longest delay between flush retries."""
-    final_flush_attempts: int = 12
-    """Attempts of the final flush before giving up (records are left to the sweep)."""
+    final_flush_deadline: float = 30.0
+    """Seconds the final flush retries a write that keeps failing before it gives up.
+
+    A failed transaction is first split down to single writes; only a single write
+    that fails for this long stops the flush. The run is then marked ``errored`` with
+    the reason, the loss is logged with its size, and :meth:`persisted` raises.
+    """
     min_flush_interval: float = 0.25
     """Shortest time between the starts of two flushes that boundaries asked for.
 
@@ -270,7 +275,7 @@ class StorageAgent:
             min_flush_interval=self.min_flush_interval,
             retry_base_delay=self.retry_base_delay,
             retry_max_delay=self.retry_max_delay,
-            final_flush_attempts=self.final_flush_attempts,
+            final_flush_deadline=self.final_flush_deadline,
         )
         persister = self._persister = RunPersister(_Hooks(self), config, chat, fold)
         return persister

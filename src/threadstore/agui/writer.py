@@ -134,7 +134,8 @@ class PersisterConfig:
     min_flush_interval: float = 0.25
     retry_base_delay: float = 0.05
     retry_max_delay: float = 2.0
-    final_flush_attempts: int = 12
+    final_flush_deadline: float = 30.0
+    """Seconds the final flush retries a write that fails on its own before giving up."""
 
     def backoff(self, failures: int) -> float:
         """Seconds to wait before the retry that follows ``failures`` failures in a row."""
@@ -235,6 +236,9 @@ class _Op:
     content_version: int = 0
     state_version: int | None = None
     terminal: bool = False
+    record: FoldRecord | None = None
+    final: bool = False
+    """One of the writes that close the run (``finalize_run_records``, ``finish_run``)."""
 
 
 class RunPersister:
@@ -566,37 +570,67 @@ class RunPersister:
         return entry
 
     async def _flush(self, *, final: bool) -> None:
-        """Write the records dirty now (and, if ``final``, finalize the run) in transactions."""
+        """Write the records dirty now (and, if ``final``, finalize the run) in transactions.
+
+        A transaction that fails is split in halves, down to single writes, so writes
+        that cannot all succeed together still land one by one, in order. A single write
+        that fails is retried with backoff: until the run ends for a checkpoint (the
+        final flush takes over), for ``final_flush_deadline`` seconds for the final
+        flush, which then gives up (:meth:`_give_up`).
+        """
         self.fold_deltas()
         records = self.fold.take_dirty()
         if self.chat_deleted:
             return
+        loop = asyncio.get_running_loop()
         state_pending = final or self.fold.state_version != self.state_written
+        closing = final
+        finals_done: set[str] = set()
         limit: int | None = None
         failures = 0
-        while records or state_pending:
-            batch = records if limit is None else records[:limit]
-            closing = final and len(batch) == len(records)
+        failing_since: float | None = None
+        while records or state_pending or closing:
+            ops, deferred = self._ops(
+                records, with_state=state_pending, closing=closing, finals_done=finals_done
+            )
+            if deferred:
+                # Written by a later flush, once their handler has built them.
+                self.fold.mark_dirty(deferred)
+                waiting = {id(record) for record in deferred}
+                records = [record for record in records if id(record) not in waiting]
+            batch = ops if limit is None else ops[:limit]
+            if not batch:
+                break
             try:
-                ops, deferred = self._ops(batch, with_state=state_pending, closing=closing)
-                await self._commit(ops)
+                await self._commit(batch)
             except Exception as exc:
-                failures += 1
-                self._failed_batch(batch)
+                self._failed_ops(batch)
                 if isinstance(exc, NotFoundError) and await self._chat_gone():
                     self._give_up_deleted_chat()
                     return
-                if not self._retry(exc, failures, final):
-                    self.fold.mark_dirty(records)
+                if len(batch) > 1:
+                    limit = len(batch) // 2  # a piece may go through where the whole did not
+                    continue
+                failures += 1
+                now = loop.time()
+                failing_since = now if failing_since is None else failing_since
+                if not self._retry(exc, failures, final, now - failing_since):
+                    if final:
+                        await self._give_up(records, exc, failures, now - failing_since)
+                    else:
+                        self.fold.mark_dirty(records)
                     return
-                limit = max(1, len(batch) // 2)
                 await asyncio.sleep(self.config.backoff(failures))
                 continue
-            failures = 0
-            self._committed(ops)
-            self.fold.mark_dirty(deferred)
-            records = records[len(batch) :]
-            state_pending = False
+            failures, failing_since = 0, None
+            self._committed(batch)
+            written = {id(op.record) for op in batch if op.record is not None}
+            records = [record for record in records if id(record) not in written]
+            if not any(op.state_version is not None for op in ops[len(batch) :]):
+                state_pending = False
+            finals_done.update(op.write.method for op in batch if op.final)
+            if not any(op.final for op in ops[len(batch) :]):
+                closing = False
             self._notify()
 
     async def _chat_gone(self) -> bool:
@@ -622,26 +656,59 @@ class RunPersister:
         )
         self._notify()
 
-    def _retry(self, exc: Exception, failures: int, final: bool) -> bool:
-        if final and failures >= self.config.final_flush_attempts:
-            self.failed = exc
-            logger.error(
-                "run %s: giving up persisting after %d attempts; its records are left for the "
-                "stale-run sweep",
-                self.fold.run_id,
-                failures,
-                exc_info=exc,
-            )
-            self._notify()
+    def _retry(self, exc: Exception, failures: int, final: bool, failing_for: float) -> bool:
+        if final and failing_for >= self.config.final_flush_deadline:
             return False
         if not final and self.final is not None:
             return False  # the run ended meanwhile: the final flush takes over
         logger.warning("run %s: flush failed (%s); retrying", self.fold.run_id, exc)
         return True
 
-    def _failed_batch(self, batch: list[FoldRecord]) -> None:
-        for record in batch:
+    async def _give_up(
+        self, records: list[FoldRecord], exc: Exception, attempts: int, failing_for: float
+    ) -> None:
+        """Stop retrying: log what is lost, and mark the run ``errored`` if the store lets us.
+
+        Never a silent loss: the log says how many records and characters were not
+        written, and :meth:`StorageAgent.persisted` raises.
+        """
+        self.failed = exc
+        lost_records, lost_chars = 0, 0
+        for record in records:
             entry = self.entries.get(record.key)
+            if entry is not None and entry.created and entry.written_version >= record.version:
+                continue
+            lost_records += 1
+            unwritten = entry is None or entry.written_content_version < record.content_version
+            if unwritten:
+                lost_chars += len(record.content) + len(record.result or "")
+        reason = f"the run's records could not be persisted: {exc}"
+        logger.error(
+            "run %s: giving up persisting after %d attempts over %.1f s; %d records "
+            "(%d characters) lost",
+            self.fold.run_id,
+            attempts,
+            failing_for,
+            lost_records,
+            lost_chars,
+            exc_info=exc,
+        )
+        # Best effort, one write at a time: the run says why its history is short.
+        for op in self._final_ops(MessageStatus.ERRORED, RunStatus.ERRORED, reason):
+            try:
+                await self._commit([op])
+            except Exception as final_exc:
+                logger.error(
+                    "run %s: could not mark the run errored (%s): %s",
+                    self.fold.run_id,
+                    op.write.method,
+                    final_exc,
+                )
+        self._notify()
+
+    def _failed_ops(self, ops: list[_Op]) -> None:
+        for op in ops:
+            entry = op.entry
             if entry is not None and not entry.created:
                 entry.uncertain = True
 
@@ -677,7 +744,12 @@ class RunPersister:
                 entry.terminal_written = True
 
     def _ops(
-        self, batch: list[FoldRecord], *, with_state: bool, closing: bool
+        self,
+        batch: list[FoldRecord],
+        *,
+        with_state: bool,
+        closing: bool,
+        finals_done: set[str] | frozenset[str] = frozenset(),
     ) -> tuple[list[_Op], list[FoldRecord]]:
         """Build the writes of ``batch`` from the records' current values.
 
@@ -701,7 +773,8 @@ class RunPersister:
                 write = Write("update_chat_state", (self.chat.chat_uuid, state))
                 ops.append(_Op(chat_repo, write, state_version=self.fold.state_version))
         if closing and self.final is not None:
-            ops.extend(self._final_ops(*self.final))
+            finals = self._final_ops(*self.final)
+            ops.extend(op for op in finals if op.write.method not in finals_done)
         return ops, deferred
 
     def _final_ops(
@@ -713,11 +786,11 @@ class RunPersister:
         if hasattr(message_repo, "finalize_run_records"):
             # Catches records of this run written outside the fold (custom handlers).
             write = Write("finalize_run_records", (chat_uuid, run_id, status))
-            ops.append(_Op(message_repo, write))
+            ops.append(_Op(message_repo, write, final=True))
         run_repo = self.agent.run_repo
         if run_repo is not None:
             write = Write("finish_run", (chat_uuid, run_id, run_status, error))
-            ops.append(_Op(run_repo, write))
+            ops.append(_Op(run_repo, write, final=True))
         return ops
 
     def _record_op(self, record: FoldRecord, entry: _Entry) -> _Op:
@@ -769,6 +842,7 @@ class RunPersister:
             version=record.version,
             content_version=record.content_version,
             terminal=bool(terminal),
+            record=record,
         )
 
     async def _exists(self, op: _Op) -> bool:
