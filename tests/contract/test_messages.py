@@ -94,7 +94,7 @@ async def test_create_message_defaults(store: Store, make_chat: MakeChat) -> Non
 
     message = await store.create_message(MessageCreate(chat_uuid=chat.chat_uuid))
 
-    assert message.role == Role.ASSISTANT
+    assert message.role == Role.USER  # as in the seed layer
     assert message.content == ""
     assert message.status == MessageStatus.ACTIVE
     assert message.in_progress is True
