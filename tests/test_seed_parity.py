@@ -3,14 +3,38 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from uuid import uuid4
+from typing import Any
+from uuid import UUID, uuid4
 
 import pytest
 from pydantic import ValidationError
 
-from threadstore import Message, MessageCreate, MessageUpdate, Role, Store
+from agui_scripts import (
+    ScriptedAgent,
+    collect,
+    run_error,
+    run_finished,
+    run_input,
+    run_started,
+    text_message,
+    tool_call,
+    user,
+)
+from threadstore import (
+    Chat,
+    ChatCreate,
+    Message,
+    MessageCreate,
+    MessageStatus,
+    MessageUpdate,
+    Role,
+    Store,
+)
+from threadstore.agui import StorageAgent
+from threadstore.codec.names import CHAT_NAME_LIMIT, chat_name_from_text
 
 CHAT = uuid4()
+USER = UUID("00000000-0000-4000-8000-000000000020")
 
 
 # --- item 19: defaults and the seed's field names ----------------------------------------
@@ -53,8 +77,6 @@ def test_the_native_names_still_work_and_win_nothing_silently() -> None:
 
 
 async def test_seed_style_dtos_are_stored_with_every_field(store: Store) -> None:
-    from threadstore import ChatCreate
-
     chat = await store.create_chat(ChatCreate(user_uuid=uuid4(), thread_id="t"))
     when = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 
@@ -67,3 +89,97 @@ async def test_seed_style_dtos_are_stored_with_every_field(store: Store) -> None
     assert (stored.role, stored.step_name, stored.created_at) == (Role.USER, "plan", when)
     assert stored.error == "boom"
     assert stored.model_dump()["error"] == "boom"
+
+
+# --- item 20: chat names, Message.error ------------------------------------------------------
+
+
+def make_agent(store: Any, inner: Any, **options: Any) -> StorageAgent:
+    return StorageAgent("assistant", USER, store, store, inner, run_repo=store, **options)
+
+
+async def only_chat(store: Store, thread_id: str = "thread-1") -> Chat:
+    chat = await store.get_chat_by_thread_id(USER, thread_id)
+    assert chat is not None
+    return chat
+
+
+async def test_a_new_chat_is_named_from_its_first_user_message_trimmed(store: Store) -> None:
+    script = [run_started(), run_finished()]
+    messages = [user("u1", "  What is\n the   weather in Paris?  "), user("u2", "And Rome?")]
+
+    await collect(make_agent(store, ScriptedAgent(script)).run(run_input(messages=messages)))
+
+    assert (await only_chat(store)).name == "What is the weather in Paris?"
+
+
+def test_a_long_first_message_is_cut_at_a_word_end_within_the_bound() -> None:
+    text = " ".join(f"word{i}" for i in range(40))  # 269 characters
+
+    name = chat_name_from_text(text)
+
+    assert name is not None and len(name) <= CHAT_NAME_LIMIT
+    assert text.startswith(name) and text[len(name)] == " "  # a whole word, not half of one
+    assert len(name) > CHAT_NAME_LIMIT - 10
+    assert chat_name_from_text("x" * 250) == "x" * CHAT_NAME_LIMIT  # no word end: cut hard
+    assert chat_name_from_text(" \n\t") is None
+
+
+async def test_a_given_name_wins_and_a_chat_without_user_text_stays_unnamed(
+    store: Store,
+) -> None:
+    script = [run_started(), run_finished()]
+    named = make_agent(store, ScriptedAgent(script), chat_name="Trip planning")
+    await collect(named.run(run_input(messages=[user("u1", "Hello there")])))
+    await collect(make_agent(store, ScriptedAgent(script)).run(run_input("thread-2")))
+    second = [run_started("thread-1", "run-2"), run_finished("thread-1", "run-2")]
+    again = make_agent(store, ScriptedAgent(second))
+    await collect(again.run(run_input(run_id="run-2", messages=[user("u9", "Rename me?")])))
+
+    assert (await only_chat(store)).name == "Trip planning"  # an existing chat keeps its name
+    assert (await only_chat(store, "thread-2")).name is None
+
+
+async def test_a_crash_sets_its_error_on_the_message_and_the_tool_call_it_interrupts(
+    store: Store,
+) -> None:
+    script = [
+        run_started(),
+        *text_message("a1", "Looking it up."),
+        *tool_call("c1", "search", '{"q": "paris"}', parent_message_id="a1")[:2],  # no END
+    ]
+    inner = ScriptedAgent(script, fail_after=len(script), error=RuntimeError("model down"))
+
+    with pytest.raises(RuntimeError):
+        await collect(make_agent(store, inner).run(run_input(messages=[user("u1")])))
+
+    question, answer = await store.get_chat_messages((await only_chat(store)).chat_uuid)
+    assert question.error is None
+    call = answer.tool_calls[0]
+    assert (call.status, call.error) == (MessageStatus.ERRORED, "RuntimeError: model down")
+    assert (answer.status, answer.error) == (MessageStatus.COMPLETE, None)  # it had ended
+
+
+async def test_a_crash_mid_message_sets_its_error_on_the_message(store: Store) -> None:
+    script = [run_started(), *text_message("a1", "Half an ans")[:-1]]
+    inner = ScriptedAgent(script, fail_after=len(script), error=RuntimeError("model down"))
+
+    with pytest.raises(RuntimeError):
+        await collect(make_agent(store, inner).run(run_input(messages=[user("u1")])))
+
+    answer = (await store.get_chat_messages((await only_chat(store)).chat_uuid))[-1]
+    assert (answer.status, answer.error) == (MessageStatus.ERRORED, "RuntimeError: model down")
+    assert answer.content == "Half an ans"
+
+
+async def test_an_in_band_run_error_sets_the_error_of_the_message_it_ends(store: Store) -> None:
+    script = [run_started(), *text_message("a1", "Half an ans")[:-1], run_error()]
+
+    await collect(make_agent(store, ScriptedAgent(script)).run(run_input(messages=[user("u1")])))
+
+    answer = (await store.get_chat_messages((await only_chat(store)).chat_uuid))[-1]
+    assert (answer.status, answer.error) == (
+        MessageStatus.ERRORED,
+        "[MODEL_ERROR] the model refused",
+    )
+    assert answer.content == "Half an ans"

@@ -67,6 +67,7 @@ from threadstore.codec.messages import (
     tool_result_text,
     translate_messages,
 )
+from threadstore.codec.names import chat_name_from_messages
 from threadstore.errors import InvalidInputError, StoreError
 from threadstore.fold import ConversationFold, pending_tool_calls, stored_ids
 from threadstore.models import (
@@ -172,6 +173,7 @@ class StorageAgent:
         checkpoint_interval: float = 1.0,
         tenant_id: str | None = None,
         app_id: str | None = None,
+        chat_name: str | None = None,
     ) -> None:
         if not checkpoint_interval > 0:
             raise InvalidInputError(f"checkpoint_interval must be > 0, got {checkpoint_interval}")
@@ -185,6 +187,8 @@ class StorageAgent:
         self.checkpoint_interval = checkpoint_interval
         self.tenant_id = tenant_id
         self.app_id = app_id
+        self.chat_name = chat_name
+        """The name a chat this agent creates gets; by default its first user message's text."""
         self.chat: Chat | None = None
         """The chat of the run, once resolved or created."""
         self._translate = translate
@@ -360,6 +364,7 @@ class StorageAgent:
             chat_create = ChatCreate(
                 user_uuid=self.user_uuid,
                 thread_id=input.thread_id,
+                name=self.chat_name or chat_name_from_messages(input.messages),
                 tenant_id=self.tenant_id,
                 app_id=self.app_id,
             )
@@ -384,9 +389,10 @@ class StorageAgent:
         return chat, history
 
     async def _history(self, chat: Chat | None) -> list[Message]:
-        return (
-            [] if chat is None else list(await self.message_repo.get_chat_messages(chat.chat_uuid))
-        )
+        if chat is None:
+            return []
+        history = list(await self.message_repo.get_chat_messages(chat.chat_uuid))
+        return history
 
     def _screen(
         self, input: RunAgentInput, history: Sequence[Message]

@@ -28,6 +28,7 @@ from pydantic import BaseModel, create_model
 from threadstore.errors import NotFoundError
 from threadstore.fold import DELTA_EVENTS, ConversationFold, FoldRecord, RecordKind
 from threadstore.models import (
+    ERROR_METADATA_KEY,
     Chat,
     MessageCreate,
     MessageReasoningCreate,
@@ -800,6 +801,7 @@ class RunPersister:
         base_metadata: dict[str, Any] = getattr(entry.create, "metadata", None) or {}
         metadata = {**base_metadata, **_copied(record.metadata)}
         common = {"status": record.status, "in_progress": record.in_progress}
+        error = self._record_error() if record.status is MessageStatus.ERRORED else None
         update_cls: type[BaseModel]
         if record.kind is RecordKind.MESSAGE:
             fields = {
@@ -809,6 +811,8 @@ class RunPersister:
                 "name": record.name,
                 "encrypted_value": record.encrypted_value,
             }
+            if error is not None and record.owned:
+                metadata[ERROR_METADATA_KEY] = error  # read back as Message.error
             create, update_cls = "create_message", MessageUpdate
         elif record.kind is RecordKind.TOOL_CALL:
             fields = {
@@ -816,6 +820,7 @@ class RunPersister:
                 "content": record.result,
                 "result_message_id": record.result_message_id,
                 "name": record.name or None,
+                "error": error if record.owned else None,
             }
             create, update_cls = "create_message_tool_call", MessageToolCallUpdate
         else:
@@ -844,6 +849,16 @@ class RunPersister:
             terminal=bool(terminal),
             record=record,
         )
+
+    def _record_error(self) -> str | None:
+        """The error text an errored record of this run carries, as the seed layer words it.
+
+        An in-band RUN_ERROR gives ``[code] message``; a crash, the exception's text.
+        """
+        run = self.fold.run
+        if run.error is not None:
+            return f"[{run.error_code}] {run.error}" if run.error_code else run.error
+        return self.final[2] if self.final is not None else None
 
     async def _exists(self, op: _Op) -> bool:
         """Whether the record ``op`` creates is in the store already."""
