@@ -7,6 +7,7 @@ from typing import Any
 from uuid import UUID, uuid4
 
 import pytest
+from ag_ui.core import EventType, ToolMessage
 from pydantic import ValidationError
 
 from agui_scripts import (
@@ -23,14 +24,17 @@ from agui_scripts import (
 from threadstore import (
     Chat,
     ChatCreate,
+    InvalidInputError,
     Message,
     MessageCreate,
     MessageStatus,
     MessageUpdate,
     Role,
     Store,
+    ToolCall,
 )
 from threadstore.agui import StorageAgent
+from threadstore.codec import translate_messages
 from threadstore.codec.names import CHAT_NAME_LIMIT, chat_name_from_text
 
 CHAT = uuid4()
@@ -183,3 +187,85 @@ async def test_an_in_band_run_error_sets_the_error_of_the_message_it_ends(store:
         "[MODEL_ERROR] the model refused",
     )
     assert answer.content == "Half an ans"
+
+
+# --- item 21: no double wrapping, empty tool results, foreign messages -----------------------
+
+
+async def test_wrapping_a_storage_agent_in_another_is_refused_clearly(store: Store) -> None:
+    inner = make_agent(store, ScriptedAgent([run_started(), run_finished()]))
+
+    with pytest.raises(InvalidInputError, match="cannot wrap a StorageAgent") as refused:
+        make_agent(store, inner)
+    assert isinstance(refused.value, ValueError)  # the seed layer raises ValueError
+
+
+async def test_an_empty_tool_result_replays_as_completed_with_the_tool_name(store: Store) -> None:
+    script = [
+        run_started(),
+        *text_message("a1", "Saving."),
+        *tool_call("c1", "save_note", '{"text": "x"}', parent_message_id="a1", result=""),
+        run_finished(),
+    ]
+    await collect(make_agent(store, ScriptedAgent(script)).run(run_input(messages=[user("u1")])))
+    second = ScriptedAgent([run_started(run_id="run-2"), run_finished(run_id="run-2")])
+
+    await collect(make_agent(store, second).run(run_input(run_id="run-2")))
+
+    results = [m for m in second.inputs[0].messages if isinstance(m, ToolMessage)]
+    assert [(m.tool_call_id, m.content) for m in results] == [("c1", "Completed save_note")]
+
+
+def test_only_an_empty_result_is_replaced_not_a_pending_call_or_an_error() -> None:
+    message = Message(message_uuid=uuid4(), chat_uuid=CHAT, role=Role.ASSISTANT)
+    calls = [
+        ToolCall(uuid=uuid4(), message_uuid=message.message_uuid, tool_call_id=f"c{i}", name="t")
+        for i in range(4)
+    ]
+    calls[0].content, calls[1].content = "", "42"
+    calls[3].error = "timed out"
+    message.tool_calls = calls  # c2 has no result yet: the client still owes it
+
+    results = [m for m in translate_messages([message]) if isinstance(m, ToolMessage)]
+
+    assert [(m.tool_call_id, m.content, m.error) for m in results] == [
+        ("c0", "Completed t", None),
+        ("c1", "42", None),
+        ("c3", "", "timed out"),
+    ]
+
+
+class MixedUpRepo:
+    """A custom message repository that returns another chat's messages too."""
+
+    def __init__(self, store: Store, foreign: Message) -> None:
+        self.store, self.foreign = store, foreign
+
+    async def get_chat_messages(self, chat_uuid: UUID) -> list[Message]:
+        return [*await self.store.get_chat_messages(chat_uuid), self.foreign]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+
+async def test_a_message_of_another_chat_from_a_custom_repository_is_refused(
+    store: Store,
+) -> None:
+    other = await store.create_chat(ChatCreate(user_uuid=USER, thread_id="other"))
+    foreign = await store.create_message(
+        MessageCreate(chat_uuid=other.chat_uuid, agui_id="secret", content="not yours")
+    )
+    inner = ScriptedAgent([run_started(), run_finished()])
+    agent = StorageAgent("assistant", USER, store, MixedUpRepo(store, foreign), inner)
+    await collect(
+        make_agent(store, ScriptedAgent([run_started(), run_finished()])).run(run_input())
+    )
+
+    events = await collect(agent.run(run_input(run_id="run-2", messages=[user("u1")])))
+
+    assert [e.type for e in events] == [EventType.RUN_STARTED, EventType.RUN_ERROR]
+    assert events[-1].code == "INVALID_INPUT"
+    assert "do not all belong to the same chat" in events[-1].message
+    assert inner.inputs == []  # the inner agent never saw the other chat's message
+    stored = await store.get_chat_messages((await only_chat(store)).chat_uuid)
+    assert stored == []

@@ -177,6 +177,11 @@ class StorageAgent:
     ) -> None:
         if not checkpoint_interval > 0:
             raise InvalidInputError(f"checkpoint_interval must be > 0, got {checkpoint_interval}")
+        if isinstance(inner_agent, StorageAgent):
+            raise InvalidInputError(
+                "cannot wrap a StorageAgent in another StorageAgent: the run would be stored "
+                "twice; pass the agent it wraps (its .inner_agent) instead"
+            )
         self.name = name
         self.user_uuid = user_uuid
         self.chat_repo = chat_repo
@@ -392,6 +397,15 @@ class StorageAgent:
         if chat is None:
             return []
         history = list(await self.message_repo.get_chat_messages(chat.chat_uuid))
+        for message in history:
+            # A custom repository that mixes chats up must not leak one into another.
+            if message.chat_uuid != chat.chat_uuid:
+                which = message.agui_id or str(message.message_uuid)
+                raise InvalidInputError(
+                    f"the message repository returned message {which!r} of chat "
+                    f"{message.chat_uuid} for chat {chat.chat_uuid}: messages do not all "
+                    "belong to the same chat"
+                )
         return history
 
     def _screen(
