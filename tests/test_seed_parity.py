@@ -7,12 +7,19 @@ from typing import Any
 from uuid import UUID, uuid4
 
 import pytest
-from ag_ui.core import EventType, ToolMessage
+from ag_ui.core import (
+    BaseEvent,
+    EventType,
+    TextMessageContentEvent,
+    ToolCallArgsEvent,
+    ToolMessage,
+)
 from pydantic import ValidationError
 
 from agui_scripts import (
     ScriptedAgent,
     collect,
+    full_turn,
     run_error,
     run_finished,
     run_input,
@@ -269,3 +276,102 @@ async def test_a_message_of_another_chat_from_a_custom_repository_is_refused(
     assert inner.inputs == []  # the inner agent never saw the other chat's message
     stored = await store.get_chat_messages((await only_chat(store)).chat_uuid)
     assert stored == []
+
+
+# --- item 22: concrete repositories, awaitable flushes ----------------------------------------
+
+
+async def test_repositories_constructed_by_name_store_a_run_as_the_store_does(
+    store: Store,
+) -> None:
+    from threadstore import (
+        ChatRepository,
+        ChatRepositoryLike,
+        MessageRepository,
+        MessageRepositoryLike,
+    )
+
+    chat_repo, message_repo = ChatRepository(store), MessageRepository(store)
+    assert isinstance(chat_repo, ChatRepositoryLike)
+    assert isinstance(message_repo, MessageRepositoryLike)
+    agent = StorageAgent("assistant", USER, chat_repo, message_repo, ScriptedAgent(full_turn()))
+
+    await collect(agent.run(run_input(messages=[user("u1", "Weather?")])))
+
+    chat = await chat_repo.get_chat_by_thread_id(USER, "thread-1")
+    assert chat is not None and chat.state == {"city": "Paris", "temp": 21}  # state kept too
+    history = await message_repo.get_chat_messages(chat.chat_uuid)
+    assert [m.agui_id for m in history] == ["u1", "run-1-reasoning", "run-1-a1", "run-1-a2"]
+    call = history[2].tool_calls[0]
+    assert (call.arguments, call.content) == ('{"city": "Paris"}', '{"temp": 21}')
+    assert await message_repo.get_tool_call_by_agui_id(history[2].message_uuid, "run-1-call")
+    assert (await message_repo.get_last_messages([chat.chat_uuid]))[chat.chat_uuid].agui_id == (
+        "run-1-a2"
+    )
+    renamed = await chat_repo.update_chat_name(chat.chat_uuid, "Paris")
+    assert renamed is not None and renamed.name == "Paris"
+    assert [c.chat_uuid for c in await chat_repo.get_all_chats(USER)] == [chat.chat_uuid]
+    assert await chat_repo.delete_chat(chat.chat_uuid) is not None
+    assert await message_repo.get_chat_messages(chat.chat_uuid) == []
+
+
+class FlushingAgent(StorageAgent):
+    """Flushes after every streamed delta, as seed-layer subclasses do, and looks at the store."""
+
+    seen: list[tuple[str, str]]
+
+    async def handle_text_message(self, state: Any, chat: Chat, event: BaseEvent) -> None:
+        await super().handle_text_message(state, chat, event)
+        if isinstance(event, TextMessageContentEvent):
+            await self.flush_message_buffer(state)
+            stored = await self.message_repo.get_message_by_agui_id(chat.chat_uuid, "m1")
+            self.seen.append((event.delta, stored.content if stored else "<missing>"))
+
+    async def handle_tool_call(self, state: Any, chat: Chat, event: BaseEvent) -> None:
+        await super().handle_tool_call(state, chat, event)
+        if isinstance(event, ToolCallArgsEvent):
+            await self.flush_tool_call_buffer(state)
+            message = await self.message_repo.get_message_by_agui_id(chat.chat_uuid, "m1")
+            calls = message.tool_calls if message else []
+            self.seen.append((event.delta, calls[0].arguments if calls else "<missing>"))
+
+
+async def test_flush_buffers_return_once_the_buffered_text_is_durable(store: Store) -> None:
+    script = [
+        run_started(),
+        *text_message("m1", "one two three", deltas=3),
+        *tool_call("c1", "f", '{"a": 1}', parent_message_id="m1", deltas=2),
+        run_finished(),
+    ]
+    agent = FlushingAgent(
+        "assistant", USER, store, store, ScriptedAgent(script), checkpoint_interval=3600
+    )
+    agent.seen = []
+
+    await collect(agent.run(run_input()))
+
+    expected: list[tuple[str, str]] = []
+    for kind in (TextMessageContentEvent, ToolCallArgsEvent):
+        so_far = ""
+        for event in script:
+            if isinstance(event, kind):
+                so_far += event.delta
+                expected.append((event.delta, so_far))
+    assert len(expected) == 5
+    assert agent.seen == expected  # each flush returned with everything so far stored
+
+
+async def test_flushing_from_outside_a_handler_waits_for_what_was_streamed(store: Store) -> None:
+    script = [run_started(), *text_message("m1", "streamed so far", deltas=3)[:-1]]
+    inner = ScriptedAgent([*script, run_finished()], pause_after=len(script))
+    agent = make_agent(store, inner, checkpoint_interval=3600)
+    stream = agent.run(run_input())
+    for _ in script:
+        await anext(stream)
+
+    await agent.flush_reasoning_buffer()
+
+    stored = await store.get_chat_messages((await only_chat(store)).chat_uuid)
+    assert [(m.agui_id, m.content) for m in stored] == [("m1", "streamed so far")]
+    inner.gate.set()
+    assert [e.type for e in await collect(stream)] == [EventType.RUN_FINISHED]

@@ -332,12 +332,7 @@ class StorageAgent:
         persister = self._persister
         if persister is None:
             return
-        target = persister.enqueued
-        await persister.wait_until(lambda: persister.folded >= target)
-        reached = persister.barrier()
-        if not reached():
-            persister.request_flush(now=True)
-            await persister.wait_until(reached)
+        await persister.durable()
         if persister.failed is not None:
             raise StoreError("the run's records could not be persisted") from persister.failed
 
@@ -565,21 +560,23 @@ class StorageAgent:
         """Fold SUBAGENT_STARTED / FINISHED / ERROR onto the subagent's records."""
         state.apply(event)
 
-    async def flush_message_buffer(self) -> None:
-        """Ask the writer to persist buffered message content now (it does not wait)."""
-        self._request_flush()
+    async def flush_message_buffer(self, state: ConversationFold | None = None) -> None:
+        """Persist buffered message content now; return when it is durable.
 
-    async def flush_tool_call_buffer(self) -> None:
-        """Ask the writer to persist buffered tool call arguments now (it does not wait)."""
-        self._request_flush()
+        Callable from a handler override, as in the seed layer (``state`` is accepted
+        for its signature and not needed). Raises
+        :class:`~threadstore.errors.StoreError` when the writer gave up. The three
+        ``flush_*_buffer`` methods do the same: one flush writes every record.
+        """
+        await self.persisted()
 
-    async def flush_reasoning_buffer(self) -> None:
-        """Ask the writer to persist buffered reasoning content now (it does not wait)."""
-        self._request_flush()
+    async def flush_tool_call_buffer(self, state: ConversationFold | None = None) -> None:
+        """Persist buffered tool call arguments now; return when they are durable."""
+        await self.persisted()
 
-    def _request_flush(self) -> None:
-        if self._persister is not None:
-            self._persister.request_flush(now=True)
+    async def flush_reasoning_buffer(self, state: ConversationFold | None = None) -> None:
+        """Persist buffered reasoning content now; return when it is durable."""
+        await self.persisted()
 
     # --- extension point 3: build hooks ------------------------------------------------------
 

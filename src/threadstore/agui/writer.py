@@ -25,7 +25,7 @@ from uuid import UUID
 from ag_ui.core import BaseEvent
 from pydantic import BaseModel, create_model
 
-from threadstore.errors import NotFoundError
+from threadstore.errors import NotFoundError, StoreError
 from threadstore.fold import DELTA_EVENTS, ConversationFold, FoldRecord, RecordKind
 from threadstore.models import (
     ERROR_METADATA_KEY,
@@ -265,6 +265,8 @@ class RunPersister:
         self.chat_deleted = False
         """The chat was deleted during the run: nothing more is written (it stays deleted)."""
         self._waiters: list[tuple[Callable[[], bool], asyncio.Future[None]]] = []
+        self._handling: BaseEvent | None = None
+        """The event whose overridden handler the fold task is awaiting, if any."""
         self._kinds: dict[type[BaseEvent], HandlerKind] = {}
         """Per event class: what its handler does (asked once per class)."""
         self.delta_kinds = frozenset(
@@ -336,6 +338,38 @@ class RunPersister:
                 future.set_result(None)
             else:
                 self._waiters.append((predicate, future))
+
+    async def durable(self) -> None:
+        """Return once every event handed over so far is written (or the writer gave up).
+
+        From inside an overridden handler (on the fold task) it waits for what has been
+        folded so far, the handler's own changes included: waiting for the handler's own
+        event to be folded could never end.
+        """
+        handling = self._handling
+        in_handler = handling is not None and asyncio.current_task() is self._fold_task
+        if in_handler:
+            self._absorb(handling)  # build the DTOs of records the handler opened
+        else:
+            target = self.enqueued
+            await self.wait_until(lambda: self.folded >= target)
+        reached = self.barrier()
+        if reached():
+            return
+        self.request_flush(now=True)
+        if not in_handler:
+            await self.wait_until(reached)
+            return
+        # The run cannot end while its handler waits, so a store that stays down would
+        # hold it forever: the handler gets an error after the final flush's deadline.
+        try:
+            async with asyncio.timeout(self.config.final_flush_deadline):
+                await self.wait_until(reached)
+        except TimeoutError:
+            raise StoreError(
+                f"run {self.fold.run_id}: buffered content was not written within "
+                f"{self.config.final_flush_deadline} s"
+            ) from None
 
     def barrier(self) -> Callable[[], bool]:
         """A predicate that holds once everything folded so far is written."""
@@ -443,10 +477,13 @@ class RunPersister:
 
     async def _apply(self, event: BaseEvent) -> None:
         handler = self.agent.handler(type(event))
+        self._handling = event
         try:
             await handler(self.fold, self.chat, event)
         except Exception:
             logger.exception("handler for %s failed; the event was not folded", event.type)
+        finally:
+            self._handling = None
         self._absorb(event)
 
     def _absorb(self, event: BaseEvent | None) -> None:
