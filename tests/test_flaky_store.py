@@ -67,23 +67,11 @@ def agent_over(repo: Any, script: list[BaseEvent], **settings: Any) -> StorageAg
     return agent
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-async def backend(request: pytest.FixtureRequest, tmp_path: Any) -> Any:
-    import threadstore
-
-    url = "memory://" if request.param == "memory" else f"sqlite:///{tmp_path / 'flaky.db'}"
-    store = await threadstore.open_store(url)
-    try:
-        yield store
-    finally:
-        await store.close()
-
-
 async def test_a_store_failing_every_third_write_stores_every_character_once(
-    backend: Store,
+    store: Store,
 ) -> None:
     script, texts, arguments = long_run()
-    spy = StoreSpy(backend, fail_every=3)
+    spy = StoreSpy(store, fail_every=3)
     agent = agent_over(spy, script)
 
     events = await collect(agent.run(run_input()))
@@ -91,28 +79,28 @@ async def test_a_store_failing_every_third_write_stores_every_character_once(
 
     assert events == script
     assert spy.failures > 0
-    chat = await backend.get_chat_by_thread_id(USER, "thread-1")
+    chat = await store.get_chat_by_thread_id(USER, "thread-1")
     assert chat is not None
-    stored = await backend.get_chat_messages(chat.chat_uuid)
+    stored = await store.get_chat_messages(chat.chat_uuid)
     assert {m.agui_id: m.content for m in stored} == texts
     calls = {c.tool_call_id: c.arguments for m in stored for c in m.tool_calls}
     assert calls == arguments
     assert {m.status for m in stored} == {MessageStatus.COMPLETE}
-    run = await backend.get_run(chat.chat_uuid, "run-1")
+    run = await store.get_run(chat.chat_uuid, "run-1")
     assert run is not None and run.status is RunStatus.COMPLETE
 
 
 async def test_a_run_that_cannot_be_persisted_is_marked_errored_and_the_loss_logged(
-    backend: Store, caplog: pytest.LogCaptureFixture
+    store: Store, caplog: pytest.LogCaptureFixture
 ) -> None:
     script = [run_started(), *text_message("m1", "lost words", deltas=2), run_finished()]
 
     class RecordsFail(StoreSpy):
         """Every message write fails; the run record (another repository) still works."""
 
-    spy = RecordsFail(backend, fail_every=1)
+    spy = RecordsFail(store, fail_every=1)
     agent = StorageAgent(
-        "assistant", USER, backend, spy, ScriptedAgent(script), run_repo=backend, owner="t"
+        "assistant", USER, store, spy, ScriptedAgent(script), run_repo=store, owner="t"
     )
     agent.retry_base_delay = agent.retry_max_delay = 0.0
     agent.final_flush_deadline = 0.0
@@ -120,9 +108,9 @@ async def test_a_run_that_cannot_be_persisted_is_marked_errored_and_the_loss_log
     with caplog.at_level(logging.ERROR, logger="threadstore.agui.agent"):
         await collect(agent.run(run_input()))
 
-    chat = await backend.get_chat_by_thread_id(USER, "thread-1")
+    chat = await store.get_chat_by_thread_id(USER, "thread-1")
     assert chat is not None
-    run = await backend.get_run(chat.chat_uuid, "run-1")
+    run = await store.get_run(chat.chat_uuid, "run-1")
     assert run is not None and run.status is RunStatus.ERRORED
     assert run.error is not None and "could not be persisted" in run.error
     assert "injected failure" in run.error
