@@ -628,18 +628,19 @@ class RunPersister:
         failures = 0
         failing_since: float | None = None
         while records or state_pending or closing:
-            ops, deferred = self._ops(
-                records, with_state=state_pending, closing=closing, finals_done=finals_done
-            )
-            if deferred:
-                # Written by a later flush, once their handler has built them.
-                self.fold.mark_dirty(deferred)
-                waiting = {id(record) for record in deferred}
-                records = [record for record in records if id(record) not in waiting]
-            batch = ops if limit is None else ops[:limit]
-            if not batch:
-                break
+            batch: list[_Op] = []
             try:
+                ops, deferred = self._ops(
+                    records, with_state=state_pending, closing=closing, finals_done=finals_done
+                )
+                if deferred:
+                    # Written by a later flush, once their handler has built them.
+                    self.fold.mark_dirty(deferred)
+                    waiting = {id(record) for record in deferred}
+                    records = [record for record in records if id(record) not in waiting]
+                batch = ops if limit is None else ops[:limit]
+                if not batch:
+                    break
                 await self._commit(batch)
             except Exception as exc:
                 self._failed_ops(batch)
