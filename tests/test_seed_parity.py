@@ -20,6 +20,7 @@ from agui_scripts import (
     ScriptedAgent,
     collect,
     full_turn,
+    reasoning,
     run_error,
     run_finished,
     run_input,
@@ -34,6 +35,8 @@ from threadstore import (
     InvalidInputError,
     Message,
     MessageCreate,
+    MessageReasoningCreate,
+    MessageReasoningUpdate,
     MessageStatus,
     MessageUpdate,
     Role,
@@ -375,3 +378,26 @@ async def test_flushing_from_outside_a_handler_waits_for_what_was_streamed(store
     assert [(m.agui_id, m.content) for m in stored] == [("m1", "streamed so far")]
     inner.gate.set()
     assert [e.type for e in await collect(stream)] == [EventType.RUN_FINISHED]
+
+
+async def test_a_reasoning_step_cut_off_by_a_run_error_carries_the_error(store: Store) -> None:
+    script = [run_started(), *reasoning("r1", "thinking hard", deltas=2)[:3], run_error()]
+
+    await collect(make_agent(store, ScriptedAgent(script)).run(run_input(messages=[user("u1")])))
+
+    steps = [
+        r
+        for m in await store.get_chat_messages((await only_chat(store)).chat_uuid)
+        for r in m.reasonings
+    ]
+    assert [(r.status, r.error) for r in steps] == [
+        (MessageStatus.ERRORED, "[MODEL_ERROR] the model refused")
+    ]
+
+
+def test_a_seed_reasoning_dto_keeps_its_error() -> None:
+    parent = uuid4()
+
+    assert MessageReasoningCreate(message_uuid=parent, error="x").metadata == {"error": "x"}
+    with pytest.raises(ValidationError, match="metadata"):
+        MessageReasoningUpdate(error="x")

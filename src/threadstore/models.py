@@ -113,11 +113,16 @@ def _error_into_metadata(data: Any, *, update: bool = False) -> Any:
     metadata = data.get("metadata")
     if metadata is None and update:
         raise ValueError(
-            "MessageUpdate(error=...) is kept in the message's metadata, which an update "
-            "replaces whole: pass metadata={**message.metadata} along with it"
+            "an update's error=... is kept in the record's metadata, which an update "
+            "replaces whole: pass metadata={**record.metadata} along with it"
         )
     data["metadata"] = {**(metadata or {}), ERROR_METADATA_KEY: error}
     return data
+
+
+def _error_of(metadata: dict[str, Any]) -> str | None:
+    error = metadata.get(ERROR_METADATA_KEY)
+    return error if isinstance(error, str) else None
 
 
 # --- content parts -----------------------------------------------------------------
@@ -197,6 +202,17 @@ class Reasoning(_Model):
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _seed_error(cls, data: Any) -> Any:
+        return _error_into_metadata(data)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def error(self) -> str | None:
+        """Why the run that wrote this step failed (``metadata["error"]``), if it did."""
+        return _error_of(self.metadata)
+
 
 class Message(_Model):
     """One message of a chat: a node of the chat's message tree.
@@ -246,8 +262,7 @@ class Message(_Model):
     @property
     def error(self) -> str | None:
         """Why the run that wrote this message failed (``metadata["error"]``), if it did."""
-        error = self.metadata.get(ERROR_METADATA_KEY)
-        return error if isinstance(error, str) else None
+        return _error_of(self.metadata)
 
 
 class Chat(_Model):
@@ -407,7 +422,10 @@ class MessageToolCallUpdate(_Model):
 
 
 class MessageReasoningCreate(_Model):
-    """What ``create_message_reasoning`` needs; ``message_uuid`` names the parent."""
+    """What ``create_message_reasoning`` needs; ``message_uuid`` names the parent.
+
+    The seed's ``error`` is kept in ``metadata`` (read back as ``Reasoning.error``).
+    """
 
     message_uuid: UUID
     agui_id: str | None = None
@@ -420,9 +438,17 @@ class MessageReasoningCreate(_Model):
     metadata: dict[str, Any] = Field(default_factory=dict)
     uuid: UUID = Field(default_factory=uuid4)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _seed_error(cls, data: Any) -> Any:
+        return _error_into_metadata(data)
+
 
 class MessageReasoningUpdate(_Model):
-    """A patch of a reasoning step: only explicitly-set, non-None fields apply."""
+    """A patch of a reasoning step: only explicitly-set, non-None fields apply.
+
+    The seed's ``error`` goes into ``metadata`` and so needs it (it is replaced whole).
+    """
 
     name: str | None = None
     content: str | None = None
@@ -431,3 +457,8 @@ class MessageReasoningUpdate(_Model):
     in_progress: bool | None = None
     step_name: str | None = None
     metadata: dict[str, Any] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _seed_error(cls, data: Any) -> Any:
+        return _error_into_metadata(data, update=True)

@@ -867,6 +867,8 @@ class RunPersister:
                 "encrypted_value": record.encrypted_value,
                 "name": record.name,
             }
+            if error is not None and record.owned:
+                metadata[ERROR_METADATA_KEY] = error  # read back as Reasoning.error
             create, update_cls = "create_message_reasoning", MessageReasoningUpdate
         fields = _set({**fields, **common})
         if entry.created:
