@@ -207,10 +207,13 @@ class Reasoning(_Model):
     def _seed_error(cls, data: Any) -> Any:
         return _error_into_metadata(data)
 
-    @computed_field  # type: ignore[prop-decorator]
     @property
     def error(self) -> str | None:
-        """Why the run that wrote this step failed (``metadata["error"]``), if it did."""
+        """Why the run that wrote this step failed (``metadata["error"]``), if it did.
+
+        A plain property, not serialized: the stored shape of a reasoning step stays as
+        it was, and ``metadata`` already carries the text.
+        """
         return _error_of(self.metadata)
 
 
