@@ -300,7 +300,9 @@ def test_serve_runs_the_demo_on_sqlite_and_keeps_history_across_restarts(
     assert [chat["thread_id"] for chat in chats] == [body["threadId"]]
     assert chats[0]["last_message"]["role"] == "assistant"
     assert "87" in chats[0]["last_message"]["content"]
-    assert code == 0 and body["threadId"] in listing
+    # The chat is named from its first user message; the listing shows that name.
+    assert chats[0]["name"] == body["messages"][0]["content"]
+    assert code == 0 and chats[0]["name"] in listing
 
 
 @pytest.mark.postgres

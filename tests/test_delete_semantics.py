@@ -205,7 +205,7 @@ async def test_a_run_still_streaming_when_its_chat_is_deleted_never_brings_it_ba
     agent = StorageAgent("assistant", owner, store, store, inner, run_repo=store, owner="p1")
     agent.checkpoint_interval = 0.01
     agent.retry_base_delay = agent.retry_max_delay = 0.001
-    agent.final_flush_attempts = 2
+    agent.final_flush_deadline = 0.0
     run = asyncio.create_task(collect(agent.run(run_input(messages=[user("u1")]))))
     await inner.paused.wait()
     await agent.persisted()

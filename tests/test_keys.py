@@ -20,7 +20,7 @@ from threadstore import (
 )
 
 USER = UUID("12345678-1234-5678-1234-567812345678")
-USER_PARTICIPANT = "749408f8a9da785412c79bcd"
+USER_PARTICIPANT = "ddcbc45ed5383449004fe644"
 
 
 def test_deduplication_keys_are_64_characters() -> None:
@@ -76,12 +76,15 @@ def test_session_deduplication_key_separates_parts_unambiguously() -> None:
     assert session_deduplication_key("chat", str(USER), "t") == chat_deduplication_key(USER, "t")
 
 
-def test_participant_id_is_derived_from_the_user_uuid() -> None:
+def test_participant_id_hashes_the_user_uuids_raw_bytes_as_the_published_layer_does() -> None:
     derived = participant_id(USER)
 
     assert derived == USER_PARTICIPANT
-    assert derived == hashlib.sha256(str(USER).encode()).hexdigest()[:24]
+    assert derived == hashlib.sha256(USER.bytes).hexdigest()[:24]
+    assert derived != hashlib.sha256(str(USER).encode()).hexdigest()[:24]  # not the text
     assert participant_id(USER, override=None) == USER_PARTICIPANT
+    other = UUID("00000000-0000-4000-8000-000000000001")
+    assert participant_id(other) == "86a427757a31f2dacd9e79ab"
 
 
 @pytest.mark.parametrize(

@@ -100,7 +100,7 @@ async def test_no_route_gives_another_user_or_nobody_anything(
         assert statuses == {401}, who
     # bob's import made bob his own copy; alice's chat, name and live run were untouched
     assert [c["user_uuid"] for c in bob_chats] == [str(user_uuid_for("bob"))]
-    assert alice_chat["name"] is None
+    assert alice_chat["name"] == "alice's secret question"  # named by her first message only
     assert alice_frames[-1].type == "RUN_FINISHED"
 
 

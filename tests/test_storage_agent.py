@@ -584,7 +584,7 @@ async def test_retries_on_a_repository_without_transactions_duplicate_nothing(
 async def test_a_dead_store_never_hangs_the_run_and_persisted_reports_it(memory: Store) -> None:
     agent = make_agent(memory, ScriptedAgent(full_turn()), run_repo=None)
     agent.message_repo = StoreSpy(memory, fail_every=1)
-    agent.final_flush_attempts = 3
+    agent.final_flush_deadline = 0.0
 
     events = await collect(agent.run(run_input()))
 

@@ -266,12 +266,13 @@ def test_a_failed_call_gets_a_tool_message_carrying_the_error() -> None:
     assert out[1] == ag.ToolMessage(id="c1-result", content="", tool_call_id="c1", error="timeout")
 
 
-def test_an_empty_tool_result_still_counts_as_a_result() -> None:
+def test_an_empty_tool_result_counts_as_a_result_and_replays_as_completed() -> None:
     stored = message(Role.ASSISTANT, "", "a1", tool_calls=[tool_call("c1", 0, content="")])
 
     out = translate_messages([stored])
 
-    assert out[1] == ag.ToolMessage(id="c1-result", content="", tool_call_id="c1")
+    # As the seed layer replays it: "Completed <tool name>", never an empty tool message.
+    assert out[1] == ag.ToolMessage(id="c1-result", content="Completed search", tool_call_id="c1")
 
 
 def test_reasoning_steps_precede_their_message_in_seq_order() -> None:

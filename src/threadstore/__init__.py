@@ -62,6 +62,8 @@ if TYPE_CHECKING:
     from threadstore.agui import (
         AGUIAgent,
         AGUIStorageAgent,
+        ChatRepository,
+        MessageRepository,
         RunHandle,
         StorageAgent,
         StreamPersistenceManager,
@@ -77,6 +79,8 @@ _LAZY: dict[str, str] = {
     for name in (
         "AGUIAgent",
         "AGUIStorageAgent",
+        "ChatRepository",
+        "MessageRepository",
         "RunHandle",
         "StorageAgent",
         "StreamPersistenceManager",
@@ -104,6 +108,7 @@ __all__ = [
     "ChatCreate",
     "ChatDeletedError",
     "ChatPage",
+    "ChatRepository",
     "ChatRepositoryLike",
     "ConfigurationError",
     "ConflictError",
@@ -115,6 +120,7 @@ __all__ = [
     "MessageCreate",
     "MessageReasoningCreate",
     "MessageReasoningUpdate",
+    "MessageRepository",
     "MessageRepositoryLike",
     "MessageStatus",
     "MessageToolCallCreate",

@@ -61,9 +61,12 @@ def normalize_participant_id(raw: str | None) -> str | None:
 
 
 def participant_id(user_uuid: UUID, *, override: str | None = None) -> str:
-    """Return a stable 24-hex participant id: a valid ``override``, else one derived from user."""
+    """Return a stable 24-hex participant id: a valid ``override``, else one derived from user.
+
+    The derived id is the first 24 hex digits of the SHA-256 of the UUID's 16 raw
+    bytes, as the published layer computes it, so the same user gets the same id.
+    """
     normalized = normalize_participant_id(override)
     if normalized is not None:
         return normalized
-    digest = hashlib.sha256(str(user_uuid).encode("utf-8")).hexdigest()
-    return digest[:PARTICIPANT_ID_LENGTH]
+    return hashlib.sha256(user_uuid.bytes).hexdigest()[:PARTICIPANT_ID_LENGTH]

@@ -13,9 +13,10 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 from uuid import UUID, uuid4
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, computed_field, model_validator
 
 __all__ = [
+    "ERROR_METADATA_KEY",
     "FORMAT_VERSION",
     "Chat",
     "ChatCreate",
@@ -41,6 +42,10 @@ __all__ = [
 
 FORMAT_VERSION = 1
 """The stored-record format this code writes. Older versions stay readable."""
+
+
+ERROR_METADATA_KEY = "error"
+"""The ``metadata`` key that holds a message's :attr:`Message.error` text."""
 
 
 def utcnow() -> datetime:
@@ -86,6 +91,38 @@ class _Model(BaseModel):
         val_json_bytes="base64",
         extra="ignore",
     )
+
+
+def _alias(name: str, seed_name: str) -> Any:
+    """Accept the seed layer's name for a field threadstore renamed, as well as its own."""
+    return AliasChoices(name, seed_name)
+
+
+def _error_into_metadata(data: Any, *, update: bool = False) -> Any:
+    """Move a seed-style ``error=`` into ``metadata`` (where a message keeps it).
+
+    An update replaces ``metadata`` whole, so an update's ``error`` needs the metadata
+    it goes into: without it the error is refused rather than dropped or wiping the rest.
+    """
+    if not isinstance(data, dict) or "error" not in data:
+        return data
+    data = dict(data)
+    error = data.pop("error")
+    if error is None:
+        return data
+    metadata = data.get("metadata")
+    if metadata is None and update:
+        raise ValueError(
+            "an update's error=... is kept in the record's metadata, which an update "
+            "replaces whole: pass metadata={**record.metadata} along with it"
+        )
+    data["metadata"] = {**(metadata or {}), ERROR_METADATA_KEY: error}
+    return data
+
+
+def _error_of(metadata: dict[str, Any]) -> str | None:
+    error = metadata.get(ERROR_METADATA_KEY)
+    return error if isinstance(error, str) else None
 
 
 # --- content parts -----------------------------------------------------------------
@@ -165,17 +202,38 @@ class Reasoning(_Model):
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _seed_error(cls, data: Any) -> Any:
+        return _error_into_metadata(data)
+
+    @property
+    def error(self) -> str | None:
+        """Why the run that wrote this step failed (``metadata["error"]``), if it did.
+
+        A plain property, not serialized: the stored shape of a reasoning step stays as
+        it was, and ``metadata`` already carries the text.
+        """
+        return _error_of(self.metadata)
+
 
 class Message(_Model):
-    """One message of a chat: a node of the chat's message tree."""
+    """One message of a chat: a node of the chat's message tree.
 
-    format_version: int = FORMAT_VERSION
+    The seed layer's names are accepted on input: ``step`` (``step_name``),
+    ``timestamp`` (``created_at``), ``v`` (``format_version``), ``chat_id``
+    (``chat_uuid``) and ``error`` (kept in ``metadata``, read back as :attr:`error`).
+    """
+
+    format_version: int = Field(
+        default=FORMAT_VERSION, validation_alias=_alias("format_version", "v")
+    )
     message_uuid: UUID
-    chat_uuid: UUID
+    chat_uuid: UUID = Field(validation_alias=_alias("chat_uuid", "chat_id"))
     parent_uuid: UUID | None = None
     """The previous message on this branch; ``None`` for a root."""
     agui_id: str | None = None
-    role: Role = Role.ASSISTANT
+    role: Role = Role.USER
     name: str | None = None
     content: str = ""
     content_parts: list[ContentPart] | None = None
@@ -185,16 +243,29 @@ class Message(_Model):
     activity_content: dict[str, Any] | None = None
     status: MessageStatus = MessageStatus.ACTIVE
     in_progress: bool = True
-    step_name: str | None = None
+    step_name: str | None = Field(default=None, validation_alias=_alias("step_name", "step"))
     run_id: str | None = None
     """The AG-UI run that produced the message."""
     seq: int = 0
     """Increases with every message created (set by the store); the pagination cursor."""
     metadata: dict[str, Any] = Field(default_factory=dict)
-    created_at: datetime = Field(default_factory=utcnow)
+    created_at: datetime = Field(
+        default_factory=utcnow, validation_alias=_alias("created_at", "timestamp")
+    )
     updated_at: datetime = Field(default_factory=utcnow)
     tool_calls: list[ToolCall] = Field(default_factory=list)
     reasonings: list[Reasoning] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _seed_error(cls, data: Any) -> Any:
+        return _error_into_metadata(data)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def error(self) -> str | None:
+        """Why the run that wrote this message failed (``metadata["error"]``), if it did."""
+        return _error_of(self.metadata)
 
 
 class Chat(_Model):
@@ -265,11 +336,14 @@ class ChatCreate(_Model):
 class MessageCreate(_Model):
     """What ``create_message`` needs; ``chat_uuid`` is required.
 
-    ``parent_uuid=None`` appends to the chat's active branch.
+    ``parent_uuid=None`` appends to the chat's active branch. ``role`` defaults to
+    ``user``, as in the seed layer. The seed's names ``chat_id``, ``step``,
+    ``timestamp`` and ``error`` (kept in ``metadata``) are accepted; ``v`` is refused,
+    since the store writes ``format_version`` itself.
     """
 
-    chat_uuid: UUID | None = None
-    role: Role = Role.ASSISTANT
+    chat_uuid: UUID | None = Field(default=None, validation_alias=_alias("chat_uuid", "chat_id"))
+    role: Role = Role.USER
     content: str = ""
     agui_id: str | None = None
     parent_uuid: UUID | None = None
@@ -280,15 +354,28 @@ class MessageCreate(_Model):
     activity_content: dict[str, Any] | None = None
     status: MessageStatus = MessageStatus.ACTIVE
     in_progress: bool = True
-    step_name: str | None = None
+    step_name: str | None = Field(default=None, validation_alias=_alias("step_name", "step"))
     run_id: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
     message_uuid: UUID = Field(default_factory=uuid4)
-    created_at: datetime | None = None
+    created_at: datetime | None = Field(
+        default=None, validation_alias=_alias("created_at", "timestamp")
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _seed_names(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "v" in data:
+            raise ValueError("MessageCreate takes no 'v': the store writes format_version itself")
+        return _error_into_metadata(data)
 
 
 class MessageUpdate(_Model):
-    """A patch of a message's own fields: only explicitly-set, non-None fields apply."""
+    """A patch of a message's own fields: only explicitly-set, non-None fields apply.
+
+    The seed's ``step`` is accepted for ``step_name``; ``error`` goes into ``metadata``
+    and so needs it (an update replaces ``metadata`` whole).
+    """
 
     content: str | None = None
     content_parts: list[ContentPart] | None = None
@@ -297,8 +384,13 @@ class MessageUpdate(_Model):
     activity_content: dict[str, Any] | None = None
     status: MessageStatus | None = None
     in_progress: bool | None = None
-    step_name: str | None = None
+    step_name: str | None = Field(default=None, validation_alias=_alias("step_name", "step"))
     metadata: dict[str, Any] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _seed_error(cls, data: Any) -> Any:
+        return _error_into_metadata(data, update=True)
 
 
 class MessageToolCallCreate(_Model):
@@ -333,7 +425,10 @@ class MessageToolCallUpdate(_Model):
 
 
 class MessageReasoningCreate(_Model):
-    """What ``create_message_reasoning`` needs; ``message_uuid`` names the parent."""
+    """What ``create_message_reasoning`` needs; ``message_uuid`` names the parent.
+
+    The seed's ``error`` is kept in ``metadata`` (read back as ``Reasoning.error``).
+    """
 
     message_uuid: UUID
     agui_id: str | None = None
@@ -346,9 +441,17 @@ class MessageReasoningCreate(_Model):
     metadata: dict[str, Any] = Field(default_factory=dict)
     uuid: UUID = Field(default_factory=uuid4)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _seed_error(cls, data: Any) -> Any:
+        return _error_into_metadata(data)
+
 
 class MessageReasoningUpdate(_Model):
-    """A patch of a reasoning step: only explicitly-set, non-None fields apply."""
+    """A patch of a reasoning step: only explicitly-set, non-None fields apply.
+
+    The seed's ``error`` goes into ``metadata`` and so needs it (it is replaced whole).
+    """
 
     name: str | None = None
     content: str | None = None
@@ -357,3 +460,8 @@ class MessageReasoningUpdate(_Model):
     in_progress: bool | None = None
     step_name: str | None = None
     metadata: dict[str, Any] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _seed_error(cls, data: Any) -> Any:
+        return _error_into_metadata(data, update=True)

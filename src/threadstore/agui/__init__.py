@@ -9,6 +9,7 @@ from threadstore.agui.chat_persist import ChatPersistingAgent, ChatPersistOption
 from threadstore.agui.compact import compact_events
 from threadstore.agui.distributed import DistributedRunManager
 from threadstore.agui.manager import RunHandle, StreamPersistenceManager
+from threadstore.agui.repositories import ChatRepository, MessageRepository
 from threadstore.codec import (
     ThinkingEndEvent,
     ThinkingStartEvent,
@@ -24,7 +25,9 @@ __all__ = [
     "AGUIStorageAgent",
     "ChatPersistOptions",
     "ChatPersistingAgent",
+    "ChatRepository",
     "DistributedRunManager",
+    "MessageRepository",
     "RunHandle",
     "StorageAgent",
     "StreamPersistenceManager",

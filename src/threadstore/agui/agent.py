@@ -67,6 +67,7 @@ from threadstore.codec.messages import (
     tool_result_text,
     translate_messages,
 )
+from threadstore.codec.names import chat_name_from_messages
 from threadstore.errors import InvalidInputError, StoreError
 from threadstore.fold import ConversationFold, pending_tool_calls, stored_ids
 from threadstore.models import (
@@ -143,8 +144,13 @@ class StorageAgent:
     """First delay before retrying a failed flush; doubles per failure."""
     retry_max_delay: float = 2.0
     """Longest delay between flush retries."""
-    final_flush_attempts: int = 12
-    """Attempts of the final flush before giving up (records are left to the sweep)."""
+    final_flush_deadline: float = 30.0
+    """Seconds the final flush retries a write that keeps failing before it gives up.
+
+    A failed transaction is first split down to single writes; only a single write
+    that fails for this long stops the flush. The run is then marked ``errored`` with
+    the reason, the loss is logged with its size, and :meth:`persisted` raises.
+    """
     min_flush_interval: float = 0.25
     """Shortest time between the starts of two flushes that boundaries asked for.
 
@@ -167,9 +173,15 @@ class StorageAgent:
         checkpoint_interval: float = 1.0,
         tenant_id: str | None = None,
         app_id: str | None = None,
+        chat_name: str | None = None,
     ) -> None:
         if not checkpoint_interval > 0:
             raise InvalidInputError(f"checkpoint_interval must be > 0, got {checkpoint_interval}")
+        if isinstance(inner_agent, StorageAgent):
+            raise InvalidInputError(
+                "cannot wrap a StorageAgent in another StorageAgent: the run would be stored "
+                "twice; pass the agent it wraps (its .inner_agent) instead"
+            )
         self.name = name
         self.user_uuid = user_uuid
         self.chat_repo = chat_repo
@@ -180,6 +192,8 @@ class StorageAgent:
         self.checkpoint_interval = checkpoint_interval
         self.tenant_id = tenant_id
         self.app_id = app_id
+        self.chat_name = chat_name
+        """The name a chat this agent creates gets; by default its first user message's text."""
         self.chat: Chat | None = None
         """The chat of the run, once resolved or created."""
         self._translate = translate
@@ -270,7 +284,7 @@ class StorageAgent:
             min_flush_interval=self.min_flush_interval,
             retry_base_delay=self.retry_base_delay,
             retry_max_delay=self.retry_max_delay,
-            final_flush_attempts=self.final_flush_attempts,
+            final_flush_deadline=self.final_flush_deadline,
         )
         persister = self._persister = RunPersister(_Hooks(self), config, chat, fold)
         return persister
@@ -318,12 +332,7 @@ class StorageAgent:
         persister = self._persister
         if persister is None:
             return
-        target = persister.enqueued
-        await persister.wait_until(lambda: persister.folded >= target)
-        reached = persister.barrier()
-        if not reached():
-            persister.request_flush(now=True)
-            await persister.wait_until(reached)
+        await persister.durable()
         if persister.failed is not None:
             raise StoreError("the run's records could not be persisted") from persister.failed
 
@@ -355,6 +364,7 @@ class StorageAgent:
             chat_create = ChatCreate(
                 user_uuid=self.user_uuid,
                 thread_id=input.thread_id,
+                name=self.chat_name or chat_name_from_messages(input.messages),
                 tenant_id=self.tenant_id,
                 app_id=self.app_id,
             )
@@ -379,9 +389,19 @@ class StorageAgent:
         return chat, history
 
     async def _history(self, chat: Chat | None) -> list[Message]:
-        return (
-            [] if chat is None else list(await self.message_repo.get_chat_messages(chat.chat_uuid))
-        )
+        if chat is None:
+            return []
+        history = list(await self.message_repo.get_chat_messages(chat.chat_uuid))
+        for message in history:
+            # A custom repository that mixes chats up must not leak one into another.
+            if message.chat_uuid != chat.chat_uuid:
+                which = message.agui_id or str(message.message_uuid)
+                raise InvalidInputError(
+                    f"the message repository returned message {which!r} of chat "
+                    f"{message.chat_uuid} for chat {chat.chat_uuid}: messages do not all "
+                    "belong to the same chat"
+                )
+        return history
 
     def _screen(
         self, input: RunAgentInput, history: Sequence[Message]
@@ -540,21 +560,23 @@ class StorageAgent:
         """Fold SUBAGENT_STARTED / FINISHED / ERROR onto the subagent's records."""
         state.apply(event)
 
-    async def flush_message_buffer(self) -> None:
-        """Ask the writer to persist buffered message content now (it does not wait)."""
-        self._request_flush()
+    async def flush_message_buffer(self, state: ConversationFold | None = None) -> None:
+        """Persist buffered message content now; return when it is durable.
 
-    async def flush_tool_call_buffer(self) -> None:
-        """Ask the writer to persist buffered tool call arguments now (it does not wait)."""
-        self._request_flush()
+        Callable from a handler override, as in the seed layer (``state`` is accepted
+        for its signature and not needed). Raises
+        :class:`~threadstore.errors.StoreError` when the writer gave up. The three
+        ``flush_*_buffer`` methods do the same: one flush writes every record.
+        """
+        await self.persisted()
 
-    async def flush_reasoning_buffer(self) -> None:
-        """Ask the writer to persist buffered reasoning content now (it does not wait)."""
-        self._request_flush()
+    async def flush_tool_call_buffer(self, state: ConversationFold | None = None) -> None:
+        """Persist buffered tool call arguments now; return when they are durable."""
+        await self.persisted()
 
-    def _request_flush(self) -> None:
-        if self._persister is not None:
-            self._persister.request_flush(now=True)
+    async def flush_reasoning_buffer(self, state: ConversationFold | None = None) -> None:
+        """Persist buffered reasoning content now; return when it is durable."""
+        await self.persisted()
 
     # --- extension point 3: build hooks ------------------------------------------------------
 

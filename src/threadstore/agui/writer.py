@@ -25,9 +25,10 @@ from uuid import UUID
 from ag_ui.core import BaseEvent
 from pydantic import BaseModel, create_model
 
-from threadstore.errors import NotFoundError
+from threadstore.errors import NotFoundError, StoreError
 from threadstore.fold import DELTA_EVENTS, ConversationFold, FoldRecord, RecordKind
 from threadstore.models import (
+    ERROR_METADATA_KEY,
     Chat,
     MessageCreate,
     MessageReasoningCreate,
@@ -134,7 +135,8 @@ class PersisterConfig:
     min_flush_interval: float = 0.25
     retry_base_delay: float = 0.05
     retry_max_delay: float = 2.0
-    final_flush_attempts: int = 12
+    final_flush_deadline: float = 30.0
+    """Seconds the final flush retries a write that fails on its own before giving up."""
 
     def backoff(self, failures: int) -> float:
         """Seconds to wait before the retry that follows ``failures`` failures in a row."""
@@ -235,6 +237,9 @@ class _Op:
     content_version: int = 0
     state_version: int | None = None
     terminal: bool = False
+    record: FoldRecord | None = None
+    final: bool = False
+    """One of the writes that close the run (``finalize_run_records``, ``finish_run``)."""
 
 
 class RunPersister:
@@ -260,6 +265,8 @@ class RunPersister:
         self.chat_deleted = False
         """The chat was deleted during the run: nothing more is written (it stays deleted)."""
         self._waiters: list[tuple[Callable[[], bool], asyncio.Future[None]]] = []
+        self._handling: BaseEvent | None = None
+        """The event whose overridden handler the fold task is awaiting, if any."""
         self._kinds: dict[type[BaseEvent], HandlerKind] = {}
         """Per event class: what its handler does (asked once per class)."""
         self.delta_kinds = frozenset(
@@ -331,6 +338,38 @@ class RunPersister:
                 future.set_result(None)
             else:
                 self._waiters.append((predicate, future))
+
+    async def durable(self) -> None:
+        """Return once every event handed over so far is written (or the writer gave up).
+
+        From inside an overridden handler (on the fold task) it waits for what has been
+        folded so far, the handler's own changes included: waiting for the handler's own
+        event to be folded could never end.
+        """
+        handling = self._handling
+        in_handler = handling is not None and asyncio.current_task() is self._fold_task
+        if in_handler:
+            self._absorb(handling)  # build the DTOs of records the handler opened
+        else:
+            target = self.enqueued
+            await self.wait_until(lambda: self.folded >= target)
+        reached = self.barrier()
+        if reached():
+            return
+        self.request_flush(now=True)
+        if not in_handler:
+            await self.wait_until(reached)
+            return
+        # The run cannot end while its handler waits, so a store that stays down would
+        # hold it forever: the handler gets an error after the final flush's deadline.
+        try:
+            async with asyncio.timeout(self.config.final_flush_deadline):
+                await self.wait_until(reached)
+        except TimeoutError:
+            raise StoreError(
+                f"run {self.fold.run_id}: buffered content was not written within "
+                f"{self.config.final_flush_deadline} s"
+            ) from None
 
     def barrier(self) -> Callable[[], bool]:
         """A predicate that holds once everything folded so far is written."""
@@ -438,10 +477,13 @@ class RunPersister:
 
     async def _apply(self, event: BaseEvent) -> None:
         handler = self.agent.handler(type(event))
+        self._handling = event
         try:
             await handler(self.fold, self.chat, event)
         except Exception:
             logger.exception("handler for %s failed; the event was not folded", event.type)
+        finally:
+            self._handling = None
         self._absorb(event)
 
     def _absorb(self, event: BaseEvent | None) -> None:
@@ -566,37 +608,68 @@ class RunPersister:
         return entry
 
     async def _flush(self, *, final: bool) -> None:
-        """Write the records dirty now (and, if ``final``, finalize the run) in transactions."""
+        """Write the records dirty now (and, if ``final``, finalize the run) in transactions.
+
+        A transaction that fails is split in halves, down to single writes, so writes
+        that cannot all succeed together still land one by one, in order. A single write
+        that fails is retried with backoff: until the run ends for a checkpoint (the
+        final flush takes over), for ``final_flush_deadline`` seconds for the final
+        flush, which then gives up (:meth:`_give_up`).
+        """
         self.fold_deltas()
         records = self.fold.take_dirty()
         if self.chat_deleted:
             return
+        loop = asyncio.get_running_loop()
         state_pending = final or self.fold.state_version != self.state_written
+        closing = final
+        finals_done: set[str] = set()
         limit: int | None = None
         failures = 0
-        while records or state_pending:
-            batch = records if limit is None else records[:limit]
-            closing = final and len(batch) == len(records)
+        failing_since: float | None = None
+        while records or state_pending or closing:
+            batch: list[_Op] = []
             try:
-                ops, deferred = self._ops(batch, with_state=state_pending, closing=closing)
-                await self._commit(ops)
+                ops, deferred = self._ops(
+                    records, with_state=state_pending, closing=closing, finals_done=finals_done
+                )
+                if deferred:
+                    # Written by a later flush, once their handler has built them.
+                    self.fold.mark_dirty(deferred)
+                    waiting = {id(record) for record in deferred}
+                    records = [record for record in records if id(record) not in waiting]
+                batch = ops if limit is None else ops[:limit]
+                if not batch:
+                    break
+                await self._commit(batch)
             except Exception as exc:
-                failures += 1
-                self._failed_batch(batch)
+                self._failed_ops(batch)
                 if isinstance(exc, NotFoundError) and await self._chat_gone():
                     self._give_up_deleted_chat()
                     return
-                if not self._retry(exc, failures, final):
-                    self.fold.mark_dirty(records)
+                if len(batch) > 1:
+                    limit = len(batch) // 2  # a piece may go through where the whole did not
+                    continue
+                failures += 1
+                now = loop.time()
+                failing_since = now if failing_since is None else failing_since
+                if not self._retry(exc, failures, final, now - failing_since):
+                    if final:
+                        await self._give_up(records, exc, failures, now - failing_since)
+                    else:
+                        self.fold.mark_dirty(records)
                     return
-                limit = max(1, len(batch) // 2)
                 await asyncio.sleep(self.config.backoff(failures))
                 continue
-            failures = 0
-            self._committed(ops)
-            self.fold.mark_dirty(deferred)
-            records = records[len(batch) :]
-            state_pending = False
+            failures, failing_since = 0, None
+            self._committed(batch)
+            written = {id(op.record) for op in batch if op.record is not None}
+            records = [record for record in records if id(record) not in written]
+            if not any(op.state_version is not None for op in ops[len(batch) :]):
+                state_pending = False
+            finals_done.update(op.write.method for op in batch if op.final)
+            if not any(op.final for op in ops[len(batch) :]):
+                closing = False
             self._notify()
 
     async def _chat_gone(self) -> bool:
@@ -622,26 +695,59 @@ class RunPersister:
         )
         self._notify()
 
-    def _retry(self, exc: Exception, failures: int, final: bool) -> bool:
-        if final and failures >= self.config.final_flush_attempts:
-            self.failed = exc
-            logger.error(
-                "run %s: giving up persisting after %d attempts; its records are left for the "
-                "stale-run sweep",
-                self.fold.run_id,
-                failures,
-                exc_info=exc,
-            )
-            self._notify()
+    def _retry(self, exc: Exception, failures: int, final: bool, failing_for: float) -> bool:
+        if final and failing_for >= self.config.final_flush_deadline:
             return False
         if not final and self.final is not None:
             return False  # the run ended meanwhile: the final flush takes over
         logger.warning("run %s: flush failed (%s); retrying", self.fold.run_id, exc)
         return True
 
-    def _failed_batch(self, batch: list[FoldRecord]) -> None:
-        for record in batch:
+    async def _give_up(
+        self, records: list[FoldRecord], exc: Exception, attempts: int, failing_for: float
+    ) -> None:
+        """Stop retrying: log what is lost, and mark the run ``errored`` if the store lets us.
+
+        Never a silent loss: the log says how many records and characters were not
+        written, and :meth:`StorageAgent.persisted` raises.
+        """
+        self.failed = exc
+        lost_records, lost_chars = 0, 0
+        for record in records:
             entry = self.entries.get(record.key)
+            if entry is not None and entry.created and entry.written_version >= record.version:
+                continue
+            lost_records += 1
+            unwritten = entry is None or entry.written_content_version < record.content_version
+            if unwritten:
+                lost_chars += len(record.content) + len(record.result or "")
+        reason = f"the run's records could not be persisted: {exc}"
+        logger.error(
+            "run %s: giving up persisting after %d attempts over %.1f s; %d records "
+            "(%d characters) lost",
+            self.fold.run_id,
+            attempts,
+            failing_for,
+            lost_records,
+            lost_chars,
+            exc_info=exc,
+        )
+        # Best effort, one write at a time: the run says why its history is short.
+        for op in self._final_ops(MessageStatus.ERRORED, RunStatus.ERRORED, reason):
+            try:
+                await self._commit([op])
+            except Exception as final_exc:
+                logger.error(
+                    "run %s: could not mark the run errored (%s): %s",
+                    self.fold.run_id,
+                    op.write.method,
+                    final_exc,
+                )
+        self._notify()
+
+    def _failed_ops(self, ops: list[_Op]) -> None:
+        for op in ops:
+            entry = op.entry
             if entry is not None and not entry.created:
                 entry.uncertain = True
 
@@ -677,7 +783,12 @@ class RunPersister:
                 entry.terminal_written = True
 
     def _ops(
-        self, batch: list[FoldRecord], *, with_state: bool, closing: bool
+        self,
+        batch: list[FoldRecord],
+        *,
+        with_state: bool,
+        closing: bool,
+        finals_done: set[str] | frozenset[str] = frozenset(),
     ) -> tuple[list[_Op], list[FoldRecord]]:
         """Build the writes of ``batch`` from the records' current values.
 
@@ -701,7 +812,8 @@ class RunPersister:
                 write = Write("update_chat_state", (self.chat.chat_uuid, state))
                 ops.append(_Op(chat_repo, write, state_version=self.fold.state_version))
         if closing and self.final is not None:
-            ops.extend(self._final_ops(*self.final))
+            finals = self._final_ops(*self.final)
+            ops.extend(op for op in finals if op.write.method not in finals_done)
         return ops, deferred
 
     def _final_ops(
@@ -713,11 +825,11 @@ class RunPersister:
         if hasattr(message_repo, "finalize_run_records"):
             # Catches records of this run written outside the fold (custom handlers).
             write = Write("finalize_run_records", (chat_uuid, run_id, status))
-            ops.append(_Op(message_repo, write))
+            ops.append(_Op(message_repo, write, final=True))
         run_repo = self.agent.run_repo
         if run_repo is not None:
             write = Write("finish_run", (chat_uuid, run_id, run_status, error))
-            ops.append(_Op(run_repo, write))
+            ops.append(_Op(run_repo, write, final=True))
         return ops
 
     def _record_op(self, record: FoldRecord, entry: _Entry) -> _Op:
@@ -727,6 +839,7 @@ class RunPersister:
         base_metadata: dict[str, Any] = getattr(entry.create, "metadata", None) or {}
         metadata = {**base_metadata, **_copied(record.metadata)}
         common = {"status": record.status, "in_progress": record.in_progress}
+        error = self._record_error() if record.status is MessageStatus.ERRORED else None
         update_cls: type[BaseModel]
         if record.kind is RecordKind.MESSAGE:
             fields = {
@@ -736,6 +849,8 @@ class RunPersister:
                 "name": record.name,
                 "encrypted_value": record.encrypted_value,
             }
+            if error is not None and record.owned:
+                metadata[ERROR_METADATA_KEY] = error  # read back as Message.error
             create, update_cls = "create_message", MessageUpdate
         elif record.kind is RecordKind.TOOL_CALL:
             fields = {
@@ -743,6 +858,7 @@ class RunPersister:
                 "content": record.result,
                 "result_message_id": record.result_message_id,
                 "name": record.name or None,
+                "error": error if record.owned else None,
             }
             create, update_cls = "create_message_tool_call", MessageToolCallUpdate
         else:
@@ -751,6 +867,8 @@ class RunPersister:
                 "encrypted_value": record.encrypted_value,
                 "name": record.name,
             }
+            if error is not None and record.owned:
+                metadata[ERROR_METADATA_KEY] = error  # read back as Reasoning.error
             create, update_cls = "create_message_reasoning", MessageReasoningUpdate
         fields = _set({**fields, **common})
         if entry.created:
@@ -769,7 +887,18 @@ class RunPersister:
             version=record.version,
             content_version=record.content_version,
             terminal=bool(terminal),
+            record=record,
         )
+
+    def _record_error(self) -> str | None:
+        """The error text an errored record of this run carries, as the seed layer words it.
+
+        An in-band RUN_ERROR gives ``[code] message``; a crash, the exception's text.
+        """
+        run = self.fold.run
+        if run.error is not None:
+            return f"[{run.error_code}] {run.error}" if run.error_code else run.error
+        return self.final[2] if self.final is not None else None
 
     async def _exists(self, op: _Op) -> bool:
         """Whether the record ``op`` creates is in the store already."""

@@ -220,10 +220,13 @@ def translate_messages(messages: Sequence[Message]) -> list[ag.Message]:
                 continue
             result_id = ids.claim(tool_result_message_id(call), call.uuid)
             if result_id is not None:
+                # An empty result replays as the seed layer replays it: a model given an
+                # empty tool message may take the call as not answered.
+                empty = f"Completed {call.name}" if call.error is None else ""
                 out.append(
                     ag.ToolMessage(
                         id=result_id,
-                        content=call.content or "",
+                        content=call.content or empty,
                         tool_call_id=call.tool_call_id,
                         error=call.error,
                     )

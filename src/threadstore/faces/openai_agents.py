@@ -173,6 +173,7 @@ def item_records(
     # As JSON text, not a JSON document: PostgreSQL's jsonb would read 1e16 back as an int.
     create = MessageCreate(
         chat_uuid=chat_uuid,
+        role=Role.ASSISTANT,  # items that are not a role's message (tool output...) are the agent's
         agui_id=_str(fields, "id"),
         status=MessageStatus.COMPLETE,
         in_progress=False,

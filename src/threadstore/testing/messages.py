@@ -91,7 +91,7 @@ async def test_create_message_defaults(repo: Repository, make_chat: MakeChat) ->
 
     message = await repo.create_message(MessageCreate(chat_uuid=chat.chat_uuid))
 
-    assert message.role == Role.ASSISTANT
+    assert message.role == Role.USER  # as in the seed layer
     assert message.content == ""
     assert message.status == MessageStatus.ACTIVE
     assert message.in_progress is True
