@@ -28,9 +28,11 @@ from threadstore.server import LOCAL_USER_UUID, create_app
 
 # --- a strategy for every kind of framework message ---------------------------------------
 
-# PostgreSQL cannot store NUL in text (the store refuses it with InvalidInputError, and the
-# server rejects it at the edge on every backend), so generated text never holds one.
-_text = st.text(st.characters(blacklist_characters="\x00"), max_size=40)
+# Text a store can hold: no NUL (PostgreSQL cannot store it) and no lone surrogate (not
+# encodable as UTF-8); the server rejects both at its edge on every backend.
+_text = st.text(
+    st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"), max_size=40
+)
 _ident = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_-", min_size=1, max_size=12)
 _json_value = st.recursive(
     st.none() | st.booleans() | st.integers(-1000, 1000) | _text,
