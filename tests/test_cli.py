@@ -241,13 +241,14 @@ def _free_port() -> int:
         return port
 
 
-def _start_server(db: str, port: int, cwd: Path) -> subprocess.Popen[bytes]:
+def _start_server(
+    db: str, port: int, cwd: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", "threadstore.cli", "serve", "--db", db, "--port", str(port)]
-    env = {**os.environ, "THREADSTORE_DB": ""}
     process = subprocess.Popen(
-        [*command, "--demo-delay", "0", "--log-level", "warning"],
+        [*command, *args, "--demo-delay", "0", "--log-level", "warning"],
         cwd=cwd,
-        env=env,
+        env={**os.environ, "THREADSTORE_DB": "", "THREADSTORE_TOKENS": "", **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
@@ -352,3 +353,108 @@ def test_sweep_on_postgresql_also_deletes_old_relayed_events() -> None:
     assert before == ["old", "recent"]
     assert code == 0, output
     assert after == ["recent"]
+
+
+# --- configuration errors and auth at start-up ------------------------------------------------
+
+
+def _one_error(output: str) -> list[str]:
+    lines = [line for line in output.splitlines() if line.strip()]
+    assert lines[0].startswith("error: "), output
+    assert "Traceback" not in output
+    assert len(lines) <= 2, output  # the error and its hint
+    return lines
+
+
+@pytest.mark.parametrize("command", [["serve", "--port", "1"], ["chats", "list"], ["migrate"]])
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("nosuch://x", "unsupported store URL"),
+        ("sqlite://x.db", "invalid sqlite URL"),
+        ("postgresql://postgres@127.0.0.1:1/x", "cannot connect"),
+    ],
+)
+def test_a_bad_db_is_one_error_line_before_anything_else(
+    command: list[str], url: str, says: str
+) -> None:
+    code, output = invoke(*command, "--db", url)
+
+    assert code == 1
+    lines = _one_error(output)
+    assert says in lines[0]
+    assert "serving" not in output
+
+
+def test_a_missing_sqlite_folder_is_one_error_line(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'absent' / 'x.db'}"
+
+    for command in (["serve", "--port", "1"], ["migrate"]):
+        code, output = invoke(*command, "--db", db)
+        assert code == 1
+        assert "folder" in _one_error(output)[0]
+    assert not (tmp_path / "absent").exists()
+
+
+@pytest.mark.postgres
+def test_a_missing_postgres_database_is_one_error_line() -> None:
+    server_url = os.environ.get(POSTGRES_URL_ENV)
+    if not server_url:
+        pytest.skip(f"{POSTGRES_URL_ENV} is not set; PostgreSQL tests need a server")
+    from conftest import _with_database
+
+    url = _with_database(server_url, f"absent_{os.getpid()}_{time.monotonic_ns()}")
+    code, output = invoke("serve", "--port", "1", "--db", url)
+
+    assert code == 1
+    assert "does not exist" in _one_error(output)[0]
+
+
+def test_an_explicit_auth_none_with_tokens_refuses_to_start(db: str, tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens.txt"
+    tokens.write_text("tok=alice\n", encoding="utf-8")
+
+    code, output = invoke("serve", "--db", db, "--auth", "none", "--tokens-file", str(tokens))
+
+    assert code == 1
+    assert "--auth none turns auth off" in _one_error(output)[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("source", ["file", "env"])
+def test_a_tokens_source_alone_turns_token_auth_on(tmp_path: Path, source: str) -> None:
+    port = _free_port()
+    tokens = tmp_path / "tokens.txt"
+    tokens.write_text("tok-alice=alice\n", encoding="utf-8")
+    args: list[str] = []
+    env: dict[str, str] = {}
+    if source == "file":
+        args += ["--tokens-file", str(tokens)]
+    else:
+        env["THREADSTORE_TOKENS"] = "tok-alice=alice"
+
+    server = _start_server(f"sqlite:///{tmp_path / 'x.db'}", port, tmp_path, *args, env=env)
+    try:
+        anonymous = httpx.get(f"http://127.0.0.1:{port}/api/chats")
+        alice = httpx.get(
+            f"http://127.0.0.1:{port}/api/chats", headers={"Authorization": "Bearer tok-alice"}
+        )
+    finally:
+        banner = _stop_server(server)
+
+    assert anonymous.status_code == 401
+    assert alice.status_code == 200
+    assert "auth      tokens" in banner
+    assert "-H 'Authorization: Bearer <token>'" in banner
+    assert "warning" not in banner
+
+
+@pytest.mark.slow
+def test_an_open_server_on_a_public_interface_warns(tmp_path: Path) -> None:
+    port = _free_port()
+    server = _start_server(f"sqlite:///{tmp_path / 'x.db'}", port, tmp_path, "--host", "0.0.0.0")
+    banner = _stop_server(server)
+
+    assert "auth      none" in banner
+    assert "warning: listening on 0.0.0.0 with no auth" in banner
+    assert "Authorization" not in banner
