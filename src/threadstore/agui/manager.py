@@ -22,11 +22,14 @@ cancelled                  ``RUN_ERROR`` ``CANCELLED`` (synthesized)           i
 stream just stops          ``RUN_ERROR`` ``INTERNAL_ERROR`` (synthesized)      complete [2]
 =========================  ==================================================  ============
 
-[1] with message ``"<ExceptionType>: <message>"``. [2] the agent itself ended
+[1] with message ``"<ExceptionType>: <message>"`` (a generic one when the manager
+was built with ``expose_exceptions=False``, as the server does). [2] the agent itself ended
 normally and recorded the run so; only the client needs a closing event.
 
-A synthesized event is appended only when the stream has not already ended with a
-``RUN_FINISHED``/``RUN_ERROR``, so a stream never carries events after its end. It goes
+A synthesized ``RUN_ERROR`` of a run that produced no event yet is preceded by a
+synthesized ``RUN_STARTED``, as AG-UI requires. A synthesized event is appended only
+when the stream has not already ended with a ``RUN_FINISHED``/``RUN_ERROR``, so a
+stream never carries events after its end. It goes
 to readers only; the agent has already finalized its records (interrupted or errored).
 A cancel that arrives after that terminal event (while a storage agent writes its last
 records, say) stops the agent but leaves the outcome the terminal event gave, as the
@@ -57,7 +60,7 @@ from types import TracebackType
 from typing import Any, Generic, Protocol, Self, TypeVar
 from uuid import UUID
 
-from ag_ui.core import BaseEvent, EventType, RunAgentInput, RunErrorEvent
+from ag_ui.core import BaseEvent, EventType, RunAgentInput, RunErrorEvent, RunStartedEvent
 
 from threadstore.errors import ConfigurationError, ConflictError, InvalidInputError
 from threadstore.models import Chat, MessageStatus, RunStatus, utcnow
@@ -154,6 +157,8 @@ class RunHandle(Generic[AgentT]):
     """The user the run belongs to: its agent's ``user_uuid`` (``None`` if it has none)."""
     exception: BaseException | None
     """What the agent raised, when the run ended that way."""
+    expose_exceptions: bool = True
+    """Whether the ``RUN_ERROR`` for an agent that raised carries the exception's text."""
     reader_wake_interval: float = 200e-6
     """Waiting readers are woken at most once per this many seconds; the end, at once.
 
@@ -401,7 +406,9 @@ class RunHandle(Generic[AgentT]):
             outcome = RunStatus.ERRORED
             exc = self.exception
             terminal = RunErrorEvent(
-                message=f"{type(exc).__name__}: {exc}",
+                message=f"{type(exc).__name__}: {exc}"
+                if self.expose_exceptions
+                else "The run failed with an internal error; the server log has the details.",
                 code=INTERNAL_ERROR_CODE,
                 timestamp=_now_ms(),
             )
@@ -415,6 +422,8 @@ class RunHandle(Generic[AgentT]):
                 timestamp=_now_ms(),
             )
         if terminal is not None and not self._ended:
+            if self._last_id == 0:
+                self._append(RunStartedEvent(thread_id=self.thread_id, run_id=self.run_id))
             self._append(terminal)
         self._outcome = outcome
         self._wake_readers()
@@ -445,7 +454,9 @@ class StreamPersistenceManager(Generic[AgentT]):
     If ``store`` is given, an agent built with ``run_repo=None`` / ``owner=None`` gets
     the store and this manager's ``owner`` (so its run is recorded), one heartbeat task
     refreshes the run records of the live runs every ``heartbeat_interval`` seconds, and
-    :meth:`sweep` finalizes runs whose process stopped heartbeating.
+    :meth:`sweep` finalizes runs whose process stopped heartbeating. With
+    ``expose_exceptions=False`` the ``RUN_ERROR`` of an agent that raised says only that
+    the run failed (the exception goes to the log), for servers facing untrusted clients.
     """
 
     owner: str
@@ -460,6 +471,7 @@ class StreamPersistenceManager(Generic[AgentT]):
         owner: str | None = None,
         heartbeat_interval: float = 5.0,
         max_buffered_events: int | None = None,
+        expose_exceptions: bool = True,
     ) -> None:
         if retention < 0:
             raise InvalidInputError(f"retention must be >= 0, got {retention}")
@@ -475,6 +487,7 @@ class StreamPersistenceManager(Generic[AgentT]):
         self.owner = owner or default_owner()
         self._heartbeat_interval = heartbeat_interval
         self._max_buffered = max_buffered_events
+        self._expose_exceptions = expose_exceptions
         self._runs: dict[RunKey, RunHandle[AgentT]] = {}
         self._forget_timers: dict[RunKey, asyncio.TimerHandle] = {}
         self._heartbeat_task: asyncio.Task[None] | None = None
@@ -515,6 +528,7 @@ class StreamPersistenceManager(Generic[AgentT]):
         handle = RunHandle(
             input.thread_id, input.run_id, agent, max_buffered_events=self._max_buffered
         )
+        handle.expose_exceptions = self._expose_exceptions
         key = handle.key
         existing = self._runs.get(key)
         if existing is not None and not existing.done:

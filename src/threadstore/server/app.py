@@ -99,6 +99,7 @@ def create_app(
             retention=retention,
             heartbeat_interval=heartbeat_interval,
             durable_delivery=False,
+            expose_exceptions=False,  # clients get no Python text; the log has it
         )
         sweeper: asyncio.Task[None] | None = None
         try:

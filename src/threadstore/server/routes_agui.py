@@ -36,7 +36,7 @@ from threadstore.agui.translate import translate_messages
 from threadstore.errors import InvalidInputError
 from threadstore.models import Chat, Message, Role, RunStatus
 from threadstore.server.deps import AppState, CurrentUser, ServerState
-from threadstore.server.limits import check_id, check_run_input
+from threadstore.server.limits import MAX_CURSOR, check_id, check_run_input
 from threadstore.server.sse import close_iterator, encode_frame, event_stream_response
 
 __all__ = ["CancelResult", "router"]
@@ -151,6 +151,11 @@ async def run_agent(run_input: RunAgentInput, state: AppState, user: CurrentUser
     return _stream(state, _RunFrames(reopen=_local_reopen(handle)))
 
 
+def _check_run_ids(state: ServerState, thread_id: str, run_id: str) -> None:
+    check_id("thread_id", thread_id, state.limits)
+    check_id("run_id", run_id, state.limits)
+
+
 def _resume_point(after: int | None, last_event_id: str | None) -> int:
     if last_event_id is not None and last_event_id.strip():
         try:
@@ -159,8 +164,8 @@ def _resume_point(after: int | None, last_event_id: str | None) -> int:
             raise InvalidInputError(
                 f"Last-Event-ID must be an event number, got {last_event_id[:40]!r}"
             ) from None
-        if value < 0:
-            raise InvalidInputError(f"Last-Event-ID must be >= 0, got {value}")
+        if not 0 <= value <= MAX_CURSOR:
+            raise InvalidInputError(f"Last-Event-ID must be between 0 and {MAX_CURSOR}")
         return value
     return after or 0
 
@@ -177,13 +182,14 @@ async def resume_run(
     state: AppState,
     user: CurrentUser,
     after: Annotated[
-        int | None, Query(ge=0, description="Send the events after this number.")
+        int | None, Query(ge=0, le=MAX_CURSOR, description="Send the events after this number.")
     ] = None,
     last_event_id: Annotated[
         str | None, Header(description="Standard SSE reconnect header; wins over `after`.")
     ] = None,
 ) -> Any:
     """Stream a live (or just finished) run's events after ``Last-Event-ID`` / ``after``."""
+    _check_run_ids(state, thread_id, run_id)
     point = _resume_point(after, last_event_id)
     frames = await _run_frames(state, user, thread_id, run_id, point)
     if frames is None:
@@ -205,6 +211,7 @@ async def resume_run(
 )
 async def cancel_run(thread_id: str, run_id: str, state: AppState, user: CurrentUser) -> Any:
     """Cancel a live run; its unfinished records become ``interrupted`` before this returns."""
+    _check_run_ids(state, thread_id, run_id)
     manager = state.manager
     handle = manager.get(thread_id, run_id, user_uuid=user)
     if handle is not None:

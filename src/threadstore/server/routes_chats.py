@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 from threadstore.errors import InvalidInputError
 from threadstore.models import Chat, Message
 from threadstore.server.deps import AppState, CurrentUser, owned_chat
-from threadstore.server.limits import check_id
+from threadstore.server.limits import MAX_CURSOR, check_id, check_json, check_name
 from threadstore.server.transfer import ChatExport, export_chat, import_chat
 from threadstore.store.base import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE
 
@@ -96,6 +96,9 @@ async def import_one(
 ) -> Chat:
     """Create a new chat for the caller from an export document (all or nothing)."""
     check_id("thread_id", thread_id or document.chat.thread_id, state.limits)
+    if document.chat.name is not None:
+        check_name(document.chat.name, state.limits)
+    check_json("document", document, state.limits)
     return await import_chat(
         state.store,
         document,
@@ -117,8 +120,12 @@ async def list_messages(
     state: AppState,
     user: CurrentUser,
     limit: PageSize = DEFAULT_PAGE_SIZE,
-    after: Annotated[int | None, Query(ge=0, description="Messages newer than this.")] = None,
-    before: Annotated[int | None, Query(ge=0, description="Messages older than this.")] = None,
+    after: Annotated[
+        int | None, Query(ge=0, le=MAX_CURSOR, description="Messages newer than this.")
+    ] = None,
+    before: Annotated[
+        int | None, Query(ge=0, le=MAX_CURSOR, description="Messages older than this.")
+    ] = None,
     newest: Annotated[
         bool, Query(description="The newest page (where a chat view starts).")
     ] = False,
@@ -154,13 +161,7 @@ async def rename_chat(
     chat_uuid: UUID, body: ChatRename, state: AppState, user: CurrentUser
 ) -> Chat:
     """Set the chat's name."""
-    name = body.name.strip()
-    if not name:
-        raise InvalidInputError("name must not be blank")
-    if len(name) > state.limits.max_name_chars:
-        raise InvalidInputError(
-            f"name is {len(name)} characters; the limit is {state.limits.max_name_chars}"
-        )
+    name = check_name(body.name, state.limits)
     await owned_chat(state, user, chat_uuid)
     chat = await state.store.update_chat_name(chat_uuid, name)
     if chat is None:
