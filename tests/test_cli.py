@@ -458,3 +458,91 @@ def test_an_open_server_on_a_public_interface_warns(tmp_path: Path) -> None:
     assert "auth      none" in banner
     assert "warning: listening on 0.0.0.0 with no auth" in banner
     assert "Authorization" not in banner
+
+
+def test_import_skips_invalid_chats_when_asked_and_names_their_lines(
+    db: str, tmp_path: Path
+) -> None:
+    elsewhere = f"sqlite:///{tmp_path / 'elsewhere.db'}"
+    asyncio.run(_seed(elsewhere))
+    invoke("export", "--db", elsewhere, "-o", str(tmp_path / "one.jsonl"))
+    document = json.loads((tmp_path / "one.jsonl").read_text(encoding="utf-8"))
+    invoke("migrate", "--db", db)
+
+    def line(thread: str, **chat: object) -> str:
+        return json.dumps({**document, "chat": {**document["chat"], "thread_id": thread, **chat}})
+
+    source = tmp_path / "mixed.jsonl"
+    lines = [
+        line("good-1"),
+        line("nul", state={"x": "a\u0000b"}),
+        "{broken",
+        line("long-name", name="n" * 201),
+        line("good-2"),
+    ]
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    stopped, stop_output = invoke("import", str(source), "--db", db)
+    skipped, skip_output = invoke("import", str(source), "--db", db, "--skip-invalid")
+    _, listing = invoke("chats", "list", "--db", db, "--json")
+
+    assert stopped == 1
+    assert "line 2: document.chat.state.x contains a NUL" in stop_output
+    assert skipped == 0
+    assert "imported 1 chat(s), skipped 1 already present, skipped 3 invalid" in skip_output
+    for number in (2, 3, 4):
+        assert f"skipped line {number}:" in skip_output
+    assert "limit is 200" in skip_output
+    threads = sorted(item["thread_id"] for item in json.loads(listing)["items"])
+    assert threads == ["good-1", "good-2"]
+
+
+def test_rename_holds_the_server_name_limit(db: str) -> None:
+    chat_id = asyncio.run(_seed(db))
+
+    long_code, long_output = invoke("chats", "rename", chat_id, "n" * 201, "--db", db)
+    ok_code, _ = invoke("chats", "rename", chat_id, "n" * 200, "--db", db)
+
+    assert long_code == 1
+    assert "limit is 200" in long_output
+    assert ok_code == 0
+
+
+@pytest.mark.postgres
+def test_a_sqlite_export_with_a_nul_imports_into_postgres_without_failing_halfway(
+    tmp_path: Path,
+) -> None:
+    server_url = os.environ.get(POSTGRES_URL_ENV)
+    if not server_url:
+        pytest.skip(f"{POSTGRES_URL_ENV} is not set; PostgreSQL tests need a server")
+    sqlite = f"sqlite:///{tmp_path / 'from.db'}"
+    asyncio.run(_seed(sqlite, thread="clean"))
+    asyncio.run(_seed(sqlite, thread="with-nul", name="has a \x00 in it"))
+    asyncio.run(_seed(sqlite, thread="also-clean"))
+    invoke("export", "--db", sqlite, "-o", str(tmp_path / "all.jsonl"))
+
+    async def imported_threads(url: str) -> list[str]:
+        store = await open_store(url, setup=False)
+        try:
+            return sorted(chat.thread_id for chat in await store.get_all_chats())
+        finally:
+            await store.close()
+
+    async def scenario() -> tuple[int, str, int, str, list[str]]:
+        async with _postgres_database(server_url) as url:
+            # The CLI runs its own event loop, so it runs in a thread here.
+            await asyncio.to_thread(invoke, "migrate", "--db", url)
+            source = str(tmp_path / "all.jsonl")
+            stop_code, stop_output = await asyncio.to_thread(invoke, "import", source, "--db", url)
+            skip_code, skip_output = await asyncio.to_thread(
+                invoke, "import", source, "--db", url, "--skip-invalid"
+            )
+            return stop_code, stop_output, skip_code, skip_output, await imported_threads(url)
+
+    stop_code, stop_output, skip_code, skip_output, threads = asyncio.run(scenario())
+
+    assert stop_code == 1
+    assert "name contains a NUL character" in stop_output
+    assert skip_code == 0
+    assert "skipped 1 invalid" in skip_output
+    assert threads == ["also-clean", "clean"]

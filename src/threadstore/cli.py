@@ -26,7 +26,13 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from threadstore.errors import ConfigurationError, ConflictError, MigrationError, ThreadstoreError
+from threadstore.errors import (
+    ConfigurationError,
+    ConflictError,
+    InvalidInputError,
+    MigrationError,
+    ThreadstoreError,
+)
 from threadstore.models import Chat, Message
 from threadstore.store import open_store
 from threadstore.store.base import Store
@@ -515,15 +521,19 @@ def chats_rename(
     db: DbOption = DEFAULT_DB,
     user: UserOption = None,
 ) -> None:
-    """Rename a chat."""
+    """Rename a chat (at most 200 characters, as through the server)."""
+    from threadstore.server.limits import DEFAULT_LIMITS, check_name
+
     _check_store(db)
-    if not name.strip():
-        _fail("the name must not be blank")
+    try:
+        new_name = check_name(name, DEFAULT_LIMITS)
+    except InvalidInputError as exc:
+        _fail(str(exc))
 
     async def work() -> Chat | None:
         async with _store(db) as store:
             found = await _resolve_chat(store, chat, _user(user))
-            return await store.update_chat_name(found.chat_uuid, name.strip())
+            return await store.update_chat_name(found.chat_uuid, new_name)
 
     renamed = _run(work, db)
     if renamed is None:
@@ -615,11 +625,21 @@ def import_chats(
         bool,
         typer.Option(help="Skip a chat whose user already has its thread id (else stop)."),
     ] = True,
+    skip_invalid: Annotated[
+        bool,
+        typer.Option(
+            help="Skip (and list) lines that are not valid chat exports, instead of stopping "
+            "at the first one. Nothing of a skipped chat is stored."
+        ),
+    ] = False,
 ) -> None:
-    """Import chats from JSON lines; each chat lands whole or not at all."""
-    from pydantic import ValidationError
+    """Import chats from JSON lines; each chat lands whole or not at all.
 
-    from threadstore.server.transfer import ChatExport, import_chat
+    Every line is checked as the server checks an import (names, ids, characters,
+    nesting) before anything of it is stored, so an export from one backend either
+    imports into another or names the line that cannot.
+    """
+    from threadstore.server.transfer import import_chat
 
     _check_store(db)
     user_uuid = _user(user)
@@ -628,33 +648,60 @@ def import_chats(
     else:
         try:
             lines = source.read_text(encoding="utf-8").splitlines()
-        except OSError as exc:
+        except (OSError, UnicodeDecodeError) as exc:
             _fail(f"cannot read {source}: {exc}")
     numbered = [(n, line) for n, line in enumerate(lines, start=1) if line.strip()]
+    invalid: list[str] = []
 
     async def work() -> tuple[int, int]:
         imported = skipped = 0
         async with _store(db) as store:
             with _progress(len(numbered), "importing") as advance:
                 for number, line in numbered:
+                    advance()
                     try:
-                        document = ChatExport.model_validate_json(line)
-                    except ValidationError as exc:
-                        _fail(f"line {number} is not a chat export: {exc.errors()[0]['msg']}")
-                    owner = user_uuid or document.chat.user_uuid
-                    try:
+                        document = _import_document(line)
+                        owner = user_uuid or document.chat.user_uuid
                         await import_chat(store, document, user_uuid=owner)
                         imported += 1
                     except ConflictError as exc:
                         if not skip_existing:
                             _fail(f"line {number}: {exc}")
                         skipped += 1
-                    advance()
+                    except InvalidInputError as exc:
+                        if not skip_invalid:
+                            _fail(f"line {number}: {exc}", "pass --skip-invalid to skip such lines")
+                        invalid.append(f"line {number}: {exc}")
         return imported, skipped
 
     imported, skipped = _run(work, db)
+    for reason in invalid:
+        err.print(f"[yellow]skipped[/] {escape(reason)}", soft_wrap=True)
     note = f", skipped {skipped} already present" if skipped else ""
+    note += f", skipped {len(invalid)} invalid" if invalid else ""
     out.print(f"[green]✓[/] imported {imported} chat(s){note}")
+
+
+def _import_document(line: str) -> Any:
+    """Parse and check one line of an export file; ``InvalidInputError`` says what is wrong."""
+    from pydantic import ValidationError
+
+    from threadstore.server.limits import DEFAULT_LIMITS, check_id, check_json, check_name
+    from threadstore.server.transfer import ChatExport
+
+    try:
+        document = ChatExport.model_validate_json(line)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise InvalidInputError(
+            f"not a chat export: {where + ': ' if where else ''}{first['msg']}"
+        ) from None
+    check_id("thread_id", document.chat.thread_id, DEFAULT_LIMITS)
+    if document.chat.name:
+        check_name(document.chat.name, DEFAULT_LIMITS)
+    check_json("document", document, DEFAULT_LIMITS)
+    return document
 
 
 def main() -> None:
