@@ -290,3 +290,13 @@ async def test_an_agent_that_raises_ends_its_stream_without_python_text(edge: Ed
     assert events[-1]["code"] == "INTERNAL_ERROR"
     assert "secret" not in events[-1]["message"]
     assert "KeyError" not in events[-1]["message"]
+
+
+async def test_a_body_that_is_not_utf8_is_a_400_saying_so(edge: Edge) -> None:
+    response = await edge.client.post(
+        "/agui", content=b'{"threadId": "\xff\xfe"}', headers={"Content-Type": "application/json"}
+    )
+
+    assert response.status_code == 400
+    assert response.json()["code"] == "bad_json"
+    assert "UTF-8 JSON" in response.json()["detail"]
