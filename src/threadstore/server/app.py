@@ -24,6 +24,7 @@ from threadstore.server.errors import install_error_handlers
 from threadstore.server.limits import DEFAULT_LIMITS, BodyLimitMiddleware, Limits
 from threadstore.server.routes_agui import router as agui_router
 from threadstore.server.routes_chats import router as chats_router
+from threadstore.server.run_gate import RunGate
 from threadstore.server.sse import DEFAULT_KEEPALIVE_INTERVAL
 from threadstore.store import open_store
 from threadstore.store.base import Store
@@ -115,6 +116,7 @@ def create_app(
                 auth=authenticator,
                 limits=limits,
                 keepalive_interval=keepalive_interval,
+                runs=RunGate(fresh_within=3 * heartbeat_interval),
             )
             yield
         finally:

@@ -36,7 +36,9 @@ from threadstore.agui.translate import translate_messages
 from threadstore.errors import InvalidInputError
 from threadstore.models import Chat, Message, Role, RunStatus
 from threadstore.server.deps import AppState, CurrentUser, ServerState
+from threadstore.server.errors import error_response
 from threadstore.server.limits import MAX_CURSOR, check_id, check_run_input
+from threadstore.server.run_gate import RunConflictError
 from threadstore.server.sse import close_iterator, encode_frame, event_stream_response
 
 __all__ = ["CancelResult", "router"]
@@ -139,15 +141,28 @@ def _stream(state: ServerState, frames: _RunFrames) -> StreamingResponse:
     return event_stream_response(frames, keepalive_interval=state.keepalive_interval)
 
 
-@router.post("", response_class=StreamingResponse, responses=_STREAM_RESPONSES, summary="Run")
+@router.post(
+    "",
+    response_class=StreamingResponse,
+    responses={
+        **_STREAM_RESPONSES,
+        409: {"description": "The run id already ran, or the thread has a live run."},
+    },
+    summary="Run",
+)
 async def run_agent(run_input: RunAgentInput, state: AppState, user: CurrentUser) -> Any:
     """Start a run and stream its AG-UI events (the AG-UI HTTP convention).
 
     New messages in ``messages`` must be user messages; messages already stored are
-    recognised by id, so clients may echo the whole history back.
+    recognised by id, so clients may echo the whole history back. A run id runs once,
+    and a thread has at most one live run: either answers 409 (``run_exists`` /
+    ``run_live``) with the run's ``events_url``.
     """
     check_run_input(run_input, state.limits)
-    handle = await state.manager.run(run_input, user)
+    try:
+        handle = await state.runs.start(state, user, run_input)
+    except RunConflictError as exc:
+        return error_response(409, str(exc), code=exc.code, **exc.fields)
     return _stream(state, _RunFrames(reopen=_local_reopen(handle)))
 
 
