@@ -17,6 +17,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
+import threadstore
 from conftest import POSTGRES_URL_ENV, _postgres_database
 from server_support import run_input
 from threadstore import (
@@ -546,3 +547,29 @@ def test_a_sqlite_export_with_a_nul_imports_into_postgres_without_failing_halfwa
     assert skip_code == 0
     assert "skipped 1 invalid" in skip_output
     assert threads == ["also-clean", "clean"]
+
+
+def test_version_prints_the_package_version() -> None:
+    code, output = invoke("--version")
+
+    assert code == 0
+    assert output.strip() == f"threadstore {threadstore.__version__}"
+
+
+def test_migrate_says_whether_it_applied_migrations(db: str) -> None:
+    _, first = invoke("migrate", "--db", db)
+    _, second = invoke("migrate", "--db", db)
+
+    assert "applied migrations 1 to" in first
+    assert "already current" in second and "nothing applied" in second
+
+
+def test_a_chat_prefix_needs_eight_characters(db: str) -> None:
+    chat_id = asyncio.run(_seed(db))
+
+    short, short_output = invoke("chats", "show", chat_id[:7], "--db", db)
+    enough, shown = invoke("chats", "show", chat_id[:8], "--db", db)
+
+    assert short == 1
+    assert "at least 8 characters" in short_output
+    assert enough == 0 and "what is 2+2" in shown

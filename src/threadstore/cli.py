@@ -55,6 +55,28 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 chats_app = typer.Typer(help="List, show, rename and delete chats.", no_args_is_help=True)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from threadstore import __version__
+
+        print(f"threadstore {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Durable, typed chat history for AI agents: an AG-UI server, and tools for its data."""
+
+
 app.add_typer(chats_app, name="chats")
 
 out = Console(highlight=False)
@@ -76,8 +98,13 @@ UserOption = Annotated[
         help="Only this user's chats: a UUID or a user id (mapped like the server maps it).",
     ),
 ]
+MIN_PREFIX = 8
 ChatArgument = Annotated[
-    str, typer.Argument(help="Chat UUID, a unique prefix of one, or a thread id.")
+    str,
+    typer.Argument(
+        help=f"Chat UUID, a unique prefix of one (at least {MIN_PREFIX} characters), or a "
+        "thread id."
+    ),
 ]
 
 
@@ -165,15 +192,21 @@ async def _resolve_chat(store: Store, ref: str, user: UUID | None) -> Chat:
         chat = None
     if chat is not None and (user is None or chat.user_uuid == user):
         return chat
+    # A short prefix would match whichever chat happens to start that way: ask for
+    # enough of the UUID to mean one chat (the list shows the first 8 characters).
+    prefix = ref.lower() if len(ref) >= MIN_PREFIX else None
     candidates = [
         c
         for c in await store.get_all_chats(user)
-        if str(c.chat_uuid).startswith(ref.lower()) or c.thread_id == ref
+        if c.thread_id == ref or (prefix is not None and str(c.chat_uuid).startswith(prefix))
     ]
     if len(candidates) == 1:
         return candidates[0]
     if not candidates:
-        _fail(f"no chat matches {ref!r}", "list chats with: threadstore chats list")
+        hint = "list chats with: threadstore chats list"
+        if prefix is None:
+            hint = f"a chat UUID prefix needs at least {MIN_PREFIX} characters; {hint}"
+        _fail(f"no chat matches {ref!r}", hint)
     names = ", ".join(f"{c.chat_uuid} ({c.thread_id})" for c in candidates[:5])
     _fail(f"{ref!r} matches {len(candidates)} chats: {names}", "use a longer prefix or --user")
 
@@ -355,12 +388,39 @@ def migrate(db: DbOption = DEFAULT_DB) -> None:
     """Create the schema, or apply the migrations a newer threadstore needs."""
     _check_store(db, create=True)
 
-    async def work() -> None:
-        store = await open_store(db, setup=True)
-        await store.close()
+    async def work() -> tuple[int | None, int | None]:
+        store = await open_store(db, setup=False)
+        try:
+            before = await _schema_version(store)
+            await store.setup()
+            return before, await _schema_version(store)
+        finally:
+            await store.close()
 
-    _run(work, db)
-    out.print(f"[green]✓[/] {escape(db)} is up to date")
+    before, after = _run(work, db)
+    if before is None or after is None:
+        out.print(f"[green]✓[/] {escape(db)} is up to date")
+    elif before == after:
+        out.print(
+            f"[green]✓[/] {escape(db)} is up to date: the schema was already current "
+            f"(version {after}); nothing applied"
+        )
+    else:
+        out.print(
+            f"[green]✓[/] {escape(db)} is up to date: applied migrations {before + 1} to "
+            f"{after} (schema version {after})"
+        )
+
+
+async def _schema_version(store: Store) -> int | None:
+    """The store's applied schema version (0 before the first migration); None if it has none."""
+    version = getattr(store, "schema_version", None)
+    if version is None:
+        return None
+    try:
+        return int(await version())
+    except (MigrationError, sqlite3.OperationalError):  # no migrations table yet
+        return 0
 
 
 @app.command()
