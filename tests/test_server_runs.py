@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ import pytest
 from ag_ui.core import BaseEvent, RunAgentInput
 
 from conftest import POSTGRES_URL_ENV, _postgres_database
-from server_support import GatedAgent, LiveServer, collect_sse, run_input
+from server_support import Frame, GatedAgent, LiveServer, collect_sse, read_sse, run_input
 from test_crash_recovery import WAIT_LIMIT
 from test_server_processes import (
     ALICE,
@@ -22,7 +23,7 @@ from test_server_processes import (
     start_run,
     stop_replica,
 )
-from threadstore import open_store
+from threadstore import RunStatus, open_store
 from threadstore.server import LOCAL_USER_UUID, DemoAgent, create_app
 
 
@@ -180,3 +181,39 @@ async def _two_processes_one_thread(
     for refused in (live_other, live_same, ran_again):
         assert refused.status_code == 409, refused.text
     return live_other.json(), live_same.json(), ran_again.json(), last
+
+
+@pytest.mark.slow
+async def test_stopping_the_server_ends_live_streams_with_shutdown(shared_url: str) -> None:
+    replica = await start_replica(shared_url)
+    body = run_input("one", thread_id="t1", run_id="r1")
+    frames: list[Frame] = []
+    try:
+        async with (
+            httpx.AsyncClient(timeout=WAIT_LIMIT) as client,
+            client.stream("POST", f"{replica.url}/agui", json=body, headers=ALICE) as response,
+        ):
+            async for frame in read_sse(response):
+                if frame.data is None:
+                    continue
+                frames.append(frame)
+                if frame.type == "TEXT_MESSAGE_CONTENT" and len(frames) == 5:
+                    replica.process.send_signal(signal.SIGTERM)  # the run waits at its gate
+    finally:
+        output = await stop_replica(replica)
+
+    store = await open_store(shared_url, setup=False)
+    try:
+        [chat] = await store.get_all_chats()
+        run = await store.get_run(chat.chat_uuid, "r1")
+        messages = await store.get_chat_messages(chat.chat_uuid)
+    finally:
+        await store.close()
+    last = frames[-1].data or {}
+    assert (last.get("type"), last.get("code")) == ("RUN_ERROR", "SHUTDOWN")
+    assert "shutting down" in last["message"]
+    assert run is not None and run.status == RunStatus.INTERRUPTED
+    assert [(m.content, m.status) for m in messages][-1] == ("first half ", "interrupted")
+    # The stream ended by itself: uvicorn never had to cut it at its timeout.
+    assert "timeout graceful shutdown exceeded" not in output
+    assert "Traceback" not in output

@@ -199,6 +199,7 @@ class RunHandle(Generic[AgentT]):
         self._finished = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._cancel_requested = False
+        self._cancel_reason = ("The run was cancelled.", CANCELLED_ERROR_CODE)
         self._cancelled_after_end = False
         self._ended = False  # the last lifecycle event was RUN_FINISHED or RUN_ERROR
         self._ended_in_error = False
@@ -400,7 +401,7 @@ class RunHandle(Generic[AgentT]):
         elif task.cancelled() or self._cancel_requested:
             outcome = RunStatus.INTERRUPTED
             terminal = RunErrorEvent(
-                message="The run was cancelled.", code=CANCELLED_ERROR_CODE, timestamp=_now_ms()
+                message=self._cancel_reason[0], code=self._cancel_reason[1], timestamp=_now_ms()
             )
         elif self.exception is not None:
             outcome = RunStatus.ERRORED
@@ -432,12 +433,20 @@ class RunHandle(Generic[AgentT]):
 
     # --- control ---------------------------------------------------------------------
 
-    def cancel(self) -> bool:
-        """Cancel the run; True if it was live, False if it had already finished."""
+    def cancel(self, *, message: str | None = None, code: str | None = None) -> bool:
+        """Cancel the run; True if it was live, False if it had already finished.
+
+        ``message`` and ``code`` replace those of the ``RUN_ERROR`` readers get (default
+        ``CANCELLED``), e.g. to tell them the server is shutting down.
+        """
         if self.done or self._task is None:
             return False
         if not self._cancel_requested:
             # Only once: a second cancel would abort the agent's interrupt finalization.
+            self._cancel_reason = (
+                message or self._cancel_reason[0],
+                code or self._cancel_reason[1],
+            )
             self._cancel_requested = True
             self._cancelled_after_end = self._ended
             self._task.cancel()

@@ -25,6 +25,7 @@ from threadstore.server.limits import DEFAULT_LIMITS, BodyLimitMiddleware, Limit
 from threadstore.server.routes_agui import router as agui_router
 from threadstore.server.routes_chats import router as chats_router
 from threadstore.server.run_gate import RunGate
+from threadstore.server.shutdown import stop_runs_on_exit_signal
 from threadstore.server.sse import DEFAULT_KEEPALIVE_INTERVAL
 from threadstore.store import open_store
 from threadstore.store.base import Store
@@ -118,7 +119,8 @@ def create_app(
                 keepalive_interval=keepalive_interval,
                 runs=RunGate(fresh_within=3 * heartbeat_interval),
             )
-            yield
+            with stop_runs_on_exit_signal(manager):
+                yield
         finally:
             app.state.threadstore = None
             if sweeper is not None:
