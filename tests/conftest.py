@@ -168,3 +168,26 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.longrepr = (
             f"PostgreSQL test skipped although {REQUIRE_POSTGRES_ENV}=1: {report.longrepr}"
         )
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("sqlite", id="sqlite"),
+        pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
+    ]
+)
+async def server_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    """A fresh, migrated database on each backend a server process runs on (SQLite, PostgreSQL)."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'threadstore.db'}"
+    else:
+        server_url = os.environ.get(POSTGRES_URL_ENV)
+        if not server_url:
+            pytest.skip(f"{POSTGRES_URL_ENV} is not set; PostgreSQL tests need a server")
+        async with _postgres_database(server_url) as url:
+            # Migrated before any server starts, so several can start on it at once.
+            await (await threadstore.open_store(url)).close()
+            yield url
+        return
+    await (await threadstore.open_store(url)).close()
+    yield url

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,8 +12,7 @@ import httpx
 import pytest
 from ag_ui.core import BaseEvent, RunAgentInput
 
-from conftest import POSTGRES_URL_ENV, _postgres_database
-from server_support import LiveServer, collect_sse, run_input
+from server_support import LiveServer, collect_sse, run_input, served_with_store
 from threadstore import Store, open_store
 from threadstore.server import DemoAgent, HeaderAuth, create_app
 
@@ -114,35 +112,11 @@ class Edge:
         ]
 
 
-@pytest.fixture(
-    params=[
-        pytest.param("sqlite", id="sqlite"),
-        pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
-    ]
-)
-async def edge_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
-    """A fresh database URL on SQLite and on PostgreSQL."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'threadstore.db'}"
-        return
-    server_url = os.environ.get(POSTGRES_URL_ENV)
-    if not server_url:
-        pytest.skip(f"{POSTGRES_URL_ENV} is not set; PostgreSQL tests need a server")
-    async with _postgres_database(server_url) as url:
-        yield url
-
-
 @pytest.fixture
-async def edge(edge_url: str) -> AsyncIterator[Edge]:
+async def edge(server_db_url: str) -> AsyncIterator[Edge]:
     """A real server on the database, and a store of its own to look at what got stored."""
-    app = create_app(edge_url, agent=EdgeAgent(), sweep_interval=None)
-    async with LiveServer(app) as server:
-        store = await open_store(edge_url, setup=False)
-        try:
-            async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
-                yield Edge(client, store)
-        finally:
-            await store.close()
+    async with served_with_store(server_db_url, EdgeAgent()) as served:
+        yield Edge(*served)
 
 
 def _nested(depth: int) -> Any:

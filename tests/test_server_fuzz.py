@@ -10,10 +10,8 @@ JSON or a well-formed AG-UI stream, and a rejected request must have stored noth
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -24,10 +22,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from pydantic import TypeAdapter
 
-from conftest import POSTGRES_URL_ENV, _postgres_database
-from server_support import LiveServer
-from threadstore import Store, open_store
-from threadstore.server import DemoAgent, Limits, create_app
+from server_support import served_with_store
+from threadstore import Store
+from threadstore.server import DemoAgent, Limits
 
 _EVENT: TypeAdapter[Any] = TypeAdapter(Event)
 _TERMINAL = ("RUN_FINISHED", "RUN_ERROR")
@@ -163,40 +160,11 @@ class Target:
     store: Store
 
 
-@pytest.fixture(
-    params=[
-        pytest.param("sqlite", id="sqlite"),
-        pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
-    ]
-)
-async def target(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Target]:
+@pytest.fixture
+async def target(server_db_url: str) -> AsyncIterator[Target]:
     """A real server (demo agent, small limits) on SQLite or PostgreSQL, and its store."""
-    if request.param == "sqlite":
-        async with _serve(f"sqlite:///{tmp_path / 'threadstore.db'}") as target:
-            yield target
-        return
-    server_url = os.environ.get(POSTGRES_URL_ENV)
-    if not server_url:
-        pytest.skip(f"{POSTGRES_URL_ENV} is not set; PostgreSQL tests need a server")
-    async with _postgres_database(server_url) as url, _serve(url) as target:
-        yield target
-
-
-def _serve(url: str) -> Any:
-    from contextlib import asynccontextmanager
-
-    @asynccontextmanager
-    async def serve() -> AsyncIterator[Target]:
-        app = create_app(url, agent=DemoAgent(delay=0), limits=LIMITS, sweep_interval=None)
-        async with LiveServer(app) as server:
-            store = await open_store(url, setup=False)
-            try:
-                async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
-                    yield Target(client, store)
-            finally:
-                await store.close()
-
-    return serve()
+    async with served_with_store(server_db_url, DemoAgent(delay=0), limits=LIMITS) as served:
+        yield Target(*served)
 
 
 async def _stored(store: Store) -> list[Any]:

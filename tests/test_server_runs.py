@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -12,7 +11,6 @@ import httpx
 import pytest
 from ag_ui.core import BaseEvent, RunAgentInput
 
-from conftest import POSTGRES_URL_ENV, _postgres_database
 from server_support import Frame, GatedAgent, LiveServer, collect_sse, read_sse, run_input
 from test_crash_recovery import WAIT_LIMIT
 from test_server_processes import (
@@ -121,31 +119,11 @@ async def test_a_thread_with_a_live_run_refuses_a_second_one_until_it_ends(
     ]
 
 
-@pytest.fixture(
-    params=[
-        pytest.param("sqlite", id="sqlite"),
-        pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
-    ]
-)
-async def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
-    """One database for two server processes, on SQLite and on PostgreSQL."""
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'threadstore.db'}"
-        await (await open_store(url)).close()  # migrated once, before both start
-        yield url
-        return
-    server_url = os.environ.get(POSTGRES_URL_ENV)
-    if not server_url:
-        pytest.skip(f"{POSTGRES_URL_ENV} is not set; PostgreSQL tests need a server")
-    async with _postgres_database(server_url) as url:
-        yield url
-
-
 @pytest.mark.slow
-async def test_runs_are_serialized_per_thread_across_server_processes(shared_url: str) -> None:
-    a = await start_replica(shared_url)
+async def test_runs_are_serialized_per_thread_across_server_processes(server_db_url: str) -> None:
+    a = await start_replica(server_db_url)
     try:
-        b = await start_replica(shared_url)
+        b = await start_replica(server_db_url)
         try:
             outcome = await _two_processes_one_thread(a, b)
         finally:
@@ -184,8 +162,8 @@ async def _two_processes_one_thread(
 
 
 @pytest.mark.slow
-async def test_stopping_the_server_ends_live_streams_with_shutdown(shared_url: str) -> None:
-    replica = await start_replica(shared_url)
+async def test_stopping_the_server_ends_live_streams_with_shutdown(server_db_url: str) -> None:
+    replica = await start_replica(server_db_url)
     body = run_input("one", thread_id="t1", run_id="r1")
     frames: list[Frame] = []
     try:
@@ -202,7 +180,7 @@ async def test_stopping_the_server_ends_live_streams_with_shutdown(shared_url: s
     finally:
         output = await stop_replica(replica)
 
-    store = await open_store(shared_url, setup=False)
+    store = await open_store(server_db_url, setup=False)
     try:
         [chat] = await store.get_all_chats()
         run = await store.get_run(chat.chat_uuid, "r1")
