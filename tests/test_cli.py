@@ -367,7 +367,11 @@ def _one_error(output: str) -> list[str]:
     return lines
 
 
-@pytest.mark.parametrize("command", [["serve", "--port", "1"], ["chats", "list"], ["migrate"]])
+# A serve that got past its checks fails to bind this address (TEST-NET-3) instead of serving.
+UNBINDABLE = ["--host", "203.0.113.1", "--port", "8000"]
+
+
+@pytest.mark.parametrize("command", [["serve", *UNBINDABLE], ["chats", "list"], ["migrate"]])
 @pytest.mark.parametrize(
     ("url", "says"),
     [
@@ -390,7 +394,7 @@ def test_a_bad_db_is_one_error_line_before_anything_else(
 def test_a_missing_sqlite_folder_is_one_error_line(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'absent' / 'x.db'}"
 
-    for command in (["serve", "--port", "1"], ["migrate"]):
+    for command in (["serve", *UNBINDABLE], ["migrate"]):
         code, output = invoke(*command, "--db", db)
         assert code == 1
         assert "folder" in _one_error(output)[0]
@@ -405,7 +409,7 @@ def test_a_missing_postgres_database_is_one_error_line() -> None:
     from conftest import _with_database
 
     url = _with_database(server_url, f"absent_{os.getpid()}_{time.monotonic_ns()}")
-    code, output = invoke("serve", "--port", "1", "--db", url)
+    code, output = invoke("serve", *UNBINDABLE, "--db", url)
 
     assert code == 1
     assert "does not exist" in _one_error(output)[0]
@@ -415,7 +419,9 @@ def test_an_explicit_auth_none_with_tokens_refuses_to_start(db: str, tmp_path: P
     tokens = tmp_path / "tokens.txt"
     tokens.write_text("tok=alice\n", encoding="utf-8")
 
-    code, output = invoke("serve", "--db", db, "--auth", "none", "--tokens-file", str(tokens))
+    code, output = invoke(
+        "serve", *UNBINDABLE, "--db", db, "--auth", "none", "--tokens-file", str(tokens)
+    )
 
     assert code == 1
     assert "--auth none turns auth off" in _one_error(output)[0]
