@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import pytest
 
 import threadstore
-from postgres_support import clean_database, drop_clean_database, server_url
+from postgres_support import clean_database, drop_clean_database, fresh_database, server_url
 from threadstore import Store
 from threadstore.testing import AddMessage, MakeChat, chat_maker, message_adder
 
@@ -139,3 +139,23 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Drop this process's PostgreSQL test database."""
     asyncio.run(drop_clean_database())
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("sqlite", id="sqlite"),
+        pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
+    ]
+)
+async def server_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    """A fresh, migrated database on each backend a server process runs on (SQLite, PostgreSQL)."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'threadstore.db'}"
+    else:
+        async with fresh_database(server_url()) as url:
+            # Migrated before any server starts, so several can start on it at once.
+            await (await threadstore.open_store(url)).close()
+            yield url
+        return
+    await (await threadstore.open_store(url)).close()
+    yield url

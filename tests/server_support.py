@@ -10,6 +10,7 @@ import json
 import socket
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 from uuid import uuid4
@@ -36,6 +37,7 @@ __all__ = [
     "collect_sse",
     "read_sse",
     "run_input",
+    "served_with_store",
 ]
 
 
@@ -81,6 +83,25 @@ class LiveServer:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+
+@asynccontextmanager
+async def served_with_store(
+    url: str, agent: Any, **app_options: Any
+) -> AsyncIterator[tuple[httpx.AsyncClient, Any]]:
+    """A live server of ``create_app(url, agent=agent, ...)``, a client of it, and a store of
+    its own on the same database, to look at what got stored."""
+    from threadstore import open_store
+    from threadstore.server import create_app
+
+    app = create_app(url, agent=agent, sweep_interval=None, **app_options)
+    async with LiveServer(app) as server:
+        store = await open_store(url, setup=False)
+        try:
+            async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
+                yield client, store
+        finally:
+            await store.close()
 
 
 @dataclass

@@ -17,7 +17,8 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from postgres_support import clean_database, server_url
+import threadstore
+from postgres_support import POSTGRES_URL_ENV, clean_database, fresh_database, server_url
 from server_support import run_input
 from threadstore import (
     ChatCreate,
@@ -241,13 +242,14 @@ def _free_port() -> int:
         return port
 
 
-def _start_server(db: str, port: int, cwd: Path) -> subprocess.Popen[bytes]:
+def _start_server(
+    db: str, port: int, cwd: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", "threadstore.cli", "serve", "--db", db, "--port", str(port)]
-    env = {**os.environ, "THREADSTORE_DB": ""}
     process = subprocess.Popen(
-        [*command, "--demo-delay", "0", "--log-level", "warning"],
+        [*command, *args, "--demo-delay", "0", "--log-level", "warning"],
         cwd=cwd,
-        env=env,
+        env={**os.environ, "THREADSTORE_DB": "", "THREADSTORE_TOKENS": "", **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
@@ -352,3 +354,228 @@ def test_sweep_on_postgresql_also_deletes_old_relayed_events() -> None:
     assert before == ["old", "recent"]
     assert code == 0, output
     assert after == ["recent"]
+
+
+# --- configuration errors and auth at start-up ------------------------------------------------
+
+
+def _one_error(output: str) -> list[str]:
+    lines = [line for line in output.splitlines() if line.strip()]
+    assert lines[0].startswith("error: "), output
+    assert "Traceback" not in output
+    assert len(lines) <= 2, output  # the error and its hint
+    return lines
+
+
+# A serve that got past its checks fails to bind this address (TEST-NET-3) instead of serving.
+UNBINDABLE = ["--host", "203.0.113.1", "--port", "8000"]
+
+
+@pytest.mark.parametrize("command", [["serve", *UNBINDABLE], ["chats", "list"], ["migrate"]])
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("nosuch://x", "unsupported store URL"),
+        ("sqlite://x.db", "invalid sqlite URL"),
+        ("postgresql://postgres@127.0.0.1:1/x", "cannot connect"),
+    ],
+)
+def test_a_bad_db_is_one_error_line_before_anything_else(
+    command: list[str], url: str, says: str
+) -> None:
+    code, output = invoke(*command, "--db", url)
+
+    assert code == 1
+    lines = _one_error(output)
+    assert says in lines[0]
+    assert "serving" not in output
+
+
+def test_a_missing_sqlite_folder_is_one_error_line(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'absent' / 'x.db'}"
+
+    for command in (["serve", *UNBINDABLE], ["migrate"]):
+        code, output = invoke(*command, "--db", db)
+        assert code == 1
+        assert "folder" in _one_error(output)[0]
+    assert not (tmp_path / "absent").exists()
+
+
+@pytest.mark.postgres
+def test_a_missing_postgres_database_is_one_error_line() -> None:
+    server_url = os.environ.get(POSTGRES_URL_ENV)
+    if not server_url:
+        pytest.skip(f"{POSTGRES_URL_ENV} is not set; PostgreSQL tests need a server")
+    from conftest import _with_database
+
+    url = _with_database(server_url, f"absent_{os.getpid()}_{time.monotonic_ns()}")
+    code, output = invoke("serve", *UNBINDABLE, "--db", url)
+
+    assert code == 1
+    assert "does not exist" in _one_error(output)[0]
+
+
+def test_an_explicit_auth_none_with_tokens_refuses_to_start(db: str, tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens.txt"
+    tokens.write_text("tok=alice\n", encoding="utf-8")
+
+    code, output = invoke(
+        "serve", *UNBINDABLE, "--db", db, "--auth", "none", "--tokens-file", str(tokens)
+    )
+
+    assert code == 1
+    assert "--auth none turns auth off" in _one_error(output)[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("source", ["file", "env"])
+def test_a_tokens_source_alone_turns_token_auth_on(tmp_path: Path, source: str) -> None:
+    port = _free_port()
+    tokens = tmp_path / "tokens.txt"
+    tokens.write_text("tok-alice=alice\n", encoding="utf-8")
+    args: list[str] = []
+    env: dict[str, str] = {}
+    if source == "file":
+        args += ["--tokens-file", str(tokens)]
+    else:
+        env["THREADSTORE_TOKENS"] = "tok-alice=alice"
+
+    server = _start_server(f"sqlite:///{tmp_path / 'x.db'}", port, tmp_path, *args, env=env)
+    try:
+        anonymous = httpx.get(f"http://127.0.0.1:{port}/api/chats")
+        alice = httpx.get(
+            f"http://127.0.0.1:{port}/api/chats", headers={"Authorization": "Bearer tok-alice"}
+        )
+    finally:
+        banner = _stop_server(server)
+
+    assert anonymous.status_code == 401
+    assert alice.status_code == 200
+    assert "auth      tokens" in banner
+    assert "-H 'Authorization: Bearer <token>'" in banner
+    assert "warning" not in banner
+
+
+@pytest.mark.slow
+def test_an_open_server_on_a_public_interface_warns(tmp_path: Path) -> None:
+    port = _free_port()
+    server = _start_server(f"sqlite:///{tmp_path / 'x.db'}", port, tmp_path, "--host", "0.0.0.0")
+    banner = _stop_server(server)
+
+    assert "auth      none" in banner
+    assert "warning: listening on 0.0.0.0 with no auth" in banner
+    assert "Authorization" not in banner
+
+
+def test_import_skips_invalid_chats_when_asked_and_names_their_lines(
+    db: str, tmp_path: Path
+) -> None:
+    elsewhere = f"sqlite:///{tmp_path / 'elsewhere.db'}"
+    asyncio.run(_seed(elsewhere))
+    invoke("export", "--db", elsewhere, "-o", str(tmp_path / "one.jsonl"))
+    document = json.loads((tmp_path / "one.jsonl").read_text(encoding="utf-8"))
+    invoke("migrate", "--db", db)
+
+    def line(thread: str, **chat: object) -> str:
+        return json.dumps({**document, "chat": {**document["chat"], "thread_id": thread, **chat}})
+
+    source = tmp_path / "mixed.jsonl"
+    lines = [
+        line("good-1"),
+        line("nul", state={"x": "a\u0000b"}),
+        "{broken",
+        line("long-name", name="n" * 201),
+        line("good-2"),
+    ]
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    stopped, stop_output = invoke("import", str(source), "--db", db)
+    skipped, skip_output = invoke("import", str(source), "--db", db, "--skip-invalid")
+    _, listing = invoke("chats", "list", "--db", db, "--json")
+
+    assert stopped == 1
+    assert "line 2: document.chat.state.x contains a NUL" in stop_output
+    assert skipped == 0
+    assert "imported 1 chat(s), skipped 1 already present, skipped 3 invalid" in skip_output
+    for number in (2, 3, 4):
+        assert f"skipped line {number}:" in skip_output
+    assert "limit is 200" in skip_output
+    threads = sorted(item["thread_id"] for item in json.loads(listing)["items"])
+    assert threads == ["good-1", "good-2"]
+
+
+def test_rename_holds_the_server_name_limit(db: str) -> None:
+    chat_id = asyncio.run(_seed(db))
+
+    long_code, long_output = invoke("chats", "rename", chat_id, "n" * 201, "--db", db)
+    ok_code, _ = invoke("chats", "rename", chat_id, "n" * 200, "--db", db)
+
+    assert long_code == 1
+    assert "limit is 200" in long_output
+    assert ok_code == 0
+
+
+@pytest.mark.postgres
+def test_a_sqlite_export_with_a_nul_imports_into_postgres_without_failing_halfway(
+    tmp_path: Path,
+) -> None:
+    server_url = os.environ.get(POSTGRES_URL_ENV)
+    if not server_url:
+        pytest.skip(f"{POSTGRES_URL_ENV} is not set; PostgreSQL tests need a server")
+    sqlite = f"sqlite:///{tmp_path / 'from.db'}"
+    asyncio.run(_seed(sqlite, thread="clean"))
+    asyncio.run(_seed(sqlite, thread="with-nul", name="has a \x00 in it"))
+    asyncio.run(_seed(sqlite, thread="also-clean"))
+    invoke("export", "--db", sqlite, "-o", str(tmp_path / "all.jsonl"))
+
+    async def imported_threads(url: str) -> list[str]:
+        store = await open_store(url, setup=False)
+        try:
+            return sorted(chat.thread_id for chat in await store.get_all_chats())
+        finally:
+            await store.close()
+
+    async def scenario() -> tuple[int, str, int, str, list[str]]:
+        async with fresh_database(server_url) as url:
+            # The CLI runs its own event loop, so it runs in a thread here.
+            await asyncio.to_thread(invoke, "migrate", "--db", url)
+            source = str(tmp_path / "all.jsonl")
+            stop_code, stop_output = await asyncio.to_thread(invoke, "import", source, "--db", url)
+            skip_code, skip_output = await asyncio.to_thread(
+                invoke, "import", source, "--db", url, "--skip-invalid"
+            )
+            return stop_code, stop_output, skip_code, skip_output, await imported_threads(url)
+
+    stop_code, stop_output, skip_code, skip_output, threads = asyncio.run(scenario())
+
+    assert stop_code == 1
+    assert "name contains a NUL character" in stop_output
+    assert skip_code == 0
+    assert "skipped 1 invalid" in skip_output
+    assert threads == ["also-clean", "clean"]
+
+
+def test_version_prints_the_package_version() -> None:
+    code, output = invoke("--version")
+
+    assert code == 0
+    assert output.strip() == f"threadstore {threadstore.__version__}"
+
+
+def test_migrate_says_whether_it_applied_migrations(db: str) -> None:
+    _, first = invoke("migrate", "--db", db)
+    _, second = invoke("migrate", "--db", db)
+
+    assert "applied migrations 1 to" in first
+    assert "already current" in second and "nothing applied" in second
+
+
+def test_a_chat_prefix_needs_eight_characters(db: str) -> None:
+    chat_id = asyncio.run(_seed(db))
+
+    short, short_output = invoke("chats", "show", chat_id[:7], "--db", db)
+    enough, shown = invoke("chats", "show", chat_id[:8], "--db", db)
+
+    assert short == 1
+    assert "at least 8 characters" in short_output
+    assert enough == 0 and "what is 2+2" in shown

@@ -66,6 +66,7 @@ async def start_replica(store_url: str) -> Replica:
         str(SERVER),
         store_url,
         stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,  # its log, for stop_replica's answer
         env={**os.environ, "PYTHONPATH": str(SERVER.parent)},
     )
     assert process.stdout is not None
@@ -82,8 +83,8 @@ async def start_replica(store_url: str) -> Replica:
             await asyncio.sleep(0.05)
 
 
-async def stop_replica(replica: Replica) -> None:
-    """Shut the process down gracefully (SIGTERM), or kill it if it hangs."""
+async def stop_replica(replica: Replica) -> str:
+    """Shut the process down gracefully (SIGTERM), or kill it if it hangs; return its output."""
     process = replica.process
     if process.returncode is None:
         process.send_signal(signal.SIGTERM)
@@ -93,7 +94,7 @@ async def stop_replica(replica: Replica) -> None:
             process.kill()
             await process.wait()
     assert process.stdout is not None
-    await process.stdout.read()
+    return (await process.stdout.read()).decode(errors="replace")
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

@@ -9,12 +9,15 @@ it is missing.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
+import os
+import sqlite3
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 from uuid import UUID
 
 import typer
@@ -23,14 +26,24 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from threadstore.errors import ConflictError, MigrationError, ThreadstoreError
+from threadstore.errors import (
+    ConfigurationError,
+    ConflictError,
+    InvalidInputError,
+    MigrationError,
+    ThreadstoreError,
+)
 from threadstore.models import Chat, Message
 from threadstore.store import open_store
 from threadstore.store.base import Store
 
+if TYPE_CHECKING:
+    from threadstore.server.auth import Authenticator
+
 __all__ = ["app", "main"]
 
 DEFAULT_DB = "sqlite:///./threadstore.db"
+CORS_ENV_VAR = "THREADSTORE_CORS_ORIGINS"
 T = TypeVar("T")
 
 app = typer.Typer(
@@ -42,6 +55,28 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 chats_app = typer.Typer(help="List, show, rename and delete chats.", no_args_is_help=True)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from threadstore import __version__
+
+        print(f"threadstore {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Durable, typed chat history for AI agents: an AG-UI server, and tools for its data."""
+
+
 app.add_typer(chats_app, name="chats")
 
 out = Console(highlight=False)
@@ -63,16 +98,25 @@ UserOption = Annotated[
         help="Only this user's chats: a UUID or a user id (mapped like the server maps it).",
     ),
 ]
+MIN_PREFIX = 8
 ChatArgument = Annotated[
-    str, typer.Argument(help="Chat UUID, a unique prefix of one, or a thread id.")
+    str,
+    typer.Argument(
+        help=f"Chat UUID, a unique prefix of one (at least {MIN_PREFIX} characters), or a "
+        "thread id."
+    ),
 ]
 
 
 def _fail(message: str, hint: str | None = None) -> NoReturn:
-    err.print(f"[bold red]error:[/] {escape(message)}")
+    # soft_wrap: one error is one line, however narrow the terminal or pipe.
+    err.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
     if hint:
-        err.print(f"[dim]{escape(hint)}[/]")
+        err.print(f"[dim]{escape(hint)}[/]", soft_wrap=True)
     raise typer.Exit(1)
+
+
+_DB_HINT = "check --db (or $THREADSTORE_DB): sqlite:///path.db, postgresql://user@host/db"
 
 
 def _run(work: Callable[[], Coroutine[Any, Any, T]], db: str) -> T:
@@ -80,21 +124,48 @@ def _run(work: Callable[[], Coroutine[Any, Any, T]], db: str) -> T:
         return asyncio.run(work())
     except MigrationError as exc:
         _fail(str(exc), f"create or upgrade the schema with: threadstore migrate --db {db}")
+    except ConfigurationError as exc:
+        _fail(str(exc), _DB_HINT)
     except ThreadstoreError as exc:
         _fail(str(exc))
+    except sqlite3.Error as exc:
+        _fail(f"cannot use the SQLite database {db}: {exc}", _DB_HINT)
 
 
-def _check_sqlite_exists(db: str) -> None:
-    if not db.startswith("sqlite://"):
-        return
-    from threadstore.store.sqlite import sqlite_path
+def _check_store(db: str, *, create: bool = False) -> None:
+    """Check ``--db`` before anything else is printed, so a bad one is one error line.
 
-    path = sqlite_path(db)
-    if path != ":memory:" and not Path(path).exists():
-        _fail(
-            f"no database at {path}",
-            f"start the server (threadstore serve --db {db}) or run: threadstore migrate --db {db}",
-        )
+    A command that reads needs the SQLite file to exist; one that creates it
+    needs its folder. ``serve`` then also opens the store once (:func:`_probe_store`),
+    so a database it cannot reach never gets as far as the "serving on" banner.
+    """
+    if db.startswith("sqlite://"):
+        from threadstore.store.sqlite import sqlite_path
+
+        try:
+            path = sqlite_path(db)
+        except ThreadstoreError as exc:
+            _fail(str(exc), _DB_HINT)
+        if path != ":memory:":
+            folder = Path(path).parent
+            if create and not folder.is_dir():
+                _fail(f"the folder {folder} does not exist", "create it, or choose another --db")
+            if not create and not Path(path).exists():
+                _fail(
+                    f"no database at {path}",
+                    f"start the server (threadstore serve --db {db}) "
+                    f"or run: threadstore migrate --db {db}",
+                )
+
+
+def _probe_store(db: str, *, create: bool) -> None:
+    """Open (and with ``create``, migrate) the store once and close it again."""
+
+    async def probe() -> None:
+        store = await open_store(db, setup=create)
+        await store.close()
+
+    _run(probe, db)
 
 
 @asynccontextmanager
@@ -121,15 +192,21 @@ async def _resolve_chat(store: Store, ref: str, user: UUID | None) -> Chat:
         chat = None
     if chat is not None and (user is None or chat.user_uuid == user):
         return chat
+    # A short prefix would match whichever chat happens to start that way: ask for
+    # enough of the UUID to mean one chat (the list shows the first 8 characters).
+    prefix = ref.lower() if len(ref) >= MIN_PREFIX else None
     candidates = [
         c
         for c in await store.get_all_chats(user)
-        if str(c.chat_uuid).startswith(ref.lower()) or c.thread_id == ref
+        if c.thread_id == ref or (prefix is not None and str(c.chat_uuid).startswith(prefix))
     ]
     if len(candidates) == 1:
         return candidates[0]
     if not candidates:
-        _fail(f"no chat matches {ref!r}", "list chats with: threadstore chats list")
+        hint = "list chats with: threadstore chats list"
+        if prefix is None:
+            hint = f"a chat UUID prefix needs at least {MIN_PREFIX} characters; {hint}"
+        _fail(f"no chat matches {ref!r}", hint)
     names = ", ".join(f"{c.chat_uuid} ({c.thread_id})" for c in candidates[:5])
     _fail(f"{ref!r} matches {len(candidates)} chats: {names}", "use a longer prefix or --user")
 
@@ -165,7 +242,7 @@ def _progress(total: int | None, label: str) -> Iterator[Callable[[], None]]:
 
 @app.command(
     epilog="Examples:  threadstore serve  ·  threadstore serve --agent openai --model gpt-4o-mini"
-    "  ·  threadstore serve --auth tokens --tokens-file tokens.txt --host 0.0.0.0"
+    "  ·  threadstore serve --tokens-file tokens.txt --host 0.0.0.0"
     "  ·  See docs/server.md for the routes."
 )
 def serve(
@@ -183,20 +260,32 @@ def serve(
         str | None, typer.Option(help="Model for --agent openai (default: $OPENAI_MODEL).")
     ] = None,
     auth: Annotated[
-        str,
+        str | None,
         typer.Option(
             help="none: one local user. tokens: every request needs Authorization: Bearer "
-            "<token> (tokens from --tokens-file or $THREADSTORE_TOKENS)."
+            "<token> (tokens from --tokens-file or $THREADSTORE_TOKENS). Default: tokens "
+            "when a tokens source is given, else none.",
+            show_default=False,
         ),
-    ] = "none",
+    ] = None,
     tokens_file: Annotated[
-        Path | None, typer.Option(help="File of token=user_id lines, for --auth tokens.")
+        Path | None,
+        typer.Option(help="File of token=user_id lines; turns on token auth."),
     ] = None,
     trust_user_header: Annotated[
         str | None,
         typer.Option(
             help="Behind an authenticating proxy: take the user id from this header "
             "(e.g. X-User-Id). Only use when clients cannot reach the server directly."
+        ),
+    ] = None,
+    cors_origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            envvar=CORS_ENV_VAR,
+            help="Let a browser front end on this origin call the server (repeatable; "
+            f"${CORS_ENV_VAR} takes space-separated origins; '*' allows any). Off by default.",
+            show_default=False,
         ),
     ] = None,
     demo_delay: Annotated[
@@ -209,20 +298,12 @@ def serve(
     import uvicorn
 
     from threadstore.server import create_app
-    from threadstore.server.auth import Authenticator, HeaderAuth, TokenAuth
+    from threadstore.server.auth import TOKENS_ENV_VAR
 
-    authenticator: Authenticator | None = None
+    authenticator, auth_line = _authenticator(auth, tokens_file, trust_user_header)
+    _check_store(db, create=migrate)
+    _probe_store(db, create=migrate)
     try:
-        if auth == "tokens":
-            if trust_user_header:
-                _fail("choose either --auth tokens or --trust-user-header, not both")
-            authenticator = (
-                TokenAuth.from_file(tokens_file) if tokens_file else TokenAuth.from_env()
-            )
-        elif auth != "none":
-            _fail(f"--auth must be 'none' or 'tokens', got {auth!r}")
-        elif trust_user_header:
-            authenticator = HeaderAuth(trust_user_header)
         server_app = create_app(
             db,
             agent=agent,
@@ -230,31 +311,116 @@ def serve(
             demo_delay=demo_delay,
             auth=authenticator,
             migrate=migrate,
+            cors_origins=cors_origin or (),
         )
     except ThreadstoreError as exc:
         _fail(str(exc))
     base = f"http://{host}:{port}"
+    bearer = " -H 'Authorization: Bearer <token>'" if auth_line.startswith("tokens") else ""
     try_it = (
-        f"curl -N {base}/agui -H 'Content-Type: application/json' -d "
+        f"curl -N {base}/agui -H 'Content-Type: application/json'{bearer} -d "
         """'{"threadId":"t1","runId":"r1","messages":[{"id":"m1","role":"user","""
         """"content":"What is 12 * 7 + 3?"}]}'"""
     )
     err.print(f"[bold]threadstore[/] serving the [cyan]{escape(agent)}[/] agent on {base}")
-    for label, value in (("database", db), ("API docs", f"{base}/docs"), ("try", try_it)):
+    lines = [("database", db), ("auth", auth_line)]
+    if cors_origin:
+        lines.append(("CORS", ", ".join(cors_origin)))
+    lines += [("API docs", f"{base}/docs"), ("try", try_it)]
+    for label, value in lines:
         err.print(f"  {label:<9} {escape(value)}", soft_wrap=True)
+    if authenticator is None and not _is_loopback(host):
+        err.print(
+            f"[bold yellow]warning:[/] listening on {escape(host)} with no auth: anyone who can "
+            "reach this port reads and writes every chat. Use --tokens-file (or "
+            f"${TOKENS_ENV_VAR}) or --trust-user-header behind a proxy.",
+            soft_wrap=True,
+        )
     uvicorn.run(server_app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5)
+
+
+def _authenticator(
+    auth: str | None, tokens_file: Path | None, trust_user_header: str | None
+) -> tuple[Authenticator | None, str]:
+    """Resolve the auth options to an authenticator and the banner's description of it.
+
+    A tokens source alone turns token auth on: a server started with tokens must
+    never be silently open.
+    """
+    from threadstore.server.auth import TOKENS_ENV_VAR, HeaderAuth, TokenAuth
+
+    tokens_env = bool(os.environ.get(TOKENS_ENV_VAR))
+    if auth not in (None, "none", "tokens"):
+        _fail(f"--auth must be 'none' or 'tokens', got {auth!r}")
+    if auth == "none" and (tokens_file or tokens_env):
+        source = "--tokens-file" if tokens_file else f"${TOKENS_ENV_VAR}"
+        _fail(
+            f"{source} gives API tokens but --auth none turns auth off",
+            f"drop --auth none to require the tokens, or remove {source}",
+        )
+    mode = auth or ("tokens" if tokens_file or tokens_env else "none")
+    try:
+        if mode == "tokens":
+            if trust_user_header:
+                _fail("choose either token auth or --trust-user-header, not both")
+            tokens = TokenAuth.from_file(tokens_file) if tokens_file else TokenAuth.from_env()
+            source = str(tokens_file) if tokens_file else f"${TOKENS_ENV_VAR}"
+            users = len(set(tokens.tokens.values()))
+            return tokens, f"tokens ({users} user(s) from {source}; send Authorization: Bearer)"
+    except ThreadstoreError as exc:
+        _fail(str(exc))
+    if trust_user_header:
+        return HeaderAuth(trust_user_header), f"trusted proxy header {trust_user_header}"
+    return None, "none (every request is the one local user)"
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 @app.command()
 def migrate(db: DbOption = DEFAULT_DB) -> None:
     """Create the schema, or apply the migrations a newer threadstore needs."""
+    _check_store(db, create=True)
 
-    async def work() -> None:
-        store = await open_store(db, setup=True)
-        await store.close()
+    async def work() -> tuple[int | None, int | None]:
+        store = await open_store(db, setup=False)
+        try:
+            before = await _schema_version(store)
+            await store.setup()
+            return before, await _schema_version(store)
+        finally:
+            await store.close()
 
-    _run(work, db)
-    out.print(f"[green]✓[/] {escape(db)} is up to date")
+    before, after = _run(work, db)
+    if before is None or after is None:
+        out.print(f"[green]✓[/] {escape(db)} is up to date")
+    elif before == after:
+        out.print(
+            f"[green]✓[/] {escape(db)} is up to date: the schema was already current "
+            f"(version {after}); nothing applied"
+        )
+    else:
+        out.print(
+            f"[green]✓[/] {escape(db)} is up to date: applied migrations {before + 1} to "
+            f"{after} (schema version {after})"
+        )
+
+
+async def _schema_version(store: Store) -> int | None:
+    """The store's applied schema version (0 before the first migration); None if it has none."""
+    version = getattr(store, "schema_version", None)
+    if version is None:
+        return None
+    try:
+        return int(await version())
+    except (MigrationError, sqlite3.OperationalError):  # no migrations table yet
+        return 0
 
 
 @app.command()
@@ -277,7 +443,7 @@ def sweep(
     """
     from threadstore.agui.distributed import DistributedRunManager
 
-    _check_sqlite_exists(db)
+    _check_store(db)
 
     def no_agent() -> Any:
         raise RuntimeError("sweep starts no runs")
@@ -306,7 +472,7 @@ def chats_list(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """List chats, newest activity first, with each chat's last message."""
-    _check_sqlite_exists(db)
+    _check_store(db)
     user_uuid = _user(user)
     if cursor is not None and user_uuid is None:
         _fail("--cursor needs --user")
@@ -368,7 +534,7 @@ def chats_show(
     """Show a chat's history: messages, tool calls and reasoning, oldest first."""
     from threadstore.transfer import export_chat
 
-    _check_sqlite_exists(db)
+    _check_store(db)
 
     async def work() -> Any:
         async with _store(db) as store:
@@ -415,15 +581,19 @@ def chats_rename(
     db: DbOption = DEFAULT_DB,
     user: UserOption = None,
 ) -> None:
-    """Rename a chat."""
-    _check_sqlite_exists(db)
-    if not name.strip():
-        _fail("the name must not be blank")
+    """Rename a chat (at most 200 characters, as through the server)."""
+    from threadstore.server.limits import DEFAULT_LIMITS, check_name
+
+    _check_store(db)
+    try:
+        new_name = check_name(name, DEFAULT_LIMITS)
+    except InvalidInputError as exc:
+        _fail(str(exc))
 
     async def work() -> Chat | None:
         async with _store(db) as store:
             found = await _resolve_chat(store, chat, _user(user))
-            return await store.update_chat_name(found.chat_uuid, name.strip())
+            return await store.update_chat_name(found.chat_uuid, new_name)
 
     renamed = _run(work, db)
     if renamed is None:
@@ -439,7 +609,7 @@ def chats_delete(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
 ) -> None:
     """Delete a chat and all its messages, for good."""
-    _check_sqlite_exists(db)
+    _check_store(db)
 
     async def find() -> Chat:
         async with _store(db) as store:
@@ -478,7 +648,7 @@ def export_chats(
     """Export chats as JSON lines: one chat, with its whole history, per line."""
     from threadstore.transfer import export_chat
 
-    _check_sqlite_exists(db)
+    _check_store(db)
     user_uuid = _user(user)
 
     async def work() -> int:
@@ -515,46 +685,83 @@ def import_chats(
         bool,
         typer.Option(help="Skip a chat whose user already has its thread id (else stop)."),
     ] = True,
+    skip_invalid: Annotated[
+        bool,
+        typer.Option(
+            help="Skip (and list) lines that are not valid chat exports, instead of stopping "
+            "at the first one. Nothing of a skipped chat is stored."
+        ),
+    ] = False,
 ) -> None:
-    """Import chats from JSON lines; each chat lands whole or not at all."""
-    from pydantic import ValidationError
+    """Import chats from JSON lines; each chat lands whole or not at all.
 
-    from threadstore.transfer import ChatExport, import_chat
+    Every line is checked as the server checks an import (names, ids, characters,
+    nesting) before anything of it is stored, so an export from one backend either
+    imports into another or names the line that cannot.
+    """
+    from threadstore.transfer import import_chat
 
-    _check_sqlite_exists(db)
+    _check_store(db)
     user_uuid = _user(user)
     if str(source) == "-":
         lines = sys.stdin.read().splitlines()
     else:
         try:
             lines = source.read_text(encoding="utf-8").splitlines()
-        except OSError as exc:
+        except (OSError, UnicodeDecodeError) as exc:
             _fail(f"cannot read {source}: {exc}")
     numbered = [(n, line) for n, line in enumerate(lines, start=1) if line.strip()]
+    invalid: list[str] = []
 
     async def work() -> tuple[int, int]:
         imported = skipped = 0
         async with _store(db) as store:
             with _progress(len(numbered), "importing") as advance:
                 for number, line in numbered:
+                    advance()
                     try:
-                        document = ChatExport.model_validate_json(line)
-                    except ValidationError as exc:
-                        _fail(f"line {number} is not a chat export: {exc.errors()[0]['msg']}")
-                    owner = user_uuid or document.chat.user_uuid
-                    try:
+                        document = _import_document(line)
+                        owner = user_uuid or document.chat.user_uuid
                         await import_chat(store, document, user_uuid=owner)
                         imported += 1
                     except ConflictError as exc:
                         if not skip_existing:
                             _fail(f"line {number}: {exc}")
                         skipped += 1
-                    advance()
+                    except InvalidInputError as exc:
+                        if not skip_invalid:
+                            _fail(f"line {number}: {exc}", "pass --skip-invalid to skip such lines")
+                        invalid.append(f"line {number}: {exc}")
         return imported, skipped
 
     imported, skipped = _run(work, db)
+    for reason in invalid:
+        err.print(f"[yellow]skipped[/] {escape(reason)}", soft_wrap=True)
     note = f", skipped {skipped} already present" if skipped else ""
+    note += f", skipped {len(invalid)} invalid" if invalid else ""
     out.print(f"[green]✓[/] imported {imported} chat(s){note}")
+
+
+def _import_document(line: str) -> Any:
+    """Parse and check one line of an export file; ``InvalidInputError`` says what is wrong."""
+    from pydantic import ValidationError
+
+    from threadstore.server.limits import DEFAULT_LIMITS, check_id, check_json, check_name
+    from threadstore.transfer import ChatExport
+
+    try:
+        document = ChatExport.model_validate_json(line)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise InvalidInputError(
+            f"not a chat export: {where + ': ' if where else ''}{first['msg']}"
+        ) from None
+    check_id("thread_id", document.chat.thread_id, DEFAULT_LIMITS)
+    if document.chat.name:
+        check_name(document.chat.name, DEFAULT_LIMITS)
+    check_json("document", document, DEFAULT_LIMITS)
+    return document
 
 
 def main() -> None:

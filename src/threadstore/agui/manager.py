@@ -22,7 +22,7 @@ from types import TracebackType
 from typing import Any, Generic, Protocol, Self, TypeVar, runtime_checkable
 from uuid import UUID
 
-from ag_ui.core import BaseEvent, EventType, RunAgentInput, RunErrorEvent
+from ag_ui.core import BaseEvent, EventType, RunAgentInput, RunErrorEvent, RunStartedEvent
 
 from threadstore.errors import ConfigurationError, ConflictError, InvalidInputError
 from threadstore.models import Chat, MessageStatus, RunStatus, utcnow
@@ -146,6 +146,8 @@ class RunHandle(Generic[AgentT]):
     """The user the run belongs to: its agent's ``user_uuid`` (``None`` if it has none)."""
     exception: BaseException | None
     """What the agent raised, when the run ended that way."""
+    expose_exceptions: bool = True
+    """Whether the ``RUN_ERROR`` for an agent that raised carries the exception's text."""
     reader_wake_interval: float = 200e-6
     """Waiting readers are woken at most once per this many seconds; the end, at once.
 
@@ -185,6 +187,7 @@ class RunHandle(Generic[AgentT]):
         self._finished = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._cancel_requested = False
+        self._cancel_reason = ("The run was cancelled.", CANCELLED_ERROR_CODE)
         self._cancelled_after_end = False
         self._ended = False  # the last lifecycle event was RUN_FINISHED or RUN_ERROR
         self._ended_in_error = False
@@ -386,13 +389,15 @@ class RunHandle(Generic[AgentT]):
         elif task.cancelled() or self._cancel_requested:
             outcome = RunStatus.INTERRUPTED
             terminal = RunErrorEvent(
-                message="The run was cancelled.", code=CANCELLED_ERROR_CODE, timestamp=_now_ms()
+                message=self._cancel_reason[0], code=self._cancel_reason[1], timestamp=_now_ms()
             )
         elif self.exception is not None:
             outcome = RunStatus.ERRORED
             exc = self.exception
             terminal = RunErrorEvent(
-                message=f"{type(exc).__name__}: {exc}",
+                message=f"{type(exc).__name__}: {exc}"
+                if self.expose_exceptions
+                else "The run failed with an internal error; the server log has the details.",
                 code=INTERNAL_ERROR_CODE,
                 timestamp=_now_ms(),
             )
@@ -406,6 +411,8 @@ class RunHandle(Generic[AgentT]):
                 timestamp=_now_ms(),
             )
         if terminal is not None and not self._ended:
+            if self._last_id == 0:
+                self._append(RunStartedEvent(thread_id=self.thread_id, run_id=self.run_id))
             self._append(terminal)
         self._outcome = outcome
         self._wake_readers()
@@ -414,12 +421,20 @@ class RunHandle(Generic[AgentT]):
 
     # --- control ---------------------------------------------------------------------
 
-    def cancel(self) -> bool:
-        """Cancel the run; True if it was live, False if it had already finished."""
+    def cancel(self, *, message: str | None = None, code: str | None = None) -> bool:
+        """Cancel the run; True if it was live, False if it had already finished.
+
+        ``message`` and ``code`` replace those of the ``RUN_ERROR`` readers get (default
+        ``CANCELLED``), e.g. to tell them the server is shutting down.
+        """
         if self.done or self._task is None:
             return False
         if not self._cancel_requested:
             # Only once: a second cancel would abort the agent's interrupt finalization.
+            self._cancel_reason = (
+                message or self._cancel_reason[0],
+                code or self._cancel_reason[1],
+            )
             self._cancel_requested = True
             self._cancelled_after_end = self._ended
             self._task.cancel()
@@ -436,7 +451,9 @@ class StreamPersistenceManager(Generic[AgentT]):
     If ``store`` is given, an agent built with ``run_repo=None`` / ``owner=None`` gets
     the store and this manager's ``owner`` (so its run is recorded), one heartbeat task
     refreshes the run records of the live runs every ``heartbeat_interval`` seconds, and
-    :meth:`sweep` finalizes runs whose process stopped heartbeating.
+    :meth:`sweep` finalizes runs whose process stopped heartbeating. With
+    ``expose_exceptions=False`` the ``RUN_ERROR`` of an agent that raised says only that
+    the run failed (the exception goes to the log), for servers facing untrusted clients.
     """
 
     owner: str
@@ -451,6 +468,7 @@ class StreamPersistenceManager(Generic[AgentT]):
         owner: str | None = None,
         heartbeat_interval: float = 5.0,
         max_buffered_events: int | None = None,
+        expose_exceptions: bool = True,
     ) -> None:
         if retention < 0:
             raise InvalidInputError(f"retention must be >= 0, got {retention}")
@@ -466,6 +484,7 @@ class StreamPersistenceManager(Generic[AgentT]):
         self.owner = owner or default_owner()
         self._heartbeat_interval = heartbeat_interval
         self._max_buffered = max_buffered_events
+        self._expose_exceptions = expose_exceptions
         self._runs: dict[RunKey, RunHandle[AgentT]] = {}
         self._forget_timers: dict[RunKey, asyncio.TimerHandle] = {}
         self._heartbeat_task: asyncio.Task[None] | None = None
@@ -506,6 +525,7 @@ class StreamPersistenceManager(Generic[AgentT]):
         handle = RunHandle(
             input.thread_id, input.run_id, agent, max_buffered_events=self._max_buffered
         )
+        handle.expose_exceptions = self._expose_exceptions
         key = handle.key
         existing = self._runs.get(key)
         if existing is not None and not existing.done:

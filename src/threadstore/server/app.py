@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 from uuid import UUID
 
 from fastapi import FastAPI
+from starlette.middleware.cors import CORSMiddleware
 from starlette.types import Scope
 
 import threadstore
@@ -24,6 +25,8 @@ from threadstore.server.limits import DEFAULT_LIMITS, BodyLimitMiddleware, Limit
 from threadstore.server.routes_agui import router as agui_router
 from threadstore.server.routes_chats import router as chats_router
 from threadstore.server.routes_web import install_web
+from threadstore.server.run_gate import RunGate
+from threadstore.server.shutdown import stop_runs_on_exit_signal
 from threadstore.server.sse import DEFAULT_KEEPALIVE_INTERVAL
 from threadstore.store import open_store
 from threadstore.store.base import Store
@@ -52,6 +55,7 @@ def create_app(
     heartbeat_interval: float = 5.0,
     stale_after: float = 30.0,
     sweep_interval: float | None = 60.0,
+    cors_origins: Sequence[str] = (),
 ) -> FastAPI:
     """Build the threadstore server app.
 
@@ -65,6 +69,8 @@ def create_app(
     runs are stored). ``auth`` defaults to the single local user. Runs whose
     process stopped heartbeating for ``stale_after`` seconds are finalized at start-up
     and every ``sweep_interval`` seconds (``None``: only at start-up).
+    ``cors_origins`` lets browser front ends on those origins call the server
+    (``"*"``: any origin); none by default.
 
     On PostgreSQL the runs go through a
     :class:`~threadstore.agui.distributed.DistributedRunManager`, so several server
@@ -96,6 +102,7 @@ def create_app(
             retention=retention,
             heartbeat_interval=heartbeat_interval,
             durable_delivery=False,
+            expose_exceptions=False,  # clients get no Python text; the log has it
         )
         sweeper: asyncio.Task[None] | None = None
         try:
@@ -111,8 +118,10 @@ def create_app(
                 auth=authenticator,
                 limits=limits,
                 keepalive_interval=keepalive_interval,
+                runs=RunGate(fresh_within=3 * heartbeat_interval),
             )
-            yield
+            with stop_runs_on_exit_signal(manager):
+                yield
         finally:
             app.state.threadstore = None
             if sweeper is not None:
@@ -147,6 +156,16 @@ def create_app(
         return limits.max_body_bytes
 
     app.add_middleware(BodyLimitMiddleware, limit_for=body_limit)
+    if cors_origins:
+        # Added last, so it is outermost: preflights never reach auth, and error
+        # answers (a 413 included) carry the headers a browser needs to read them.
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(cors_origins),
+            allow_methods=["*"],
+            allow_headers=["*"],
+            expose_headers=["Content-Type"],
+        )
     return app
 
 

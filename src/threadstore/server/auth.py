@@ -127,8 +127,13 @@ class HeaderAuth:
     header: str = "X-User-Id"
 
     def authenticate(self, request: Request) -> UUID:
-        """Return the user named by the header; 401 when it is missing or empty."""
-        value = request.headers.get(self.header, "").strip()
+        """Return the user named by the header; 401 when missing, empty or repeated."""
+        values = request.headers.getlist(self.header)
+        if len(values) > 1:
+            # A proxy that appends rather than replaces would let the client's own copy
+            # through; no copy can be trusted then.
+            raise _unauthorized(f"{self.header} header appears {len(values)} times; send it once")
+        value = values[0].strip() if values else ""
         if not value:
             raise _unauthorized(f"missing {self.header} header")
         if len(value) > 256:

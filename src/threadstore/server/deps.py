@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 from uuid import UUID
 
 from fastapi import Depends, HTTPException, Request
@@ -13,6 +13,9 @@ from threadstore.models import Chat
 from threadstore.server.auth import Authenticator
 from threadstore.server.limits import Limits
 from threadstore.store.base import Store
+
+if TYPE_CHECKING:
+    from threadstore.server.run_gate import RunGate
 
 __all__ = ["AppState", "CurrentUser", "ServerState", "current_user", "get_state", "owned_chat"]
 
@@ -27,6 +30,8 @@ class ServerState:
     auth: Authenticator
     limits: Limits
     keepalive_interval: float
+    runs: RunGate
+    """Starts runs: each run id once, one live run per thread."""
 
 
 # Both dependencies are ``async def`` although they never await: FastAPI runs a plain

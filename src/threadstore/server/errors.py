@@ -106,9 +106,18 @@ async def _on_threadstore_error(request: Request, exc: Exception) -> JSONRespons
     return error_response(status_code, detail, code=code)
 
 
+# FastAPI's answer to a body its JSON parser raised on other than with a decode error
+# (bytes that are not UTF-8, say); the client learns what the body must be instead.
+_FASTAPI_BODY_ERROR = "There was an error parsing the body"
+
+
 async def _on_http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+    if exc.status_code == 400 and detail == _FASTAPI_BODY_ERROR:
+        return error_response(
+            400, "request body is not valid JSON: it must be UTF-8 JSON text", code="bad_json"
+        )
     return error_response(exc.status_code, detail, headers=exc.headers)
 
 

@@ -1,22 +1,44 @@
 """Documented request limits and where they are enforced.
 
-Bodies are capped by :class:`BodyLimitMiddleware` before any parsing; what a run input
-may contain (message count and size, id lengths) is checked by
-:func:`check_run_input` before a run starts, so a rejected request stores nothing.
+Bodies are capped (and must be JSON) by :class:`BodyLimitMiddleware` before any
+parsing; what a run input may contain (message count and size, id lengths, nesting
+depth, characters) is checked by :func:`check_run_input` before a run starts, so a
+rejected request stores nothing.
+
+Text is checked here, at the edge, the same way for every backend: a NUL character
+(PostgreSQL's ``text`` cannot hold one) or a lone surrogate (not encodable as UTF-8)
+anywhere in an id, a name, message content, state or any other JSON value is a 422.
+So whatever one store accepted, every other store accepts too: an export from SQLite
+imports into PostgreSQL.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from ag_ui.core import RunAgentInput
+from pydantic import BaseModel
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from threadstore.errors import InvalidInputError, LimitExceededError
 from threadstore.server.errors import error_response
 
-__all__ = ["DEFAULT_LIMITS", "BodyLimitMiddleware", "Limits", "check_id", "check_run_input"]
+__all__ = [
+    "DEFAULT_LIMITS",
+    "MAX_CURSOR",
+    "BodyLimitMiddleware",
+    "Limits",
+    "check_id",
+    "check_json",
+    "check_name",
+    "check_run_input",
+    "check_text",
+]
+
+MAX_CURSOR = 2**63 - 1
+"""The largest message or event number a query accepts (the stores' 64-bit integers)."""
 
 
 @dataclass(frozen=True)
@@ -37,19 +59,82 @@ class Limits:
     """Longest chat name."""
     max_import_messages: int = 100_000
     """Most messages one imported chat may carry."""
+    max_json_depth: int = 64
+    """Deepest nesting of objects and arrays in state, message content, tools and the like."""
 
 
 DEFAULT_LIMITS = Limits()
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def check_text(kind: str, value: str) -> None:
+    """Reject text with a NUL character or a lone surrogate (see the module doc)."""
+    if "\x00" in value:
+        raise InvalidInputError(
+            f"{kind} contains a NUL character (U+0000), which threadstore does not store"
+        )
+    if not value.isascii() and (found := _SURROGATE.search(value)) is not None:
+        raise InvalidInputError(
+            f"{kind} contains a lone surrogate (U+{ord(found.group()):04X}), which is not "
+            "valid Unicode text"
+        )
+
+
 def check_id(kind: str, value: str, limits: Limits) -> None:
-    """Reject an empty or over-long id with a message that names it."""
+    """Reject an empty, over-long or unstorable id with a message that names it."""
     if not value.strip():
         raise InvalidInputError(f"{kind} must not be empty")
     if len(value) > limits.max_id_chars:
         raise LimitExceededError(
             f"{kind} is {len(value)} characters; the limit is {limits.max_id_chars}"
         )
+    check_text(kind, value)
+
+
+def check_name(name: str, limits: Limits) -> str:
+    """Return a chat name stripped; reject a blank, over-long or unstorable one."""
+    stripped = name.strip()
+    if not stripped:
+        raise InvalidInputError("name must not be blank")
+    if len(stripped) > limits.max_name_chars:
+        raise InvalidInputError(
+            f"name is {len(stripped)} characters; the limit is {limits.max_name_chars}"
+        )
+    check_text("name", stripped)
+    return stripped
+
+
+def check_json(kind: str, value: object, limits: Limits) -> None:
+    """Reject JSON (or a model holding it) nested too deeply or holding unstorable text.
+
+    Walks with an explicit stack, so no input is deep enough to exhaust Python's.
+    """
+    stack: list[tuple[object, int, str]] = [(value, 0, kind)]
+    while stack:
+        item, depth, where = stack.pop()
+        if isinstance(item, str):
+            check_text(where, item)
+            continue
+        if isinstance(item, BaseModel):
+            fields = dict(item.__dict__)
+            fields.update(item.__pydantic_extra__ or {})
+            stack.extend((v, depth, f"{where}.{k}") for k, v in fields.items())
+            continue
+        if not isinstance(item, dict | list | tuple):
+            continue
+        if depth >= limits.max_json_depth:
+            raise InvalidInputError(
+                f"{kind} is nested more than {limits.max_json_depth} levels deep"
+            )
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if isinstance(key, str):
+                    check_text(f"{where} key", key)
+                stack.append((child, depth + 1, f"{where}.{key}"))
+        else:
+            stack.extend((child, depth + 1, f"{where}[{i}]") for i, child in enumerate(item))
 
 
 def check_run_input(run_input: RunAgentInput, limits: Limits) -> None:
@@ -69,16 +154,25 @@ def check_run_input(run_input: RunAgentInput, limits: Limits) -> None:
         if message.id in seen:
             raise InvalidInputError(f"messages[{index}].id {message.id!r} appears twice")
         seen.add(message.id)
+        # Before sizing it: a lone surrogate cannot even be serialized to measure.
+        check_json(f"messages[{index}]", message, limits)
         size = len(message.model_dump_json(by_alias=True).encode("utf-8"))
         if size > limits.max_message_bytes:
             raise LimitExceededError(
                 f"messages[{index}] ({message.id!r}) is {size} bytes; "
                 f"the limit is {limits.max_message_bytes} bytes per message"
             )
+    fields = type(run_input).model_fields
+    for name, value in run_input:
+        if name != "messages":
+            check_json(fields[name].alias or name, value, limits)
 
 
 class BodyLimitMiddleware:
-    """Reject request bodies over a per-request byte limit with a 413, before parsing.
+    """Reject request bodies over a per-request byte limit (413) or not JSON (415).
+
+    Both before parsing: every route that takes a body takes JSON, and without this a
+    ``text/plain`` body would be answered with a 422 about dictionaries.
 
     The body is read up front (the app would buffer it anyway) and replayed; later
     ``receive`` calls go to the server, so disconnect detection keeps working.
@@ -93,6 +187,18 @@ class BodyLimitMiddleware:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS", "DELETE"):
             await self.app(scope, receive, send)
             return
+        content_type = _header(scope, b"content-type")
+        if content_type is not None and not _is_json(content_type):
+            if _header(scope, b"content-length") not in (None, b"0") or _header(
+                scope, b"transfer-encoding"
+            ):
+                response = error_response(
+                    415,
+                    "request body must be JSON (Content-Type: application/json), "
+                    f"got {content_type.decode('latin-1')[:80]!r}",
+                )
+                await response(scope, receive, send)
+                return
         limit = self.limit_for(scope)
         declared = _content_length(scope)
         if declared is not None and declared > limit:
@@ -124,14 +230,28 @@ class BodyLimitMiddleware:
         await self.app(scope, replay, send)
 
 
-def _content_length(scope: Scope) -> int | None:
+def _header(scope: Scope, wanted: bytes) -> bytes | None:
     for name, value in scope.get("headers", ()):
-        if name == b"content-length":
-            try:
-                return int(value)
-            except ValueError:
-                return None
+        if name == wanted:
+            return bytes(value)
     return None
+
+
+def _is_json(content_type: bytes) -> bool:
+    media = content_type.split(b";", 1)[0].strip().lower()
+    return media == b"application/json" or (
+        media.startswith(b"application/") and media.endswith(b"+json")
+    )
+
+
+def _content_length(scope: Scope) -> int | None:
+    value = _header(scope, b"content-length")
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None
 
 
 async def _too_large(scope: Scope, receive: Receive, send: Send, limit: int) -> None:

@@ -6,7 +6,7 @@ streamed chunks into AG-UI events: ``reasoning_content``/``reasoning`` deltas in
 ``TOOL_CALL_*``. Tool calls are the client's to execute (AG-UI frontend tools): the
 run ends after them, and the client sends the results in the next run.
 
-Needs ``httpx`` (``pip install 'threadstore[openai]'``). Configured by
+Needs ``httpx`` (``pip install -e ".[openai]"`` in a clone, as the README installs). Configured by
 ``OPENAI_BASE_URL`` (default ``https://api.openai.com/v1``), ``OPENAI_API_KEY`` and
 the model name (``--model`` or ``OPENAI_MODEL``).
 """
@@ -240,7 +240,7 @@ class OpenAIAgent:
             import httpx
         except ImportError as exc:  # pragma: no cover - depends on the installed extras
             raise ConfigurationError(
-                "the openai agent needs httpx: pip install 'threadstore[openai]'"
+                'the openai agent needs httpx: pip install -e ".[openai]" (from the repository)'
             ) from exc
         self.model = model
         self.base_url = base_url.rstrip("/")

@@ -44,7 +44,9 @@ from threadstore.codec import translate_messages
 from threadstore.errors import InvalidInputError
 from threadstore.models import Chat, Message, Role, RunStatus
 from threadstore.server.deps import AppState, CurrentUser, ServerState
-from threadstore.server.limits import check_id, check_run_input
+from threadstore.server.errors import error_response
+from threadstore.server.limits import MAX_CURSOR, check_id, check_run_input
+from threadstore.server.run_gate import RunConflictError
 from threadstore.server.sse import close_iterator, encode_frame, event_stream_response
 
 __all__ = ["CancelResult", "router"]
@@ -147,16 +149,34 @@ def _stream(state: ServerState, frames: _RunFrames) -> StreamingResponse:
     return event_stream_response(frames, keepalive_interval=state.keepalive_interval)
 
 
-@router.post("", response_class=StreamingResponse, responses=_STREAM_RESPONSES, summary="Run")
+@router.post(
+    "",
+    response_class=StreamingResponse,
+    responses={
+        **_STREAM_RESPONSES,
+        409: {"description": "The run id already ran, or the thread has a live run."},
+    },
+    summary="Run",
+)
 async def run_agent(run_input: RunAgentInput, state: AppState, user: CurrentUser) -> Any:
     """Start a run and stream its AG-UI events (the AG-UI HTTP convention).
 
     New messages in ``messages`` must be user messages; messages already stored are
-    recognised by id, so clients may echo the whole history back.
+    recognised by id, so clients may echo the whole history back. A run id runs once,
+    and a thread has at most one live run: either answers 409 (``run_exists`` /
+    ``run_live``) with the run's ``events_url``.
     """
     check_run_input(run_input, state.limits)
-    handle = await state.manager.run(run_input, user)
+    try:
+        handle = await state.runs.start(state, user, run_input)
+    except RunConflictError as exc:
+        return error_response(409, str(exc), code=exc.code, **exc.fields)
     return _stream(state, _RunFrames(reopen=_local_reopen(handle)))
+
+
+def _check_run_ids(state: ServerState, thread_id: str, run_id: str) -> None:
+    check_id("thread_id", thread_id, state.limits)
+    check_id("run_id", run_id, state.limits)
 
 
 def _resume_point(after: int | None, last_event_id: str | None) -> int:
@@ -167,8 +187,8 @@ def _resume_point(after: int | None, last_event_id: str | None) -> int:
             raise InvalidInputError(
                 f"Last-Event-ID must be an event number, got {last_event_id[:40]!r}"
             ) from None
-        if value < 0:
-            raise InvalidInputError(f"Last-Event-ID must be >= 0, got {value}")
+        if not 0 <= value <= MAX_CURSOR:
+            raise InvalidInputError(f"Last-Event-ID must be between 0 and {MAX_CURSOR}")
         return value
     return after or 0
 
@@ -185,7 +205,7 @@ async def resume_run(
     state: AppState,
     user: CurrentUser,
     after: Annotated[
-        int | None, Query(ge=0, description="Send the events after this number.")
+        int | None, Query(ge=0, le=MAX_CURSOR, description="Send the events after this number.")
     ] = None,
     last_event_id: Annotated[
         str | None, Header(description="Standard SSE reconnect header; wins over `after`.")
@@ -205,6 +225,7 @@ async def resume_run(
     gives it for this run: ``RUN_STARTED``, ``MESSAGES_SNAPSHOT``, ``STATE_SNAPSHOT``,
     then the run's events.
     """
+    _check_run_ids(state, thread_id, run_id)
     if snapshots:
         if after is not None:
             raise InvalidInputError(
@@ -233,6 +254,7 @@ async def resume_run(
 )
 async def cancel_run(thread_id: str, run_id: str, state: AppState, user: CurrentUser) -> Any:
     """Cancel a live run; its unfinished records become ``interrupted`` before this returns."""
+    _check_run_ids(state, thread_id, run_id)
     manager = state.manager
     handle = manager.get(thread_id, run_id, user_uuid=user)
     if handle is not None:

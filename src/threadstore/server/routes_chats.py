@@ -16,7 +16,7 @@ from threadstore.chat import UIMessage, ui_from_messages
 from threadstore.errors import InvalidInputError
 from threadstore.models import Chat, Message, Role
 from threadstore.server.deps import AppState, CurrentUser, owned_chat
-from threadstore.server.limits import check_id
+from threadstore.server.limits import MAX_CURSOR, check_id, check_json, check_name
 from threadstore.store.base import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, Store
 from threadstore.transfer import ChatExport, export_chat, import_chat
 
@@ -97,6 +97,9 @@ async def import_one(
 ) -> Chat:
     """Create a new chat for the caller from an export document (all or nothing)."""
     check_id("thread_id", thread_id or document.chat.thread_id, state.limits)
+    if document.chat.name is not None:
+        check_name(document.chat.name, state.limits)
+    check_json("document", document, state.limits)
     return await import_chat(
         state.store,
         document,
@@ -112,8 +115,12 @@ async def get_chat(chat_uuid: UUID, state: AppState, user: CurrentUser) -> Chat:
     return await owned_chat(state, user, chat_uuid)
 
 
-CursorAfter = Annotated[int | None, Query(ge=0, description="Messages newer than this.")]
-CursorBefore = Annotated[int | None, Query(ge=0, description="Messages older than this.")]
+CursorAfter = Annotated[
+    int | None, Query(ge=0, le=MAX_CURSOR, description="Messages newer than this.")
+]
+CursorBefore = Annotated[
+    int | None, Query(ge=0, le=MAX_CURSOR, description="Messages older than this.")
+]
 Newest = Annotated[bool, Query(description="The newest page (where a chat view starts).")]
 
 
@@ -253,13 +260,7 @@ async def rename_chat(
     chat_uuid: UUID, body: ChatRename, state: AppState, user: CurrentUser
 ) -> Chat:
     """Set the chat's name."""
-    name = body.name.strip()
-    if not name:
-        raise InvalidInputError("name must not be blank")
-    if len(name) > state.limits.max_name_chars:
-        raise InvalidInputError(
-            f"name is {len(name)} characters; the limit is {state.limits.max_name_chars}"
-        )
+    name = check_name(body.name, state.limits)
     await owned_chat(state, user, chat_uuid)
     chat = await state.store.update_chat_name(chat_uuid, name)
     if chat is None:
