@@ -23,7 +23,6 @@ from test_server_processes import (
 from threadstore import RunStatus, open_store
 from threadstore.server import LOCAL_USER_UUID, DemoAgent, create_app
 
-
 # A user of server_process.py's token table that no test of test_server_processes.py takes
 # (those count up from 0), so the two modules' runs never meet.
 ALICE = {"Authorization": "Bearer token-alice-99"}
