@@ -18,7 +18,13 @@ import pytest
 from typer.testing import CliRunner
 
 import threadstore
-from postgres_support import POSTGRES_URL_ENV, clean_database, fresh_database, server_url
+from postgres_support import (
+    POSTGRES_URL_ENV,
+    clean_database,
+    fresh_database,
+    server_url,
+    with_database,
+)
 from server_support import run_input
 from threadstore import (
     ChatCreate,
@@ -406,9 +412,7 @@ def test_a_missing_postgres_database_is_one_error_line() -> None:
     server_url = os.environ.get(POSTGRES_URL_ENV)
     if not server_url:
         pytest.skip(f"{POSTGRES_URL_ENV} is not set; PostgreSQL tests need a server")
-    from conftest import _with_database
-
-    url = _with_database(server_url, f"absent_{os.getpid()}_{time.monotonic_ns()}")
+    url = with_database(server_url, f"absent_{os.getpid()}_{time.monotonic_ns()}")
     code, output = invoke("serve", *UNBINDABLE, "--db", url)
 
     assert code == 1
