@@ -29,7 +29,7 @@ from threadstore import (
     MessageUpdate,
     Role,
 )
-from threadstore.store import Write
+from threadstore.store import CreateMessage, CreateToolCall, UpdateMessage, Write
 from threadstore.store.sqlite import SQLiteStore
 
 CHATS_PER_USER = 10
@@ -195,8 +195,8 @@ def turns_of_writes(chat_uuid: UUID, turns: int) -> list[Write]:
         create = MessageCreate(chat_uuid=chat_uuid, message_uuid=message_uuid, role=Role.ASSISTANT)
         call = MessageToolCallCreate(message_uuid=message_uuid, tool_call_id="c", name="f")
         writes += [
-            Write("create_message", (create,)),
-            Write("create_message_tool_call", (call,)),
-            Write("update_message", (message_uuid, MessageUpdate(content=f"answer {index}"))),
+            CreateMessage(create),
+            CreateToolCall(call),
+            UpdateMessage(message_uuid, MessageUpdate(content=f"answer {index}")),
         ]
     return writes

@@ -15,7 +15,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Protocol, Self, runtime_checkable
+from typing import Any, ClassVar, Protocol, Self, runtime_checkable
 from uuid import UUID
 
 from threadstore.errors import InvalidInputError
@@ -36,16 +36,20 @@ from threadstore.models import (
     RunStatus,
     ToolCall,
 )
+from threadstore.store.ops import WRITE_METHODS, WRITE_TYPES, Write, apply_to
 from threadstore.store.records import Codecs
 
 __all__ = [
     "DEFAULT_PAGE_SIZE",
     "MAX_PAGE_SIZE",
+    "BatchWriter",
+    "Capabilities",
     "ChatRepositoryLike",
     "MessageRepositoryLike",
     "RunRepositoryLike",
     "Store",
     "Write",
+    "capabilities_of",
 ]
 
 DEFAULT_PAGE_SIZE = 50
@@ -166,6 +170,14 @@ class RunRepositoryLike(Protocol):
         ...
 
 
+class BatchWriter(Protocol):
+    """A repository that declares ``Capabilities.batch_writes``."""
+
+    async def apply_writes(self, writes: Sequence[Write]) -> None:
+        """Apply ``writes`` in order, all or nothing."""
+        ...
+
+
 def check_limit(limit: int | None, default: int | None = DEFAULT_PAGE_SIZE) -> int | None:
     """Validate a page-size argument against :data:`MAX_PAGE_SIZE`."""
     if limit is None:
@@ -185,33 +197,28 @@ def require_chat_identity(chat_data: ChatCreate) -> tuple[UUID, str]:
 
 
 @dataclass(frozen=True, slots=True)
-class Write:
-    """One write of :meth:`Store.apply_writes`: a write method's name and its arguments."""
+class Capabilities:
+    """What a repository offers beyond the seed's Protocols, declared once per class.
 
-    method: str
-    args: tuple[Any, ...]
+    The storage agent reads it through :func:`capabilities_of`; a Protocol-only
+    repository declares nothing and gets the seed's calls only.
+    """
 
-
-WRITE_METHODS = frozenset(
-    {
-        "create_message",
-        "update_message",
-        "create_message_tool_call",
-        "update_message_tool_call",
-        "create_message_reasoning",
-        "update_message_reasoning",
-        "update_chat_name",
-        "update_chat_state",
-        "finish_run",
-        "finalize_run_records",
-    }
-)
-"""The methods :meth:`Store.apply_writes` takes."""
+    batch_writes: bool = False
+    """``apply_writes``: a flush is one call (and a backend may send it in one round trip)."""
+    chat_state: bool = False
+    """``update_chat_state``: the chat's AG-UI state is stored."""
+    run_records: bool = False
+    """``finalize_run_records``: a run's leftover in-progress records are finalized at its end."""
 
 
-def overrides(store: Store, backend: type[Store], method: str) -> bool:
-    """Whether ``store``'s class replaces ``backend``'s ``method`` (a batch must then call it)."""
-    return getattr(type(store), method) is not getattr(backend, method)
+NO_CAPABILITIES = Capabilities()
+
+
+def capabilities_of(repo: object) -> Capabilities:
+    """The capabilities ``repo`` declares (none for a Protocol-only repository)."""
+    declared = getattr(repo, "capabilities", None)
+    return declared if isinstance(declared, Capabilities) else NO_CAPABILITIES
 
 
 def update_fields(update: Any) -> dict[str, Any]:
@@ -234,6 +241,9 @@ class Store(abc.ABC):
     message_model: type[Message]
     tool_call_model: type[ToolCall]
     reasoning_model: type[Reasoning]
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        batch_writes=True, chat_state=True, run_records=True
+    )
 
     def __init__(
         self,
@@ -420,23 +430,27 @@ class Store(abc.ABC):
         """Apply ``writes`` in order, all or nothing, without returning their results.
 
         Each write behaves exactly as its method called inside one ``transaction()``
-        (same errors, same rows); this is that loop. A backend may send the whole
-        batch in fewer round trips (SQLite: one hop to its database thread) as long as
-        it stays equivalent, so a subclass overriding a write method must still see
-        it called: backends fall back to this loop when one is overridden.
+        (same errors, same rows). A backend may send the whole batch in fewer round
+        trips (SQLite: one hop to its database thread) as long as it stays equivalent;
+        to see every write of a batch, a subclass overrides this method.
         """
         for write in writes:
-            if write.method not in WRITE_METHODS:
+            if not isinstance(write, WRITE_TYPES):
                 raise InvalidInputError(
-                    f"apply_writes takes {', '.join(sorted(WRITE_METHODS))}; got {write.method!r}"
+                    f"apply_writes takes the writes of threadstore.store.ops"
+                    f" ({', '.join(sorted(WRITE_METHODS))}); got {write!r}"
                 )
+        await self._apply_batch(writes)
+
+    async def _apply_batch(self, writes: Sequence[Write]) -> None:
+        """The reference batch: each write's method, in one transaction."""
         async with self.transaction():
             for write in writes:
                 await self._apply_write(write)
 
     async def _apply_write(self, write: Write) -> None:
-        """One write of :meth:`apply_writes`; a backend may skip building its result."""
-        await getattr(self, write.method)(*write.args)
+        """One write of a batch, through its public method."""
+        await apply_to(self, write)
 
     async def iter_chat_messages(
         self, chat_uuid: UUID, *, page_size: int = 500

@@ -63,15 +63,10 @@ from threadstore.models import (
     utcnow,
 )
 from threadstore.store import postgres_schema as sql
-from threadstore.store.base import (
-    Store,
-    Write,
-    check_limit,
-    overrides,
-    require_chat_identity,
-)
+from threadstore.store.base import Store, check_limit, require_chat_identity
 from threadstore.store.cursor import decode_chat_cursor, encode_chat_cursor
 from threadstore.store.history_cache import DEFAULT_HISTORY_CACHE_MESSAGES, HistoryCache
+from threadstore.store.ops import UpdateMessage, Write
 from threadstore.store.records import split_create, split_update
 from threadstore.store.rows import RowLoader, attach_children, dump_json, dump_metadata, dump_parts
 from threadstore.store.sql import UPDATABLE, created_child, created_message, load_run
@@ -581,12 +576,12 @@ class PostgresStore(Store):
         return messages[0] if messages else None
 
     async def _apply_write(self, write: Write) -> None:
-        if write.method != "update_message" or overrides(self, PostgresStore, write.method):
+        if not isinstance(write, UpdateMessage):
             await super()._apply_write(write)
             return
         # The batch returns nothing: the message's tool calls and reasoning steps,
         # which update_message reads back to return it whole, are not read.
-        message_uuid, update = write.args
+        message_uuid, update = write.message_uuid, write.update
         query, args = self._update_statement(
             "messages", "message_uuid", message_uuid, update, MessageUpdate, sql.MESSAGE_ROW
         )

@@ -59,15 +59,22 @@ from threadstore.models import (
     ToolCall,
     utcnow,
 )
-from threadstore.store.base import (
-    Store,
-    Write,
-    check_limit,
-    overrides,
-    require_chat_identity,
-)
+from threadstore.store.base import Store, check_limit, require_chat_identity
 from threadstore.store.cursor import decode_chat_cursor, encode_chat_cursor
 from threadstore.store.history_cache import DEFAULT_HISTORY_CACHE_MESSAGES, HistoryCache
+from threadstore.store.ops import (
+    CreateMessage,
+    CreateReasoning,
+    CreateToolCall,
+    FinalizeRunRecords,
+    FinishRun,
+    RenameChat,
+    UpdateChatState,
+    UpdateMessage,
+    UpdateReasoning,
+    UpdateToolCall,
+    Write,
+)
 from threadstore.store.records import WriterLock, split_create, split_update
 from threadstore.store.rows import (
     RowLoader,
@@ -1096,34 +1103,35 @@ class SQLiteStore(Store):
 
     # --- batches ---------------------------------------------------------------------
 
-    def _batch_builders(self) -> dict[str, Callable[..., list[_Statement]]]:
-        return {
-            "create_message": lambda data: self._message_insert(data)[0],
-            "update_message": self._message_update,
-            "create_message_tool_call": lambda data: self._tool_call_insert(data, utcnow()),
-            "update_message_tool_call": self._tool_call_update,
-            "create_message_reasoning": lambda data: self._reasoning_insert(data, utcnow()),
-            "update_message_reasoning": self._reasoning_update,
-            "update_chat_name": self._chat_name_update,
-            "update_chat_state": self._chat_state_update,
-            "finish_run": self._run_finish,
-            "finalize_run_records": self._run_records_finalize,
-        }
+    def _write_statements(self, write: Write) -> list[_Statement]:
+        """The statements of one write of a batch."""
+        match write:
+            case CreateMessage(data):
+                return self._message_insert(data)[0]
+            case UpdateMessage(message_uuid, update):
+                return self._message_update(message_uuid, update)
+            case CreateToolCall(data):
+                return self._tool_call_insert(data, utcnow())
+            case UpdateToolCall(uuid, update):
+                return self._tool_call_update(uuid, update)
+            case CreateReasoning(data):
+                return self._reasoning_insert(data, utcnow())
+            case UpdateReasoning(uuid, update):
+                return self._reasoning_update(uuid, update)
+            case RenameChat(chat_uuid, name):
+                return self._chat_name_update(chat_uuid, name)
+            case UpdateChatState(chat_uuid, state):
+                return self._chat_state_update(chat_uuid, state)
+            case FinishRun(chat_uuid, run_id, status, error):
+                return self._run_finish(chat_uuid, run_id, status, error)
+            case FinalizeRunRecords(chat_uuid, run_id, status):
+                return self._run_records_finalize(chat_uuid, run_id, status)
 
-    async def apply_writes(self, writes: Sequence[Write]) -> None:
-        """Apply ``writes`` in one transaction and one hop to the database thread.
-
-        Falls back to one call per write (the base class's loop) when a subclass
-        overrides one of the write methods, so the override still runs.
-        """
-        builders = self._batch_builders()
+    async def _apply_batch(self, writes: Sequence[Write]) -> None:
+        """The whole batch in one transaction and one hop to the database thread."""
         statements: list[_Statement] = []
         for write in writes:
-            build = builders.get(write.method)
-            if build is None or overrides(self, SQLiteStore, write.method):
-                await super().apply_writes(writes)
-                return
-            statements += build(*write.args)
+            statements += self._write_statements(write)
         for statement in statements:
             statement.sql = _UNRETURNED.get(statement.sql, statement.sql)
         if statements:
