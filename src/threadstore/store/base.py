@@ -38,6 +38,7 @@ from threadstore.models import (
 )
 from threadstore.store.ops import WRITE_METHODS, WRITE_TYPES, Write, apply_to
 from threadstore.store.records import Codecs
+from threadstore.store.run_events import RunEventLog
 
 __all__ = [
     "DEFAULT_PAGE_SIZE",
@@ -271,6 +272,10 @@ class Store(abc.ABC):
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+    def run_events(self) -> RunEventLog | None:
+        """The log that relays runs' events between processes, or ``None`` (embedded backends)."""
+        return None
 
     async def connect(self) -> None:  # noqa: B027 - optional hook, not abstract
         """Open connections (called by ``open_store``); a no-op for backends without any."""

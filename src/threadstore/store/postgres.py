@@ -67,6 +67,7 @@ from threadstore.store.base import Store, check_limit, require_chat_identity
 from threadstore.store.cursor import decode_chat_cursor, encode_chat_cursor
 from threadstore.store.history_cache import DEFAULT_HISTORY_CACHE_MESSAGES, HistoryCache
 from threadstore.store.ops import UpdateMessage, Write
+from threadstore.store.postgres_events import PostgresRunEvents
 from threadstore.store.records import split_create, split_update
 from threadstore.store.rows import RowLoader, attach_children, dump_json, dump_metadata, dump_parts
 from threadstore.store.sql import UPDATABLE, created_child, created_message, load_run
@@ -188,6 +189,11 @@ class PostgresStore(Store):
         self._reasonings = RowLoader(
             self.reasoning_model, Reasoning, sql.REASONING_COLUMNS, self.codecs.reasoning
         )
+        self._run_events = PostgresRunEvents(self)
+
+    def run_events(self) -> PostgresRunEvents:
+        """The relayed run-events log in this database (shared by every process using it)."""
+        return self._run_events
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -230,7 +236,7 @@ class PostgresStore(Store):
         An advisory lock serializes concurrent calls (several processes starting at
         once); each one after the first finds nothing left to do.
         """
-        async with self._borrowed() as conn, conn.transaction():
+        async with self.borrow() as conn, conn.transaction():
             await conn.execute(sql.LOCK_MIGRATIONS, sql.MIGRATION_LOCK_KEY)
             if not await conn.fetchval(sql.MIGRATIONS_TABLE_EXISTS):
                 await conn.execute(sql.CREATE_MIGRATIONS_TABLE)
@@ -256,7 +262,7 @@ class PostgresStore(Store):
         if self._in_transaction():
             yield
             return
-        async with self._borrowed() as conn, conn.transaction():
+        async with self.borrow() as conn, conn.transaction():
             token = self._held.set((conn, asyncio.current_task()))
             try:
                 yield
@@ -273,8 +279,13 @@ class PostgresStore(Store):
         """The current task's transaction connection, or one borrowed for this call."""
         return _Lease(self, join=True)
 
-    def _borrowed(self) -> _Lease:
-        """A connection for the block: a kept idle one if any, else one from the pool."""
+    def borrow(self) -> _Lease:
+        """``async with`` a connection for the block: a kept idle one, else one from the pool.
+
+        Also for statements on this store's schema made outside its methods (the
+        run-events log): a direct ``pool.acquire()`` could wait on connections the
+        store keeps idle.
+        """
         return _Lease(self, join=False)
 
     async def _give_back(self, pool: asyncpg.Pool, conn: asyncpg.Connection, clean: bool) -> None:
