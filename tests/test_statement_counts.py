@@ -36,7 +36,7 @@ CHATS_PER_USER = 10
 
 
 class StatementLog:
-    """Client statements seen through an aiosqlite connection's trace hook."""
+    """Client statements seen through the store's trace hook."""
 
     def __init__(self) -> None:
         self.statements: list[str] = []
@@ -182,7 +182,7 @@ async def test_a_batch_of_writes_is_one_hop_to_the_database_thread(tmp_path: Pat
         )
         history = await store.get_chat_messages(chat.chat_uuid)
 
-    # The whole batch in one call to aiosqlite's thread: BEGIN, 60 writes, COMMIT.
+    # The whole batch in one call to the database thread: BEGIN, 60 writes, COMMIT.
     assert (hops, statements) == ([1], 62)
     assert len(history) == 40 and all(len(m.tool_calls) == 1 for m in history)
 

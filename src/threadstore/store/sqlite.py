@@ -1,4 +1,4 @@
-"""The SQLite backend (the embedded default), on aiosqlite.
+"""The SQLite backend (the embedded default), on sqlite3 and one database thread.
 
 One connection per store, in WAL mode with foreign keys on. Writes outside a
 ``transaction()`` are single autocommit statements; a transaction holds the
@@ -6,7 +6,7 @@ store's writer lock for its whole body, so no other task's statement can land in
 the middle of it. Several processes may share one file: SQLite serializes their
 writers and ``busy_timeout`` makes them wait instead of failing.
 
-Small calls run inline. A round trip to aiosqlite's thread costs more than a small
+Small calls run inline. A round trip to the database thread costs more than a small
 write itself (on a 2-core VM 100 to 180 µs against about 60), so a write of at most
 :data:`INLINE_MAX_STATEMENTS` statements and :data:`INLINE_MAX_BYTES` of text, and a
 lookup of one record, run on the event loop's thread on a second connection when no
@@ -28,15 +28,13 @@ import logging
 import secrets
 import sqlite3
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from urllib.parse import parse_qs
 from uuid import UUID
-
-import aiosqlite
 
 from threadstore.errors import ConfigurationError, ConflictError, MigrationError, NotFoundError
 from threadstore.keys import chat_deduplication_key
@@ -92,6 +90,7 @@ from threadstore.store.sqlite_schema import (
     RUN_COLUMNS,
     TOOL_CALL_COLUMNS,
 )
+from threadstore.store.sqlite_thread import DatabaseThread
 
 __all__ = ["SQLiteStore", "sqlite_options", "sqlite_path"]
 
@@ -253,7 +252,7 @@ class _Statement:
 def _run_statements(
     conn: sqlite3.Connection, statements: Sequence[_Statement], transaction: bool
 ) -> list[list[Any]]:
-    """Run ``statements`` in order (on aiosqlite's thread); return each one's rows.
+    """Run ``statements`` in order (on the database thread); return each one's rows.
 
     With ``transaction`` they share one ``BEGIN IMMEDIATE`` ... ``COMMIT`` and roll back
     together when one fails.
@@ -312,7 +311,7 @@ class SQLiteStore(Store):
         ``inline=False`` or ``?inline=off`` in the URL turns it off. Always off for
         ``:memory:``: a second connection would open another, empty database.
         """
-        self._conn: aiosqlite.Connection | None = None
+        self._thread = DatabaseThread()
         self._inline: sqlite3.Connection | None = None
         self._inline_thread = 0
         self._inline_changes = 0
@@ -341,26 +340,15 @@ class SQLiteStore(Store):
     # --- lifecycle ---------------------------------------------------------------------
 
     @property
-    def connection(self) -> aiosqlite.Connection:
-        """The underlying aiosqlite connection (for tracing and diagnostics)."""
-        if self._conn is None:
-            raise ConfigurationError("the store is not connected: use open_store() or connect()")
-        return self._conn
+    def thread(self) -> DatabaseThread:
+        """The database thread and its connection (for tracing and diagnostics)."""
+        return self._thread
 
     async def connect(self) -> None:
         """Open the database file and set the pragmas every connection needs."""
-        if self._conn is not None:
+        if self._thread.is_open:
             return
-        conn = await aiosqlite.connect(self.path, isolation_level=None)
-        try:
-            await conn.execute("PRAGMA journal_mode = WAL")
-            await conn.execute("PRAGMA synchronous = NORMAL")
-            await conn.execute("PRAGMA foreign_keys = ON")
-            await conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        except BaseException:
-            await conn.close()
-            raise
-        self._conn = conn
+        await self._thread.open(self.path, _set_pragmas)
         if self.inline:
             self._open_inline()
 
@@ -385,9 +373,7 @@ class SQLiteStore(Store):
         if self._inline is not None:
             inline, self._inline = self._inline, None
             inline.close()
-        if self._conn is not None:
-            conn, self._conn = self._conn, None
-            await conn.close()
+        await self._thread.close()
 
     async def set_trace_callback(self, callback: Callable[[str], object] | None) -> None:
         """Call ``callback`` with the text of every statement the store runs (None: stop).
@@ -396,46 +382,12 @@ class SQLiteStore(Store):
         """
         if self._inline is not None:
             self._inline.set_trace_callback(callback)
-        # sqlite3 takes None to remove the hook; aiosqlite's annotation leaves it out.
-        await self.connection.set_trace_callback(callback)  # type: ignore[arg-type]
+        await self._thread.call(sqlite3.Connection.set_trace_callback, callback)
 
     async def setup(self) -> None:
         """Apply pending migrations in order, each recorded in ``threadstore_migrations``."""
-        conn = self.connection
         async with self._lock.hold():
-            await conn.execute(
-                "CREATE TABLE IF NOT EXISTS threadstore_migrations"
-                " (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"
-            )
-            await conn.execute("BEGIN IMMEDIATE")
-            try:
-                rows = await conn.execute_fetchall(
-                    "SELECT COALESCE(MAX(version), 0) FROM threadstore_migrations"
-                )
-                current = int(next(iter(rows))[0])
-                if current > len(MIGRATIONS):
-                    raise MigrationError(
-                        f"database schema version {current} is newer than this threadstore"
-                        f" ({len(MIGRATIONS)}); upgrade threadstore"
-                    )
-                for version in range(current + 1, len(MIGRATIONS) + 1):
-                    for statement in _split_script(MIGRATIONS[version - 1]):
-                        await conn.execute(statement)
-                    await conn.execute(
-                        "INSERT INTO threadstore_migrations (version, applied_at) VALUES (?, ?)",
-                        (version, _ts(utcnow())),
-                    )
-                await conn.execute("COMMIT")
-            except BaseException:
-                await conn.execute("ROLLBACK")
-                raise
-
-    async def schema_version(self) -> int:
-        """Return the highest applied migration (0 for an empty database)."""
-        rows = await self._fetch(
-            "SELECT COALESCE(MAX(version), 0) FROM threadstore_migrations", (), small=True
-        )
-        return int(rows[0][0])
+            await self._thread.call(_migrate)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[None]:
@@ -443,19 +395,13 @@ class SQLiteStore(Store):
             if not outermost:
                 yield
                 return
-            conn = self.connection
-            await conn.execute("BEGIN IMMEDIATE")
+            await self._thread.call(_execute, "BEGIN IMMEDIATE")
             try:
                 yield
             except BaseException:
-                await conn.execute("ROLLBACK")
+                await self._thread.call(_execute, "ROLLBACK")
                 raise
-            try:
-                await conn.execute("COMMIT")
-            except sqlite3.Error:
-                if conn.in_transaction:  # a failed COMMIT leaves the transaction open
-                    await conn.execute("ROLLBACK")
-                raise
+            await self._thread.call(_commit)
 
     # --- statement helpers ---------------------------------------------------------------
 
@@ -473,29 +419,25 @@ class SQLiteStore(Store):
 
     async def _fetch_now(self, sql: str, params: Sequence[Any]) -> list[Any]:
         try:
-            return list(await self.connection.execute_fetchall(sql, params))
+            return await self._thread.call(_execute, sql, params)
         except sqlite3.Error as exc:
             raise _translate(exc) from exc
 
     async def _run(self, *statements: _Statement) -> list[list[Any]]:
         """Run write statements in one hop to the database thread; return each one's rows.
 
-        Several statements form one transaction (or join the caller's). Handing aiosqlite
-        one function for all of them, rather than a call per statement, is what makes a
-        write, or a whole batch of them, cost one thread round trip.
+        Several statements form one transaction (or join the caller's). Handing the
+        thread one function for all of them, rather than a call per statement, is what
+        makes a write, or a whole batch of them, cost one thread round trip.
         """
         if (results := await self._run_small(statements)) is not None:
             return results
-        conn = self.connection
-        # aiosqlite's own queue of work for its thread: there is no public call that
-        # runs several statements in one hop (its minor version is pinned for this).
-        on_thread: Callable[..., Awaitable[list[list[Any]]]] = conn._execute
         try:
             if self._lock.held:  # inside this task's transaction
-                return await on_thread(_run_statements, conn._conn, statements, False)
+                return await self._thread.call(_run_statements, statements, False)
             async with self._lock.turn():
                 begin = len(statements) > 1
-                return await on_thread(_run_statements, conn._conn, statements, begin)
+                return await self._thread.call(_run_statements, statements, begin)
         except sqlite3.Error as exc:
             raise _translate(exc) from exc
 
@@ -556,7 +498,7 @@ class SQLiteStore(Store):
         # the WAL over instead of making it longer.
         try:
             async with self._lock.turn():
-                await self.connection.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                await self._thread.call(_execute, "PRAGMA wal_checkpoint(PASSIVE)")
             self.checkpoints += 1
         except Exception:
             logger.warning("WAL checkpoint of %s failed", self.path, exc_info=True)
@@ -1136,6 +1078,58 @@ class SQLiteStore(Store):
             statement.sql = _UNRETURNED.get(statement.sql, statement.sql)
         if statements:
             await self._run(*statements)
+
+
+def _set_pragmas(conn: sqlite3.Connection) -> None:
+    """The settings of the thread's connection (the first one: it turns WAL on)."""
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute("PRAGMA foreign_keys = ON")
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+
+
+def _execute(conn: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+    """Run one statement; return its rows."""
+    return conn.execute(sql, params).fetchall()
+
+
+def _commit(conn: sqlite3.Connection) -> None:
+    try:
+        conn.execute("COMMIT")
+    except sqlite3.Error:
+        if conn.in_transaction:  # a failed COMMIT leaves the transaction open
+            conn.execute("ROLLBACK")
+        raise
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Apply the pending migrations in one transaction (on the database thread)."""
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS threadstore_migrations"
+        " (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"
+    )
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        row = conn.execute(
+            "SELECT COALESCE(MAX(version), 0) FROM threadstore_migrations"
+        ).fetchone()
+        current = int(row[0])
+        if current > len(MIGRATIONS):
+            raise MigrationError(
+                f"database schema version {current} is newer than this threadstore"
+                f" ({len(MIGRATIONS)}); upgrade threadstore"
+            )
+        for version in range(current + 1, len(MIGRATIONS) + 1):
+            for statement in _split_script(MIGRATIONS[version - 1]):
+                conn.execute(statement)
+            conn.execute(
+                "INSERT INTO threadstore_migrations (version, applied_at) VALUES (?, ?)",
+                (version, _ts(utcnow())),
+            )
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
 
 
 def _split_script(script: str) -> list[str]:
