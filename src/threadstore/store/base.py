@@ -10,7 +10,7 @@ same for every backend, so a backend only implements storage primitives.
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Hashable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
@@ -36,6 +36,8 @@ from threadstore.models import (
     RunStatus,
     ToolCall,
 )
+from threadstore.store.cursor import decode_chat_cursor, encode_chat_cursor
+from threadstore.store.history_cache import HistoryCache
 from threadstore.store.ops import WRITE_METHODS, WRITE_TYPES, Write, apply_to
 from threadstore.store.records import Codecs
 from threadstore.store.run_events import RunEventLog
@@ -44,7 +46,9 @@ __all__ = [
     "DEFAULT_PAGE_SIZE",
     "MAX_PAGE_SIZE",
     "BatchWriter",
+    "BranchPage",
     "Capabilities",
+    "ChatFilter",
     "ChatRepositoryLike",
     "MessageRepositoryLike",
     "RunRepositoryLike",
@@ -228,6 +232,37 @@ def update_fields(update: Any) -> dict[str, Any]:
     return fields
 
 
+@dataclass(frozen=True, slots=True)
+class BranchPage:
+    """Which part of a chat's active branch a read wants (``Message.seq`` bounds)."""
+
+    after: int | None = None
+    before: int | None = None
+    limit: int | None = None
+
+    @property
+    def whole(self) -> bool:
+        """The whole branch: what the history cache keeps."""
+        return self.after is None and self.before is None and self.limit is None
+
+    @property
+    def newest_first(self) -> bool:
+        """The ``limit`` messages just before ``before``: read newest first, then reversed."""
+        return self.limit is not None and self.before is not None and self.after is None
+
+
+@dataclass(frozen=True, slots=True)
+class ChatFilter:
+    """Which chats a listing wants, newest activity first."""
+
+    user_uuid: UUID | None = None
+    tenant_id: str | None = None
+    app_id: str | None = None
+    after: tuple[datetime, str] | None = None
+    """Only chats listed after this ``(updated_at, chat_uuid)`` key."""
+    limit: int | None = None
+
+
 class Store(abc.ABC):
     """A threadstore backend: chats, messages, tool calls, reasoning and runs.
 
@@ -245,6 +280,8 @@ class Store(abc.ABC):
     capabilities: ClassVar[Capabilities] = Capabilities(
         batch_writes=True, chat_state=True, run_records=True
     )
+    history_cache: HistoryCache | None = None
+    """Whole histories read before, reused while their chat's history version is unchanged."""
 
     def __init__(
         self,
@@ -306,11 +343,10 @@ class Store(abc.ABC):
     async def get_chat_by_thread_id(self, user_uuid: UUID, thread_id: str) -> Chat | None:
         """Return the chat for a (user, thread_id) pair, or ``None``."""
 
-    @abc.abstractmethod
     async def get_all_chats(self, user_uuid: UUID | None = None) -> Sequence[Chat]:
         """Return every chat (optionally one user's), newest activity first."""
+        return await self._select_chats(ChatFilter(user_uuid))
 
-    @abc.abstractmethod
     async def list_chats(
         self,
         user_uuid: UUID,
@@ -321,6 +357,18 @@ class Store(abc.ABC):
         app_id: str | None = None,
     ) -> ChatPage:
         """Return one page of a user's chats, newest activity first, with a cursor to the next."""
+        size = check_limit(limit)
+        assert size is not None
+        after = None if cursor is None else decode_chat_cursor(cursor)
+        # One more than the page: whether it exists says whether there is a next page.
+        chats = await self._select_chats(ChatFilter(user_uuid, tenant_id, app_id, after, size + 1))
+        items = list(chats[:size])
+        next_cursor = encode_chat_cursor(items[-1]) if len(chats) > size else None
+        return ChatPage(items=items, next_cursor=next_cursor)
+
+    @abc.abstractmethod
+    async def _select_chats(self, where: ChatFilter) -> Sequence[Chat]:
+        """Primitive: the chats ``where`` wants, by (updated_at, chat_uuid) descending."""
 
     @abc.abstractmethod
     async def update_chat_name(self, chat_uuid: UUID, name: str) -> Chat | None:
@@ -382,7 +430,6 @@ class Store(abc.ABC):
     ) -> ToolCall | None:
         """Return a tool call by its AG-UI id within a message, or ``None``."""
 
-    @abc.abstractmethod
     async def get_chat_messages(
         self,
         chat_uuid: UUID,
@@ -396,6 +443,45 @@ class Store(abc.ABC):
         With ``limit`` and ``before`` the page is the ``limit`` messages just before
         ``before`` (still oldest first); otherwise the first ``limit`` after ``after``.
         """
+        page = BranchPage(after, before, check_limit(limit, default=None))
+        # Only whole histories read outside a transaction are cached: inside one, the
+        # version may belong to writes that are never committed.
+        cache = self.history_cache if page.whole and not self._in_transaction() else None
+        if cache is None:
+            return await self._select_branch(chat_uuid, page, None)
+        # The version is read before the history: a write committed in between makes
+        # the history newer than its tag, never older, so it is read again next time.
+        version = await self._history_version(chat_uuid)
+        if version is None:
+            cache.discard(chat_uuid)
+            return []
+        cached = cache.get(chat_uuid, version)
+        if cached is not None:
+            return cached
+        messages = await self._select_branch(chat_uuid, page, version)
+        cache.put(chat_uuid, version, messages)
+        return messages
+
+    @abc.abstractmethod
+    async def _select_branch(
+        self, chat_uuid: UUID, page: BranchPage, version: Hashable | None
+    ) -> list[Message]:
+        """Primitive: ``page`` of the chat's active branch, oldest first, with children.
+
+        ``version`` is what :meth:`_history_version` just returned, when it was read.
+        """
+
+    async def _history_version(self, chat_uuid: UUID) -> Hashable | None:
+        """Primitive of backends with a history cache: the chat's history version.
+
+        It changes in the same transaction as every change to the chat's messages, tool
+        calls, reasoning or active leaf; ``None`` when the chat does not exist.
+        """
+        raise NotImplementedError(f"{type(self).__name__} keeps no history cache")
+
+    def _in_transaction(self) -> bool:
+        """Whether the current task is inside this store's ``transaction()``."""
+        return False
 
     @abc.abstractmethod
     async def get_last_messages(self, chat_uuids: list[UUID]) -> dict[UUID, Message]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Hashable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any, TypeVar
@@ -20,7 +20,6 @@ from threadstore.keys import chat_deduplication_key
 from threadstore.models import (
     Chat,
     ChatCreate,
-    ChatPage,
     Message,
     MessageCreate,
     MessageReasoningCreate,
@@ -35,8 +34,7 @@ from threadstore.models import (
     ToolCall,
     utcnow,
 )
-from threadstore.store.base import Store, check_limit, require_chat_identity
-from threadstore.store.cursor import decode_chat_cursor, encode_chat_cursor
+from threadstore.store.base import BranchPage, ChatFilter, Store, require_chat_identity
 from threadstore.store.records import (
     ExtrasCodec,
     WriterLock,
@@ -194,44 +192,17 @@ class MemoryStore(Store):
         chat_uuid = self._state.threads.get((user_uuid, thread_id))
         return None if chat_uuid is None else await self.get_chat(chat_uuid)
 
-    def _sorted_chats(self, user_uuid: UUID | None) -> list[dict[str, Any]]:
+    async def _select_chats(self, where: ChatFilter) -> Sequence[Chat]:
         rows = [
             r
             for r in self._state.chats.values()
-            if user_uuid is None or r["user_uuid"] == user_uuid
+            if (where.user_uuid is None or r["user_uuid"] == where.user_uuid)
+            and (where.tenant_id is None or r.get("tenant_id") == where.tenant_id)
+            and (where.app_id is None or r.get("app_id") == where.app_id)
+            and (where.after is None or (r["updated_at"], str(r["chat_uuid"])) < where.after)
         ]
         rows.sort(key=lambda r: (r["updated_at"], str(r["chat_uuid"])), reverse=True)
-        return rows
-
-    async def get_all_chats(self, user_uuid: UUID | None = None) -> Sequence[Chat]:
-        return [self._chat(r) for r in self._sorted_chats(user_uuid)]
-
-    async def list_chats(
-        self,
-        user_uuid: UUID,
-        *,
-        limit: int | None = None,
-        cursor: str | None = None,
-        tenant_id: str | None = None,
-        app_id: str | None = None,
-    ) -> ChatPage:
-        size = check_limit(limit)
-        assert size is not None
-        rows = [
-            r
-            for r in self._sorted_chats(user_uuid)
-            if (tenant_id is None or r.get("tenant_id") == tenant_id)
-            and (app_id is None or r.get("app_id") == app_id)
-        ]
-        if cursor is not None:
-            after_at, after_uuid = decode_chat_cursor(cursor)
-            rows = [
-                r for r in rows if (r["updated_at"], str(r["chat_uuid"])) < (after_at, after_uuid)
-            ]
-        page = rows[: size + 1]
-        items = [self._chat(r) for r in page[:size]]
-        next_cursor = encode_chat_cursor(items[-1]) if len(page) > size else None
-        return ChatPage(items=items, next_cursor=next_cursor)
+        return [self._chat(r) for r in rows[: where.limit]]
 
     async def _patch_chat(self, chat_uuid: UUID, **fields: Any) -> Chat | None:
         async with self._lock.hold():
@@ -406,22 +377,17 @@ class MemoryStore(Store):
         path.reverse()
         return path
 
-    async def get_chat_messages(
-        self,
-        chat_uuid: UUID,
-        *,
-        after: int | None = None,
-        before: int | None = None,
-        limit: int | None = None,
-    ) -> Sequence[Message]:
-        size = check_limit(limit, default=None)
+    async def _select_branch(
+        self, chat_uuid: UUID, page: BranchPage, version: Hashable | None
+    ) -> list[Message]:
+        after, before, size = page.after, page.before, page.limit
         rows = [
             r
             for r in self._branch(chat_uuid)
             if (after is None or r["seq"] > after) and (before is None or r["seq"] < before)
         ]
         if size is not None:
-            rows = rows[-size:] if before is not None and after is None else rows[:size]
+            rows = rows[-size:] if page.newest_first else rows[:size]
         return [self._message(r) for r in rows]
 
     async def get_last_messages(self, chat_uuids: list[UUID]) -> dict[UUID, Message]:

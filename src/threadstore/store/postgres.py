@@ -24,7 +24,7 @@ used plainly, so the store never sits on connections the app may need.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Hashable, Sequence
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from datetime import datetime
@@ -47,7 +47,6 @@ from threadstore.models import (
     FORMAT_VERSION,
     Chat,
     ChatCreate,
-    ChatPage,
     Message,
     MessageCreate,
     MessageReasoningCreate,
@@ -63,8 +62,7 @@ from threadstore.models import (
     utcnow,
 )
 from threadstore.store import postgres_schema as sql
-from threadstore.store.base import Store, check_limit, require_chat_identity
-from threadstore.store.cursor import decode_chat_cursor, encode_chat_cursor
+from threadstore.store.base import BranchPage, ChatFilter, Store, require_chat_identity
 from threadstore.store.history_cache import DEFAULT_HISTORY_CACHE_MESSAGES, HistoryCache
 from threadstore.store.ops import UpdateMessage, Write
 from threadstore.store.postgres_events import PostgresRunEvents
@@ -272,6 +270,7 @@ class PostgresStore(Store):
     # --- connections -----------------------------------------------------------------------
 
     def _in_transaction(self) -> bool:
+        """Whether the current task is inside this store's ``transaction()``."""
         held = self._held.get()
         return held is not None and held[1] is asyncio.current_task()
 
@@ -416,49 +415,27 @@ class PostgresStore(Store):
         )
         return self._chats.load(rows)[0] if rows else None
 
-    async def get_all_chats(self, user_uuid: UUID | None = None) -> Sequence[Chat]:
-        order = " ORDER BY c.updated_at DESC, c.chat_uuid DESC"
-        if user_uuid is None:
-            rows = await self._select(sql.CHAT_SELECT, order)
-        else:
-            rows = await self._select(sql.CHAT_SELECT, " WHERE user_uuid = $1" + order, user_uuid)
-        chats: list[Chat] = self._chats.load(rows)
+    async def _select_chats(self, where: ChatFilter) -> Sequence[Chat]:
+        conditions: list[str] = []
+        args: list[Any] = []
+        for column, value in (
+            ("user_uuid", where.user_uuid),
+            ("tenant_id", where.tenant_id),
+            ("app_id", where.app_id),
+        ):
+            if value is not None:
+                args.append(value)
+                conditions.append(f"{column} = ${len(args)}")
+        if where.after is not None:
+            args += [where.after[0], UUID(where.after[1])]
+            conditions.append(f"(updated_at, chat_uuid) < (${len(args) - 1}, ${len(args)})")
+        suffix = " WHERE " + " AND ".join(conditions) if conditions else ""
+        suffix += " ORDER BY c.updated_at DESC, c.chat_uuid DESC"
+        if where.limit is not None:
+            args.append(where.limit)
+            suffix += f" LIMIT ${len(args)}"
+        chats: list[Chat] = self._chats.load(await self._select(sql.CHAT_SELECT, suffix, *args))
         return chats
-
-    async def list_chats(
-        self,
-        user_uuid: UUID,
-        *,
-        limit: int | None = None,
-        cursor: str | None = None,
-        tenant_id: str | None = None,
-        app_id: str | None = None,
-    ) -> ChatPage:
-        size = check_limit(limit)
-        assert size is not None
-        where = ["user_uuid = $1"]
-        args: list[Any] = [user_uuid]
-        if tenant_id is not None:
-            args.append(tenant_id)
-            where.append(f"tenant_id = ${len(args)}")
-        if app_id is not None:
-            args.append(app_id)
-            where.append(f"app_id = ${len(args)}")
-        if cursor is not None:
-            after_at, after_uuid = decode_chat_cursor(cursor)
-            args += [after_at, UUID(after_uuid)]
-            where.append(f"(updated_at, chat_uuid) < (${len(args) - 1}, ${len(args)})")
-        args.append(size + 1)
-        rows = await self._select(
-            sql.CHAT_SELECT,
-            " WHERE "
-            + " AND ".join(where)
-            + f" ORDER BY c.updated_at DESC, c.chat_uuid DESC LIMIT ${len(args)}",
-            *args,
-        )
-        items: list[Chat] = self._chats.load(rows[:size])
-        next_cursor = encode_chat_cursor(items[-1]) if len(rows) > size else None
-        return ChatPage(items=items, next_cursor=next_cursor)
 
     async def _update_chat(self, chat_uuid: UUID, column: str, value: Any) -> Chat | None:
         rows = await self._fetch(
@@ -707,54 +684,31 @@ class PostgresStore(Store):
         loaded: list[ToolCall] = self._tool_calls.load(rows)
         return loaded[0] if loaded else None
 
-    async def get_chat_messages(
-        self,
-        chat_uuid: UUID,
-        *,
-        after: int | None = None,
-        before: int | None = None,
-        limit: int | None = None,
-    ) -> Sequence[Message]:
-        size = check_limit(limit, default=None)
+    async def _history_version(self, chat_uuid: UUID) -> Hashable | None:
+        rows = await self._fetch(sql.CHAT_VERSION, chat_uuid)
+        return int(rows[0][0]) if rows else None
+
+    async def _select_branch(
+        self, chat_uuid: UUID, page: BranchPage, version: Hashable | None
+    ) -> list[Message]:
         where = sql.BRANCH_FILTER
         args: list[Any] = [chat_uuid]
-        if after is not None:
-            args.append(after)
+        if page.after is not None:
+            args.append(page.after)
             where += f" AND m.seq > ${len(args)}"
-        if before is not None:
-            args.append(before)
+        if page.before is not None:
+            args.append(page.before)
             where += f" AND m.seq < ${len(args)}"
-        newest_first = size is not None and before is not None and after is None
         suffix = " WHERE " + where
-        suffix += " ORDER BY m.seq DESC" if newest_first else " ORDER BY m.seq"
-        if size is not None:
-            args.append(size)
+        suffix += " ORDER BY m.seq DESC" if page.newest_first else " ORDER BY m.seq"
+        if page.limit is not None:
+            args.append(page.limit)
             suffix += f" LIMIT ${len(args)}"
-        whole = size is None and after is None and before is None
-        # Only whole histories read outside a transaction are cached: inside one, the
-        # version may belong to writes that are never committed.
-        cache = self.history_cache if whole and not self._in_transaction() else None
         async with self._connection() as conn:
-            version: int | None = None
-            if cache is not None:
-                # The version is read before the history: a write committed in between
-                # makes the history newer than its tag, never older, so it is re-read.
-                flags = await self._fetch_on(conn, sql.CHAT_VERSION, chat_uuid)
-                if not flags:
-                    cache.discard(chat_uuid)
-                    return []
-                version = int(flags[0][0])
-                cached = cache.get(chat_uuid, version)
-                if cached is not None:
-                    return cached
-            query = sql.MESSAGE_SELECT[_iso_times(conn)] + suffix
-            rows = await self._fetch_on(conn, query, *args)
-            if newest_first:
+            rows = await self._fetch_on(conn, sql.MESSAGE_SELECT[_iso_times(conn)] + suffix, *args)
+            if page.newest_first:
                 rows.reverse()
-            messages = await self._messages_with_children(conn, rows)
-        if cache is not None and version is not None:
-            cache.put(chat_uuid, version, messages)
-        return messages
+            return await self._messages_with_children(conn, rows)
 
     async def get_last_messages(self, chat_uuids: list[UUID]) -> dict[UUID, Message]:
         if not chat_uuids:

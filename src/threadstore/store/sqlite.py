@@ -28,7 +28,7 @@ import logging
 import secrets
 import sqlite3
 import threading
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Hashable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -42,7 +42,6 @@ from threadstore.models import (
     FORMAT_VERSION,
     Chat,
     ChatCreate,
-    ChatPage,
     Message,
     MessageCreate,
     MessageReasoningCreate,
@@ -57,8 +56,7 @@ from threadstore.models import (
     ToolCall,
     utcnow,
 )
-from threadstore.store.base import Store, check_limit, require_chat_identity
-from threadstore.store.cursor import decode_chat_cursor, encode_chat_cursor
+from threadstore.store.base import BranchPage, ChatFilter, Store, require_chat_identity
 from threadstore.store.history_cache import DEFAULT_HISTORY_CACHE_MESSAGES, HistoryCache
 from threadstore.store.ops import (
     CreateMessage,
@@ -582,49 +580,28 @@ class SQLiteStore(Store):
         )
         return self._load_chats(rows)[0] if rows else None
 
-    async def get_all_chats(self, user_uuid: UUID | None = None) -> Sequence[Chat]:
-        order = " ORDER BY updated_at DESC, chat_uuid DESC"
-        if user_uuid is None:
-            rows = await self._fetch(_CHAT_SELECT + order, ())
-        else:
-            rows = await self._fetch(
-                _CHAT_SELECT + " WHERE user_uuid = ?" + order, (str(user_uuid),)
-            )
-        return self._load_chats(rows)
-
-    async def list_chats(
-        self,
-        user_uuid: UUID,
-        *,
-        limit: int | None = None,
-        cursor: str | None = None,
-        tenant_id: str | None = None,
-        app_id: str | None = None,
-    ) -> ChatPage:
-        size = check_limit(limit)
-        assert size is not None
-        where = ["user_uuid = ?"]
-        params: list[Any] = [str(user_uuid)]
-        if tenant_id is not None:
-            where.append("tenant_id = ?")
-            params.append(tenant_id)
-        if app_id is not None:
-            where.append("app_id = ?")
-            params.append(app_id)
-        if cursor is not None:
-            after_at, after_uuid = decode_chat_cursor(cursor)
-            where.append("(updated_at, chat_uuid) < (?, ?)")
-            params += [_ts(after_at), after_uuid]
-        sql = (
-            _CHAT_SELECT
-            + " WHERE "
-            + " AND ".join(where)
-            + " ORDER BY updated_at DESC, chat_uuid DESC LIMIT ?"
-        )
-        rows = await self._fetch(sql, (*params, size + 1))
-        items = self._load_chats(rows[:size])
-        next_cursor = encode_chat_cursor(items[-1]) if len(rows) > size else None
-        return ChatPage(items=items, next_cursor=next_cursor)
+    async def _select_chats(self, where: ChatFilter) -> Sequence[Chat]:
+        conditions: list[str] = []
+        params: list[Any] = []
+        for column, value in (
+            ("user_uuid", _u(where.user_uuid)),
+            ("tenant_id", where.tenant_id),
+            ("app_id", where.app_id),
+        ):
+            if value is not None:
+                conditions.append(f"{column} = ?")
+                params.append(value)
+        if where.after is not None:
+            conditions.append("(updated_at, chat_uuid) < (?, ?)")
+            params += [_ts(where.after[0]), where.after[1]]
+        sql = _CHAT_SELECT
+        if conditions:
+            sql += " WHERE " + " AND ".join(conditions)
+        sql += " ORDER BY updated_at DESC, chat_uuid DESC"
+        if where.limit is not None:
+            sql += " LIMIT ?"
+            params.append(where.limit)
+        return self._load_chats(await self._fetch(sql, params))
 
     def _chat_update(self, chat_uuid: UUID, assignments: str, params: Sequence[Any]) -> _Statement:
         return _Statement(
@@ -883,56 +860,44 @@ class SQLiteStore(Store):
         loaded: list[ToolCall] = self._tool_calls.load(rows)
         return loaded[0] if loaded else None
 
-    async def get_chat_messages(
-        self,
-        chat_uuid: UUID,
-        *,
-        after: int | None = None,
-        before: int | None = None,
-        limit: int | None = None,
-    ) -> Sequence[Message]:
-        size = check_limit(limit, default=None)
+    def _in_transaction(self) -> bool:
+        return self._lock.held
+
+    async def _history_version(self, chat_uuid: UUID) -> Hashable | None:
+        # The leaf too: moving it changes the branch without a new version. Whether the
+        # chat ever branched tells the read which query it needs.
         flags = await self._fetch(
-            "SELECT has_branches, version, active_leaf_uuid FROM chats WHERE chat_uuid = ?",
+            "SELECT version, active_leaf_uuid, has_branches FROM chats WHERE chat_uuid = ?",
             (str(chat_uuid),),
             small=True,
         )
-        if not flags:
-            return []
-        has_branches, version, leaf = flags[0]
-        # Only whole histories read outside a transaction are cached: a transaction's
-        # uncommitted version could be reused by a later commit if it rolled back.
-        cache = self.history_cache
-        cacheable = (
-            cache is not None and after is None and before is None and size is None
-        ) and not self._lock.held
-        if cacheable:
-            assert cache is not None
-            cached = cache.get(chat_uuid, (version, leaf))
-            if cached is not None:
-                return cached
-        where = _BRANCH_FILTER if has_branches else "m.chat_uuid = ?1"
+        return tuple(flags[0]) if flags else None
+
+    async def _select_branch(
+        self, chat_uuid: UUID, page: BranchPage, version: Hashable | None
+    ) -> list[Message]:
+        if version is None:
+            version = await self._history_version(chat_uuid)
+            if version is None:
+                return []
+        assert isinstance(version, tuple)
+        where = _BRANCH_FILTER if version[2] else "m.chat_uuid = ?1"
         params: list[Any] = [str(chat_uuid)]
-        if after is not None:
-            params.append(after)
+        if page.after is not None:
+            params.append(page.after)
             where += f" AND m.seq > ?{len(params)}"
-        if before is not None:
-            params.append(before)
+        if page.before is not None:
+            params.append(page.before)
             where += f" AND m.seq < ?{len(params)}"
-        newest_first = size is not None and before is not None and after is None
         sql = _MESSAGE_SELECT + " WHERE " + where
-        sql += " ORDER BY m.seq DESC" if newest_first else " ORDER BY m.seq"
-        if size is not None:
-            params.append(size)
+        sql += " ORDER BY m.seq DESC" if page.newest_first else " ORDER BY m.seq"
+        if page.limit is not None:
+            params.append(page.limit)
             sql += f" LIMIT ?{len(params)}"
         rows = await self._fetch(sql, params)
-        if newest_first:
+        if page.newest_first:
             rows.reverse()
-        messages = await self._load_messages(rows, chat_uuid=chat_uuid)
-        if cacheable:
-            assert cache is not None
-            cache.put(chat_uuid, (version, leaf), messages)
-        return messages
+        return await self._load_messages(rows, chat_uuid=chat_uuid)
 
     async def get_last_messages(self, chat_uuids: list[UUID]) -> dict[UUID, Message]:
         if not chat_uuids:
