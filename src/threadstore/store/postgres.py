@@ -68,7 +68,20 @@ from threadstore.store.ops import UpdateMessage, Write
 from threadstore.store.postgres_events import PostgresRunEvents
 from threadstore.store.records import split_create, split_update
 from threadstore.store.rows import RowLoader, attach_children, dump_json, dump_metadata, dump_parts
-from threadstore.store.sql import UPDATABLE, created_child, created_message, load_run
+from threadstore.store.sql import (
+    CHAT_INSERT,
+    JSON_ENCODERS,
+    MESSAGE_INSERT,
+    REASONING_INSERT,
+    RUN_INSERT,
+    TOOL_CALL_INSERT,
+    UPDATABLE,
+    Plan,
+    created_child,
+    created_message,
+    load_run,
+    params,
+)
 
 __all__ = ["PostgresStore"]
 
@@ -112,6 +125,14 @@ def _encode(column: str, value: Any) -> Any:
     if column == "activity_content":
         return dump_json(value)
     return value
+
+
+# asyncpg takes uuids, times and booleans as they are; JSON goes as text.
+_CHAT_PLAN = CHAT_INSERT.plan(JSON_ENCODERS)
+_MESSAGE_PLAN = MESSAGE_INSERT.plan(JSON_ENCODERS)
+_TOOL_CALL_PLAN = TOOL_CALL_INSERT.plan(JSON_ENCODERS)
+_REASONING_PLAN = REASONING_INSERT.plan(JSON_ENCODERS)
+_RUN_PLAN = RUN_INSERT.plan(JSON_ENCODERS)
 
 
 class _Lease:
@@ -371,22 +392,16 @@ class PostgresStore(Store):
     async def create_chat(self, chat_data: ChatCreate) -> Chat:
         user_uuid, thread_id = require_chat_identity(chat_data)
         base, extra = split_create(chat_data, ChatCreate)
-        args = (
-            base["chat_uuid"],
-            user_uuid,
-            thread_id,
-            chat_deduplication_key(user_uuid, thread_id),
-            base["name"],
-            base["tenant_id"],
-            base["app_id"],
-            base["forked_from_chat_uuid"],
-            base["forked_from_message_uuid"],
-            dump_json(base["state"]),
-            dump_metadata(base["metadata"]),
-            extra,
-            FORMAT_VERSION,
-            utcnow(),
-        )
+        values = {
+            **base,
+            "user_uuid": user_uuid,
+            "thread_id": thread_id,
+            "dedup_key": chat_deduplication_key(user_uuid, thread_id),
+            "extra": extra,
+            "format_version": FORMAT_VERSION,
+            "created_at": utcnow(),
+        }
+        args = params(_CHAT_PLAN, values)
         async with self._connection() as conn:
             for _ in range(_CREATE_ATTEMPTS):
                 rows = await self._fetch_on(conn, sql.INSERT_CHAT, *args)
@@ -480,35 +495,9 @@ class PostgresStore(Store):
             raise NotFoundError("MessageCreate.chat_uuid is required")
         extra = None if type(data) is MessageCreate else split_create(data, MessageCreate)[1]
         created = fields["created_at"] or utcnow()
-        parts, activity, metadata = (
-            fields["content_parts"],
-            fields["activity_content"],
-            fields["metadata"],
-        )
+        values = {**fields, "extra": extra, "format_version": FORMAT_VERSION, "created_at": created}
         async with self._connection() as conn:
-            rows = await self._fetch_on(
-                conn,
-                sql.INSERT_MESSAGE,
-                fields["message_uuid"],
-                fields["chat_uuid"],
-                fields["parent_uuid"],
-                fields["agui_id"],
-                fields["role"],
-                fields["name"],
-                fields["content"],
-                None if parts is None else dump_parts(parts),
-                fields["encrypted_value"],
-                fields["activity_type"],
-                None if activity is None else dump_json(activity),
-                fields["status"],
-                fields["in_progress"],
-                fields["step_name"],
-                fields["run_id"],
-                dump_metadata(metadata) if metadata else None,
-                extra,
-                FORMAT_VERSION,
-                created,
-            )
+            rows = await self._fetch_on(conn, sql.INSERT_MESSAGE, *params(_MESSAGE_PLAN, values))
             if not rows:
                 await self._explain_missing_insert(conn, data)
         seq, parent = rows[0]
@@ -577,42 +566,29 @@ class PostgresStore(Store):
             await self._fetch_on(conn, query, *args)
 
     async def create_message_tool_call(self, data: MessageToolCallCreate) -> ToolCall:
-        _, extra = split_create(data, MessageToolCallCreate)
-        now = utcnow()
-        async with self._connection() as conn:
-            rows = await self._fetch_on(
-                conn,
-                sql.INSERT_TOOL_CALL,
-                data.message_uuid,
-                data.uuid,
-                data.tool_call_id,
-                data.name,
-                data.arguments,
-                data.content,
-                data.result_message_id,
-                data.error,
-                data.status.value,
-                data.in_progress,
-                data.step_name,
-                dump_metadata(data.metadata),
-                extra,
-                FORMAT_VERSION,
-                now,
-            )
-            if not rows:
-                await self._explain_missing_child(conn, "tool call", data.message_uuid, data.uuid)
-        tool_call: ToolCall = created_child(
-            self.tool_call_model, data, seq=rows[0][0], created_at=now
-        )
+        seq, now = await self._insert_child(sql.INSERT_TOOL_CALL, _TOOL_CALL_PLAN, data)
+        tool_call: ToolCall = created_child(self.tool_call_model, data, seq=seq, created_at=now)
         return tool_call
 
-    async def _explain_missing_child(
-        self, conn: asyncpg.Connection, kind: str, message_uuid: UUID, uuid: UUID
-    ) -> None:
-        """Raise the error that made a tool call or reasoning insert write nothing."""
-        if not (await self._fetch_on(conn, sql.MESSAGE_EXISTS, message_uuid))[0][0]:
-            raise NotFoundError(f"parent message {message_uuid} does not exist")
-        raise ConflictError(f"{kind} {uuid} already exists")
+    async def _insert_child(
+        self, query: str, plan: Plan, data: MessageToolCallCreate | MessageReasoningCreate
+    ) -> tuple[int, datetime]:
+        """Insert a tool call or reasoning step; return its ``seq`` and creation time."""
+        base_cls: type[MessageToolCallCreate | MessageReasoningCreate] = MessageReasoningCreate
+        kind = "reasoning"
+        if isinstance(data, MessageToolCallCreate):
+            base_cls, kind = MessageToolCallCreate, "tool call"
+        _, extra = split_create(data, base_cls)
+        now = utcnow()
+        values = {**data.__dict__, "extra": extra, "format_version": FORMAT_VERSION}
+        values["created_at"] = now
+        async with self._connection() as conn:
+            rows = await self._fetch_on(conn, query, *params(plan, values))
+            if not rows:
+                if not (await self._fetch_on(conn, sql.MESSAGE_EXISTS, data.message_uuid))[0][0]:
+                    raise NotFoundError(f"parent message {data.message_uuid} does not exist")
+                raise ConflictError(f"{kind} {data.uuid} already exists")
+        return int(rows[0][0]), now
 
     async def update_message_tool_call(
         self, uuid: UUID, update: MessageToolCallUpdate
@@ -625,31 +601,8 @@ class PostgresStore(Store):
         return loaded[0] if loaded else None
 
     async def create_message_reasoning(self, data: MessageReasoningCreate) -> Reasoning:
-        _, extra = split_create(data, MessageReasoningCreate)
-        now = utcnow()
-        async with self._connection() as conn:
-            rows = await self._fetch_on(
-                conn,
-                sql.INSERT_REASONING,
-                data.message_uuid,
-                data.uuid,
-                data.agui_id,
-                data.name,
-                data.content,
-                data.encrypted_value,
-                data.status.value,
-                data.in_progress,
-                data.step_name,
-                dump_metadata(data.metadata),
-                extra,
-                FORMAT_VERSION,
-                now,
-            )
-            if not rows:
-                await self._explain_missing_child(conn, "reasoning", data.message_uuid, data.uuid)
-        reasoning: Reasoning = created_child(
-            self.reasoning_model, data, seq=rows[0][0], created_at=now
-        )
+        seq, now = await self._insert_child(sql.INSERT_REASONING, _REASONING_PLAN, data)
+        reasoning: Reasoning = created_child(self.reasoning_model, data, seq=seq, created_at=now)
         return reasoning
 
     async def update_message_reasoning(
@@ -720,21 +673,8 @@ class PostgresStore(Store):
 
     async def start_run(self, run: Run) -> Run:
         async with self._connection() as conn:
-            rows = await self._fetch_on(
-                conn,
-                sql.INSERT_RUN,
-                run.chat_uuid,
-                run.run_id,
-                run.thread_id,
-                run.parent_run_id,
-                run.status.value,
-                run.owner,
-                run.heartbeat_at,
-                run.error,
-                FORMAT_VERSION,
-                run.created_at,
-                run.updated_at,
-            )
+            values = {**run.__dict__, "format_version": FORMAT_VERSION}
+            rows = await self._fetch_on(conn, sql.INSERT_RUN, *params(_RUN_PLAN, values))
             if not rows:
                 rows = await self._fetch_on(
                     conn,

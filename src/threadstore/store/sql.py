@@ -1,32 +1,45 @@
-"""What the SQL backends share: column lists, patchable columns, models a write returns.
+"""What the SQL backends share: column tables, patchable columns, models a write returns.
 
 Both schemas give their tables the same column names, so the row loaders, the
-patchable-column whitelist and the way a create turns its DTO into the returned
-model live here once.
+patchable-column whitelist, the value columns of every insert (:class:`InsertColumns`:
+one field-to-column table per record type, from which both backends build their
+statements' column lists and parameters) and the way a create turns its DTO into the
+returned model live here once.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+import enum
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel
 
 from threadstore.models import FORMAT_VERSION, Message, MessageCreate, Run
-from threadstore.store.rows import parse_uuid
+from threadstore.store.rows import dump_json, dump_metadata, dump_parts, parse_uuid
 
 __all__ = [
     "CHAT_COLUMNS",
+    "CHAT_INSERT",
     "MESSAGE_COLUMNS",
+    "MESSAGE_INSERT",
     "REASONING_COLUMNS",
+    "REASONING_INSERT",
     "RUN_COLUMNS",
+    "RUN_INSERT",
     "TOOL_CALL_COLUMNS",
+    "TOOL_CALL_INSERT",
     "UPDATABLE",
+    "Encoder",
+    "InsertColumns",
+    "Kind",
+    "Plan",
     "created_child",
     "created_message",
     "load_run",
+    "params",
 ]
 
 CHAT_COLUMNS = (
@@ -58,6 +71,110 @@ RUN_COLUMNS = (
     "chat_uuid", "run_id", "thread_id", "parent_run_id", "status", "owner", "heartbeat_at",
     "error", "format_version", "created_at", "updated_at",
 )  # fmt: skip
+
+
+class Kind(enum.Enum):
+    """How a column's value is encoded for the driver (each backend maps every kind)."""
+
+    PLAIN = "plain"
+    """Text (or a ``str`` enum), passed as it is."""
+    INT = "int"
+    DOC = "doc"
+    """A JSON document already encoded (the ``extra`` of a subclass's own fields)."""
+    UUID = "uuid"
+    TIME = "time"
+    BOOL = "bool"
+    JSON = "json"
+    METADATA = "metadata"
+    PARTS = "parts"
+
+
+Encoder = Callable[[Any], Any]
+Plan = tuple[tuple[str, Encoder | None], ...]
+"""Per column of an insert, its name and how its value is encoded (``None``: as it is)."""
+
+JSON_ENCODERS: dict[Kind, Encoder] = {
+    Kind.JSON: dump_json,
+    Kind.METADATA: dump_metadata,
+    Kind.PARTS: dump_parts,
+}
+"""The encoders of the JSON-valued kinds, the same on both backends."""
+
+
+class InsertColumns:
+    """The value columns of one record type's insert, in parameter order, with their kinds.
+
+    Statements take the column names from here and parameter ``i`` (1-based) is
+    column ``i``; :meth:`params` builds the parameters from the record's values.
+    """
+
+    def __init__(self, *columns: tuple[str, Kind]) -> None:
+        self.names = tuple(name for name, _ in columns)
+        self.kinds = tuple(kind for _, kind in columns)
+
+    def position(self, name: str) -> int:
+        """The 1-based parameter number of column ``name``."""
+        return self.names.index(name) + 1
+
+    def plan(self, encoders: Mapping[Kind, Encoder]) -> Plan:
+        """Per column, its name and its backend's encoder (``None``: passed as it is)."""
+        return tuple(
+            (name, encoders.get(kind)) for name, kind in zip(self.names, self.kinds, strict=True)
+        )
+
+
+def params(plan: Plan, values: Mapping[str, Any]) -> list[Any]:
+    """The parameters of an insert planned by :meth:`InsertColumns.plan`."""
+    return [
+        value if encode is None or value is None else encode(value)
+        for name, encode in plan
+        for value in (values[name],)
+    ]
+
+
+_P, _U, _T, _B = Kind.PLAIN, Kind.UUID, Kind.TIME, Kind.BOOL
+
+CHAT_INSERT = InsertColumns(
+    ("chat_uuid", _U), ("user_uuid", _U), ("thread_id", _P), ("dedup_key", _P), ("name", _P),
+    ("tenant_id", _P), ("app_id", _P), ("forked_from_chat_uuid", _U),
+    ("forked_from_message_uuid", _U), ("state", Kind.JSON), ("metadata", Kind.METADATA),
+    ("extra", Kind.DOC), ("format_version", Kind.INT), ("created_at", _T),
+)  # fmt: skip
+"""A chat's insert; ``updated_at`` is ``created_at``."""
+
+MESSAGE_INSERT = InsertColumns(
+    ("message_uuid", _U), ("chat_uuid", _U), ("parent_uuid", _U), ("agui_id", _P),
+    ("role", _P), ("name", _P), ("content", _P), ("content_parts", Kind.PARTS),
+    ("encrypted_value", _P), ("activity_type", _P), ("activity_content", Kind.JSON),
+    ("status", _P), ("in_progress", _B), ("step_name", _P), ("run_id", _P),
+    ("metadata", Kind.METADATA), ("extra", Kind.DOC), ("format_version", Kind.INT),
+    ("created_at", _T),
+)  # fmt: skip
+"""A message's insert; ``updated_at`` is ``created_at``, ``seq`` is assigned."""
+
+TOOL_CALL_INSERT = InsertColumns(
+    ("message_uuid", _U), ("uuid", _U), ("tool_call_id", _P), ("name", _P), ("arguments", _P),
+    ("content", _P), ("result_message_id", _P), ("error", _P), ("status", _P),
+    ("in_progress", _B), ("step_name", _P), ("metadata", Kind.METADATA), ("extra", Kind.DOC),
+    ("format_version", Kind.INT), ("created_at", _T),
+)  # fmt: skip
+"""A tool call's insert; its chat and ``seq`` come from the parent message."""
+
+REASONING_INSERT = InsertColumns(
+    ("message_uuid", _U), ("uuid", _U), ("agui_id", _P), ("name", _P), ("content", _P),
+    ("encrypted_value", _P), ("status", _P), ("in_progress", _B), ("step_name", _P),
+    ("metadata", Kind.METADATA), ("extra", Kind.DOC), ("format_version", Kind.INT),
+    ("created_at", _T),
+)  # fmt: skip
+"""A reasoning step's insert; its chat and ``seq`` come from the parent message."""
+
+RUN_INSERT = InsertColumns(
+    ("chat_uuid", _U), ("run_id", _P), ("thread_id", _P), ("parent_run_id", _P),
+    ("status", _P), ("owner", _P), ("heartbeat_at", _T), ("error", _P),
+    ("format_version", Kind.INT), ("created_at", _T), ("updated_at", _T),
+)  # fmt: skip
+"""A run's insert."""
+
 
 UPDATABLE: dict[str, frozenset[str]] = {
     "messages": frozenset({

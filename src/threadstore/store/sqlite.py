@@ -79,7 +79,23 @@ from threadstore.store.rows import (
     dump_metadata,
     dump_parts,
 )
-from threadstore.store.sql import UPDATABLE, created_child, created_message, load_run
+from threadstore.store.sql import (
+    CHAT_INSERT,
+    JSON_ENCODERS,
+    MESSAGE_INSERT,
+    REASONING_INSERT,
+    RUN_INSERT,
+    TOOL_CALL_INSERT,
+    UPDATABLE,
+    Encoder,
+    InsertColumns,
+    Kind,
+    Plan,
+    created_child,
+    created_message,
+    load_run,
+    params,
+)
 from threadstore.store.sqlite_schema import (
     CHAT_COLUMNS,
     MESSAGE_COLUMNS,
@@ -114,23 +130,44 @@ _TOOL_CALL_SELECT = "SELECT " + ", ".join(TOOL_CALL_COLUMNS) + " FROM tool_calls
 _REASONING_SELECT = "SELECT " + ", ".join(REASONING_COLUMNS) + " FROM reasonings"
 _RUN_SELECT = "SELECT " + ", ".join(RUN_COLUMNS) + " FROM runs"
 
+
+def _numbered(columns: InsertColumns, **instead: str) -> str:
+    """``?1, ?2, ...`` for ``columns``, with an expression ``instead`` of some of them."""
+    return ", ".join(instead.get(name, f"?{i}") for i, name in enumerate(columns.names, 1))
+
+
+def _names(columns: InsertColumns) -> str:
+    return ", ".join(columns.names)
+
+
+_CREATED = {
+    table: f"?{columns.position('created_at')}"
+    for table, columns in (
+        ("chats", CHAT_INSERT),
+        ("messages", MESSAGE_INSERT),
+        ("tool_calls", TOOL_CALL_INSERT),
+        ("reasonings", REASONING_INSERT),
+    )
+}
+
 _INSERT_CHAT = (
-    "INSERT INTO chats (chat_uuid, user_uuid, thread_id, dedup_key, name, tenant_id, app_id,"
-    " forked_from_chat_uuid, forked_from_message_uuid, state, metadata, extra, format_version,"
-    " created_at, updated_at, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    f"INSERT INTO chats ({_names(CHAT_INSERT)}, updated_at, version)"
+    f" VALUES ({_numbered(CHAT_INSERT)}, {_CREATED['chats']}, ?{len(CHAT_INSERT.names) + 1})"
     # A no-op update makes RETURNING yield the existing row when (user, thread) exists.
     " ON CONFLICT (user_uuid, thread_id) DO UPDATE SET thread_id = excluded.thread_id"
     " RETURNING " + ", ".join(CHAT_COLUMNS)
 )
 
 _INSERT_MESSAGE = (
-    "INSERT INTO messages (message_uuid, chat_uuid, parent_uuid, agui_id, role, name, content,"
-    " content_parts, encrypted_value, activity_type, activity_content, status, in_progress,"
-    " step_name, run_id, metadata, extra, format_version, created_at, updated_at)"
-    " VALUES (?, ?, COALESCE(?, (SELECT active_leaf_uuid FROM chats WHERE chat_uuid = ?)),"
-    " ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-    " RETURNING seq, parent_uuid"
+    f"INSERT INTO messages ({_names(MESSAGE_INSERT)}, updated_at) VALUES ("
+    + _numbered(
+        MESSAGE_INSERT,
+        # No parent given: the chat's active leaf.
+        parent_uuid="COALESCE(?3, (SELECT active_leaf_uuid FROM chats WHERE chat_uuid = ?2))",
+    )
+    + f", {_CREATED['messages']}) RETURNING seq, parent_uuid"
 )
+assert MESSAGE_INSERT.names[1:3] == ("chat_uuid", "parent_uuid")
 
 # The next position among a message's tool calls and reasoning steps, so the order
 # in which they were produced survives across the two tables.
@@ -140,24 +177,24 @@ _NEXT_CHILD_SEQ = (
     " UNION ALL SELECT seq FROM reasonings WHERE message_uuid = ?1))"
 )
 
-_INSERT_TOOL_CALL = (
-    "INSERT INTO tool_calls (uuid, message_uuid, chat_uuid, tool_call_id, name, arguments,"
-    " content, result_message_id, error, status, in_progress, step_name, seq, metadata, extra,"
-    " format_version, created_at, updated_at)"
-    " SELECT ?2, ?1, m.chat_uuid, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, "
-    + _NEXT_CHILD_SEQ
-    + ", ?12, ?13, ?14, ?15, ?15 FROM messages m WHERE m.message_uuid = ?1"
-    " RETURNING seq"
-)
 
-_INSERT_REASONING = (
-    "INSERT INTO reasonings (uuid, message_uuid, chat_uuid, agui_id, name, content,"
-    " encrypted_value, status, in_progress, step_name, seq, metadata, extra, format_version,"
-    " created_at, updated_at)"
-    " SELECT ?2, ?1, m.chat_uuid, ?3, ?4, ?5, ?6, ?7, ?8, ?9, "
-    + _NEXT_CHILD_SEQ
-    + ", ?10, ?11, ?12, ?13, ?13 FROM messages m WHERE m.message_uuid = ?1"
-    " RETURNING seq"
+def _child_insert_sql(table: str, columns: InsertColumns) -> str:
+    """A tool call's or reasoning step's insert: its chat from the parent, the next ``seq``."""
+    assert columns.names[0] == "message_uuid"
+    return (
+        f"INSERT INTO {table} ({_names(columns)}, chat_uuid, seq, updated_at)"
+        f" SELECT {_numbered(columns)}, m.chat_uuid, {_NEXT_CHILD_SEQ}, {_CREATED[table]}"
+        " FROM messages m WHERE m.message_uuid = ?1 RETURNING seq"
+    )
+
+
+_INSERT_TOOL_CALL = _child_insert_sql("tool_calls", TOOL_CALL_INSERT)
+_INSERT_REASONING = _child_insert_sql("reasonings", REASONING_INSERT)
+
+_INSERT_RUN = (
+    f"INSERT INTO runs ({_names(RUN_INSERT)}) VALUES ({_numbered(RUN_INSERT)})"
+    " ON CONFLICT (chat_uuid, run_id) DO UPDATE SET run_id = excluded.run_id"
+    " RETURNING " + ", ".join(RUN_COLUMNS)
 )
 
 # The creates of a batch, whose results nobody reads: without RETURNING, SQLite need
@@ -234,6 +271,14 @@ def _encode(column: str, value: Any) -> Any:
     if isinstance(value, bool):
         return int(value)
     return value
+
+
+_ENCODERS: dict[Kind, Encoder] = {**JSON_ENCODERS, Kind.UUID: str, Kind.TIME: _ts, Kind.BOOL: int}
+_CHAT_PLAN = CHAT_INSERT.plan(_ENCODERS)
+_MESSAGE_PLAN = MESSAGE_INSERT.plan(_ENCODERS)
+_TOOL_CALL_PLAN = TOOL_CALL_INSERT.plan(_ENCODERS)
+_REASONING_PLAN = REASONING_INSERT.plan(_ENCODERS)
+_RUN_PLAN = RUN_INSERT.plan(_ENCODERS)
 
 
 @dataclass(slots=True)
@@ -539,29 +584,20 @@ class SQLiteStore(Store):
     async def create_chat(self, chat_data: ChatCreate) -> Chat:
         user_uuid, thread_id = require_chat_identity(chat_data)
         base, extra = split_create(chat_data, ChatCreate)
-        now = _ts(utcnow())
+        values = {
+            **base,
+            "user_uuid": user_uuid,
+            "thread_id": thread_id,
+            "dedup_key": chat_deduplication_key(user_uuid, thread_id),
+            "extra": extra,
+            "format_version": FORMAT_VERSION,
+            "created_at": utcnow(),
+        }
         rows = await self._fetch(
             _INSERT_CHAT,
-            (
-                str(base["chat_uuid"]),
-                str(user_uuid),
-                thread_id,
-                chat_deduplication_key(user_uuid, thread_id),
-                base["name"],
-                base["tenant_id"],
-                base["app_id"],
-                _u(base["forked_from_chat_uuid"]),
-                _u(base["forked_from_message_uuid"]),
-                dump_json(base["state"]),
-                dump_metadata(base["metadata"]),
-                extra,
-                FORMAT_VERSION,
-                now,
-                now,
-                # A random starting version: a chat deleted and created again under the
-                # same uuid can never match a history cached for the one before.
-                secrets.randbits(62),
-            ),
+            # A random starting version: a chat deleted and created again under the
+            # same uuid can never match a history cached for the one before.
+            [*params(_CHAT_PLAN, values), secrets.randbits(62)],
             small=True,
         )
         return self._load_chats(rows)[0]
@@ -674,39 +710,9 @@ class SQLiteStore(Store):
             raise NotFoundError("MessageCreate.chat_uuid is required")
         extra = None if type(data) is MessageCreate else split_create(data, MessageCreate)[1]
         created = fields["created_at"] or utcnow()
-        stamp = _ts(created)
+        values = {**fields, "extra": extra, "format_version": FORMAT_VERSION, "created_at": created}
+        insert = _Statement(_INSERT_MESSAGE, params(_MESSAGE_PLAN, values))
         chat = str(chat_uuid)
-        parts, activity, metadata = (
-            fields["content_parts"],
-            fields["activity_content"],
-            fields["metadata"],
-        )
-        insert = _Statement(
-            _INSERT_MESSAGE,
-            (
-                str(fields["message_uuid"]),
-                chat,
-                _u(parent_uuid),
-                chat,
-                fields["agui_id"],
-                fields["role"],
-                fields["name"],
-                fields["content"],
-                None if parts is None else dump_parts(parts),
-                fields["encrypted_value"],
-                fields["activity_type"],
-                None if activity is None else dump_json(activity),
-                fields["status"],
-                int(fields["in_progress"]),
-                fields["step_name"],
-                fields["run_id"],
-                dump_metadata(metadata) if metadata else None,
-                extra,
-                FORMAT_VERSION,
-                stamp,
-                stamp,
-            ),
-        )
         if parent_uuid is None:
             return [insert], created
         check = _Statement(
@@ -753,41 +759,30 @@ class SQLiteStore(Store):
         return messages[0] if messages else None
 
     def _tool_call_insert(self, data: MessageToolCallCreate, now: datetime) -> list[_Statement]:
-        own = (
-            data.tool_call_id,
-            data.name,
-            data.arguments,
-            data.content,
-            data.result_message_id,
-            data.error,
-        )
-        return self._child_insert(_INSERT_TOOL_CALL, data, MessageToolCallCreate, own, now)
+        return self._child_insert(_INSERT_TOOL_CALL, _TOOL_CALL_PLAN, data, now)
 
     @staticmethod
     def _child_insert(
         sql: str,
+        plan: Plan,
         data: MessageToolCallCreate | MessageReasoningCreate,
-        base_cls: type[MessageToolCallCreate | MessageReasoningCreate],
-        own: tuple[Any, ...],
         now: datetime,
     ) -> list[_Statement]:
-        """A tool call's or reasoning step's insert: its parent, ``own`` columns, the rest."""
-        stock = type(data) is base_cls  # nothing to keep in ``extra``
-        extra = None if stock else split_create(data, base_cls)[1]
-        params = (
-            str(data.message_uuid),
-            str(data.uuid),
-            *own,
-            data.status.value,
-            int(data.in_progress),
-            data.step_name,
-            dump_metadata(data.metadata),
-            extra,
-            FORMAT_VERSION,
-            _ts(now),
+        """A tool call's or reasoning step's insert."""
+        base_cls = (
+            MessageToolCallCreate
+            if isinstance(data, MessageToolCallCreate)
+            else MessageReasoningCreate
         )
+        extra = None if type(data) is base_cls else split_create(data, base_cls)[1]
+        values = {
+            **data.__dict__,
+            "extra": extra,
+            "format_version": FORMAT_VERSION,
+            "created_at": now,
+        }
         missing = f"parent message {data.message_uuid} does not exist"
-        return [_Statement(sql, params, missing=missing)]
+        return [_Statement(sql, params(plan, values), missing=missing)]
 
     async def create_message_tool_call(self, data: MessageToolCallCreate) -> ToolCall:
         now = utcnow()
@@ -810,8 +805,7 @@ class SQLiteStore(Store):
         return loaded[0] if loaded else None
 
     def _reasoning_insert(self, data: MessageReasoningCreate, now: datetime) -> list[_Statement]:
-        own = (data.agui_id, data.name, data.content, data.encrypted_value)
-        return self._child_insert(_INSERT_REASONING, data, MessageReasoningCreate, own, now)
+        return self._child_insert(_INSERT_REASONING, _REASONING_PLAN, data, now)
 
     async def create_message_reasoning(self, data: MessageReasoningCreate) -> Reasoning:
         now = utcnow()
@@ -912,27 +906,8 @@ class SQLiteStore(Store):
     # --- runs --------------------------------------------------------------------------
 
     async def start_run(self, run: Run) -> Run:
-        rows = await self._fetch(
-            "INSERT INTO runs ("
-            + ", ".join(RUN_COLUMNS)
-            + ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-            " ON CONFLICT (chat_uuid, run_id) DO UPDATE SET run_id = excluded.run_id"
-            " RETURNING " + ", ".join(RUN_COLUMNS),
-            (
-                str(run.chat_uuid),
-                run.run_id,
-                run.thread_id,
-                run.parent_run_id,
-                run.status.value,
-                run.owner,
-                _ts(run.heartbeat_at),
-                run.error,
-                FORMAT_VERSION,
-                _ts(run.created_at),
-                _ts(run.updated_at),
-            ),
-            small=True,
-        )
+        values = {**run.__dict__, "format_version": FORMAT_VERSION}
+        rows = await self._fetch(_INSERT_RUN, params(_RUN_PLAN, values), small=True)
         return load_run(rows[0])
 
     async def heartbeat_runs(self, owner: str, run_ids: Sequence[tuple[UUID, str]]) -> None:
