@@ -7,8 +7,9 @@ travel as base64.
 
 Reading history is the hot path of every run, so :class:`RowLoader` builds the
 stock models straight from trusted rows (rows this code wrote, in columns whose
-types the schema fixes) instead of re-validating every field; a model subclass
-goes through full pydantic validation, so its own validators still run.
+types the schema fixes) with :func:`threadstore.store.codec.constructor` instead of
+re-validating every field; a model subclass goes through full pydantic validation,
+so its own validators still run.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from enum import Enum
 from typing import Any
-from uuid import UUID, SafeUUID
+from uuid import UUID
 
 from pydantic import BaseModel, TypeAdapter
 
 from threadstore.models import ContentPart, Message, Reasoning, ToolCall
+from threadstore.store.codec import constructor
 from threadstore.store.records import ExtrasCodec
 
 __all__ = [
@@ -34,7 +36,6 @@ __all__ = [
     "dump_json",
     "dump_metadata",
     "dump_parts",
-    "parse_uuid",
 ]
 
 CONTENT_PARTS: TypeAdapter[list[ContentPart]] = TypeAdapter(list[ContentPart])
@@ -57,19 +58,6 @@ def dump_parts(parts: Sequence[Any] | None) -> str | None:
     return None if parts is None else CONTENT_PARTS.dump_json(list(parts)).decode()
 
 
-def parse_uuid(
-    text: str,
-    _new: Any = object.__new__,
-    _set: Any = object.__setattr__,
-    _unknown: SafeUUID = SafeUUID.unknown,
-) -> UUID:
-    """Parse canonical UUID text that this code wrote (no re-validation, unlike ``UUID()``)."""
-    value = _new(UUID)
-    _set(value, "int", int(text.replace("-", ""), 16))
-    _set(value, "is_safe", _unknown)
-    return typing.cast(UUID, value)
-
-
 def _plain(annotation: Any) -> Any:
     """Strip ``X | None`` down to ``X``."""
     if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
@@ -78,86 +66,103 @@ def _plain(annotation: Any) -> Any:
     return annotation
 
 
-def _memo_uuid(value: Any, memo: dict[Any, Any]) -> Any:
-    parsed = parse_uuid(value) if value.__class__ is str else value
-    memo[value] = parsed
+# One history repeats the same ids and stamps (the chat id, each parent is the
+# previous message's id, created == updated): each text is parsed once per load.
+def _uuid(value: Any, memo: dict[Any, Any]) -> Any:
+    if value.__class__ is not str:
+        return value
+    parsed = memo.get(value)
+    if parsed is None:
+        parsed = memo[value] = UUID(value)
     return parsed
 
 
-def _memo_time(value: Any, memo: dict[Any, Any]) -> Any:
-    parsed = datetime.fromisoformat(value) if value.__class__ is str else value
-    memo[value] = parsed
+def _time(value: Any, memo: dict[Any, Any]) -> Any:
+    if value.__class__ is not str:
+        return value
+    parsed = memo.get(value)
+    if parsed is None:
+        parsed = memo[value] = datetime.fromisoformat(value)
     return parsed
 
 
+def _parts(value: Any, memo: dict[Any, Any]) -> Any:
+    return CONTENT_PARTS.validate_json(value) if value.__class__ is str else value
+
+
+def _metadata(value: Any, memo: dict[Any, Any]) -> Any:
+    return {} if value is None else json.loads(value) if value.__class__ is str else value
+
+
+def _json(value: Any, memo: dict[Any, Any]) -> Any:
+    return json.loads(value) if value.__class__ is str else value
+
+
+def _to_bool(value: Any, memo: dict[Any, Any]) -> Any:
+    return bool(value)
+
+
+_Convert = Callable[[Any, dict[Any, Any]], Any]
 _TrustedLoad = Callable[[Iterable[Sequence[Any]], dict[Any, Any]], list[Any]]
 
 
-def _compile_trusted(model: type[BaseModel], columns: Sequence[str]) -> _TrustedLoad:
-    """Generate the loop that builds ``model`` instances from trusted rows.
-
-    Each row becomes one dict display with every column's conversion written
-    inline, which costs about half of a generic per-column loop; only field names
-    (identifiers, checked) and column positions are written into the source.
-    """
+def _trusted_loader(model: type[BaseModel], columns: Sequence[str]) -> _TrustedLoad:
+    """The loop that builds ``model`` instances from trusted rows, one converter per column."""
     position = {name: index for index, name in enumerate(columns)}
-    env: dict[str, Any] = {
-        "_uuid": _memo_uuid,
-        "_time": _memo_time,
-        "_loads": json.loads,
-        "_parts": CONTENT_PARTS.validate_json,
-        "_new": object.__new__,
-        "_set": object.__setattr__,
-        "_model": model,
-        "_fields": frozenset(model.model_fields),
-    }
-    entries: list[str] = []
+    # Per field, in the model's order: its column and converter, or a default factory
+    # for a field with no column (a message's nested lists).
+    steps: list[tuple[str, int, _Convert | None, Callable[[], Any] | None]] = []
     for name, field in model.model_fields.items():
-        if not name.isidentifier():
-            raise TypeError(f"{model.__name__}.{name} is not an identifier")
         if name not in position:
-            # Fields with no column (e.g. a message's nested lists) get fresh defaults.
             if field.default_factory is not None:
-                env[f"_new_{name}"] = field.default_factory
-                entries.append(f"{name!r}: _new_{name}()")
+                steps.append(
+                    (name, -1, None, typing.cast(Callable[[], Any], field.default_factory))
+                )
             continue
-        value = f"row[{position[name]}]"
         kind = _plain(field.annotation)
+        convert: _Convert | None = None
         if kind is UUID:
-            expr = f"get({value}) or _uuid({value}, memo)"
+            convert = _uuid
         elif kind is datetime:
-            expr = f"get({value}) or _time({value}, memo)"
+            convert = _time
         elif isinstance(kind, type) and issubclass(kind, Enum):
-            env[f"_members_{name}"] = {member.value: member for member in kind}
-            expr = f"_members_{name}[{value}]"
+            members = {member.value: member for member in kind}
+            convert = _member(members)
         elif kind is bool:
-            expr = f"bool({value})"
+            convert = _to_bool
         elif name == "content_parts":
-            expr = f"_parts({value}) if {value}.__class__ is str else {value}"
+            convert = _parts
+        elif name == "metadata":
+            convert = _metadata
         elif name in _JSON_FIELDS:
-            empty = "{}" if name == "metadata" else "None"
-            expr = f"{empty} if {value} is None else _loads({value}) if {value}.__class__ is str"
-            expr += f" else {value}"
-        else:
-            expr = value
-        entries.append(f"{name!r}: ({expr})")
-    source = "\n".join(
-        [
-            "def load(rows, memo):",
-            "    get = memo.get",
-            "    built = []",
-            "    for row in rows:",
-            "        instance = _new(_model)",
-            "        _set(instance, '__dict__', {" + ", ".join(entries) + "})",
-            "        _set(instance, '__pydantic_fields_set__', set(_fields))",
-            "        _set(instance, '__pydantic_extra__', None)",
-            "        _set(instance, '__pydantic_private__', None)",
-            "        built.append(instance)",
-            "    return built",
-        ]
-    )
-    exec(compile(source, f"<row loader for {model.__name__}>", "exec"), env)
-    return typing.cast(_TrustedLoad, env["load"])
+            convert = _json
+        steps.append((name, position[name], convert, None))
+    build = constructor(model)
+
+    def load(rows: Iterable[Sequence[Any]], memo: dict[Any, Any]) -> list[Any]:
+        built = []
+        for row in rows:
+            fields = {
+                name: (
+                    factory()
+                    if factory is not None
+                    else row[index]
+                    if convert is None
+                    else convert(row[index], memo)
+                )
+                for name, index, convert, factory in steps
+            }
+            built.append(build(fields))
+        return built
+
+    return load
+
+
+def _member(members: dict[Any, Any]) -> _Convert:
+    def convert(value: Any, memo: dict[Any, Any]) -> Any:
+        return members[value]
+
+    return convert
 
 
 class RowLoader:
@@ -175,14 +180,12 @@ class RowLoader:
         self.codec = codec
         self._adapter: TypeAdapter[list[Any]] = TypeAdapter(list[model])  # type: ignore[valid-type]
         self._trusted = (
-            _compile_trusted(model, self.columns) if model is base and not codec.names else None
+            _trusted_loader(model, self.columns) if model is base and not codec.names else None
         )
 
     def load(self, rows: Iterable[Sequence[Any]]) -> list[Any]:
         """Build one model per row."""
         if self._trusted is not None:
-            # One history repeats the same ids and stamps (chat id, each parent is the
-            # previous message's id, created == updated), so parse each value once.
             return self._trusted(rows, {})
         return self._adapter.validate_python([self._record(row) for row in rows])
 

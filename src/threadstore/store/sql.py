@@ -14,11 +14,13 @@ import enum
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
+from uuid import UUID
 
 from pydantic import BaseModel
 
 from threadstore.models import FORMAT_VERSION, Message, MessageCreate, Run
-from threadstore.store.rows import dump_json, dump_metadata, dump_parts, parse_uuid
+from threadstore.store.codec import Constructor, constructor
+from threadstore.store.rows import dump_json, dump_metadata, dump_parts
 
 __all__ = [
     "CHAT_COLUMNS",
@@ -192,9 +194,7 @@ UPDATABLE: dict[str, frozenset[str]] = {
 """The columns an update DTO may set, per table; column names are only ever taken from here."""
 
 
-_MESSAGE_FIELDS = frozenset(Message.model_fields)
-_new = object.__new__
-_set = object.__setattr__
+_build_message: Constructor[Message] = constructor(Message)
 
 
 def created_message(
@@ -221,7 +221,7 @@ def _stock_message(
     # Containers are copied: the caller's DTO and the returned message stay independent.
     dto = data.__dict__
     if parent_uuid.__class__ is str:
-        parent_uuid = parse_uuid(parent_uuid)
+        parent_uuid = UUID(parent_uuid)
     parts, activity, metadata = dto["content_parts"], dto["activity_content"], dto["metadata"]
     fields = {
         "format_version": FORMAT_VERSION,
@@ -247,13 +247,7 @@ def _stock_message(
         "tool_calls": [],
         "reasonings": [],
     }
-    message = _new(Message)
-    _set(message, "__dict__", fields)
-    _set(message, "__pydantic_fields_set__", set(_MESSAGE_FIELDS))
-    _set(message, "__pydantic_extra__", None)
-    _set(message, "__pydantic_private__", None)
-    message_: Message = message
-    return message_
+    return _build_message(fields)
 
 
 def created_child(model: type[Any], data: BaseModel, *, seq: int, created_at: datetime) -> Any:
