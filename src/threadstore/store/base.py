@@ -253,9 +253,11 @@ class BranchPage:
 
 @dataclass(frozen=True, slots=True)
 class ChatFilter:
-    """Which chats a listing wants, newest activity first."""
+    """Which chats a read wants (each field given narrows it), newest activity first."""
 
     user_uuid: UUID | None = None
+    thread_id: str | None = None
+    chat_uuid: UUID | None = None
     tenant_id: str | None = None
     app_id: str | None = None
     after: tuple[datetime, str] | None = None
@@ -335,13 +337,15 @@ class Store(abc.ABC):
     async def create_chat(self, chat_data: ChatCreate) -> Chat:
         """Create a chat, idempotent by (user, thread); ``ValueError`` if either is missing."""
 
-    @abc.abstractmethod
     async def get_chat(self, chat_uuid: UUID) -> Chat | None:
         """Return a chat by uuid, or ``None``."""
+        chats = await self._select_chats(ChatFilter(chat_uuid=chat_uuid))
+        return chats[0] if chats else None
 
-    @abc.abstractmethod
     async def get_chat_by_thread_id(self, user_uuid: UUID, thread_id: str) -> Chat | None:
         """Return the chat for a (user, thread_id) pair, or ``None``."""
+        chats = await self._select_chats(ChatFilter(user_uuid, thread_id=thread_id))
+        return chats[0] if chats else None
 
     async def get_all_chats(self, user_uuid: UUID | None = None) -> Sequence[Chat]:
         """Return every chat (optionally one user's), newest activity first."""
@@ -361,7 +365,9 @@ class Store(abc.ABC):
         assert size is not None
         after = None if cursor is None else decode_chat_cursor(cursor)
         # One more than the page: whether it exists says whether there is a next page.
-        chats = await self._select_chats(ChatFilter(user_uuid, tenant_id, app_id, after, size + 1))
+        chats = await self._select_chats(
+            ChatFilter(user_uuid, tenant_id=tenant_id, app_id=app_id, after=after, limit=size + 1)
+        )
         items = list(chats[:size])
         next_cursor = encode_chat_cursor(items[-1]) if len(chats) > size else None
         return ChatPage(items=items, next_cursor=next_cursor)

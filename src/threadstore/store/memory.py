@@ -184,19 +184,21 @@ class MemoryStore(Store):
             self._state.threads[(user_uuid, thread_id)] = chat_data.chat_uuid
             return self._chat(row)
 
-    async def get_chat(self, chat_uuid: UUID) -> Chat | None:
-        row = self._state.chats.get(chat_uuid)
-        return self._chat(row) if row else None
-
-    async def get_chat_by_thread_id(self, user_uuid: UUID, thread_id: str) -> Chat | None:
-        chat_uuid = self._state.threads.get((user_uuid, thread_id))
-        return None if chat_uuid is None else await self.get_chat(chat_uuid)
-
     async def _select_chats(self, where: ChatFilter) -> Sequence[Chat]:
+        state = self._state
+        if where.thread_id is not None and where.user_uuid is not None:
+            found = state.threads.get((where.user_uuid, where.thread_id))
+            candidates = [] if found is None else [found]
+        elif where.chat_uuid is not None:
+            candidates = [where.chat_uuid]
+        else:
+            candidates = list(state.chats)
         rows = [
             r
-            for r in self._state.chats.values()
-            if (where.user_uuid is None or r["user_uuid"] == where.user_uuid)
+            for r in (state.chats.get(chat_uuid) for chat_uuid in candidates)
+            if r is not None
+            and (where.user_uuid is None or r["user_uuid"] == where.user_uuid)
+            and (where.chat_uuid is None or r["chat_uuid"] == where.chat_uuid)
             and (where.tenant_id is None or r.get("tenant_id") == where.tenant_id)
             and (where.app_id is None or r.get("app_id") == where.app_id)
             and (where.after is None or (r["updated_at"], str(r["chat_uuid"])) < where.after)

@@ -420,21 +420,13 @@ class PostgresStore(Store):
                     return chat
         raise ConflictError(f"thread {thread_id!r} kept being created and deleted concurrently")
 
-    async def get_chat(self, chat_uuid: UUID) -> Chat | None:
-        rows = await self._select(sql.CHAT_SELECT, " WHERE chat_uuid = $1", chat_uuid)
-        return self._chats.load(rows)[0] if rows else None
-
-    async def get_chat_by_thread_id(self, user_uuid: UUID, thread_id: str) -> Chat | None:
-        rows = await self._select(
-            sql.CHAT_SELECT, " WHERE user_uuid = $1 AND thread_id = $2", user_uuid, thread_id
-        )
-        return self._chats.load(rows)[0] if rows else None
-
     async def _select_chats(self, where: ChatFilter) -> Sequence[Chat]:
         conditions: list[str] = []
         args: list[Any] = []
         for column, value in (
             ("user_uuid", where.user_uuid),
+            ("thread_id", where.thread_id),
+            ("chat_uuid", where.chat_uuid),
             ("tenant_id", where.tenant_id),
             ("app_id", where.app_id),
         ):

@@ -602,25 +602,13 @@ class SQLiteStore(Store):
         )
         return self._load_chats(rows)[0]
 
-    async def get_chat(self, chat_uuid: UUID) -> Chat | None:
-        rows = await self._fetch(
-            _CHAT_SELECT + " WHERE chat_uuid = ?", (str(chat_uuid),), small=True
-        )
-        return self._load_chats(rows)[0] if rows else None
-
-    async def get_chat_by_thread_id(self, user_uuid: UUID, thread_id: str) -> Chat | None:
-        rows = await self._fetch(
-            _CHAT_SELECT + " WHERE user_uuid = ? AND thread_id = ?",
-            (str(user_uuid), thread_id),
-            small=True,
-        )
-        return self._load_chats(rows)[0] if rows else None
-
     async def _select_chats(self, where: ChatFilter) -> Sequence[Chat]:
         conditions: list[str] = []
         params: list[Any] = []
         for column, value in (
             ("user_uuid", _u(where.user_uuid)),
+            ("thread_id", where.thread_id),
+            ("chat_uuid", _u(where.chat_uuid)),
             ("tenant_id", where.tenant_id),
             ("app_id", where.app_id),
         ):
@@ -637,7 +625,9 @@ class SQLiteStore(Store):
         if where.limit is not None:
             sql += " LIMIT ?"
             params.append(where.limit)
-        return self._load_chats(await self._fetch(sql, params))
+        # A lookup by key reads one row: small enough to run inline.
+        small = where.chat_uuid is not None or where.thread_id is not None
+        return self._load_chats(await self._fetch(sql, params, small=small))
 
     def _chat_update(self, chat_uuid: UUID, assignments: str, params: Sequence[Any]) -> _Statement:
         return _Statement(
@@ -985,35 +975,29 @@ class SQLiteStore(Store):
 
     # --- batches ---------------------------------------------------------------------
 
-    def _write_statements(self, write: Write) -> list[_Statement]:
-        """The statements of one write of a batch."""
-        match write:
-            case CreateMessage(data):
-                return self._message_insert(data)[0]
-            case UpdateMessage(message_uuid, update):
-                return self._message_update(message_uuid, update)
-            case CreateToolCall(data):
-                return self._tool_call_insert(data, utcnow())
-            case UpdateToolCall(uuid, update):
-                return self._tool_call_update(uuid, update)
-            case CreateReasoning(data):
-                return self._reasoning_insert(data, utcnow())
-            case UpdateReasoning(uuid, update):
-                return self._reasoning_update(uuid, update)
-            case RenameChat(chat_uuid, name):
-                return self._chat_name_update(chat_uuid, name)
-            case UpdateChatState(chat_uuid, state):
-                return self._chat_state_update(chat_uuid, state)
-            case FinishRun(chat_uuid, run_id, status, error):
-                return self._run_finish(chat_uuid, run_id, status, error)
-            case FinalizeRunRecords(chat_uuid, run_id, status):
-                return self._run_records_finalize(chat_uuid, run_id, status)
+    def _batch_builders(self) -> dict[type[Any], Callable[[Any], list[_Statement]]]:
+        """Per write type, the builder of its statements (the ones its method runs)."""
+        return {
+            CreateMessage: lambda w: self._message_insert(w.data)[0],
+            UpdateMessage: lambda w: self._message_update(w.message_uuid, w.update),
+            CreateToolCall: lambda w: self._tool_call_insert(w.data, utcnow()),
+            UpdateToolCall: lambda w: self._tool_call_update(w.uuid, w.update),
+            CreateReasoning: lambda w: self._reasoning_insert(w.data, utcnow()),
+            UpdateReasoning: lambda w: self._reasoning_update(w.uuid, w.update),
+            RenameChat: lambda w: self._chat_name_update(w.chat_uuid, w.name),
+            UpdateChatState: lambda w: self._chat_state_update(w.chat_uuid, w.state),
+            FinishRun: lambda w: self._run_finish(w.chat_uuid, w.run_id, w.status, w.error),
+            FinalizeRunRecords: lambda w: self._run_records_finalize(
+                w.chat_uuid, w.run_id, w.status
+            ),
+        }
 
     async def _apply_batch(self, writes: Sequence[Write]) -> None:
         """The whole batch in one transaction and one hop to the database thread."""
+        builders = self._batch_builders()
         statements: list[_Statement] = []
         for write in writes:
-            statements += self._write_statements(write)
+            statements += builders[type(write)](write)
         for statement in statements:
             statement.sql = _UNRETURNED.get(statement.sql, statement.sql)
         if statements:
