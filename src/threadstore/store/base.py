@@ -50,6 +50,7 @@ __all__ = [
     "Capabilities",
     "ChatFilter",
     "ChatRepositoryLike",
+    "MessageKey",
     "MessageRepositoryLike",
     "RunRepositoryLike",
     "Store",
@@ -265,6 +266,15 @@ class ChatFilter:
     limit: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class MessageKey:
+    """Which message a lookup wants: by uuid, or by AG-UI id within a chat."""
+
+    message_uuid: UUID | None = None
+    chat_uuid: UUID | None = None
+    agui_id: str | None = None
+
+
 class Store(abc.ABC):
     """A threadstore backend: chats, messages, tool calls, reasoning and runs.
 
@@ -422,13 +432,17 @@ class Store(abc.ABC):
     ) -> Reasoning | None:
         """Patch a reasoning step; ``None`` when it is unknown."""
 
-    @abc.abstractmethod
     async def get_message(self, message_uuid: UUID) -> Message | None:
         """Return a message (with its tool calls and reasoning) by uuid, or ``None``."""
+        return await self._find_message(MessageKey(message_uuid=message_uuid))
 
-    @abc.abstractmethod
     async def get_message_by_agui_id(self, chat_uuid: UUID, agui_id: str) -> Message | None:
         """Return a message by its AG-UI id within a chat, or ``None``."""
+        return await self._find_message(MessageKey(chat_uuid=chat_uuid, agui_id=agui_id))
+
+    @abc.abstractmethod
+    async def _find_message(self, key: MessageKey) -> Message | None:
+        """Primitive: the oldest message matching every field ``key`` gives, with children."""
 
     @abc.abstractmethod
     async def get_tool_call_by_agui_id(

@@ -34,7 +34,13 @@ from threadstore.models import (
     ToolCall,
     utcnow,
 )
-from threadstore.store.base import BranchPage, ChatFilter, Store, require_chat_identity
+from threadstore.store.base import (
+    BranchPage,
+    ChatFilter,
+    MessageKey,
+    Store,
+    require_chat_identity,
+)
 from threadstore.store.records import (
     ExtrasCodec,
     WriterLock,
@@ -350,13 +356,16 @@ class MemoryStore(Store):
             _apply(row, update, MessageReasoningUpdate)
             return self._reasoning(row)
 
-    async def get_message(self, message_uuid: UUID) -> Message | None:
-        row = self._state.messages.get(message_uuid)
-        return self._message(row) if row else None
-
-    async def get_message_by_agui_id(self, chat_uuid: UUID, agui_id: str) -> Message | None:
-        for row in sorted(self._state.messages.values(), key=lambda r: r["seq"]):
-            if row["chat_uuid"] == chat_uuid and row["agui_id"] == agui_id:
+    async def _find_message(self, key: MessageKey) -> Message | None:
+        if key.message_uuid is not None:
+            row = self._state.messages.get(key.message_uuid)
+            rows = [] if row is None else [row]
+        else:
+            rows = sorted(self._state.messages.values(), key=lambda r: r["seq"])
+        for row in rows:
+            if (key.chat_uuid is None or row["chat_uuid"] == key.chat_uuid) and (
+                key.agui_id is None or row["agui_id"] == key.agui_id
+            ):
                 return self._message(row)
         return None
 

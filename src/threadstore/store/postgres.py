@@ -62,7 +62,13 @@ from threadstore.models import (
     utcnow,
 )
 from threadstore.store import postgres_schema as sql
-from threadstore.store.base import BranchPage, ChatFilter, Store, require_chat_identity
+from threadstore.store.base import (
+    BranchPage,
+    ChatFilter,
+    MessageKey,
+    Store,
+    require_chat_identity,
+)
 from threadstore.store.history_cache import DEFAULT_HISTORY_CACHE_MESSAGES, HistoryCache
 from threadstore.store.ops import UpdateMessage, Write
 from threadstore.store.postgres_events import PostgresRunEvents
@@ -607,14 +613,19 @@ class PostgresStore(Store):
         loaded: list[Reasoning] = self._reasonings.load(rows)
         return loaded[0] if loaded else None
 
-    async def get_message(self, message_uuid: UUID) -> Message | None:
-        messages = await self._read_messages(" WHERE m.message_uuid = $1", message_uuid)
-        return messages[0] if messages else None
-
-    async def get_message_by_agui_id(self, chat_uuid: UUID, agui_id: str) -> Message | None:
-        messages = await self._read_messages(
-            " WHERE m.chat_uuid = $1 AND m.agui_id = $2 ORDER BY m.seq LIMIT 1", chat_uuid, agui_id
-        )
+    async def _find_message(self, key: MessageKey) -> Message | None:
+        conditions: list[str] = []
+        args: list[Any] = []
+        for column, value in (
+            ("message_uuid", key.message_uuid),
+            ("chat_uuid", key.chat_uuid),
+            ("agui_id", key.agui_id),
+        ):
+            if value is not None:
+                args.append(value)
+                conditions.append(f"m.{column} = ${len(args)}")
+        suffix = " WHERE " + " AND ".join(conditions) + " ORDER BY m.seq LIMIT 1"
+        messages = await self._read_messages(suffix, *args)
         return messages[0] if messages else None
 
     async def get_tool_call_by_agui_id(

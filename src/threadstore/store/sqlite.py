@@ -56,7 +56,13 @@ from threadstore.models import (
     ToolCall,
     utcnow,
 )
-from threadstore.store.base import BranchPage, ChatFilter, Store, require_chat_identity
+from threadstore.store.base import (
+    BranchPage,
+    ChatFilter,
+    MessageKey,
+    Store,
+    require_chat_identity,
+)
 from threadstore.store.history_cache import DEFAULT_HISTORY_CACHE_MESSAGES, HistoryCache
 from threadstore.store.ops import (
     CreateMessage,
@@ -817,19 +823,19 @@ class SQLiteStore(Store):
         loaded: list[Reasoning] = self._reasonings.load(rows)
         return loaded[0] if loaded else None
 
-    async def get_message(self, message_uuid: UUID) -> Message | None:
-        rows = await self._fetch(
-            _MESSAGE_SELECT + " WHERE m.message_uuid = ?", (str(message_uuid),), small=True
-        )
-        messages = await self._load_messages(rows, small=True)
-        return messages[0] if messages else None
-
-    async def get_message_by_agui_id(self, chat_uuid: UUID, agui_id: str) -> Message | None:
-        rows = await self._fetch(
-            _MESSAGE_SELECT + " WHERE m.chat_uuid = ? AND m.agui_id = ? ORDER BY m.seq LIMIT 1",
-            (str(chat_uuid), agui_id),
-            small=True,
-        )
+    async def _find_message(self, key: MessageKey) -> Message | None:
+        conditions: list[str] = []
+        params: list[Any] = []
+        for column, value in (
+            ("message_uuid", _u(key.message_uuid)),
+            ("chat_uuid", _u(key.chat_uuid)),
+            ("agui_id", key.agui_id),
+        ):
+            if value is not None:
+                conditions.append(f"m.{column} = ?")
+                params.append(value)
+        sql = _MESSAGE_SELECT + " WHERE " + " AND ".join(conditions) + " ORDER BY m.seq LIMIT 1"
+        rows = await self._fetch(sql, params, small=True)
         messages = await self._load_messages(rows, small=True)
         return messages[0] if messages else None
 
