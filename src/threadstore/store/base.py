@@ -265,6 +265,16 @@ class ChatFilter:
     """Only chats listed after this ``(updated_at, chat_uuid)`` key."""
     limit: int | None = None
 
+    def equalities(self) -> list[tuple[str, Any]]:
+        """``(column, value)`` of every equality this filter asks for."""
+        return _given(
+            user_uuid=self.user_uuid,
+            thread_id=self.thread_id,
+            chat_uuid=self.chat_uuid,
+            tenant_id=self.tenant_id,
+            app_id=self.app_id,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class MessageKey:
@@ -273,6 +283,16 @@ class MessageKey:
     message_uuid: UUID | None = None
     chat_uuid: UUID | None = None
     agui_id: str | None = None
+
+    def equalities(self) -> list[tuple[str, Any]]:
+        """``(column, value)`` of every equality this key asks for."""
+        return _given(
+            message_uuid=self.message_uuid, chat_uuid=self.chat_uuid, agui_id=self.agui_id
+        )
+
+
+def _given(**values: Any) -> list[tuple[str, Any]]:
+    return [(name, value) for name, value in values.items() if value is not None]
 
 
 class Store(abc.ABC):

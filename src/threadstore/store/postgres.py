@@ -42,7 +42,6 @@ from threadstore.errors import (
     NotFoundError,
     StoreError,
 )
-from threadstore.keys import chat_deduplication_key
 from threadstore.models import (
     FORMAT_VERSION,
     Chat,
@@ -67,12 +66,11 @@ from threadstore.store.base import (
     ChatFilter,
     MessageKey,
     Store,
-    require_chat_identity,
 )
 from threadstore.store.history_cache import DEFAULT_HISTORY_CACHE_MESSAGES, HistoryCache
 from threadstore.store.ops import UpdateMessage, Write
 from threadstore.store.postgres_events import PostgresRunEvents
-from threadstore.store.records import split_create, split_update
+from threadstore.store.records import split_update
 from threadstore.store.rows import RowLoader, attach_children, dump_json, dump_metadata, dump_parts
 from threadstore.store.sql import (
     CHAT_INSERT,
@@ -83,10 +81,12 @@ from threadstore.store.sql import (
     TOOL_CALL_INSERT,
     UPDATABLE,
     Plan,
+    chat_values,
     created_child,
     created_message,
     load_run,
     params,
+    record_values,
 )
 
 __all__ = ["PostgresStore"]
@@ -396,17 +396,7 @@ class PostgresStore(Store):
     # --- chats ---------------------------------------------------------------------------
 
     async def create_chat(self, chat_data: ChatCreate) -> Chat:
-        user_uuid, thread_id = require_chat_identity(chat_data)
-        base, extra = split_create(chat_data, ChatCreate)
-        values = {
-            **base,
-            "user_uuid": user_uuid,
-            "thread_id": thread_id,
-            "dedup_key": chat_deduplication_key(user_uuid, thread_id),
-            "extra": extra,
-            "format_version": FORMAT_VERSION,
-            "created_at": utcnow(),
-        }
+        values = chat_values(chat_data)
         args = params(_CHAT_PLAN, values)
         async with self._connection() as conn:
             for _ in range(_CREATE_ATTEMPTS):
@@ -418,27 +408,22 @@ class PostgresStore(Store):
                         conn,
                         sql.CHAT_SELECT[_iso_times(conn)]
                         + " WHERE user_uuid = $1 AND thread_id = $2",
-                        user_uuid,
-                        thread_id,
+                        values["user_uuid"],
+                        values["thread_id"],
                     )
                 if rows:
                     chat: Chat = self._chats.load(rows)[0]
                     return chat
-        raise ConflictError(f"thread {thread_id!r} kept being created and deleted concurrently")
+        raise ConflictError(
+            f"thread {values['thread_id']!r} kept being created and deleted concurrently"
+        )
 
     async def _select_chats(self, where: ChatFilter) -> Sequence[Chat]:
         conditions: list[str] = []
         args: list[Any] = []
-        for column, value in (
-            ("user_uuid", where.user_uuid),
-            ("thread_id", where.thread_id),
-            ("chat_uuid", where.chat_uuid),
-            ("tenant_id", where.tenant_id),
-            ("app_id", where.app_id),
-        ):
-            if value is not None:
-                args.append(value)
-                conditions.append(f"{column} = ${len(args)}")
+        for column, value in where.equalities():
+            args.append(value)
+            conditions.append(f"{column} = ${len(args)}")
         if where.after is not None:
             args += [where.after[0], UUID(where.after[1])]
             conditions.append(f"(updated_at, chat_uuid) < (${len(args) - 1}, ${len(args)})")
@@ -491,9 +476,8 @@ class PostgresStore(Store):
         fields = data.__dict__
         if fields["chat_uuid"] is None:
             raise NotFoundError("MessageCreate.chat_uuid is required")
-        extra = None if type(data) is MessageCreate else split_create(data, MessageCreate)[1]
         created = fields["created_at"] or utcnow()
-        values = {**fields, "extra": extra, "format_version": FORMAT_VERSION, "created_at": created}
+        values = record_values(data, created)
         async with self._connection() as conn:
             rows = await self._fetch_on(conn, sql.INSERT_MESSAGE, *params(_MESSAGE_PLAN, values))
             if not rows:
@@ -572,14 +556,9 @@ class PostgresStore(Store):
         self, query: str, plan: Plan, data: MessageToolCallCreate | MessageReasoningCreate
     ) -> tuple[int, datetime]:
         """Insert a tool call or reasoning step; return its ``seq`` and creation time."""
-        base_cls: type[MessageToolCallCreate | MessageReasoningCreate] = MessageReasoningCreate
-        kind = "reasoning"
-        if isinstance(data, MessageToolCallCreate):
-            base_cls, kind = MessageToolCallCreate, "tool call"
-        _, extra = split_create(data, base_cls)
+        kind = "tool call" if isinstance(data, MessageToolCallCreate) else "reasoning"
         now = utcnow()
-        values = {**data.__dict__, "extra": extra, "format_version": FORMAT_VERSION}
-        values["created_at"] = now
+        values = record_values(data, now)
         async with self._connection() as conn:
             rows = await self._fetch_on(conn, query, *params(plan, values))
             if not rows:
@@ -616,14 +595,9 @@ class PostgresStore(Store):
     async def _find_message(self, key: MessageKey) -> Message | None:
         conditions: list[str] = []
         args: list[Any] = []
-        for column, value in (
-            ("message_uuid", key.message_uuid),
-            ("chat_uuid", key.chat_uuid),
-            ("agui_id", key.agui_id),
-        ):
-            if value is not None:
-                args.append(value)
-                conditions.append(f"m.{column} = ${len(args)}")
+        for column, value in key.equalities():
+            args.append(value)
+            conditions.append(f"m.{column} = ${len(args)}")
         suffix = " WHERE " + " AND ".join(conditions) + " ORDER BY m.seq LIMIT 1"
         messages = await self._read_messages(suffix, *args)
         return messages[0] if messages else None

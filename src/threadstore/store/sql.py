@@ -18,8 +18,20 @@ from uuid import UUID
 
 from pydantic import BaseModel
 
-from threadstore.models import FORMAT_VERSION, Message, MessageCreate, Run
+from threadstore.keys import chat_deduplication_key
+from threadstore.models import (
+    FORMAT_VERSION,
+    ChatCreate,
+    Message,
+    MessageCreate,
+    MessageReasoningCreate,
+    MessageToolCallCreate,
+    Run,
+    utcnow,
+)
+from threadstore.store.base import require_chat_identity
 from threadstore.store.codec import Constructor, constructor
+from threadstore.store.records import split_create
 from threadstore.store.rows import dump_json, dump_metadata, dump_parts
 
 __all__ = [
@@ -38,10 +50,12 @@ __all__ = [
     "InsertColumns",
     "Kind",
     "Plan",
+    "chat_values",
     "created_child",
     "created_message",
     "load_run",
     "params",
+    "record_values",
 ]
 
 CHAT_COLUMNS = (
@@ -195,6 +209,38 @@ UPDATABLE: dict[str, frozenset[str]] = {
 
 
 _build_message: Constructor[Message] = constructor(Message)
+
+
+def chat_values(chat_data: ChatCreate) -> dict[str, Any]:
+    """The values of a chat's insert (:data:`CHAT_INSERT`); ``ValueError`` without an identity."""
+    user_uuid, thread_id = require_chat_identity(chat_data)
+    base, extra = split_create(chat_data, ChatCreate)
+    return {
+        **base,
+        "user_uuid": user_uuid,
+        "thread_id": thread_id,
+        "dedup_key": chat_deduplication_key(user_uuid, thread_id),
+        "extra": extra,
+        "format_version": FORMAT_VERSION,
+        "created_at": utcnow(),
+    }
+
+
+_CREATES = (MessageCreate, MessageToolCallCreate, MessageReasoningCreate)
+
+
+def record_values(data: BaseModel, created_at: datetime) -> dict[str, Any]:
+    """The values of a message's, tool call's or reasoning step's insert.
+
+    Read from the DTO's dict (the append hot path); a subclass's own fields go to ``extra``.
+    """
+    extra = None
+    if type(data) not in _CREATES:
+        base_cls = next(cls for cls in _CREATES if isinstance(data, cls))
+        extra = split_create(data, base_cls)[1]
+    values = {**data.__dict__, "extra": extra, "format_version": FORMAT_VERSION}
+    values["created_at"] = created_at
+    return values
 
 
 def created_message(

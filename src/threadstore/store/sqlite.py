@@ -37,7 +37,6 @@ from urllib.parse import parse_qs
 from uuid import UUID
 
 from threadstore.errors import ConfigurationError, ConflictError, MigrationError, NotFoundError
-from threadstore.keys import chat_deduplication_key
 from threadstore.models import (
     FORMAT_VERSION,
     Chat,
@@ -61,7 +60,6 @@ from threadstore.store.base import (
     ChatFilter,
     MessageKey,
     Store,
-    require_chat_identity,
 )
 from threadstore.store.history_cache import DEFAULT_HISTORY_CACHE_MESSAGES, HistoryCache
 from threadstore.store.ops import (
@@ -77,7 +75,7 @@ from threadstore.store.ops import (
     UpdateToolCall,
     Write,
 )
-from threadstore.store.records import WriterLock, split_create, split_update
+from threadstore.store.records import WriterLock, split_update
 from threadstore.store.rows import (
     RowLoader,
     attach_children,
@@ -97,10 +95,12 @@ from threadstore.store.sql import (
     InsertColumns,
     Kind,
     Plan,
+    chat_values,
     created_child,
     created_message,
     load_run,
     params,
+    record_values,
 )
 from threadstore.store.sqlite_schema import (
     CHAT_COLUMNS,
@@ -264,6 +264,11 @@ def _ts(value: datetime) -> str:
 
 def _u(value: UUID | None) -> str | None:
     return None if value is None else str(value)
+
+
+def _param(value: Any) -> Any:
+    """A key value as SQLite takes it (uuids as text)."""
+    return str(value) if isinstance(value, UUID) else value
 
 
 def _encode(column: str, value: Any) -> Any:
@@ -588,17 +593,7 @@ class SQLiteStore(Store):
     # --- chats -----------------------------------------------------------------------------
 
     async def create_chat(self, chat_data: ChatCreate) -> Chat:
-        user_uuid, thread_id = require_chat_identity(chat_data)
-        base, extra = split_create(chat_data, ChatCreate)
-        values = {
-            **base,
-            "user_uuid": user_uuid,
-            "thread_id": thread_id,
-            "dedup_key": chat_deduplication_key(user_uuid, thread_id),
-            "extra": extra,
-            "format_version": FORMAT_VERSION,
-            "created_at": utcnow(),
-        }
+        values = chat_values(chat_data)
         rows = await self._fetch(
             _INSERT_CHAT,
             # A random starting version: a chat deleted and created again under the
@@ -611,16 +606,9 @@ class SQLiteStore(Store):
     async def _select_chats(self, where: ChatFilter) -> Sequence[Chat]:
         conditions: list[str] = []
         params: list[Any] = []
-        for column, value in (
-            ("user_uuid", _u(where.user_uuid)),
-            ("thread_id", where.thread_id),
-            ("chat_uuid", _u(where.chat_uuid)),
-            ("tenant_id", where.tenant_id),
-            ("app_id", where.app_id),
-        ):
-            if value is not None:
-                conditions.append(f"{column} = ?")
-                params.append(value)
+        for column, value in where.equalities():
+            conditions.append(f"{column} = ?")
+            params.append(_param(value))
         if where.after is not None:
             conditions.append("(updated_at, chat_uuid) < (?, ?)")
             params += [_ts(where.after[0]), where.after[1]]
@@ -704,9 +692,8 @@ class SQLiteStore(Store):
         chat_uuid, parent_uuid = fields["chat_uuid"], fields["parent_uuid"]
         if chat_uuid is None:
             raise NotFoundError("MessageCreate.chat_uuid is required")
-        extra = None if type(data) is MessageCreate else split_create(data, MessageCreate)[1]
         created = fields["created_at"] or utcnow()
-        values = {**fields, "extra": extra, "format_version": FORMAT_VERSION, "created_at": created}
+        values = record_values(data, created)
         insert = _Statement(_INSERT_MESSAGE, params(_MESSAGE_PLAN, values))
         chat = str(chat_uuid)
         if parent_uuid is None:
@@ -765,18 +752,7 @@ class SQLiteStore(Store):
         now: datetime,
     ) -> list[_Statement]:
         """A tool call's or reasoning step's insert."""
-        base_cls = (
-            MessageToolCallCreate
-            if isinstance(data, MessageToolCallCreate)
-            else MessageReasoningCreate
-        )
-        extra = None if type(data) is base_cls else split_create(data, base_cls)[1]
-        values = {
-            **data.__dict__,
-            "extra": extra,
-            "format_version": FORMAT_VERSION,
-            "created_at": now,
-        }
+        values = record_values(data, now)
         missing = f"parent message {data.message_uuid} does not exist"
         return [_Statement(sql, params(plan, values), missing=missing)]
 
@@ -826,14 +802,9 @@ class SQLiteStore(Store):
     async def _find_message(self, key: MessageKey) -> Message | None:
         conditions: list[str] = []
         params: list[Any] = []
-        for column, value in (
-            ("message_uuid", _u(key.message_uuid)),
-            ("chat_uuid", _u(key.chat_uuid)),
-            ("agui_id", key.agui_id),
-        ):
-            if value is not None:
-                conditions.append(f"m.{column} = ?")
-                params.append(value)
+        for column, value in key.equalities():
+            conditions.append(f"m.{column} = ?")
+            params.append(_param(value))
         sql = _MESSAGE_SELECT + " WHERE " + " AND ".join(conditions) + " ORDER BY m.seq LIMIT 1"
         rows = await self._fetch(sql, params, small=True)
         messages = await self._load_messages(rows, small=True)
