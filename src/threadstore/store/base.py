@@ -3,8 +3,19 @@
 ``ChatRepositoryLike`` and ``MessageRepositoryLike`` keep the seed's method names and
 meanings, so any object with these methods is a drop-in for the storage agent.
 :class:`Store` is the base class of threadstore's own backends; it implements both
-Protocols (and the run registry the run manager uses) and holds the logic that is the
-same for every backend, so a backend only implements storage primitives.
+Protocols (and the run registry the run manager uses).
+
+Where things go:
+
+- here, once: limits and cursor paging (``list_chats``), reads by key (``get_chat``,
+  ``get_message``...), the branch page and the history cache check
+  (``get_chat_messages``), batches of typed writes (``apply_writes``, ``store/ops.py``)
+  and the capabilities a store declares;
+- ``store/sql.py``: what both SQL backends share (one field-to-column table per record
+  type, insert values, patchable columns); ``store/codec.py``: models from trusted values;
+- each backend (``memory.py``, ``sqlite.py``, ``postgres.py``): the abstract methods
+  below, as storage primitives (``_select_chats``, ``_select_branch``, ``_find_message``,
+  ``_history_version``) or as one write each.
 """
 
 from __future__ import annotations

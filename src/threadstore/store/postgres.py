@@ -73,13 +73,9 @@ from threadstore.store.postgres_events import PostgresRunEvents
 from threadstore.store.records import split_update
 from threadstore.store.rows import RowLoader, attach_children, dump_json, dump_metadata, dump_parts
 from threadstore.store.sql import (
-    CHAT_INSERT,
     JSON_ENCODERS,
-    MESSAGE_INSERT,
-    REASONING_INSERT,
-    RUN_INSERT,
-    TOOL_CALL_INSERT,
     UPDATABLE,
+    InsertPlans,
     Plan,
     chat_values,
     created_child,
@@ -134,11 +130,7 @@ def _encode(column: str, value: Any) -> Any:
 
 
 # asyncpg takes uuids, times and booleans as they are; JSON goes as text.
-_CHAT_PLAN = CHAT_INSERT.plan(JSON_ENCODERS)
-_MESSAGE_PLAN = MESSAGE_INSERT.plan(JSON_ENCODERS)
-_TOOL_CALL_PLAN = TOOL_CALL_INSERT.plan(JSON_ENCODERS)
-_REASONING_PLAN = REASONING_INSERT.plan(JSON_ENCODERS)
-_RUN_PLAN = RUN_INSERT.plan(JSON_ENCODERS)
+_PLANS = InsertPlans(JSON_ENCODERS)
 
 
 class _Lease:
@@ -397,7 +389,7 @@ class PostgresStore(Store):
 
     async def create_chat(self, chat_data: ChatCreate) -> Chat:
         values = chat_values(chat_data)
-        args = params(_CHAT_PLAN, values)
+        args = params(_PLANS.chat, values)
         async with self._connection() as conn:
             for _ in range(_CREATE_ATTEMPTS):
                 rows = await self._fetch_on(conn, sql.INSERT_CHAT, *args)
@@ -479,7 +471,7 @@ class PostgresStore(Store):
         created = fields["created_at"] or utcnow()
         values = record_values(data, created)
         async with self._connection() as conn:
-            rows = await self._fetch_on(conn, sql.INSERT_MESSAGE, *params(_MESSAGE_PLAN, values))
+            rows = await self._fetch_on(conn, sql.INSERT_MESSAGE, *params(_PLANS.message, values))
             if not rows:
                 await self._explain_missing_insert(conn, data)
         seq, parent = rows[0]
@@ -548,7 +540,7 @@ class PostgresStore(Store):
             await self._fetch_on(conn, query, *args)
 
     async def create_message_tool_call(self, data: MessageToolCallCreate) -> ToolCall:
-        seq, now = await self._insert_child(sql.INSERT_TOOL_CALL, _TOOL_CALL_PLAN, data)
+        seq, now = await self._insert_child(sql.INSERT_TOOL_CALL, _PLANS.tool_call, data)
         tool_call: ToolCall = created_child(self.tool_call_model, data, seq=seq, created_at=now)
         return tool_call
 
@@ -578,7 +570,7 @@ class PostgresStore(Store):
         return loaded[0] if loaded else None
 
     async def create_message_reasoning(self, data: MessageReasoningCreate) -> Reasoning:
-        seq, now = await self._insert_child(sql.INSERT_REASONING, _REASONING_PLAN, data)
+        seq, now = await self._insert_child(sql.INSERT_REASONING, _PLANS.reasoning, data)
         reasoning: Reasoning = created_child(self.reasoning_model, data, seq=seq, created_at=now)
         return reasoning
 
@@ -651,7 +643,7 @@ class PostgresStore(Store):
     async def start_run(self, run: Run) -> Run:
         async with self._connection() as conn:
             values = {**run.__dict__, "format_version": FORMAT_VERSION}
-            rows = await self._fetch_on(conn, sql.INSERT_RUN, *params(_RUN_PLAN, values))
+            rows = await self._fetch_on(conn, sql.INSERT_RUN, *params(_PLANS.run, values))
             if not rows:
                 rows = await self._fetch_on(
                     conn,

@@ -48,6 +48,7 @@ __all__ = [
     "UPDATABLE",
     "Encoder",
     "InsertColumns",
+    "InsertPlans",
     "Kind",
     "Plan",
     "chat_values",
@@ -190,6 +191,17 @@ RUN_INSERT = InsertColumns(
     ("format_version", Kind.INT), ("created_at", _T), ("updated_at", _T),
 )  # fmt: skip
 """A run's insert."""
+
+
+class InsertPlans:
+    """One backend's plans of every record type's insert (see :meth:`InsertColumns.plan`)."""
+
+    def __init__(self, encoders: Mapping[Kind, Encoder]) -> None:
+        self.chat = CHAT_INSERT.plan(encoders)
+        self.message = MESSAGE_INSERT.plan(encoders)
+        self.tool_call = TOOL_CALL_INSERT.plan(encoders)
+        self.reasoning = REASONING_INSERT.plan(encoders)
+        self.run = RUN_INSERT.plan(encoders)
 
 
 UPDATABLE: dict[str, frozenset[str]] = {

@@ -93,6 +93,7 @@ from threadstore.store.sql import (
     UPDATABLE,
     Encoder,
     InsertColumns,
+    InsertPlans,
     Kind,
     Plan,
     chat_values,
@@ -285,11 +286,7 @@ def _encode(column: str, value: Any) -> Any:
 
 
 _ENCODERS: dict[Kind, Encoder] = {**JSON_ENCODERS, Kind.UUID: str, Kind.TIME: _ts, Kind.BOOL: int}
-_CHAT_PLAN = CHAT_INSERT.plan(_ENCODERS)
-_MESSAGE_PLAN = MESSAGE_INSERT.plan(_ENCODERS)
-_TOOL_CALL_PLAN = TOOL_CALL_INSERT.plan(_ENCODERS)
-_REASONING_PLAN = REASONING_INSERT.plan(_ENCODERS)
-_RUN_PLAN = RUN_INSERT.plan(_ENCODERS)
+_PLANS = InsertPlans(_ENCODERS)
 
 
 @dataclass(slots=True)
@@ -598,7 +595,7 @@ class SQLiteStore(Store):
             _INSERT_CHAT,
             # A random starting version: a chat deleted and created again under the
             # same uuid can never match a history cached for the one before.
-            [*params(_CHAT_PLAN, values), secrets.randbits(62)],
+            [*params(_PLANS.chat, values), secrets.randbits(62)],
             small=True,
         )
         return self._load_chats(rows)[0]
@@ -694,7 +691,7 @@ class SQLiteStore(Store):
             raise NotFoundError("MessageCreate.chat_uuid is required")
         created = fields["created_at"] or utcnow()
         values = record_values(data, created)
-        insert = _Statement(_INSERT_MESSAGE, params(_MESSAGE_PLAN, values))
+        insert = _Statement(_INSERT_MESSAGE, params(_PLANS.message, values))
         chat = str(chat_uuid)
         if parent_uuid is None:
             return [insert], created
@@ -742,7 +739,7 @@ class SQLiteStore(Store):
         return messages[0] if messages else None
 
     def _tool_call_insert(self, data: MessageToolCallCreate, now: datetime) -> list[_Statement]:
-        return self._child_insert(_INSERT_TOOL_CALL, _TOOL_CALL_PLAN, data, now)
+        return self._child_insert(_INSERT_TOOL_CALL, _PLANS.tool_call, data, now)
 
     @staticmethod
     def _child_insert(
@@ -777,7 +774,7 @@ class SQLiteStore(Store):
         return loaded[0] if loaded else None
 
     def _reasoning_insert(self, data: MessageReasoningCreate, now: datetime) -> list[_Statement]:
-        return self._child_insert(_INSERT_REASONING, _REASONING_PLAN, data, now)
+        return self._child_insert(_INSERT_REASONING, _PLANS.reasoning, data, now)
 
     async def create_message_reasoning(self, data: MessageReasoningCreate) -> Reasoning:
         now = utcnow()
@@ -874,7 +871,7 @@ class SQLiteStore(Store):
 
     async def start_run(self, run: Run) -> Run:
         values = {**run.__dict__, "format_version": FORMAT_VERSION}
-        rows = await self._fetch(_INSERT_RUN, params(_RUN_PLAN, values), small=True)
+        rows = await self._fetch(_INSERT_RUN, params(_PLANS.run, values), small=True)
         return load_run(rows[0])
 
     async def heartbeat_runs(self, owner: str, run_ids: Sequence[tuple[UUID, str]]) -> None:
