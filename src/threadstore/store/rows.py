@@ -15,6 +15,7 @@ so its own validators still run.
 from __future__ import annotations
 
 import json
+import operator
 import types
 import typing
 from collections.abc import Callable, Iterable, Sequence
@@ -66,103 +67,95 @@ def _plain(annotation: Any) -> Any:
     return annotation
 
 
-# One history repeats the same ids and stamps (the chat id, each parent is the
-# previous message's id, created == updated): each text is parsed once per load.
-def _uuid(value: Any, memo: dict[Any, Any]) -> Any:
-    if value.__class__ is not str:
-        return value
-    parsed = memo.get(value)
-    if parsed is None:
-        parsed = memo[value] = UUID(value)
-    return parsed
-
-
-def _time(value: Any, memo: dict[Any, Any]) -> Any:
-    if value.__class__ is not str:
-        return value
-    parsed = memo.get(value)
-    if parsed is None:
-        parsed = memo[value] = datetime.fromisoformat(value)
-    return parsed
-
-
-def _parts(value: Any, memo: dict[Any, Any]) -> Any:
-    return CONTENT_PARTS.validate_json(value) if value.__class__ is str else value
-
-
-def _metadata(value: Any, memo: dict[Any, Any]) -> Any:
-    return {} if value is None else json.loads(value) if value.__class__ is str else value
-
-
-def _json(value: Any, memo: dict[Any, Any]) -> Any:
-    return json.loads(value) if value.__class__ is str else value
-
-
-def _to_bool(value: Any, memo: dict[Any, Any]) -> Any:
-    return bool(value)
-
-
-_Convert = Callable[[Any, dict[Any, Any]], Any]
 _TrustedLoad = Callable[[Iterable[Sequence[Any]], dict[Any, Any]], list[Any]]
 
 
 def _trusted_loader(model: type[BaseModel], columns: Sequence[str]) -> _TrustedLoad:
-    """The loop that builds ``model`` instances from trusted rows, one converter per column."""
+    """The loop that builds ``model`` instances from trusted rows.
+
+    Each row's values are picked in the model's field order and converted where the
+    stored form differs: ids and times parsed once per distinct text (a history repeats
+    the chat id, each parent is the previous message's id, created == updated), enums
+    looked up, the rest (booleans, JSON) by a function; fields with no column (a
+    message's nested lists, which come last) get fresh defaults.
+    """
     position = {name: index for index, name in enumerate(columns)}
-    # Per field, in the model's order: its column and converter, or a default factory
-    # for a field with no column (a message's nested lists).
-    steps: list[tuple[str, int, _Convert | None, Callable[[], Any] | None]] = []
+    names: list[str] = []
+    picks: list[int] = []
+    parsed: list[tuple[int, Callable[[str], Any]]] = []
+    members: list[tuple[int, dict[Any, Any]]] = []
+    converts: list[tuple[int, Callable[[Any], Any]]] = []
+    defaults: list[tuple[str, Callable[[], Any]]] = []
     for name, field in model.model_fields.items():
         if name not in position:
             if field.default_factory is not None:
-                steps.append(
-                    (name, -1, None, typing.cast(Callable[[], Any], field.default_factory))
-                )
+                defaults.append((name, typing.cast(Callable[[], Any], field.default_factory)))
             continue
+        if defaults:
+            raise TypeError(f"{model.__name__}: fields without a column must come last")
+        at = len(names)
         kind = _plain(field.annotation)
-        convert: _Convert | None = None
         if kind is UUID:
-            convert = _uuid
+            parsed.append((at, UUID))
         elif kind is datetime:
-            convert = _time
+            parsed.append((at, datetime.fromisoformat))
         elif isinstance(kind, type) and issubclass(kind, Enum):
-            members = {member.value: member for member in kind}
-            convert = _member(members)
-        elif kind is bool:
-            convert = _to_bool
-        elif name == "content_parts":
-            convert = _parts
-        elif name == "metadata":
-            convert = _metadata
-        elif name in _JSON_FIELDS:
-            convert = _json
-        steps.append((name, position[name], convert, None))
+            members.append((at, {member.value: member for member in kind}))
+        elif (convert := _converter(name, kind)) is not None:
+            converts.append((at, convert))
+        names.append(name)
+        picks.append(position[name])
     build = constructor(model)
+    pick = operator.itemgetter(*picks)
 
     def load(rows: Iterable[Sequence[Any]], memo: dict[Any, Any]) -> list[Any]:
+        get = memo.get
         built = []
         for row in rows:
-            fields = {
-                name: (
-                    factory()
-                    if factory is not None
-                    else row[index]
-                    if convert is None
-                    else convert(row[index], memo)
-                )
-                for name, index, convert, factory in steps
-            }
+            values = list(pick(row))
+            for index, parse in parsed:
+                value = values[index]
+                if value.__class__ is str:
+                    known = get(value)
+                    if known is None:
+                        known = memo[value] = parse(value)
+                    values[index] = known
+            for index, lookup in members:
+                values[index] = lookup[values[index]]
+            for index, convert in converts:
+                values[index] = convert(values[index])
+            fields = dict(zip(names, values))  # noqa: B905 - equal lengths by construction
+            for name, factory in defaults:
+                fields[name] = factory()
             built.append(build(fields))
         return built
 
     return load
 
 
-def _member(members: dict[Any, Any]) -> _Convert:
-    def convert(value: Any, memo: dict[Any, Any]) -> Any:
-        return members[value]
+def _converter(name: str, kind: Any) -> Callable[[Any], Any] | None:
+    """How a column's stored value becomes the field's value (``None``: as it is)."""
+    if kind is bool:
+        return bool
+    if name == "content_parts":
+        return _parts
+    if name == "metadata":
+        return _metadata
+    if name in _JSON_FIELDS:
+        return _json
+    return None
 
-    return convert
+
+def _parts(value: Any) -> Any:
+    return CONTENT_PARTS.validate_json(value) if value.__class__ is str else value
+
+
+def _metadata(value: Any) -> Any:
+    return {} if value is None else json.loads(value) if value.__class__ is str else value
+
+
+def _json(value: Any) -> Any:
+    return json.loads(value) if value.__class__ is str else value
 
 
 class RowLoader:
