@@ -446,11 +446,11 @@ class SQLiteStore(Store):
             if not outermost:
                 yield
                 return
-            await self._thread.call(_execute, "BEGIN IMMEDIATE")
+            await self._thread.call(_fetch_all, "BEGIN IMMEDIATE")
             try:
                 yield
             except BaseException:
-                await self._thread.call(_execute, "ROLLBACK")
+                await self._thread.call(_fetch_all, "ROLLBACK")
                 raise
             await self._thread.call(_commit)
 
@@ -470,7 +470,7 @@ class SQLiteStore(Store):
 
     async def _fetch_now(self, sql: str, params: Sequence[Any]) -> list[Any]:
         try:
-            return await self._thread.call(_execute, sql, params)
+            return await self._thread.call(_fetch_all, sql, params)
         except sqlite3.Error as exc:
             raise _translate(exc) from exc
 
@@ -549,7 +549,7 @@ class SQLiteStore(Store):
         # the WAL over instead of making it longer.
         try:
             async with self._lock.turn():
-                await self._thread.call(_execute, "PRAGMA wal_checkpoint(PASSIVE)")
+                await self._thread.call(_fetch_all, "PRAGMA wal_checkpoint(PASSIVE)")
             self.checkpoints += 1
         except Exception:
             logger.warning("WAL checkpoint of %s failed", self.path, exc_info=True)
@@ -986,7 +986,7 @@ def _set_pragmas(conn: sqlite3.Connection) -> None:
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
 
 
-def _execute(conn: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+def _fetch_all(conn: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> list[Any]:
     """Run one statement; return its rows."""
     return conn.execute(sql, params).fetchall()
 
