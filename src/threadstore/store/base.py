@@ -26,7 +26,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
-from typing import Any, ClassVar, Protocol, Self, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol, Self, runtime_checkable
 from uuid import UUID
 
 from threadstore.errors import InvalidInputError
@@ -59,6 +59,7 @@ __all__ = [
     "BatchWriter",
     "BranchPage",
     "Capabilities",
+    "ChatField",
     "ChatFilter",
     "ChatRepositoryLike",
     "MessageKey",
@@ -287,6 +288,10 @@ class ChatFilter:
         )
 
 
+ChatField = Literal["name", "state"]
+"""The chat fields a caller sets directly (the rest follow from its messages)."""
+
+
 @dataclass(frozen=True, slots=True)
 class MessageKey:
     """Which message a lookup wants: by uuid, or by AG-UI id within a chat."""
@@ -417,13 +422,20 @@ class Store(abc.ABC):
     async def _select_chats(self, where: ChatFilter) -> Sequence[Chat]:
         """Primitive: the chats ``where`` wants, by (updated_at, chat_uuid) descending."""
 
-    @abc.abstractmethod
     async def update_chat_name(self, chat_uuid: UUID, name: str) -> Chat | None:
         """Rename a chat; ``None`` when it is unknown."""
+        return await self._set_chat_field(chat_uuid, "name", name)
 
-    @abc.abstractmethod
     async def update_chat_state(self, chat_uuid: UUID, state: Any) -> Chat | None:
         """Replace the chat's latest AG-UI state; ``None`` when it is unknown."""
+        return await self._set_chat_field(chat_uuid, "state", state)
+
+    @abc.abstractmethod
+    async def _set_chat_field(self, chat_uuid: UUID, field: ChatField, value: Any) -> Chat | None:
+        """Primitive: replace one field of a chat whole and stamp its activity time.
+
+        ``None`` when the chat is unknown.
+        """
 
     @abc.abstractmethod
     async def set_active_leaf(self, chat_uuid: UUID, message_uuid: UUID) -> Chat | None:

@@ -36,6 +36,7 @@ from threadstore.models import (
 )
 from threadstore.store.base import (
     BranchPage,
+    ChatField,
     ChatFilter,
     MessageKey,
     Store,
@@ -221,11 +222,8 @@ class MemoryStore(Store):
             row["updated_at"] = utcnow()
             return self._chat(row)
 
-    async def update_chat_name(self, chat_uuid: UUID, name: str) -> Chat | None:
-        return await self._patch_chat(chat_uuid, name=name)
-
-    async def update_chat_state(self, chat_uuid: UUID, state: Any) -> Chat | None:
-        return await self._patch_chat(chat_uuid, state=state)
+    async def _set_chat_field(self, chat_uuid: UUID, field: ChatField, value: Any) -> Chat | None:
+        return await self._patch_chat(chat_uuid, **{field: value})
 
     async def set_active_leaf(self, chat_uuid: UUID, message_uuid: UUID) -> Chat | None:
         message = self._state.messages.get(message_uuid)

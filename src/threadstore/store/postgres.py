@@ -63,6 +63,7 @@ from threadstore.models import (
 from threadstore.store import postgres_schema as sql
 from threadstore.store.base import (
     BranchPage,
+    ChatField,
     ChatFilter,
     MessageKey,
     Store,
@@ -86,6 +87,9 @@ from threadstore.store.sql import (
 )
 
 __all__ = ["PostgresStore"]
+
+_CHAT_FIELDS: dict[str, str] = {"name": "name", "state": "state"}
+"""The column of each directly set chat field (column names are only taken from here)."""
 
 _CREATE_ATTEMPTS = 5
 """How often create_chat retries when the chat it conflicted with is deleted meanwhile."""
@@ -427,23 +431,17 @@ class PostgresStore(Store):
         chats: list[Chat] = self._chats.load(await self._select(sql.CHAT_SELECT, suffix, *args))
         return chats
 
-    async def _update_chat(self, chat_uuid: UUID, column: str, value: Any) -> Chat | None:
+    async def _set_chat_field(self, chat_uuid: UUID, field: ChatField, value: Any) -> Chat | None:
+        # One UPDATE of one column: concurrent renames serialize on the row lock and
+        # the last one wins whole; no read-modify-write can lose a concurrent change.
         rows = await self._fetch(
-            f"UPDATE chats SET {column} = $1, updated_at = $2 WHERE chat_uuid = $3"
+            f"UPDATE chats SET {_CHAT_FIELDS[field]} = $1, updated_at = $2 WHERE chat_uuid = $3"
             + sql.CHAT_RETURNING,
-            value,
+            dump_json(value) if field == "state" else value,
             utcnow(),
             chat_uuid,
         )
         return self._chats.load(rows)[0] if rows else None
-
-    async def update_chat_name(self, chat_uuid: UUID, name: str) -> Chat | None:
-        # One UPDATE of one column: concurrent renames serialize on the row lock and
-        # the last one wins whole; no read-modify-write can lose a concurrent change.
-        return await self._update_chat(chat_uuid, "name", name)
-
-    async def update_chat_state(self, chat_uuid: UUID, state: Any) -> Chat | None:
-        return await self._update_chat(chat_uuid, "state", dump_json(state))
 
     async def set_active_leaf(self, chat_uuid: UUID, message_uuid: UUID) -> Chat | None:
         rows = await self._fetch(sql.SET_ACTIVE_LEAF, chat_uuid, message_uuid, utcnow())

@@ -57,6 +57,7 @@ from threadstore.models import (
 )
 from threadstore.store.base import (
     BranchPage,
+    ChatField,
     ChatFilter,
     MessageKey,
     Store,
@@ -126,6 +127,9 @@ INLINE_MAX_BYTES = 64 * 1024
 
 CHECKPOINT_EVERY_WRITES = 100
 """Inline writes between two WAL checkpoints (about 700 pages of a typical append)."""
+
+_CHAT_FIELD_SET = {"name": "name = ?", "state": "state = ?"}
+"""The assignment of each directly set chat field (column names are only taken from here)."""
 
 _BUSY_CODES = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
@@ -631,17 +635,12 @@ class SQLiteStore(Store):
         (rows,) = await self._run(statement)
         return self._load_chats(rows)[0] if rows else None
 
-    def _chat_name_update(self, chat_uuid: UUID, name: str) -> list[_Statement]:
-        return [self._chat_update(chat_uuid, "name = ?", (name,))]
+    def _chat_field_update(self, chat_uuid: UUID, field: ChatField, value: Any) -> list[_Statement]:
+        encoded = dump_json(value) if field == "state" else value
+        return [self._chat_update(chat_uuid, _CHAT_FIELD_SET[field], (encoded,))]
 
-    def _chat_state_update(self, chat_uuid: UUID, state: Any) -> list[_Statement]:
-        return [self._chat_update(chat_uuid, "state = ?", (dump_json(state),))]
-
-    async def update_chat_name(self, chat_uuid: UUID, name: str) -> Chat | None:
-        return await self._update_chat(*self._chat_name_update(chat_uuid, name))
-
-    async def update_chat_state(self, chat_uuid: UUID, state: Any) -> Chat | None:
-        return await self._update_chat(*self._chat_state_update(chat_uuid, state))
+    async def _set_chat_field(self, chat_uuid: UUID, field: ChatField, value: Any) -> Chat | None:
+        return await self._update_chat(*self._chat_field_update(chat_uuid, field, value))
 
     async def set_active_leaf(self, chat_uuid: UUID, message_uuid: UUID) -> Chat | None:
         async with self.transaction():
@@ -958,8 +957,8 @@ class SQLiteStore(Store):
             UpdateToolCall: lambda w: self._tool_call_update(w.uuid, w.update),
             CreateReasoning: lambda w: self._reasoning_insert(w.data, utcnow()),
             UpdateReasoning: lambda w: self._reasoning_update(w.uuid, w.update),
-            RenameChat: lambda w: self._chat_name_update(w.chat_uuid, w.name),
-            UpdateChatState: lambda w: self._chat_state_update(w.chat_uuid, w.state),
+            RenameChat: lambda w: self._chat_field_update(w.chat_uuid, "name", w.name),
+            UpdateChatState: lambda w: self._chat_field_update(w.chat_uuid, "state", w.state),
             FinishRun: lambda w: self._run_finish(w.chat_uuid, w.run_id, w.status, w.error),
             FinalizeRunRecords: lambda w: self._run_records_finalize(
                 w.chat_uuid, w.run_id, w.status
