@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import AsyncIterator, Hashable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Hashable, Sequence
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Any, TypeVar
 from uuid import UUID
@@ -118,20 +118,18 @@ class MemoryStore(Store):
     async def close(self) -> None:
         """Drop nothing: the data lives as long as the object."""
 
-    @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[None]:
-        async with self._lock.hold() as outermost:
-            if not outermost:
-                yield
-                return
-            snapshot = self._committed = self._live.snapshot()
-            try:
-                yield
-            except BaseException:
-                self._live = snapshot
-                raise
-            finally:
-                self._committed = None
+    def transaction(self) -> AbstractAsyncContextManager[None]:
+        return self._lock.transaction(self._begin, self._commit, self._rollback)
+
+    async def _begin(self) -> None:
+        self._committed = self._live.snapshot()
+
+    async def _commit(self) -> None:
+        self._committed = None
+
+    async def _rollback(self) -> None:
+        assert self._committed is not None
+        self._live, self._committed = self._committed, None
 
     # --- rows -> models ------------------------------------------------------------------
 

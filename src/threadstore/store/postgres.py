@@ -72,7 +72,7 @@ from threadstore.store.history_cache import DEFAULT_HISTORY_CACHE_MESSAGES, Hist
 from threadstore.store.ops import UpdateMessage, Write
 from threadstore.store.postgres_events import PostgresRunEvents
 from threadstore.store.records import split_update
-from threadstore.store.rows import RowLoader, attach_children, dump_json, dump_metadata, dump_parts
+from threadstore.store.rows import RowLoader, attach_children, dump_json
 from threadstore.store.sql import (
     JSON_ENCODERS,
     UPDATABLE,
@@ -84,6 +84,7 @@ from threadstore.store.sql import (
     load_run,
     params,
     record_values,
+    update_value,
 )
 
 __all__ = ["PostgresStore"]
@@ -120,17 +121,6 @@ def _iso_times(conn: asyncpg.Connection) -> bool:
         getattr(settings, "DateStyle", "").startswith("ISO")
         and getattr(settings, "TimeZone", "") in _UTC_ZONES
     )
-
-
-def _encode(column: str, value: Any) -> Any:
-    """Encode one updatable column value for asyncpg."""
-    if column == "metadata":
-        return dump_metadata(value)
-    if column == "content_parts":
-        return dump_parts(value)
-    if column == "activity_content":
-        return dump_json(value)
-    return value
 
 
 # asyncpg takes uuids, times and booleans as they are; JSON goes as text.
@@ -502,7 +492,7 @@ class PostgresStore(Store):
         args: list[Any] = []
         for column, value in base.items():
             if column in UPDATABLE[table]:
-                args.append(_encode(column, value))
+                args.append(update_value(column, value, JSON_ENCODERS))
                 assignments.append(f"{column} = ${len(args)}")
         if extra:
             # jsonb || replaces each given key whole, in place: a concurrent patch of

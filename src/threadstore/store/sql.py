@@ -57,6 +57,7 @@ __all__ = [
     "load_run",
     "params",
     "record_values",
+    "update_value",
 ]
 
 CHAT_COLUMNS = (
@@ -202,6 +203,20 @@ class InsertPlans:
         self.tool_call = TOOL_CALL_INSERT.plan(encoders)
         self.reasoning = REASONING_INSERT.plan(encoders)
         self.run = RUN_INSERT.plan(encoders)
+
+
+_UPDATE_KINDS = {
+    "metadata": Kind.METADATA,
+    "content_parts": Kind.PARTS,
+    "activity_content": Kind.JSON,
+    "in_progress": Kind.BOOL,
+}
+
+
+def update_value(column: str, value: Any, encoders: Mapping[Kind, Encoder]) -> Any:
+    """An updatable column's value as a backend's driver takes it."""
+    encode = encoders.get(_UPDATE_KINDS.get(column, Kind.PLAIN))
+    return value if encode is None or value is None else encode(value)
 
 
 UPDATABLE: dict[str, frozenset[str]] = {

@@ -23,13 +23,14 @@ to the thread.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import secrets
 import sqlite3
 import threading
-from collections.abc import AsyncIterator, Callable, Hashable, Iterable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -81,8 +82,6 @@ from threadstore.store.rows import (
     RowLoader,
     attach_children,
     dump_json,
-    dump_metadata,
-    dump_parts,
 )
 from threadstore.store.sql import (
     CHAT_INSERT,
@@ -103,6 +102,7 @@ from threadstore.store.sql import (
     load_run,
     params,
     record_values,
+    update_value,
 )
 from threadstore.store.sqlite_schema import (
     CHAT_COLUMNS,
@@ -276,19 +276,6 @@ def _param(value: Any) -> Any:
     return str(value) if isinstance(value, UUID) else value
 
 
-def _encode(column: str, value: Any) -> Any:
-    """Encode one updatable column value for SQLite."""
-    if column == "metadata":
-        return dump_metadata(value)
-    if column == "content_parts":
-        return dump_parts(value)
-    if column == "activity_content":
-        return dump_json(value)
-    if isinstance(value, bool):
-        return int(value)
-    return value
-
-
 _ENCODERS: dict[Kind, Encoder] = {**JSON_ENCODERS, Kind.UUID: str, Kind.TIME: _ts, Kind.BOOL: int}
 _PLANS = InsertPlans(_ENCODERS)
 
@@ -444,19 +431,12 @@ class SQLiteStore(Store):
         async with self._lock.hold():
             await self._thread.call(_migrate)
 
-    @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[None]:
-        async with self._lock.hold() as outermost:
-            if not outermost:
-                yield
-                return
-            await self._thread.call(_fetch_all, "BEGIN IMMEDIATE")
-            try:
-                yield
-            except BaseException:
-                await self._thread.call(_fetch_all, "ROLLBACK")
-                raise
-            await self._thread.call(_commit)
+    def transaction(self) -> AbstractAsyncContextManager[None]:
+        return self._lock.transaction(
+            functools.partial(self._thread.call, _fetch_all, "BEGIN IMMEDIATE"),
+            functools.partial(self._thread.call, _commit),
+            functools.partial(self._thread.call, _fetch_all, "ROLLBACK"),
+        )
 
     # --- statement helpers ---------------------------------------------------------------
 
@@ -710,7 +690,7 @@ class SQLiteStore(Store):
         for column, value in base.items():
             if column in UPDATABLE[table]:
                 assignments.append(f"{column} = ?")
-                params.append(_encode(column, value))
+                params.append(update_value(column, value, _ENCODERS))
         if extra:
             # Replace each extra field whole (json_set), as the in-memory backend does.
             values = json.loads(extra)
