@@ -146,7 +146,7 @@ class Threadstore:
         self.store = await open_store(f"sqlite:///{path}{self.query}", **self.options)
         assert isinstance(self.store, SQLiteStore)
         for pragma in extra_pragmas:
-            await self.store.connection.execute(pragma)
+            await self.store.thread.call(sqlite3.Connection.execute, pragma)
         chat = await self.store.create_chat(
             ChatCreate(user_uuid=uuid.uuid4(), thread_id="bench", name="bench")
         )
@@ -294,7 +294,7 @@ class ThreadstoreNoCache(Threadstore):
 
 
 class ThreadstoreThread(Threadstore):
-    """threadstore with inline calls off: every statement through aiosqlite's thread."""
+    """threadstore with inline calls off: every statement through its database thread."""
 
     name = "threadstore, inline off"
     query = "?inline=off"

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Any
 
 from threadstore import open_store
 from threadstore.store.sqlite import SQLiteStore
@@ -24,17 +23,10 @@ async def sqlite_store(path: Path, query: str = "") -> AsyncIterator[SQLiteStore
 
 @contextmanager
 def counting_hops(store: SQLiteStore) -> Iterator[list[int]]:
-    """Count the calls the store makes to its aiosqlite thread inside the block."""
+    """Count the calls the store makes to its database thread inside the block."""
     hops = [0]
-    connection = store.connection
-    send = connection._execute
-
-    async def counted(*args: Any, **kwargs: Any) -> Any:
-        hops[0] += 1
-        return await send(*args, **kwargs)
-
-    connection._execute = counted  # type: ignore[method-assign]
+    before = store.thread.calls
     try:
         yield hops
     finally:
-        del connection._execute  # back to the class's method
+        hops[0] = store.thread.calls - before

@@ -101,7 +101,9 @@ async def test_a_write_meeting_another_process_lock_waits_for_it(tmp_path: Path)
     async with sqlite_store(path) as store:
         chat_uuid = await new_chat(store)
         # Called on the thread that runs a statement, as the statement starts.
-        await store.connection.set_trace_callback(lambda _: loop.call_soon_threadsafe(running.set))
+        await store.thread.call(
+            lambda conn: conn.set_trace_callback(lambda _: loop.call_soon_threadsafe(running.set))
+        )
         other = sqlite3.connect(path, isolation_level=None)
         try:
             other.execute("BEGIN IMMEDIATE")  # holds the file's write lock

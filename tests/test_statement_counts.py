@@ -29,14 +29,14 @@ from threadstore import (
     MessageUpdate,
     Role,
 )
-from threadstore.store import Write
+from threadstore.store import CreateMessage, CreateToolCall, UpdateMessage, Write
 from threadstore.store.sqlite import SQLiteStore
 
 CHATS_PER_USER = 10
 
 
 class StatementLog:
-    """Client statements seen through an aiosqlite connection's trace hook."""
+    """Client statements seen through the store's trace hook."""
 
     def __init__(self) -> None:
         self.statements: list[str] = []
@@ -182,7 +182,7 @@ async def test_a_batch_of_writes_is_one_hop_to_the_database_thread(tmp_path: Pat
         )
         history = await store.get_chat_messages(chat.chat_uuid)
 
-    # The whole batch in one call to aiosqlite's thread: BEGIN, 60 writes, COMMIT.
+    # The whole batch in one call to the database thread: BEGIN, 60 writes, COMMIT.
     assert (hops, statements) == ([1], 62)
     assert len(history) == 40 and all(len(m.tool_calls) == 1 for m in history)
 
@@ -195,8 +195,8 @@ def turns_of_writes(chat_uuid: UUID, turns: int) -> list[Write]:
         create = MessageCreate(chat_uuid=chat_uuid, message_uuid=message_uuid, role=Role.ASSISTANT)
         call = MessageToolCallCreate(message_uuid=message_uuid, tool_call_id="c", name="f")
         writes += [
-            Write("create_message", (create,)),
-            Write("create_message_tool_call", (call,)),
-            Write("update_message", (message_uuid, MessageUpdate(content=f"answer {index}"))),
+            CreateMessage(create),
+            CreateToolCall(call),
+            UpdateMessage(message_uuid, MessageUpdate(content=f"answer {index}")),
         ]
     return writes

@@ -28,7 +28,6 @@ resume need PostgreSQL. Call :meth:`~DistributedRunManager.start` (or use
 
 from __future__ import annotations
 
-import sys
 from collections.abc import AsyncGenerator, Callable
 from typing import TYPE_CHECKING, Any, Self
 from uuid import UUID
@@ -52,13 +51,6 @@ if TYPE_CHECKING:
 __all__ = ["DistributedRunManager"]
 
 NumberedEvents = AsyncGenerator[tuple[int, BaseEvent], None]
-
-
-def _is_postgres(store: Store | None) -> bool:
-    # A PostgresStore implies its module is loaded; looking it up there keeps apps on
-    # the embedded backends from importing asyncpg through this module.
-    module = sys.modules.get("threadstore.store.postgres")
-    return module is not None and isinstance(store, module.PostgresStore)
 
 
 def _chat_uuid_of(handle: RunHandle[Any]) -> UUID | None:
@@ -101,11 +93,12 @@ class DistributedRunManager(StreamPersistenceManager[AgentT]):
         """How many INSERTs carried finished runs' events (one shared by n runs counts n)."""
         self.relay: EventRelay | None = None
         """The PostgreSQL relay, or ``None`` on other stores."""
-        if _is_postgres(store):
+        run_events = None if store is None else store.run_events()
+        if run_events is not None:
             from threadstore.agui.relay import EventRelay
 
             self.relay = EventRelay(
-                store,  # type: ignore[arg-type]  # checked just above
+                run_events,
                 flush_interval=relay_flush_interval,
                 batch_size=relay_batch_size,
             )

@@ -35,19 +35,19 @@ import contextlib
 import logging
 import random
 from collections.abc import AsyncGenerator, Callable
-from contextlib import AbstractAsyncContextManager, aclosing
+from contextlib import aclosing
 from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
-import asyncpg
 from ag_ui.core import BaseEvent, Event, EventType, RunErrorEvent
 from pydantic import TypeAdapter
 
 from threadstore.agui.manager import INTERNAL_ERROR_CODE, EventsDroppedError, RunHandle
 from threadstore.errors import ConfigurationError, InvalidInputError
 from threadstore.models import RunStatus, utcnow
-from threadstore.store.postgres import PostgresStore
+from threadstore.store.postgres_events import CANCEL_CHANNEL, EVENTS_CHANNEL
+from threadstore.store.run_events import EventBatch, RunEventListener, RunEventLog
 
 __all__ = [
     "CANCEL_CHANNEL",
@@ -59,67 +59,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-CANCEL_CHANNEL = "threadstore_cancel"
-"""Channel on which cancel requests travel between processes."""
-
-EVENTS_CHANNEL = "threadstore_run_events"
-"""Channel that wakes readers when a run's events were appended."""
-
 _EVENT: TypeAdapter[BaseEvent] = TypeAdapter(Event)
 _TERMINAL = frozenset({EventType.RUN_FINISHED, EventType.RUN_ERROR})
-
-# Events of any number of runs in one statement, then one NOTIFY per run. The chat
-# must still exist: a run whose chat was deleted leaves nothing behind.
-INSERT_EVENTS = (
-    "WITH batch AS (SELECT * FROM unnest($1::uuid[], $2::text[], $3::integer[], $4::text[])"
-    " AS e (chat_uuid, run_id, event_id, event)),"
-    " ins AS (INSERT INTO run_events (chat_uuid, run_id, event_id, event, created_at)"
-    " SELECT b.chat_uuid, b.run_id, b.event_id, b.event::json, $5 FROM batch b"
-    " WHERE EXISTS (SELECT 1 FROM chats c WHERE c.chat_uuid = b.chat_uuid)"
-    " ON CONFLICT DO NOTHING RETURNING 1)"
-    " SELECT pg_notify($6, k.chat_uuid::text || '/' || k.run_id), (SELECT count(*) FROM ins)"
-    " FROM (SELECT DISTINCT chat_uuid, run_id FROM batch) k"
-)
-READ_EVENTS = (
-    "SELECT event_id, event::text FROM run_events"
-    " WHERE chat_uuid = $1 AND run_id = $2 AND event_id >= $3 ORDER BY event_id"
-)
-# What a reader must know before following a run: is it recorded, how it stands, and
-# which of its events are stored (the first, and the last with its type).
-RUN_LOG = (
-    "SELECT r.status, r.updated_at,"
-    " (SELECT min(event_id) FROM run_events f WHERE f.chat_uuid = r.chat_uuid"
-    "  AND f.run_id = r.run_id) AS first_id, l.event_id AS last_id, l.event ->> 'type' AS last_type"
-    " FROM runs r LEFT JOIN LATERAL (SELECT event_id, event FROM run_events e"
-    "  WHERE e.chat_uuid = r.chat_uuid AND e.run_id = r.run_id"
-    "  ORDER BY event_id DESC LIMIT 1) l ON true"
-    " WHERE r.chat_uuid = $1 AND r.run_id = $2"
-)
-# One statement: the notify goes out only if the run is recorded running and beating.
-CANCEL_IF_LIVE = (
-    "SELECT pg_notify($4, chat_uuid::text || '/' || run_id) FROM runs"
-    " WHERE chat_uuid = $1 AND run_id = $2 AND status = 'running' AND heartbeat_at >= $3"
-)
-RUN_STANDING = (
-    "SELECT status, heartbeat_at >= $3 AS beating FROM runs WHERE chat_uuid = $1 AND run_id = $2"
-)
-LIVE_RUNS_OF_CHAT = (
-    "SELECT run_id FROM runs WHERE chat_uuid = $1 AND status = 'running' AND heartbeat_at >= $2"
-    " ORDER BY created_at DESC"
-)
-# A live run of this user's thread with these ids, owned by another process.
-LIVE_ELSEWHERE = (
-    "SELECT r.owner FROM runs r JOIN chats c ON c.chat_uuid = r.chat_uuid"
-    " WHERE c.user_uuid = $1 AND c.thread_id = $2 AND r.run_id = $3 AND r.status = 'running'"
-    " AND r.heartbeat_at >= $4 AND r.owner IS DISTINCT FROM $5"
-)
-RUN_STATUS = "SELECT status FROM runs WHERE chat_uuid = $1 AND run_id = $2"
-# Rows of runs no longer running (or never recorded) once older than the retention.
-PRUNE_EVENTS = (
-    "DELETE FROM run_events e WHERE e.created_at < $1 AND NOT EXISTS"
-    " (SELECT 1 FROM runs r WHERE r.chat_uuid = e.chat_uuid AND r.run_id = e.run_id"
-    "  AND r.status = 'running')"
-)
 
 
 def _key(chat_uuid: UUID, run_id: str) -> str:
@@ -151,7 +92,6 @@ class _Waiter:
 _TERMINAL_TYPES = frozenset(kind.value for kind in _TERMINAL)
 
 # What a connection that broke raises.
-_CONNECT_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
 
 
 class EventRelay:
@@ -159,7 +99,7 @@ class EventRelay:
 
     def __init__(
         self,
-        store: PostgresStore,
+        events: RunEventLog,
         *,
         liveness_interval: float = 1.0,
         end_grace: float = 5.0,
@@ -168,7 +108,8 @@ class EventRelay:
         flush_interval: float = 0.05,
         batch_size: int = 256,
     ) -> None:
-        self.store = store
+        self.events = events
+        """The store's run-events log this relay orchestrates."""
         self.writer = RelayWriter(self, flush_interval=flush_interval, batch_size=batch_size)
         """Writes the pending events of every run this process relays."""
         self.liveness_interval = liveness_interval
@@ -183,8 +124,7 @@ class EventRelay:
         """Called with ``(chat_uuid, run_id)`` for each cancel request heard."""
         self.reconnects = 0
         """How many times the listening connection was lost and established again."""
-        self._listener: asyncpg.Connection | None = None
-        self._listener_lease: AbstractAsyncContextManager[asyncpg.Connection] | None = None
+        self._listener: RunEventListener | None = None
         self._reconnecting: asyncio.Task[None] | None = None
         self._started = False
         self._waiters: dict[str, set[asyncio.Event]] = {}
@@ -197,11 +137,8 @@ class EventRelay:
     @property
     def listener_pid(self) -> int | None:
         """The server process id of the listening connection (``None`` while reconnecting)."""
-        conn = self._listener
-        try:
-            return None if conn is None else conn.get_server_pid()
-        except asyncpg.InterfaceError:
-            return None  # lost a moment ago; the relay is about to notice
+        listener = self._listener
+        return None if listener is None else listener.server_pid
 
     async def start(self) -> None:
         """Take the dedicated listening connection and subscribe to both channels."""
@@ -210,42 +147,25 @@ class EventRelay:
         await self._listen()
         self._started = True
 
-    def _lease(self) -> AbstractAsyncContextManager[asyncpg.Connection]:
-        # Through the store's own lending, never ``pool.acquire()``: a store that owns
-        # its pool keeps idle connections until one of its own calls waits, so a
-        # direct acquire could wait forever.
-        return self.store._borrowed()
-
     async def _listen(self) -> None:
-        lease = self._lease()
-        conn: asyncpg.Connection = await lease.__aenter__()
-        try:
-            await conn.add_listener(EVENTS_CHANNEL, self._heard_events)
-            await conn.add_listener(CANCEL_CHANNEL, self._heard_cancel)
-        except BaseException as exc:
-            await lease.__aexit__(type(exc), exc, exc.__traceback__)
-            raise
-        conn.add_termination_listener(self._lost)
-        self._listener, self._listener_lease = conn, lease
-
-    def _lost(self, conn: Any) -> None:
-        """The listening connection closed under us: listen again on a new one."""
-        if conn is not self._listener:
-            return
-        lease, self._listener, self._listener_lease = self._listener_lease, None, None
-        logger.warning("the LISTEN connection to PostgreSQL was lost; reconnecting")
-        self._reconnecting = asyncio.get_running_loop().create_task(
-            self._reconnect(lease), name="threadstore-relay-reconnect"
+        self._listener = await self.events.listen(
+            self._heard_events, self._heard_cancel, self._lost
         )
 
-    async def _reconnect(
-        self, lease: AbstractAsyncContextManager[asyncpg.Connection] | None
-    ) -> None:
-        if lease is not None:
-            # Given back as failed, so the pool replaces the dead connection.
-            lost = ConnectionError("the LISTEN connection was lost")
+    def _lost(self, listener: RunEventListener) -> None:
+        """The listening connection closed under us: listen again on a new one."""
+        if listener is not self._listener:
+            return
+        self._listener = None
+        logger.warning("the LISTEN connection to PostgreSQL was lost; reconnecting")
+        self._reconnecting = asyncio.get_running_loop().create_task(
+            self._reconnect(listener), name="threadstore-relay-reconnect"
+        )
+
+    async def _reconnect(self, lost: RunEventListener | None) -> None:
+        if lost is not None:
             try:
-                await lease.__aexit__(ConnectionError, lost, None)
+                await lost.close(lost=True)
             except Exception:
                 logger.debug("giving back the lost LISTEN connection failed", exc_info=True)
         delay = self.reconnect_delay
@@ -275,32 +195,23 @@ class EventRelay:
         if reconnecting is not None and not reconnecting.done():
             reconnecting.cancel()
             await asyncio.gather(reconnecting, return_exceptions=True)
-        conn, self._listener = self._listener, None
-        lease, self._listener_lease = self._listener_lease, None
-        broken: BaseException | None = None
+        listener, self._listener = self._listener, None
         try:
-            if conn is not None:
-                conn.remove_termination_listener(self._lost)
-                # The store's pool skips the session reset on release, so unlisten here.
-                await conn.remove_listener(EVENTS_CHANNEL, self._heard_events)
-                await conn.remove_listener(CANCEL_CHANNEL, self._heard_cancel)
-        except _CONNECT_ERRORS as exc:
-            broken = exc  # lost just now: given back as failed, the pool replaces it
+            if listener is not None:
+                await listener.close()
         finally:
-            if lease is not None:
-                await lease.__aexit__(type(broken) if broken else None, broken, None)
-        self._wake_all()
+            self._wake_all()
 
     def _wake_all(self) -> None:
         for waiters in self._waiters.values():
             for waiter in waiters:
                 waiter.set()
 
-    def _heard_events(self, conn: Any, pid: int, channel: str, payload: str) -> None:
+    def _heard_events(self, payload: str) -> None:
         for waiter in self._waiters.get(payload, ()):
             waiter.set()
 
-    def _heard_cancel(self, conn: Any, pid: int, channel: str, payload: str) -> None:
+    def _heard_cancel(self, payload: str) -> None:
         chat, _, run_id = payload.partition("/")
         if self.on_cancel is not None:
             try:
@@ -320,20 +231,14 @@ class EventRelay:
         Newest first.
         """
         since = utcnow() - timedelta(seconds=fresh_within)
-        async with self._lease() as conn:
-            rows = await conn.fetch(LIVE_RUNS_OF_CHAT, chat_uuid, since)
-        return [row[0] for row in rows]
+        return await self.events.live_runs(chat_uuid, since)
 
     async def live_elsewhere(
         self, user_uuid: UUID, thread_id: str, run_id: str, *, owner: str, fresh_within: float
     ) -> str | None:
         """The owner of the user's run ``(thread_id, run_id)`` if another process runs it."""
         since = utcnow() - timedelta(seconds=fresh_within)
-        async with self._lease() as conn:
-            found: str | None = await conn.fetchval(
-                LIVE_ELSEWHERE, user_uuid, thread_id, run_id, since, owner
-            )
-        return found
+        return await self.events.live_elsewhere(user_uuid, thread_id, run_id, since, owner)
 
     # --- cancel -------------------------------------------------------------------------
 
@@ -356,9 +261,7 @@ class EventRelay:
 
     async def _notify_cancel(self, chat_uuid: UUID, run_id: str, fresh_within: float) -> bool:
         since = utcnow() - timedelta(seconds=fresh_within)
-        async with self._lease() as conn:
-            rows = await conn.fetch(CANCEL_IF_LIVE, chat_uuid, run_id, since, CANCEL_CHANNEL)
-        return bool(rows)
+        return await self.events.notify_cancel(chat_uuid, run_id, since)
 
     async def _until_stopped(self, chat_uuid: UUID, run_id: str, fresh_within: float) -> None:
         # The owner records the run's end before its last events land, and each batch
@@ -367,9 +270,8 @@ class EventRelay:
             while True:
                 waiter.clear()
                 since = utcnow() - timedelta(seconds=fresh_within)
-                async with self._lease() as conn:
-                    row = await conn.fetchrow(RUN_STANDING, chat_uuid, run_id, since)
-                if row is None or row["status"] != RunStatus.RUNNING or not row["beating"]:
+                standing = await self.events.run_standing(chat_uuid, run_id, since)
+                if standing is None or standing.status != RunStatus.RUNNING or not standing.beating:
                     return
                 try:
                     await asyncio.wait_for(waiter.wait(), self.liveness_interval)
@@ -391,18 +293,17 @@ class EventRelay:
         """
         if after < 0:
             raise InvalidInputError(f"after must be >= 0, got {after}")
-        async with self._lease() as conn:
-            row = await conn.fetchrow(RUN_LOG, chat_uuid, run_id)
-        if row is None:
+        log = await self.events.run_log(chat_uuid, run_id)
+        if log is None:
             return None
-        first, last = row["first_id"], row["last_id"]
-        if last is None:
+        first, last = log.first_id, log.last_id
+        if last is None or first is None:
             settled = utcnow() - timedelta(seconds=self.end_grace)
-            if row["status"] != RunStatus.RUNNING and row["updated_at"] < settled:
+            if log.status != RunStatus.RUNNING and log.updated_at < settled:
                 return None
         elif after + 1 < first:
             raise EventsDroppedError(after, first)
-        elif after > last and row["last_type"] in _TERMINAL_TYPES:
+        elif after > last and log.last_type in _TERMINAL_TYPES:
             raise InvalidInputError(
                 f"event {after} does not exist in run {run_id} (its last event is {last})"
             )
@@ -476,41 +377,25 @@ class EventRelay:
         return await self._read(chat_uuid, run_id, after + 1)
 
     async def _read(self, chat_uuid: UUID, run_id: str, first: int) -> list[tuple[int, BaseEvent]]:
-        async with self._lease() as conn:
-            rows = await conn.fetch(READ_EVENTS, chat_uuid, run_id, first)
-        return [(row[0], _EVENT.validate_json(row[1])) for row in rows]
+        rows = await self.events.read(chat_uuid, run_id, first)
+        return [(event_id, _EVENT.validate_json(event)) for event_id, event in rows]
 
     async def _status(self, chat_uuid: UUID, run_id: str) -> str | None:
-        async with self._lease() as conn:
-            status: str | None = await conn.fetchval(RUN_STATUS, chat_uuid, run_id)
-        return status
+        return await self.events.run_status(chat_uuid, run_id)
 
     # --- writing ------------------------------------------------------------------------
 
-    async def append(self, batches: list[tuple[UUID, str, list[tuple[int, str]]]]) -> None:
+    async def append(self, batches: list[EventBatch]) -> None:
         """Append ``(chat_uuid, run_id, [(event_id, event JSON)...])`` batches at once.
 
-        One statement (one commit) for every run given, and a ``NOTIFY`` for each run so
-        its readers wake.
+        One statement (one commit) for every run given, and a notification for each run
+        so its readers wake.
         """
-        chats: list[UUID] = []
-        runs: list[str] = []
-        ids: list[int] = []
-        events: list[str] = []
-        for chat_uuid, run_id, batch in batches:
-            chats += [chat_uuid] * len(batch)
-            runs += [run_id] * len(batch)
-            ids += [event_id for event_id, _ in batch]
-            events += [event for _, event in batch]
-        async with self._lease() as conn:
-            await conn.execute(INSERT_EVENTS, chats, runs, ids, events, utcnow(), EVENTS_CHANNEL)
+        await self.events.append(batches)
 
     async def prune(self, retention: float) -> int:
         """Delete the events of runs not running, older than ``retention`` seconds."""
-        older_than = utcnow() - timedelta(seconds=retention)
-        async with self._lease() as conn:
-            status: str = await conn.execute(PRUNE_EVENTS, older_than)
-        return int(status.rsplit(" ", 1)[-1])
+        return await self.events.prune(utcnow() - timedelta(seconds=retention))
 
 
 RELAY_FINAL_ATTEMPTS = 8
@@ -679,7 +564,7 @@ class RelayWriter:
 
     async def _write(self) -> None:
         taken: list[tuple[EventPump, list[tuple[int, str]]]] = []
-        batches: list[tuple[UUID, str, list[tuple[int, str]]]] = []
+        batches: list[EventBatch] = []
         for pump in list(self._pumps):
             chat_uuid = pump.chat_uuid
             if chat_uuid is None:

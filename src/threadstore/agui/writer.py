@@ -19,7 +19,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 from uuid import UUID
 
 from ag_ui.core import BaseEvent
@@ -40,10 +40,24 @@ from threadstore.models import (
     RunStatus,
 )
 from threadstore.store.base import (
+    BatchWriter,
     ChatRepositoryLike,
     MessageRepositoryLike,
     RunRepositoryLike,
+    capabilities_of,
+)
+from threadstore.store.ops import (
+    CreateMessage,
+    CreateReasoning,
+    CreateToolCall,
+    FinalizeRunRecords,
+    FinishRun,
+    UpdateChatState,
+    UpdateMessage,
+    UpdateReasoning,
+    UpdateToolCall,
     Write,
+    apply_to,
 )
 
 __all__ = [
@@ -158,10 +172,6 @@ def _field_names(cls: type[BaseModel]) -> frozenset[str]:
     return frozenset(cls.model_fields)
 
 
-_new = object.__new__
-_setattr = object.__setattr__
-
-
 def _with_fields(dto: _ModelT, fields: dict[str, Any]) -> _ModelT:
     """Return ``dto`` with ``fields`` set; keys its class lacks are declared on a subclass."""
     if not fields:
@@ -169,16 +179,8 @@ def _with_fields(dto: _ModelT, fields: dict[str, Any]) -> _ModelT:
     cls = type(dto)
     unknown = fields.keys() - _field_names(cls)
     if not unknown:
-        if dto.__pydantic_extra__ is not None or dto.__pydantic_private__ is not None:
-            return dto.model_copy(update=fields)
-        # model_copy(update=...) without its generic steps: this runs for every record
-        # of every flush. Shallow, unvalidated, fields marked set: what model_copy does.
-        copied = _new(cls)
-        _setattr(copied, "__dict__", {**dto.__dict__, **fields})
-        _setattr(copied, "__pydantic_fields_set__", dto.__pydantic_fields_set__ | fields.keys())
-        _setattr(copied, "__pydantic_extra__", None)
-        _setattr(copied, "__pydantic_private__", None)
-        return copied
+        # Shallow and unvalidated: the fields come from the fold or from the DTO itself.
+        return dto.model_copy(update=fields)
     extended: type[_ModelT] = _extended(cls, frozenset(unknown))
     return extended.model_validate({**dto.model_dump(), **fields})
 
@@ -228,7 +230,7 @@ class _Op:
     """One write of a flush, with what it will have written once committed."""
 
     repo: Any
-    """The repository whose method ``write`` names."""
+    """The repository that takes ``write``."""
     write: Write
     entry: _Entry | None = None
     check_exists: bool = False
@@ -755,19 +757,19 @@ class RunPersister:
         if not ops:
             return
         repo = self.agent.message_repo
-        apply_writes = getattr(repo, "apply_writes", None)
-        if apply_writes is not None and all(op.repo is repo and not op.check_exists for op in ops):
+        if capabilities_of(repo).batch_writes and all(
+            op.repo is repo and not op.check_exists for op in ops
+        ):
             # One call for the whole flush: a backend may send it in one round trip.
-            await apply_writes([op.write for op in ops])
+            await cast(BatchWriter, repo).apply_writes([op.write for op in ops])
             return
         async with repo.transaction():
             for op in ops:
+                write = op.write
                 if op.check_exists and await self._exists(op):
                     # An earlier attempt's create landed although its flush failed.
-                    update = _as_update(op.write.args[0])
-                    await getattr(op.repo, _UPDATE_METHOD[op.write.method])(_uuid(op.entry), update)
-                else:
-                    await getattr(op.repo, op.write.method)(*op.write.args)
+                    write = _as_update(write, _uuid(op.entry))
+                await apply_to(op.repo, write)
 
     def _committed(self, ops: list[_Op]) -> None:
         for op in ops:
@@ -807,9 +809,9 @@ class RunPersister:
             ops.append(self._record_op(record, entry))
         chat_repo = self.agent.chat_repo
         if with_state and self.fold.state_version != self.state_written:
-            if hasattr(chat_repo, "update_chat_state"):
+            if capabilities_of(chat_repo).chat_state:
                 state = copy.deepcopy(self.fold.state)
-                write = Write("update_chat_state", (self.chat.chat_uuid, state))
+                write = UpdateChatState(self.chat.chat_uuid, state)
                 ops.append(_Op(chat_repo, write, state_version=self.fold.state_version))
         if closing and self.final is not None:
             finals = self._final_ops(*self.final)
@@ -822,14 +824,12 @@ class RunPersister:
         chat_uuid, run_id = self.chat.chat_uuid, self.fold.run_id
         ops: list[_Op] = []
         message_repo = self.agent.message_repo
-        if hasattr(message_repo, "finalize_run_records"):
+        if capabilities_of(message_repo).run_records:
             # Catches records of this run written outside the fold (custom handlers).
-            write = Write("finalize_run_records", (chat_uuid, run_id, status))
-            ops.append(_Op(message_repo, write, final=True))
+            ops.append(_Op(message_repo, FinalizeRunRecords(chat_uuid, run_id, status), final=True))
         run_repo = self.agent.run_repo
         if run_repo is not None:
-            write = Write("finish_run", (chat_uuid, run_id, run_status, error))
-            ops.append(_Op(run_repo, write, final=True))
+            ops.append(_Op(run_repo, FinishRun(chat_uuid, run_id, run_status, error), final=True))
         return ops
 
     def _record_op(self, record: FoldRecord, entry: _Entry) -> _Op:
@@ -841,6 +841,7 @@ class RunPersister:
         common = {"status": record.status, "in_progress": record.in_progress}
         error = self._record_error() if record.status is MessageStatus.ERRORED else None
         update_cls: type[BaseModel]
+        write: Write
         if record.kind is RecordKind.MESSAGE:
             fields = {
                 "content": record.content if content else None,
@@ -851,7 +852,7 @@ class RunPersister:
             }
             if error is not None and record.owned:
                 metadata[ERROR_METADATA_KEY] = error  # read back as Message.error
-            create, update_cls = "create_message", MessageUpdate
+            update_cls = MessageUpdate
         elif record.kind is RecordKind.TOOL_CALL:
             fields = {
                 "arguments": record.content if content else None,
@@ -860,7 +861,7 @@ class RunPersister:
                 "name": record.name or None,
                 "error": error if record.owned else None,
             }
-            create, update_cls = "create_message_tool_call", MessageToolCallUpdate
+            update_cls = MessageToolCallUpdate
         else:
             fields = {
                 "content": record.content if content else None,
@@ -869,16 +870,16 @@ class RunPersister:
             }
             if error is not None and record.owned:
                 metadata[ERROR_METADATA_KEY] = error  # read back as Reasoning.error
-            create, update_cls = "create_message_reasoning", MessageReasoningUpdate
+            update_cls = MessageReasoningUpdate
         fields = _set({**fields, **common})
         if entry.created:
             patch = _with_fields(update_cls(**fields, metadata=metadata or None), terminal)
-            write = Write(_UPDATE_METHOD[create], (_uuid(entry), patch))
+            write = _as_update(patch, _uuid(entry))
         else:
             extra = {"activity_type": record.activity_type} if record.activity_type else {}
             assert entry.create is not None
             dto = _with_fields(entry.create, {**fields, **extra, "metadata": metadata, **terminal})
-            write = Write(create, (dto,))
+            write = _create(dto)
         return _Op(
             self.agent.message_repo,
             write,
@@ -904,15 +905,14 @@ class RunPersister:
         """Whether the record ``op`` creates is in the store already."""
         repo = self.agent.message_repo
         uuid = _uuid(op.entry)
-        create = op.write.args[0]
-        if isinstance(create, MessageCreate):
+        write = op.write
+        if isinstance(write, CreateMessage):
             return await repo.get_message(uuid) is not None
-        parent = await repo.get_message(getattr(create, "message_uuid"))  # noqa: B009
+        assert isinstance(write, CreateToolCall | CreateReasoning)
+        parent = await repo.get_message(write.data.message_uuid)
         if parent is None:
             return False
-        children = (
-            parent.tool_calls if isinstance(create, MessageToolCallCreate) else parent.reasonings
-        )
+        children = parent.tool_calls if isinstance(write, CreateToolCall) else parent.reasonings
         return any(child.uuid == uuid for child in children)
 
 
@@ -921,11 +921,33 @@ def _uuid(entry: _Entry | None) -> UUID:
     return entry.uuid
 
 
-_UPDATE_METHOD = {
-    "create_message": "update_message",
-    "create_message_tool_call": "update_message_tool_call",
-    "create_message_reasoning": "update_message_reasoning",
-}
+def _create(dto: BaseModel) -> Write:
+    """The create write of a record's create DTO."""
+    if isinstance(dto, MessageCreate):
+        return CreateMessage(dto)
+    if isinstance(dto, MessageToolCallCreate):
+        return CreateToolCall(dto)
+    assert isinstance(dto, MessageReasoningCreate)
+    return CreateReasoning(dto)
+
+
+def _as_update(change: BaseModel | Write, uuid: UUID) -> Write:
+    """The update write of record ``uuid``: from an update DTO, or from a create write.
+
+    From a create, it is the update that brings an already-created record to what the
+    create would write.
+    """
+    if isinstance(change, CreateMessage | CreateToolCall | CreateReasoning):
+        create = change.data
+        update_cls = next(u for c, u in _UPDATE_FOR_CREATE.items() if isinstance(create, c))
+        fields = {name: getattr(create, name) for name in update_cls.model_fields}
+        change = update_cls(**_set(fields))
+    if isinstance(change, MessageUpdate):
+        return UpdateMessage(uuid, change)
+    if isinstance(change, MessageToolCallUpdate):
+        return UpdateToolCall(uuid, change)
+    assert isinstance(change, MessageReasoningUpdate)
+    return UpdateReasoning(uuid, change)
 
 
 _UPDATE_FOR_CREATE: dict[type[BaseModel], type[BaseModel]] = {
@@ -933,10 +955,3 @@ _UPDATE_FOR_CREATE: dict[type[BaseModel], type[BaseModel]] = {
     MessageToolCallCreate: MessageToolCallUpdate,
     MessageReasoningCreate: MessageReasoningUpdate,
 }
-
-
-def _as_update(create: BaseModel) -> BaseModel:
-    """The update that brings an already-created record to what ``create`` would write."""
-    update_cls = next(u for c, u in _UPDATE_FOR_CREATE.items() if isinstance(create, c))
-    fields = {name: getattr(create, name) for name in update_cls.model_fields}
-    return update_cls(**_set(fields))

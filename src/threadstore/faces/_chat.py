@@ -8,7 +8,7 @@ from uuid import UUID
 
 from threadstore.errors import NotFoundError
 from threadstore.models import ChatCreate, MessageCreate, MessageToolCallCreate
-from threadstore.store import Store, Write
+from threadstore.store import CreateMessage, CreateToolCall, Store, Write
 
 Record = tuple[MessageCreate, list[MessageToolCallCreate]]
 """One message to create and its tool calls."""
@@ -17,8 +17,8 @@ Record = tuple[MessageCreate, list[MessageToolCallCreate]]
 def _writes(records: Iterable[Record]) -> list[Write]:
     writes: list[Write] = []
     for create, calls in records:
-        writes.append(Write("create_message", (create,)))
-        writes.extend(Write("create_message_tool_call", (call,)) for call in calls)
+        writes.append(CreateMessage(create))
+        writes.extend(CreateToolCall(call) for call in calls)
     return writes
 
 

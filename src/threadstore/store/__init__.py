@@ -16,18 +16,42 @@ from typing import Any
 
 from threadstore.errors import ConfigurationError
 from threadstore.store.base import (
+    Capabilities,
     ChatRepositoryLike,
     MessageRepositoryLike,
     RunRepositoryLike,
     Store,
+)
+from threadstore.store.ops import (
+    CreateMessage,
+    CreateReasoning,
+    CreateToolCall,
+    FinalizeRunRecords,
+    FinishRun,
+    RenameChat,
+    UpdateChatState,
+    UpdateMessage,
+    UpdateReasoning,
+    UpdateToolCall,
     Write,
 )
 
 __all__ = [
+    "Capabilities",
     "ChatRepositoryLike",
+    "CreateMessage",
+    "CreateReasoning",
+    "CreateToolCall",
+    "FinalizeRunRecords",
+    "FinishRun",
     "MessageRepositoryLike",
+    "RenameChat",
     "RunRepositoryLike",
     "Store",
+    "UpdateChatState",
+    "UpdateMessage",
+    "UpdateReasoning",
+    "UpdateToolCall",
     "Write",
     "create_store",
     "open_store",

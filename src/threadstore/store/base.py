@@ -3,19 +3,30 @@
 ``ChatRepositoryLike`` and ``MessageRepositoryLike`` keep the seed's method names and
 meanings, so any object with these methods is a drop-in for the storage agent.
 :class:`Store` is the base class of threadstore's own backends; it implements both
-Protocols (and the run registry the run manager uses) and holds the logic that is the
-same for every backend, so a backend only implements storage primitives.
+Protocols (and the run registry the run manager uses).
+
+Where things go:
+
+- here, once: limits and cursor paging (``list_chats``), reads by key (``get_chat``,
+  ``get_message``...), the branch page and the history cache check
+  (``get_chat_messages``), batches of typed writes (``apply_writes``, ``store/ops.py``)
+  and the capabilities a store declares;
+- ``store/sql.py``: what both SQL backends share (one field-to-column table per record
+  type, insert values, patchable columns); ``store/codec.py``: models from trusted values;
+- each backend (``memory.py``, ``sqlite.py``, ``postgres.py``): the abstract methods
+  below, as storage primitives (``_select_chats``, ``_select_branch``, ``_find_message``,
+  ``_history_version``) or as one write each.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Hashable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Protocol, Self, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol, Self, runtime_checkable
 from uuid import UUID
 
 from threadstore.errors import InvalidInputError
@@ -36,16 +47,27 @@ from threadstore.models import (
     RunStatus,
     ToolCall,
 )
+from threadstore.store.cursor import decode_chat_cursor, encode_chat_cursor
+from threadstore.store.history_cache import HistoryCache
+from threadstore.store.ops import WRITE_METHODS, WRITE_TYPES, Write, apply_to
 from threadstore.store.records import Codecs
+from threadstore.store.run_events import RunEventLog
 
 __all__ = [
     "DEFAULT_PAGE_SIZE",
     "MAX_PAGE_SIZE",
+    "BatchWriter",
+    "BranchPage",
+    "Capabilities",
+    "ChatField",
+    "ChatFilter",
     "ChatRepositoryLike",
+    "MessageKey",
     "MessageRepositoryLike",
     "RunRepositoryLike",
     "Store",
     "Write",
+    "capabilities_of",
 ]
 
 DEFAULT_PAGE_SIZE = 50
@@ -166,6 +188,14 @@ class RunRepositoryLike(Protocol):
         ...
 
 
+class BatchWriter(Protocol):
+    """A repository that declares ``Capabilities.batch_writes``."""
+
+    async def apply_writes(self, writes: Sequence[Write]) -> None:
+        """Apply ``writes`` in order, all or nothing."""
+        ...
+
+
 def check_limit(limit: int | None, default: int | None = DEFAULT_PAGE_SIZE) -> int | None:
     """Validate a page-size argument against :data:`MAX_PAGE_SIZE`."""
     if limit is None:
@@ -185,39 +215,100 @@ def require_chat_identity(chat_data: ChatCreate) -> tuple[UUID, str]:
 
 
 @dataclass(frozen=True, slots=True)
-class Write:
-    """One write of :meth:`Store.apply_writes`: a write method's name and its arguments."""
+class Capabilities:
+    """What a repository offers beyond the seed's Protocols, declared once per class.
 
-    method: str
-    args: tuple[Any, ...]
+    The storage agent reads it through :func:`capabilities_of`; a Protocol-only
+    repository declares nothing and gets the seed's calls only.
+    """
 
-
-WRITE_METHODS = frozenset(
-    {
-        "create_message",
-        "update_message",
-        "create_message_tool_call",
-        "update_message_tool_call",
-        "create_message_reasoning",
-        "update_message_reasoning",
-        "update_chat_name",
-        "update_chat_state",
-        "finish_run",
-        "finalize_run_records",
-    }
-)
-"""The methods :meth:`Store.apply_writes` takes."""
+    batch_writes: bool = False
+    """``apply_writes``: a flush is one call (and a backend may send it in one round trip)."""
+    chat_state: bool = False
+    """``update_chat_state``: the chat's AG-UI state is stored."""
+    run_records: bool = False
+    """``finalize_run_records``: a run's leftover in-progress records are finalized at its end."""
 
 
-def overrides(store: Store, backend: type[Store], method: str) -> bool:
-    """Whether ``store``'s class replaces ``backend``'s ``method`` (a batch must then call it)."""
-    return getattr(type(store), method) is not getattr(backend, method)
+NO_CAPABILITIES = Capabilities()
+
+
+def capabilities_of(repo: object) -> Capabilities:
+    """The capabilities ``repo`` declares (none for a Protocol-only repository)."""
+    declared = getattr(repo, "capabilities", None)
+    return declared if isinstance(declared, Capabilities) else NO_CAPABILITIES
 
 
 def update_fields(update: Any) -> dict[str, Any]:
     """Return the explicitly-set, non-None fields of an update DTO."""
     fields: dict[str, Any] = update.model_dump(exclude_unset=True, exclude_none=True)
     return fields
+
+
+@dataclass(frozen=True, slots=True)
+class BranchPage:
+    """Which part of a chat's active branch a read wants (``Message.seq`` bounds)."""
+
+    after: int | None = None
+    before: int | None = None
+    limit: int | None = None
+
+    @property
+    def whole(self) -> bool:
+        """The whole branch: what the history cache keeps."""
+        return self.after is None and self.before is None and self.limit is None
+
+    @property
+    def newest_first(self) -> bool:
+        """The ``limit`` messages just before ``before``: read newest first, then reversed."""
+        return self.limit is not None and self.before is not None and self.after is None
+
+
+@dataclass(frozen=True, slots=True)
+class ChatFilter:
+    """Which chats a read wants (each field given narrows it), newest activity first."""
+
+    user_uuid: UUID | None = None
+    thread_id: str | None = None
+    chat_uuid: UUID | None = None
+    tenant_id: str | None = None
+    app_id: str | None = None
+    after: tuple[datetime, str] | None = None
+    """Only chats listed after this ``(updated_at, chat_uuid)`` key."""
+    limit: int | None = None
+
+    def equalities(self) -> list[tuple[str, Any]]:
+        """``(column, value)`` of every equality this filter asks for."""
+        return _given(
+            user_uuid=self.user_uuid,
+            thread_id=self.thread_id,
+            chat_uuid=self.chat_uuid,
+            tenant_id=self.tenant_id,
+            app_id=self.app_id,
+        )
+
+
+ChatField = Literal["name", "state"]
+"""The chat fields a caller sets directly (the rest follow from its messages)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MessageKey:
+    """Which message a lookup wants: by uuid, or by AG-UI id within a chat."""
+
+    message_uuid: UUID | None = None
+    chat_uuid: UUID | None = None
+    agui_id: str | None = None
+
+    def equalities(self) -> list[tuple[str, Any]]:
+        """``(column, value)`` of every equality this key asks for."""
+        return _given(
+            message_uuid=self.message_uuid, chat_uuid=self.chat_uuid, agui_id=self.agui_id
+        )
+
+
+def _given(**values: Any) -> list[tuple[str, Any]]:
+    return [(name, value) for name, value in values.items() if value is not None]
 
 
 class Store(abc.ABC):
@@ -234,6 +325,11 @@ class Store(abc.ABC):
     message_model: type[Message]
     tool_call_model: type[ToolCall]
     reasoning_model: type[Reasoning]
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        batch_writes=True, chat_state=True, run_records=True
+    )
+    history_cache: HistoryCache | None = None
+    """Whole histories read before, reused while their chat's history version is unchanged."""
 
     def __init__(
         self,
@@ -262,6 +358,10 @@ class Store(abc.ABC):
     ) -> None:
         await self.close()
 
+    def run_events(self) -> RunEventLog | None:
+        """The log that relays runs' events between processes, or ``None`` (embedded backends)."""
+        return None
+
     async def connect(self) -> None:  # noqa: B027 - optional hook, not abstract
         """Open connections (called by ``open_store``); a no-op for backends without any."""
 
@@ -283,19 +383,20 @@ class Store(abc.ABC):
     async def create_chat(self, chat_data: ChatCreate) -> Chat:
         """Create a chat, idempotent by (user, thread); ``ValueError`` if either is missing."""
 
-    @abc.abstractmethod
     async def get_chat(self, chat_uuid: UUID) -> Chat | None:
         """Return a chat by uuid, or ``None``."""
+        chats = await self._select_chats(ChatFilter(chat_uuid=chat_uuid))
+        return chats[0] if chats else None
 
-    @abc.abstractmethod
     async def get_chat_by_thread_id(self, user_uuid: UUID, thread_id: str) -> Chat | None:
         """Return the chat for a (user, thread_id) pair, or ``None``."""
+        chats = await self._select_chats(ChatFilter(user_uuid, thread_id=thread_id))
+        return chats[0] if chats else None
 
-    @abc.abstractmethod
     async def get_all_chats(self, user_uuid: UUID | None = None) -> Sequence[Chat]:
         """Return every chat (optionally one user's), newest activity first."""
+        return await self._select_chats(ChatFilter(user_uuid))
 
-    @abc.abstractmethod
     async def list_chats(
         self,
         user_uuid: UUID,
@@ -306,14 +407,35 @@ class Store(abc.ABC):
         app_id: str | None = None,
     ) -> ChatPage:
         """Return one page of a user's chats, newest activity first, with a cursor to the next."""
+        size = check_limit(limit)
+        assert size is not None
+        after = None if cursor is None else decode_chat_cursor(cursor)
+        # One more than the page: whether it exists says whether there is a next page.
+        chats = await self._select_chats(
+            ChatFilter(user_uuid, tenant_id=tenant_id, app_id=app_id, after=after, limit=size + 1)
+        )
+        items = list(chats[:size])
+        next_cursor = encode_chat_cursor(items[-1]) if len(chats) > size else None
+        return ChatPage(items=items, next_cursor=next_cursor)
 
     @abc.abstractmethod
+    async def _select_chats(self, where: ChatFilter) -> Sequence[Chat]:
+        """Primitive: the chats ``where`` wants, by (updated_at, chat_uuid) descending."""
+
     async def update_chat_name(self, chat_uuid: UUID, name: str) -> Chat | None:
         """Rename a chat; ``None`` when it is unknown."""
+        return await self._set_chat_field(chat_uuid, "name", name)
 
-    @abc.abstractmethod
     async def update_chat_state(self, chat_uuid: UUID, state: Any) -> Chat | None:
         """Replace the chat's latest AG-UI state; ``None`` when it is unknown."""
+        return await self._set_chat_field(chat_uuid, "state", state)
+
+    @abc.abstractmethod
+    async def _set_chat_field(self, chat_uuid: UUID, field: ChatField, value: Any) -> Chat | None:
+        """Primitive: replace one field of a chat whole and stamp its activity time.
+
+        ``None`` when the chat is unknown.
+        """
 
     @abc.abstractmethod
     async def set_active_leaf(self, chat_uuid: UUID, message_uuid: UUID) -> Chat | None:
@@ -353,13 +475,17 @@ class Store(abc.ABC):
     ) -> Reasoning | None:
         """Patch a reasoning step; ``None`` when it is unknown."""
 
-    @abc.abstractmethod
     async def get_message(self, message_uuid: UUID) -> Message | None:
         """Return a message (with its tool calls and reasoning) by uuid, or ``None``."""
+        return await self._find_message(MessageKey(message_uuid=message_uuid))
 
-    @abc.abstractmethod
     async def get_message_by_agui_id(self, chat_uuid: UUID, agui_id: str) -> Message | None:
         """Return a message by its AG-UI id within a chat, or ``None``."""
+        return await self._find_message(MessageKey(chat_uuid=chat_uuid, agui_id=agui_id))
+
+    @abc.abstractmethod
+    async def _find_message(self, key: MessageKey) -> Message | None:
+        """Primitive: the oldest message matching every field ``key`` gives, with children."""
 
     @abc.abstractmethod
     async def get_tool_call_by_agui_id(
@@ -367,7 +493,6 @@ class Store(abc.ABC):
     ) -> ToolCall | None:
         """Return a tool call by its AG-UI id within a message, or ``None``."""
 
-    @abc.abstractmethod
     async def get_chat_messages(
         self,
         chat_uuid: UUID,
@@ -381,6 +506,45 @@ class Store(abc.ABC):
         With ``limit`` and ``before`` the page is the ``limit`` messages just before
         ``before`` (still oldest first); otherwise the first ``limit`` after ``after``.
         """
+        page = BranchPage(after, before, check_limit(limit, default=None))
+        # Only whole histories read outside a transaction are cached: inside one, the
+        # version may belong to writes that are never committed.
+        cache = self.history_cache if page.whole and not self._in_transaction() else None
+        if cache is None:
+            return await self._select_branch(chat_uuid, page, None)
+        # The version is read before the history: a write committed in between makes
+        # the history newer than its tag, never older, so it is read again next time.
+        version = await self._history_version(chat_uuid)
+        if version is None:
+            cache.discard(chat_uuid)
+            return []
+        cached = cache.get(chat_uuid, version)
+        if cached is not None:
+            return cached
+        messages = await self._select_branch(chat_uuid, page, version)
+        cache.put(chat_uuid, version, messages)
+        return messages
+
+    @abc.abstractmethod
+    async def _select_branch(
+        self, chat_uuid: UUID, page: BranchPage, version: Hashable | None
+    ) -> list[Message]:
+        """Primitive: ``page`` of the chat's active branch, oldest first, with children.
+
+        ``version`` is what :meth:`_history_version` just returned, when it was read.
+        """
+
+    async def _history_version(self, chat_uuid: UUID) -> Hashable | None:
+        """Primitive of backends with a history cache: the chat's history version.
+
+        It changes in the same transaction as every change to the chat's messages, tool
+        calls, reasoning or active leaf; ``None`` when the chat does not exist.
+        """
+        raise NotImplementedError(f"{type(self).__name__} keeps no history cache")
+
+    def _in_transaction(self) -> bool:
+        """Whether the current task is inside this store's ``transaction()``."""
+        return False
 
     @abc.abstractmethod
     async def get_last_messages(self, chat_uuids: list[UUID]) -> dict[UUID, Message]:
@@ -420,23 +584,27 @@ class Store(abc.ABC):
         """Apply ``writes`` in order, all or nothing, without returning their results.
 
         Each write behaves exactly as its method called inside one ``transaction()``
-        (same errors, same rows); this is that loop. A backend may send the whole
-        batch in fewer round trips (SQLite: one hop to its database thread) as long as
-        it stays equivalent, so a subclass overriding a write method must still see
-        it called: backends fall back to this loop when one is overridden.
+        (same errors, same rows). A backend may send the whole batch in fewer round
+        trips (SQLite: one hop to its database thread) as long as it stays equivalent;
+        to see every write of a batch, a subclass overrides this method.
         """
         for write in writes:
-            if write.method not in WRITE_METHODS:
+            if not isinstance(write, WRITE_TYPES):
                 raise InvalidInputError(
-                    f"apply_writes takes {', '.join(sorted(WRITE_METHODS))}; got {write.method!r}"
+                    f"apply_writes takes the writes of threadstore.store.ops"
+                    f" ({', '.join(sorted(WRITE_METHODS))}); got {write!r}"
                 )
+        await self._apply_batch(writes)
+
+    async def _apply_batch(self, writes: Sequence[Write]) -> None:
+        """The reference batch: each write's method, in one transaction."""
         async with self.transaction():
             for write in writes:
                 await self._apply_write(write)
 
     async def _apply_write(self, write: Write) -> None:
-        """One write of :meth:`apply_writes`; a backend may skip building its result."""
-        await getattr(self, write.method)(*write.args)
+        """One write of a batch, through its public method."""
+        await apply_to(self, write)
 
     async def iter_chat_messages(
         self, chat_uuid: UUID, *, page_size: int = 500

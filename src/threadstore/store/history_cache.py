@@ -20,30 +20,24 @@ from typing import Any
 from uuid import UUID
 
 from threadstore.models import Message, Reasoning, ToolCall
+from threadstore.store.codec import Constructor, constructor
 
 __all__ = ["DEFAULT_HISTORY_CACHE_MESSAGES", "HistoryCache", "copy_messages"]
 
 DEFAULT_HISTORY_CACHE_MESSAGES = 50_000
 """Default bound of a store's history cache, in messages (0 disables it)."""
 
-_new = object.__new__
-_set = object.__setattr__
-
-
-def _shell(source: Any, fields: dict[str, Any]) -> Any:
-    instance = _new(type(source))
-    _set(instance, "__dict__", fields)
-    _set(instance, "__pydantic_fields_set__", set(source.__pydantic_fields_set__))
-    _set(instance, "__pydantic_extra__", None)
-    _set(instance, "__pydantic_private__", None)
-    return instance
+_build_message: Constructor[Message] = constructor(Message)
+_MESSAGE_FIELDS = len(Message.model_fields)
+_CHILD_FIELDS = {ToolCall: len(ToolCall.model_fields), Reasoning: len(Reasoning.model_fields)}
+_build = {ToolCall: constructor(ToolCall), Reasoning: constructor(Reasoning)}
 
 
 def _copy_child(child: ToolCall | Reasoning) -> Any:
     fields = dict(child.__dict__)
     metadata = fields["metadata"]
     fields["metadata"] = copy.deepcopy(metadata) if metadata else {}
-    return _shell(child, fields)
+    return _build[type(child)](fields)
 
 
 def _copy_message(message: Message) -> Message:
@@ -56,8 +50,7 @@ def _copy_message(message: Message) -> Message:
             fields[name] = copy.deepcopy(fields[name])
     fields["tool_calls"] = [_copy_child(t) for t in fields["tool_calls"]]
     fields["reasonings"] = [_copy_child(r) for r in fields["reasonings"]]
-    copied: Message = _shell(message, fields)
-    return copied
+    return _build_message(fields)
 
 
 def copy_messages(messages: Sequence[Message]) -> list[Message]:
@@ -67,8 +60,12 @@ def copy_messages(messages: Sequence[Message]) -> list[Message]:
     for message in messages:
         plain = (
             type(message) is Message
-            and message.__pydantic_extra__ is None
-            and all(type(c) in stock for c in (*message.tool_calls, *message.reasonings))
+            # Every field set, as the fast copy marks them (a model read from the store).
+            and len(message.model_fields_set) == _MESSAGE_FIELDS
+            and all(
+                type(c) in stock and len(c.model_fields_set) == _CHILD_FIELDS[type(c)]
+                for c in (*message.tool_calls, *message.reasonings)
+            )
         )
         copies.append(_copy_message(message) if plain else message.model_copy(deep=True))
     return copies

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Hashable, Sequence
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Any, TypeVar
 from uuid import UUID
@@ -20,7 +20,6 @@ from threadstore.keys import chat_deduplication_key
 from threadstore.models import (
     Chat,
     ChatCreate,
-    ChatPage,
     Message,
     MessageCreate,
     MessageReasoningCreate,
@@ -35,8 +34,14 @@ from threadstore.models import (
     ToolCall,
     utcnow,
 )
-from threadstore.store.base import Store, check_limit, require_chat_identity
-from threadstore.store.cursor import decode_chat_cursor, encode_chat_cursor
+from threadstore.store.base import (
+    BranchPage,
+    ChatField,
+    ChatFilter,
+    MessageKey,
+    Store,
+    require_chat_identity,
+)
 from threadstore.store.records import (
     ExtrasCodec,
     WriterLock,
@@ -113,20 +118,18 @@ class MemoryStore(Store):
     async def close(self) -> None:
         """Drop nothing: the data lives as long as the object."""
 
-    @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[None]:
-        async with self._lock.hold() as outermost:
-            if not outermost:
-                yield
-                return
-            snapshot = self._committed = self._live.snapshot()
-            try:
-                yield
-            except BaseException:
-                self._live = snapshot
-                raise
-            finally:
-                self._committed = None
+    def transaction(self) -> AbstractAsyncContextManager[None]:
+        return self._lock.transaction(self._begin, self._commit, self._rollback)
+
+    async def _begin(self) -> None:
+        self._committed = self._live.snapshot()
+
+    async def _commit(self) -> None:
+        self._committed = None
+
+    async def _rollback(self) -> None:
+        assert self._committed is not None
+        self._live, self._committed = self._committed, None
 
     # --- rows -> models ------------------------------------------------------------------
 
@@ -186,52 +189,27 @@ class MemoryStore(Store):
             self._state.threads[(user_uuid, thread_id)] = chat_data.chat_uuid
             return self._chat(row)
 
-    async def get_chat(self, chat_uuid: UUID) -> Chat | None:
-        row = self._state.chats.get(chat_uuid)
-        return self._chat(row) if row else None
-
-    async def get_chat_by_thread_id(self, user_uuid: UUID, thread_id: str) -> Chat | None:
-        chat_uuid = self._state.threads.get((user_uuid, thread_id))
-        return None if chat_uuid is None else await self.get_chat(chat_uuid)
-
-    def _sorted_chats(self, user_uuid: UUID | None) -> list[dict[str, Any]]:
+    async def _select_chats(self, where: ChatFilter) -> Sequence[Chat]:
+        state = self._state
+        if where.thread_id is not None and where.user_uuid is not None:
+            found = state.threads.get((where.user_uuid, where.thread_id))
+            candidates = [] if found is None else [found]
+        elif where.chat_uuid is not None:
+            candidates = [where.chat_uuid]
+        else:
+            candidates = list(state.chats)
         rows = [
             r
-            for r in self._state.chats.values()
-            if user_uuid is None or r["user_uuid"] == user_uuid
+            for r in (state.chats.get(chat_uuid) for chat_uuid in candidates)
+            if r is not None
+            and (where.user_uuid is None or r["user_uuid"] == where.user_uuid)
+            and (where.chat_uuid is None or r["chat_uuid"] == where.chat_uuid)
+            and (where.tenant_id is None or r.get("tenant_id") == where.tenant_id)
+            and (where.app_id is None or r.get("app_id") == where.app_id)
+            and (where.after is None or (r["updated_at"], str(r["chat_uuid"])) < where.after)
         ]
         rows.sort(key=lambda r: (r["updated_at"], str(r["chat_uuid"])), reverse=True)
-        return rows
-
-    async def get_all_chats(self, user_uuid: UUID | None = None) -> Sequence[Chat]:
-        return [self._chat(r) for r in self._sorted_chats(user_uuid)]
-
-    async def list_chats(
-        self,
-        user_uuid: UUID,
-        *,
-        limit: int | None = None,
-        cursor: str | None = None,
-        tenant_id: str | None = None,
-        app_id: str | None = None,
-    ) -> ChatPage:
-        size = check_limit(limit)
-        assert size is not None
-        rows = [
-            r
-            for r in self._sorted_chats(user_uuid)
-            if (tenant_id is None or r.get("tenant_id") == tenant_id)
-            and (app_id is None or r.get("app_id") == app_id)
-        ]
-        if cursor is not None:
-            after_at, after_uuid = decode_chat_cursor(cursor)
-            rows = [
-                r for r in rows if (r["updated_at"], str(r["chat_uuid"])) < (after_at, after_uuid)
-            ]
-        page = rows[: size + 1]
-        items = [self._chat(r) for r in page[:size]]
-        next_cursor = encode_chat_cursor(items[-1]) if len(page) > size else None
-        return ChatPage(items=items, next_cursor=next_cursor)
+        return [self._chat(r) for r in rows[: where.limit]]
 
     async def _patch_chat(self, chat_uuid: UUID, **fields: Any) -> Chat | None:
         async with self._lock.hold():
@@ -242,11 +220,8 @@ class MemoryStore(Store):
             row["updated_at"] = utcnow()
             return self._chat(row)
 
-    async def update_chat_name(self, chat_uuid: UUID, name: str) -> Chat | None:
-        return await self._patch_chat(chat_uuid, name=name)
-
-    async def update_chat_state(self, chat_uuid: UUID, state: Any) -> Chat | None:
-        return await self._patch_chat(chat_uuid, state=state)
+    async def _set_chat_field(self, chat_uuid: UUID, field: ChatField, value: Any) -> Chat | None:
+        return await self._patch_chat(chat_uuid, **{field: value})
 
     async def set_active_leaf(self, chat_uuid: UUID, message_uuid: UUID) -> Chat | None:
         message = self._state.messages.get(message_uuid)
@@ -377,13 +352,16 @@ class MemoryStore(Store):
             _apply(row, update, MessageReasoningUpdate)
             return self._reasoning(row)
 
-    async def get_message(self, message_uuid: UUID) -> Message | None:
-        row = self._state.messages.get(message_uuid)
-        return self._message(row) if row else None
-
-    async def get_message_by_agui_id(self, chat_uuid: UUID, agui_id: str) -> Message | None:
-        for row in sorted(self._state.messages.values(), key=lambda r: r["seq"]):
-            if row["chat_uuid"] == chat_uuid and row["agui_id"] == agui_id:
+    async def _find_message(self, key: MessageKey) -> Message | None:
+        if key.message_uuid is not None:
+            row = self._state.messages.get(key.message_uuid)
+            rows = [] if row is None else [row]
+        else:
+            rows = sorted(self._state.messages.values(), key=lambda r: r["seq"])
+        for row in rows:
+            if (key.chat_uuid is None or row["chat_uuid"] == key.chat_uuid) and (
+                key.agui_id is None or row["agui_id"] == key.agui_id
+            ):
                 return self._message(row)
         return None
 
@@ -406,22 +384,17 @@ class MemoryStore(Store):
         path.reverse()
         return path
 
-    async def get_chat_messages(
-        self,
-        chat_uuid: UUID,
-        *,
-        after: int | None = None,
-        before: int | None = None,
-        limit: int | None = None,
-    ) -> Sequence[Message]:
-        size = check_limit(limit, default=None)
+    async def _select_branch(
+        self, chat_uuid: UUID, page: BranchPage, version: Hashable | None
+    ) -> list[Message]:
+        after, before, size = page.after, page.before, page.limit
         rows = [
             r
             for r in self._branch(chat_uuid)
             if (after is None or r["seq"] > after) and (before is None or r["seq"] < before)
         ]
         if size is not None:
-            rows = rows[-size:] if before is not None and after is None else rows[:size]
+            rows = rows[-size:] if page.newest_first else rows[:size]
         return [self._message(r) for r in rows]
 
     async def get_last_messages(self, chat_uuids: list[UUID]) -> dict[UUID, Message]:

@@ -24,7 +24,7 @@ used plainly, so the store never sits on connections the app may need.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Hashable, Sequence
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from datetime import datetime
@@ -42,12 +42,10 @@ from threadstore.errors import (
     NotFoundError,
     StoreError,
 )
-from threadstore.keys import chat_deduplication_key
 from threadstore.models import (
     FORMAT_VERSION,
     Chat,
     ChatCreate,
-    ChatPage,
     Message,
     MessageCreate,
     MessageReasoningCreate,
@@ -64,19 +62,35 @@ from threadstore.models import (
 )
 from threadstore.store import postgres_schema as sql
 from threadstore.store.base import (
+    BranchPage,
+    ChatField,
+    ChatFilter,
+    MessageKey,
     Store,
-    Write,
-    check_limit,
-    overrides,
-    require_chat_identity,
 )
-from threadstore.store.cursor import decode_chat_cursor, encode_chat_cursor
 from threadstore.store.history_cache import DEFAULT_HISTORY_CACHE_MESSAGES, HistoryCache
-from threadstore.store.records import split_create, split_update
-from threadstore.store.rows import RowLoader, attach_children, dump_json, dump_metadata, dump_parts
-from threadstore.store.sql import UPDATABLE, created_child, created_message, load_run
+from threadstore.store.ops import UpdateMessage, Write
+from threadstore.store.postgres_events import PostgresRunEvents
+from threadstore.store.records import split_update
+from threadstore.store.rows import RowLoader, attach_children, dump_json
+from threadstore.store.sql import (
+    JSON_ENCODERS,
+    UPDATABLE,
+    InsertPlans,
+    Plan,
+    chat_values,
+    created_child,
+    created_message,
+    load_run,
+    params,
+    record_values,
+    update_value,
+)
 
 __all__ = ["PostgresStore"]
+
+_CHAT_FIELDS: dict[str, str] = {"name": "name", "state": "state"}
+"""The column of each directly set chat field (column names are only taken from here)."""
 
 _CREATE_ATTEMPTS = 5
 """How often create_chat retries when the chat it conflicted with is deleted meanwhile."""
@@ -109,15 +123,8 @@ def _iso_times(conn: asyncpg.Connection) -> bool:
     )
 
 
-def _encode(column: str, value: Any) -> Any:
-    """Encode one updatable column value for asyncpg."""
-    if column == "metadata":
-        return dump_metadata(value)
-    if column == "content_parts":
-        return dump_parts(value)
-    if column == "activity_content":
-        return dump_json(value)
-    return value
+# asyncpg takes uuids, times and booleans as they are; JSON goes as text.
+_PLANS = InsertPlans(JSON_ENCODERS)
 
 
 class _Lease:
@@ -193,6 +200,11 @@ class PostgresStore(Store):
         self._reasonings = RowLoader(
             self.reasoning_model, Reasoning, sql.REASONING_COLUMNS, self.codecs.reasoning
         )
+        self._run_events = PostgresRunEvents(self)
+
+    def run_events(self) -> PostgresRunEvents:
+        """The relayed run-events log in this database (shared by every process using it)."""
+        return self._run_events
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -235,7 +247,7 @@ class PostgresStore(Store):
         An advisory lock serializes concurrent calls (several processes starting at
         once); each one after the first finds nothing left to do.
         """
-        async with self._borrowed() as conn, conn.transaction():
+        async with self.borrow() as conn, conn.transaction():
             await conn.execute(sql.LOCK_MIGRATIONS, sql.MIGRATION_LOCK_KEY)
             if not await conn.fetchval(sql.MIGRATIONS_TABLE_EXISTS):
                 await conn.execute(sql.CREATE_MIGRATIONS_TABLE)
@@ -261,7 +273,7 @@ class PostgresStore(Store):
         if self._in_transaction():
             yield
             return
-        async with self._borrowed() as conn, conn.transaction():
+        async with self.borrow() as conn, conn.transaction():
             token = self._held.set((conn, asyncio.current_task()))
             try:
                 yield
@@ -271,6 +283,7 @@ class PostgresStore(Store):
     # --- connections -----------------------------------------------------------------------
 
     def _in_transaction(self) -> bool:
+        """Whether the current task is inside this store's ``transaction()``."""
         held = self._held.get()
         return held is not None and held[1] is asyncio.current_task()
 
@@ -278,8 +291,13 @@ class PostgresStore(Store):
         """The current task's transaction connection, or one borrowed for this call."""
         return _Lease(self, join=True)
 
-    def _borrowed(self) -> _Lease:
-        """A connection for the block: a kept idle one if any, else one from the pool."""
+    def borrow(self) -> _Lease:
+        """``async with`` a connection for the block: a kept idle one, else one from the pool.
+
+        Also for statements on this store's schema made outside its methods (the
+        run-events log): a direct ``pool.acquire()`` could wait on connections the
+        store keeps idle.
+        """
         return _Lease(self, join=False)
 
     async def _give_back(self, pool: asyncpg.Pool, conn: asyncpg.Connection, clean: bool) -> None:
@@ -364,24 +382,8 @@ class PostgresStore(Store):
     # --- chats ---------------------------------------------------------------------------
 
     async def create_chat(self, chat_data: ChatCreate) -> Chat:
-        user_uuid, thread_id = require_chat_identity(chat_data)
-        base, extra = split_create(chat_data, ChatCreate)
-        args = (
-            base["chat_uuid"],
-            user_uuid,
-            thread_id,
-            chat_deduplication_key(user_uuid, thread_id),
-            base["name"],
-            base["tenant_id"],
-            base["app_id"],
-            base["forked_from_chat_uuid"],
-            base["forked_from_message_uuid"],
-            dump_json(base["state"]),
-            dump_metadata(base["metadata"]),
-            extra,
-            FORMAT_VERSION,
-            utcnow(),
-        )
+        values = chat_values(chat_data)
+        args = params(_PLANS.chat, values)
         async with self._connection() as conn:
             for _ in range(_CREATE_ATTEMPTS):
                 rows = await self._fetch_on(conn, sql.INSERT_CHAT, *args)
@@ -392,85 +394,44 @@ class PostgresStore(Store):
                         conn,
                         sql.CHAT_SELECT[_iso_times(conn)]
                         + " WHERE user_uuid = $1 AND thread_id = $2",
-                        user_uuid,
-                        thread_id,
+                        values["user_uuid"],
+                        values["thread_id"],
                     )
                 if rows:
                     chat: Chat = self._chats.load(rows)[0]
                     return chat
-        raise ConflictError(f"thread {thread_id!r} kept being created and deleted concurrently")
-
-    async def get_chat(self, chat_uuid: UUID) -> Chat | None:
-        rows = await self._select(sql.CHAT_SELECT, " WHERE chat_uuid = $1", chat_uuid)
-        return self._chats.load(rows)[0] if rows else None
-
-    async def get_chat_by_thread_id(self, user_uuid: UUID, thread_id: str) -> Chat | None:
-        rows = await self._select(
-            sql.CHAT_SELECT, " WHERE user_uuid = $1 AND thread_id = $2", user_uuid, thread_id
+        raise ConflictError(
+            f"thread {values['thread_id']!r} kept being created and deleted concurrently"
         )
-        return self._chats.load(rows)[0] if rows else None
 
-    async def get_all_chats(self, user_uuid: UUID | None = None) -> Sequence[Chat]:
-        order = " ORDER BY c.updated_at DESC, c.chat_uuid DESC"
-        if user_uuid is None:
-            rows = await self._select(sql.CHAT_SELECT, order)
-        else:
-            rows = await self._select(sql.CHAT_SELECT, " WHERE user_uuid = $1" + order, user_uuid)
-        chats: list[Chat] = self._chats.load(rows)
+    async def _select_chats(self, where: ChatFilter) -> Sequence[Chat]:
+        conditions: list[str] = []
+        args: list[Any] = []
+        for column, value in where.equalities():
+            args.append(value)
+            conditions.append(f"{column} = ${len(args)}")
+        if where.after is not None:
+            args += [where.after[0], UUID(where.after[1])]
+            conditions.append(f"(updated_at, chat_uuid) < (${len(args) - 1}, ${len(args)})")
+        suffix = " WHERE " + " AND ".join(conditions) if conditions else ""
+        suffix += " ORDER BY c.updated_at DESC, c.chat_uuid DESC"
+        if where.limit is not None:
+            args.append(where.limit)
+            suffix += f" LIMIT ${len(args)}"
+        chats: list[Chat] = self._chats.load(await self._select(sql.CHAT_SELECT, suffix, *args))
         return chats
 
-    async def list_chats(
-        self,
-        user_uuid: UUID,
-        *,
-        limit: int | None = None,
-        cursor: str | None = None,
-        tenant_id: str | None = None,
-        app_id: str | None = None,
-    ) -> ChatPage:
-        size = check_limit(limit)
-        assert size is not None
-        where = ["user_uuid = $1"]
-        args: list[Any] = [user_uuid]
-        if tenant_id is not None:
-            args.append(tenant_id)
-            where.append(f"tenant_id = ${len(args)}")
-        if app_id is not None:
-            args.append(app_id)
-            where.append(f"app_id = ${len(args)}")
-        if cursor is not None:
-            after_at, after_uuid = decode_chat_cursor(cursor)
-            args += [after_at, UUID(after_uuid)]
-            where.append(f"(updated_at, chat_uuid) < (${len(args) - 1}, ${len(args)})")
-        args.append(size + 1)
-        rows = await self._select(
-            sql.CHAT_SELECT,
-            " WHERE "
-            + " AND ".join(where)
-            + f" ORDER BY c.updated_at DESC, c.chat_uuid DESC LIMIT ${len(args)}",
-            *args,
-        )
-        items: list[Chat] = self._chats.load(rows[:size])
-        next_cursor = encode_chat_cursor(items[-1]) if len(rows) > size else None
-        return ChatPage(items=items, next_cursor=next_cursor)
-
-    async def _update_chat(self, chat_uuid: UUID, column: str, value: Any) -> Chat | None:
+    async def _set_chat_field(self, chat_uuid: UUID, field: ChatField, value: Any) -> Chat | None:
+        # One UPDATE of one column: concurrent renames serialize on the row lock and
+        # the last one wins whole; no read-modify-write can lose a concurrent change.
         rows = await self._fetch(
-            f"UPDATE chats SET {column} = $1, updated_at = $2 WHERE chat_uuid = $3"
+            f"UPDATE chats SET {_CHAT_FIELDS[field]} = $1, updated_at = $2 WHERE chat_uuid = $3"
             + sql.CHAT_RETURNING,
-            value,
+            dump_json(value) if field == "state" else value,
             utcnow(),
             chat_uuid,
         )
         return self._chats.load(rows)[0] if rows else None
-
-    async def update_chat_name(self, chat_uuid: UUID, name: str) -> Chat | None:
-        # One UPDATE of one column: concurrent renames serialize on the row lock and
-        # the last one wins whole; no read-modify-write can lose a concurrent change.
-        return await self._update_chat(chat_uuid, "name", name)
-
-    async def update_chat_state(self, chat_uuid: UUID, state: Any) -> Chat | None:
-        return await self._update_chat(chat_uuid, "state", dump_json(state))
 
     async def set_active_leaf(self, chat_uuid: UUID, message_uuid: UUID) -> Chat | None:
         rows = await self._fetch(sql.SET_ACTIVE_LEAF, chat_uuid, message_uuid, utcnow())
@@ -495,37 +456,10 @@ class PostgresStore(Store):
         fields = data.__dict__
         if fields["chat_uuid"] is None:
             raise NotFoundError("MessageCreate.chat_uuid is required")
-        extra = None if type(data) is MessageCreate else split_create(data, MessageCreate)[1]
         created = fields["created_at"] or utcnow()
-        parts, activity, metadata = (
-            fields["content_parts"],
-            fields["activity_content"],
-            fields["metadata"],
-        )
+        values = record_values(data, created)
         async with self._connection() as conn:
-            rows = await self._fetch_on(
-                conn,
-                sql.INSERT_MESSAGE,
-                fields["message_uuid"],
-                fields["chat_uuid"],
-                fields["parent_uuid"],
-                fields["agui_id"],
-                fields["role"],
-                fields["name"],
-                fields["content"],
-                None if parts is None else dump_parts(parts),
-                fields["encrypted_value"],
-                fields["activity_type"],
-                None if activity is None else dump_json(activity),
-                fields["status"],
-                fields["in_progress"],
-                fields["step_name"],
-                fields["run_id"],
-                dump_metadata(metadata) if metadata else None,
-                extra,
-                FORMAT_VERSION,
-                created,
-            )
+            rows = await self._fetch_on(conn, sql.INSERT_MESSAGE, *params(_PLANS.message, values))
             if not rows:
                 await self._explain_missing_insert(conn, data)
         seq, parent = rows[0]
@@ -558,7 +492,7 @@ class PostgresStore(Store):
         args: list[Any] = []
         for column, value in base.items():
             if column in UPDATABLE[table]:
-                args.append(_encode(column, value))
+                args.append(update_value(column, value, JSON_ENCODERS))
                 assignments.append(f"{column} = ${len(args)}")
         if extra:
             # jsonb || replaces each given key whole, in place: a concurrent patch of
@@ -581,12 +515,12 @@ class PostgresStore(Store):
         return messages[0] if messages else None
 
     async def _apply_write(self, write: Write) -> None:
-        if write.method != "update_message" or overrides(self, PostgresStore, write.method):
+        if not isinstance(write, UpdateMessage):
             await super()._apply_write(write)
             return
         # The batch returns nothing: the message's tool calls and reasoning steps,
         # which update_message reads back to return it whole, are not read.
-        message_uuid, update = write.args
+        message_uuid, update = write.message_uuid, write.update
         query, args = self._update_statement(
             "messages", "message_uuid", message_uuid, update, MessageUpdate, sql.MESSAGE_ROW
         )
@@ -594,42 +528,24 @@ class PostgresStore(Store):
             await self._fetch_on(conn, query, *args)
 
     async def create_message_tool_call(self, data: MessageToolCallCreate) -> ToolCall:
-        _, extra = split_create(data, MessageToolCallCreate)
-        now = utcnow()
-        async with self._connection() as conn:
-            rows = await self._fetch_on(
-                conn,
-                sql.INSERT_TOOL_CALL,
-                data.message_uuid,
-                data.uuid,
-                data.tool_call_id,
-                data.name,
-                data.arguments,
-                data.content,
-                data.result_message_id,
-                data.error,
-                data.status.value,
-                data.in_progress,
-                data.step_name,
-                dump_metadata(data.metadata),
-                extra,
-                FORMAT_VERSION,
-                now,
-            )
-            if not rows:
-                await self._explain_missing_child(conn, "tool call", data.message_uuid, data.uuid)
-        tool_call: ToolCall = created_child(
-            self.tool_call_model, data, seq=rows[0][0], created_at=now
-        )
+        seq, now = await self._insert_child(sql.INSERT_TOOL_CALL, _PLANS.tool_call, data)
+        tool_call: ToolCall = created_child(self.tool_call_model, data, seq=seq, created_at=now)
         return tool_call
 
-    async def _explain_missing_child(
-        self, conn: asyncpg.Connection, kind: str, message_uuid: UUID, uuid: UUID
-    ) -> None:
-        """Raise the error that made a tool call or reasoning insert write nothing."""
-        if not (await self._fetch_on(conn, sql.MESSAGE_EXISTS, message_uuid))[0][0]:
-            raise NotFoundError(f"parent message {message_uuid} does not exist")
-        raise ConflictError(f"{kind} {uuid} already exists")
+    async def _insert_child(
+        self, query: str, plan: Plan, data: MessageToolCallCreate | MessageReasoningCreate
+    ) -> tuple[int, datetime]:
+        """Insert a tool call or reasoning step; return its ``seq`` and creation time."""
+        kind = "tool call" if isinstance(data, MessageToolCallCreate) else "reasoning"
+        now = utcnow()
+        values = record_values(data, now)
+        async with self._connection() as conn:
+            rows = await self._fetch_on(conn, query, *params(plan, values))
+            if not rows:
+                if not (await self._fetch_on(conn, sql.MESSAGE_EXISTS, data.message_uuid))[0][0]:
+                    raise NotFoundError(f"parent message {data.message_uuid} does not exist")
+                raise ConflictError(f"{kind} {data.uuid} already exists")
+        return int(rows[0][0]), now
 
     async def update_message_tool_call(
         self, uuid: UUID, update: MessageToolCallUpdate
@@ -642,31 +558,8 @@ class PostgresStore(Store):
         return loaded[0] if loaded else None
 
     async def create_message_reasoning(self, data: MessageReasoningCreate) -> Reasoning:
-        _, extra = split_create(data, MessageReasoningCreate)
-        now = utcnow()
-        async with self._connection() as conn:
-            rows = await self._fetch_on(
-                conn,
-                sql.INSERT_REASONING,
-                data.message_uuid,
-                data.uuid,
-                data.agui_id,
-                data.name,
-                data.content,
-                data.encrypted_value,
-                data.status.value,
-                data.in_progress,
-                data.step_name,
-                dump_metadata(data.metadata),
-                extra,
-                FORMAT_VERSION,
-                now,
-            )
-            if not rows:
-                await self._explain_missing_child(conn, "reasoning", data.message_uuid, data.uuid)
-        reasoning: Reasoning = created_child(
-            self.reasoning_model, data, seq=rows[0][0], created_at=now
-        )
+        seq, now = await self._insert_child(sql.INSERT_REASONING, _PLANS.reasoning, data)
+        reasoning: Reasoning = created_child(self.reasoning_model, data, seq=seq, created_at=now)
         return reasoning
 
     async def update_message_reasoning(
@@ -679,14 +572,14 @@ class PostgresStore(Store):
         loaded: list[Reasoning] = self._reasonings.load(rows)
         return loaded[0] if loaded else None
 
-    async def get_message(self, message_uuid: UUID) -> Message | None:
-        messages = await self._read_messages(" WHERE m.message_uuid = $1", message_uuid)
-        return messages[0] if messages else None
-
-    async def get_message_by_agui_id(self, chat_uuid: UUID, agui_id: str) -> Message | None:
-        messages = await self._read_messages(
-            " WHERE m.chat_uuid = $1 AND m.agui_id = $2 ORDER BY m.seq LIMIT 1", chat_uuid, agui_id
-        )
+    async def _find_message(self, key: MessageKey) -> Message | None:
+        conditions: list[str] = []
+        args: list[Any] = []
+        for column, value in key.equalities():
+            args.append(value)
+            conditions.append(f"m.{column} = ${len(args)}")
+        suffix = " WHERE " + " AND ".join(conditions) + " ORDER BY m.seq LIMIT 1"
+        messages = await self._read_messages(suffix, *args)
         return messages[0] if messages else None
 
     async def get_tool_call_by_agui_id(
@@ -701,54 +594,31 @@ class PostgresStore(Store):
         loaded: list[ToolCall] = self._tool_calls.load(rows)
         return loaded[0] if loaded else None
 
-    async def get_chat_messages(
-        self,
-        chat_uuid: UUID,
-        *,
-        after: int | None = None,
-        before: int | None = None,
-        limit: int | None = None,
-    ) -> Sequence[Message]:
-        size = check_limit(limit, default=None)
+    async def _history_version(self, chat_uuid: UUID) -> Hashable | None:
+        rows = await self._fetch(sql.CHAT_VERSION, chat_uuid)
+        return int(rows[0][0]) if rows else None
+
+    async def _select_branch(
+        self, chat_uuid: UUID, page: BranchPage, version: Hashable | None
+    ) -> list[Message]:
         where = sql.BRANCH_FILTER
         args: list[Any] = [chat_uuid]
-        if after is not None:
-            args.append(after)
+        if page.after is not None:
+            args.append(page.after)
             where += f" AND m.seq > ${len(args)}"
-        if before is not None:
-            args.append(before)
+        if page.before is not None:
+            args.append(page.before)
             where += f" AND m.seq < ${len(args)}"
-        newest_first = size is not None and before is not None and after is None
         suffix = " WHERE " + where
-        suffix += " ORDER BY m.seq DESC" if newest_first else " ORDER BY m.seq"
-        if size is not None:
-            args.append(size)
+        suffix += " ORDER BY m.seq DESC" if page.newest_first else " ORDER BY m.seq"
+        if page.limit is not None:
+            args.append(page.limit)
             suffix += f" LIMIT ${len(args)}"
-        whole = size is None and after is None and before is None
-        # Only whole histories read outside a transaction are cached: inside one, the
-        # version may belong to writes that are never committed.
-        cache = self.history_cache if whole and not self._in_transaction() else None
         async with self._connection() as conn:
-            version: int | None = None
-            if cache is not None:
-                # The version is read before the history: a write committed in between
-                # makes the history newer than its tag, never older, so it is re-read.
-                flags = await self._fetch_on(conn, sql.CHAT_VERSION, chat_uuid)
-                if not flags:
-                    cache.discard(chat_uuid)
-                    return []
-                version = int(flags[0][0])
-                cached = cache.get(chat_uuid, version)
-                if cached is not None:
-                    return cached
-            query = sql.MESSAGE_SELECT[_iso_times(conn)] + suffix
-            rows = await self._fetch_on(conn, query, *args)
-            if newest_first:
+            rows = await self._fetch_on(conn, sql.MESSAGE_SELECT[_iso_times(conn)] + suffix, *args)
+            if page.newest_first:
                 rows.reverse()
-            messages = await self._messages_with_children(conn, rows)
-        if cache is not None and version is not None:
-            cache.put(chat_uuid, version, messages)
-        return messages
+            return await self._messages_with_children(conn, rows)
 
     async def get_last_messages(self, chat_uuids: list[UUID]) -> dict[UUID, Message]:
         if not chat_uuids:
@@ -760,21 +630,8 @@ class PostgresStore(Store):
 
     async def start_run(self, run: Run) -> Run:
         async with self._connection() as conn:
-            rows = await self._fetch_on(
-                conn,
-                sql.INSERT_RUN,
-                run.chat_uuid,
-                run.run_id,
-                run.thread_id,
-                run.parent_run_id,
-                run.status.value,
-                run.owner,
-                run.heartbeat_at,
-                run.error,
-                FORMAT_VERSION,
-                run.created_at,
-                run.updated_at,
-            )
+            values = {**run.__dict__, "format_version": FORMAT_VERSION}
+            rows = await self._fetch_on(conn, sql.INSERT_RUN, *params(_PLANS.run, values))
             if not rows:
                 rows = await self._fetch_on(
                     conn,

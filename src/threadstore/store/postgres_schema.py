@@ -19,10 +19,17 @@ from collections.abc import Sequence
 
 from threadstore.store.sql import (
     CHAT_COLUMNS,
+    CHAT_INSERT,
     MESSAGE_COLUMNS,
+    MESSAGE_INSERT,
     REASONING_COLUMNS,
+    REASONING_INSERT,
     RUN_COLUMNS,
+    RUN_INSERT,
     TOOL_CALL_COLUMNS,
+    TOOL_CALL_INSERT,
+    InsertColumns,
+    Kind,
 )
 
 __all__ = [
@@ -252,13 +259,43 @@ LAST_MESSAGES = (
     " JOIN chats c ON c.active_leaf_uuid = m.message_uuid WHERE c.chat_uuid = ANY($1::uuid[])"
 )
 
+# --- inserts: column lists and parameters from the field-to-column tables of store/sql.py ---
+
+_TYPES = {
+    Kind.PLAIN: "text",
+    Kind.INT: "integer",
+    Kind.DOC: "jsonb",
+    Kind.UUID: "uuid",
+    Kind.TIME: "timestamptz",
+    Kind.BOOL: "boolean",
+    Kind.JSON: "json",
+    Kind.METADATA: "jsonb",
+    Kind.PARTS: "json",
+}
+
+
+def _param(columns: InsertColumns, name: str) -> str:
+    return f"${columns.position(name)}"
+
+
+def _typed(columns: InsertColumns, **instead: str) -> str:
+    """``$1::uuid, $2::text, ...`` for ``columns`` (an INSERT ... SELECT types nothing itself)."""
+    return ", ".join(
+        instead.get(name, f"${i}::{_TYPES[kind]}")
+        for i, (name, kind) in enumerate(zip(columns.names, columns.kinds, strict=True), 1)
+    )
+
+
+def _names(columns: InsertColumns) -> str:
+    return ", ".join(columns.names)
+
+
 # --- chats -----------------------------------------------------------------------------------
 
 INSERT_CHAT = (
-    "INSERT INTO chats (chat_uuid, user_uuid, thread_id, dedup_key, name, tenant_id, app_id,"
-    " forked_from_chat_uuid, forked_from_message_uuid, state, metadata, extra, format_version,"
-    " created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,"
-    " $14, $14)"
+    f"INSERT INTO chats ({_names(CHAT_INSERT)}, updated_at)"
+    f" VALUES ({', '.join(f'${i}' for i in range(1, len(CHAT_INSERT.names) + 1))},"
+    f" {_param(CHAT_INSERT, 'created_at')})"
     # DO NOTHING takes no row lock: a repeat create then reads the existing chat.
     " ON CONFLICT (user_uuid, thread_id) DO NOTHING" + CHAT_RETURNING
 )
@@ -284,23 +321,23 @@ DELETE_CHAT = "DELETE FROM chats WHERE chat_uuid = $1" + CHAT_RETURNING
 # parent belongs to the chat and the uuid is free. The INSERT then writes only if the
 # UPDATE did: no row back means the chat is gone, the parent is foreign or the uuid is
 # taken. Nothing is ever upserted.
+_M = {name: _param(MESSAGE_INSERT, name) for name in MESSAGE_INSERT.names}
 INSERT_MESSAGE = (
     "WITH chat AS (UPDATE chats SET"
     " has_branches = has_branches"
-    " OR ($3::uuid IS NOT NULL AND $3 IS DISTINCT FROM active_leaf_uuid),"
-    " leaf_parent_uuid = COALESCE($3, active_leaf_uuid), active_leaf_uuid = $1, updated_at = $19,"
+    " OR ({parent_uuid}::uuid IS NOT NULL AND {parent_uuid} IS DISTINCT FROM active_leaf_uuid),"
+    " leaf_parent_uuid = COALESCE({parent_uuid}, active_leaf_uuid),"
+    " active_leaf_uuid = {message_uuid}, updated_at = {created_at},"
     " version = nextval('chat_versions')"
-    " WHERE chat_uuid = $2"
-    " AND NOT EXISTS (SELECT 1 FROM messages WHERE message_uuid = $1)"
-    " AND ($3::uuid IS NULL"
-    " OR EXISTS (SELECT 1 FROM messages p WHERE p.message_uuid = $3 AND p.chat_uuid = $2))"
+    " WHERE chat_uuid = {chat_uuid}"
+    " AND NOT EXISTS (SELECT 1 FROM messages WHERE message_uuid = {message_uuid})"
+    " AND ({parent_uuid}::uuid IS NULL OR EXISTS (SELECT 1 FROM messages p"
+    " WHERE p.message_uuid = {parent_uuid} AND p.chat_uuid = {chat_uuid}))"
     " RETURNING leaf_parent_uuid)"
-    " INSERT INTO messages (message_uuid, chat_uuid, parent_uuid, agui_id, role, name, content,"
-    " content_parts, encrypted_value, activity_type, activity_content, status, in_progress,"
-    " step_name, run_id, metadata, extra, format_version, created_at, updated_at)"
-    " SELECT $1::uuid, $2::uuid, chat.leaf_parent_uuid, $4::text, $5::text, $6::text, $7::text,"
-    " $8::json, $9::text, $10::text, $11::json, $12::text, $13::boolean, $14::text, $15::text,"
-    " $16::jsonb, $17::jsonb, $18::integer, $19::timestamptz, $19::timestamptz FROM chat"
+).format(**_M) + (
+    f" INSERT INTO messages ({_names(MESSAGE_INSERT)}, updated_at)"
+    f" SELECT {_typed(MESSAGE_INSERT, parent_uuid='chat.leaf_parent_uuid')},"
+    f" {_M['created_at']}::timestamptz FROM chat"
     " RETURNING seq, parent_uuid"
 )
 
@@ -329,35 +366,28 @@ _NEXT_CHILD = (
     " RETURNING chat_uuid, last_child_seq)"
 )
 
-INSERT_TOOL_CALL = (
-    _NEXT_CHILD + " INSERT INTO tool_calls (uuid, message_uuid, chat_uuid, tool_call_id, name,"
-    " arguments, content, result_message_id, error, status, in_progress, step_name, seq,"
-    " metadata, extra, format_version, created_at, updated_at)"
-    " SELECT $2::uuid, $1::uuid, parent.chat_uuid, $3::text, $4::text, $5::text, $6::text,"
-    " $7::text, $8::text, $9::text, $10::boolean, $11::text, parent.last_child_seq,"
-    " $12::jsonb, $13::jsonb, $14::integer, $15::timestamptz, $15::timestamptz FROM parent"
-    " ON CONFLICT (uuid) DO NOTHING RETURNING seq"
-)
 
-INSERT_REASONING = (
-    _NEXT_CHILD + " INSERT INTO reasonings (uuid, message_uuid, chat_uuid, agui_id, name,"
-    " content, encrypted_value, status, in_progress, step_name, seq, metadata, extra,"
-    " format_version, created_at, updated_at)"
-    " SELECT $2::uuid, $1::uuid, parent.chat_uuid, $3::text, $4::text, $5::text, $6::text,"
-    " $7::text, $8::boolean, $9::text, parent.last_child_seq, $10::jsonb, $11::jsonb,"
-    " $12::integer, $13::timestamptz, $13::timestamptz FROM parent"
-    " ON CONFLICT (uuid) DO NOTHING RETURNING seq"
-)
+def _child_insert(table: str, columns: InsertColumns) -> str:
+    """A tool call's or reasoning step's insert: the chat and ``seq`` from its parent."""
+    assert columns.names[0] == "message_uuid"  # _NEXT_CHILD's $1
+    return (
+        f"{_NEXT_CHILD} INSERT INTO {table} ({_names(columns)}, chat_uuid, seq, updated_at)"
+        f" SELECT {_typed(columns)}, parent.chat_uuid, parent.last_child_seq,"
+        f" {_param(columns, 'created_at')}::timestamptz FROM parent"
+        " ON CONFLICT (uuid) DO NOTHING RETURNING seq"
+    )
+
+
+INSERT_TOOL_CALL = _child_insert("tool_calls", TOOL_CALL_INSERT)
+INSERT_REASONING = _child_insert("reasonings", REASONING_INSERT)
 
 MESSAGE_EXISTS = "SELECT EXISTS (SELECT 1 FROM messages WHERE message_uuid = $1)"
 
 # --- runs ------------------------------------------------------------------------------------
 
 INSERT_RUN = (
-    "INSERT INTO runs (" + ", ".join(RUN_COLUMNS) + ")"
-    " SELECT $1::uuid, $2::text, $3::text, $4::text, $5::text, $6::text, $7::timestamptz,"
-    " $8::text, $9::integer, $10::timestamptz, $11::timestamptz"
-    " WHERE EXISTS (SELECT 1 FROM chats WHERE chat_uuid = $1)"
+    f"INSERT INTO runs ({_names(RUN_INSERT)}) SELECT {_typed(RUN_INSERT)}"
+    f" WHERE EXISTS (SELECT 1 FROM chats WHERE chat_uuid = {_param(RUN_INSERT, 'chat_uuid')})"
     " ON CONFLICT (chat_uuid, run_id) DO NOTHING" + RUN_RETURNING
 )
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from functools import cache
 from typing import Any
@@ -136,6 +136,30 @@ class WriterLock:
                 yield True
             finally:
                 self._holder.reset(token)
+
+    @asynccontextmanager
+    async def transaction(
+        self,
+        begin: Callable[[], Awaitable[object]],
+        commit: Callable[[], Awaitable[object]],
+        rollback: Callable[[], Awaitable[object]],
+    ) -> AsyncIterator[None]:
+        """Hold the lock for a transaction; a nested block joins the outermost one.
+
+        The outermost block awaits ``begin`` first, then ``commit`` when its body ends,
+        or ``rollback`` when it raises.
+        """
+        async with self.hold() as outermost:
+            if not outermost:
+                yield
+                return
+            await begin()
+            try:
+                yield
+            except BaseException:
+                await rollback()
+                raise
+            await commit()
 
 
 class _Turn:

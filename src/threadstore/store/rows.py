@@ -7,24 +7,27 @@ travel as base64.
 
 Reading history is the hot path of every run, so :class:`RowLoader` builds the
 stock models straight from trusted rows (rows this code wrote, in columns whose
-types the schema fixes) instead of re-validating every field; a model subclass
-goes through full pydantic validation, so its own validators still run.
+types the schema fixes) with :func:`threadstore.store.codec.constructor` instead of
+re-validating every field; a model subclass goes through full pydantic validation,
+so its own validators still run.
 """
 
 from __future__ import annotations
 
 import json
+import operator
 import types
 import typing
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from enum import Enum
 from typing import Any
-from uuid import UUID, SafeUUID
+from uuid import UUID
 
 from pydantic import BaseModel, TypeAdapter
 
 from threadstore.models import ContentPart, Message, Reasoning, ToolCall
+from threadstore.store.codec import constructor
 from threadstore.store.records import ExtrasCodec
 
 __all__ = [
@@ -34,7 +37,6 @@ __all__ = [
     "dump_json",
     "dump_metadata",
     "dump_parts",
-    "parse_uuid",
 ]
 
 CONTENT_PARTS: TypeAdapter[list[ContentPart]] = TypeAdapter(list[ContentPart])
@@ -57,19 +59,6 @@ def dump_parts(parts: Sequence[Any] | None) -> str | None:
     return None if parts is None else CONTENT_PARTS.dump_json(list(parts)).decode()
 
 
-def parse_uuid(
-    text: str,
-    _new: Any = object.__new__,
-    _set: Any = object.__setattr__,
-    _unknown: SafeUUID = SafeUUID.unknown,
-) -> UUID:
-    """Parse canonical UUID text that this code wrote (no re-validation, unlike ``UUID()``)."""
-    value = _new(UUID)
-    _set(value, "int", int(text.replace("-", ""), 16))
-    _set(value, "is_safe", _unknown)
-    return typing.cast(UUID, value)
-
-
 def _plain(annotation: Any) -> Any:
     """Strip ``X | None`` down to ``X``."""
     if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
@@ -78,86 +67,95 @@ def _plain(annotation: Any) -> Any:
     return annotation
 
 
-def _memo_uuid(value: Any, memo: dict[Any, Any]) -> Any:
-    parsed = parse_uuid(value) if value.__class__ is str else value
-    memo[value] = parsed
-    return parsed
-
-
-def _memo_time(value: Any, memo: dict[Any, Any]) -> Any:
-    parsed = datetime.fromisoformat(value) if value.__class__ is str else value
-    memo[value] = parsed
-    return parsed
-
-
 _TrustedLoad = Callable[[Iterable[Sequence[Any]], dict[Any, Any]], list[Any]]
 
 
-def _compile_trusted(model: type[BaseModel], columns: Sequence[str]) -> _TrustedLoad:
-    """Generate the loop that builds ``model`` instances from trusted rows.
+def _trusted_loader(model: type[BaseModel], columns: Sequence[str]) -> _TrustedLoad:
+    """The loop that builds ``model`` instances from trusted rows.
 
-    Each row becomes one dict display with every column's conversion written
-    inline, which costs about half of a generic per-column loop; only field names
-    (identifiers, checked) and column positions are written into the source.
+    Each row's values are picked in the model's field order and converted where the
+    stored form differs: ids and times parsed once per distinct text (a history repeats
+    the chat id, each parent is the previous message's id, created == updated), enums
+    looked up, the rest (booleans, JSON) by a function; fields with no column (a
+    message's nested lists, which come last) get fresh defaults.
     """
     position = {name: index for index, name in enumerate(columns)}
-    env: dict[str, Any] = {
-        "_uuid": _memo_uuid,
-        "_time": _memo_time,
-        "_loads": json.loads,
-        "_parts": CONTENT_PARTS.validate_json,
-        "_new": object.__new__,
-        "_set": object.__setattr__,
-        "_model": model,
-        "_fields": frozenset(model.model_fields),
-    }
-    entries: list[str] = []
+    names: list[str] = []
+    picks: list[int] = []
+    parsed: list[tuple[int, Callable[[str], Any]]] = []
+    members: list[tuple[int, dict[Any, Any]]] = []
+    converts: list[tuple[int, Callable[[Any], Any]]] = []
+    defaults: list[tuple[str, Callable[[], Any]]] = []
     for name, field in model.model_fields.items():
-        if not name.isidentifier():
-            raise TypeError(f"{model.__name__}.{name} is not an identifier")
         if name not in position:
-            # Fields with no column (e.g. a message's nested lists) get fresh defaults.
             if field.default_factory is not None:
-                env[f"_new_{name}"] = field.default_factory
-                entries.append(f"{name!r}: _new_{name}()")
+                defaults.append((name, typing.cast(Callable[[], Any], field.default_factory)))
             continue
-        value = f"row[{position[name]}]"
+        if defaults:
+            raise TypeError(f"{model.__name__}: fields without a column must come last")
+        at = len(names)
         kind = _plain(field.annotation)
         if kind is UUID:
-            expr = f"get({value}) or _uuid({value}, memo)"
+            parsed.append((at, UUID))
         elif kind is datetime:
-            expr = f"get({value}) or _time({value}, memo)"
+            parsed.append((at, datetime.fromisoformat))
         elif isinstance(kind, type) and issubclass(kind, Enum):
-            env[f"_members_{name}"] = {member.value: member for member in kind}
-            expr = f"_members_{name}[{value}]"
-        elif kind is bool:
-            expr = f"bool({value})"
-        elif name == "content_parts":
-            expr = f"_parts({value}) if {value}.__class__ is str else {value}"
-        elif name in _JSON_FIELDS:
-            empty = "{}" if name == "metadata" else "None"
-            expr = f"{empty} if {value} is None else _loads({value}) if {value}.__class__ is str"
-            expr += f" else {value}"
-        else:
-            expr = value
-        entries.append(f"{name!r}: ({expr})")
-    source = "\n".join(
-        [
-            "def load(rows, memo):",
-            "    get = memo.get",
-            "    built = []",
-            "    for row in rows:",
-            "        instance = _new(_model)",
-            "        _set(instance, '__dict__', {" + ", ".join(entries) + "})",
-            "        _set(instance, '__pydantic_fields_set__', set(_fields))",
-            "        _set(instance, '__pydantic_extra__', None)",
-            "        _set(instance, '__pydantic_private__', None)",
-            "        built.append(instance)",
-            "    return built",
-        ]
-    )
-    exec(compile(source, f"<row loader for {model.__name__}>", "exec"), env)
-    return typing.cast(_TrustedLoad, env["load"])
+            members.append((at, {member.value: member for member in kind}))
+        elif (convert := _converter(name, kind)) is not None:
+            converts.append((at, convert))
+        names.append(name)
+        picks.append(position[name])
+    build = constructor(model)
+    pick = operator.itemgetter(*picks)
+
+    def load(rows: Iterable[Sequence[Any]], memo: dict[Any, Any]) -> list[Any]:
+        get = memo.get
+        built = []
+        for row in rows:
+            values = list(pick(row))
+            for index, parse in parsed:
+                value = values[index]
+                if value.__class__ is str:
+                    known = get(value)
+                    if known is None:
+                        known = memo[value] = parse(value)
+                    values[index] = known
+            for index, lookup in members:
+                values[index] = lookup[values[index]]
+            for index, convert in converts:
+                values[index] = convert(values[index])
+            fields = dict(zip(names, values))  # noqa: B905 - equal lengths by construction
+            for name, factory in defaults:
+                fields[name] = factory()
+            built.append(build(fields))
+        return built
+
+    return load
+
+
+def _converter(name: str, kind: Any) -> Callable[[Any], Any] | None:
+    """How a column's stored value becomes the field's value (``None``: as it is)."""
+    if kind is bool:
+        return bool
+    if name == "content_parts":
+        return _parts
+    if name == "metadata":
+        return _metadata
+    if name in _JSON_FIELDS:
+        return _json
+    return None
+
+
+def _parts(value: Any) -> Any:
+    return CONTENT_PARTS.validate_json(value) if value.__class__ is str else value
+
+
+def _metadata(value: Any) -> Any:
+    return {} if value is None else json.loads(value) if value.__class__ is str else value
+
+
+def _json(value: Any) -> Any:
+    return json.loads(value) if value.__class__ is str else value
 
 
 class RowLoader:
@@ -175,14 +173,12 @@ class RowLoader:
         self.codec = codec
         self._adapter: TypeAdapter[list[Any]] = TypeAdapter(list[model])  # type: ignore[valid-type]
         self._trusted = (
-            _compile_trusted(model, self.columns) if model is base and not codec.names else None
+            _trusted_loader(model, self.columns) if model is base and not codec.names else None
         )
 
     def load(self, rows: Iterable[Sequence[Any]]) -> list[Any]:
         """Build one model per row."""
         if self._trusted is not None:
-            # One history repeats the same ids and stamps (chat id, each parent is the
-            # previous message's id, created == updated), so parse each value once.
             return self._trusted(rows, {})
         return self._adapter.validate_python([self._record(row) for row in rows])
 

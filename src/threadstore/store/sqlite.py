@@ -1,4 +1,4 @@
-"""The SQLite backend (the embedded default), on aiosqlite.
+"""The SQLite backend (the embedded default), on sqlite3 and one database thread.
 
 One connection per store, in WAL mode with foreign keys on. Writes outside a
 ``transaction()`` are single autocommit statements; a transaction holds the
@@ -6,7 +6,7 @@ store's writer lock for its whole body, so no other task's statement can land in
 the middle of it. Several processes may share one file: SQLite serializes their
 writers and ``busy_timeout`` makes them wait instead of failing.
 
-Small calls run inline. A round trip to aiosqlite's thread costs more than a small
+Small calls run inline. A round trip to the database thread costs more than a small
 write itself (on a 2-core VM 100 to 180 µs against about 60), so a write of at most
 :data:`INLINE_MAX_STATEMENTS` statements and :data:`INLINE_MAX_BYTES` of text, and a
 lookup of one record, run on the event loop's thread on a second connection when no
@@ -23,28 +23,25 @@ to the thread.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import secrets
 import sqlite3
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from urllib.parse import parse_qs
 from uuid import UUID
 
-import aiosqlite
-
 from threadstore.errors import ConfigurationError, ConflictError, MigrationError, NotFoundError
-from threadstore.keys import chat_deduplication_key
 from threadstore.models import (
     FORMAT_VERSION,
     Chat,
     ChatCreate,
-    ChatPage,
     Message,
     MessageCreate,
     MessageReasoningCreate,
@@ -60,23 +57,53 @@ from threadstore.models import (
     utcnow,
 )
 from threadstore.store.base import (
+    BranchPage,
+    ChatField,
+    ChatFilter,
+    MessageKey,
     Store,
-    Write,
-    check_limit,
-    overrides,
-    require_chat_identity,
 )
-from threadstore.store.cursor import decode_chat_cursor, encode_chat_cursor
 from threadstore.store.history_cache import DEFAULT_HISTORY_CACHE_MESSAGES, HistoryCache
-from threadstore.store.records import WriterLock, split_create, split_update
+from threadstore.store.ops import (
+    CreateMessage,
+    CreateReasoning,
+    CreateToolCall,
+    FinalizeRunRecords,
+    FinishRun,
+    RenameChat,
+    UpdateChatState,
+    UpdateMessage,
+    UpdateReasoning,
+    UpdateToolCall,
+    Write,
+)
+from threadstore.store.records import WriterLock, split_update
 from threadstore.store.rows import (
     RowLoader,
     attach_children,
     dump_json,
-    dump_metadata,
-    dump_parts,
 )
-from threadstore.store.sql import UPDATABLE, created_child, created_message, load_run
+from threadstore.store.sql import (
+    CHAT_INSERT,
+    JSON_ENCODERS,
+    MESSAGE_INSERT,
+    REASONING_INSERT,
+    RUN_INSERT,
+    TOOL_CALL_INSERT,
+    UPDATABLE,
+    Encoder,
+    InsertColumns,
+    InsertPlans,
+    Kind,
+    Plan,
+    chat_values,
+    created_child,
+    created_message,
+    load_run,
+    params,
+    record_values,
+    update_value,
+)
 from threadstore.store.sqlite_schema import (
     CHAT_COLUMNS,
     MESSAGE_COLUMNS,
@@ -85,6 +112,7 @@ from threadstore.store.sqlite_schema import (
     RUN_COLUMNS,
     TOOL_CALL_COLUMNS,
 )
+from threadstore.store.sqlite_thread import DatabaseThread
 
 __all__ = ["SQLiteStore", "sqlite_options", "sqlite_path"]
 
@@ -100,6 +128,9 @@ INLINE_MAX_BYTES = 64 * 1024
 CHECKPOINT_EVERY_WRITES = 100
 """Inline writes between two WAL checkpoints (about 700 pages of a typical append)."""
 
+_CHAT_FIELD_SET = {"name": "name = ?", "state": "state = ?"}
+"""The assignment of each directly set chat field (column names are only taken from here)."""
+
 _BUSY_CODES = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 logger = logging.getLogger(__name__)
@@ -110,23 +141,44 @@ _TOOL_CALL_SELECT = "SELECT " + ", ".join(TOOL_CALL_COLUMNS) + " FROM tool_calls
 _REASONING_SELECT = "SELECT " + ", ".join(REASONING_COLUMNS) + " FROM reasonings"
 _RUN_SELECT = "SELECT " + ", ".join(RUN_COLUMNS) + " FROM runs"
 
+
+def _numbered(columns: InsertColumns, **instead: str) -> str:
+    """``?1, ?2, ...`` for ``columns``, with an expression ``instead`` of some of them."""
+    return ", ".join(instead.get(name, f"?{i}") for i, name in enumerate(columns.names, 1))
+
+
+def _names(columns: InsertColumns) -> str:
+    return ", ".join(columns.names)
+
+
+_CREATED = {
+    table: f"?{columns.position('created_at')}"
+    for table, columns in (
+        ("chats", CHAT_INSERT),
+        ("messages", MESSAGE_INSERT),
+        ("tool_calls", TOOL_CALL_INSERT),
+        ("reasonings", REASONING_INSERT),
+    )
+}
+
 _INSERT_CHAT = (
-    "INSERT INTO chats (chat_uuid, user_uuid, thread_id, dedup_key, name, tenant_id, app_id,"
-    " forked_from_chat_uuid, forked_from_message_uuid, state, metadata, extra, format_version,"
-    " created_at, updated_at, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    f"INSERT INTO chats ({_names(CHAT_INSERT)}, updated_at, version)"
+    f" VALUES ({_numbered(CHAT_INSERT)}, {_CREATED['chats']}, ?{len(CHAT_INSERT.names) + 1})"
     # A no-op update makes RETURNING yield the existing row when (user, thread) exists.
     " ON CONFLICT (user_uuid, thread_id) DO UPDATE SET thread_id = excluded.thread_id"
     " RETURNING " + ", ".join(CHAT_COLUMNS)
 )
 
 _INSERT_MESSAGE = (
-    "INSERT INTO messages (message_uuid, chat_uuid, parent_uuid, agui_id, role, name, content,"
-    " content_parts, encrypted_value, activity_type, activity_content, status, in_progress,"
-    " step_name, run_id, metadata, extra, format_version, created_at, updated_at)"
-    " VALUES (?, ?, COALESCE(?, (SELECT active_leaf_uuid FROM chats WHERE chat_uuid = ?)),"
-    " ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-    " RETURNING seq, parent_uuid"
+    f"INSERT INTO messages ({_names(MESSAGE_INSERT)}, updated_at) VALUES ("
+    + _numbered(
+        MESSAGE_INSERT,
+        # No parent given: the chat's active leaf.
+        parent_uuid="COALESCE(?3, (SELECT active_leaf_uuid FROM chats WHERE chat_uuid = ?2))",
+    )
+    + f", {_CREATED['messages']}) RETURNING seq, parent_uuid"
 )
+assert MESSAGE_INSERT.names[1:3] == ("chat_uuid", "parent_uuid")
 
 # The next position among a message's tool calls and reasoning steps, so the order
 # in which they were produced survives across the two tables.
@@ -136,24 +188,24 @@ _NEXT_CHILD_SEQ = (
     " UNION ALL SELECT seq FROM reasonings WHERE message_uuid = ?1))"
 )
 
-_INSERT_TOOL_CALL = (
-    "INSERT INTO tool_calls (uuid, message_uuid, chat_uuid, tool_call_id, name, arguments,"
-    " content, result_message_id, error, status, in_progress, step_name, seq, metadata, extra,"
-    " format_version, created_at, updated_at)"
-    " SELECT ?2, ?1, m.chat_uuid, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, "
-    + _NEXT_CHILD_SEQ
-    + ", ?12, ?13, ?14, ?15, ?15 FROM messages m WHERE m.message_uuid = ?1"
-    " RETURNING seq"
-)
 
-_INSERT_REASONING = (
-    "INSERT INTO reasonings (uuid, message_uuid, chat_uuid, agui_id, name, content,"
-    " encrypted_value, status, in_progress, step_name, seq, metadata, extra, format_version,"
-    " created_at, updated_at)"
-    " SELECT ?2, ?1, m.chat_uuid, ?3, ?4, ?5, ?6, ?7, ?8, ?9, "
-    + _NEXT_CHILD_SEQ
-    + ", ?10, ?11, ?12, ?13, ?13 FROM messages m WHERE m.message_uuid = ?1"
-    " RETURNING seq"
+def _child_insert_sql(table: str, columns: InsertColumns) -> str:
+    """A tool call's or reasoning step's insert: its chat from the parent, the next ``seq``."""
+    assert columns.names[0] == "message_uuid"
+    return (
+        f"INSERT INTO {table} ({_names(columns)}, chat_uuid, seq, updated_at)"
+        f" SELECT {_numbered(columns)}, m.chat_uuid, {_NEXT_CHILD_SEQ}, {_CREATED[table]}"
+        " FROM messages m WHERE m.message_uuid = ?1 RETURNING seq"
+    )
+
+
+_INSERT_TOOL_CALL = _child_insert_sql("tool_calls", TOOL_CALL_INSERT)
+_INSERT_REASONING = _child_insert_sql("reasonings", REASONING_INSERT)
+
+_INSERT_RUN = (
+    f"INSERT INTO runs ({_names(RUN_INSERT)}) VALUES ({_numbered(RUN_INSERT)})"
+    " ON CONFLICT (chat_uuid, run_id) DO UPDATE SET run_id = excluded.run_id"
+    " RETURNING " + ", ".join(RUN_COLUMNS)
 )
 
 # The creates of a batch, whose results nobody reads: without RETURNING, SQLite need
@@ -219,17 +271,13 @@ def _u(value: UUID | None) -> str | None:
     return None if value is None else str(value)
 
 
-def _encode(column: str, value: Any) -> Any:
-    """Encode one updatable column value for SQLite."""
-    if column == "metadata":
-        return dump_metadata(value)
-    if column == "content_parts":
-        return dump_parts(value)
-    if column == "activity_content":
-        return dump_json(value)
-    if isinstance(value, bool):
-        return int(value)
-    return value
+def _param(value: Any) -> Any:
+    """A key value as SQLite takes it (uuids as text)."""
+    return str(value) if isinstance(value, UUID) else value
+
+
+_ENCODERS: dict[Kind, Encoder] = {**JSON_ENCODERS, Kind.UUID: str, Kind.TIME: _ts, Kind.BOOL: int}
+_PLANS = InsertPlans(_ENCODERS)
 
 
 @dataclass(slots=True)
@@ -246,7 +294,7 @@ class _Statement:
 def _run_statements(
     conn: sqlite3.Connection, statements: Sequence[_Statement], transaction: bool
 ) -> list[list[Any]]:
-    """Run ``statements`` in order (on aiosqlite's thread); return each one's rows.
+    """Run ``statements`` in order (on the database thread); return each one's rows.
 
     With ``transaction`` they share one ``BEGIN IMMEDIATE`` ... ``COMMIT`` and roll back
     together when one fails.
@@ -305,7 +353,7 @@ class SQLiteStore(Store):
         ``inline=False`` or ``?inline=off`` in the URL turns it off. Always off for
         ``:memory:``: a second connection would open another, empty database.
         """
-        self._conn: aiosqlite.Connection | None = None
+        self._thread = DatabaseThread()
         self._inline: sqlite3.Connection | None = None
         self._inline_thread = 0
         self._inline_changes = 0
@@ -334,26 +382,15 @@ class SQLiteStore(Store):
     # --- lifecycle ---------------------------------------------------------------------
 
     @property
-    def connection(self) -> aiosqlite.Connection:
-        """The underlying aiosqlite connection (for tracing and diagnostics)."""
-        if self._conn is None:
-            raise ConfigurationError("the store is not connected: use open_store() or connect()")
-        return self._conn
+    def thread(self) -> DatabaseThread:
+        """The database thread and its connection (for tracing and diagnostics)."""
+        return self._thread
 
     async def connect(self) -> None:
         """Open the database file and set the pragmas every connection needs."""
-        if self._conn is not None:
+        if self._thread.is_open:
             return
-        conn = await aiosqlite.connect(self.path, isolation_level=None)
-        try:
-            await conn.execute("PRAGMA journal_mode = WAL")
-            await conn.execute("PRAGMA synchronous = NORMAL")
-            await conn.execute("PRAGMA foreign_keys = ON")
-            await conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        except BaseException:
-            await conn.close()
-            raise
-        self._conn = conn
+        await self._thread.open(self.path, _set_pragmas)
         if self.inline:
             self._open_inline()
 
@@ -378,9 +415,7 @@ class SQLiteStore(Store):
         if self._inline is not None:
             inline, self._inline = self._inline, None
             inline.close()
-        if self._conn is not None:
-            conn, self._conn = self._conn, None
-            await conn.close()
+        await self._thread.close()
 
     async def set_trace_callback(self, callback: Callable[[str], object] | None) -> None:
         """Call ``callback`` with the text of every statement the store runs (None: stop).
@@ -389,66 +424,19 @@ class SQLiteStore(Store):
         """
         if self._inline is not None:
             self._inline.set_trace_callback(callback)
-        # sqlite3 takes None to remove the hook; aiosqlite's annotation leaves it out.
-        await self.connection.set_trace_callback(callback)  # type: ignore[arg-type]
+        await self._thread.call(sqlite3.Connection.set_trace_callback, callback)
 
     async def setup(self) -> None:
         """Apply pending migrations in order, each recorded in ``threadstore_migrations``."""
-        conn = self.connection
         async with self._lock.hold():
-            await conn.execute(
-                "CREATE TABLE IF NOT EXISTS threadstore_migrations"
-                " (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"
-            )
-            await conn.execute("BEGIN IMMEDIATE")
-            try:
-                rows = await conn.execute_fetchall(
-                    "SELECT COALESCE(MAX(version), 0) FROM threadstore_migrations"
-                )
-                current = int(next(iter(rows))[0])
-                if current > len(MIGRATIONS):
-                    raise MigrationError(
-                        f"database schema version {current} is newer than this threadstore"
-                        f" ({len(MIGRATIONS)}); upgrade threadstore"
-                    )
-                for version in range(current + 1, len(MIGRATIONS) + 1):
-                    for statement in _split_script(MIGRATIONS[version - 1]):
-                        await conn.execute(statement)
-                    await conn.execute(
-                        "INSERT INTO threadstore_migrations (version, applied_at) VALUES (?, ?)",
-                        (version, _ts(utcnow())),
-                    )
-                await conn.execute("COMMIT")
-            except BaseException:
-                await conn.execute("ROLLBACK")
-                raise
+            await self._thread.call(_migrate)
 
-    async def schema_version(self) -> int:
-        """Return the highest applied migration (0 for an empty database)."""
-        rows = await self._fetch(
-            "SELECT COALESCE(MAX(version), 0) FROM threadstore_migrations", (), small=True
+    def transaction(self) -> AbstractAsyncContextManager[None]:
+        return self._lock.transaction(
+            functools.partial(self._thread.call, _fetch_all, "BEGIN IMMEDIATE"),
+            functools.partial(self._thread.call, _commit),
+            functools.partial(self._thread.call, _fetch_all, "ROLLBACK"),
         )
-        return int(rows[0][0])
-
-    @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[None]:
-        async with self._lock.hold() as outermost:
-            if not outermost:
-                yield
-                return
-            conn = self.connection
-            await conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield
-            except BaseException:
-                await conn.execute("ROLLBACK")
-                raise
-            try:
-                await conn.execute("COMMIT")
-            except sqlite3.Error:
-                if conn.in_transaction:  # a failed COMMIT leaves the transaction open
-                    await conn.execute("ROLLBACK")
-                raise
 
     # --- statement helpers ---------------------------------------------------------------
 
@@ -466,29 +454,25 @@ class SQLiteStore(Store):
 
     async def _fetch_now(self, sql: str, params: Sequence[Any]) -> list[Any]:
         try:
-            return list(await self.connection.execute_fetchall(sql, params))
+            return await self._thread.call(_fetch_all, sql, params)
         except sqlite3.Error as exc:
             raise _translate(exc) from exc
 
     async def _run(self, *statements: _Statement) -> list[list[Any]]:
         """Run write statements in one hop to the database thread; return each one's rows.
 
-        Several statements form one transaction (or join the caller's). Handing aiosqlite
-        one function for all of them, rather than a call per statement, is what makes a
-        write, or a whole batch of them, cost one thread round trip.
+        Several statements form one transaction (or join the caller's). Handing the
+        thread one function for all of them, rather than a call per statement, is what
+        makes a write, or a whole batch of them, cost one thread round trip.
         """
         if (results := await self._run_small(statements)) is not None:
             return results
-        conn = self.connection
-        # aiosqlite's own queue of work for its thread: there is no public call that
-        # runs several statements in one hop (its minor version is pinned for this).
-        on_thread: Callable[..., Awaitable[list[list[Any]]]] = conn._execute
         try:
             if self._lock.held:  # inside this task's transaction
-                return await on_thread(_run_statements, conn._conn, statements, False)
+                return await self._thread.call(_run_statements, statements, False)
             async with self._lock.turn():
                 begin = len(statements) > 1
-                return await on_thread(_run_statements, conn._conn, statements, begin)
+                return await self._thread.call(_run_statements, statements, begin)
         except sqlite3.Error as exc:
             raise _translate(exc) from exc
 
@@ -549,7 +533,7 @@ class SQLiteStore(Store):
         # the WAL over instead of making it longer.
         try:
             async with self._lock.turn():
-                await self.connection.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                await self._thread.call(_fetch_all, "PRAGMA wal_checkpoint(PASSIVE)")
             self.checkpoints += 1
         except Exception:
             logger.warning("WAL checkpoint of %s failed", self.path, exc_info=True)
@@ -590,92 +574,35 @@ class SQLiteStore(Store):
     # --- chats -----------------------------------------------------------------------------
 
     async def create_chat(self, chat_data: ChatCreate) -> Chat:
-        user_uuid, thread_id = require_chat_identity(chat_data)
-        base, extra = split_create(chat_data, ChatCreate)
-        now = _ts(utcnow())
+        values = chat_values(chat_data)
         rows = await self._fetch(
             _INSERT_CHAT,
-            (
-                str(base["chat_uuid"]),
-                str(user_uuid),
-                thread_id,
-                chat_deduplication_key(user_uuid, thread_id),
-                base["name"],
-                base["tenant_id"],
-                base["app_id"],
-                _u(base["forked_from_chat_uuid"]),
-                _u(base["forked_from_message_uuid"]),
-                dump_json(base["state"]),
-                dump_metadata(base["metadata"]),
-                extra,
-                FORMAT_VERSION,
-                now,
-                now,
-                # A random starting version: a chat deleted and created again under the
-                # same uuid can never match a history cached for the one before.
-                secrets.randbits(62),
-            ),
+            # A random starting version: a chat deleted and created again under the
+            # same uuid can never match a history cached for the one before.
+            [*params(_PLANS.chat, values), secrets.randbits(62)],
             small=True,
         )
         return self._load_chats(rows)[0]
 
-    async def get_chat(self, chat_uuid: UUID) -> Chat | None:
-        rows = await self._fetch(
-            _CHAT_SELECT + " WHERE chat_uuid = ?", (str(chat_uuid),), small=True
-        )
-        return self._load_chats(rows)[0] if rows else None
-
-    async def get_chat_by_thread_id(self, user_uuid: UUID, thread_id: str) -> Chat | None:
-        rows = await self._fetch(
-            _CHAT_SELECT + " WHERE user_uuid = ? AND thread_id = ?",
-            (str(user_uuid), thread_id),
-            small=True,
-        )
-        return self._load_chats(rows)[0] if rows else None
-
-    async def get_all_chats(self, user_uuid: UUID | None = None) -> Sequence[Chat]:
-        order = " ORDER BY updated_at DESC, chat_uuid DESC"
-        if user_uuid is None:
-            rows = await self._fetch(_CHAT_SELECT + order, ())
-        else:
-            rows = await self._fetch(
-                _CHAT_SELECT + " WHERE user_uuid = ?" + order, (str(user_uuid),)
-            )
-        return self._load_chats(rows)
-
-    async def list_chats(
-        self,
-        user_uuid: UUID,
-        *,
-        limit: int | None = None,
-        cursor: str | None = None,
-        tenant_id: str | None = None,
-        app_id: str | None = None,
-    ) -> ChatPage:
-        size = check_limit(limit)
-        assert size is not None
-        where = ["user_uuid = ?"]
-        params: list[Any] = [str(user_uuid)]
-        if tenant_id is not None:
-            where.append("tenant_id = ?")
-            params.append(tenant_id)
-        if app_id is not None:
-            where.append("app_id = ?")
-            params.append(app_id)
-        if cursor is not None:
-            after_at, after_uuid = decode_chat_cursor(cursor)
-            where.append("(updated_at, chat_uuid) < (?, ?)")
-            params += [_ts(after_at), after_uuid]
-        sql = (
-            _CHAT_SELECT
-            + " WHERE "
-            + " AND ".join(where)
-            + " ORDER BY updated_at DESC, chat_uuid DESC LIMIT ?"
-        )
-        rows = await self._fetch(sql, (*params, size + 1))
-        items = self._load_chats(rows[:size])
-        next_cursor = encode_chat_cursor(items[-1]) if len(rows) > size else None
-        return ChatPage(items=items, next_cursor=next_cursor)
+    async def _select_chats(self, where: ChatFilter) -> Sequence[Chat]:
+        conditions: list[str] = []
+        params: list[Any] = []
+        for column, value in where.equalities():
+            conditions.append(f"{column} = ?")
+            params.append(_param(value))
+        if where.after is not None:
+            conditions.append("(updated_at, chat_uuid) < (?, ?)")
+            params += [_ts(where.after[0]), where.after[1]]
+        sql = _CHAT_SELECT
+        if conditions:
+            sql += " WHERE " + " AND ".join(conditions)
+        sql += " ORDER BY updated_at DESC, chat_uuid DESC"
+        if where.limit is not None:
+            sql += " LIMIT ?"
+            params.append(where.limit)
+        # A lookup by key reads one row: small enough to run inline.
+        small = where.chat_uuid is not None or where.thread_id is not None
+        return self._load_chats(await self._fetch(sql, params, small=small))
 
     def _chat_update(self, chat_uuid: UUID, assignments: str, params: Sequence[Any]) -> _Statement:
         return _Statement(
@@ -688,17 +615,12 @@ class SQLiteStore(Store):
         (rows,) = await self._run(statement)
         return self._load_chats(rows)[0] if rows else None
 
-    def _chat_name_update(self, chat_uuid: UUID, name: str) -> list[_Statement]:
-        return [self._chat_update(chat_uuid, "name = ?", (name,))]
+    def _chat_field_update(self, chat_uuid: UUID, field: ChatField, value: Any) -> list[_Statement]:
+        encoded = dump_json(value) if field == "state" else value
+        return [self._chat_update(chat_uuid, _CHAT_FIELD_SET[field], (encoded,))]
 
-    def _chat_state_update(self, chat_uuid: UUID, state: Any) -> list[_Statement]:
-        return [self._chat_update(chat_uuid, "state = ?", (dump_json(state),))]
-
-    async def update_chat_name(self, chat_uuid: UUID, name: str) -> Chat | None:
-        return await self._update_chat(*self._chat_name_update(chat_uuid, name))
-
-    async def update_chat_state(self, chat_uuid: UUID, state: Any) -> Chat | None:
-        return await self._update_chat(*self._chat_state_update(chat_uuid, state))
+    async def _set_chat_field(self, chat_uuid: UUID, field: ChatField, value: Any) -> Chat | None:
+        return await self._update_chat(*self._chat_field_update(chat_uuid, field, value))
 
     async def set_active_leaf(self, chat_uuid: UUID, message_uuid: UUID) -> Chat | None:
         async with self.transaction():
@@ -746,41 +668,10 @@ class SQLiteStore(Store):
         chat_uuid, parent_uuid = fields["chat_uuid"], fields["parent_uuid"]
         if chat_uuid is None:
             raise NotFoundError("MessageCreate.chat_uuid is required")
-        extra = None if type(data) is MessageCreate else split_create(data, MessageCreate)[1]
         created = fields["created_at"] or utcnow()
-        stamp = _ts(created)
+        values = record_values(data, created)
+        insert = _Statement(_INSERT_MESSAGE, params(_PLANS.message, values))
         chat = str(chat_uuid)
-        parts, activity, metadata = (
-            fields["content_parts"],
-            fields["activity_content"],
-            fields["metadata"],
-        )
-        insert = _Statement(
-            _INSERT_MESSAGE,
-            (
-                str(fields["message_uuid"]),
-                chat,
-                _u(parent_uuid),
-                chat,
-                fields["agui_id"],
-                fields["role"],
-                fields["name"],
-                fields["content"],
-                None if parts is None else dump_parts(parts),
-                fields["encrypted_value"],
-                fields["activity_type"],
-                None if activity is None else dump_json(activity),
-                fields["status"],
-                int(fields["in_progress"]),
-                fields["step_name"],
-                fields["run_id"],
-                dump_metadata(metadata) if metadata else None,
-                extra,
-                FORMAT_VERSION,
-                stamp,
-                stamp,
-            ),
-        )
         if parent_uuid is None:
             return [insert], created
         check = _Statement(
@@ -799,7 +690,7 @@ class SQLiteStore(Store):
         for column, value in base.items():
             if column in UPDATABLE[table]:
                 assignments.append(f"{column} = ?")
-                params.append(_encode(column, value))
+                params.append(update_value(column, value, _ENCODERS))
         if extra:
             # Replace each extra field whole (json_set), as the in-memory backend does.
             values = json.loads(extra)
@@ -827,41 +718,19 @@ class SQLiteStore(Store):
         return messages[0] if messages else None
 
     def _tool_call_insert(self, data: MessageToolCallCreate, now: datetime) -> list[_Statement]:
-        own = (
-            data.tool_call_id,
-            data.name,
-            data.arguments,
-            data.content,
-            data.result_message_id,
-            data.error,
-        )
-        return self._child_insert(_INSERT_TOOL_CALL, data, MessageToolCallCreate, own, now)
+        return self._child_insert(_INSERT_TOOL_CALL, _PLANS.tool_call, data, now)
 
     @staticmethod
     def _child_insert(
         sql: str,
+        plan: Plan,
         data: MessageToolCallCreate | MessageReasoningCreate,
-        base_cls: type[MessageToolCallCreate | MessageReasoningCreate],
-        own: tuple[Any, ...],
         now: datetime,
     ) -> list[_Statement]:
-        """A tool call's or reasoning step's insert: its parent, ``own`` columns, the rest."""
-        stock = type(data) is base_cls  # nothing to keep in ``extra``
-        extra = None if stock else split_create(data, base_cls)[1]
-        params = (
-            str(data.message_uuid),
-            str(data.uuid),
-            *own,
-            data.status.value,
-            int(data.in_progress),
-            data.step_name,
-            dump_metadata(data.metadata),
-            extra,
-            FORMAT_VERSION,
-            _ts(now),
-        )
+        """A tool call's or reasoning step's insert."""
+        values = record_values(data, now)
         missing = f"parent message {data.message_uuid} does not exist"
-        return [_Statement(sql, params, missing=missing)]
+        return [_Statement(sql, params(plan, values), missing=missing)]
 
     async def create_message_tool_call(self, data: MessageToolCallCreate) -> ToolCall:
         now = utcnow()
@@ -884,8 +753,7 @@ class SQLiteStore(Store):
         return loaded[0] if loaded else None
 
     def _reasoning_insert(self, data: MessageReasoningCreate, now: datetime) -> list[_Statement]:
-        own = (data.agui_id, data.name, data.content, data.encrypted_value)
-        return self._child_insert(_INSERT_REASONING, data, MessageReasoningCreate, own, now)
+        return self._child_insert(_INSERT_REASONING, _PLANS.reasoning, data, now)
 
     async def create_message_reasoning(self, data: MessageReasoningCreate) -> Reasoning:
         now = utcnow()
@@ -907,19 +775,14 @@ class SQLiteStore(Store):
         loaded: list[Reasoning] = self._reasonings.load(rows)
         return loaded[0] if loaded else None
 
-    async def get_message(self, message_uuid: UUID) -> Message | None:
-        rows = await self._fetch(
-            _MESSAGE_SELECT + " WHERE m.message_uuid = ?", (str(message_uuid),), small=True
-        )
-        messages = await self._load_messages(rows, small=True)
-        return messages[0] if messages else None
-
-    async def get_message_by_agui_id(self, chat_uuid: UUID, agui_id: str) -> Message | None:
-        rows = await self._fetch(
-            _MESSAGE_SELECT + " WHERE m.chat_uuid = ? AND m.agui_id = ? ORDER BY m.seq LIMIT 1",
-            (str(chat_uuid), agui_id),
-            small=True,
-        )
+    async def _find_message(self, key: MessageKey) -> Message | None:
+        conditions: list[str] = []
+        params: list[Any] = []
+        for column, value in key.equalities():
+            conditions.append(f"m.{column} = ?")
+            params.append(_param(value))
+        sql = _MESSAGE_SELECT + " WHERE " + " AND ".join(conditions) + " ORDER BY m.seq LIMIT 1"
+        rows = await self._fetch(sql, params, small=True)
         messages = await self._load_messages(rows, small=True)
         return messages[0] if messages else None
 
@@ -934,56 +797,44 @@ class SQLiteStore(Store):
         loaded: list[ToolCall] = self._tool_calls.load(rows)
         return loaded[0] if loaded else None
 
-    async def get_chat_messages(
-        self,
-        chat_uuid: UUID,
-        *,
-        after: int | None = None,
-        before: int | None = None,
-        limit: int | None = None,
-    ) -> Sequence[Message]:
-        size = check_limit(limit, default=None)
+    def _in_transaction(self) -> bool:
+        return self._lock.held
+
+    async def _history_version(self, chat_uuid: UUID) -> Hashable | None:
+        # The leaf too: moving it changes the branch without a new version. Whether the
+        # chat ever branched tells the read which query it needs.
         flags = await self._fetch(
-            "SELECT has_branches, version, active_leaf_uuid FROM chats WHERE chat_uuid = ?",
+            "SELECT version, active_leaf_uuid, has_branches FROM chats WHERE chat_uuid = ?",
             (str(chat_uuid),),
             small=True,
         )
-        if not flags:
-            return []
-        has_branches, version, leaf = flags[0]
-        # Only whole histories read outside a transaction are cached: a transaction's
-        # uncommitted version could be reused by a later commit if it rolled back.
-        cache = self.history_cache
-        cacheable = (
-            cache is not None and after is None and before is None and size is None
-        ) and not self._lock.held
-        if cacheable:
-            assert cache is not None
-            cached = cache.get(chat_uuid, (version, leaf))
-            if cached is not None:
-                return cached
-        where = _BRANCH_FILTER if has_branches else "m.chat_uuid = ?1"
+        return tuple(flags[0]) if flags else None
+
+    async def _select_branch(
+        self, chat_uuid: UUID, page: BranchPage, version: Hashable | None
+    ) -> list[Message]:
+        if version is None:
+            version = await self._history_version(chat_uuid)
+            if version is None:
+                return []
+        assert isinstance(version, tuple)
+        where = _BRANCH_FILTER if version[2] else "m.chat_uuid = ?1"
         params: list[Any] = [str(chat_uuid)]
-        if after is not None:
-            params.append(after)
+        if page.after is not None:
+            params.append(page.after)
             where += f" AND m.seq > ?{len(params)}"
-        if before is not None:
-            params.append(before)
+        if page.before is not None:
+            params.append(page.before)
             where += f" AND m.seq < ?{len(params)}"
-        newest_first = size is not None and before is not None and after is None
         sql = _MESSAGE_SELECT + " WHERE " + where
-        sql += " ORDER BY m.seq DESC" if newest_first else " ORDER BY m.seq"
-        if size is not None:
-            params.append(size)
+        sql += " ORDER BY m.seq DESC" if page.newest_first else " ORDER BY m.seq"
+        if page.limit is not None:
+            params.append(page.limit)
             sql += f" LIMIT ?{len(params)}"
         rows = await self._fetch(sql, params)
-        if newest_first:
+        if page.newest_first:
             rows.reverse()
-        messages = await self._load_messages(rows, chat_uuid=chat_uuid)
-        if cacheable:
-            assert cache is not None
-            cache.put(chat_uuid, (version, leaf), messages)
-        return messages
+        return await self._load_messages(rows, chat_uuid=chat_uuid)
 
     async def get_last_messages(self, chat_uuids: list[UUID]) -> dict[UUID, Message]:
         if not chat_uuids:
@@ -998,27 +849,8 @@ class SQLiteStore(Store):
     # --- runs --------------------------------------------------------------------------
 
     async def start_run(self, run: Run) -> Run:
-        rows = await self._fetch(
-            "INSERT INTO runs ("
-            + ", ".join(RUN_COLUMNS)
-            + ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-            " ON CONFLICT (chat_uuid, run_id) DO UPDATE SET run_id = excluded.run_id"
-            " RETURNING " + ", ".join(RUN_COLUMNS),
-            (
-                str(run.chat_uuid),
-                run.run_id,
-                run.thread_id,
-                run.parent_run_id,
-                run.status.value,
-                run.owner,
-                _ts(run.heartbeat_at),
-                run.error,
-                FORMAT_VERSION,
-                _ts(run.created_at),
-                _ts(run.updated_at),
-            ),
-            small=True,
-        )
+        values = {**run.__dict__, "format_version": FORMAT_VERSION}
+        rows = await self._fetch(_INSERT_RUN, params(_PLANS.run, values), small=True)
         return load_run(rows[0])
 
     async def heartbeat_runs(self, owner: str, run_ids: Sequence[tuple[UUID, str]]) -> None:
@@ -1096,38 +928,85 @@ class SQLiteStore(Store):
 
     # --- batches ---------------------------------------------------------------------
 
-    def _batch_builders(self) -> dict[str, Callable[..., list[_Statement]]]:
+    def _batch_builders(self) -> dict[type[Any], Callable[[Any], list[_Statement]]]:
+        """Per write type, the builder of its statements (the ones its method runs)."""
         return {
-            "create_message": lambda data: self._message_insert(data)[0],
-            "update_message": self._message_update,
-            "create_message_tool_call": lambda data: self._tool_call_insert(data, utcnow()),
-            "update_message_tool_call": self._tool_call_update,
-            "create_message_reasoning": lambda data: self._reasoning_insert(data, utcnow()),
-            "update_message_reasoning": self._reasoning_update,
-            "update_chat_name": self._chat_name_update,
-            "update_chat_state": self._chat_state_update,
-            "finish_run": self._run_finish,
-            "finalize_run_records": self._run_records_finalize,
+            CreateMessage: lambda w: self._message_insert(w.data)[0],
+            UpdateMessage: lambda w: self._message_update(w.message_uuid, w.update),
+            CreateToolCall: lambda w: self._tool_call_insert(w.data, utcnow()),
+            UpdateToolCall: lambda w: self._tool_call_update(w.uuid, w.update),
+            CreateReasoning: lambda w: self._reasoning_insert(w.data, utcnow()),
+            UpdateReasoning: lambda w: self._reasoning_update(w.uuid, w.update),
+            RenameChat: lambda w: self._chat_field_update(w.chat_uuid, "name", w.name),
+            UpdateChatState: lambda w: self._chat_field_update(w.chat_uuid, "state", w.state),
+            FinishRun: lambda w: self._run_finish(w.chat_uuid, w.run_id, w.status, w.error),
+            FinalizeRunRecords: lambda w: self._run_records_finalize(
+                w.chat_uuid, w.run_id, w.status
+            ),
         }
 
-    async def apply_writes(self, writes: Sequence[Write]) -> None:
-        """Apply ``writes`` in one transaction and one hop to the database thread.
-
-        Falls back to one call per write (the base class's loop) when a subclass
-        overrides one of the write methods, so the override still runs.
-        """
+    async def _apply_batch(self, writes: Sequence[Write]) -> None:
+        """The whole batch in one transaction and one hop to the database thread."""
         builders = self._batch_builders()
         statements: list[_Statement] = []
         for write in writes:
-            build = builders.get(write.method)
-            if build is None or overrides(self, SQLiteStore, write.method):
-                await super().apply_writes(writes)
-                return
-            statements += build(*write.args)
+            statements += builders[type(write)](write)
         for statement in statements:
             statement.sql = _UNRETURNED.get(statement.sql, statement.sql)
         if statements:
             await self._run(*statements)
+
+
+def _set_pragmas(conn: sqlite3.Connection) -> None:
+    """The settings of the thread's connection (the first one: it turns WAL on)."""
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute("PRAGMA foreign_keys = ON")
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+
+
+def _fetch_all(conn: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+    """Run one statement; return its rows."""
+    return conn.execute(sql, params).fetchall()
+
+
+def _commit(conn: sqlite3.Connection) -> None:
+    try:
+        conn.execute("COMMIT")
+    except sqlite3.Error:
+        if conn.in_transaction:  # a failed COMMIT leaves the transaction open
+            conn.execute("ROLLBACK")
+        raise
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Apply the pending migrations in one transaction (on the database thread)."""
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS threadstore_migrations"
+        " (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"
+    )
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        row = conn.execute(
+            "SELECT COALESCE(MAX(version), 0) FROM threadstore_migrations"
+        ).fetchone()
+        current = int(row[0])
+        if current > len(MIGRATIONS):
+            raise MigrationError(
+                f"database schema version {current} is newer than this threadstore"
+                f" ({len(MIGRATIONS)}); upgrade threadstore"
+            )
+        for version in range(current + 1, len(MIGRATIONS) + 1):
+            for statement in _split_script(MIGRATIONS[version - 1]):
+                conn.execute(statement)
+            conn.execute(
+                "INSERT INTO threadstore_migrations (version, applied_at) VALUES (?, ?)",
+                (version, _ts(utcnow())),
+            )
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
 
 
 def _split_script(script: str) -> list[str]:

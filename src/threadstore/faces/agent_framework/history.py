@@ -24,7 +24,14 @@ from threadstore.faces.agent_framework.convert import (
 )
 from threadstore.faces.agent_framework.scope import ChatScope
 from threadstore.models import Chat, Message, MessageToolCallUpdate
-from threadstore.store import Store, Write
+from threadstore.store import (
+    CreateMessage,
+    CreateReasoning,
+    CreateToolCall,
+    Store,
+    UpdateToolCall,
+    Write,
+)
 
 __all__ = ["STATE_KEY", "MessageFilter", "ThreadstoreHistoryProvider"]
 
@@ -241,15 +248,12 @@ def _writes(chat_uuid: UUID, tail: Sequence[Message], new: Sequence[AFMessage]) 
         if len(records.results) == 1 and unmatched:
             # No call in this chat to hold it: the AG-UI replay reads it from the message.
             records.message.metadata[TOOL_CALL_ID_KEY] = unmatched[0][0]
-        writes.append(Write("create_message", (records.message,)))
-        writes.extend(Write("create_message_tool_call", (call,)) for call in records.tool_calls)
-        writes.extend(Write("create_message_reasoning", (step,)) for step in records.reasonings)
+        writes.append(CreateMessage(records.message))
+        writes.extend(CreateToolCall(call) for call in records.tool_calls)
+        writes.extend(CreateReasoning(step) for step in records.reasonings)
         calls.update((call.tool_call_id, call.uuid) for call in records.tool_calls)
         writes.extend(
-            Write(
-                "update_message_tool_call",
-                (calls[call_id], MessageToolCallUpdate(content=text)),
-            )
+            UpdateToolCall(calls[call_id], MessageToolCallUpdate(content=text))
             for call_id, text in records.results
             if call_id in calls
         )
