@@ -28,8 +28,6 @@ DEFAULT_HISTORY_CACHE_MESSAGES = 50_000
 """Default bound of a store's history cache, in messages (0 disables it)."""
 
 _build_message: Constructor[Message] = constructor(Message)
-_MESSAGE_FIELDS = len(Message.model_fields)
-_CHILD_FIELDS = {ToolCall: len(ToolCall.model_fields), Reasoning: len(Reasoning.model_fields)}
 _build = {ToolCall: constructor(ToolCall), Reasoning: constructor(Reasoning)}
 
 
@@ -54,18 +52,16 @@ def _copy_message(message: Message) -> Message:
 
 
 def copy_messages(messages: Sequence[Message]) -> list[Message]:
-    """Return independent copies of ``messages`` (fast for the stock model classes)."""
+    """Return independent copies of ``messages`` (fast for the stock model classes).
+
+    For messages a store read (the stock classes then have every field set, which the
+    fast copy marks too).
+    """
     stock = (Message, ToolCall, Reasoning)
     copies: list[Message] = []
     for message in messages:
-        plain = (
-            type(message) is Message
-            # Every field set, as the fast copy marks them (a model read from the store).
-            and len(message.model_fields_set) == _MESSAGE_FIELDS
-            and all(
-                type(c) in stock and len(c.model_fields_set) == _CHILD_FIELDS[type(c)]
-                for c in (*message.tool_calls, *message.reasonings)
-            )
+        plain = type(message) is Message and all(
+            type(c) in stock for c in (*message.tool_calls, *message.reasonings)
         )
         copies.append(_copy_message(message) if plain else message.model_copy(deep=True))
     return copies
