@@ -27,7 +27,7 @@ from threadstore.testing import AddMessage, MakeChat, chat_maker, message_adder
 BACKENDS = [
     pytest.param("memory", id="memory"),
     pytest.param("sqlite", id="sqlite"),
-    # Every statement through aiosqlite's thread, none inline on the event loop.
+    # Every statement through the store's database thread, none inline on the event loop.
     pytest.param("sqlite-thread", id="sqlite-thread"),
     pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
 ]

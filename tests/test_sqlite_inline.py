@@ -1,4 +1,4 @@
-"""Small SQLite calls run inline on the event loop; everything else on aiosqlite's thread.
+"""Small SQLite calls run inline on the event loop; everything else on the store's database thread.
 
 What a user relies on: an inline write is committed when the call returns, a write
 that meets another process's lock waits for it instead of failing, a transaction of
@@ -224,7 +224,7 @@ async def test_inline_writes_are_checkpointed_so_the_wal_stays_bounded(tmp_path:
     assert wal_bytes * 4 < unchecked_bytes
 
 
-async def test_a_store_used_from_another_thread_goes_through_aiosqlite(tmp_path: Path) -> None:
+async def test_a_store_used_from_another_thread_goes_through_the_database_thread(tmp_path: Path) -> None:
     path = tmp_path / "threads.db"
     async with sqlite_store(path) as store:
         chat_uuid = await new_chat(store)
