@@ -224,7 +224,9 @@ async def test_inline_writes_are_checkpointed_so_the_wal_stays_bounded(tmp_path:
     assert wal_bytes * 4 < unchecked_bytes
 
 
-async def test_a_store_used_from_another_thread_goes_through_the_database_thread(tmp_path: Path) -> None:
+async def test_a_store_used_from_another_thread_goes_through_the_database_thread(
+    tmp_path: Path,
+) -> None:
     path = tmp_path / "threads.db"
     async with sqlite_store(path) as store:
         chat_uuid = await new_chat(store)
