@@ -414,12 +414,9 @@ def migrate(db: DbOption = DEFAULT_DB) -> None:
 
 async def _schema_version(store: Store) -> int | None:
     """The store's applied schema version (0 before the first migration); None if it has none."""
-    version = getattr(store, "schema_version", None)
-    if version is None:
-        return None
     try:
-        return int(await version())
-    except (MigrationError, sqlite3.OperationalError):  # no migrations table yet
+        return await store.schema_version()
+    except MigrationError:  # no migrations table yet
         return 0
 
 

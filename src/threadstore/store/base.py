@@ -369,6 +369,10 @@ class Store(abc.ABC):
     async def setup(self) -> None:
         """Create or upgrade the schema (apply pending numbered migrations)."""
 
+    async def schema_version(self) -> int | None:
+        """The highest applied migration (0 before the first); ``None`` without a schema."""
+        return None
+
     @abc.abstractmethod
     async def close(self) -> None:
         """Release connections; the store is unusable afterwards."""

@@ -431,6 +431,11 @@ class SQLiteStore(Store):
         async with self._lock.hold():
             await self._thread.call(_migrate)
 
+    async def schema_version(self) -> int:
+        """Return the highest applied migration (0 for an empty database)."""
+        async with self._lock.hold():
+            return await self._thread.call(_applied_version)
+
     def transaction(self) -> AbstractAsyncContextManager[None]:
         return self._lock.transaction(
             functools.partial(self._thread.call, _fetch_all, "BEGIN IMMEDIATE"),
@@ -977,6 +982,17 @@ def _commit(conn: sqlite3.Connection) -> None:
         if conn.in_transaction:  # a failed COMMIT leaves the transaction open
             conn.execute("ROLLBACK")
         raise
+
+
+def _applied_version(conn: sqlite3.Connection) -> int:
+    """The highest applied migration, 0 when none is (on the database thread)."""
+    exists = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'threadstore_migrations'"
+    ).fetchone()
+    if exists is None:
+        return 0
+    row = conn.execute("SELECT COALESCE(MAX(version), 0) FROM threadstore_migrations").fetchone()
+    return int(row[0])
 
 
 def _migrate(conn: sqlite3.Connection) -> None:
