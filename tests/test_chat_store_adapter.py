@@ -91,17 +91,7 @@ async def test_a_saved_tool_using_history_loads_back_message_for_message(store: 
     assert loaded.scope == SCOPE and loaded.parent_id is None and loaded.chat_id == "chat-42"
 
 
-async def test_bytes_in_message_metadata_load_back_as_bytes(
-    store: Store, request: pytest.FixtureRequest
-) -> None:
-    if not store.url.startswith("memory"):
-        request.applymarker(
-            pytest.mark.xfail(
-                raises=TypeError,
-                strict=True,
-                reason="the SQL backends' JSON columns refuse bytes until they use the codec",
-            )
-        )
+async def test_bytes_in_message_metadata_load_back_as_bytes(store: Store) -> None:
     chats = StoreChatStore(store, "u_1")
     photo = UserMessage(id="u1", content="What is this?", metadata={"thumbnail": b"\x89PNG\x00"})
 
