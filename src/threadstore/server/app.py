@@ -22,6 +22,7 @@ from threadstore.server.deps import ServerState
 from threadstore.server.errors import install_error_handlers
 from threadstore.server.limits import DEFAULT_LIMITS, BodyLimitMiddleware, Limits
 from threadstore.server.routes_agui import router as agui_router
+from threadstore.server.routes_branches import router as branches_router
 from threadstore.server.routes_chats import router as chats_router
 from threadstore.server.routes_web import install_web
 from threadstore.server.sse import DEFAULT_KEEPALIVE_INTERVAL
@@ -134,6 +135,7 @@ def create_app(
     install_error_handlers(app)
     app.include_router(agui_router)
     app.include_router(chats_router)
+    app.include_router(branches_router)
     install_web(app)
 
     @app.get("/healthz", tags=["server"], summary="Liveness")
