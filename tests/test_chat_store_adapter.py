@@ -247,15 +247,31 @@ async def test_a_shorter_history_moves_the_active_leaf_back_and_deletes_nothing(
     assert chat is not None and await store.get_message_by_agui_id(chat.chat_uuid, "m3")
 
 
-async def test_a_history_with_another_first_message_is_refused_and_nothing_changes(
+async def test_a_history_with_another_first_message_becomes_a_second_root(
     store: Store,
 ) -> None:
     chats = StoreChatStore(store, "u_1")
     await chats.save_chat(record(chain(2)))
 
-    with pytest.raises(InvalidInputError, match="first message differs"):
-        await chats.save_chat(record(chain(2, prefix="x")))
-    with pytest.raises(InvalidInputError, match="first message differs"):
+    await chats.save_chat(record(chain(2, prefix="x")))
+
+    loaded = await chats.load_chat("chat-42")
+    assert loaded is not None and [m.id for m in loaded.messages] == ["x0", "x1"]
+    chat = await store.get_chat_by_thread_id(user_uuid_for("u_1"), "chat-42")
+    assert chat is not None
+    old_first = await store.get_message_by_agui_id(chat.chat_uuid, "m0")
+    assert old_first is not None and old_first.parent_uuid is None
+    # Nothing was deleted: the old history is one switch away.
+    await store.switch_branch(chat.chat_uuid, old_first.message_uuid)
+    loaded = await chats.load_chat("chat-42")
+    assert loaded is not None and [m.id for m in loaded.messages] == ["m0", "m1"]
+
+
+async def test_an_empty_history_is_refused_and_nothing_changes(store: Store) -> None:
+    chats = StoreChatStore(store, "u_1")
+    await chats.save_chat(record(chain(2)))
+
+    with pytest.raises(InvalidInputError, match="holds no messages"):
         await chats.save_chat(record([]))
 
     loaded = await chats.load_chat("chat-42")

@@ -318,6 +318,8 @@ class TreeNode:
     parent_uuid: UUID | None
     role: str
     seq: int
+    agui_id: str | None = None
+    run_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

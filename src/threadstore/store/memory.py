@@ -378,7 +378,15 @@ class MemoryStore(Store):
         rows = [r for r in self._state.messages.values() if r["chat_uuid"] == chat_uuid]
         rows.sort(key=lambda r: r["seq"])
         return [
-            TreeNode(r["message_uuid"], r["parent_uuid"], str(r["role"]), r["seq"]) for r in rows
+            TreeNode(
+                r["message_uuid"],
+                r["parent_uuid"],
+                str(r["role"]),
+                r["seq"],
+                r["agui_id"],
+                r["run_id"],
+            )
+            for r in rows
         ]
 
     async def _make_root(self, chat_uuid: UUID, message_uuid: UUID) -> None:

@@ -437,7 +437,7 @@ class PostgresStore(Store):
 
     async def _select_tree(self, chat_uuid: UUID) -> list[TreeNode]:
         rows = await self._fetch(sql.SELECT_TREE, chat_uuid)
-        return [TreeNode(uuid, parent, role, seq) for uuid, parent, role, seq in rows]
+        return [TreeNode(*row) for row in rows]
 
     async def _make_root(self, chat_uuid: UUID, message_uuid: UUID) -> None:
         await self._fetch(sql.MAKE_ROOT, chat_uuid, message_uuid)

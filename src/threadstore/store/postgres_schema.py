@@ -311,7 +311,8 @@ SET_ACTIVE_LEAF = (
 )
 
 SELECT_TREE = (
-    "SELECT message_uuid, parent_uuid, role, seq FROM messages WHERE chat_uuid = $1 ORDER BY seq"
+    "SELECT message_uuid, parent_uuid, role, seq, agui_id, run_id FROM messages"
+    " WHERE chat_uuid = $1 ORDER BY seq"
 )
 
 # A new root (the edit of a first message): detached from the leaf it was appended to,

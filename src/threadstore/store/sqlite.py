@@ -644,13 +644,13 @@ class SQLiteStore(Store):
 
     async def _select_tree(self, chat_uuid: UUID) -> list[TreeNode]:
         rows = await self._fetch(
-            "SELECT message_uuid, parent_uuid, role, seq FROM messages WHERE chat_uuid = ?"
-            " ORDER BY seq",
+            "SELECT message_uuid, parent_uuid, role, seq, agui_id, run_id FROM messages"
+            " WHERE chat_uuid = ? ORDER BY seq",
             (str(chat_uuid),),
         )
         return [
-            TreeNode(UUID(uuid), None if parent is None else UUID(parent), role, seq)
-            for uuid, parent, role, seq in rows
+            TreeNode(UUID(uuid), None if parent is None else UUID(parent), role, seq, agui, run)
+            for uuid, parent, role, seq, agui, run in rows
         ]
 
     async def _make_root(self, chat_uuid: UUID, message_uuid: UUID) -> None:
