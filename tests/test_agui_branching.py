@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 from uuid import UUID
 
+import pytest
 from ag_ui.core import AssistantMessage, BaseEvent, EventType, RunAgentInput
 
 from agui_scripts import ScriptedAgent, collect, run_finished, run_input, run_started, text_message
@@ -139,3 +140,29 @@ async def test_two_runs_branching_from_one_message_at_once_both_land_as_siblings
     for n in (1, 2):
         reply = await store.get_message_by_agui_id(chat.chat_uuid, f"race-{n}-a")
         assert reply is not None and reply.parent_uuid == edits[n - 1].message_uuid  # type: ignore[union-attr]
+
+
+async def test_only_runs_naming_another_branch_read_the_whole_tree(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    held = await _two_turns(store)
+    reads: list[UUID] = []
+    whole_tree = store.get_message_tree
+
+    async def counted(chat_uuid: UUID) -> Any:
+        reads.append(chat_uuid)
+        return await whole_tree(chat_uuid)
+
+    monkeypatch.setattr(store, "get_message_tree", counted)
+
+    # Continuing the leaf, and editing on the active branch: the branch read suffices.
+    await _run(store, run_input(run_id="run-3", messages=[*held, user_message("u3")]))
+    await _run(store, run_input(run_id="run-4", messages=[*held[:2], user_message("u2c")]))
+    assert reads == []
+    # A client still holding run-3's branch names an answer the active branch lacks.
+    await _run(
+        store,
+        run_input(run_id="run-5", messages=[*held, _reply("run-3"), user_message("u4")]),
+    )
+    assert len(reads) == 1
+    assert (await _ids(store))[-3:] == ["run-3-a", "u4", "run-5-a"]

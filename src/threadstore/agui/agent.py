@@ -425,7 +425,18 @@ class StorageAgent:
         store = self.message_repo
         if chat is None or not isinstance(store, Store):
             return None
-        tree = await store.get_message_tree(chat.chat_uuid)
+        tree = [
+            TreeNode(m.message_uuid, m.parent_uuid, m.role, m.seq, m.agui_id, m.run_id)
+            for m in history
+        ]
+        on_branch = {node.agui_id for node in tree}
+        # The whole tree is read only when the run names what the active branch (read
+        # already) may lack: a parent run, or an echoed answer of another branch.
+        if input.parent_run_id is not None or any(
+            message.id not in on_branch and not isinstance(message, UserMessage | ToolMessage)
+            for message in input.messages
+        ):
+            tree = await store.get_message_tree(chat.chat_uuid)
         point: TreeNode | None = None
         if input.parent_run_id is not None:
             ran = [node for node in tree if node.run_id == input.parent_run_id]
