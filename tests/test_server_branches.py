@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from typing import Any
-from uuid import uuid4
+from uuid import UUID, uuid4
 
 import httpx
 import pytest
 
 from conftest import AddMessage, MakeChat
 from server_support import collect_sse
-from threadstore import Chat, Role, Store
+from threadstore import Chat, MessageCreate, Role, Store
 from threadstore.server import LOCAL_USER_UUID, create_app
 
 
@@ -187,3 +187,33 @@ async def test_the_routes_are_in_the_openapi_document(client: httpx.AsyncClient)
 
     for route in ("switch", "regenerate", "edit", "fork"):
         assert "post" in paths[f"/api/chats/{{chat_uuid}}/{route}"]
+
+
+async def test_export_and_import_over_http_keep_every_branch_and_bytes(
+    client: httpx.AsyncClient, store: Store, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    chat, (first, *_) = await _chat(make_chat, add_message)
+    await store.update_chat_metadata(chat.chat_uuid, {"icon": b"\x89PNG\x00\xff"})
+    await store.edit_message(first.message_uuid, MessageCreate(content="Hi", role=Role.USER))
+
+    document = (await client.get(f"/api/chats/{chat.chat_uuid}/export")).json()
+    assert document["export_version"] == 2
+    assert document["chat"]["metadata"] == {"icon": {"$deuzBytes": "iVBORwD/"}}
+    imported = await client.post("/api/chats/import", json=document, params={"thread_id": "copy"})
+
+    assert imported.status_code == 201, imported.text
+    copy = await store.get_chat(UUID(imported.json()["chat_uuid"]))
+    assert copy is not None and copy.metadata == {"icon": b"\x89PNG\x00\xff"}
+    page = await _page(client, copy)
+    assert [item["content"] for item in page["items"]] == ["Hi"]
+    (versions,) = page["branches"].values()
+    await client.post(
+        f"/api/chats/{copy.chat_uuid}/switch", json={"message_uuid": versions["siblings"][0]}
+    )
+    page = await _page(client, copy)
+    assert [item["content"] for item in page["items"]] == [
+        "What is 2+2?",
+        "4",
+        "And 3+3?",
+        "6",
+    ]
