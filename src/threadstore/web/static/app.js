@@ -498,15 +498,20 @@ function confirmAction(text, okLabel) {
   return new Promise((resolve) => dialog.addEventListener("close", () => resolve(dialog.returnValue === "ok"), { once: true }));
 }
 
-function askForName(current) {
-  const dialog = $("rename-dialog");
-  $("rename-input").value = current || "";
+// Ask for a line of text in one of the page's dialogs: the trimmed text, or null if cancelled.
+function askInDialog(dialogId, inputId, current) {
+  const dialog = $(dialogId);
+  $(inputId).value = current || "";
   dialog.returnValue = "";
   dialog.showModal();
-  $("rename-input").select();
+  $(inputId).select();
   return new Promise((resolve) =>
-    dialog.addEventListener("close", () => resolve(dialog.returnValue === "ok" ? $("rename-input").value.trim() : null), { once: true }),
+    dialog.addEventListener("close", () => resolve(dialog.returnValue === "ok" ? $(inputId).value.trim() : null), { once: true }),
   );
+}
+
+function askForName(current) {
+  return askInDialog("rename-dialog", "rename-input", current);
 }
 
 function chatTitle(chat) {
@@ -868,14 +873,7 @@ async function forkAt(message) {
 }
 
 function askForText(current) {
-  const dialog = $("edit-dialog");
-  $("edit-input").value = current || "";
-  dialog.returnValue = "";
-  dialog.showModal();
-  $("edit-input").select();
-  return new Promise((resolve) =>
-    dialog.addEventListener("close", () => resolve(dialog.returnValue === "ok" ? $("edit-input").value.trim() : null), { once: true }),
-  );
+  return askInDialog("edit-dialog", "edit-input", current);
 }
 
 async function stopRun() {
