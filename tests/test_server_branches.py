@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 from uuid import UUID, uuid4
@@ -217,3 +218,26 @@ async def test_export_and_import_over_http_keep_every_branch_and_bytes(
         "And 3+3?",
         "6",
     ]
+
+
+async def test_two_regenerates_at_once_each_answer_under_the_turn(
+    client: httpx.AsyncClient, store: Store, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    chat, (_, _, question, answer) = await _chat(make_chat, add_message)
+    url = f"/api/chats/{chat.chat_uuid}/regenerate"
+    body = {"message_uuid": str(answer.message_uuid)}
+
+    started = await asyncio.gather(client.post(url, json=body), client.post(url, json=body))
+    # Moving the leaf elsewhere meanwhile does not move the answers either.
+    await client.post(f"/api/chats/{chat.chat_uuid}/switch", json=body)
+    for response in started:
+        assert (await _follow(client, response))[-1] == "RUN_FINISHED"
+
+    tree = await store.get_message_tree(chat.chat_uuid)
+    for response in started:
+        run = [node for node in tree if node.run_id == response.json()["run_id"]]
+        assert run, "the run wrote its answer"
+        parents = [node.parent_uuid for node in run]
+        assert parents == [question.message_uuid, *(node.message_uuid for node in run[:-1])]
+    siblings = await store.get_siblings(chat.chat_uuid, answer.message_uuid)
+    assert siblings.count == 3

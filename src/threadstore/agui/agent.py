@@ -204,6 +204,12 @@ class StorageAgent:
         self.chat: Chat | None = None
         """The chat of the run, once resolved or created."""
         self._translate = translate
+        self.branch_from: UUID | None = None
+        """The stored message this run continues, whatever the chat's leaf is meanwhile.
+
+        Set by the server's regenerate and edit routes before the run starts; the run's
+        messages then hang under it (as with ``parent_run_id``).
+        """
         self._branched = False
         """Whether the run branches off the chat's leaf (see ``_branch_point``)."""
         self._persister: RunPersister | None = None
@@ -391,10 +397,10 @@ class StorageAgent:
             if history:
                 creates, results = self._screen(input, history)
         if branch is not None and not creates:
-            # Nothing new to hang on the branch point: the run continues from it.
+            # Nothing new to hang on the branch point: the run continues from it (its
+            # history is the path to it, whatever the leaf becomes meanwhile).
             assert isinstance(self.message_repo, Store)
             await self.message_repo.set_active_leaf(chat.chat_uuid, branch.point)
-            history = await self._history(chat)
         if creates or results:
             async with self.message_repo.transaction():
                 for index, create in enumerate(creates):
@@ -431,13 +437,26 @@ class StorageAgent:
         ]
         on_branch = {node.agui_id for node in tree}
         # The whole tree is read only when the run names what the active branch (read
-        # already) may lack: a parent run, or an echoed answer of another branch.
-        if input.parent_run_id is not None or any(
-            message.id not in on_branch and not isinstance(message, UserMessage | ToolMessage)
-            for message in input.messages
+        # already) may lack: a message to continue, a parent run, or an echoed answer of
+        # another branch.
+        if (
+            self.branch_from is not None
+            or input.parent_run_id is not None
+            or any(
+                message.id not in on_branch and not isinstance(message, UserMessage | ToolMessage)
+                for message in input.messages
+            )
         ):
             tree = await store.get_message_tree(chat.chat_uuid)
         point: TreeNode | None = None
+        if self.branch_from is not None:
+            point = next((node for node in tree if node.message_uuid == self.branch_from), None)
+            if point is None:
+                raise InvalidInputError(f"message {self.branch_from} is not in this chat")
+            # Even when it is the leaf now: another request may move the leaf before the
+            # run writes, and the run's messages must still hang under this one.
+            self._branched = True
+            return _Branch(point.message_uuid, await _path_to(store, tree, point, history))
         if input.parent_run_id is not None:
             ran = [node for node in tree if node.run_id == input.parent_run_id]
             point = ran[-1] if ran else None

@@ -86,8 +86,11 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         opened = await open_store(store, setup=migrate) if isinstance(store, str) else store
 
-        def per_run(user_uuid: UUID) -> Any:
-            return wrap(agent_name, user_uuid, opened, opened, inner, run_repo=opened)
+        def per_run(user_uuid: UUID, branch_from: UUID | None = None) -> Any:
+            agent = wrap(agent_name, user_uuid, opened, opened, inner, run_repo=opened)
+            if branch_from is not None:
+                agent.branch_from = branch_from  # regenerate and edit: see routes_branches
+            return agent
 
         # Outside PostgreSQL it is the in-process manager. Streams of this process's runs
         # come from memory, never waiting for the relay: the client goes first.

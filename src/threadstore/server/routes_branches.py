@@ -82,8 +82,12 @@ async def switch_branch(
     return await state.store.switch_branch(chat_uuid, body.message_uuid)
 
 
-async def _start_run(state: ServerState, user: UUID, chat: Chat) -> str:
-    """Start a run of the server's agent on the chat's active branch; its run id."""
+async def _start_run(state: ServerState, user: UUID, chat: Chat, branch_from: UUID) -> str:
+    """Start a run of the server's agent answering after ``branch_from``; its run id.
+
+    The run hangs its messages under ``branch_from`` itself, so another request moving
+    the chat's leaf meanwhile does not move the answer.
+    """
     run_id = f"run-{uuid4().hex}"
     run_input = RunAgentInput(
         thread_id=chat.thread_id,
@@ -94,7 +98,7 @@ async def _start_run(state: ServerState, user: UUID, chat: Chat) -> str:
         context=[],
         forwarded_props={},
     )
-    await state.manager.run(run_input, user)
+    await state.manager.run(run_input, user, branch_from=branch_from)
     return run_id
 
 
@@ -113,8 +117,8 @@ async def regenerate(
     ``message_uuid`` is the user message, or an answer to it (its user turn is used).
     """
     chat = await owned_chat(state, user, chat_uuid)
-    await state.store.branch_for_regenerate(chat_uuid, body.message_uuid)
-    run_id = await _start_run(state, user, chat)
+    turn = await state.store.user_turn_of(chat_uuid, body.message_uuid)
+    run_id = await _start_run(state, user, chat, turn)
     return BranchRun(thread_id=chat.thread_id, run_id=run_id)
 
 
@@ -144,7 +148,7 @@ async def edit(chat_uuid: UUID, body: EditRequest, state: AppState, user: Curren
         body.message_uuid,
         MessageCreate(role=Role.USER, content=body.content, agui_id=f"user-{uuid4().hex}"),
     )
-    run_id = await _start_run(state, user, chat)
+    run_id = await _start_run(state, user, chat, created.message_uuid)
     return BranchRun(thread_id=chat.thread_id, run_id=run_id, message_uuid=created.message_uuid)
 
 

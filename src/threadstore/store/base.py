@@ -686,6 +686,12 @@ class Store(abc.ABC):
         ``message_uuid`` is a user message or a message answering one; the next message
         appended (the new answer) is then a sibling of the answers before it.
         """
+        turn = await self.user_turn_of(chat_uuid, message_uuid)
+        await self.set_active_leaf(chat_uuid, turn)
+        return turn
+
+    async def user_turn_of(self, chat_uuid: UUID, message_uuid: UUID) -> UUID:
+        """The user message ``message_uuid`` is (or answers): what a regenerate answers again."""
         tree = {node.message_uuid: node for node in await self._select_tree(chat_uuid)}
         node = tree.get(message_uuid)
         if node is None:
@@ -694,7 +700,6 @@ class Store(abc.ABC):
             if node.parent_uuid is None:
                 raise InvalidInputError(f"message {message_uuid} answers no user message")
             node = tree[node.parent_uuid]
-        await self.set_active_leaf(chat_uuid, node.message_uuid)
         return node.message_uuid
 
     async def edit_message(self, message_uuid: UUID, message_data: MessageCreate) -> Message:
