@@ -546,3 +546,41 @@ def test_a_token_is_asked_for_kept_for_the_tab_and_a_wrong_one_shows_nothing(
     _send(page, "What is 2 + 2?")
     expect(page.locator("article.assistant .markdown").last).to_contain_text("= 4", timeout=30_000)
     _wait_idle(page)
+
+
+# --- branches -------------------------------------------------------------------------------
+
+
+def test_regenerate_switch_edit_the_first_message_and_fork(server: Server, page: Page) -> None:
+    thread = _thread("branches")
+    page.goto(f"{server.url}/#/t/{thread}")
+    _send(page, "What is 1 + 1?")
+    _wait_idle(page)
+    page.reload()  # the chat as stored: every message carries its branch controls
+    versions = page.locator(".message-actions .version")
+
+    page.locator("article.assistant button.regenerate").last.click()
+    expect(versions).to_have_text(["2/2"], timeout=30_000)
+    page.locator("article.assistant button.regenerate").last.click()
+    expect(versions).to_have_text(["3/3"], timeout=30_000)
+    _wait_idle(page)
+    page.get_by_role("button", name="Previous version").click()
+    expect(versions).to_have_text(["2/3"], timeout=30_000)
+    stored = _stored(server, thread)
+    assert [m["content"] for m in stored if m["role"] == "user"] == ["What is 1 + 1?"]
+
+    page.locator("article.user button.edit").first.click()
+    page.get_by_label("New text").fill("What is 2 + 3?")
+    page.locator("#edit-dialog").get_by_role("button", name="Send").click()
+    expect(page.locator("article.user").first).to_contain_text("2 + 3", timeout=30_000)
+    expect(page.locator("article.user .version")).to_have_text("2/2", timeout=30_000)
+    _wait_idle(page)
+    expect(page.locator("article.assistant .markdown").last).to_contain_text("= 5", timeout=30_000)
+    stored = _stored(server, thread)
+    assert stored[0]["content"] == "What is 2 + 3?" and stored[0]["parent_uuid"] is None
+
+    page.locator("article.assistant button.fork").last.click()
+    expect(page.locator("#lineage")).to_contain_text("Forked from chat", timeout=30_000)
+    forked = page.evaluate("decodeURIComponent(location.hash.slice(4))")
+    assert forked != thread
+    assert [m["content"] for m in _stored(server, forked)] == [m["content"] for m in stored]

@@ -13,7 +13,17 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 from uuid import UUID, uuid4
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, computed_field, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    computed_field,
+    model_validator,
+)
+
+from threadstore.binary_json import encode_value
 
 __all__ = [
     "ERROR_METADATA_KEY",
@@ -22,6 +32,8 @@ __all__ = [
     "ChatCreate",
     "ChatPage",
     "ContentPart",
+    "JsonObject",
+    "JsonValue",
     "MediaPart",
     "Message",
     "MessageCreate",
@@ -128,12 +140,22 @@ def _error_of(metadata: dict[str, Any]) -> str | None:
 # --- content parts -----------------------------------------------------------------
 
 
+JsonObject = Annotated[
+    dict[str, Any], PlainSerializer(encode_value, return_type=dict[str, Any], when_used="json")
+]
+"""A free-form object field: in JSON text, bytes anywhere in it are written as the
+binary-safe codec's tag (``{"$deuzBytes": "<base64>"}``, :mod:`threadstore.binary_json`)."""
+
+JsonValue = Annotated[Any, PlainSerializer(encode_value, return_type=Any, when_used="json")]
+"""A free-form value field, written to JSON text like :data:`JsonObject`."""
+
+
 class TextPart(_Model):
     """A text part of a multi-part message."""
 
     type: Literal["text"] = "text"
     text: str
-    metadata: dict[str, Any] | None = None
+    metadata: JsonObject | None = None
 
 
 class MediaPart(_Model):
@@ -147,7 +169,7 @@ class MediaPart(_Model):
     """URL or provider file id (``source`` ``url`` / ``file``)."""
     mime_type: str | None = None
     provider: str | None = None
-    metadata: dict[str, Any] | None = None
+    metadata: JsonObject | None = None
 
 
 ContentPart = Annotated[TextPart | MediaPart, Field(discriminator="type")]
@@ -177,7 +199,7 @@ class ToolCall(_Model):
     step_name: str | None = None
     seq: int = 0
     """Position among the message's tool calls and reasoning steps (set by the store)."""
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: JsonObject = Field(default_factory=dict)
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
 
@@ -198,7 +220,7 @@ class Reasoning(_Model):
     step_name: str | None = None
     seq: int = 0
     """Position among the message's tool calls and reasoning steps (set by the store)."""
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: JsonObject = Field(default_factory=dict)
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
 
@@ -240,7 +262,7 @@ class Message(_Model):
     """Multi-part content (images, documents...) when the message had it."""
     encrypted_value: str | None = None
     activity_type: str | None = None
-    activity_content: dict[str, Any] | None = None
+    activity_content: JsonObject | None = None
     status: MessageStatus = MessageStatus.ACTIVE
     in_progress: bool = True
     step_name: str | None = Field(default=None, validation_alias=_alias("step_name", "step"))
@@ -248,7 +270,7 @@ class Message(_Model):
     """The AG-UI run that produced the message."""
     seq: int = 0
     """Increases with every message created (set by the store); the pagination cursor."""
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: JsonObject = Field(default_factory=dict)
     created_at: datetime = Field(
         default_factory=utcnow, validation_alias=_alias("created_at", "timestamp")
     )
@@ -284,9 +306,9 @@ class Chat(_Model):
     """The newest message of the active branch."""
     forked_from_chat_uuid: UUID | None = None
     forked_from_message_uuid: UUID | None = None
-    state: Any = None
+    state: JsonValue = None
     """The latest AG-UI state (after STATE_SNAPSHOT / STATE_DELTA)."""
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: JsonObject = Field(default_factory=dict)
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
 

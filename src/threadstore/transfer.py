@@ -1,38 +1,52 @@
 """Export a chat as one JSON document and import it back, for the API and the CLI.
 
-An export holds the chat and its history (the active branch, oldest first) with each
-message's tool calls and reasoning steps. Importing creates a new chat for the
-importing user, with fresh uuids, in one transaction: it lands whole or not at all.
-The CLI writes one export per line (JSON lines).
+An export holds the chat (with its lineage and active leaf) and every message of its
+tree, oldest first, each with its tool calls and reasoning steps: every branch
+survives. Importing creates a new chat for the importing user, with fresh uuids, in
+one transaction: it lands whole or not at all, with the same branches and the same
+active branch. The CLI writes one export per line (JSON lines).
+
+Versions of the document (``export_version``): 1 held only the active branch; 2 holds
+the whole tree and writes bytes anywhere (metadata, parts) with the binary-safe codec
+(:mod:`threadstore.binary_json`). Both import.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, Field
+from pydantic import (
+    BaseModel,
+    Field,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
+from threadstore.binary_json import decode_value, encode_value
 from threadstore.errors import ConflictError, LimitExceededError
 from threadstore.models import (
     FORMAT_VERSION,
     Chat,
     ChatCreate,
     Message,
-    MessageCreate,
-    MessageReasoningCreate,
-    MessageToolCallCreate,
     Reasoning,
     ToolCall,
     utcnow,
 )
 from threadstore.store.base import Store
+from threadstore.store.copies import message_create, reasoning_create, tool_call_create
 
-__all__ = ["EXPORT_FORMAT", "ChatExport", "export_chat", "import_chat"]
+__all__ = ["EXPORT_FORMAT", "EXPORT_VERSION", "ChatExport", "export_chat", "import_chat"]
 
 EXPORT_FORMAT = "threadstore.chat"
 """The ``format`` tag of an export document."""
+
+EXPORT_VERSION = 2
+"""The ``export_version`` this code writes (see the module's docstring)."""
 
 
 class ChatExport(BaseModel):
@@ -40,16 +54,46 @@ class ChatExport(BaseModel):
 
     format: Literal["threadstore.chat"] = "threadstore.chat"
     format_version: int = FORMAT_VERSION
+    export_version: int = 1
+    """1: ``messages`` is the active branch; 2: every message of the tree (and bytes tagged)."""
     exported_at: datetime = Field(default_factory=utcnow)
     chat: Chat
     messages: list[Message] = Field(default_factory=list)
-    """The active branch, oldest first, each with its tool calls and reasoning."""
+    """Every message of the chat, oldest first, each with its tool calls and reasoning."""
+    roots: list[UUID] | None = None
+    """The messages that start a tree of their own (a first message and its edits).
+
+    A message without a parent that is not listed continues the one before it, as in
+    version 1, where this field is absent.
+    """
+
+    @model_serializer(mode="wrap")
+    def _tag_bytes(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
+        # JSON text would write bytes outside typed fields as (lossy) text: tag them.
+        if info.mode_is_json():
+            return encode_value(self.model_dump(by_alias=info.by_alias))
+        return handler(self)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _untag_bytes(cls, data: Any) -> Any:
+        return decode_value(data) if isinstance(data, dict) else data
 
 
 async def export_chat(store: Store, chat: Chat) -> ChatExport:
-    """Return the export document of ``chat``."""
-    messages = [message async for message in store.iter_chat_messages(chat.chat_uuid)]
-    return ChatExport(chat=chat, messages=messages)
+    """Return the export document of ``chat``: every branch, the active one marked by the leaf."""
+    active = [message async for message in store.iter_chat_messages(chat.chat_uuid)]
+    on_branch = {message.message_uuid for message in active}
+    # The active branch is read by pages; the (usually few) messages off it one by one.
+    others = [
+        found
+        for node in await store.get_message_tree(chat.chat_uuid)
+        if node.message_uuid not in on_branch
+        and (found := await store.get_message(node.message_uuid)) is not None
+    ]
+    messages = sorted([*active, *others], key=lambda message: message.seq)
+    roots = [message.message_uuid for message in messages if message.parent_uuid is None]
+    return ChatExport(export_version=EXPORT_VERSION, chat=chat, messages=messages, roots=roots)
 
 
 async def import_chat(
@@ -83,28 +127,39 @@ async def import_chat(
                 name=source.name,
                 tenant_id=source.tenant_id,
                 app_id=source.app_id,
+                forked_from_chat_uuid=source.forked_from_chat_uuid,
+                forked_from_message_uuid=source.forked_from_message_uuid,
                 state=source.state,
                 metadata=source.metadata,
             )
         )
+        roots = set(document.roots or ())
         new_uuids: dict[UUID, UUID] = {}  # exported message uuid -> imported one
         created_by_index: dict[int, UUID] = {}
         last: UUID | None = None
         for index, record in _in_production_order(document.messages):
             if isinstance(record, Message):
-                created = await store.create_message(_message_create(record, chat, new_uuids))
+                parent = new_uuids.get(record.parent_uuid) if record.parent_uuid else None
+                data = message_create(record, chat.chat_uuid, parent)
+                if parent is None and record.message_uuid in roots:
+                    created = await store.create_root_message(data)
+                else:
+                    created = await store.create_message(data)
                 new_uuids[record.message_uuid] = created.message_uuid
                 created_by_index[index] = last = created.message_uuid
             elif isinstance(record, ToolCall):
                 await store.create_message_tool_call(
-                    _tool_call_create(record, created_by_index[index])
+                    tool_call_create(record, created_by_index[index])
                 )
             else:
                 await store.create_message_reasoning(
-                    _reasoning_create(record, created_by_index[index])
+                    reasoning_create(record, created_by_index[index])
                 )
-        if last is not None:
-            await store.set_active_leaf(chat.chat_uuid, last)
+        leaf = new_uuids.get(source.active_leaf_uuid) if source.active_leaf_uuid else None
+        if leaf is None:
+            leaf = last  # a version 1 export: its last message ends the branch
+        if leaf is not None:
+            await store.set_active_leaf(chat.chat_uuid, leaf)
         imported = await store.get_chat(chat.chat_uuid)
     return imported or chat
 
@@ -136,55 +191,3 @@ def _in_production_order(
         else:
             waiting.setdefault(index, []).append(record)
     return ordered
-
-
-def _message_create(message: Message, chat: Chat, new_uuids: dict[UUID, UUID]) -> MessageCreate:
-    parent = new_uuids.get(message.parent_uuid) if message.parent_uuid else None
-    return MessageCreate(
-        chat_uuid=chat.chat_uuid,
-        role=message.role,
-        content=message.content,
-        agui_id=message.agui_id,
-        parent_uuid=parent,
-        name=message.name,
-        content_parts=message.content_parts,
-        encrypted_value=message.encrypted_value,
-        activity_type=message.activity_type,
-        activity_content=message.activity_content,
-        status=message.status,
-        in_progress=message.in_progress,
-        step_name=message.step_name,
-        run_id=message.run_id,
-        metadata=message.metadata,
-        created_at=message.created_at,
-    )
-
-
-def _tool_call_create(call: ToolCall, message_uuid: UUID) -> MessageToolCallCreate:
-    return MessageToolCallCreate(
-        message_uuid=message_uuid,
-        tool_call_id=call.tool_call_id,
-        name=call.name,
-        arguments=call.arguments,
-        content=call.content,
-        result_message_id=call.result_message_id,
-        error=call.error,
-        status=call.status,
-        in_progress=call.in_progress,
-        step_name=call.step_name,
-        metadata=call.metadata,
-    )
-
-
-def _reasoning_create(step: Reasoning, message_uuid: UUID) -> MessageReasoningCreate:
-    return MessageReasoningCreate(
-        message_uuid=message_uuid,
-        agui_id=step.agui_id,
-        name=step.name,
-        content=step.content,
-        encrypted_value=step.encrypted_value,
-        status=step.status,
-        in_progress=step.in_progress,
-        step_name=step.step_name,
-        metadata=step.metadata,
-    )

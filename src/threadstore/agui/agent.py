@@ -15,6 +15,7 @@ import copy
 import functools
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 from uuid import UUID
 
@@ -83,7 +84,13 @@ from threadstore.models import (
     Run,
     utcnow,
 )
-from threadstore.store.base import ChatRepositoryLike, MessageRepositoryLike, RunRepositoryLike
+from threadstore.store.base import (
+    ChatRepositoryLike,
+    MessageRepositoryLike,
+    RunRepositoryLike,
+    Store,
+    TreeNode,
+)
 
 if TYPE_CHECKING:
     import ag_ui.core
@@ -197,6 +204,14 @@ class StorageAgent:
         self.chat: Chat | None = None
         """The chat of the run, once resolved or created."""
         self._translate = translate
+        self.branch_from: UUID | None = None
+        """The stored message this run continues, whatever the chat's leaf is meanwhile.
+
+        Set by the server's regenerate and edit routes before the run starts; the run's
+        messages then hang under it (as with ``parent_run_id``).
+        """
+        self._branched = False
+        """Whether the run branches off the chat's leaf (see ``_branch_point``)."""
         self._persister: RunPersister | None = None
         self._dispatch: dict[type[BaseEvent], Callable[..., Awaitable[None]]] = {}
         self._table: dict[type[BaseEvent], str] | None = None
@@ -287,6 +302,8 @@ class StorageAgent:
             final_flush_deadline=self.final_flush_deadline,
         )
         persister = self._persister = RunPersister(_Hooks(self), config, chat, fold)
+        if self._branched and history:
+            persister.chain = history[-1].message_uuid
         return persister
 
     async def _finish(
@@ -359,6 +376,10 @@ class StorageAgent:
         """Find or create the chat, store the new inbound messages, return (chat, history)."""
         chat = await self.chat_repo.get_chat_by_thread_id(self.user_uuid, input.thread_id)
         history = await self._history(chat)
+        branch = await self._branch_point(input, chat, history)
+        if branch is not None:
+            history = branch.history
+            self._branched = True
         creates, results = self._screen(input, history)  # refuses before anything is written
         if chat is None:
             chat_create = ChatCreate(
@@ -375,18 +396,90 @@ class StorageAgent:
             history = [] if fresh else await self._history(chat)
             if history:
                 creates, results = self._screen(input, history)
+        if branch is not None and not creates:
+            # Nothing new to hang on the branch point: the run continues from it (its
+            # history is the path to it, whatever the leaf becomes meanwhile).
+            assert isinstance(self.message_repo, Store)
+            await self.message_repo.set_active_leaf(chat.chat_uuid, branch.point)
         if creates or results:
             async with self.message_repo.transaction():
-                for create in creates:
-                    await self.message_repo.create_message(
-                        create.model_copy(update={"chat_uuid": chat.chat_uuid})
-                    )
+                for index, create in enumerate(creates):
+                    fields: dict[str, Any] = {"chat_uuid": chat.chat_uuid}
+                    if index == 0 and branch is not None:
+                        # Explicitly under the branch point, so a concurrent run that
+                        # branches from the same message lands beside this one.
+                        fields["parent_uuid"] = branch.point
+                    await self.message_repo.create_message(create.model_copy(update=fields))
                 for call_uuid, update in results:
                     await self.message_repo.update_message_tool_call(call_uuid, update)
                 # Read inside the transaction: the same rows, without queueing for the
                 # store again (SQLite: four trips through its writer lock).
                 history = await self._history(chat)
         return chat, history
+
+    async def _branch_point(
+        self, input: RunAgentInput, chat: Chat | None, history: list[Message]
+    ) -> _Branch | None:
+        """Where this run branches off the chat's tree, or ``None`` when it continues the leaf.
+
+        A run branches (on a full :class:`Store`) when its ``parent_run_id`` names a run of
+        the chat whose last message is not the leaf (it continues from that message), or
+        when its ``messages`` are stored messages — of any branch — followed only by new
+        user messages, and the last stored one is an answer that is not the leaf: an
+        edit-and-resend, or a client resending from a branch it holds.
+        """
+        store = self.message_repo
+        if chat is None or not isinstance(store, Store):
+            return None
+        tree = [
+            TreeNode(m.message_uuid, m.parent_uuid, m.role, m.seq, m.agui_id, m.run_id)
+            for m in history
+        ]
+        on_branch = {node.agui_id for node in tree}
+        # The whole tree is read only when the run names what the active branch (read
+        # already) may lack: a message to continue, a parent run, or an echoed answer of
+        # another branch.
+        if (
+            self.branch_from is not None
+            or input.parent_run_id is not None
+            or any(
+                message.id not in on_branch and not isinstance(message, UserMessage | ToolMessage)
+                for message in input.messages
+            )
+        ):
+            tree = await store.get_message_tree(chat.chat_uuid)
+        point: TreeNode | None = None
+        if self.branch_from is not None:
+            point = next((node for node in tree if node.message_uuid == self.branch_from), None)
+            if point is None:
+                raise InvalidInputError(f"message {self.branch_from} is not in this chat")
+            # Even when it is the leaf now: another request may move the leaf before the
+            # run writes, and the run's messages must still hang under this one.
+            self._branched = True
+            return _Branch(point.message_uuid, await _path_to(store, tree, point, history))
+        if input.parent_run_id is not None:
+            ran = [node for node in tree if node.run_id == input.parent_run_id]
+            point = ran[-1] if ran else None
+        else:
+            by_id = {node.agui_id: node for node in tree if node.agui_id}
+            known = -1
+            for index, message in enumerate(input.messages):
+                if message.id in by_id:
+                    point, known = by_id[message.id], index
+            rest = input.messages[known + 1 :]
+            # A stored tool result echoed back is named by its own id, not a message's.
+            # A prefix ending at a user message is a client that echoes only what it
+            # sent (not the answers): it continues the leaf, as it always did.
+            if (
+                point is None
+                or point.role == "user"
+                or not rest
+                or not all(isinstance(message, UserMessage) for message in rest)
+            ):
+                point = None
+        if point is None or point.message_uuid == chat.active_leaf_uuid:
+            return None
+        return _Branch(point.message_uuid, await _path_to(store, tree, point, history))
 
     async def _history(self, chat: Chat | None) -> list[Message]:
         if chat is None:
@@ -714,3 +807,30 @@ class _Hooks:
         self, state: ConversationFold, event: BaseEvent | None
     ) -> dict[str, Any]:
         return self.agent.message_update_fields(state, event)
+
+
+@dataclass(frozen=True, slots=True)
+class _Branch:
+    """A run's branch point: the stored message it continues, and the history up to it."""
+
+    point: UUID
+    history: list[Message]
+
+
+async def _path_to(
+    store: Store, tree: Sequence[TreeNode], point: TreeNode, active: list[Message]
+) -> list[Message]:
+    """The messages from the root to ``point``: a prefix of ``active`` when it is on it."""
+    for index, message in enumerate(active):
+        if message.message_uuid == point.message_uuid:
+            return active[: index + 1]
+    parents = {node.message_uuid: node.parent_uuid for node in tree}
+    path: list[Message] = []
+    current: UUID | None = point.message_uuid
+    while current is not None:
+        found = await store.get_message(current)
+        if found is None:  # deleted meanwhile: the branch is gone
+            raise InvalidInputError(f"message {current} of this chat no longer exists")
+        path.append(found)
+        current = parents.get(current)
+    return path[::-1]

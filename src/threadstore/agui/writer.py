@@ -266,6 +266,12 @@ class RunPersister:
         self.failed: BaseException | None = None
         self.chat_deleted = False
         """The chat was deleted during the run: nothing more is written (it stays deleted)."""
+        self.chain: UUID | None = None
+        """Set on a run that branches: its newest message, the parent of the next one.
+
+        Such a run names each message's parent instead of appending to the chat's leaf,
+        so runs branching from the same message at once each keep their own branch.
+        """
         self._waiters: list[tuple[Callable[[], bool], asyncio.Future[None]]] = []
         self._handling: BaseEvent | None = None
         """The event whose overridden handler the fold task is awaiting, if any."""
@@ -507,6 +513,10 @@ class RunPersister:
         except Exception:
             logger.exception("a build hook failed for %s; using the default DTO", record.key)
             dto = self._build(record, default=True)
+        if isinstance(dto, MessageCreate) and self.chain is not None:
+            if dto.parent_uuid is None:
+                dto = dto.model_copy(update={"parent_uuid": self.chain})
+            self.chain = dto.message_uuid
         uuid = dto.message_uuid if isinstance(dto, MessageCreate) else getattr(dto, "uuid", None)
         record.uuid = uuid
         self.entries[record.key] = _Entry(create=dto, uuid=uuid)

@@ -1,30 +1,23 @@
 """The binary-safe JSON codec for chat records (``serialize_chat_record``).
 
-Plain ``json.dumps`` cannot write bytes, so an image in a message part or a tool result in
-``metadata`` would fail or decay. The codec writes ``bytes`` anywhere in the value as the
-tag ``{"$deuzBytes": "<base64>"}`` — the same shape as the TypeScript SDK's codec, so a
-record is readable by either side — and turns only that exact shape (one key, a valid
-base64 string) back into bytes.
-
-A plain object that happens to have exactly that shape (or the escape shape below) is
-written as ``{"$deuzPlain": {...}}`` and read back unchanged, so every value round-trips
-exactly; records without such look-alikes are byte-for-byte what the TypeScript codec
-writes. Output is strict JSON: NaN and infinities are refused.
+Bytes anywhere in a record (message parts, metadata, tool results) are written with the
+value codec of :mod:`threadstore.binary_json` (the tag ``{"$deuzBytes": "<base64>"}``,
+the same shape as the TypeScript SDK's codec, so a record is readable by either side);
+the store uses that same codec for its JSON columns. Records without look-alikes of the
+tag are byte-for-byte what the TypeScript codec writes. Output is strict JSON: NaN and
+infinities are refused.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
-from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ag_ui.core import Message
 from pydantic import TypeAdapter
-from pydantic_core import to_jsonable_python
 
+from threadstore.binary_json import BYTES_TAG, PLAIN_TAG, decode_value, encode_value
 from threadstore.chat.record import ChatRecord, Scope
 
 __all__ = [
@@ -36,13 +29,6 @@ __all__ = [
     "serialize_chat_record",
 ]
 
-BYTES_TAG = "$deuzBytes"
-"""The key of the one-key object that stands for bytes."""
-
-PLAIN_TAG = "$deuzPlain"
-"""The key that wraps a plain object which would otherwise read as a tag."""
-
-_TAGS = frozenset({BYTES_TAG, PLAIN_TAG})
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MILLISECOND = timedelta(milliseconds=1)
 _MESSAGE = TypeAdapter(Message)
@@ -53,51 +39,6 @@ _SCOPE_KEYS = {
     "agent_id": "agentId",
     "chat_id": "chatId",
 }
-
-
-def encode_value(value: Any) -> Any:
-    """Return ``value`` as JSON-compatible data, bytes written as the bytes tag."""
-    if isinstance(value, str | int | float | bool) or value is None:
-        return value
-    if isinstance(value, bytes | bytearray | memoryview):
-        return {BYTES_TAG: base64.b64encode(bytes(value)).decode("ascii")}
-    if isinstance(value, Mapping):
-        encoded = {str(key): encode_value(item) for key, item in value.items()}
-        if len(encoded) == 1 and next(iter(encoded)) in _TAGS:
-            return {PLAIN_TAG: encoded}
-        return encoded
-    if isinstance(value, list | tuple):
-        return [encode_value(item) for item in value]
-    # Models, datetimes, UUIDs, decimals: pydantic's own JSON form, bytes still tagged.
-    return encode_value(to_jsonable_python(value, bytes_mode="base64"))
-
-
-def _bytes_of(tagged: Any) -> bytes | None:
-    """The bytes a tag's value stands for, or ``None`` when it is not valid base64 text."""
-    if not isinstance(tagged, str):
-        return None
-    try:
-        return base64.b64decode(tagged.encode("ascii"), validate=True)
-    except (binascii.Error, UnicodeEncodeError):
-        return None
-
-
-def decode_value(value: Any) -> Any:
-    """The inverse of :func:`encode_value` on parsed JSON."""
-    if isinstance(value, list):
-        return [decode_value(item) for item in value]
-    if not isinstance(value, dict):
-        return value
-    if len(value) == 1:
-        ((key, item),) = value.items()
-        if key == BYTES_TAG:
-            data = _bytes_of(item)
-            if data is not None:
-                return data
-        elif key == PLAIN_TAG and isinstance(item, dict) and len(item) == 1:
-            # An escaped look-alike: its own key is kept as data, its value decoded.
-            return {name: decode_value(inner) for name, inner in item.items()}
-    return {key: decode_value(item) for key, item in value.items()}
 
 
 def _message_data(message: Message) -> dict[str, Any]:

@@ -230,19 +230,24 @@ class StoreChatStore:
         tail = record.messages[start:]
         if kept == len(branch) and not tail:
             return  # nothing new
-        if kept == 0 and branch:
+        if kept == 0 and branch and not tail:
             raise InvalidInputError(
-                f"chat {record.chat_id!r}: the record's first message differs from the stored "
-                "one, and a saved chat keeps every message it had; save it under a new chat_id"
+                f"chat {record.chat_id!r}: the record holds no messages, and a saved chat keeps "
+                "every message it had; save it under a new chat_id"
             )
+        # Another first message starts a second root: the old history stays as a branch.
+        new_root = kept == 0 and bool(branch)
         parent = branch[kept - 1].message_uuid if kept else None
         plan = _Plan(chat.chat_uuid, parent, pending_tool_calls(branch[:kept]))
         for message in tail:
             plan.add(message)
         for call_uuid, update in plan.results:
             await self.store.update_message_tool_call(call_uuid, update)
-        for create, calls in plan.nodes:
-            await self.store.create_message(create)
+        for index, (create, calls) in enumerate(plan.nodes):
+            if index == 0 and new_root:
+                await self.store.create_root_message(create)
+            else:
+                await self.store.create_message(create)
             for call in calls:
                 await self.store.create_message_tool_call(call)
         # Creating a message moves the active leaf to it; without one, move it back here.

@@ -23,6 +23,7 @@ from threadstore.server.deps import ServerState
 from threadstore.server.errors import install_error_handlers
 from threadstore.server.limits import DEFAULT_LIMITS, BodyLimitMiddleware, Limits
 from threadstore.server.routes_agui import router as agui_router
+from threadstore.server.routes_branches import router as branches_router
 from threadstore.server.routes_chats import router as chats_router
 from threadstore.server.routes_web import install_web
 from threadstore.server.run_gate import RunGate
@@ -91,8 +92,11 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         opened = await open_store(store, setup=migrate) if isinstance(store, str) else store
 
-        def per_run(user_uuid: UUID) -> Any:
-            return wrap(agent_name, user_uuid, opened, opened, inner, run_repo=opened)
+        def per_run(user_uuid: UUID, branch_from: UUID | None = None) -> Any:
+            agent = wrap(agent_name, user_uuid, opened, opened, inner, run_repo=opened)
+            if branch_from is not None:
+                agent.branch_from = branch_from  # regenerate and edit: see routes_branches
+            return agent
 
         # Outside PostgreSQL it is the in-process manager. Streams of this process's runs
         # come from memory, never waiting for the relay: the client goes first.
@@ -143,6 +147,7 @@ def create_app(
     install_error_handlers(app)
     app.include_router(agui_router)
     app.include_router(chats_router)
+    app.include_router(branches_router)
     install_web(app)
 
     @app.get("/healthz", tags=["server"], summary="Liveness")

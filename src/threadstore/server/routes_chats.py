@@ -20,7 +20,7 @@ from threadstore.server.limits import MAX_CURSOR, check_id, check_json, check_na
 from threadstore.store.base import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, Store
 from threadstore.transfer import ChatExport, export_chat, import_chat
 
-__all__ = ["ChatList", "ChatRename", "ChatSummary", "MessagePage", "router"]
+__all__ = ["BranchPoint", "ChatList", "ChatRename", "ChatSummary", "MessagePage", "router"]
 
 router = APIRouter(prefix="/api/chats", tags=["chats"])
 
@@ -40,10 +40,23 @@ class ChatList(BaseModel):
     )
 
 
+class BranchPoint(BaseModel):
+    """Where a message stands among its siblings (the versions of its turn)."""
+
+    index: int = Field(description="The message's position among `siblings` (0-based).")
+    count: int = Field(description="How many versions the turn has.")
+    siblings: list[UUID] = Field(description="Every version's message uuid, in creation order.")
+
+
 class MessagePage(BaseModel):
     """One page of a chat's history (its active branch), oldest first."""
 
     items: list[Message]
+    branches: dict[UUID, BranchPoint] = Field(
+        default_factory=dict,
+        description="For each message of the page that has siblings, where it stands among "
+        "them: enough to draw a '2/3' switcher (switch with `POST .../switch`).",
+    )
     next_cursor: int | None = Field(
         default=None, description="Pass as `after` for the next (newer) page; null when none."
     )
@@ -141,7 +154,16 @@ async def list_messages(
     """
     _one_cursor(after, before, newest)
     await owned_chat(state, user, chat_uuid)
-    return await _message_page(state.store, chat_uuid, limit, after, before, newest)
+    page = await _message_page(state.store, chat_uuid, limit, after, before, newest)
+    if page.items:
+        points = await state.store.get_branch_points(
+            chat_uuid, [message.message_uuid for message in page.items]
+        )
+        page.branches = {
+            uuid: BranchPoint(index=point.index, count=point.count, siblings=list(point.siblings))
+            for uuid, point in points.items()
+        }
+    return page
 
 
 def _one_cursor(after: int | None, before: int | None, newest: bool) -> None:

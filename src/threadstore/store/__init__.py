@@ -20,7 +20,9 @@ from threadstore.store.base import (
     ChatRepositoryLike,
     MessageRepositoryLike,
     RunRepositoryLike,
+    Siblings,
     Store,
+    TreeNode,
 )
 from threadstore.store.ops import (
     CreateMessage,
@@ -47,7 +49,9 @@ __all__ = [
     "MessageRepositoryLike",
     "RenameChat",
     "RunRepositoryLike",
+    "Siblings",
     "Store",
+    "TreeNode",
     "UpdateChatState",
     "UpdateMessage",
     "UpdateReasoning",

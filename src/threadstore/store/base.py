@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
 from typing import Any, ClassVar, Literal, Protocol, Self, runtime_checkable
-from uuid import UUID
+from uuid import UUID, uuid4
 
-from threadstore.errors import InvalidInputError
+from threadstore.errors import ConflictError, InvalidInputError, NotFoundError
 from threadstore.models import (
     Chat,
     ChatCreate,
@@ -47,6 +47,7 @@ from threadstore.models import (
     RunStatus,
     ToolCall,
 )
+from threadstore.store.copies import copy_message
 from threadstore.store.cursor import decode_chat_cursor, encode_chat_cursor
 from threadstore.store.history_cache import HistoryCache
 from threadstore.store.ops import WRITE_METHODS, WRITE_TYPES, Write, apply_to
@@ -65,7 +66,9 @@ __all__ = [
     "MessageKey",
     "MessageRepositoryLike",
     "RunRepositoryLike",
+    "Siblings",
     "Store",
+    "TreeNode",
     "Write",
     "capabilities_of",
 ]
@@ -288,7 +291,7 @@ class ChatFilter:
         )
 
 
-ChatField = Literal["name", "state"]
+ChatField = Literal["name", "state", "metadata"]
 """The chat fields a caller sets directly (the rest follow from its messages)."""
 
 
@@ -305,6 +308,66 @@ class MessageKey:
         return _given(
             message_uuid=self.message_uuid, chat_uuid=self.chat_uuid, agui_id=self.agui_id
         )
+
+
+@dataclass(frozen=True, slots=True)
+class TreeNode:
+    """One message of a chat's tree, without its content: what branching reads."""
+
+    message_uuid: UUID
+    parent_uuid: UUID | None
+    role: str
+    seq: int
+    agui_id: str | None = None
+    run_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Siblings:
+    """A message among the messages sharing its parent (the roots share "no parent")."""
+
+    index: int
+    """The message's position among ``siblings`` (0-based)."""
+    siblings: tuple[UUID, ...]
+    """Every message with the same parent, in creation order, the message included."""
+
+    @property
+    def count(self) -> int:
+        """How many versions this turn has."""
+        return len(self.siblings)
+
+
+def _siblings_in(tree: Sequence[TreeNode], wanted: set[UUID]) -> dict[UUID, Siblings]:
+    """Where each wanted message stands among the messages sharing its parent."""
+    by_parent: dict[UUID | None, list[UUID]] = {}
+    parents: dict[UUID, UUID | None] = {}
+    for node in tree:  # by seq: creation order
+        by_parent.setdefault(node.parent_uuid, []).append(node.message_uuid)
+        parents[node.message_uuid] = node.parent_uuid
+    found: dict[UUID, Siblings] = {}
+    for uuid in wanted:
+        if uuid in parents:
+            group = tuple(by_parent[parents[uuid]])
+            found[uuid] = Siblings(group.index(uuid), group)
+    return found
+
+
+def _newest_leaf_under(tree: Sequence[TreeNode], top: UUID) -> UUID:
+    """The most recently created message without children in ``top``'s subtree."""
+    children: dict[UUID | None, list[UUID]] = {}
+    seq: dict[UUID, int] = {}
+    for node in tree:
+        children.setdefault(node.parent_uuid, []).append(node.message_uuid)
+        seq[node.message_uuid] = node.seq
+    leaves, stack = [], [top]
+    while stack:
+        current = stack.pop()
+        below = children.get(current)
+        if below:
+            stack.extend(below)
+        else:
+            leaves.append(current)
+    return max(leaves, key=seq.__getitem__)
 
 
 def _given(**values: Any) -> list[tuple[str, Any]]:
@@ -434,6 +497,10 @@ class Store(abc.ABC):
         """Replace the chat's latest AG-UI state; ``None`` when it is unknown."""
         return await self._set_chat_field(chat_uuid, "state", state)
 
+    async def update_chat_metadata(self, chat_uuid: UUID, metadata: dict[str, Any]) -> Chat | None:
+        """Replace the chat's metadata whole; ``None`` when it is unknown."""
+        return await self._set_chat_field(chat_uuid, "metadata", dict(metadata))
+
     @abc.abstractmethod
     async def _set_chat_field(self, chat_uuid: UUID, field: ChatField, value: Any) -> Chat | None:
         """Primitive: replace one field of a chat whole and stamp its activity time.
@@ -553,6 +620,164 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def get_last_messages(self, chat_uuids: list[UUID]) -> dict[UUID, Message]:
         """Map each given chat that has messages to the newest message of its active branch."""
+
+    # --- branches ----------------------------------------------------------------------
+    #
+    # A chat is a tree: each message points at its parent, and the active leaf picks
+    # the branch that reads return. Every operation below is built on two primitives,
+    # ``_select_tree`` (the chat's tree without content, one read) and ``_make_root``.
+
+    @abc.abstractmethod
+    async def _select_tree(self, chat_uuid: UUID) -> list[TreeNode]:
+        """Primitive: every message of the chat as a :class:`TreeNode`, by ``seq``."""
+
+    @abc.abstractmethod
+    async def _make_root(self, chat_uuid: UUID, message_uuid: UUID) -> None:
+        """Primitive: detach the chat's newest message from its parent (it becomes a root).
+
+        Marks the chat as branched and changes its history version.
+        """
+
+    async def get_message_tree(self, chat_uuid: UUID) -> list[TreeNode]:
+        """Every message of the chat (every branch) without content, oldest first."""
+        return await self._select_tree(chat_uuid)
+
+    async def create_root_message(self, message_data: MessageCreate) -> Message:
+        """Create a message with no parent, whatever the active leaf: a new first message.
+
+        This is how the first message of a chat is edited: the new version is a second
+        root, and the active branch starts from it. ``parent_uuid`` must not be given.
+        """
+        if message_data.parent_uuid is not None:
+            raise InvalidInputError("a root message has no parent_uuid")
+        async with self.transaction():
+            created = await self.create_message(message_data)
+            if created.parent_uuid is not None:
+                assert created.chat_uuid is not None
+                await self._make_root(created.chat_uuid, created.message_uuid)
+        return created.model_copy(update={"parent_uuid": None})
+
+    async def get_siblings(self, chat_uuid: UUID, message_uuid: UUID) -> Siblings:
+        """The versions of ``message_uuid``'s turn: the messages sharing its parent."""
+        found = _siblings_in(await self._select_tree(chat_uuid), {message_uuid})
+        if message_uuid not in found:
+            raise NotFoundError(f"message {message_uuid} is not in chat {chat_uuid}")
+        return found[message_uuid]
+
+    async def get_branch_points(
+        self, chat_uuid: UUID, message_uuids: Sequence[UUID]
+    ) -> dict[UUID, Siblings]:
+        """For each given message that has siblings, where it stands among them (one read)."""
+        found = _siblings_in(await self._select_tree(chat_uuid), set(message_uuids))
+        return {uuid: place for uuid, place in found.items() if place.count > 1}
+
+    async def switch_branch(self, chat_uuid: UUID, message_uuid: UUID) -> Chat:
+        """Make the branch through ``message_uuid`` active: its newest leaf becomes the leaf.
+
+        Switching to a sibling shows that version of the turn and everything after it.
+        """
+        tree = await self._select_tree(chat_uuid)
+        if not any(node.message_uuid == message_uuid for node in tree):
+            raise NotFoundError(f"message {message_uuid} is not in chat {chat_uuid}")
+        chat = await self.set_active_leaf(chat_uuid, _newest_leaf_under(tree, message_uuid))
+        if chat is None:
+            raise NotFoundError(f"chat {chat_uuid} does not exist")
+        return chat
+
+    async def branch_for_regenerate(self, chat_uuid: UUID, message_uuid: UUID) -> UUID:
+        """Move the active leaf to the user turn of ``message_uuid`` and return that turn.
+
+        ``message_uuid`` is a user message or a message answering one; the next message
+        appended (the new answer) is then a sibling of the answers before it.
+        """
+        turn = await self.user_turn_of(chat_uuid, message_uuid)
+        await self.set_active_leaf(chat_uuid, turn)
+        return turn
+
+    async def user_turn_of(self, chat_uuid: UUID, message_uuid: UUID) -> UUID:
+        """The user message ``message_uuid`` is (or answers): what a regenerate answers again."""
+        tree = {node.message_uuid: node for node in await self._select_tree(chat_uuid)}
+        node = tree.get(message_uuid)
+        if node is None:
+            raise NotFoundError(f"message {message_uuid} is not in chat {chat_uuid}")
+        while node.role != "user":
+            if node.parent_uuid is None:
+                raise InvalidInputError(f"message {message_uuid} answers no user message")
+            node = tree[node.parent_uuid]
+        return node.message_uuid
+
+    async def edit_message(self, message_uuid: UUID, message_data: MessageCreate) -> Message:
+        """Create ``message_data`` as a new version of the user message ``message_uuid``.
+
+        The new message is its sibling (a new root when it is the first message) and
+        becomes the active leaf; the old version and everything after it stay as a branch.
+        """
+        old = await self.get_message(message_uuid)
+        if old is None:
+            raise NotFoundError(f"message {message_uuid} does not exist")
+        if old.role != "user":
+            raise InvalidInputError(
+                f"message {message_uuid} is a {old.role} message, not a user one"
+            )
+        data = message_data.model_copy(
+            update={"chat_uuid": old.chat_uuid, "parent_uuid": old.parent_uuid}
+        )
+        if old.parent_uuid is None:
+            return await self.create_root_message(data)
+        return await self.create_message(data)
+
+    async def fork_chat(
+        self,
+        chat_uuid: UUID,
+        at_message_uuid: UUID,
+        *,
+        thread_id: str | None = None,
+        user_uuid: UUID | None = None,
+    ) -> Chat:
+        """A new chat holding a copy of the branch from the root to ``at_message_uuid``.
+
+        The copy has fresh uuids (the two chats never share rows, so either can be
+        deleted alone) and records its lineage in ``forked_from_chat_uuid`` and
+        ``forked_from_message_uuid``. It belongs to ``user_uuid`` (default: the
+        source's owner) under ``thread_id`` (default: a new one).
+        """
+        source = await self.get_chat(chat_uuid)
+        if source is None:
+            raise NotFoundError(f"chat {chat_uuid} does not exist")
+        tree = {node.message_uuid: node for node in await self._select_tree(chat_uuid)}
+        if at_message_uuid not in tree:
+            raise NotFoundError(f"message {at_message_uuid} is not in chat {chat_uuid}")
+        path: list[UUID] = []
+        current: UUID | None = at_message_uuid
+        while current is not None:
+            path.append(current)
+            current = tree[current].parent_uuid
+        path.reverse()
+        async with self.transaction():
+            owner = user_uuid or source.user_uuid
+            thread = thread_id or f"fork-{uuid4()}"
+            if await self.get_chat_by_thread_id(owner, thread) is not None:
+                raise ConflictError(f"a chat with thread id {thread!r} already exists")
+            fork = await self.create_chat(
+                ChatCreate(
+                    user_uuid=owner,
+                    thread_id=thread,
+                    name=source.name,
+                    tenant_id=source.tenant_id,
+                    app_id=source.app_id,
+                    forked_from_chat_uuid=chat_uuid,
+                    forked_from_message_uuid=at_message_uuid,
+                    state=source.state,
+                    metadata=source.metadata,
+                )
+            )
+            parent: UUID | None = None
+            for uuid in path:
+                message = await self.get_message(uuid)
+                assert message is not None
+                parent = await copy_message(self, message, fork.chat_uuid, parent)
+            found = await self.get_chat(fork.chat_uuid)
+        return found or fork
 
     # --- runs --------------------------------------------------------------------------
 

@@ -40,6 +40,7 @@ from threadstore.store.base import (
     ChatFilter,
     MessageKey,
     Store,
+    TreeNode,
     require_chat_identity,
 )
 from threadstore.store.records import (
@@ -372,6 +373,27 @@ class MemoryStore(Store):
             if row["message_uuid"] == message_uuid and row["tool_call_id"] == tool_call_id:
                 return self._tool_call(row)
         return None
+
+    async def _select_tree(self, chat_uuid: UUID) -> list[TreeNode]:
+        rows = [r for r in self._state.messages.values() if r["chat_uuid"] == chat_uuid]
+        rows.sort(key=lambda r: r["seq"])
+        return [
+            TreeNode(
+                r["message_uuid"],
+                r["parent_uuid"],
+                str(r["role"]),
+                r["seq"],
+                r["agui_id"],
+                r["run_id"],
+            )
+            for r in rows
+        ]
+
+    async def _make_root(self, chat_uuid: UUID, message_uuid: UUID) -> None:
+        async with self._lock.hold():
+            row = _writable(self._state.messages, message_uuid)
+            if row is not None and row["chat_uuid"] == chat_uuid:
+                row["parent_uuid"] = None
 
     def _branch(self, chat_uuid: UUID) -> list[dict[str, Any]]:
         chat = self._state.chats.get(chat_uuid)

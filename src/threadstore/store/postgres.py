@@ -67,13 +67,15 @@ from threadstore.store.base import (
     ChatFilter,
     MessageKey,
     Store,
+    TreeNode,
 )
 from threadstore.store.history_cache import DEFAULT_HISTORY_CACHE_MESSAGES, HistoryCache
 from threadstore.store.ops import UpdateMessage, Write
 from threadstore.store.postgres_events import PostgresRunEvents
 from threadstore.store.records import split_update
-from threadstore.store.rows import RowLoader, attach_children, dump_json
+from threadstore.store.rows import RowLoader, attach_children
 from threadstore.store.sql import (
+    CHAT_FIELD_ENCODERS,
     JSON_ENCODERS,
     UPDATABLE,
     InsertPlans,
@@ -89,7 +91,7 @@ from threadstore.store.sql import (
 
 __all__ = ["PostgresStore"]
 
-_CHAT_FIELDS: dict[str, str] = {"name": "name", "state": "state"}
+_CHAT_FIELDS: dict[str, str] = {"name": "name", "state": "state", "metadata": "metadata"}
 """The column of each directly set chat field (column names are only taken from here)."""
 
 _CREATE_ATTEMPTS = 5
@@ -427,11 +429,18 @@ class PostgresStore(Store):
         rows = await self._fetch(
             f"UPDATE chats SET {_CHAT_FIELDS[field]} = $1, updated_at = $2 WHERE chat_uuid = $3"
             + sql.CHAT_RETURNING,
-            dump_json(value) if field == "state" else value,
+            CHAT_FIELD_ENCODERS[field](value),
             utcnow(),
             chat_uuid,
         )
         return self._chats.load(rows)[0] if rows else None
+
+    async def _select_tree(self, chat_uuid: UUID) -> list[TreeNode]:
+        rows = await self._fetch(sql.SELECT_TREE, chat_uuid)
+        return [TreeNode(*row) for row in rows]
+
+    async def _make_root(self, chat_uuid: UUID, message_uuid: UUID) -> None:
+        await self._fetch(sql.MAKE_ROOT, chat_uuid, message_uuid)
 
     async def set_active_leaf(self, chat_uuid: UUID, message_uuid: UUID) -> Chat | None:
         rows = await self._fetch(sql.SET_ACTIVE_LEAF, chat_uuid, message_uuid, utcnow())

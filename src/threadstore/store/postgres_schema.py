@@ -310,6 +310,21 @@ SET_ACTIVE_LEAF = (
     " WHERE chat_uuid = $1" + CHAT_RETURNING
 )
 
+SELECT_TREE = (
+    "SELECT message_uuid, parent_uuid, role, seq, agui_id, run_id FROM messages"
+    " WHERE chat_uuid = $1 ORDER BY seq"
+)
+
+# A new root (the edit of a first message): detached from the leaf it was appended to,
+# so reads walk the tree from now on, and the history version changes.
+MAKE_ROOT = (
+    "WITH detached AS (UPDATE messages SET parent_uuid = NULL"
+    " WHERE message_uuid = $2 AND chat_uuid = $1 RETURNING message_uuid)"
+    " UPDATE chats SET has_branches = true, leaf_parent_uuid = NULL,"
+    " version = nextval('chat_versions')"
+    " FROM detached WHERE chat_uuid = $1"
+)
+
 DELETE_CHAT = "DELETE FROM chats WHERE chat_uuid = $1" + CHAT_RETURNING
 
 # --- messages --------------------------------------------------------------------------------

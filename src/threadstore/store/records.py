@@ -3,8 +3,10 @@
 A model subclass may declare fields the base schema has no column for. Backends
 keep those in one ``extra`` JSON document per row: :func:`split_create` and
 :func:`split_update` separate them from the base fields on the way in, and
-:class:`ExtrasCodec` turns the document back into typed values on the way out
-(bytes included, which travel as base64 in the JSON).
+:class:`ExtrasCodec` turns the document back into typed values on the way out.
+Bytes anywhere in them travel as the binary-safe codec's tag
+(:mod:`threadstore.binary_json`); documents written before it (typed bytes as
+base64 text) read as they did.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, create_model
 
+from threadstore import binary_json
+
 __all__ = ["Codecs", "ExtrasCodec", "WriterLock", "merge_extra", "split_create", "split_update"]
 
 
@@ -26,7 +30,7 @@ def split_create(dto: BaseModel, base_cls: type[BaseModel]) -> tuple[dict[str, A
     """Return (base fields, extra JSON or None) of a create DTO that may subclass ``base_cls``."""
     base = {name: getattr(dto, name) for name in base_cls.model_fields}
     extra_names = _extra_names(type(dto), base_cls)
-    extra = dto.model_dump_json(include=set(extra_names)) if extra_names else None
+    extra = _dump_extra(dto, extra_names) if extra_names else None
     return base, extra
 
 
@@ -35,8 +39,12 @@ def split_update(update: BaseModel, base_cls: type[BaseModel]) -> tuple[dict[str
     fields = update.model_dump(exclude_unset=True, exclude_none=True)
     base = {name: getattr(update, name) for name in fields if name in base_cls.model_fields}
     extra_names = [name for name in fields if name not in base_cls.model_fields]
-    extra = update.model_dump_json(include=set(extra_names)) if extra_names else None
+    extra = _dump_extra(update, extra_names) if extra_names else None
     return base, extra
+
+
+def _dump_extra(dto: BaseModel, names: Any) -> str:
+    return binary_json.dumps(dto.model_dump(include=set(names)))
 
 
 @cache
@@ -65,7 +73,10 @@ class ExtrasCodec:
         """Return the typed extra values stored in ``extra_json`` (missing ones are left out)."""
         if self._adapter is None or not extra_json:
             return {}
-        parsed = self._adapter.model_validate_json(extra_json)
+        if binary_json.may_hold_tags(extra_json):
+            parsed = self._adapter.model_validate(binary_json.loads(extra_json))
+        else:
+            parsed = self._adapter.model_validate_json(extra_json)
         return {name: getattr(parsed, name) for name in parsed.model_fields_set}
 
 

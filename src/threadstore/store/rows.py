@@ -1,9 +1,11 @@
 """Row <-> model conversion shared by the SQL backends.
 
 JSON-valued fields (metadata, state, content parts, activity content) are stored
-as JSON text; an empty ``metadata`` is stored as NULL so the common row needs no
-JSON parsing on read. Content parts go through one TypeAdapter so their bytes
-travel as base64.
+as JSON text written by the binary-safe codec (:mod:`threadstore.binary_json`), so
+bytes anywhere in them survive as the ``$deuzBytes`` tag; an empty ``metadata`` is
+stored as NULL so the common row needs no JSON parsing on read. Rows written before
+the codec hold plain JSON (and content parts' inline data as a base64 string), which
+reads as it did: text without a tag is parsed as plain JSON.
 
 Reading history is the hot path of every run, so :class:`RowLoader` builds the
 stock models straight from trusted rows (rows this code wrote, in columns whose
@@ -26,6 +28,7 @@ from uuid import UUID
 
 from pydantic import BaseModel, TypeAdapter
 
+from threadstore import binary_json
 from threadstore.models import ContentPart, Message, Reasoning, ToolCall
 from threadstore.store.codec import constructor
 from threadstore.store.records import ExtrasCodec
@@ -37,6 +40,7 @@ __all__ = [
     "dump_json",
     "dump_metadata",
     "dump_parts",
+    "load_parts",
 ]
 
 CONTENT_PARTS: TypeAdapter[list[ContentPart]] = TypeAdapter(list[ContentPart])
@@ -45,8 +49,8 @@ _JSON_FIELDS = frozenset({"metadata", "state", "activity_content"})
 
 
 def dump_json(value: Any) -> str | None:
-    """Encode a JSON-valued field; ``None`` stays NULL."""
-    return None if value is None else json.dumps(value, separators=(",", ":"))
+    """Encode a JSON-valued field, bytes tagged; ``None`` stays NULL."""
+    return None if value is None else binary_json.dumps(value)
 
 
 def dump_metadata(value: dict[str, Any] | None) -> str | None:
@@ -55,8 +59,17 @@ def dump_metadata(value: dict[str, Any] | None) -> str | None:
 
 
 def dump_parts(parts: Sequence[Any] | None) -> str | None:
-    """Encode content parts (bytes as base64)."""
-    return None if parts is None else CONTENT_PARTS.dump_json(list(parts)).decode()
+    """Encode content parts, their bytes (inline data, metadata) tagged."""
+    if parts is None:
+        return None
+    return binary_json.dumps(CONTENT_PARTS.dump_python(list(parts), exclude_none=False))
+
+
+def load_parts(text: str | bytes) -> list[ContentPart]:
+    """Decode stored content parts: tagged bytes, or (older rows) inline data in base64."""
+    if binary_json.may_hold_tags(text):
+        return CONTENT_PARTS.validate_python(binary_json.loads(text))
+    return CONTENT_PARTS.validate_json(text)
 
 
 def _plain(annotation: Any) -> Any:
@@ -147,15 +160,18 @@ def _converter(name: str, kind: Any) -> Callable[[Any], Any] | None:
 
 
 def _parts(value: Any) -> Any:
-    return CONTENT_PARTS.validate_json(value) if value.__class__ is str else value
+    return load_parts(value) if value.__class__ is str else value
 
 
 def _metadata(value: Any) -> Any:
-    return {} if value is None else json.loads(value) if value.__class__ is str else value
+    return {} if value is None else _json(value)
 
 
 def _json(value: Any) -> Any:
-    return json.loads(value) if value.__class__ is str else value
+    if value.__class__ is not str:
+        return value
+    # The tag check first: most rows hold no bytes and skip the decoding walk.
+    return binary_json.loads(value) if "$deuz" in value else json.loads(value)
 
 
 class RowLoader:
@@ -190,10 +206,10 @@ class RowLoader:
                 if name == "metadata":
                     record[name] = {}
             elif isinstance(raw, str):
-                record[name] = json.loads(raw)
+                record[name] = binary_json.loads(raw)
         parts = record.get("content_parts")
         if isinstance(parts, str):
-            record["content_parts"] = CONTENT_PARTS.validate_json(parts)
+            record["content_parts"] = load_parts(parts)
         extra = record.pop("extra", None)
         if extra is not None and self.codec.names:
             record.update(self.codec.decode(extra))

@@ -36,6 +36,7 @@ from threadstore.store.rows import dump_json, dump_metadata, dump_parts
 
 __all__ = [
     "CHAT_COLUMNS",
+    "CHAT_FIELD_ENCODERS",
     "CHAT_INSERT",
     "MESSAGE_COLUMNS",
     "MESSAGE_INSERT",
@@ -117,6 +118,13 @@ JSON_ENCODERS: dict[Kind, Encoder] = {
     Kind.PARTS: dump_parts,
 }
 """The encoders of the JSON-valued kinds, the same on both backends."""
+
+CHAT_FIELD_ENCODERS: dict[str, Encoder] = {
+    "name": lambda name: name,
+    "state": dump_json,
+    "metadata": dump_metadata,
+}
+"""How each directly set chat field (``Store._set_chat_field``) is encoded for its column."""
 
 
 class InsertColumns:

@@ -62,6 +62,7 @@ from threadstore.store.base import (
     ChatFilter,
     MessageKey,
     Store,
+    TreeNode,
 )
 from threadstore.store.history_cache import DEFAULT_HISTORY_CACHE_MESSAGES, HistoryCache
 from threadstore.store.ops import (
@@ -81,9 +82,9 @@ from threadstore.store.records import WriterLock, split_update
 from threadstore.store.rows import (
     RowLoader,
     attach_children,
-    dump_json,
 )
 from threadstore.store.sql import (
+    CHAT_FIELD_ENCODERS,
     CHAT_INSERT,
     JSON_ENCODERS,
     MESSAGE_INSERT,
@@ -128,7 +129,7 @@ INLINE_MAX_BYTES = 64 * 1024
 CHECKPOINT_EVERY_WRITES = 100
 """Inline writes between two WAL checkpoints (about 700 pages of a typical append)."""
 
-_CHAT_FIELD_SET = {"name": "name = ?", "state": "state = ?"}
+_CHAT_FIELD_SET = {"name": "name = ?", "state": "state = ?", "metadata": "metadata = ?"}
 """The assignment of each directly set chat field (column names are only taken from here)."""
 
 _BUSY_CODES = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
@@ -621,7 +622,7 @@ class SQLiteStore(Store):
         return self._load_chats(rows)[0] if rows else None
 
     def _chat_field_update(self, chat_uuid: UUID, field: ChatField, value: Any) -> list[_Statement]:
-        encoded = dump_json(value) if field == "state" else value
+        encoded = CHAT_FIELD_ENCODERS[field](value)
         return [self._chat_update(chat_uuid, _CHAT_FIELD_SET[field], (encoded,))]
 
     async def _set_chat_field(self, chat_uuid: UUID, field: ChatField, value: Any) -> Chat | None:
@@ -645,6 +646,28 @@ class SQLiteStore(Store):
                     (str(message_uuid),),
                 )
             )
+
+    async def _select_tree(self, chat_uuid: UUID) -> list[TreeNode]:
+        rows = await self._fetch(
+            "SELECT message_uuid, parent_uuid, role, seq, agui_id, run_id FROM messages"
+            " WHERE chat_uuid = ? ORDER BY seq",
+            (str(chat_uuid),),
+        )
+        return [
+            TreeNode(UUID(uuid), None if parent is None else UUID(parent), role, seq, agui, run)
+            for uuid, parent, role, seq, agui, run in rows
+        ]
+
+    async def _make_root(self, chat_uuid: UUID, message_uuid: UUID) -> None:
+        # The message update bumps the chat's version (trigger); a second root means
+        # reads must walk the tree from now on.
+        await self._run(
+            _Statement(
+                "UPDATE messages SET parent_uuid = NULL WHERE message_uuid = ? AND chat_uuid = ?",
+                (str(message_uuid), str(chat_uuid)),
+            ),
+            _Statement("UPDATE chats SET has_branches = 1 WHERE chat_uuid = ?", (str(chat_uuid),)),
+        )
 
     async def delete_chat(self, chat_uuid: UUID) -> Chat | None:
         # Foreign keys cascade to messages, their tool calls and reasoning, and runs.

@@ -16,13 +16,14 @@ import pytest
 # Before the test modules are imported, so that their asserts explain a failure.
 pytest.register_assert_rewrite(
     "threadstore.testing._suite",
+    "threadstore.testing.branches",
     "threadstore.testing.chats",
     "threadstore.testing.concurrency",
     "threadstore.testing.messages",
     "threadstore.testing.runs",
 )
 
-from threadstore.testing import chats, concurrency, messages, runs  # noqa: E402
+from threadstore.testing import branches, chats, concurrency, messages, runs  # noqa: E402
 from threadstore.testing._suite import (  # noqa: E402
     AddMessage,
     ContractSuite,
@@ -38,7 +39,7 @@ from threadstore.testing._suite import (  # noqa: E402
     message_adder,
 )
 
-gather_tests(ContractSuite, [chats, messages, runs, concurrency])
+gather_tests(ContractSuite, [chats, messages, runs, concurrency, branches])
 
 __all__ = [
     "AddMessage",

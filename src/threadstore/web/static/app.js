@@ -406,7 +406,28 @@ function renderMessage(message) {
   }
   node.append(body);
   if (message.error) node.append(el("p", { class: "error", text: message.error }));
+  const actions = messageActions(message);
+  if (actions) node.append(actions);
   return node;
+}
+
+// Branch controls of a stored message: its versions ("‹ 2/3 ›"), edit, regenerate, fork.
+function messageActions(message) {
+  if (!message.uuid || !page.chat) return null;
+  const bar = el("div", { class: "message-actions" });
+  const place = page.branches[message.uuid];
+  if (place) {
+    const to = (step) => () => switchTo(place.siblings[place.index + step]);
+    bar.append(
+      el("button", { type: "button", class: "version-prev", "aria-label": "Previous version", disabled: place.index === 0 ? "" : null, onclick: to(-1), text: "‹" }),
+      el("span", { class: "version", text: `${place.index + 1}/${place.count}` }),
+      el("button", { type: "button", class: "version-next", "aria-label": "Next version", disabled: place.index === place.count - 1 ? "" : null, onclick: to(1), text: "›" }),
+    );
+  }
+  if (message.role === "user") bar.append(el("button", { type: "button", class: "edit", onclick: () => editMessage(message), text: "Edit" }));
+  if (message.role === "assistant") bar.append(el("button", { type: "button", class: "regenerate", onclick: () => regenerate(message), text: "Regenerate" }));
+  bar.append(el("button", { type: "button", class: "fork", onclick: () => forkAt(message), text: "Fork" }));
+  return bar;
 }
 
 // --- the page -------------------------------------------------------------------------
@@ -422,6 +443,8 @@ const page = {
   before: null, // cursor of the older history page (null: none)
   loadingOlder: false,
   run: null, // { runId, lastId, controller }
+  following: null, // the promise of the run openThread follows, if any
+  branches: {}, // message uuid -> { index, count, siblings } of the loaded pages
   generation: 0, // bumped whenever another chat opens, so stale work is dropped
 };
 
@@ -475,15 +498,20 @@ function confirmAction(text, okLabel) {
   return new Promise((resolve) => dialog.addEventListener("close", () => resolve(dialog.returnValue === "ok"), { once: true }));
 }
 
-function askForName(current) {
-  const dialog = $("rename-dialog");
-  $("rename-input").value = current || "";
+// Ask for a line of text in one of the page's dialogs: the trimmed text, or null if cancelled.
+function askInDialog(dialogId, inputId, current) {
+  const dialog = $(dialogId);
+  $(inputId).value = current || "";
   dialog.returnValue = "";
   dialog.showModal();
-  $("rename-input").select();
+  $(inputId).select();
   return new Promise((resolve) =>
-    dialog.addEventListener("close", () => resolve(dialog.returnValue === "ok" ? $("rename-input").value.trim() : null), { once: true }),
+    dialog.addEventListener("close", () => resolve(dialog.returnValue === "ok" ? $(inputId).value.trim() : null), { once: true }),
   );
+}
+
+function askForName(current) {
+  return askInDialog("rename-dialog", "rename-input", current);
 }
 
 function chatTitle(chat) {
@@ -623,6 +651,8 @@ async function openThread(threadId) {
   page.chat = null;
   page.conversation = new Conversation();
   page.before = null;
+  page.branches = {};
+  page.following = null;
   $("app").dataset.view = "chat";
   setRunning(false);
   renderConversation();
@@ -641,12 +671,13 @@ async function openThread(threadId) {
   if (page.chat) {
     const result = await api("GET", `/api/chats/${page.chat.chat_uuid}/messages?newest=true&limit=${PAGE_SIZE}`);
     if (generation !== page.generation) return;
+    Object.assign(page.branches, result.branches || {});
     page.conversation.prepend(result.items.map(messageFromStored));
     page.before = result.prev_cursor;
     renderConversation();
     $("messages").scrollTop = $("messages").scrollHeight;
   }
-  if (info.live_run_ids.length) follow(threadId, info.live_run_ids[0], 0, generation);
+  if (info.live_run_ids.length) page.following = follow(threadId, info.live_run_ids[0], 0, generation);
 }
 
 async function loadOlder() {
@@ -658,6 +689,7 @@ async function loadOlder() {
     if (generation !== page.generation) return;
     const box = $("messages");
     const fromBottom = box.scrollHeight - box.scrollTop;
+    Object.assign(page.branches, result.branches || {});
     page.conversation.prepend(result.items.map(messageFromStored));
     page.before = result.prev_cursor;
     renderConversation();
@@ -787,6 +819,61 @@ async function sendMessage(text) {
   if (generation !== page.generation) return;
   // ``follow`` owns the stream from here, resuming it if the connection drops.
   await follow(threadId, runId, 0, generation, response, controller);
+}
+
+// --- branches -------------------------------------------------------------------------
+
+async function switchTo(messageUuid) {
+  if (!page.chat || page.run || !messageUuid) return;
+  try {
+    await api("POST", `/api/chats/${page.chat.chat_uuid}/switch`, { message_uuid: messageUuid });
+  } catch (error) {
+    report(error);
+    return;
+  }
+  await openThread(page.thread);
+}
+
+// Start a run on a new branch (regenerate, edit), show it as it streams, then show the
+// chat as stored (with the ids and versions the branch controls need).
+async function branchRun(route, body) {
+  if (!page.chat || page.run) return;
+  const threadId = page.thread;
+  try {
+    await api("POST", `/api/chats/${page.chat.chat_uuid}/${route}`, body);
+  } catch (error) {
+    report(error);
+    return;
+  }
+  await openThread(threadId);
+  if (page.following) await page.following;
+  if (page.thread === threadId) await openThread(threadId);
+}
+
+function regenerate(message) {
+  return branchRun("regenerate", { message_uuid: message.uuid });
+}
+
+async function editMessage(message) {
+  if (!page.chat || page.run) return;
+  const current = message.parts.filter((p) => p.kind === "text").map((p) => p.text).join("");
+  const text = await askForText(current);
+  if (text) await branchRun("edit", { message_uuid: message.uuid, content: text });
+}
+
+async function forkAt(message) {
+  if (!page.chat) return;
+  try {
+    const fork = await api("POST", `/api/chats/${page.chat.chat_uuid}/fork`, { message_uuid: message.uuid });
+    location.hash = `#/t/${encodeURIComponent(fork.thread_id)}`;
+    loadChats(true);
+  } catch (error) {
+    report(error);
+  }
+}
+
+function askForText(current) {
+  return askInDialog("edit-dialog", "edit-input", current);
 }
 
 async function stopRun() {
