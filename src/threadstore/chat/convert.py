@@ -22,6 +22,7 @@ from threadstore.chat.types import (
     DataPart,
     FilePart,
     ReasoningPart,
+    StepStartPart,
     TextPart,
     ToolPart,
     UIMessage,
@@ -30,6 +31,7 @@ from threadstore.chat.types import (
     parse_arguments,
     wire_json,
 )
+from threadstore.fold.table import PARTS_METADATA_KEY
 from threadstore.models import MediaPart, Role
 from threadstore.models import Message as StoredMessage
 from threadstore.models import TextPart as StoredTextPart
@@ -108,9 +110,21 @@ class _Turn:
     """The turn's first assistant message id."""
     first_id: str | None = None
     """The id of its first message of any kind (for a turn with no assistant message)."""
-    parts: list[UIMessagePart] = field(default_factory=list)
+    parts: list[tuple[int, UIMessagePart]] = field(default_factory=list)
+    """Parts with their place: a stored parts order's position, else the last place seen."""
     calls: dict[str, UIToolCall] = field(default_factory=dict)
     last: str = ""
+    place: int = -1
+
+    def add(self, part: UIMessagePart, place: int | None = None) -> None:
+        """Add a part at ``place`` (a stored position), or after what came before."""
+        if place is not None:
+            self.place = max(self.place, place)
+        self.parts.append((self.place if place is None else place, part))
+
+    def ordered_parts(self) -> list[UIMessagePart]:
+        """The parts by place; parts of equal place keep the order they came in."""
+        return [part for _, part in sorted(self.parts, key=lambda item: item[0])]
 
 
 class _UIBuilder:
@@ -124,31 +138,40 @@ class _UIBuilder:
         turn, self.turn = self.turn, None
         id = turn.id or turn.first_id if turn is not None else None
         if turn is not None and id is not None:
-            self.out.append(_assistant_ui(id, turn.parts, list(turn.calls.values())))
+            parts = turn.ordered_parts()
+            # The calls follow their tool parts, as a live turn lists them.
+            placed = [p.tool_call_id for p in parts if isinstance(p, ToolPart)]
+            order = {call_id: n for n, call_id in enumerate(placed)}
+            calls = sorted(turn.calls.values(), key=lambda c: order.get(c.tool_call_id, len(order)))
+            self.out.append(_assistant_ui(id, parts, calls))
 
     def user(self, message: UIMessage) -> None:
         self.flush()
         self.out.append(message)
 
-    def assistant_side(self, message: ag.Message, run: str | None) -> None:
+    def assistant_side(
+        self, message: ag.Message, run: str | None, *, with_parts: bool = True
+    ) -> _Turn | None:
+        """Add an AG-UI message to the turn (its parts too, unless a parts order gives them)."""
         turn = self.turn
         if turn is not None and message.role != "tool" and _new_turn(turn, message.role, run):
             self.flush()
             turn = None
         if turn is None:
             if message.role == "tool":
-                return  # a result with no call before it: nothing to merge it into
+                return None  # a result with no call before it: nothing to merge it into
             turn = self.turn = _Turn(run=run, first_id=message.id)
         if isinstance(message, ag.AssistantMessage):
-            _add_assistant(turn, message)
+            _add_assistant(turn, message, with_parts)
         elif isinstance(message, ag.ReasoningMessage):
-            _add_reasoning(turn, message)
+            if with_parts:
+                _add_reasoning(turn, message)
         elif isinstance(message, ag.ToolMessage):
             _add_result(turn, message)
-        elif isinstance(message, ag.ActivityMessage):
-            part = DataPart(name=message.activity_type, id=message.id, payload=message.content)
-            turn.parts.append(part)
+        elif isinstance(message, ag.ActivityMessage) and with_parts:
+            turn.add(DataPart(name=message.activity_type, id=message.id, payload=message.content))
         turn.last = message.role
+        return turn
 
 
 def _new_turn(turn: _Turn, role: str, run: str | None) -> bool:
@@ -161,15 +184,15 @@ def _new_turn(turn: _Turn, role: str, run: str | None) -> bool:
 
 def _add_reasoning(turn: _Turn, message: ag.ReasoningMessage) -> None:
     if message.content:
-        turn.parts.append(ReasoningPart(text=message.content))
+        turn.add(ReasoningPart(text=message.content))
     if message.encrypted_value:
-        turn.parts.append(ReasoningPart(text=message.encrypted_value, encrypted=True))
+        turn.add(ReasoningPart(text=message.encrypted_value, encrypted=True))
 
 
-def _add_assistant(turn: _Turn, message: ag.AssistantMessage) -> None:
+def _add_assistant(turn: _Turn, message: ag.AssistantMessage, with_parts: bool = True) -> None:
     turn.id = turn.id or message.id
-    if message.content:
-        turn.parts.append(TextPart(text=message.content))
+    if message.content and with_parts:
+        turn.add(TextPart(text=message.content))
     for call in message.tool_calls or ():
         arguments = call.function.arguments
         turn.calls[call.id] = UIToolCall(
@@ -180,7 +203,8 @@ def _add_assistant(turn: _Turn, message: ag.AssistantMessage) -> None:
             encrypted_value=call.encrypted_value,
             metadata=call.metadata,
         )
-        turn.parts.append(ToolPart(tool_call_id=call.id))
+        if with_parts:
+            turn.add(ToolPart(tool_call_id=call.id))
 
 
 def _add_result(turn: _Turn, message: ag.ToolMessage) -> None:
@@ -300,6 +324,72 @@ def _agui_from_stored(message: StoredMessage, id: str) -> list[ag.Message]:
     return out
 
 
+def _add_ordered(builder: _UIBuilder, message: StoredMessage, id: str, order: list[Any]) -> None:
+    """Add a stored message that keeps a parts order: its parts where the order puts them."""
+    # An empty reasoning message opens (or continues) the run's turn without a part.
+    turn = builder.assistant_side(ag.ReasoningMessage(id=id, content=""), message.run_id)
+    assert turn is not None
+    claimed = turn.id
+    for item in _agui_from_stored(message, id):
+        builder.assistant_side(item, message.run_id, with_parts=False)
+    if message.agui_id is None:
+        turn.id = claimed  # a message with no AG-UI id does not name the turn
+    for stored in message.tool_calls:
+        call = turn.calls.get(stored.tool_call_id)
+        if call is not None and call.run_state is None and stored.status == "complete":
+            # Its arguments were ended (TOOL_CALL_END), as the live call says.
+            turn.calls[call.tool_call_id] = call.model_copy(update={"run_state": "input-available"})
+    for place, part in _parts_in_order(message, id, order):
+        turn.add(part, place)
+
+
+def _segments(starts: Sequence[int], start: int, text: str) -> str:
+    """The segment of ``text`` from ``start`` to the next of ``starts`` (or the end)."""
+    end = min((s for s in starts if s > start), default=len(text))
+    return text[start:end]
+
+
+def _parts_in_order(
+    message: StoredMessage, id: str, order: list[Any]
+) -> list[tuple[int, UIMessagePart]]:
+    """The parts a stored parts order names, with their places (entries naming nothing drop)."""
+    steps = sorted(message.reasonings, key=lambda r: r.seq)
+    calls = {call.tool_call_id for call in message.tool_calls}
+    entries = [e for e in order if isinstance(e, dict) and isinstance(e.get("n"), int)]
+    text_starts = [e.get("start", 0) for e in entries if e.get("type") == "text"]
+    out: list[tuple[int, UIMessagePart]] = []
+    for entry in entries:
+        kind, place = entry.get("type"), entry["n"]
+        part: UIMessagePart | None = None
+        if kind == "text":
+            text = _segments(text_starts, entry.get("start", 0), message.content)
+            part = TextPart(text=text) if text else None
+        elif kind == "reasoning" and 0 <= entry.get("index", -1) < len(steps):
+            step = steps[entry["index"]]
+            if entry.get("encrypted"):
+                part = ReasoningPart(text=step.encrypted_value or "", encrypted=True)
+            else:
+                starts = [
+                    e.get("start", 0)
+                    for e in entries
+                    if e.get("type") == "reasoning"
+                    and e.get("index") == entry["index"]
+                    and not e.get("encrypted")
+                ]
+                text = _segments(starts, entry.get("start", 0), step.content)
+                part = ReasoningPart(text=text) if text else None
+        elif kind == "tool" and entry.get("id") in calls:
+            part = ToolPart(tool_call_id=entry["id"])
+        elif kind == "step-start":
+            part = StepStartPart(step=entry.get("step", 0), name=entry.get("name"))
+        elif kind == "data" and message.role == Role.ACTIVITY:
+            payload = message.activity_content or {}
+            part = DataPart(name=message.activity_type or "", id=id, payload=payload)
+        if part is not None:
+            out.append((place, part))
+    return out
+
+
 SUBAGENT_METADATA_KEY = "subagent_run_id"
 """Where a stored message records the sub-agent invocation that produced it."""
 
@@ -337,6 +427,10 @@ def ui_from_messages(
                 builder.user(_user_from_stored(message, message.agui_id or generate_id()))
             elif message.role != Role.TOOL:
                 id = message.agui_id or generate_id()
+                order = message.metadata.get(PARTS_METADATA_KEY)
+                if isinstance(order, list):
+                    _add_ordered(builder, message, id, order)
+                    continue
                 for item in _agui_from_stored(message, id):
                     builder.assistant_side(item, message.run_id)
         elif isinstance(message, ag.UserMessage):

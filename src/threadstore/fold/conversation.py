@@ -159,6 +159,8 @@ class ConversationFold(SnapshotFolding, TextFolding, DocumentFolding):
 
     def _on_step_started(self, event: StepStartedEvent) -> None:
         self.steps.append(event.step_name)
+        if getattr(event, "subagent_run_id", None) is None:
+            self.add_step_part(event.step_name)
 
     def _on_step_finished(self, event: StepFinishedEvent) -> None:
         if event.step_name not in self.steps:

@@ -46,15 +46,19 @@ class _Rule:
     """Only a record this run owns grows (a stored call's arguments are not ours)."""
     skip_empty: bool
     """An empty delta changes nothing (``apply`` ignores it: no version bump)."""
+    segment: str | None
+    """The parts-order segment kind the record's deltas grow (None: arguments)."""
 
 
 _RULES: dict[type[BaseEvent], _Rule] = {
-    TextMessageContentEvent: _Rule("message_id", "m:", None, False, False),
-    ToolCallArgsEvent: _Rule("tool_call_id", "t:", None, True, False),
-    ReasoningMessageContentEvent: _Rule("message_id", "r:", None, False, True),
-    TextMessageChunkEvent: _Rule("message_id", None, "text_chunk", False, True),
-    ToolCallChunkEvent: _Rule("tool_call_id", None, "tool_chunk", True, True),
-    ReasoningMessageChunkEvent: _Rule("message_id", None, "reasoning_chunk", False, True),
+    TextMessageContentEvent: _Rule("message_id", "m:", None, False, False, "text"),
+    ToolCallArgsEvent: _Rule("tool_call_id", "t:", None, True, False, None),
+    ReasoningMessageContentEvent: _Rule("message_id", "r:", None, False, True, "reasoning"),
+    TextMessageChunkEvent: _Rule("message_id", None, "text_chunk", False, True, "text"),
+    ToolCallChunkEvent: _Rule("tool_call_id", None, "tool_chunk", True, True, None),
+    ReasoningMessageChunkEvent: _Rule(
+        "message_id", None, "reasoning_chunk", False, True, "reasoning"
+    ),
 }
 
 DELTA_EVENTS: frozenset[type[BaseEvent]] = frozenset(_RULES)
@@ -115,6 +119,8 @@ def fold_deltas(fold: RecordTable, events: Sequence[BaseEvent], start: int = 0) 
     if rule.skip_empty:
         deltas = [delta for delta in deltas if delta]
     if deltas:
+        if rule.segment is not None and any(deltas):
+            fold.grow_segment(rule.segment, record)  # as apply does before its first delta
         record.text.extend(deltas)
         record.version += len(deltas)
         record.content_version += len(deltas)

@@ -61,6 +61,7 @@ class ReasoningFolding(RecordTable):
 
     def _append_reasoning(self, step: FoldRecord, delta: str | None) -> None:
         if delta:
+            self.grow_segment("reasoning", step)
             step.text.append(delta)
             self.touch(step, content=True)
 
@@ -85,6 +86,7 @@ class ReasoningFolding(RecordTable):
         if step is None:
             self.warn(f"REASONING_MESSAGE_END for unknown message {event.message_id!r}; ignored")
             return
+        self.seal_segment("reasoning", step)
         self.close(step)
 
     def _on_reasoning_chunk(self, event: ReasoningMessageChunkEvent) -> None:
@@ -101,6 +103,7 @@ class ReasoningFolding(RecordTable):
         self._append_reasoning(current, event.delta)
 
     def _on_reasoning_end(self, event: ReasoningEndEvent) -> None:
+        self.seal_segment("reasoning")
         keys = self._spans.pop(event.message_id, None)
         if keys is None:
             self.warn(f"REASONING_END for unknown reasoning span {event.message_id!r}; ignored")
@@ -130,6 +133,9 @@ class ReasoningFolding(RecordTable):
             target = self.open_reasoning(entity, event)
         target.encrypted_value = value
         self.touch(target)
+        if target.subagent_run_id is None and target.kind is RecordKind.REASONING:
+            holder, index = self.reasoning_holder(target)
+            self.add_part(holder, {"type": "reasoning", "index": index, "encrypted": True})
 
     REASONING_HANDLERS: ClassVar[dict[str, Callable[[Any, Any], None]]] = {
         "REASONING_START": _on_reasoning_start,

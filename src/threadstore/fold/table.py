@@ -19,7 +19,19 @@ from threadstore.fold.history import pending_tool_calls, stored_ids
 from threadstore.fold.records import Changes, FoldRecord, RecordKind, RunInfo
 from threadstore.models import Message, MessageStatus, Role
 
-__all__ = ["CHUNK_SLOTS", "RecordTable", "family"]
+__all__ = ["CHUNK_SLOTS", "PARTS_METADATA_KEY", "RecordTable", "family"]
+
+PARTS_METADATA_KEY = "parts"
+"""The ``metadata`` key of a message's parts order: what it holds, in production order.
+
+A list of entries, each ``{"n": <position in the run>, "type": ..., ...}``: ``text``
+(``start``: where the segment begins in the message's content; it runs to the next
+text entry's start or the end), ``reasoning`` (``index`` of the step among the
+message's reasoning steps by ``seq``, ``start`` within the step's content, or
+``encrypted``), ``tool`` (``id``: the tool call id), ``step-start`` (``step``,
+``name``) and ``data`` (the activity message itself). ``n`` orders the entries of all
+the messages of one run, so messages streamed interleaved read back interleaved.
+"""
 
 CHUNK_SLOTS = ("text_chunk", "tool_chunk", "reasoning_chunk")
 """The attributes naming the record a run of ``*_CHUNK`` events of each kind extends."""
@@ -73,6 +85,11 @@ class RecordTable:
         self._anonymous = itertools.count(1)
         self._last_message: dict[str | None, str] = {}
         self._changes = Changes()
+        self._part_numbers = itertools.count()
+        self.parts_tail: tuple[str, str] | None = None
+        """(kind, record key) of the agent's open text or reasoning segment, if one is open."""
+        self._pending_parts: list[dict[str, Any]] = []
+        self._step_count = 0
 
     # --- reading -----------------------------------------------------------------------
 
@@ -184,6 +201,9 @@ class RecordTable:
             self.known_ids.add(agui_id)
         if kind is RecordKind.MESSAGE:
             self._last_message[scope] = key
+            if scope is None and self._pending_parts:
+                record.metadata[PARTS_METADATA_KEY] = self._pending_parts
+                self._pending_parts = []
         self.touch(record, content=True)
         self._changes.opened.append(record)
         self.mark_boundary()
@@ -228,6 +248,58 @@ class RecordTable:
         for slot in CHUNK_SLOTS:
             if slot != keep:
                 self.close_chunk(slot)
+
+    # --- the parts order -----------------------------------------------------------------
+    # The agent's own elements (not a subagent's) are listed in the message holding them
+    # when they open, never per delta, so the order is written with the records it names.
+
+    def add_part(self, holder: FoldRecord | None, entry: dict[str, Any]) -> None:
+        """List a new element in ``holder``'s parts order (it seals the open segment)."""
+        entry = {"n": next(self._part_numbers), **entry}
+        self.parts_tail = None
+        if holder is None:
+            self._pending_parts.append(entry)  # listed in the agent's next message
+            return
+        if not holder.owned:
+            return  # a stored message of an earlier run keeps the order it was written with
+        holder.metadata.setdefault(PARTS_METADATA_KEY, []).append(entry)
+        self.touch(holder)
+
+    def grow_segment(self, kind: str, record: FoldRecord) -> None:
+        """Before a delta of ``record``: open a text/reasoning segment unless it is the open one."""
+        if record.subagent_run_id is not None or self.parts_tail == (kind, record.key):
+            return
+        entry: dict[str, Any] = {"type": kind, "start": len(record.content)}
+        if kind == "text":
+            if record.role is not Role.ASSISTANT:
+                return  # a user/system text message is not one of the agent's elements
+            holder = record
+        else:
+            holder, entry["index"] = self.reasoning_holder(record)
+        self.add_part(holder, entry)
+        self.parts_tail = (kind, record.key)
+
+    def reasoning_holder(self, step: FoldRecord) -> tuple[FoldRecord, int]:
+        """The message holding reasoning ``step``, and its index among the message's steps."""
+        holder = self.records[step.parent_key or ""]
+        steps = [r for r in self.children(holder) if r.kind is RecordKind.REASONING]
+        return holder, steps.index(step)
+
+    def seal_segment(self, kind: str, record: FoldRecord | None = None) -> None:
+        """End the open segment if it is of ``kind`` (and ``record``'s, when given)."""
+        tail = self.parts_tail
+        if tail is not None and tail[0] == kind and (record is None or tail[1] == record.key):
+            self.parts_tail = None
+
+    def agent_holder(self) -> FoldRecord | None:
+        """The agent's last message of this run: where run-level elements are listed."""
+        return self.last_message_of(None)
+
+    def add_step_part(self, name: str) -> None:
+        """List a step start (numbered from 0 within the run)."""
+        entry = {"type": "step-start", "step": self._step_count, "name": name}
+        self.add_part(self.agent_holder(), entry)
+        self._step_count += 1
 
     # --- messages by id ------------------------------------------------------------------
 
