@@ -324,7 +324,7 @@ def _agui_from_stored(message: StoredMessage, id: str) -> list[ag.Message]:
     return out
 
 
-def _add_ordered(builder: _UIBuilder, message: StoredMessage, id: str, order: list[Any]) -> None:
+def _add_ordered(builder: _UIBuilder, message: StoredMessage, id: str) -> None:
     """Add a stored message that keeps a parts order: its parts where the order puts them."""
     # An empty reasoning message opens (or continues) the run's turn without a part.
     turn = builder.assistant_side(ag.ReasoningMessage(id=id, content=""), message.run_id)
@@ -339,54 +339,62 @@ def _add_ordered(builder: _UIBuilder, message: StoredMessage, id: str, order: li
         if call is not None and call.run_state is None and stored.status == "complete":
             # Its arguments were ended (TOOL_CALL_END), as the live call says.
             turn.calls[call.tool_call_id] = call.model_copy(update={"run_state": "input-available"})
-    for place, part in _parts_in_order(message, id, order):
+    for place, part in _parts_in_order(message, id):
         turn.add(part, place)
 
 
-def _segments(starts: Sequence[int], start: int, text: str) -> str:
-    """The segment of ``text`` from ``start`` to the next of ``starts`` (or the end)."""
-    end = min((s for s in starts if s > start), default=len(text))
-    return text[start:end]
+def _entries(metadata: dict[str, Any]) -> list[dict[str, Any]]:
+    """A stored record's entries in its message's parts order (none on rows without one)."""
+    order = metadata.get(PARTS_METADATA_KEY)
+    if not isinstance(order, list):
+        return []
+    return [e for e in order if isinstance(e, dict) and isinstance(e.get("n"), int)]
 
 
-def _parts_in_order(
-    message: StoredMessage, id: str, order: list[Any]
-) -> list[tuple[int, UIMessagePart]]:
-    """The parts a stored parts order names, with their places (entries naming nothing drop)."""
-    steps = sorted(message.reasonings, key=lambda r: r.seq)
-    calls = {call.tool_call_id for call in message.tool_calls}
-    entries = [e for e in order if isinstance(e, dict) and isinstance(e.get("n"), int)]
-    text_starts = [e.get("start", 0) for e in entries if e.get("type") == "text"]
+def _has_order(message: StoredMessage) -> bool:
+    """Whether a stored message was written with a parts order (rows before it were not)."""
+    records: list[dict[str, Any]] = [message.metadata]
+    records += [call.metadata for call in message.tool_calls]
+    records += [step.metadata for step in message.reasonings]
+    return any(isinstance(metadata.get(PARTS_METADATA_KEY), list) for metadata in records)
+
+
+def _segments(entries: list[dict[str, Any]], text: str) -> list[tuple[int, str]]:
+    """The segments of ``text`` its entries start, each running to the next start."""
+    starts = sorted(
+        (e.get("start", 0), e["n"])
+        for e in entries
+        if e.get("type") in ("text", "reasoning") and not e.get("encrypted")
+    )
+    ends = [start for start, _ in starts[1:]] + [len(text)] if starts else []
+    return [(n, text[start:end]) for (start, n), end in zip(starts, ends, strict=True)]
+
+
+def _parts_in_order(message: StoredMessage, id: str) -> list[tuple[int, UIMessagePart]]:
+    """The parts a stored message's parts order names, with their places."""
     out: list[tuple[int, UIMessagePart]] = []
+    entries = _entries(message.metadata)
+    out += [(n, TextPart(text=text)) for n, text in _segments(entries, message.content) if text]
     for entry in entries:
-        kind, place = entry.get("type"), entry["n"]
-        part: UIMessagePart | None = None
-        if kind == "text":
-            text = _segments(text_starts, entry.get("start", 0), message.content)
-            part = TextPart(text=text) if text else None
-        elif kind == "reasoning" and 0 <= entry.get("index", -1) < len(steps):
-            step = steps[entry["index"]]
-            if entry.get("encrypted"):
-                part = ReasoningPart(text=step.encrypted_value or "", encrypted=True)
-            else:
-                starts = [
-                    e.get("start", 0)
-                    for e in entries
-                    if e.get("type") == "reasoning"
-                    and e.get("index") == entry["index"]
-                    and not e.get("encrypted")
-                ]
-                text = _segments(starts, entry.get("start", 0), step.content)
-                part = ReasoningPart(text=text) if text else None
-        elif kind == "tool" and entry.get("id") in calls:
-            part = ToolPart(tool_call_id=entry["id"])
-        elif kind == "step-start":
+        if entry.get("type") == "step-start":
             part = StepStartPart(step=entry.get("step", 0), name=entry.get("name"))
-        elif kind == "data" and message.role == Role.ACTIVITY:
+            out.append((entry["n"], part))
+        elif entry.get("type") == "data" and message.role == Role.ACTIVITY:
             payload = message.activity_content or {}
-            part = DataPart(name=message.activity_type or "", id=id, payload=payload)
-        if part is not None:
-            out.append((place, part))
+            out.append(
+                (entry["n"], DataPart(name=message.activity_type or "", id=id, payload=payload))
+            )
+    for step in message.reasonings:
+        entries = _entries(step.metadata)
+        out += [
+            (n, ReasoningPart(text=text)) for n, text in _segments(entries, step.content) if text
+        ]
+        for entry in entries:
+            if entry.get("encrypted"):
+                hidden = ReasoningPart(text=step.encrypted_value or "", encrypted=True)
+                out.append((entry["n"], hidden))
+    for call in message.tool_calls:
+        out += [(e["n"], ToolPart(tool_call_id=call.tool_call_id)) for e in _entries(call.metadata)]
     return out
 
 
@@ -427,9 +435,8 @@ def ui_from_messages(
                 builder.user(_user_from_stored(message, message.agui_id or generate_id()))
             elif message.role != Role.TOOL:
                 id = message.agui_id or generate_id()
-                order = message.metadata.get(PARTS_METADATA_KEY)
-                if isinstance(order, list):
-                    _add_ordered(builder, message, id, order)
+                if _has_order(message):
+                    _add_ordered(builder, message, id)
                     continue
                 for item in _agui_from_stored(message, id):
                     builder.assistant_side(item, message.run_id)

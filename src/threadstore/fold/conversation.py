@@ -117,6 +117,7 @@ class ConversationFold(SnapshotFolding, TextFolding, DocumentFolding):
     def finish(self, status: MessageStatus) -> list[FoldRecord]:
         """End the run: every record it owns that is still active takes ``status``."""
         self.close_chunks()
+        self.list_pending_parts()
         closed = [r for r in list(self.records.values()) if r.owned and r.in_progress]
         for record in closed:
             self.close(record, status)

@@ -134,8 +134,7 @@ class ReasoningFolding(RecordTable):
         target.encrypted_value = value
         self.touch(target)
         if target.subagent_run_id is None and target.kind is RecordKind.REASONING:
-            holder, index = self.reasoning_holder(target)
-            self.add_part(holder, {"type": "reasoning", "index": index, "encrypted": True})
+            self.add_part(target, {"type": "reasoning", "encrypted": True})
 
     REASONING_HANDLERS: ClassVar[dict[str, Callable[[Any, Any], None]]] = {
         "REASONING_START": _on_reasoning_start,

@@ -22,15 +22,15 @@ from threadstore.models import Message, MessageStatus, Role
 __all__ = ["CHUNK_SLOTS", "PARTS_METADATA_KEY", "RecordTable", "family"]
 
 PARTS_METADATA_KEY = "parts"
-"""The ``metadata`` key of a message's parts order: what it holds, in production order.
+"""The ``metadata`` key of a record's place in its message's parts order.
 
-A list of entries, each ``{"n": <position in the run>, "type": ..., ...}``: ``text``
-(``start``: where the segment begins in the message's content; it runs to the next
-text entry's start or the end), ``reasoning`` (``index`` of the step among the
-message's reasoning steps by ``seq``, ``start`` within the step's content, or
-``encrypted``), ``tool`` (``id``: the tool call id), ``step-start`` (``step``,
-``name``) and ``data`` (the activity message itself). ``n`` orders the entries of all
-the messages of one run, so messages streamed interleaved read back interleaved.
+A list of entries, each ``{"n": <position in the run>, "type": ...}``. On a message:
+``text`` (``start``: where the segment begins in its content; it runs to the next text
+entry's start or the end), ``step-start`` (``step``, ``name``: listed on the message
+opened after it, or on the run's last one) and ``data`` (an activity message itself).
+On a reasoning step: ``reasoning`` (``start`` within the step's content, or
+``encrypted``). On a tool call: ``tool``. ``n`` orders the entries of every record of
+one run, so messages streamed interleaved read back interleaved.
 """
 
 CHUNK_SLOTS = ("text_chunk", "tool_chunk", "reasoning_chunk")
@@ -202,7 +202,7 @@ class RecordTable:
         if kind is RecordKind.MESSAGE:
             self._last_message[scope] = key
             if scope is None and self._pending_parts:
-                record.metadata[PARTS_METADATA_KEY] = self._pending_parts
+                record.metadata[PARTS_METADATA_KEY] = self._pending_parts  # steps before it
                 self._pending_parts = []
         self.touch(record, content=True)
         self._changes.opened.append(record)
@@ -250,40 +250,30 @@ class RecordTable:
                 self.close_chunk(slot)
 
     # --- the parts order -----------------------------------------------------------------
-    # The agent's own elements (not a subagent's) are listed in the message holding them
-    # when they open, never per delta, so the order is written with the records it names.
+    # The agent's own elements (not a subagent's) are listed on the record they belong to
+    # when they open, never per delta, so the order is written with that record's own
+    # writes: no record is written again just because another one opened.
 
-    def add_part(self, holder: FoldRecord | None, entry: dict[str, Any]) -> None:
-        """List a new element in ``holder``'s parts order (it seals the open segment)."""
+    def add_part(self, record: FoldRecord | None, entry: dict[str, Any]) -> None:
+        """List a new element on ``record`` (None: the agent's next message); seals the segment."""
         entry = {"n": next(self._part_numbers), **entry}
         self.parts_tail = None
-        if holder is None:
-            self._pending_parts.append(entry)  # listed in the agent's next message
+        if record is None:
+            self._pending_parts.append(entry)
             return
-        if not holder.owned:
-            return  # a stored message of an earlier run keeps the order it was written with
-        holder.metadata.setdefault(PARTS_METADATA_KEY, []).append(entry)
-        self.touch(holder)
+        if not record.owned:
+            return  # a stored record of an earlier run keeps the order it was written with
+        record.metadata.setdefault(PARTS_METADATA_KEY, []).append(entry)
+        self.touch(record)
 
     def grow_segment(self, kind: str, record: FoldRecord) -> None:
         """Before a delta of ``record``: open a text/reasoning segment unless it is the open one."""
         if record.subagent_run_id is not None or self.parts_tail == (kind, record.key):
             return
-        entry: dict[str, Any] = {"type": kind, "start": len(record.content)}
-        if kind == "text":
-            if record.role is not Role.ASSISTANT:
-                return  # a user/system text message is not one of the agent's elements
-            holder = record
-        else:
-            holder, entry["index"] = self.reasoning_holder(record)
-        self.add_part(holder, entry)
+        if kind == "text" and record.role is not Role.ASSISTANT:
+            return  # a user/system text message is not one of the agent's elements
+        self.add_part(record, {"type": kind, "start": len(record.content)})
         self.parts_tail = (kind, record.key)
-
-    def reasoning_holder(self, step: FoldRecord) -> tuple[FoldRecord, int]:
-        """The message holding reasoning ``step``, and its index among the message's steps."""
-        holder = self.records[step.parent_key or ""]
-        steps = [r for r in self.children(holder) if r.kind is RecordKind.REASONING]
-        return holder, steps.index(step)
 
     def seal_segment(self, kind: str, record: FoldRecord | None = None) -> None:
         """End the open segment if it is of ``kind`` (and ``record``'s, when given)."""
@@ -291,15 +281,19 @@ class RecordTable:
         if tail is not None and tail[0] == kind and (record is None or tail[1] == record.key):
             self.parts_tail = None
 
-    def agent_holder(self) -> FoldRecord | None:
-        """The agent's last message of this run: where run-level elements are listed."""
-        return self.last_message_of(None)
-
     def add_step_part(self, name: str) -> None:
-        """List a step start (numbered from 0 within the run)."""
+        """List a step start (numbered from 0 within the run) on the agent's next message."""
         entry = {"type": "step-start", "step": self._step_count, "name": name}
-        self.add_part(self.agent_holder(), entry)
+        self.add_part(None, entry)
         self._step_count += 1
+
+    def list_pending_parts(self) -> None:
+        """At the run's end: steps no message followed are listed on the agent's last message."""
+        last = self.last_message_of(None)
+        if self._pending_parts and last is not None and last.owned:
+            last.metadata.setdefault(PARTS_METADATA_KEY, []).extend(self._pending_parts)
+            self.touch(last)
+        self._pending_parts = []
 
     # --- messages by id ------------------------------------------------------------------
 

@@ -95,7 +95,7 @@ class ToolFolding(RecordTable):
         )
         record.name = name or ""
         if record.subagent_run_id is None:
-            self.add_part(parent, {"type": "tool", "id": tool_call_id})
+            self.add_part(record, {"type": "tool"})
         return record
 
     def _call_target(self, tool_call_id: str, event: BaseEvent, what: str) -> FoldRecord | None:
