@@ -31,8 +31,7 @@ from threadstore.chat.types import (
     parse_arguments,
     wire_json,
 )
-from threadstore.fold.table import PARTS_METADATA_KEY
-from threadstore.models import MediaPart, Role
+from threadstore.models import PARTS_METADATA_KEY, MediaPart, Role
 from threadstore.models import Message as StoredMessage
 from threadstore.models import TextPart as StoredTextPart
 

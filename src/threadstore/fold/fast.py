@@ -73,12 +73,10 @@ def _target(fold: RecordTable, rule: _Rule, event: Any) -> FoldRecord | None:
     if rule.slot is None:
         if fold.text_chunk or fold.tool_chunk or fold.reasoning_chunk:
             return None  # apply would close that chunk run first
-        record = fold.records.get(f"{rule.prefix}{given}")
-        if record is None or rule.prefix != "m:":
-            return record
-        # A text delta extends only a text-family message, and never an aliased id.
-        if fold.aliases or record.role is None or record.role in (_REASONING, _ACTIVITY):
-            return None
+        if rule.prefix != "m:":
+            return fold.records.get(f"{rule.prefix}{given}")
+        # A text delta extends only a text-family message, found as ``find`` finds it.
+        record = fold.find(str(given), Role.ASSISTANT)
         return record
     key = getattr(fold, rule.slot)
     record = fold.records.get(key) if key else None

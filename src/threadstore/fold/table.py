@@ -17,21 +17,10 @@ from ag_ui.core import BaseEvent
 
 from threadstore.fold.history import pending_tool_calls, stored_ids
 from threadstore.fold.records import Changes, FoldRecord, RecordKind, RunInfo
-from threadstore.models import Message, MessageStatus, Role
+from threadstore.models import PARTS_METADATA_KEY, Message, MessageStatus, Role
 
 __all__ = ["CHUNK_SLOTS", "PARTS_METADATA_KEY", "RecordTable", "family"]
 
-PARTS_METADATA_KEY = "parts"
-"""The ``metadata`` key of a record's place in its message's parts order.
-
-A list of entries, each ``{"n": <position in the run>, "type": ...}``. On a message:
-``text`` (``start``: where the segment begins in its content; it runs to the next text
-entry's start or the end), ``step-start`` (``step``, ``name``: listed on the message
-opened after it, or on the run's last one) and ``data`` (an activity message itself).
-On a reasoning step: ``reasoning`` (``start`` within the step's content, or
-``encrypted``). On a tool call: ``tool``. ``n`` orders the entries of every record of
-one run, so messages streamed interleaved read back interleaved.
-"""
 
 CHUNK_SLOTS = ("text_chunk", "tool_chunk", "reasoning_chunk")
 """The attributes naming the record a run of ``*_CHUNK`` events of each kind extends."""
@@ -90,6 +79,8 @@ class RecordTable:
         """(kind, record key) of the agent's open text or reasoning segment, if one is open."""
         self._pending_parts: list[dict[str, Any]] = []
         self._step_count = 0
+        self._holders: dict[str | None, str] = {}
+        """Per subagent scope: the message opened to hold reasoning, waiting for its id."""
 
     # --- reading -----------------------------------------------------------------------
 
@@ -105,7 +96,10 @@ class RecordTable:
 
     def message(self, agui_id: str) -> FoldRecord | None:
         """Return this run's message record with that AG-UI id."""
-        return self.records.get(f"m:{agui_id}")
+        found = self.records.get(f"m:{agui_id}")
+        if found is None and ("text", agui_id) in self.aliases:
+            found = self.records.get(self.aliases[("text", agui_id)])  # a holder took the id
+        return found
 
     def tool_call(self, tool_call_id: str) -> FoldRecord | None:
         """Return the tool call record with that AG-UI id."""
@@ -305,6 +299,41 @@ class RecordTable:
             return None
         return record
 
+    def reasoning_holder(self, event: BaseEvent | None) -> FoldRecord:
+        """The assistant message a new reasoning step nests in (see fold/reasoning.py)."""
+        scope = getattr(event, "subagent_run_id", None) if event is not None else None
+        last = self.last_message_of(scope)
+        if last is not None and last.key == self._holders.get(scope):
+            self._reopen(last)  # more reasoning before the answer: the same message holds it
+            return last
+        if last is not None and last.owned and last.in_progress and last.role is Role.ASSISTANT:
+            return last
+        holder, _ = self.message_for(None, Role.ASSISTANT, event)
+        holder.implicit = True  # it ends with its reasoning, until the answer takes it
+        self._holders[scope] = holder.key
+        return holder
+
+    def _reopen(self, message: FoldRecord) -> None:
+        if not message.in_progress:
+            message.status, message.in_progress = MessageStatus.ACTIVE, True
+            self.touch(message)
+
+    def _take_holder(self, agui_id: str, role: Role, event: BaseEvent | None) -> FoldRecord | None:
+        """The message holding this turn's reasoning, if the assistant message ``agui_id`` is it."""
+        scope = getattr(event, "subagent_run_id", None) if event is not None else None
+        key = self._holders.pop(scope, None)
+        holder = self.records.get(key) if key is not None else None
+        if holder is None or role is not Role.ASSISTANT or agui_id in self.stored_ids:
+            return None
+        if self.last_message_of(scope) is not holder or holder.content or not holder.owned:
+            return None
+        holder.agui_id, holder.implicit = agui_id, False
+        self.aliases[("text", agui_id)] = holder.key
+        self.known_ids.add(agui_id)
+        self._reopen(holder)
+        self.touch(holder)
+        return holder
+
     def message_for(
         self, agui_id: str | None, role: Role, event: BaseEvent | None
     ) -> tuple[FoldRecord, bool]:
@@ -315,6 +344,9 @@ class RecordTable:
         record = self.find(agui_id, role)
         if record is not None:
             return record, False
+        holder = self._take_holder(agui_id, role, event)
+        if holder is not None:
+            return holder, True
         taken = self.message(agui_id)
         if taken is not None:
             self.warn(f"message {agui_id!r} is a {taken.role} message; {role} content kept apart")
