@@ -17,6 +17,7 @@ from ag_ui.core import (
     ActivitySnapshotEvent,
     BaseEvent,
     ReasoningEncryptedValueEvent,
+    ReasoningMessage,
     ReasoningMessageChunkEvent,
     RunErrorEvent,
     StepFinishedEvent,
@@ -24,6 +25,9 @@ from ag_ui.core import (
     SubagentFinishedEvent,
     SubagentStartedEvent,
     TextMessageChunkEvent,
+    TextMessageContentEvent,
+    TextMessageEndEvent,
+    TextMessageStartEvent,
 )
 from hypothesis import given
 from hypothesis import strategies as st
@@ -35,6 +39,7 @@ from face_support import on_the_store_fixture
 from threadstore import Store
 from threadstore.agui import StorageAgent
 from threadstore.chat import TextPart, UIMessage, seal_assistant_turn, ui_from_messages
+from threadstore.codec.messages import translate_messages
 from threadstore.models import Message
 
 USER = UUID("00000000-0000-4000-8000-0000000000d1")
@@ -225,3 +230,78 @@ async def test_the_stored_projection_equals_the_live_turn_on_every_backend(
     if live.id == "turn-1":  # the stream named no assistant message: the store made an id
         expected["id"] = answer.id
     assert answer == live.model_copy(update=expected)
+
+
+# --- reasoning nests in the answer; the replay stays as AG-UI lists it ----------------
+
+
+def replayed(messages: list[Message]) -> list[tuple[str, str, str | None]]:
+    out = translate_messages(messages)
+    return [(m.role, m.id, getattr(m, "subagent_run_id", None)) for m in out]
+
+
+async def test_reasoning_before_the_answer_nests_in_it_and_replays_before_it(
+    store: Store,
+) -> None:
+    events = [
+        *RUN,
+        *thinking("r-1", "Need ", "a lookup."),
+        *text("m-1", "Let me look."),
+        *tool("c-1", "search", "{}", parent="m-1", result="found"),
+        *END,
+    ]
+    messages = await store_messages_of(store, events)
+
+    user_message, answer = messages
+    assert (answer.role, answer.agui_id, answer.content) == ("assistant", "m-1", "Let me look.")
+    assert [(r.agui_id, r.content) for r in answer.reasonings] == [("r-1", "Need a lookup.")]
+    # The next run reads it as an AG-UI client holds it: the reasoning message first.
+    assert replayed(messages) == [
+        ("user", user_message.agui_id, None),
+        ("reasoning", "r-1", None),
+        ("assistant", "m-1", None),
+        ("tool", "c-1-result", None),
+    ]
+    reasoning = translate_messages(messages)[1]
+    assert isinstance(reasoning, ReasoningMessage) and reasoning.content == "Need a lookup."
+
+
+async def test_reasoning_while_the_answer_streams_replays_after_it(store: Store) -> None:
+    events = [
+        *RUN,
+        TextMessageStartEvent(message_id="m-1"),
+        TextMessageContentEvent(message_id="m-1", delta="Hmm. "),
+        *thinking("r-1", "Second thoughts."),
+        TextMessageContentEvent(message_id="m-1", delta="Yes."),
+        TextMessageEndEvent(message_id="m-1"),
+        *END,
+    ]
+    messages = await store_messages_of(store, events)
+
+    _, answer = messages
+    assert [r.agui_id for r in answer.reasonings] == ["r-1"]
+    assert [role for role, _, _ in replayed(messages)] == ["user", "assistant", "reasoning"]
+    (ui,) = as_ui(messages)[1:]
+    assert [p.type for p in ui.parts or ()] == ["text", "reasoning", "text"]
+
+
+async def test_sub_agent_prose_is_stored_tagged_and_replayed_as_the_sub_agent_s(
+    store: Store,
+) -> None:
+    events = [
+        *RUN,
+        SubagentStartedEvent(subagent_run_id="sub-1", name="researcher"),
+        *text("s-1", "Found three sources.", subagent="sub-1"),
+        SubagentFinishedEvent(subagent_run_id="sub-1"),
+        *text("m-1", "Here is what I found."),
+        *END,
+    ]
+    messages = await store_messages_of(store, events)
+
+    _, helper, answer = messages
+    assert helper.metadata["subagent_run_id"] == "sub-1"
+    assert "subagent_run_id" not in answer.metadata
+    assert ("assistant", "s-1", "sub-1") in replayed(messages)
+    assert ("assistant", "m-1", None) in replayed(messages)
+    (ui,) = as_ui(messages)[1:]
+    assert ui.content == "Here is what I found."  # not the sub-agent's words
