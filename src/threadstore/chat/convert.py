@@ -419,8 +419,9 @@ def ui_from_messages(
     an assistant message and whatever continues it after tool results (a reasoning
     or assistant message right after an assistant message starts a new turn). A
     message keeps its own id; ``generate_id`` names a stored message that has none.
-    Stored messages have no parts order yet, so each reads in bucket order:
-    reasoning, text, tool calls. A sub-agent's messages are not the assistant's own
+    Stored messages read in the parts order the storage fold recorded (the run's
+    elements where they opened, as the live turn has them); rows written before it
+    was kept read in bucket order: reasoning, text, tool calls. A sub-agent's messages are not the assistant's own
     words and are left out, as a live turn keeps them out of its parts.
     """
     builder = _UIBuilder()
