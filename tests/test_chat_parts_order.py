@@ -305,3 +305,24 @@ async def test_sub_agent_prose_is_stored_tagged_and_replayed_as_the_sub_agent_s(
     assert ("assistant", "m-1", None) in replayed(messages)
     (ui,) = as_ui(messages)[1:]
     assert ui.content == "Here is what I found."  # not the sub-agent's words
+
+
+async def test_an_answer_takes_the_message_holding_its_reasoning_after_it_was_written(
+    store: Store, store_url: str, open_test_store: StoreOpener
+) -> None:
+    events = [*RUN, *thinking("r-1", "Think."), *text("m-1", "Answer."), *END]
+    agent = StorageAgent("assistant", USER, store, store, ScriptedAgent(events), run_repo=store)
+
+    async def written(event: BaseEvent) -> None:
+        if event.type == "REASONING_END":
+            await agent.persisted()  # the holder is in the store before the answer names it
+            (_, holder) = await stored_messages(store, "held")
+            assert (holder.agui_id, holder.content, len(holder.reasonings)) == (None, "", 1)
+
+    await collect(agent.run(run_input("held", "r-1", [user("u-held")])), written)
+    reloaded = store if store_url.startswith("memory") else await open_test_store()
+
+    (_, answer) = await stored_messages(reloaded, "held")
+    assert (answer.agui_id, answer.content, answer.status) == ("m-1", "Answer.", "complete")
+    assert [r.agui_id for r in answer.reasonings] == ["r-1"]
+    assert await reloaded.get_message(answer.message_uuid) == answer

@@ -850,7 +850,7 @@ class RunPersister:
                 "name": record.name,
                 "encrypted_value": record.encrypted_value,
             }
-            if record.agui_id != getattr(entry.create, "agui_id", record.agui_id):
+            if record.agui_id is not None and getattr(entry.create, "agui_id", "") is None:
                 # A message opened to hold reasoning took the id of the answer it precedes.
                 fields["agui_id"] = record.agui_id
             if error is not None and record.owned:
