@@ -421,8 +421,9 @@ def ui_from_messages(
     message keeps its own id; ``generate_id`` names a stored message that has none.
     Stored messages read in the parts order the storage fold recorded (the run's
     elements where they opened, as the live turn has them); rows written before it
-    was kept read in bucket order: reasoning, text, tool calls. A sub-agent's messages are not the assistant's own
-    words and are left out, as a live turn keeps them out of its parts.
+    was kept read in bucket order: reasoning, text, tool calls. A sub-agent's
+    messages are not the assistant's own words and are left out, as a live turn
+    keeps them out of its parts.
     """
     builder = _UIBuilder()
     for message in messages:

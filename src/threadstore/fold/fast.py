@@ -117,7 +117,7 @@ def fold_deltas(fold: RecordTable, events: Sequence[BaseEvent], start: int = 0) 
     if rule.skip_empty:
         deltas = [delta for delta in deltas if delta]
     if deltas:
-        if rule.segment is not None and any(deltas):
+        if rule.segment is not None and fold.parts_tail != record.key and any(deltas):
             fold.grow_segment(rule.segment, record)  # as apply does before its first delta
         record.text.extend(deltas)
         record.version += len(deltas)

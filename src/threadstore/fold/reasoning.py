@@ -73,7 +73,8 @@ class ReasoningFolding(RecordTable):
 
     def _append_reasoning(self, step: FoldRecord, delta: str | None) -> None:
         if delta:
-            self.grow_segment("reasoning", step)
+            if self.parts_tail != step.key:
+                self.grow_segment("reasoning", step)
             step.text.append(delta)
             self.touch(step, content=True)
 

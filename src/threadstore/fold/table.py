@@ -75,8 +75,8 @@ class RecordTable:
         self._last_message: dict[str | None, str] = {}
         self._changes = Changes()
         self._part_numbers = itertools.count()
-        self.parts_tail: tuple[str, str] | None = None
-        """(kind, record key) of the agent's open text or reasoning segment, if one is open."""
+        self.parts_tail: str | None = None
+        """Key of the record whose text or reasoning segment is open (the newest element)."""
         self._pending_parts: list[dict[str, Any]] = []
         self._step_count = 0
         self._holders: dict[str | None, str] = {}
@@ -262,17 +262,19 @@ class RecordTable:
 
     def grow_segment(self, kind: str, record: FoldRecord) -> None:
         """Before a delta of ``record``: open a text/reasoning segment unless it is the open one."""
-        if record.subagent_run_id is not None or self.parts_tail == (kind, record.key):
+        if record.subagent_run_id is not None or self.parts_tail == record.key:
             return
         if kind == "text" and record.role is not Role.ASSISTANT:
             return  # a user/system text message is not one of the agent's elements
         self.add_part(record, {"type": kind, "start": len(record.content)})
-        self.parts_tail = (kind, record.key)
+        self.parts_tail = record.key
 
     def seal_segment(self, kind: str, record: FoldRecord | None = None) -> None:
         """End the open segment if it is of ``kind`` (and ``record``'s, when given)."""
-        tail = self.parts_tail
-        if tail is not None and tail[0] == kind and (record is None or tail[1] == record.key):
+        tail = self.records.get(self.parts_tail) if self.parts_tail is not None else None
+        if tail is None or (record is not None and tail is not record):
+            return
+        if (tail.kind is RecordKind.REASONING) == (kind == "reasoning"):
             self.parts_tail = None
 
     def add_step_part(self, name: str) -> None:

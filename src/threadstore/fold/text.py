@@ -46,7 +46,7 @@ class TextFolding(RecordTable):
 
     def _on_text_content(self, event: TextMessageContentEvent) -> None:
         record = self._text_target(event.message_id, event, "TEXT_MESSAGE_CONTENT")
-        if event.delta:
+        if event.delta and self.parts_tail != record.key:
             self.grow_segment("text", record)
         record.text.append(event.delta)
         self.touch(record, content=True)
@@ -76,7 +76,8 @@ class TextFolding(RecordTable):
             current.name = event.name
             self.touch(current)
         if event.delta:
-            self.grow_segment("text", current)
+            if self.parts_tail != current.key:
+                self.grow_segment("text", current)
             current.text.append(event.delta)
             self.touch(current, content=True)
 
