@@ -31,6 +31,7 @@ from threadstore.chat.types import (
     parse_arguments,
     wire_json,
 )
+from threadstore.codec.messages import SUBAGENT_METADATA_KEY
 from threadstore.models import PARTS_METADATA_KEY, MediaPart, Role
 from threadstore.models import Message as StoredMessage
 from threadstore.models import TextPart as StoredTextPart
@@ -395,10 +396,6 @@ def _parts_in_order(message: StoredMessage, id: str) -> list[tuple[int, UIMessag
     for call in message.tool_calls:
         out += [(e["n"], ToolPart(tool_call_id=call.tool_call_id)) for e in _entries(call.metadata)]
     return out
-
-
-SUBAGENT_METADATA_KEY = "subagent_run_id"
-"""Where a stored message records the sub-agent invocation that produced it."""
 
 
 def _sub_agents(message: HistoryMessage) -> bool:
