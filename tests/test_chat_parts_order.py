@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 from uuid import UUID
 
+import httpx
 from ag_ui.core import (
     ActivitySnapshotEvent,
     BaseEvent,
@@ -41,6 +42,7 @@ from threadstore.agui import StorageAgent
 from threadstore.chat import TextPart, UIMessage, seal_assistant_turn, ui_from_messages
 from threadstore.codec.messages import translate_messages
 from threadstore.models import Message
+from threadstore.server import LOCAL_USER_UUID, create_app
 
 USER = UUID("00000000-0000-4000-8000-0000000000d1")
 
@@ -326,3 +328,24 @@ async def test_an_answer_takes_the_message_holding_its_reasoning_after_it_was_wr
     assert (answer.agui_id, answer.content, answer.status) == ("m-1", "Answer.", "complete")
     assert [r.agui_id for r in answer.reasonings] == ["r-1"]
     assert await reloaded.get_message(answer.message_uuid) == answer
+
+
+async def test_the_ui_view_of_a_chat_shows_the_stored_order(store: Store) -> None:
+    events = text_tool_text()
+    agent = StorageAgent("assistant", LOCAL_USER_UUID, store, store, ScriptedAgent(events))
+    await collect(agent.run(run_input("ui-order", "r-1", [user("u-ui", "Weather?")])))
+    chat = await store.get_chat_by_thread_id(LOCAL_USER_UUID, "ui-order")
+    assert chat is not None
+    app = create_app(store, agent="demo", demo_delay=0)
+
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+            page = (await http.get(f"/api/chats/{chat.chat_uuid}/ui")).json()
+
+    _, answer = page["items"]
+    assert [part["type"] for part in answer["parts"]] == ["step-start", "text", "tool", "text"]
+    assert [p["text"] for p in answer["parts"] if p["type"] == "text"] == [
+        "Let me look that up.",
+        "It is sunny.",
+    ]
