@@ -300,12 +300,18 @@ async def alone(inner: ScriptedAgent, run_id: str, received: list[int] | None = 
 
 
 async def check_stored(store: Store, run_id: str, turns: int) -> None:
-    """Fail unless the run's records are all stored and complete."""
+    """Fail unless the run's records are all stored and complete.
+
+    A turn is one assistant message holding its reasoning step and its tool call.
+    """
     chat = await store.get_chat_by_thread_id(USER, run_id)
     assert chat is not None, f"no chat for {run_id}"
     messages = await store.get_chat_messages(chat.chat_uuid)
-    if len(messages) != 2 * turns or any(m.status is not MessageStatus.COMPLETE for m in messages):
-        raise SystemExit(f"run {run_id}: {len(messages)} messages stored, not {2 * turns} complete")
+    nested = sum(len(m.reasonings) + len(m.tool_calls) for m in messages)
+    if len(messages) != turns or nested != 2 * turns:
+        raise SystemExit(f"run {run_id}: {len(messages)} messages stored, not {turns}")
+    if any(m.status is not MessageStatus.COMPLETE for m in messages):
+        raise SystemExit(f"run {run_id}: a message is not complete")
 
 
 # --- part 1: throughput --------------------------------------------------------------------

@@ -303,7 +303,9 @@ def test_events_between_deltas_stay_in_place_while_the_deltas_merge() -> None:
     ]
 
 
-def test_interleaved_messages_merge_per_message_inside_their_own_bounds() -> None:
+def test_interleaved_messages_keep_their_interleave_and_merge_only_adjacent_deltas() -> None:
+    # Each text delta after another message's is a new part of what the turn shows (the
+    # parts order keeps it), so only deltas with no other element between them merge.
     events = run(
         start("m1"),
         start("m2"),
@@ -321,8 +323,10 @@ def test_interleaved_messages_merge_per_message_inside_their_own_bounds() -> Non
     assert shape(compacted)[1:-1] == [
         ("TEXT_MESSAGE_START", "m1", ""),
         ("TEXT_MESSAGE_START", "m2", ""),
-        ("TEXT_MESSAGE_CONTENT", "m1", "ab"),
-        ("TEXT_MESSAGE_CONTENT", "m2", "xyz"),
+        ("TEXT_MESSAGE_CONTENT", "m1", "a"),
+        ("TEXT_MESSAGE_CONTENT", "m2", "x"),
+        ("TEXT_MESSAGE_CONTENT", "m1", "b"),
+        ("TEXT_MESSAGE_CONTENT", "m2", "yz"),
         ("TEXT_MESSAGE_END", "m1", ""),
         ("TEXT_MESSAGE_END", "m2", ""),
     ]

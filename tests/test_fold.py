@@ -204,17 +204,18 @@ def test_tool_call_without_parent_joins_the_last_assistant_message() -> None:
     assert len(messages(fold)) == 1
 
 
-def test_tool_call_after_a_reasoning_message_opens_a_new_assistant_message() -> None:
+def test_tool_call_after_reasoning_joins_the_message_holding_the_reasoning() -> None:
     fold = fold_of(
         *text_message("m1", "First."),
         *reasoning("r1", "Think again."),
         *tool_call("c1", "search", "{}"),
     )
-    text, thought, container = messages(fold)
-    call = fold.tool_call("c1")
+    text, container = messages(fold)
+    call, step = fold.tool_call("c1"), fold.reasoning("r1")
     assert call is not None and call.parent_key == container.key
+    assert step is not None and step.parent_key == container.key
     assert (container.role, container.agui_id) == (Role.ASSISTANT, None)
-    assert thought.role is Role.REASONING and text.agui_id == "m1"
+    assert text.agui_id == "m1" and fold.children(text) == []
 
 
 def test_tool_call_chunks_stream_arguments_until_another_event() -> None:
@@ -282,13 +283,38 @@ def test_multi_part_tool_results_with_media_are_kept_as_json() -> None:
 # --- reasoning ---------------------------------------------------------------------------
 
 
-def test_a_reasoning_message_is_a_reasoning_role_message_holding_one_step() -> None:
+def test_reasoning_before_any_text_nests_in_the_assistant_message_that_follows() -> None:
     fold = fold_of(*reasoning("r1", "Let me think.", deltas=3))
     (message,) = messages(fold)
     (step,) = fold.children(message)
-    assert (message.role, message.agui_id, message.content) == (Role.REASONING, "r1", "")
+    assert (message.role, message.agui_id, message.content) == (Role.ASSISTANT, None, "")
     assert (step.kind, step.agui_id, step.content) == (RecordKind.REASONING, "r1", "Let me think.")
     assert message.status is COMPLETE and step.status is COMPLETE
+
+    for event in text_message("m1", "The answer."):
+        fold.apply(event)
+
+    (answer,) = messages(fold)  # the answer took the message holding its reasoning
+    assert answer is message and fold.message("m1") is message
+    assert (answer.agui_id, answer.content, answer.status) == ("m1", "The answer.", COMPLETE)
+    assert fold.children(answer) == [step]
+
+
+def test_reasoning_while_an_answer_streams_nests_in_that_answer() -> None:
+    fold = fold_of(
+        TextMessageStartEvent(message_id="m1"),
+        TextMessageContentEvent(message_id="m1", delta="Hmm. "),
+        *reasoning("r1", "Think."),
+        TextMessageContentEvent(message_id="m1", delta="Yes."),
+        TextMessageEndEvent(message_id="m1"),
+    )
+    (answer,) = messages(fold)
+    assert [c.key for c in fold.children(answer)] == ["r:r1"]
+    assert answer.content == "Hmm. Yes."
+    kinds = [(e["type"], e["n"]) for e in answer.metadata["parts"]]
+    step = fold.reasoning("r1")
+    assert step is not None and kinds == [("text", 0), ("text", 2)]
+    assert [e["n"] for e in step.metadata["parts"]] == [1]  # between the two text segments
 
 
 def test_reasoning_messages_inside_a_span_end_with_the_span() -> None:
@@ -317,10 +343,10 @@ def test_encrypted_values_land_on_the_reasoning_step_message_or_tool_call() -> N
     assert step is not None and message is not None and call is not None
     assert (step.encrypted_value, message.encrypted_value) == ("E1", "E2")
     assert call.metadata["encrypted_value"] == "E3"
-    assert fold.message("r1") is not None and fold.message("r1").encrypted_value is None  # type: ignore[union-attr]
+    assert fold.message("r1") is None  # a reasoning step, not a message of its own
 
 
-def test_an_encrypted_value_alone_in_a_span_becomes_a_reasoning_message() -> None:
+def test_an_encrypted_value_alone_in_a_span_becomes_a_nested_reasoning_step() -> None:
     fold = fold_of(
         ReasoningStartEvent(message_id="r9"),
         ReasoningEncryptedValueEvent(subtype="message", entity_id="r9", encrypted_value="E"),
@@ -328,7 +354,7 @@ def test_an_encrypted_value_alone_in_a_span_becomes_a_reasoning_message() -> Non
     )
     (message,) = messages(fold)
     (step,) = fold.children(message)
-    assert (message.role, step.encrypted_value, step.status) == (Role.REASONING, "E", COMPLETE)
+    assert (message.role, step.encrypted_value, step.status) == (Role.ASSISTANT, "E", COMPLETE)
     assert fold.take_changes().warnings == []
 
 
@@ -345,7 +371,7 @@ def test_deprecated_thinking_events_fold_like_reasoning_with_the_title_as_name()
     (message,) = messages(fold)
     (step,) = fold.children(message)
     assert (message.role, step.name, step.content, step.status) == (
-        Role.REASONING,
+        Role.ASSISTANT,
         "Planning",
         "First, look.",
         COMPLETE,

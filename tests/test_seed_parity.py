@@ -304,10 +304,10 @@ async def test_repositories_constructed_by_name_store_a_run_as_the_store_does(
     chat = await chat_repo.get_chat_by_thread_id(USER, "thread-1")
     assert chat is not None and chat.state == {"city": "Paris", "temp": 21}  # state kept too
     history = await message_repo.get_chat_messages(chat.chat_uuid)
-    assert [m.agui_id for m in history] == ["u1", "run-1-reasoning", "run-1-a1", "run-1-a2"]
-    call = history[2].tool_calls[0]
+    assert [m.agui_id for m in history] == ["u1", "run-1-a1", "run-1-a2"]
+    call = history[1].tool_calls[0]
     assert (call.arguments, call.content) == ('{"city": "Paris"}', '{"temp": 21}')
-    assert await message_repo.get_tool_call_by_agui_id(history[2].message_uuid, "run-1-call")
+    assert await message_repo.get_tool_call_by_agui_id(history[1].message_uuid, "run-1-call")
     assert (await message_repo.get_last_messages([chat.chat_uuid]))[chat.chat_uuid].agui_id == (
         "run-1-a2"
     )

@@ -83,9 +83,10 @@ async def test_text_and_reasoning_deltas_become_ag_ui_events(upstream: FakeOpenA
     chat = await store.get_chat_by_thread_id(LOCAL_USER_UUID, body["threadId"])
     assert chat is not None
     history = await store.get_chat_messages(chat.chat_uuid)
-    assert [m.role for m in history] == ["user", "reasoning", "assistant"]
+    # The reasoning is a step nested in the answer it preceded.
+    assert [m.role for m in history] == ["user", "assistant"]
     assert history[1].reasonings[0].content == reasoning
-    assert history[2].content == text
+    assert history[1].content == text
 
 
 async def test_tool_call_deltas_become_a_streamed_tool_call(upstream: FakeOpenAI) -> None:

@@ -147,20 +147,13 @@ def shape(messages: Sequence[Message]) -> list[tuple[Any, ...]]:
 FULL_TURN_SHAPE = [
     ("user", "u1", "What is the weather?", "complete", [], []),
     (
-        "reasoning",
-        "run-1-reasoning",
-        "",
-        "complete",
-        [],
-        [("run-1-reasoning", "The user wants the weather.", "complete")],
-    ),
-    (
+        # The reasoning before the answer is a step nested in the answer's message.
         "assistant",
         "run-1-a1",
         "Let me check the weather.",
         "complete",
         [("run-1-call", "get_weather", '{"city": "Paris"}', '{"temp": 21}', "complete")],
-        [],
+        [("run-1-reasoning", "The user wants the weather.", "complete")],
     ),
     ("assistant", "run-1-a2", "It is 21 degrees in Paris.", "complete", [], []),
 ]
@@ -186,7 +179,7 @@ async def test_a_run_streams_events_unchanged_and_persists_every_record(store: S
     stored = await history(store)
     assert shape(stored) == FULL_TURN_SHAPE
     assert [m.seq for m in stored] == sorted(m.seq for m in stored)
-    assert stored[2].tool_calls[0].result_message_id == "run-1-call-result"
+    assert stored[1].tool_calls[0].result_message_id == "run-1-call-result"
     chat = await chat_of(store)
     assert agent.chat is not None and agent.chat.chat_uuid == chat.chat_uuid
     assert chat.state == {"city": "Paris", "temp": 21}
@@ -307,7 +300,8 @@ async def test_finalizing_one_run_never_touches_another_run_on_the_same_chat(
         await slow_task
     by_id = {m.agui_id: m for m in await history(store)}
     assert by_id["slow"].status is INTERRUPTED
-    assert {by_id[i].status for i in ("run-b-a1", "run-b-a2", "run-b-reasoning")} == {COMPLETE}
+    assert {by_id[i].status for i in ("run-b-a1", "run-b-a2")} == {COMPLETE}
+    assert by_id["run-b-a1"].reasonings[0].status is COMPLETE
 
 
 async def test_every_event_family_round_trips_through_the_store(store: Store) -> None:
@@ -332,9 +326,10 @@ async def test_every_event_family_round_trips_through_the_store(store: Store) ->
     ]
     await collect(make_agent(store, ScriptedAgent(script)).run(run_input(messages=[user("u1")])))
 
-    _, thought, hello, activity, helper, snap = await history(store)
-    assert (thought.role, thought.reasonings[0].name, thought.reasonings[0].content) == (
-        Role.REASONING,
+    _, hello, activity, helper, snap = await history(store)
+    # The thinking before the answer is a reasoning step nested in the answer's message.
+    assert (hello.role, hello.reasonings[0].name, hello.reasonings[0].content) == (
+        Role.ASSISTANT,
         "Plan",
         "Think first.",
     )
@@ -489,7 +484,7 @@ async def test_the_inner_agent_gets_what_translate_makes_of_the_stored_history(
 
     await collect(agent.run(run_input(run_id="run-2", messages=[user("u2", "Again")])))
 
-    assert seen == [["u1", "run-1-reasoning", "run-1-a1", "run-1-a2", "u2"]]
+    assert seen == [["u1", "run-1-a1", "run-1-a2", "u2"]]
     assert [(m.id, m.content) for m in inner.inputs[0].messages] == [
         ("u1", "Hello!"),
         ("u2", "Again"),
@@ -811,7 +806,7 @@ async def test_build_hooks_persist_fields_of_subclassed_models(store_url: str) -
         stored = await history(store)
         assert {getattr(m, "team", None) for m in stored} == {"research"}
         assert getattr(stored[-1], "finished_at", None) == 1_700_000_000_000
-        assert getattr(stored[1].tool_calls[0], "source", None) == "web"
+        assert getattr(stored[0].tool_calls[0], "source", None) == "web"
         assert getattr(stored[0].reasonings[0], "budget", None) == 1024
     finally:
         await store.close()
@@ -943,7 +938,7 @@ async def test_deltas_folded_inline_store_exactly_what_awaited_handlers_store(
 
     fast, slow = await history(memory, "run-a"), await history(memory, "run-b")
     assert stored_form(fast) == stored_form(slow)
-    assert len(fast) == 6 and {m.status for m in fast} == {COMPLETE}
+    assert len(fast) == 4 and {m.status for m in fast} == {COMPLETE}
     deltas = sum(isinstance(e, DELTA_TYPES) for e in deltas_everywhere("run-a"))
     assert applied.count("run-b") - applied.count("run-a") == deltas - 4  # 4 open a record
 

@@ -561,14 +561,30 @@ def _print_message(message: Message) -> None:
     status = "" if message.status == "complete" else f" [yellow]({message.status})[/]"
     style = _ROLE_STYLE.get(message.role, "bold")
     out.print(f"\n[{style}]{message.role}[/]{status}")
-    for step in message.reasonings:
-        out.print(f"  [dim italic]thinking: {escape(_short(step.content, 200))}[/]")
-    if message.content:
-        out.print(escape(message.content))
-    for call in message.tool_calls:
-        out.print(f"  [magenta]→ {escape(call.name)}({escape(_short(call.arguments, 120))})[/]")
-        if call.content is not None:
-            out.print(f"  [magenta]← {escape(_short(call.content, 200))}[/]")
+    if message.role not in ("assistant", "reasoning"):
+        if message.content:
+            out.print(escape(message.content))
+        return
+    from threadstore.chat import ui_from_messages
+
+    # The message's parts in the order they streamed: a tool card sits between the
+    # sentences around it; reasoning is one line.
+    for ui in ui_from_messages([message], str):
+        calls = {call.tool_call_id: call for call in ui.tool_calls or ()}
+        for part in ui.parts or ():
+            if part.type == "text":
+                out.print(escape(part.text))
+            elif part.type == "reasoning" and not part.encrypted:
+                out.print(f"  [dim italic]thinking: {escape(_short(part.text, 200))}[/]")
+            elif part.type == "tool" and part.tool_call_id in calls:
+                call = calls[part.tool_call_id]
+                arguments = escape(_short(call.arguments, 120))
+                out.print(f"  [magenta]→ {escape(call.tool_name)}({arguments})[/]")
+                if call.output is not None:
+                    result = (
+                        call.output if isinstance(call.output, str) else json.dumps(call.output)
+                    )
+                    out.print(f"  [magenta]← {escape(_short(result, 200))}[/]")
 
 
 @chats_app.command("rename")

@@ -28,6 +28,7 @@ from threadstore.binary_json import encode_value
 __all__ = [
     "ERROR_METADATA_KEY",
     "FORMAT_VERSION",
+    "PARTS_METADATA_KEY",
     "Chat",
     "ChatCreate",
     "ChatPage",
@@ -54,6 +55,19 @@ __all__ = [
 
 FORMAT_VERSION = 1
 """The stored-record format this code writes. Older versions stay readable."""
+
+
+PARTS_METADATA_KEY = "parts"
+"""The ``metadata`` key of a record's place in its message's parts order.
+
+A list of entries, each ``{"n": <position in the run>, "type": ...}``. On a message:
+``text`` (``start``: where the segment begins in its content; it runs to the next text
+entry's start or the end), ``step-start`` (``step``, ``name``: listed on the message
+opened after it, or on the run's last one) and ``data`` (an activity message itself).
+On a reasoning step: ``reasoning`` (``start`` within the step's content, or
+``encrypted``). On a tool call: ``tool``. ``n`` orders the entries of every record of
+one run, so messages streamed interleaved read back interleaved.
+"""
 
 
 ERROR_METADATA_KEY = "error"
@@ -396,9 +410,12 @@ class MessageUpdate(_Model):
     """A patch of a message's own fields: only explicitly-set, non-None fields apply.
 
     The seed's ``step`` is accepted for ``step_name``; ``error`` goes into ``metadata``
-    and so needs it (an update replaces ``metadata`` whole).
+    and so needs it (an update replaces ``metadata`` whole). ``agui_id`` names a message
+    that had none (the storage agent's message holding reasoning, once the answer it
+    precedes names itself); it never renames one.
     """
 
+    agui_id: str | None = None
     content: str | None = None
     content_parts: list[ContentPart] | None = None
     name: str | None = None

@@ -16,6 +16,7 @@ from ag_ui.core import (
     ReasoningMessageContentEvent,
     TextMessageContentEvent,
     ToolCallArgsEvent,
+    ToolCallStartEvent,
 )
 
 __all__ = ["compact_events"]
@@ -43,6 +44,19 @@ _COMMUTING: frozenset[str] = frozenset(
         EventType.SUBAGENT_STARTED,
         EventType.CUSTOM,
         EventType.RAW,
+    )
+)
+
+# Events that list a new element in a message's parts order (docs/chat-engine.md): a
+# text or reasoning delta after one starts a new part, so its segment ends there.
+_OPENS_PART: frozenset[str] = frozenset(
+    event_type.value
+    for event_type in (
+        EventType.TOOL_CALL_START,
+        EventType.REASONING_END,
+        EventType.REASONING_ENCRYPTED_VALUE,
+        EventType.ACTIVITY_SNAPSHOT,
+        EventType.ACTIVITY_DELTA,
     )
 )
 
@@ -86,9 +100,12 @@ def compact_events(events: Sequence[BaseEvent]) -> list[BaseEvent]:
     """Return the minimal equivalent of ``events``: each run of stream deltas merged into one."""
     out: list[BaseEvent | _Segment] = []
     open_segments: dict[tuple[str, str], _Segment] = {}
+    calls: set[str] = set()  # started tool calls: their arguments open no new part
     for event in events:
         if isinstance(event, _ContentEvent):
             key = _stream_key(event)
+            if key[0] != "tool" or key[1] not in calls:
+                _end_parts(open_segments, keep=key)  # another element opens between them
             segment = open_segments.get(key)
             if segment is not None and _same_envelope(segment.first, event):
                 segment.deltas.append(event.delta)
@@ -97,10 +114,15 @@ def compact_events(events: Sequence[BaseEvent]) -> list[BaseEvent]:
             open_segments[key] = segment
             out.append(segment)
             continue
+        if isinstance(event, ToolCallStartEvent):
+            calls.add(event.tool_call_id)
         if open_segments:
             # Legacy event classes carry a plain string type, 1.0 ones an EventType.
-            if getattr(event.type, "value", event.type) not in _COMMUTING:
+            kind = getattr(event.type, "value", event.type)
+            if kind not in _COMMUTING:
                 open_segments.clear()
+            elif kind in _OPENS_PART:
+                _end_parts(open_segments)
             else:
                 for name in _ID_FIELDS:
                     ref = getattr(event, name, None)
@@ -109,3 +131,11 @@ def compact_events(events: Sequence[BaseEvent]) -> list[BaseEvent]:
                             open_segments.pop((kind, ref), None)
         out.append(event)
     return [item.event() if isinstance(item, _Segment) else item for item in out]
+
+
+def _end_parts(
+    open_segments: dict[tuple[str, str], _Segment], keep: tuple[str, str] = ("", "")
+) -> None:
+    """End the open text and reasoning segments (but ``keep``'s): their next delta is a new part."""
+    for key in [k for k in open_segments if k[0] != "tool" and k != keep]:
+        del open_segments[key]

@@ -860,6 +860,9 @@ class RunPersister:
                 "name": record.name,
                 "encrypted_value": record.encrypted_value,
             }
+            if record.agui_id is not None and getattr(entry.create, "agui_id", "") is None:
+                # A message opened to hold reasoning took the id of the answer it precedes.
+                fields["agui_id"] = record.agui_id
             if error is not None and record.owned:
                 metadata[ERROR_METADATA_KEY] = error  # read back as Message.error
             update_cls = MessageUpdate

@@ -22,6 +22,7 @@ from threadstore.chat.types import (
     DataPart,
     FilePart,
     ReasoningPart,
+    StepStartPart,
     TextPart,
     ToolPart,
     UIMessage,
@@ -30,7 +31,8 @@ from threadstore.chat.types import (
     parse_arguments,
     wire_json,
 )
-from threadstore.models import MediaPart, Role
+from threadstore.codec.messages import SUBAGENT_METADATA_KEY
+from threadstore.models import PARTS_METADATA_KEY, MediaPart, Role
 from threadstore.models import Message as StoredMessage
 from threadstore.models import TextPart as StoredTextPart
 
@@ -108,9 +110,21 @@ class _Turn:
     """The turn's first assistant message id."""
     first_id: str | None = None
     """The id of its first message of any kind (for a turn with no assistant message)."""
-    parts: list[UIMessagePart] = field(default_factory=list)
+    parts: list[tuple[int, UIMessagePart]] = field(default_factory=list)
+    """Parts with their place: a stored parts order's position, else the last place seen."""
     calls: dict[str, UIToolCall] = field(default_factory=dict)
     last: str = ""
+    place: int = -1
+
+    def add(self, part: UIMessagePart, place: int | None = None) -> None:
+        """Add a part at ``place`` (a stored position), or after what came before."""
+        if place is not None:
+            self.place = max(self.place, place)
+        self.parts.append((self.place if place is None else place, part))
+
+    def ordered_parts(self) -> list[UIMessagePart]:
+        """The parts by place; parts of equal place keep the order they came in."""
+        return [part for _, part in sorted(self.parts, key=lambda item: item[0])]
 
 
 class _UIBuilder:
@@ -124,31 +138,40 @@ class _UIBuilder:
         turn, self.turn = self.turn, None
         id = turn.id or turn.first_id if turn is not None else None
         if turn is not None and id is not None:
-            self.out.append(_assistant_ui(id, turn.parts, list(turn.calls.values())))
+            parts = turn.ordered_parts()
+            # The calls follow their tool parts, as a live turn lists them.
+            placed = [p.tool_call_id for p in parts if isinstance(p, ToolPart)]
+            order = {call_id: n for n, call_id in enumerate(placed)}
+            calls = sorted(turn.calls.values(), key=lambda c: order.get(c.tool_call_id, len(order)))
+            self.out.append(_assistant_ui(id, parts, calls))
 
     def user(self, message: UIMessage) -> None:
         self.flush()
         self.out.append(message)
 
-    def assistant_side(self, message: ag.Message, run: str | None) -> None:
+    def assistant_side(
+        self, message: ag.Message, run: str | None, *, with_parts: bool = True
+    ) -> _Turn | None:
+        """Add an AG-UI message to the turn (its parts too, unless a parts order gives them)."""
         turn = self.turn
         if turn is not None and message.role != "tool" and _new_turn(turn, message.role, run):
             self.flush()
             turn = None
         if turn is None:
             if message.role == "tool":
-                return  # a result with no call before it: nothing to merge it into
+                return None  # a result with no call before it: nothing to merge it into
             turn = self.turn = _Turn(run=run, first_id=message.id)
         if isinstance(message, ag.AssistantMessage):
-            _add_assistant(turn, message)
+            _add_assistant(turn, message, with_parts)
         elif isinstance(message, ag.ReasoningMessage):
-            _add_reasoning(turn, message)
+            if with_parts:
+                _add_reasoning(turn, message)
         elif isinstance(message, ag.ToolMessage):
             _add_result(turn, message)
-        elif isinstance(message, ag.ActivityMessage):
-            part = DataPart(name=message.activity_type, id=message.id, payload=message.content)
-            turn.parts.append(part)
+        elif isinstance(message, ag.ActivityMessage) and with_parts:
+            turn.add(DataPart(name=message.activity_type, id=message.id, payload=message.content))
         turn.last = message.role
+        return turn
 
 
 def _new_turn(turn: _Turn, role: str, run: str | None) -> bool:
@@ -161,15 +184,15 @@ def _new_turn(turn: _Turn, role: str, run: str | None) -> bool:
 
 def _add_reasoning(turn: _Turn, message: ag.ReasoningMessage) -> None:
     if message.content:
-        turn.parts.append(ReasoningPart(text=message.content))
+        turn.add(ReasoningPart(text=message.content))
     if message.encrypted_value:
-        turn.parts.append(ReasoningPart(text=message.encrypted_value, encrypted=True))
+        turn.add(ReasoningPart(text=message.encrypted_value, encrypted=True))
 
 
-def _add_assistant(turn: _Turn, message: ag.AssistantMessage) -> None:
+def _add_assistant(turn: _Turn, message: ag.AssistantMessage, with_parts: bool = True) -> None:
     turn.id = turn.id or message.id
-    if message.content:
-        turn.parts.append(TextPart(text=message.content))
+    if message.content and with_parts:
+        turn.add(TextPart(text=message.content))
     for call in message.tool_calls or ():
         arguments = call.function.arguments
         turn.calls[call.id] = UIToolCall(
@@ -180,7 +203,8 @@ def _add_assistant(turn: _Turn, message: ag.AssistantMessage) -> None:
             encrypted_value=call.encrypted_value,
             metadata=call.metadata,
         )
-        turn.parts.append(ToolPart(tool_call_id=call.id))
+        if with_parts:
+            turn.add(ToolPart(tool_call_id=call.id))
 
 
 def _add_result(turn: _Turn, message: ag.ToolMessage) -> None:
@@ -300,8 +324,78 @@ def _agui_from_stored(message: StoredMessage, id: str) -> list[ag.Message]:
     return out
 
 
-SUBAGENT_METADATA_KEY = "subagent_run_id"
-"""Where a stored message records the sub-agent invocation that produced it."""
+def _add_ordered(builder: _UIBuilder, message: StoredMessage, id: str) -> None:
+    """Add a stored message that keeps a parts order: its parts where the order puts them."""
+    # An empty reasoning message opens (or continues) the run's turn without a part.
+    turn = builder.assistant_side(ag.ReasoningMessage(id=id, content=""), message.run_id)
+    assert turn is not None
+    claimed = turn.id
+    for item in _agui_from_stored(message, id):
+        builder.assistant_side(item, message.run_id, with_parts=False)
+    if message.agui_id is None:
+        turn.id = claimed  # a message with no AG-UI id does not name the turn
+    for stored in message.tool_calls:
+        call = turn.calls.get(stored.tool_call_id)
+        if call is not None and call.run_state is None and stored.status == "complete":
+            # Its arguments were ended (TOOL_CALL_END), as the live call says.
+            turn.calls[call.tool_call_id] = call.model_copy(update={"run_state": "input-available"})
+    for place, part in _parts_in_order(message, id):
+        turn.add(part, place)
+
+
+def _entries(metadata: dict[str, Any]) -> list[dict[str, Any]]:
+    """A stored record's entries in its message's parts order (none on rows without one)."""
+    order = metadata.get(PARTS_METADATA_KEY)
+    if not isinstance(order, list):
+        return []
+    return [e for e in order if isinstance(e, dict) and isinstance(e.get("n"), int)]
+
+
+def _has_order(message: StoredMessage) -> bool:
+    """Whether a stored message was written with a parts order (rows before it were not)."""
+    records: list[dict[str, Any]] = [message.metadata]
+    records += [call.metadata for call in message.tool_calls]
+    records += [step.metadata for step in message.reasonings]
+    return any(isinstance(metadata.get(PARTS_METADATA_KEY), list) for metadata in records)
+
+
+def _segments(entries: list[dict[str, Any]], text: str) -> list[tuple[int, str]]:
+    """The segments of ``text`` its entries start, each running to the next start."""
+    starts = sorted(
+        (e.get("start", 0), e["n"])
+        for e in entries
+        if e.get("type") in ("text", "reasoning") and not e.get("encrypted")
+    )
+    ends = [start for start, _ in starts[1:]] + [len(text)] if starts else []
+    return [(n, text[start:end]) for (start, n), end in zip(starts, ends, strict=True)]
+
+
+def _parts_in_order(message: StoredMessage, id: str) -> list[tuple[int, UIMessagePart]]:
+    """The parts a stored message's parts order names, with their places."""
+    out: list[tuple[int, UIMessagePart]] = []
+    entries = _entries(message.metadata)
+    out += [(n, TextPart(text=text)) for n, text in _segments(entries, message.content) if text]
+    for entry in entries:
+        if entry.get("type") == "step-start":
+            part = StepStartPart(step=entry.get("step", 0), name=entry.get("name"))
+            out.append((entry["n"], part))
+        elif entry.get("type") == "data" and message.role == Role.ACTIVITY:
+            payload = message.activity_content or {}
+            out.append(
+                (entry["n"], DataPart(name=message.activity_type or "", id=id, payload=payload))
+            )
+    for step in message.reasonings:
+        entries = _entries(step.metadata)
+        out += [
+            (n, ReasoningPart(text=text)) for n, text in _segments(entries, step.content) if text
+        ]
+        for entry in entries:
+            if entry.get("encrypted"):
+                hidden = ReasoningPart(text=step.encrypted_value or "", encrypted=True)
+                out.append((entry["n"], hidden))
+    for call in message.tool_calls:
+        out += [(e["n"], ToolPart(tool_call_id=call.tool_call_id)) for e in _entries(call.metadata)]
+    return out
 
 
 def _sub_agents(message: HistoryMessage) -> bool:
@@ -322,9 +416,11 @@ def ui_from_messages(
     an assistant message and whatever continues it after tool results (a reasoning
     or assistant message right after an assistant message starts a new turn). A
     message keeps its own id; ``generate_id`` names a stored message that has none.
-    Stored messages have no parts order yet, so each reads in bucket order:
-    reasoning, text, tool calls. A sub-agent's messages are not the assistant's own
-    words and are left out, as a live turn keeps them out of its parts.
+    Stored messages read in the parts order the storage fold recorded (the run's
+    elements where they opened, as the live turn has them); rows written before it
+    was kept read in bucket order: reasoning, text, tool calls. A sub-agent's
+    messages are not the assistant's own words and are left out, as a live turn
+    keeps them out of its parts.
     """
     builder = _UIBuilder()
     for message in messages:
@@ -337,6 +433,9 @@ def ui_from_messages(
                 builder.user(_user_from_stored(message, message.agui_id or generate_id()))
             elif message.role != Role.TOOL:
                 id = message.agui_id or generate_id()
+                if _has_order(message):
+                    _add_ordered(builder, message, id)
+                    continue
                 for item in _agui_from_stored(message, id):
                     builder.assistant_side(item, message.run_id)
         elif isinstance(message, ag.UserMessage):

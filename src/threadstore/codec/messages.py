@@ -19,6 +19,7 @@ from ag_ui import core as ag
 
 from threadstore.errors import InvalidInputError
 from threadstore.models import (
+    PARTS_METADATA_KEY,
     ContentPart,
     MediaPart,
     Message,
@@ -33,6 +34,7 @@ from threadstore.models import (
 __all__ = [
     "AGUI_METADATA_KEY",
     "DEFAULT_MIME_TYPE",
+    "SUBAGENT_METADATA_KEY",
     "TOOL_CALL_ID_METADATA_KEY",
     "message_create_from_agui",
     "tool_result_message_id",
@@ -50,6 +52,9 @@ DEFAULT_MIME_TYPE = "application/octet-stream"
 """MIME type sent for inline data whose stored part has none (AG-UI requires one)."""
 
 _PART_ID_METADATA_KEY = "agui_id"
+
+SUBAGENT_METADATA_KEY = "subagent_run_id"
+"""Key of a record's ``metadata`` naming the sub-agent invocation that produced it."""
 
 _Nested = TypeVar("_Nested", ToolCall, Reasoning)
 
@@ -170,7 +175,14 @@ def _own_message(message: Message, message_id: str) -> ag.Message:
             )
             for call in _by_seq(message.tool_calls)
         ]
-        return ag.AssistantMessage(content=message.content, tool_calls=tool_calls or None, **common)
+        # A sub-agent's words stay attributed to it, never replayed as the agent's own.
+        subagent = message.metadata.get(SUBAGENT_METADATA_KEY)
+        return ag.AssistantMessage(
+            content=message.content,
+            tool_calls=tool_calls or None,
+            subagent_run_id=subagent,
+            **common,
+        )
     if role is Role.REASONING:
         return ag.ReasoningMessage(
             id=message_id, content=message.content, encrypted_value=message.encrypted_value
@@ -205,16 +217,14 @@ def translate_messages(messages: Sequence[Message]) -> list[ag.Message]:
             message_id = ids.claim(
                 message.agui_id or str(message.message_uuid), message.message_uuid
             )
-        for step in _by_seq(message.reasonings):
-            step_id = ids.claim(step.agui_id or str(step.uuid), step.uuid)
-            if step_id is not None:
-                out.append(
-                    ag.ReasoningMessage(
-                        id=step_id, content=step.content, encrypted_value=step.encrypted_value
-                    )
-                )
+        subagent = message.metadata.get(SUBAGENT_METADATA_KEY)
+        before, after = _reasoning_sides(message)
+        for step in before:
+            _append_reasoning(out, ids, step, subagent)
         if message_id is not None:
             out.append(_own_message(message, message_id))
+        for step in after:
+            _append_reasoning(out, ids, step, subagent)
         for call in _by_seq(message.tool_calls):
             if call.content is None and call.error is None:
                 continue
@@ -229,9 +239,51 @@ def translate_messages(messages: Sequence[Message]) -> list[ag.Message]:
                         content=call.content or empty,
                         tool_call_id=call.tool_call_id,
                         error=call.error,
+                        subagent_run_id=subagent,
                     )
                 )
     return out
+
+
+def _first_place(metadata: dict[str, Any], kind: str) -> int | None:
+    """Where a record's first entry of ``kind`` sits in its message's parts order."""
+    order = metadata.get(PARTS_METADATA_KEY)
+    places = [
+        e["n"]
+        for e in order or ()
+        if isinstance(e, dict) and e.get("type") == kind and isinstance(e.get("n"), int)
+    ]
+    return min(places, default=None)
+
+
+def _reasoning_sides(message: Message) -> tuple[list[Reasoning], list[Reasoning]]:
+    """The message's reasoning steps that came before its text, and those that came after.
+
+    An AG-UI client lists a reasoning message where it started: before the answer it
+    precedes, after an answer that was already streaming. Without a parts order (rows
+    written before it was kept), every step goes before the message.
+    """
+    steps = _by_seq(message.reasonings)
+    text_at = _first_place(message.metadata, "text")
+    if text_at is None:
+        return steps, []
+    after = [s for s in steps if (_first_place(s.metadata, "reasoning") or -1) > text_at]
+    return [s for s in steps if s not in after], after
+
+
+def _append_reasoning(
+    out: list[ag.Message], ids: _Ids, step: Reasoning, subagent: str | None
+) -> None:
+    step_id = ids.claim(step.agui_id or str(step.uuid), step.uuid)
+    if step_id is not None:
+        out.append(
+            ag.ReasoningMessage(
+                id=step_id,
+                content=step.content,
+                encrypted_value=step.encrypted_value,
+                subagent_run_id=subagent,
+            )
+        )
 
 
 # --- client -> store -----------------------------------------------------------------

@@ -117,6 +117,7 @@ class ConversationFold(SnapshotFolding, TextFolding, DocumentFolding):
     def finish(self, status: MessageStatus) -> list[FoldRecord]:
         """End the run: every record it owns that is still active takes ``status``."""
         self.close_chunks()
+        self.list_pending_parts()
         closed = [r for r in list(self.records.values()) if r.owned and r.in_progress]
         for record in closed:
             self.close(record, status)
@@ -159,6 +160,8 @@ class ConversationFold(SnapshotFolding, TextFolding, DocumentFolding):
 
     def _on_step_started(self, event: StepStartedEvent) -> None:
         self.steps.append(event.step_name)
+        if getattr(event, "subagent_run_id", None) is None:
+            self.add_step_part(event.step_name)
 
     def _on_step_finished(self, event: StepFinishedEvent) -> None:
         if event.step_name not in self.steps:

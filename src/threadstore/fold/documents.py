@@ -62,6 +62,8 @@ class DocumentFolding(RecordTable):
         if opened:
             record.activity_type = activity_type
             record.activity_content = {}
+            if record.subagent_run_id is None:
+                self.add_part(record, {"type": "data"})
         return record
 
     def _on_activity_snapshot(self, event: ActivitySnapshotEvent) -> None:

@@ -46,15 +46,19 @@ class _Rule:
     """Only a record this run owns grows (a stored call's arguments are not ours)."""
     skip_empty: bool
     """An empty delta changes nothing (``apply`` ignores it: no version bump)."""
+    segment: str | None
+    """The parts-order segment kind the record's deltas grow (None: arguments)."""
 
 
 _RULES: dict[type[BaseEvent], _Rule] = {
-    TextMessageContentEvent: _Rule("message_id", "m:", None, False, False),
-    ToolCallArgsEvent: _Rule("tool_call_id", "t:", None, True, False),
-    ReasoningMessageContentEvent: _Rule("message_id", "r:", None, False, True),
-    TextMessageChunkEvent: _Rule("message_id", None, "text_chunk", False, True),
-    ToolCallChunkEvent: _Rule("tool_call_id", None, "tool_chunk", True, True),
-    ReasoningMessageChunkEvent: _Rule("message_id", None, "reasoning_chunk", False, True),
+    TextMessageContentEvent: _Rule("message_id", "m:", None, False, False, "text"),
+    ToolCallArgsEvent: _Rule("tool_call_id", "t:", None, True, False, None),
+    ReasoningMessageContentEvent: _Rule("message_id", "r:", None, False, True, "reasoning"),
+    TextMessageChunkEvent: _Rule("message_id", None, "text_chunk", False, True, "text"),
+    ToolCallChunkEvent: _Rule("tool_call_id", None, "tool_chunk", True, True, None),
+    ReasoningMessageChunkEvent: _Rule(
+        "message_id", None, "reasoning_chunk", False, True, "reasoning"
+    ),
 }
 
 DELTA_EVENTS: frozenset[type[BaseEvent]] = frozenset(_RULES)
@@ -69,12 +73,10 @@ def _target(fold: RecordTable, rule: _Rule, event: Any) -> FoldRecord | None:
     if rule.slot is None:
         if fold.text_chunk or fold.tool_chunk or fold.reasoning_chunk:
             return None  # apply would close that chunk run first
-        record = fold.records.get(f"{rule.prefix}{given}")
-        if record is None or rule.prefix != "m:":
-            return record
-        # A text delta extends only a text-family message, and never an aliased id.
-        if fold.aliases or record.role is None or record.role in (_REASONING, _ACTIVITY):
-            return None
+        if rule.prefix != "m:":
+            return fold.records.get(f"{rule.prefix}{given}")
+        # A text delta extends only a text-family message, found as ``find`` finds it.
+        record = fold.find(str(given), Role.ASSISTANT)
         return record
     key = getattr(fold, rule.slot)
     record = fold.records.get(key) if key else None
@@ -115,6 +117,8 @@ def fold_deltas(fold: RecordTable, events: Sequence[BaseEvent], start: int = 0) 
     if rule.skip_empty:
         deltas = [delta for delta in deltas if delta]
     if deltas:
+        if rule.segment is not None and fold.parts_tail != record.key and any(deltas):
+            fold.grow_segment(rule.segment, record)  # as apply does before its first delta
         record.text.extend(deltas)
         record.version += len(deltas)
         record.content_version += len(deltas)

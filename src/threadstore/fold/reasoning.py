@@ -1,8 +1,13 @@
 """Reasoning: REASONING_* events (and THINKING_*, translated first) and encrypted values.
 
-A reasoning message becomes a message of role ``reasoning`` holding one reasoning step;
-the step carries the text, the encrypted value and, as ``name``, the title of the span
-(REASONING_START ... REASONING_END) it is in. The span's end closes its messages.
+A reasoning message becomes a reasoning step nested in the assistant message of its
+turn: the agent's active assistant message when one is streaming, else a message
+opened to hold it that the next assistant message of the stream then takes as its own
+(its AG-UI id, text and tool calls), so reasoning that comes before any text belongs
+to the answer it precedes. The step carries the text, the encrypted value and, as
+``name``, the title of the span (REASONING_START ... REASONING_END) it is in. The
+span's end closes its steps. A MESSAGES_SNAPSHOT's reasoning message stays a message
+of role ``reasoning``, as the snapshot lists it.
 """
 
 from __future__ import annotations
@@ -38,15 +43,22 @@ class ReasoningFolding(RecordTable):
         self._spans: dict[str, list[str]] = {}
         self._span_title: str | None = None
 
-    def open_reasoning(self, agui_id: str | None, event: BaseEvent | None) -> FoldRecord:
-        """Open a reasoning message and its one reasoning step; return the step."""
-        message, _ = self.message_for(agui_id, Role.REASONING, event)
-        step_key = f"r:{agui_id}" if agui_id is not None else f"r{message.key[1:]}"
+    def open_reasoning(
+        self, agui_id: str | None, event: BaseEvent | None, *, nested: bool = True
+    ) -> FoldRecord:
+        """Open a reasoning step (nested, or in a reasoning message of its own); return it."""
+        if nested:
+            message = self.reasoning_holder(event)
+            step_agui_id = agui_id
+        else:
+            message, _ = self.message_for(agui_id, Role.REASONING, event)
+            step_agui_id = message.agui_id
+        step_key = f"r:{agui_id}" if agui_id is not None else f"r#{next(self._anonymous)}"
         step = self.open_record(
-            RecordKind.REASONING, step_key, event, agui_id=message.agui_id, parent_key=message.key
+            RecordKind.REASONING, step_key, event, agui_id=step_agui_id, parent_key=message.key
         )
         if self._span is not None:
-            self._spans[self._span].append(message.key)
+            self._spans[self._span].append(step.key)
             step.name = self._span_title
             if self._span != agui_id:
                 step.metadata["reasoning_span_id"] = self._span
@@ -61,6 +73,8 @@ class ReasoningFolding(RecordTable):
 
     def _append_reasoning(self, step: FoldRecord, delta: str | None) -> None:
         if delta:
+            if self.parts_tail != step.key:
+                self.grow_segment("reasoning", step)
             step.text.append(delta)
             self.touch(step, content=True)
 
@@ -85,6 +99,7 @@ class ReasoningFolding(RecordTable):
         if step is None:
             self.warn(f"REASONING_MESSAGE_END for unknown message {event.message_id!r}; ignored")
             return
+        self.seal_segment("reasoning", step)
         self.close(step)
 
     def _on_reasoning_chunk(self, event: ReasoningMessageChunkEvent) -> None:
@@ -101,6 +116,7 @@ class ReasoningFolding(RecordTable):
         self._append_reasoning(current, event.delta)
 
     def _on_reasoning_end(self, event: ReasoningEndEvent) -> None:
+        self.seal_segment("reasoning")
         keys = self._spans.pop(event.message_id, None)
         if keys is None:
             self.warn(f"REASONING_END for unknown reasoning span {event.message_id!r}; ignored")
@@ -108,10 +124,7 @@ class ReasoningFolding(RecordTable):
         if self._span == event.message_id:
             self._span = self._span_title = None
         for key in keys:
-            record = self.records[key]
-            for step in self.children(record):
-                self.close(step)
-            self.close(record)
+            self.close(self.records[key])
 
     def _on_encrypted_value(self, event: ReasoningEncryptedValueEvent) -> None:
         entity, value = event.entity_id, event.encrypted_value
@@ -130,6 +143,8 @@ class ReasoningFolding(RecordTable):
             target = self.open_reasoning(entity, event)
         target.encrypted_value = value
         self.touch(target)
+        if target.subagent_run_id is None and target.kind is RecordKind.REASONING:
+            self.add_part(target, {"type": "reasoning", "encrypted": True})
 
     REASONING_HANDLERS: ClassVar[dict[str, Callable[[Any, Any], None]]] = {
         "REASONING_START": _on_reasoning_start,

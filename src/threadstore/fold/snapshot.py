@@ -54,7 +54,7 @@ class SnapshotFolding(ToolFolding, ReasoningFolding):
 
     def _snapshot_message(self, message: Any) -> None:
         if isinstance(message, ReasoningMessage):
-            step = self.open_reasoning(message.id, None)
+            step = self.open_reasoning(message.id, None, nested=False)
             step.text.replace(message.content)
             step.encrypted_value = message.encrypted_value
             self.close(step)

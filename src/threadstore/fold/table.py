@@ -17,9 +17,10 @@ from ag_ui.core import BaseEvent
 
 from threadstore.fold.history import pending_tool_calls, stored_ids
 from threadstore.fold.records import Changes, FoldRecord, RecordKind, RunInfo
-from threadstore.models import Message, MessageStatus, Role
+from threadstore.models import PARTS_METADATA_KEY, Message, MessageStatus, Role
 
-__all__ = ["CHUNK_SLOTS", "RecordTable", "family"]
+__all__ = ["CHUNK_SLOTS", "PARTS_METADATA_KEY", "RecordTable", "family"]
+
 
 CHUNK_SLOTS = ("text_chunk", "tool_chunk", "reasoning_chunk")
 """The attributes naming the record a run of ``*_CHUNK`` events of each kind extends."""
@@ -73,6 +74,13 @@ class RecordTable:
         self._anonymous = itertools.count(1)
         self._last_message: dict[str | None, str] = {}
         self._changes = Changes()
+        self._part_numbers = itertools.count()
+        self.parts_tail: str | None = None
+        """Key of the record whose text or reasoning segment is open (the newest element)."""
+        self._pending_parts: list[dict[str, Any]] = []
+        self._step_count = 0
+        self._holders: dict[str | None, str] = {}
+        """Per subagent scope: the message opened to hold reasoning, waiting for its id."""
 
     # --- reading -----------------------------------------------------------------------
 
@@ -88,7 +96,10 @@ class RecordTable:
 
     def message(self, agui_id: str) -> FoldRecord | None:
         """Return this run's message record with that AG-UI id."""
-        return self.records.get(f"m:{agui_id}")
+        found = self.records.get(f"m:{agui_id}")
+        if found is None and ("text", agui_id) in self.aliases:
+            found = self.records.get(self.aliases[("text", agui_id)])  # a holder took the id
+        return found
 
     def tool_call(self, tool_call_id: str) -> FoldRecord | None:
         """Return the tool call record with that AG-UI id."""
@@ -184,6 +195,9 @@ class RecordTable:
             self.known_ids.add(agui_id)
         if kind is RecordKind.MESSAGE:
             self._last_message[scope] = key
+            if scope is None and self._pending_parts:
+                record.metadata[PARTS_METADATA_KEY] = self._pending_parts  # steps before it
+                self._pending_parts = []
         self.touch(record, content=True)
         self._changes.opened.append(record)
         self.mark_boundary()
@@ -229,6 +243,54 @@ class RecordTable:
             if slot != keep:
                 self.close_chunk(slot)
 
+    # --- the parts order -----------------------------------------------------------------
+    # The agent's own elements (not a subagent's) are listed on the record they belong to
+    # when they open, never per delta, so the order is written with that record's own
+    # writes: no record is written again just because another one opened.
+
+    def add_part(self, record: FoldRecord | None, entry: dict[str, Any]) -> None:
+        """List a new element on ``record`` (None: the agent's next message); seals the segment."""
+        entry = {"n": next(self._part_numbers), **entry}
+        self.parts_tail = None
+        if record is None:
+            self._pending_parts.append(entry)
+            return
+        if not record.owned:
+            return  # a stored record of an earlier run keeps the order it was written with
+        record.metadata.setdefault(PARTS_METADATA_KEY, []).append(entry)
+        self.touch(record)
+
+    def grow_segment(self, kind: str, record: FoldRecord) -> None:
+        """Before a delta of ``record``: open a text/reasoning segment unless it is the open one."""
+        if record.subagent_run_id is not None or self.parts_tail == record.key:
+            return
+        if kind == "text" and record.role is not Role.ASSISTANT:
+            return  # a user/system text message is not one of the agent's elements
+        self.add_part(record, {"type": kind, "start": len(record.content)})
+        self.parts_tail = record.key
+
+    def seal_segment(self, kind: str, record: FoldRecord | None = None) -> None:
+        """End the open segment if it is of ``kind`` (and ``record``'s, when given)."""
+        tail = self.records.get(self.parts_tail) if self.parts_tail is not None else None
+        if tail is None or (record is not None and tail is not record):
+            return
+        if (tail.kind is RecordKind.REASONING) == (kind == "reasoning"):
+            self.parts_tail = None
+
+    def add_step_part(self, name: str) -> None:
+        """List a step start (numbered from 0 within the run) on the agent's next message."""
+        entry = {"type": "step-start", "step": self._step_count, "name": name}
+        self.add_part(None, entry)
+        self._step_count += 1
+
+    def list_pending_parts(self) -> None:
+        """At the run's end: steps no message followed are listed on the agent's last message."""
+        last = self.last_message_of(None)
+        if self._pending_parts and last is not None and last.owned:
+            last.metadata.setdefault(PARTS_METADATA_KEY, []).extend(self._pending_parts)
+            self.touch(last)
+        self._pending_parts = []
+
     # --- messages by id ------------------------------------------------------------------
 
     def find(self, agui_id: str, role: Role) -> FoldRecord | None:
@@ -238,6 +300,41 @@ class RecordTable:
         if record is None or record.role is None or family(record.role) != kind:
             return None
         return record
+
+    def reasoning_holder(self, event: BaseEvent | None) -> FoldRecord:
+        """The assistant message a new reasoning step nests in (see fold/reasoning.py)."""
+        scope = getattr(event, "subagent_run_id", None) if event is not None else None
+        last = self.last_message_of(scope)
+        if last is not None and last.key == self._holders.get(scope):
+            self._reopen(last)  # more reasoning before the answer: the same message holds it
+            return last
+        if last is not None and last.owned and last.in_progress and last.role is Role.ASSISTANT:
+            return last
+        holder, _ = self.message_for(None, Role.ASSISTANT, event)
+        holder.implicit = True  # it ends with its reasoning, until the answer takes it
+        self._holders[scope] = holder.key
+        return holder
+
+    def _reopen(self, message: FoldRecord) -> None:
+        if not message.in_progress:
+            message.status, message.in_progress = MessageStatus.ACTIVE, True
+            self.touch(message)
+
+    def _take_holder(self, agui_id: str, role: Role, event: BaseEvent | None) -> FoldRecord | None:
+        """The message holding this turn's reasoning, if the assistant message ``agui_id`` is it."""
+        scope = getattr(event, "subagent_run_id", None) if event is not None else None
+        key = self._holders.pop(scope, None)
+        holder = self.records.get(key) if key is not None else None
+        if holder is None or role is not Role.ASSISTANT or agui_id in self.stored_ids:
+            return None
+        if self.last_message_of(scope) is not holder or holder.content or not holder.owned:
+            return None
+        holder.agui_id, holder.implicit = agui_id, False
+        self.aliases[("text", agui_id)] = holder.key
+        self.known_ids.add(agui_id)
+        self._reopen(holder)
+        self.touch(holder)
+        return holder
 
     def message_for(
         self, agui_id: str | None, role: Role, event: BaseEvent | None
@@ -249,6 +346,9 @@ class RecordTable:
         record = self.find(agui_id, role)
         if record is not None:
             return record, False
+        holder = self._take_holder(agui_id, role, event)
+        if holder is not None:
+            return holder, True
         taken = self.message(agui_id)
         if taken is not None:
             self.warn(f"message {agui_id!r} is a {taken.role} message; {role} content kept apart")

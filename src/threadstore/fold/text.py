@@ -46,6 +46,8 @@ class TextFolding(RecordTable):
 
     def _on_text_content(self, event: TextMessageContentEvent) -> None:
         record = self._text_target(event.message_id, event, "TEXT_MESSAGE_CONTENT")
+        if event.delta and self.parts_tail != record.key:
+            self.grow_segment("text", record)
         record.text.append(event.delta)
         self.touch(record, content=True)
 
@@ -55,6 +57,7 @@ class TextFolding(RecordTable):
             self.warn(f"TEXT_MESSAGE_END for unknown message {event.message_id!r}; ignored")
             return
         record.implicit = False
+        self.seal_segment("text", record)
         self.close(record)
 
     def _on_text_chunk(self, event: TextMessageChunkEvent) -> None:
@@ -73,6 +76,8 @@ class TextFolding(RecordTable):
             current.name = event.name
             self.touch(current)
         if event.delta:
+            if self.parts_tail != current.key:
+                self.grow_segment("text", current)
             current.text.append(event.delta)
             self.touch(current, content=True)
 

@@ -94,6 +94,8 @@ class ToolFolding(RecordTable):
             parent_key=parent.key,
         )
         record.name = name or ""
+        if record.subagent_run_id is None:
+            self.add_part(record, {"type": "tool"})
         return record
 
     def _call_target(self, tool_call_id: str, event: BaseEvent, what: str) -> FoldRecord | None:

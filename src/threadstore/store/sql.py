@@ -229,8 +229,8 @@ def update_value(column: str, value: Any, encoders: Mapping[Kind, Encoder]) -> A
 
 UPDATABLE: dict[str, frozenset[str]] = {
     "messages": frozenset({
-        "content", "content_parts", "name", "encrypted_value", "activity_content", "status",
-        "in_progress", "step_name", "metadata",
+        "agui_id", "content", "content_parts", "name", "encrypted_value", "activity_content",
+        "status", "in_progress", "step_name", "metadata",
     }),
     "tool_calls": frozenset({
         "name", "arguments", "content", "result_message_id", "error", "status", "in_progress",

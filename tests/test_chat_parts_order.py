@@ -1,0 +1,351 @@
+"""Stored history keeps the order of what a message holds, as the live turn shows it.
+
+The storage fold lists a message's text segments, reasoning, tool calls, steps and
+activities in a parts order kept with the message, so ``ui_from_messages`` of the
+stored history equals the sealed live turn part for part, on every backend.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import Callable
+from typing import Any
+from uuid import UUID
+
+import httpx
+from ag_ui.core import (
+    ActivitySnapshotEvent,
+    BaseEvent,
+    ReasoningEncryptedValueEvent,
+    ReasoningMessage,
+    ReasoningMessageChunkEvent,
+    RunErrorEvent,
+    StepFinishedEvent,
+    StepStartedEvent,
+    SubagentFinishedEvent,
+    SubagentStartedEvent,
+    TextMessageChunkEvent,
+    TextMessageContentEvent,
+    TextMessageEndEvent,
+    TextMessageStartEvent,
+)
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agui_scripts import ScriptedAgent, collect, run_input, user
+from chat_streams import END, RUN, fold, text, text_tool_text, thinking, tool
+from conftest import StoreOpener
+from face_support import on_the_store_fixture
+from threadstore import Store
+from threadstore.agui import StorageAgent
+from threadstore.chat import TextPart, UIMessage, seal_assistant_turn, ui_from_messages
+from threadstore.codec.messages import translate_messages
+from threadstore.models import Message
+from threadstore.server import LOCAL_USER_UUID, create_app
+
+USER = UUID("00000000-0000-4000-8000-0000000000d1")
+
+
+async def store_run(store: Store, events: list[BaseEvent], thread_id: str = "thread-1") -> None:
+    """Run a scripted agent through a StorageAgent: the events are stored."""
+    agent = StorageAgent("assistant", USER, store, store, ScriptedAgent(events), run_repo=store)
+    question = user(f"u-{thread_id}", "Where is it?")
+    await collect(agent.run(run_input(thread_id, run_id="r-1", messages=[question])))
+
+
+async def stored_messages(store: Store, thread_id: str = "thread-1") -> list[Message]:
+    chat = await store.get_chat_by_thread_id(USER, thread_id)
+    assert chat is not None
+    return await store.get_chat_messages(chat.chat_uuid)
+
+
+def as_ui(messages: list[Message]) -> list[UIMessage]:
+    counter = itertools.count()
+    return ui_from_messages(messages, lambda: f"gen-{next(counter)}")
+
+
+async def test_text_tool_text_under_one_id_reloads_in_order(
+    store: Store, store_url: str, open_test_store: StoreOpener
+) -> None:
+    live = seal_assistant_turn(fold(text_tool_text())).message
+    await store_run(store, text_tool_text())
+    # A reload: a store opened afresh on the same database (memory has only the one).
+    reloaded = store if store_url.startswith("memory") else await open_test_store()
+
+    _, answer = as_ui(await stored_messages(reloaded))
+
+    assert [part.type for part in live.parts or ()] == ["step-start", "text", "tool", "text"]
+    assert answer == live
+    texts = [part.text for part in answer.parts or () if isinstance(part, TextPart)]
+    assert texts == ["Let me look that up.", "It is sunny."]
+    assert answer.content.encode() == "".join(texts).encode()
+    (stored,) = [m for m in await stored_messages(reloaded) if m.agui_id == "msg-1"]
+    assert stored.content == answer.content  # one message holds both segments
+
+
+async def test_interleaved_messages_read_back_interleaved(store: Store) -> None:
+    events = [
+        *RUN,
+        *thinking("r-1", "First ", "think."),
+        *text("m-1", "One. "),
+        *text("m-2", "Two. "),
+        *tool("c-1", "search", "{}", parent="m-1", result="ok"),
+        *text("m-1", "Three."),
+        *END,
+    ]
+    live = seal_assistant_turn(fold(events)).message
+
+    _, answer = as_ui(await store_messages_of(store, events))
+
+    assert answer == live
+    assert [p.type for p in answer.parts or ()] == ["reasoning", "text", "text", "tool", "text"]
+    assert answer.content == "One. Two. Three."
+
+
+async def store_messages_of(store: Store, events: list[BaseEvent]) -> list[Message]:
+    thread_id = f"thread-{uuid.uuid4()}"
+    await store_run(store, events, thread_id)
+    return await stored_messages(store, thread_id)
+
+
+async def test_old_rows_without_a_parts_order_read_in_bucket_order(store: Store) -> None:
+    events = [*RUN, *text("m-1", "Before. "), *tool("c-1", "f", "{}", result="r")]
+    events += [*text("m-1", "After."), *thinking("r-1", "Late thought."), *END]
+    messages = await store_messages_of(store, events)
+    for message in messages:  # as rows written before the order was kept
+        for record in [message, *message.tool_calls, *message.reasonings]:
+            record.metadata.pop("parts", None)
+
+    _, answer = as_ui(messages)
+
+    # Bucket order: each message's reasoning, its text, its tool calls.
+    assert [p.type for p in answer.parts or ()] == ["text", "tool", "reasoning"]
+    assert answer.content == "Before. After."
+
+
+# --- the stored projection equals the live turn, for generated streams ----------------
+
+_deltas = st.lists(st.text(alphabet="xyz ⚡\n", min_size=1, max_size=5), min_size=1, max_size=3)
+Piece = Callable[[int], list[BaseEvent]]
+
+
+def _pieces() -> st.SearchStrategy[Piece]:
+    """A well-formed piece of a stream, given its position (for ids that must be new)."""
+    text_ids = st.sampled_from(["m-1", "m-2"])
+    return st.one_of(
+        st.builds(lambda i, d: lambda n: text(i, *d), text_ids, _deltas),
+        st.builds(
+            lambda parent, d, result: (
+                lambda n: tool(f"c-{n}", "search", *d, parent=parent, result=result)
+            ),
+            st.none() | text_ids,
+            _deltas,
+            st.none() | st.just("done"),
+        ),
+        st.builds(lambda r, d: lambda n: thinking(r, *d), st.sampled_from(["r-1", "r-2"]), _deltas),
+        st.builds(
+            lambda i, d: lambda n: [TextMessageChunkEvent(message_id=i, delta=x) for x in d],
+            text_ids,
+            _deltas,
+        ),
+        st.builds(
+            lambda r, d: lambda n: [ReasoningMessageChunkEvent(message_id=r, delta=x) for x in d],
+            st.sampled_from(["r-1", "r-2"]),
+            _deltas,
+        ),
+        st.builds(
+            lambda r: (
+                lambda n: [
+                    ReasoningEncryptedValueEvent(
+                        subtype="message", entity_id=r, encrypted_value="opaque"
+                    )
+                ]
+            ),
+            st.sampled_from(["r-1", "r-2"]),
+        ),
+        st.builds(
+            lambda name: (
+                lambda n: [
+                    StepStartedEvent(step_name=name),
+                    StepFinishedEvent(step_name=name),
+                ]
+            ),
+            st.sampled_from(["plan", "act"]),
+        ),
+        st.builds(
+            lambda a, k: (
+                lambda n: [
+                    ActivitySnapshotEvent(message_id=a, activity_type="plan", content={"n": k})
+                ]
+            ),
+            st.sampled_from(["act-1", "act-2"]),
+            st.integers(0, 3),
+        ),
+        st.builds(
+            lambda d, with_tool: (
+                lambda n: [
+                    SubagentStartedEvent(subagent_run_id=f"sub-{n}", name="researcher"),
+                    *text(f"s-{n}", *d, subagent=f"sub-{n}"),
+                    *(tool(f"sc-{n}", "f", "{}", subagent=f"sub-{n}") if with_tool else []),
+                    SubagentFinishedEvent(subagent_run_id=f"sub-{n}"),
+                ]
+            ),
+            _deltas,
+            st.booleans(),
+        ),
+    )
+
+
+_endings = st.sampled_from(["finished", "error", "truncated"])
+
+
+def _stream(pieces: list[Piece], ending: str) -> list[BaseEvent]:
+    events: list[BaseEvent] = list(RUN)
+    for n, piece in enumerate(pieces):
+        events += piece(n)
+    if ending == "finished":
+        events += END
+    elif ending == "error":
+        events.append(RunErrorEvent(message="boom"))
+    return events
+
+
+@on_the_store_fixture
+@given(pieces=st.lists(_pieces(), min_size=1, max_size=8), ending=_endings)
+async def test_the_stored_projection_equals_the_live_turn_on_every_backend(
+    store: Store, pieces: list[Piece], ending: str
+) -> None:
+    events = _stream(pieces, ending)
+    live = seal_assistant_turn(fold(events)).message
+
+    rendered = as_ui(await store_messages_of(store, events))
+
+    question, *answers = rendered
+    assert question.role == "user"
+    if all(part.type == "step-start" for part in live.parts or ()):
+        # Steps are listed in the agent's messages: a run that wrote none shows nothing.
+        assert answers == []
+        return
+    (answer,) = answers
+    expected: dict[str, Any] = {}
+    if live.id == "turn-1":  # the stream named no assistant message: the store made an id
+        expected["id"] = answer.id
+    assert answer == live.model_copy(update=expected)
+
+
+# --- reasoning nests in the answer; the replay stays as AG-UI lists it ----------------
+
+
+def replayed(messages: list[Message]) -> list[tuple[str, str, str | None]]:
+    out = translate_messages(messages)
+    return [(m.role, m.id, getattr(m, "subagent_run_id", None)) for m in out]
+
+
+async def test_reasoning_before_the_answer_nests_in_it_and_replays_before_it(
+    store: Store,
+) -> None:
+    events = [
+        *RUN,
+        *thinking("r-1", "Need ", "a lookup."),
+        *text("m-1", "Let me look."),
+        *tool("c-1", "search", "{}", parent="m-1", result="found"),
+        *END,
+    ]
+    messages = await store_messages_of(store, events)
+
+    user_message, answer = messages
+    assert (answer.role, answer.agui_id, answer.content) == ("assistant", "m-1", "Let me look.")
+    assert [(r.agui_id, r.content) for r in answer.reasonings] == [("r-1", "Need a lookup.")]
+    # The next run reads it as an AG-UI client holds it: the reasoning message first.
+    assert replayed(messages) == [
+        ("user", user_message.agui_id, None),
+        ("reasoning", "r-1", None),
+        ("assistant", "m-1", None),
+        ("tool", "c-1-result", None),
+    ]
+    reasoning = translate_messages(messages)[1]
+    assert isinstance(reasoning, ReasoningMessage) and reasoning.content == "Need a lookup."
+
+
+async def test_reasoning_while_the_answer_streams_replays_after_it(store: Store) -> None:
+    events = [
+        *RUN,
+        TextMessageStartEvent(message_id="m-1"),
+        TextMessageContentEvent(message_id="m-1", delta="Hmm. "),
+        *thinking("r-1", "Second thoughts."),
+        TextMessageContentEvent(message_id="m-1", delta="Yes."),
+        TextMessageEndEvent(message_id="m-1"),
+        *END,
+    ]
+    messages = await store_messages_of(store, events)
+
+    _, answer = messages
+    assert [r.agui_id for r in answer.reasonings] == ["r-1"]
+    assert [role for role, _, _ in replayed(messages)] == ["user", "assistant", "reasoning"]
+    (ui,) = as_ui(messages)[1:]
+    assert [p.type for p in ui.parts or ()] == ["text", "reasoning", "text"]
+
+
+async def test_sub_agent_prose_is_stored_tagged_and_replayed_as_the_sub_agent_s(
+    store: Store,
+) -> None:
+    events = [
+        *RUN,
+        SubagentStartedEvent(subagent_run_id="sub-1", name="researcher"),
+        *text("s-1", "Found three sources.", subagent="sub-1"),
+        SubagentFinishedEvent(subagent_run_id="sub-1"),
+        *text("m-1", "Here is what I found."),
+        *END,
+    ]
+    messages = await store_messages_of(store, events)
+
+    _, helper, answer = messages
+    assert helper.metadata["subagent_run_id"] == "sub-1"
+    assert "subagent_run_id" not in answer.metadata
+    assert ("assistant", "s-1", "sub-1") in replayed(messages)
+    assert ("assistant", "m-1", None) in replayed(messages)
+    (ui,) = as_ui(messages)[1:]
+    assert ui.content == "Here is what I found."  # not the sub-agent's words
+
+
+async def test_an_answer_takes_the_message_holding_its_reasoning_after_it_was_written(
+    store: Store, store_url: str, open_test_store: StoreOpener
+) -> None:
+    events = [*RUN, *thinking("r-1", "Think."), *text("m-1", "Answer."), *END]
+    agent = StorageAgent("assistant", USER, store, store, ScriptedAgent(events), run_repo=store)
+
+    async def written(event: BaseEvent) -> None:
+        if event.type == "REASONING_END":
+            await agent.persisted()  # the holder is in the store before the answer names it
+            (_, holder) = await stored_messages(store, "held")
+            assert (holder.agui_id, holder.content, len(holder.reasonings)) == (None, "", 1)
+
+    await collect(agent.run(run_input("held", "r-1", [user("u-held")])), written)
+    reloaded = store if store_url.startswith("memory") else await open_test_store()
+
+    (_, answer) = await stored_messages(reloaded, "held")
+    assert (answer.agui_id, answer.content, answer.status) == ("m-1", "Answer.", "complete")
+    assert [r.agui_id for r in answer.reasonings] == ["r-1"]
+    assert await reloaded.get_message(answer.message_uuid) == answer
+
+
+async def test_the_ui_view_of_a_chat_shows_the_stored_order(store: Store) -> None:
+    events = text_tool_text()
+    agent = StorageAgent("assistant", LOCAL_USER_UUID, store, store, ScriptedAgent(events))
+    await collect(agent.run(run_input("ui-order", "r-1", [user("u-ui", "Weather?")])))
+    chat = await store.get_chat_by_thread_id(LOCAL_USER_UUID, "ui-order")
+    assert chat is not None
+    app = create_app(store, agent="demo", demo_delay=0)
+
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+            page = (await http.get(f"/api/chats/{chat.chat_uuid}/ui")).json()
+
+    _, answer = page["items"]
+    assert [part["type"] for part in answer["parts"]] == ["step-start", "text", "tool", "text"]
+    assert [p["text"] for p in answer["parts"] if p["type"] == "text"] == [
+        "Let me look that up.",
+        "It is sunny.",
+    ]
