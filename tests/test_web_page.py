@@ -20,7 +20,7 @@ from uuid import uuid4
 import httpx
 import pytest
 
-from threadstore.models import Chat, Message
+from threadstore.models import PARTS_METADATA_KEY, Chat, Message, ToolCall
 
 pytest.importorskip("playwright", reason="the browser tests need the test extra (playwright)")
 
@@ -279,12 +279,10 @@ def test_a_reload_mid_answer_resumes_with_the_stored_text_exactly(
     answer = _final_answer(stored)
     assert answer["status"] == "complete"
     assert _answer_text(page, answer["agui_id"]) == answer["content"]
-    # Every stored message is on the page once: nothing duplicated by the replay. The
-    # reasoning the page followed live is an AG-UI reasoning message of its own there;
-    # the store keeps it as a step nested in the answer.
+    # Every stored message is on the page once: nothing duplicated by the replay, and the
+    # reasoning followed live sits in the answer that follows it, as the store keeps it.
     shown = page.locator("article[data-id]").evaluate_all("nodes => nodes.map(n => n.dataset.id)")
-    steps = [r["agui_id"] for m in stored for r in m["reasonings"]]
-    assert sorted(shown) == sorted([m["agui_id"] for m in stored] + steps)
+    assert sorted(shown) == sorted(m["agui_id"] for m in stored)
 
 
 def test_a_second_tab_shows_the_live_run(server: Server, page: Page) -> None:
@@ -342,7 +340,7 @@ def test_losing_the_network_mid_answer_reconnects_without_gaps(server: Server, p
 # --- the list and the chat's actions --------------------------------------------------------
 
 
-def _import(server: Server, thread: str, name: str, content: str) -> dict[str, Any]:
+def _import(server: Server, thread: str, name: str, content: str, **answer: Any) -> dict[str, Any]:
     """Store a two-message chat through the import API (no agent involved)."""
     chat = Chat(chat_uuid=uuid4(), user_uuid=uuid4(), thread_id=thread, name=name, dedup_key="-")
     messages = [
@@ -350,7 +348,7 @@ def _import(server: Server, thread: str, name: str, content: str) -> dict[str, A
         for seq, fields in enumerate(
             [
                 {"agui_id": f"{thread}-u", "role": "user", "content": "hi"},
-                {"agui_id": f"{thread}-a", "role": "assistant", "content": content},
+                {"agui_id": f"{thread}-a", "role": "assistant", "content": content, **answer},
             ],
             start=1,
         )
@@ -366,6 +364,45 @@ def _import(server: Server, thread: str, name: str, content: str) -> dict[str, A
         assert response.status_code in (200, 201), response.text
         created: dict[str, Any] = response.json()
         return created
+
+
+def test_a_stored_answer_shows_its_parts_in_the_order_they_streamed(
+    server: Server, page: Page
+) -> None:
+    # One message streamed text, then a tool call, then more text: the store records that
+    # order (metadata.parts, as the storage fold writes it) and the page keeps the card
+    # between the two sentences it belongs between.
+    thread = _thread("parts")
+    call = ToolCall(
+        uuid=uuid4(),
+        message_uuid=uuid4(),
+        tool_call_id="call-1",
+        name="calculator",
+        arguments='{"expression": "2 + 2"}',
+        content='{"value": 4}',
+        status="complete",
+        metadata={PARTS_METADATA_KEY: [{"n": 2, "type": "tool"}]},
+    )
+    _import(
+        server,
+        thread,
+        "Interleaved",
+        "Let me check. It is 4.",
+        tool_calls=[call],
+        metadata={
+            PARTS_METADATA_KEY: [
+                {"n": 1, "type": "text", "start": 0},
+                {"n": 3, "type": "text", "start": 14},
+            ]
+        },
+    )
+    page.goto(f"{server.url}/#/t/{thread}")
+    body = page.locator(f'article[data-id="{thread}-a"] .message-body > *')
+    expect(body).to_have_count(3)
+    kinds = body.evaluate_all("nodes => nodes.map(n => n.className)")
+    assert kinds == ["markdown", "tool-card complete", "markdown"]
+    expect(body.nth(0)).to_have_text("Let me check.")
+    expect(body.nth(2)).to_have_text("It is 4.")
 
 
 def test_the_list_pages_as_it_scrolls(server: Server, page: Page) -> None:

@@ -96,27 +96,52 @@ async function* sseFrames(response, signal) {
 // { kind: "text", text } | { kind: "reasoning", text, encrypted } |
 // { kind: "tool", id, name, args, result, status, error }.
 
-function messageFromStored(stored) {
-  const parts = [];
+function reasoningPart(reasoning, text) {
+  return { kind: "reasoning", text, encrypted: Boolean(reasoning.encrypted_value), status: reasoning.status };
+}
+
+function toolPart(call) {
+  return { kind: "tool", id: call.tool_call_id, name: call.name, args: call.arguments || "", result: call.content, status: call.status, error: call.error };
+}
+
+// A stored record's entries in its message's parts order (metadata.parts, written by the
+// storage fold; rows from before it have none).
+function entriesOf(record) {
+  const order = record.metadata && record.metadata.parts;
+  return Array.isArray(order) ? order.filter((e) => e && Number.isInteger(e.n)) : [];
+}
+
+// The pieces of ``text`` its entries start, each running to the next start: [[n, piece]].
+function segments(entries, text) {
+  const starts = entries
+    .filter((e) => (e.type === "text" || e.type === "reasoning") && !e.encrypted)
+    .map((e) => [e.start || 0, e.n])
+    .sort((a, b) => a[0] - b[0] || a[1] - b[1]);
+  return starts.map(([start, n], i) => [n, text.slice(start, i + 1 < starts.length ? starts[i + 1][0] : text.length)]);
+}
+
+// The parts of a stored message in the order they were produced, as the chat engine's
+// ui_from_messages reads them; null when the message was stored without an order.
+function orderedParts(stored) {
+  const placed = [];
+  for (const [n, text] of segments(entriesOf(stored), stored.content || "")) if (text) placed.push([n, { kind: "text", text }]);
   for (const reasoning of stored.reasonings || []) {
-    parts.push({
-      kind: "reasoning",
-      text: reasoning.content || "",
-      encrypted: Boolean(reasoning.encrypted_value),
-      status: reasoning.status,
-    });
+    const entries = entriesOf(reasoning);
+    for (const [n, text] of segments(entries, reasoning.content || "")) if (text) placed.push([n, reasoningPart(reasoning, text)]);
+    for (const e of entries) if (e.encrypted) placed.push([e.n, reasoningPart(reasoning, "")]);
   }
-  if (stored.role !== "reasoning" && stored.content) parts.push({ kind: "text", text: stored.content });
-  for (const call of stored.tool_calls || []) {
-    parts.push({
-      kind: "tool",
-      id: call.tool_call_id,
-      name: call.name,
-      args: call.arguments || "",
-      result: call.content,
-      status: call.status,
-      error: call.error,
-    });
+  for (const call of stored.tool_calls || []) for (const e of entriesOf(call)) placed.push([e.n, toolPart(call)]);
+  if (!placed.length) return null;
+  return placed.sort((a, b) => a[0] - b[0]).map(([, part]) => part);
+}
+
+function messageFromStored(stored) {
+  let parts = stored.role === "activity" ? null : orderedParts(stored);
+  if (parts === null) {
+    // Bucket order: reasoning, text, tool calls.
+    parts = (stored.reasonings || []).map((r) => reasoningPart(r, r.content || ""));
+    if (stored.role !== "reasoning" && stored.content) parts.push({ kind: "text", text: stored.content });
+    parts.push(...(stored.tool_calls || []).map(toolPart));
   }
   if (stored.role === "activity") {
     parts.push({ kind: "text", text: "```json\n" + JSON.stringify(stored.activity_content, null, 2) + "\n```" });
@@ -142,6 +167,8 @@ class Conversation {
     this.toolOwner = new Map(); // tool call id -> message id
     this.current = null; // the assistant message the live run writes into
     this.runError = null;
+    this.absorbed = new Map(); // reasoning message id -> the assistant message holding it
+    this.removed = []; // ids whose elements the page must drop (absorbed into another)
   }
 
   prepend(messages) {
@@ -168,15 +195,45 @@ class Conversation {
   // The message ``id`` as the live run builds it: a stored copy is replaced once, so
   // a run's partly stored message and its replayed events never show twice.
   liveMessage(id, role) {
+    if (this.absorbed.has(id)) return this.byId.get(this.absorbed.get(id));
     let message = this.byId.get(id);
     if (!message || !this.live.has(id)) {
       const fresh = { id, role: role || (message && message.role) || "assistant", status: "active", inProgress: true, error: null, parts: [] };
       if (message) this.byId.set(id, fresh);
-      else this.append(fresh);
+      else {
+        this.append(fresh);
+        if (fresh.role === "assistant") this.absorbReasoning(fresh);
+      }
       this.live.add(id);
       message = fresh;
     }
     return message;
+  }
+
+  // Forget what the store holds of a run about to be replayed from its first event: its
+  // events rebuild every message it produced (all but its input), so none shows twice.
+  dropRun(runId) {
+    for (const id of [...this.order]) {
+      const m = this.byId.get(id);
+      if (m.runId === runId && m.role !== "user") {
+        this.order.splice(this.order.indexOf(id), 1);
+        this.byId.delete(id);
+      }
+    }
+  }
+
+  // The store nests a reasoning block into the assistant message that follows it in the
+  // same run; the page does the same live, so a reload does not rearrange the turn.
+  absorbReasoning(message) {
+    const at = this.order.length - 2;
+    const previous = at >= 0 ? this.byId.get(this.order[at]) : null;
+    if (!previous || previous.role !== "reasoning" || !this.live.has(previous.id)) return;
+    if (!previous.parts.every((p) => p.kind === "reasoning")) return;
+    message.parts.unshift(...previous.parts);
+    this.order.splice(at, 1);
+    this.byId.delete(previous.id);
+    this.absorbed.set(previous.id, message.id);
+    this.removed.push(previous.id);
   }
 
   // Fold one AG-UI event; returns the ids of the messages it changed.
@@ -612,6 +669,10 @@ function renderRunError() {
 function updateMessages(ids) {
   const box = $("messages");
   const nearBottom = box.scrollHeight - box.scrollTop - box.clientHeight < 80;
+  for (const id of page.conversation.removed.splice(0)) {
+    const gone = box.querySelector(`[data-id="${CSS.escape(id)}"]`);
+    if (gone) gone.remove();
+  }
   for (const id of new Set(ids)) {
     const message = page.conversation.byId.get(id);
     if (!message) continue;
@@ -677,7 +738,11 @@ async function openThread(threadId) {
     renderConversation();
     $("messages").scrollTop = $("messages").scrollHeight;
   }
-  if (info.live_run_ids.length) page.following = follow(threadId, info.live_run_ids[0], 0, generation);
+  if (info.live_run_ids.length) {
+    page.conversation.dropRun(info.live_run_ids[0]);
+    renderConversation();
+    page.following = follow(threadId, info.live_run_ids[0], 0, generation);
+  }
 }
 
 async function loadOlder() {
