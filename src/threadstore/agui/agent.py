@@ -346,6 +346,11 @@ class StorageAgent:
         return self._persister is not None and self._persister.chat_deleted
 
     @property
+    def flush_retries(self) -> int:
+        """Writes of this run that failed and were tried again (0 on a healthy store)."""
+        return 0 if self._persister is None else self._persister.retries
+
+    @property
     def backlog(self) -> int:
         """Events handed to persistence and not folded yet: queued, or deltas held back."""
         persister = self._persister
