@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from pathlib import Path
 from uuid import UUID
 
@@ -11,6 +12,7 @@ from agui_scripts import ScriptedAgent, StoreSpy, collect, full_turn, run_input,
 from sqlite_support import sqlite_store
 from threadstore import (
     ChatCreate,
+    Message,
     MessageCreate,
     MessageReasoningCreate,
     MessageStatus,
@@ -20,6 +22,8 @@ from threadstore import (
     Store,
 )
 from threadstore.agui import StorageAgent
+from threadstore.store.base import BranchPage
+from threadstore.store.sqlite import SQLiteStore
 
 USER = UUID("00000000-0000-4000-8000-000000000015")
 
@@ -94,3 +98,40 @@ async def test_flush_retries_count_the_writes_a_failing_store_refused(store: Sto
     assert agent.chat is not None
     stored = {m.agui_id for m in await store.get_chat_messages(agent.chat.chat_uuid)}
     assert {"q", "flaky-a1", "flaky-a2"} <= stored
+
+
+class CountingSQLiteStore(SQLiteStore):
+    """A real SQLite store that counts the messages its branch reads return."""
+
+    branch_rows = 0
+
+    async def _select_branch(
+        self, chat_uuid: UUID, page: BranchPage, version: Hashable | None
+    ) -> list[Message]:
+        messages = await super()._select_branch(chat_uuid, page, version)
+        self.branch_rows += len(messages)
+        return messages
+
+
+@pytest.mark.parametrize("messages", [30, 300])
+async def test_a_run_reads_its_history_once_not_again_after_storing_its_input(
+    tmp_path: Path, messages: int
+) -> None:
+    store = CountingSQLiteStore(f"sqlite:///{tmp_path / 'count.db'}")
+    async with store:
+        await store.connect()
+        await store.setup()
+        chat = await store.create_chat(ChatCreate(user_uuid=USER, thread_id="long"))
+        await append_history(store, chat.chat_uuid, messages)
+        before = store.branch_rows
+
+        agent = storage_agent(store, "count")
+        await collect(agent.run(run_input("long", "count", [user("new")])))
+        await agent.persisted()
+
+        assert store.branch_rows - before == messages + 1  # the history, then the new message
+        inner = agent.inner_agent
+        assert isinstance(inner, ScriptedAgent)
+        given = inner.inputs[0].messages
+        assert given[-1].id == "new"
+        assert given[0].id == "u0"

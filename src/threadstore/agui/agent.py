@@ -83,7 +83,12 @@ from threadstore.models import (
     Run,
     utcnow,
 )
-from threadstore.store.base import ChatRepositoryLike, MessageRepositoryLike, RunRepositoryLike
+from threadstore.store.base import (
+    ChatRepositoryLike,
+    MessageRepositoryLike,
+    RunRepositoryLike,
+    Store,
+)
 
 if TYPE_CHECKING:
     import ag_ui.core
@@ -390,13 +395,54 @@ class StorageAgent:
                     await self.message_repo.update_message_tool_call(call_uuid, update)
                 # Read inside the transaction: the same rows, without queueing for the
                 # store again (SQLite: four trips through its writer lock).
-                history = await self._history(chat)
+                history = await self._after_inbound(chat, history, results)
         return chat, history
+
+    async def _after_inbound(
+        self,
+        chat: Chat,
+        history: list[Message],
+        results: list[tuple[UUID, MessageToolCallUpdate]],
+    ) -> list[Message]:
+        """The history once the inbound messages are stored, reading only what they changed.
+
+        A :class:`Store` pages by ``Message.seq``: the messages after the last one read
+        are the new ones, and the messages whose tool calls just got a result are read
+        again, so a run on a long chat does not read it twice. Any other repository
+        reads the whole history again.
+        """
+        repo = self.message_repo
+        if not history or not isinstance(repo, Store):
+            return await self._history(chat)
+        tail = await repo.get_chat_messages(chat.chat_uuid, after=history[-1].seq)
+        answered = {call_uuid for call_uuid, _ in results}
+        extended = list(history)
+        # Calls waiting for a result belong to the newest answers: look from the end.
+        for index in range(len(extended) - 1, -1, -1):
+            if not answered:
+                break
+            message = extended[index]
+            calls = {call.uuid for call in message.tool_calls} & answered
+            if not calls:
+                continue
+            answered -= calls
+            fresh = await repo.get_message(message.message_uuid)
+            if fresh is None:  # deleted meanwhile: read it all again
+                return await self._history(chat)
+            extended[index] = fresh
+        extended.extend(tail)
+        self._check_chat(chat, tail)
+        return extended
 
     async def _history(self, chat: Chat | None) -> list[Message]:
         if chat is None:
             return []
         history = list(await self.message_repo.get_chat_messages(chat.chat_uuid))
+        self._check_chat(chat, history)
+        return history
+
+    @staticmethod
+    def _check_chat(chat: Chat, history: Sequence[Message]) -> None:
         for message in history:
             # A custom repository that mixes chats up must not leak one into another.
             if message.chat_uuid != chat.chat_uuid:
@@ -406,7 +452,6 @@ class StorageAgent:
                     f"{message.chat_uuid} for chat {chat.chat_uuid}: messages do not all "
                     "belong to the same chat"
                 )
-        return history
 
     def _screen(
         self, input: RunAgentInput, history: Sequence[Message]
