@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+import threading
+from collections.abc import Hashable, Sequence
 from pathlib import Path
 from uuid import UUID
 
+import ag_ui.core
 import pytest
 
 from agui_scripts import ScriptedAgent, StoreSpy, collect, full_turn, run_input, user
@@ -22,7 +24,9 @@ from threadstore import (
     Store,
 )
 from threadstore.agui import StorageAgent
+from threadstore.codec.messages import translate_messages
 from threadstore.store.base import BranchPage
+from threadstore.store.offload import OFF_LOOP_ITEMS
 from threadstore.store.sqlite import SQLiteStore
 
 USER = UUID("00000000-0000-4000-8000-000000000015")
@@ -135,3 +139,24 @@ async def test_a_run_reads_its_history_once_not_again_after_storing_its_input(
         given = inner.inputs[0].messages
         assert given[-1].id == "new"
         assert given[0].id == "u0"
+
+
+async def test_translating_a_long_history_leaves_the_event_loop_free(tmp_path: Path) -> None:
+    async with sqlite_store(tmp_path / "loop.db") as store:
+        chat = await store.create_chat(ChatCreate(user_uuid=USER, thread_id="long"))
+        await append_history(store, chat.chat_uuid, 2 * OFF_LOOP_ITEMS)
+        ran_on: list[int] = []
+
+        def translate(messages: Sequence[Message]) -> list[ag_ui.core.Message]:
+            ran_on.append(threading.get_ident())
+            return translate_messages(messages)
+
+        inner = ScriptedAgent(lambda input: full_turn("long", input.run_id))
+        agent = StorageAgent(
+            "assistant", USER, store, store, inner, run_repo=store, translate=translate
+        )
+        await collect(agent.run(run_input("long", "loop", [user("new")])))
+        await agent.persisted()
+
+        assert ran_on and threading.get_ident() not in ran_on
+        assert inner.inputs[0].messages[-1].id == "new"

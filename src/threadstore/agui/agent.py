@@ -89,6 +89,7 @@ from threadstore.store.base import (
     RunRepositoryLike,
     Store,
 )
+from threadstore.store.offload import off_loop
 
 if TYPE_CHECKING:
     import ag_ui.core
@@ -265,15 +266,20 @@ class StorageAgent:
                 RunErrorEvent(message=str(exc), code=INVALID_INPUT_ERROR_CODE),
             ]
         self.chat = chat
-        input.messages = self.translate(history)
+        # Whole-history work: off the event loop for a long chat (see store.offload).
+        input.messages = await off_loop(history, self.translate, history)
         if input.state in (None, {}) and chat.state is not None:
             input.state = copy.deepcopy(chat.state)
-        fold = ConversationFold(
-            input.run_id,
-            thread_id=input.thread_id,
-            parent_run_id=input.parent_run_id,
-            history=history,
-            state=input.state,
+        fold = await off_loop(
+            history,
+            functools.partial(
+                ConversationFold,
+                input.run_id,
+                thread_id=input.thread_id,
+                parent_run_id=input.parent_run_id,
+                history=history,
+                state=input.state,
+            ),
         )
         if self.run_repo is not None:
             run = Run(
@@ -369,7 +375,8 @@ class StorageAgent:
         """Find or create the chat, store the new inbound messages, return (chat, history)."""
         chat = await self.chat_repo.get_chat_by_thread_id(self.user_uuid, input.thread_id)
         history = await self._history(chat)
-        creates, results = self._screen(input, history)  # refuses before anything is written
+        # Refuses before anything is written.
+        creates, results = await off_loop(history, self._screen, input, history)
         if chat is None:
             chat_create = ChatCreate(
                 user_uuid=self.user_uuid,
@@ -384,7 +391,7 @@ class StorageAgent:
             fresh = chat.chat_uuid == chat_create.chat_uuid
             history = [] if fresh else await self._history(chat)
             if history:
-                creates, results = self._screen(input, history)
+                creates, results = await off_loop(history, self._screen, input, history)
         if creates or results:
             async with self.message_repo.transaction():
                 for create in creates:

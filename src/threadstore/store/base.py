@@ -48,7 +48,8 @@ from threadstore.models import (
     ToolCall,
 )
 from threadstore.store.cursor import decode_chat_cursor, encode_chat_cursor
-from threadstore.store.history_cache import HistoryCache
+from threadstore.store.history_cache import HistoryCache, copy_messages
+from threadstore.store.offload import off_loop
 from threadstore.store.ops import WRITE_METHODS, WRITE_TYPES, Write, apply_to
 from threadstore.store.records import Codecs
 from threadstore.store.run_events import RunEventLog
@@ -518,11 +519,16 @@ class Store(abc.ABC):
         if version is None:
             cache.discard(chat_uuid)
             return []
-        cached = cache.get(chat_uuid, version)
-        if cached is not None:
-            return cached
+        # The cache never hands out what it keeps (callers may change what they get):
+        # the copies of a long history are made off the event loop.
+        kept = cache.kept(chat_uuid, version)
+        if kept is not None:
+            return await off_loop(kept, copy_messages, kept)
         messages = await self._select_branch(chat_uuid, page, version)
-        cache.put(chat_uuid, version, messages)
+        if cache.fits(messages):
+            cache.keep(chat_uuid, version, await off_loop(messages, copy_messages, messages))
+        else:
+            cache.discard(chat_uuid)
         return messages
 
     @abc.abstractmethod

@@ -69,10 +69,11 @@ from threadstore.store.base import (
     Store,
 )
 from threadstore.store.history_cache import DEFAULT_HISTORY_CACHE_MESSAGES, HistoryCache
+from threadstore.store.offload import off_loop
 from threadstore.store.ops import UpdateMessage, Write
 from threadstore.store.postgres_events import PostgresRunEvents
 from threadstore.store.records import split_update
-from threadstore.store.rows import RowLoader, attach_children, dump_json
+from threadstore.store.rows import RowLoader, attach_rows, dump_json
 from threadstore.store.sql import (
     JSON_ENCODERS,
     UPDATABLE,
@@ -354,7 +355,7 @@ class PostgresStore(Store):
         Two more statements fetch the children by their parents' ids, only when some
         message has any.
         """
-        messages: list[Message] = self._messages.load(rows)
+        messages: list[Message] = await off_loop(rows, self._messages.load, rows)
         parents = [m.message_uuid for m, row in zip(messages, rows, strict=True) if row[-1]]
         if not parents:
             return messages
@@ -362,8 +363,14 @@ class PostgresStore(Store):
         iso = _iso_times(conn)
         tool_rows = await self._fetch_on(conn, sql.TOOL_CALL_SELECT[iso] + where, parents)
         reasoning_rows = await self._fetch_on(conn, sql.REASONING_SELECT[iso] + where, parents)
-        attach_children(
-            messages, self._tool_calls.load(tool_rows), self._reasonings.load(reasoning_rows)
+        await off_loop(
+            messages,
+            attach_rows,
+            messages,
+            self._tool_calls.load,
+            tool_rows,
+            self._reasonings.load,
+            reasoning_rows,
         )
         return messages
 

@@ -220,3 +220,15 @@ def attach_children(
         parent = by_uuid.get(reasoning.message_uuid)
         if parent is not None:
             parent.reasonings.append(reasoning)
+
+
+def attach_rows(
+    messages: Sequence[Message],
+    load_tool_calls: Callable[[Sequence[Sequence[Any]]], Iterable[ToolCall]],
+    tool_call_rows: Sequence[Sequence[Any]],
+    load_reasonings: Callable[[Sequence[Sequence[Any]]], Iterable[Reasoning]],
+    reasoning_rows: Sequence[Sequence[Any]],
+) -> None:
+    """Build tool calls and reasoning steps from their rows and attach them (one call, so
+    the whole of it can run off the event loop)."""
+    attach_children(messages, load_tool_calls(tool_call_rows), load_reasonings(reasoning_rows))

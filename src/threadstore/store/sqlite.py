@@ -64,6 +64,7 @@ from threadstore.store.base import (
     Store,
 )
 from threadstore.store.history_cache import DEFAULT_HISTORY_CACHE_MESSAGES, HistoryCache
+from threadstore.store.offload import off_loop
 from threadstore.store.ops import (
     CreateMessage,
     CreateReasoning,
@@ -80,7 +81,7 @@ from threadstore.store.ops import (
 from threadstore.store.records import WriterLock, split_update
 from threadstore.store.rows import (
     RowLoader,
-    attach_children,
+    attach_rows,
     dump_json,
 )
 from threadstore.store.sql import (
@@ -556,7 +557,7 @@ class SQLiteStore(Store):
         needs no list of message ids; otherwise by the messages' ids. ``small``: the
         children of one message, which may be read inline.
         """
-        messages: list[Message] = self._messages.load(rows)
+        messages: list[Message] = await off_loop(rows, self._messages.load, rows)
         if not messages:
             return messages
         if chat_uuid is not None:
@@ -566,8 +567,14 @@ class SQLiteStore(Store):
             param = json.dumps([str(m.message_uuid) for m in messages])
         tool_rows = await self._fetch(_TOOL_CALL_SELECT + where, (param,), small=small)
         reasoning_rows = await self._fetch(_REASONING_SELECT + where, (param,), small=small)
-        attach_children(
-            messages, self._tool_calls.load(tool_rows), self._reasonings.load(reasoning_rows)
+        await off_loop(
+            messages,
+            attach_rows,
+            messages,
+            self._tool_calls.load,
+            tool_rows,
+            self._reasonings.load,
+            reasoning_rows,
         )
         return messages
 
