@@ -445,7 +445,7 @@ class StorageAgent:
         if chat is None:
             return []
         history = list(await self.message_repo.get_chat_messages(chat.chat_uuid))
-        self._check_chat(chat, history)
+        await off_loop(history, self._check_chat, chat, history)
         return history
 
     @staticmethod

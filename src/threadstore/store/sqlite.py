@@ -553,7 +553,7 @@ class SQLiteStore(Store):
     ) -> list[Message]:
         """Build messages and attach their tool calls and reasoning steps (two statements).
 
-        With ``chat_uuid`` (a page of one chat) children are selected by chat, which
+        With ``chat_uuid`` (a whole branch of one chat) children are selected by chat, which
         needs no list of message ids; otherwise by the messages' ids. ``small``: the
         children of one message, which may be read inline.
         """
@@ -841,7 +841,9 @@ class SQLiteStore(Store):
         rows = await self._fetch(sql, params)
         if page.newest_first:
             rows.reverse()
-        return await self._load_messages(rows, chat_uuid=chat_uuid)
+        # Children by chat need no list of ids, but read all the chat's: only for the
+        # whole branch. A page (a run's new tail) reads its own messages' children.
+        return await self._load_messages(rows, chat_uuid=chat_uuid if page.whole else None)
 
     async def get_last_messages(self, chat_uuids: list[UUID]) -> dict[UUID, Message]:
         if not chat_uuids:
