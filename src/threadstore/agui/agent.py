@@ -55,6 +55,7 @@ from ag_ui.core import (
     UserMessage,
 )
 
+from threadstore.agui.window import HistoryWindow
 from threadstore.agui.writer import (
     EventHandler,
     HandlerKind,
@@ -180,6 +181,7 @@ class StorageAgent:
         tenant_id: str | None = None,
         app_id: str | None = None,
         chat_name: str | None = None,
+        history_window: HistoryWindow | None = None,
     ) -> None:
         if not checkpoint_interval > 0:
             raise InvalidInputError(f"checkpoint_interval must be > 0, got {checkpoint_interval}")
@@ -199,6 +201,8 @@ class StorageAgent:
         self.tenant_id = tenant_id
         self.app_id = app_id
         self.chat_name = chat_name
+        self.history_window = history_window
+        """Which stored turns the inner agent is given; ``None``: the whole history."""
         """The name a chat this agent creates gets; by default its first user message's text."""
         self.chat: Chat | None = None
         """The chat of the run, once resolved or created."""
@@ -213,8 +217,10 @@ class StorageAgent:
         """Persist inbound user messages, replay history, then stream the inner agent.
 
         ``input.messages`` is replaced in place with the translated stored history
-        before the inner agent runs. Yields the inner agent's events verbatim, or
-        ``RUN_STARTED`` + ``RUN_ERROR(code="INVALID_INPUT")`` when the input is refused.
+        before the inner agent runs: the whole history by default, the turns
+        ``history_window`` keeps when it is set (:class:`HistoryWindow`). Yields the
+        inner agent's events verbatim, or ``RUN_STARTED`` +
+        ``RUN_ERROR(code="INVALID_INPUT")`` when the input is refused.
         """
         started = await self._start(input)
         if isinstance(started, list):
@@ -267,7 +273,8 @@ class StorageAgent:
             ]
         self.chat = chat
         # Whole-history work: off the event loop for a long chat (see store.offload).
-        input.messages = await off_loop(history, self.translate, history)
+        given = history if self.history_window is None else self.history_window.select(history)
+        input.messages = await off_loop(given, self.translate, given)
         if input.state in (None, {}) and chat.state is not None:
             input.state = copy.deepcopy(chat.state)
         fold = await off_loop(
