@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
 from uuid import UUID, uuid4
 
+import httpx
 import pytest
-from ag_ui.core import AssistantMessage, ToolMessage
+from ag_ui.core import AssistantMessage, BaseEvent, RunAgentInput, ToolMessage
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agui_scripts import ScriptedAgent, collect, full_turn, run_input, user
+from server_support import LiveServer, collect_sse
+from server_support import run_input as server_run_input
 from sqlite_support import sqlite_store
 from threadstore import ChatCreate, InvalidInputError, Message, Reasoning, Role, ToolCall
 from threadstore.agui import HistoryWindow, StorageAgent, translate_messages
 from threadstore.agui.window import message_chars
+from threadstore.server import create_app
 
 CHAT = UUID("00000000-0000-4000-8000-0000000000c1")
 USER = UUID("00000000-0000-4000-8000-0000000000c2")
@@ -127,3 +132,36 @@ async def test_the_agent_gets_the_last_turns_and_the_chat_keeps_them_all(tmp_pat
         assert agent.chat is not None
         stored = await store.get_chat_messages(agent.chat.chat_uuid)
         assert [m.agui_id for m in stored if m.role is Role.USER] == ["q0", "q1", "q2"]
+
+
+class RecordingAgent:
+    """Answers at once and keeps the messages each run was given."""
+
+    name = "recording"
+
+    def __init__(self) -> None:
+        self.given: list[list[str]] = []
+
+    async def run(self, input: RunAgentInput) -> AsyncIterator[BaseEvent]:
+        self.given.append([m.id for m in input.messages])
+        for event in full_turn(input.thread_id, input.run_id):
+            yield event
+
+
+async def test_the_server_gives_its_agent_the_window_it_was_built_with(tmp_path: Path) -> None:
+    agent = RecordingAgent()
+    app = create_app(
+        f"sqlite:///{tmp_path / 'server.db'}",
+        agent=agent,
+        history_window=HistoryWindow(max_turns=1),
+    )
+    async with LiveServer(app) as server, httpx.AsyncClient() as client:
+        for text in ("first", "second"):
+            body = server_run_input(text, thread_id="windowed")
+            async with client.stream("POST", f"{server.url}/agui", json=body) as response:
+                assert response.status_code == 200
+                await collect_sse(response)
+        asked = body["messages"][-1]["id"]
+
+    assert agent.given[-1][0] == asked  # the earlier turn stays out of the model's view
+    assert len(agent.given[0]) == 1

@@ -15,6 +15,7 @@ from starlette.types import Scope
 
 import threadstore
 from threadstore.agui.distributed import DistributedRunManager
+from threadstore.agui.window import HistoryWindow
 from threadstore.server.agents import InnerAgent, load_agent
 from threadstore.server.auth import Authenticator, LocalUserAuth
 from threadstore.server.demo_agent import DEFAULT_DEMO_DELAY
@@ -52,6 +53,7 @@ def create_app(
     heartbeat_interval: float = 5.0,
     stale_after: float = 30.0,
     sweep_interval: float | None = 60.0,
+    history_window: HistoryWindow | None = None,
 ) -> FastAPI:
     """Build the threadstore server app.
 
@@ -65,6 +67,9 @@ def create_app(
     runs are stored). ``auth`` defaults to the single local user. Runs whose
     process stopped heartbeating for ``stale_after`` seconds are finalized at start-up
     and every ``sweep_interval`` seconds (``None``: only at start-up).
+    ``history_window`` (a :class:`~threadstore.agui.window.HistoryWindow`) gives the
+    agent only the last turns of a chat, passed to ``storage_agent`` as
+    ``history_window=``; by default it gets the whole stored history.
 
     On PostgreSQL the runs go through a
     :class:`~threadstore.agui.distributed.DistributedRunManager`, so several server
@@ -85,8 +90,11 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         opened = await open_store(store, setup=migrate) if isinstance(store, str) else store
 
+        # Only a window that is set is passed: a custom factory need not take one.
+        window = {} if history_window is None else {"history_window": history_window}
+
         def per_run(user_uuid: UUID) -> Any:
-            return wrap(agent_name, user_uuid, opened, opened, inner, run_repo=opened)
+            return wrap(agent_name, user_uuid, opened, opened, inner, run_repo=opened, **window)
 
         # Outside PostgreSQL it is the in-process manager. Streams of this process's runs
         # come from memory, never waiting for the relay: the client goes first.
