@@ -395,19 +395,26 @@ class Store(abc.ABC):
         return chats[0] if chats else None
 
     async def get_all_chats(self, user_uuid: UUID | None = None) -> Sequence[Chat]:
-        """Return every chat (optionally one user's), newest activity first."""
+        """Return every chat (optionally one user's), newest activity first.
+
+        Unbounded: with no user it is an admin call that reads every chat of every user
+        at once. Page with :meth:`list_chats` (``user_uuid=None`` for every user's).
+        """
         return await self._select_chats(ChatFilter(user_uuid))
 
     async def list_chats(
         self,
-        user_uuid: UUID,
+        user_uuid: UUID | None,
         *,
         limit: int | None = None,
         cursor: str | None = None,
         tenant_id: str | None = None,
         app_id: str | None = None,
     ) -> ChatPage:
-        """Return one page of a user's chats, newest activity first, with a cursor to the next."""
+        """Return one page of a user's chats, newest activity first, with a cursor to the next.
+
+        ``user_uuid=None`` pages through every user's chats (an admin read).
+        """
         size = check_limit(limit)
         assert size is not None
         after = None if cursor is None else decode_chat_cursor(cursor)
