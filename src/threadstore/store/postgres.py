@@ -363,15 +363,7 @@ class PostgresStore(Store):
         iso = _iso_times(conn)
         tool_rows = await self._fetch_on(conn, sql.TOOL_CALL_SELECT[iso] + where, parents)
         reasoning_rows = await self._fetch_on(conn, sql.REASONING_SELECT[iso] + where, parents)
-        await off_loop(
-            messages,
-            attach_rows,
-            messages,
-            self._tool_calls.load,
-            tool_rows,
-            self._reasonings.load,
-            reasoning_rows,
-        )
+        await attach_rows(messages, self._tool_calls, tool_rows, self._reasonings, reasoning_rows)
         return messages
 
     async def _read_messages(self, suffix: str, *args: Any) -> list[Message]:

@@ -28,6 +28,7 @@ from pydantic import BaseModel, TypeAdapter
 
 from threadstore.models import ContentPart, Message, Reasoning, ToolCall
 from threadstore.store.codec import constructor
+from threadstore.store.offload import off_loop
 from threadstore.store.records import ExtrasCodec
 
 __all__ = [
@@ -222,13 +223,19 @@ def attach_children(
             parent.reasonings.append(reasoning)
 
 
-def attach_rows(
+async def attach_rows(
     messages: Sequence[Message],
-    load_tool_calls: Callable[[Sequence[Sequence[Any]]], Iterable[ToolCall]],
+    tool_calls: RowLoader,
     tool_call_rows: Sequence[Sequence[Any]],
-    load_reasonings: Callable[[Sequence[Sequence[Any]]], Iterable[Reasoning]],
+    reasonings: RowLoader,
     reasoning_rows: Sequence[Sequence[Any]],
 ) -> None:
-    """Build tool calls and reasoning steps from their rows and attach them (one call, so
-    the whole of it can run off the event loop)."""
-    attach_children(messages, load_tool_calls(tool_call_rows), load_reasonings(reasoning_rows))
+    """Build tool calls and reasoning steps from their rows and attach them to ``messages``.
+
+    Off the event loop for a long history (:func:`~threadstore.store.offload.off_loop`).
+    """
+
+    def build() -> None:
+        attach_children(messages, tool_calls.load(tool_call_rows), reasonings.load(reasoning_rows))
+
+    await off_loop(messages, build)

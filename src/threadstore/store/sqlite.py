@@ -567,15 +567,7 @@ class SQLiteStore(Store):
             param = json.dumps([str(m.message_uuid) for m in messages])
         tool_rows = await self._fetch(_TOOL_CALL_SELECT + where, (param,), small=small)
         reasoning_rows = await self._fetch(_REASONING_SELECT + where, (param,), small=small)
-        await off_loop(
-            messages,
-            attach_rows,
-            messages,
-            self._tool_calls.load,
-            tool_rows,
-            self._reasonings.load,
-            reasoning_rows,
-        )
+        await attach_rows(messages, self._tool_calls, tool_rows, self._reasonings, reasoning_rows)
         return messages
 
     # --- chats -----------------------------------------------------------------------------
