@@ -15,7 +15,7 @@ import asyncio
 from collections.abc import Callable, Sized
 from typing import Any, TypeVar
 
-__all__ = ["OFF_LOOP_ITEMS", "off_loop"]
+__all__ = ["OFF_LOOP_ITEMS", "consume", "off_loop"]
 
 _T = TypeVar("_T")
 
@@ -32,3 +32,12 @@ async def off_loop(items: Sized, fn: Callable[..., _T], *args: Any) -> _T:
     if len(items) < OFF_LOOP_ITEMS:
         return fn(*args)
     return await asyncio.to_thread(fn, *args)
+
+
+def consume(fn: Callable[[list[Any]], _T], items: list[Any]) -> _T:
+    """Return ``fn(items)`` and empty ``items``: under :func:`off_loop`, the thread that
+    built models from a long list of rows also frees the rows, not the event loop."""
+    try:
+        return fn(items)
+    finally:
+        items.clear()

@@ -237,5 +237,9 @@ async def attach_rows(
 
     def build() -> None:
         attach_children(messages, tool_calls.load(tool_call_rows), reasonings.load(reasoning_rows))
+        # The rows are the caller's to drop: freeing them here keeps that off the loop too.
+        for rows in (tool_call_rows, reasoning_rows):
+            if isinstance(rows, list):
+                rows.clear()
 
     await off_loop(messages, build)

@@ -64,7 +64,7 @@ from threadstore.store.base import (
     Store,
 )
 from threadstore.store.history_cache import DEFAULT_HISTORY_CACHE_MESSAGES, HistoryCache
-from threadstore.store.offload import off_loop
+from threadstore.store.offload import consume, off_loop
 from threadstore.store.ops import (
     CreateMessage,
     CreateReasoning,
@@ -557,7 +557,7 @@ class SQLiteStore(Store):
         needs no list of message ids; otherwise by the messages' ids. ``small``: the
         children of one message, which may be read inline.
         """
-        messages: list[Message] = await off_loop(rows, self._messages.load, rows)
+        messages: list[Message] = await off_loop(rows, consume, self._messages.load, rows)
         if not messages:
             return messages
         if chat_uuid is not None:
