@@ -583,3 +583,24 @@ def test_a_chat_prefix_needs_eight_characters(db: str) -> None:
     assert short == 1
     assert "at least 8 characters" in short_output
     assert enough == 0 and "what is 2+2" in shown
+
+
+def test_show_pages_a_long_chat_and_list_pages_every_users_chats(db: str) -> None:
+    chat_id = asyncio.run(_seed(db))  # a question and its answer
+    asyncio.run(_seed(db, user="bob", thread="t2", name="Bob's"))
+
+    _, newest = invoke("chats", "show", chat_id, "--db", db, "--last", "1")
+    _, whole = invoke("chats", "show", chat_id, "--db", db)
+    first, first_page = invoke("chats", "list", "--db", db, "--limit", "1", "--json")
+    cursor = json.loads(first_page)["next_cursor"]
+    _, second_page = invoke(
+        "chats", "list", "--db", db, "--limit", "1", "--json", "--cursor", cursor
+    )
+
+    assert "calculator" in newest and "what is 2+2" not in newest
+    assert "earlier messages not shown" in newest
+    assert "what is 2+2" in whole and "earlier messages not shown" not in whole
+    assert first == 0 and cursor
+    names = [json.loads(page)["items"][0]["name"] for page in (first_page, second_page)]
+    assert sorted(names) == ["Bob's", "Maths"]
+    assert json.loads(second_page)["next_cursor"] is None

@@ -35,7 +35,7 @@ from threadstore.errors import (
 )
 from threadstore.models import Chat, Message
 from threadstore.store import open_store
-from threadstore.store.base import Store
+from threadstore.store.base import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, Store
 
 if TYPE_CHECKING:
     from threadstore.server.auth import Authenticator
@@ -464,23 +464,19 @@ def chats_list(
     user: UserOption = None,
     limit: Annotated[int, typer.Option(min=1, max=1000, help="How many chats to show.")] = 20,
     cursor: Annotated[
-        str | None, typer.Option(help="Continue after a previous page (needs --user).")
+        str | None, typer.Option(help="Continue after a previous page (its next_cursor).")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
-    """List chats, newest activity first, with each chat's last message."""
+    """List chats, newest activity first, with each chat's last message (a page at a time)."""
     _check_store(db)
     user_uuid = _user(user)
-    if cursor is not None and user_uuid is None:
-        _fail("--cursor needs --user")
 
     async def work() -> tuple[list[Chat], dict[UUID, Message], str | None]:
         async with _store(db) as store:
-            if user_uuid is None:
-                chats, next_cursor = list(await store.get_all_chats())[:limit], None
-            else:
-                page = await store.list_chats(user_uuid, limit=limit, cursor=cursor)
-                chats, next_cursor = page.items, page.next_cursor
+            # Without --user: every user's chats, still one page at a time.
+            page = await store.list_chats(user_uuid, limit=limit, cursor=cursor)
+            chats, next_cursor = page.items, page.next_cursor
             last = await store.get_last_messages([c.chat_uuid for c in chats])
             return chats, last, next_cursor
 
@@ -525,24 +521,33 @@ def chats_show(
     db: DbOption = DEFAULT_DB,
     user: UserOption = None,
     as_json: Annotated[
-        bool, typer.Option("--json", help="Print the chat's export document.")
+        bool, typer.Option("--json", help="Print the chat's export document (all of it).")
     ] = False,
+    last: Annotated[
+        int, typer.Option(min=1, max=MAX_PAGE_SIZE, help="How many of the newest messages.")
+    ] = DEFAULT_PAGE_SIZE,
 ) -> None:
-    """Show a chat's history: messages, tool calls and reasoning, oldest first."""
+    """Show a chat's newest messages (--last), with tool calls and reasoning, oldest first."""
     from threadstore.transfer import export_chat
 
     _check_store(db)
 
-    async def work() -> Any:
+    async def work() -> tuple[Chat, list[Message], bool, str | None]:
         async with _store(db) as store:
             found = await _resolve_chat(store, chat, _user(user))
-            return await export_chat(store, found)
+            if as_json:
+                return found, [], False, (await export_chat(store, found)).model_dump_json(indent=2)
+            # One page from the end, and one row before it: whether there is more.
+            page = list(await store.get_chat_messages(found.chat_uuid, before=2**62, limit=last))
+            earlier = bool(page) and bool(
+                await store.get_chat_messages(found.chat_uuid, before=page[0].seq, limit=1)
+            )
+            return found, page, earlier, None
 
-    document = _run(work, db)
-    if as_json:
-        print(document.model_dump_json(indent=2))
+    found, messages, earlier, exported = _run(work, db)
+    if exported is not None:
+        print(exported)
         return
-    found = document.chat
     out.print(f"[bold]{escape(found.name or found.thread_id)}[/]")
     out.print(
         f"[dim]chat {found.chat_uuid} · thread {escape(found.thread_id)} · "
@@ -550,7 +555,9 @@ def chats_show(
     )
     if found.state not in (None, {}):
         out.print(f"[dim]state {escape(json.dumps(found.state)[:200])}[/]")
-    for message in document.messages:
+    if earlier:
+        out.print(f"[dim]earlier messages not shown: --last {MAX_PAGE_SIZE} or --json[/]")
+    for message in messages:
         _print_message(message)
 
 

@@ -10,6 +10,7 @@ from threadstore.agui.compact import compact_events
 from threadstore.agui.distributed import DistributedRunManager
 from threadstore.agui.manager import RunHandle, StreamPersistenceManager
 from threadstore.agui.repositories import ChatRepository, MessageRepository
+from threadstore.agui.window import HistoryWindow
 from threadstore.codec import (
     ThinkingEndEvent,
     ThinkingStartEvent,
@@ -27,6 +28,7 @@ __all__ = [
     "ChatPersistingAgent",
     "ChatRepository",
     "DistributedRunManager",
+    "HistoryWindow",
     "MessageRepository",
     "RunHandle",
     "StorageAgent",

@@ -56,6 +56,7 @@ from ag_ui.core import (
     UserMessage,
 )
 
+from threadstore.agui.window import HistoryWindow
 from threadstore.agui.writer import (
     EventHandler,
     HandlerKind,
@@ -91,6 +92,7 @@ from threadstore.store.base import (
     Store,
     TreeNode,
 )
+from threadstore.store.offload import off_loop
 
 if TYPE_CHECKING:
     import ag_ui.core
@@ -181,6 +183,7 @@ class StorageAgent:
         tenant_id: str | None = None,
         app_id: str | None = None,
         chat_name: str | None = None,
+        history_window: HistoryWindow | None = None,
     ) -> None:
         if not checkpoint_interval > 0:
             raise InvalidInputError(f"checkpoint_interval must be > 0, got {checkpoint_interval}")
@@ -200,6 +203,8 @@ class StorageAgent:
         self.tenant_id = tenant_id
         self.app_id = app_id
         self.chat_name = chat_name
+        self.history_window = history_window
+        """Which stored turns the inner agent is given; ``None``: the whole history."""
         """The name a chat this agent creates gets; by default its first user message's text."""
         self.chat: Chat | None = None
         """The chat of the run, once resolved or created."""
@@ -222,8 +227,10 @@ class StorageAgent:
         """Persist inbound user messages, replay history, then stream the inner agent.
 
         ``input.messages`` is replaced in place with the translated stored history
-        before the inner agent runs. Yields the inner agent's events verbatim, or
-        ``RUN_STARTED`` + ``RUN_ERROR(code="INVALID_INPUT")`` when the input is refused.
+        before the inner agent runs: the whole history by default, the turns
+        ``history_window`` keeps when it is set (:class:`HistoryWindow`). Yields the
+        inner agent's events verbatim, or ``RUN_STARTED`` +
+        ``RUN_ERROR(code="INVALID_INPUT")`` when the input is refused.
         """
         started = await self._start(input)
         if isinstance(started, list):
@@ -275,15 +282,21 @@ class StorageAgent:
                 RunErrorEvent(message=str(exc), code=INVALID_INPUT_ERROR_CODE),
             ]
         self.chat = chat
-        input.messages = self.translate(history)
+        # Whole-history work: off the event loop for a long chat (see store.offload).
+        given = history if self.history_window is None else self.history_window.select(history)
+        input.messages = await off_loop(given, self.translate, given)
         if input.state in (None, {}) and chat.state is not None:
             input.state = copy.deepcopy(chat.state)
-        fold = ConversationFold(
-            input.run_id,
-            thread_id=input.thread_id,
-            parent_run_id=input.parent_run_id,
-            history=history,
-            state=input.state,
+        fold = await off_loop(
+            history,
+            functools.partial(
+                ConversationFold,
+                input.run_id,
+                thread_id=input.thread_id,
+                parent_run_id=input.parent_run_id,
+                history=history,
+                state=input.state,
+            ),
         )
         if self.run_repo is not None:
             run = Run(
@@ -363,6 +376,11 @@ class StorageAgent:
         return self._persister is not None and self._persister.chat_deleted
 
     @property
+    def flush_retries(self) -> int:
+        """Writes of this run that failed and were tried again (0 on a healthy store)."""
+        return 0 if self._persister is None else self._persister.retries
+
+    @property
     def backlog(self) -> int:
         """Events handed to persistence and not folded yet: queued, or deltas held back."""
         persister = self._persister
@@ -380,7 +398,8 @@ class StorageAgent:
         if branch is not None:
             history = branch.history
             self._branched = True
-        creates, results = self._screen(input, history)  # refuses before anything is written
+        # Refuses before anything is written.
+        creates, results = await off_loop(history, self._screen, input, history)
         if chat is None:
             chat_create = ChatCreate(
                 user_uuid=self.user_uuid,
@@ -395,7 +414,7 @@ class StorageAgent:
             fresh = chat.chat_uuid == chat_create.chat_uuid
             history = [] if fresh else await self._history(chat)
             if history:
-                creates, results = self._screen(input, history)
+                creates, results = await off_loop(history, self._screen, input, history)
         if branch is not None and not creates:
             # Nothing new to hang on the branch point: the run continues from it (its
             # history is the path to it, whatever the leaf becomes meanwhile).
@@ -414,7 +433,7 @@ class StorageAgent:
                     await self.message_repo.update_message_tool_call(call_uuid, update)
                 # Read inside the transaction: the same rows, without queueing for the
                 # store again (SQLite: four trips through its writer lock).
-                history = await self._history(chat)
+                history = await self._after_inbound(chat, history, results)
         return chat, history
 
     async def _branch_point(
@@ -481,10 +500,51 @@ class StorageAgent:
             return None
         return _Branch(point.message_uuid, await _path_to(store, tree, point, history))
 
+    async def _after_inbound(
+        self,
+        chat: Chat,
+        history: list[Message],
+        results: list[tuple[UUID, MessageToolCallUpdate]],
+    ) -> list[Message]:
+        """The history once the inbound messages are stored, reading only what they changed.
+
+        A :class:`Store` pages by ``Message.seq``: the messages after the last one read
+        are the new ones, and the messages whose tool calls just got a result are read
+        again, so a run on a long chat does not read it twice. Any other repository
+        reads the whole history again.
+        """
+        repo = self.message_repo
+        if not history or not isinstance(repo, Store):
+            return await self._history(chat)
+        tail = await repo.get_chat_messages(chat.chat_uuid, after=history[-1].seq)
+        answered = {call_uuid for call_uuid, _ in results}
+        extended = list(history)
+        # Calls waiting for a result belong to the newest answers: look from the end.
+        for index in range(len(extended) - 1, -1, -1):
+            if not answered:
+                break
+            message = extended[index]
+            calls = {call.uuid for call in message.tool_calls} & answered
+            if not calls:
+                continue
+            answered -= calls
+            fresh = await repo.get_message(message.message_uuid)
+            if fresh is None:  # deleted meanwhile: read it all again
+                return await self._history(chat)
+            extended[index] = fresh
+        extended.extend(tail)
+        self._check_chat(chat, tail)
+        return extended
+
     async def _history(self, chat: Chat | None) -> list[Message]:
         if chat is None:
             return []
         history = list(await self.message_repo.get_chat_messages(chat.chat_uuid))
+        await off_loop(history, self._check_chat, chat, history)
+        return history
+
+    @staticmethod
+    def _check_chat(chat: Chat, history: Sequence[Message]) -> None:
         for message in history:
             # A custom repository that mixes chats up must not leak one into another.
             if message.chat_uuid != chat.chat_uuid:
@@ -494,7 +554,6 @@ class StorageAgent:
                     f"{message.chat_uuid} for chat {chat.chat_uuid}: messages do not all "
                     "belong to the same chat"
                 )
-        return history
 
     def _screen(
         self, input: RunAgentInput, history: Sequence[Message]

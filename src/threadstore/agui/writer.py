@@ -264,6 +264,11 @@ class RunPersister:
         self.state_written = 0
         self.final: tuple[MessageStatus, RunStatus, str | None] | None = None
         self.failed: BaseException | None = None
+        self.retries = 0
+        """Failed write attempts so far, each then tried again (or split in halves).
+
+        A healthy store never makes a flush retry: this stays 0 unless the store failed.
+        """
         self.chat_deleted = False
         """The chat was deleted during the run: nothing more is written (it stays deleted)."""
         self.chain: UUID | None = None
@@ -655,6 +660,7 @@ class RunPersister:
                     break
                 await self._commit(batch)
             except Exception as exc:
+                self.retries += 1
                 self._failed_ops(batch)
                 if isinstance(exc, NotFoundError) and await self._chat_gone():
                     self._give_up_deleted_chat()

@@ -16,6 +16,7 @@ from starlette.types import Scope
 
 import threadstore
 from threadstore.agui.distributed import DistributedRunManager
+from threadstore.agui.window import HistoryWindow
 from threadstore.server.agents import InnerAgent, load_agent
 from threadstore.server.auth import Authenticator, LocalUserAuth
 from threadstore.server.demo_agent import DEFAULT_DEMO_DELAY
@@ -57,6 +58,7 @@ def create_app(
     stale_after: float = 30.0,
     sweep_interval: float | None = 60.0,
     cors_origins: Sequence[str] = (),
+    history_window: HistoryWindow | None = None,
 ) -> FastAPI:
     """Build the threadstore server app.
 
@@ -72,6 +74,9 @@ def create_app(
     and every ``sweep_interval`` seconds (``None``: only at start-up).
     ``cors_origins`` lets browser front ends on those origins call the server
     (``"*"``: any origin); none by default.
+    ``history_window`` (a :class:`~threadstore.agui.window.HistoryWindow`) gives the
+    agent only the last turns of a chat, passed to ``storage_agent`` as
+    ``history_window=``; by default it gets the whole stored history.
 
     On PostgreSQL the runs go through a
     :class:`~threadstore.agui.distributed.DistributedRunManager`, so several server
@@ -92,8 +97,11 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         opened = await open_store(store, setup=migrate) if isinstance(store, str) else store
 
+        # Only a window that is set is passed: a custom factory need not take one.
+        window = {} if history_window is None else {"history_window": history_window}
+
         def per_run(user_uuid: UUID, branch_from: UUID | None = None) -> Any:
-            agent = wrap(agent_name, user_uuid, opened, opened, inner, run_repo=opened)
+            agent = wrap(agent_name, user_uuid, opened, opened, inner, run_repo=opened, **window)
             if branch_from is not None:
                 agent.branch_from = branch_from  # regenerate and edit: see routes_branches
             return agent

@@ -49,7 +49,8 @@ from threadstore.models import (
 )
 from threadstore.store.copies import copy_message
 from threadstore.store.cursor import decode_chat_cursor, encode_chat_cursor
-from threadstore.store.history_cache import HistoryCache
+from threadstore.store.history_cache import HistoryCache, copy_messages
+from threadstore.store.offload import off_loop
 from threadstore.store.ops import WRITE_METHODS, WRITE_TYPES, Write, apply_to
 from threadstore.store.records import Codecs
 from threadstore.store.run_events import RunEventLog
@@ -461,19 +462,26 @@ class Store(abc.ABC):
         return chats[0] if chats else None
 
     async def get_all_chats(self, user_uuid: UUID | None = None) -> Sequence[Chat]:
-        """Return every chat (optionally one user's), newest activity first."""
+        """Return every chat (optionally one user's), newest activity first.
+
+        Unbounded: with no user it is an admin call that reads every chat of every user
+        at once. Page with :meth:`list_chats` (``user_uuid=None`` for every user's).
+        """
         return await self._select_chats(ChatFilter(user_uuid))
 
     async def list_chats(
         self,
-        user_uuid: UUID,
+        user_uuid: UUID | None,
         *,
         limit: int | None = None,
         cursor: str | None = None,
         tenant_id: str | None = None,
         app_id: str | None = None,
     ) -> ChatPage:
-        """Return one page of a user's chats, newest activity first, with a cursor to the next."""
+        """Return one page of a user's chats, newest activity first, with a cursor to the next.
+
+        ``user_uuid=None`` pages through every user's chats (an admin read).
+        """
         size = check_limit(limit)
         assert size is not None
         after = None if cursor is None else decode_chat_cursor(cursor)
@@ -589,11 +597,16 @@ class Store(abc.ABC):
         if version is None:
             cache.discard(chat_uuid)
             return []
-        cached = cache.get(chat_uuid, version)
-        if cached is not None:
-            return cached
+        # The cache never hands out what it keeps (callers may change what they get):
+        # the copies of a long history are made off the event loop.
+        kept = cache.kept(chat_uuid, version)
+        if kept is not None:
+            return await off_loop(kept, copy_messages, kept)
         messages = await self._select_branch(chat_uuid, page, version)
-        cache.put(chat_uuid, version, messages)
+        if cache.fits(messages):
+            cache.keep(chat_uuid, version, await off_loop(messages, copy_messages, messages))
+        else:
+            cache.discard(chat_uuid)
         return messages
 
     @abc.abstractmethod

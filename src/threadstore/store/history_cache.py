@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import copy
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Sequence, Sized
 from typing import Any
 from uuid import UUID
 
@@ -79,21 +79,33 @@ class HistoryCache:
 
     def get(self, chat_uuid: UUID, version: Any) -> list[Message] | None:
         """Return copies of the history read at ``version``, or ``None``."""
+        kept = self.kept(chat_uuid, version)
+        return None if kept is None else copy_messages(kept)
+
+    def kept(self, chat_uuid: UUID, version: Any) -> list[Message] | None:
+        """The history read at ``version`` as kept, or ``None``: copy it before handing it out."""
         entry = self._entries.get(chat_uuid)
         if entry is None or entry[0] != version:
             self.misses += 1
             return None
         self._entries.move_to_end(chat_uuid)
         self.hits += 1
-        return copy_messages(entry[1])
+        return entry[1]
 
     def put(self, chat_uuid: UUID, version: Any, messages: Sequence[Message]) -> None:
         """Keep copies of ``messages`` as the history at ``version``."""
-        if len(messages) > self.max_messages:
-            self.discard(chat_uuid)
-            return
+        self.keep(chat_uuid, version, copy_messages(messages))
+
+    def fits(self, messages: Sized) -> bool:
+        """Whether a history this long is kept at all."""
+        return len(messages) <= self.max_messages
+
+    def keep(self, chat_uuid: UUID, version: Any, messages: list[Message]) -> None:
+        """Keep ``messages`` themselves (a copy nobody else holds) as the history at ``version``."""
         self.discard(chat_uuid)
-        self._entries[chat_uuid] = (version, copy_messages(messages))
+        if not self.fits(messages):
+            return
+        self._entries[chat_uuid] = (version, messages)
         self._size += len(messages)
         while self._size > self.max_messages:
             _, (_, evicted) = self._entries.popitem(last=False)

@@ -70,10 +70,11 @@ from threadstore.store.base import (
     TreeNode,
 )
 from threadstore.store.history_cache import DEFAULT_HISTORY_CACHE_MESSAGES, HistoryCache
+from threadstore.store.offload import off_loop
 from threadstore.store.ops import UpdateMessage, Write
 from threadstore.store.postgres_events import PostgresRunEvents
 from threadstore.store.records import split_update
-from threadstore.store.rows import RowLoader, attach_children
+from threadstore.store.rows import RowLoader, attach_rows
 from threadstore.store.sql import (
     CHAT_FIELD_ENCODERS,
     JSON_ENCODERS,
@@ -356,7 +357,7 @@ class PostgresStore(Store):
         Two more statements fetch the children by their parents' ids, only when some
         message has any.
         """
-        messages: list[Message] = self._messages.load(rows)
+        messages: list[Message] = await off_loop(rows, self._messages.load, rows)
         parents = [m.message_uuid for m, row in zip(messages, rows, strict=True) if row[-1]]
         if not parents:
             return messages
@@ -364,9 +365,7 @@ class PostgresStore(Store):
         iso = _iso_times(conn)
         tool_rows = await self._fetch_on(conn, sql.TOOL_CALL_SELECT[iso] + where, parents)
         reasoning_rows = await self._fetch_on(conn, sql.REASONING_SELECT[iso] + where, parents)
-        attach_children(
-            messages, self._tool_calls.load(tool_rows), self._reasonings.load(reasoning_rows)
-        )
+        await attach_rows(messages, self._tool_calls, tool_rows, self._reasonings, reasoning_rows)
         return messages
 
     async def _read_messages(self, suffix: str, *args: Any) -> list[Message]:

@@ -31,6 +31,7 @@ from pydantic import BaseModel, TypeAdapter
 from threadstore import binary_json
 from threadstore.models import ContentPart, Message, Reasoning, ToolCall
 from threadstore.store.codec import constructor
+from threadstore.store.offload import off_loop
 from threadstore.store.records import ExtrasCodec
 
 __all__ = [
@@ -236,3 +237,25 @@ def attach_children(
         parent = by_uuid.get(reasoning.message_uuid)
         if parent is not None:
             parent.reasonings.append(reasoning)
+
+
+async def attach_rows(
+    messages: Sequence[Message],
+    tool_calls: RowLoader,
+    tool_call_rows: Sequence[Sequence[Any]],
+    reasonings: RowLoader,
+    reasoning_rows: Sequence[Sequence[Any]],
+) -> None:
+    """Build tool calls and reasoning steps from their rows and attach them to ``messages``.
+
+    Off the event loop for a long history (:func:`~threadstore.store.offload.off_loop`).
+    """
+
+    def build() -> None:
+        attach_children(messages, tool_calls.load(tool_call_rows), reasonings.load(reasoning_rows))
+        # The rows are the caller's to drop: freeing them here keeps that off the loop too.
+        for rows in (tool_call_rows, reasoning_rows):
+            if isinstance(rows, list):
+                rows.clear()
+
+    await off_loop(messages, build)

@@ -65,6 +65,7 @@ from threadstore.store.base import (
     TreeNode,
 )
 from threadstore.store.history_cache import DEFAULT_HISTORY_CACHE_MESSAGES, HistoryCache
+from threadstore.store.offload import consume, off_loop
 from threadstore.store.ops import (
     CreateMessage,
     CreateReasoning,
@@ -81,7 +82,7 @@ from threadstore.store.ops import (
 from threadstore.store.records import WriterLock, split_update
 from threadstore.store.rows import (
     RowLoader,
-    attach_children,
+    attach_rows,
 )
 from threadstore.store.sql import (
     CHAT_FIELD_ENCODERS,
@@ -558,11 +559,11 @@ class SQLiteStore(Store):
     ) -> list[Message]:
         """Build messages and attach their tool calls and reasoning steps (two statements).
 
-        With ``chat_uuid`` (a page of one chat) children are selected by chat, which
+        With ``chat_uuid`` (a whole branch of one chat) children are selected by chat, which
         needs no list of message ids; otherwise by the messages' ids. ``small``: the
         children of one message, which may be read inline.
         """
-        messages: list[Message] = self._messages.load(rows)
+        messages: list[Message] = await off_loop(rows, consume, self._messages.load, rows)
         if not messages:
             return messages
         if chat_uuid is not None:
@@ -572,9 +573,7 @@ class SQLiteStore(Store):
             param = json.dumps([str(m.message_uuid) for m in messages])
         tool_rows = await self._fetch(_TOOL_CALL_SELECT + where, (param,), small=small)
         reasoning_rows = await self._fetch(_REASONING_SELECT + where, (param,), small=small)
-        attach_children(
-            messages, self._tool_calls.load(tool_rows), self._reasonings.load(reasoning_rows)
-        )
+        await attach_rows(messages, self._tool_calls, tool_rows, self._reasonings, reasoning_rows)
         return messages
 
     # --- chats -----------------------------------------------------------------------------
@@ -862,7 +861,9 @@ class SQLiteStore(Store):
         rows = await self._fetch(sql, params)
         if page.newest_first:
             rows.reverse()
-        return await self._load_messages(rows, chat_uuid=chat_uuid)
+        # Children by chat need no list of ids, but read all the chat's: only for the
+        # whole branch. A page (a run's new tail) reads its own messages' children.
+        return await self._load_messages(rows, chat_uuid=chat_uuid if page.whole else None)
 
     async def get_last_messages(self, chat_uuids: list[UUID]) -> dict[UUID, Message]:
         if not chat_uuids:

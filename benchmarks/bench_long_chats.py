@@ -1,0 +1,226 @@
+"""What a run costs as a chat grows: appends, loads and whole runs on long histories.
+
+For each chat length it appends that many messages through the public API (every
+other one an answer that made a tool call), then measures: the median append, a
+cold load of the history (a new store, so an empty history cache), a cached load,
+and five consecutive StorageAgent runs of a tiny scripted answer, each adding a user
+message and an answer (the agent takes no time, so the run's wall time is
+threadstore's). While the last run starts, a ticker task wakes every millisecond and
+records the longest gap between two wake-ups: the longest stretch one run held the
+event loop.
+
+Run ``python benchmarks/bench_long_chats.py`` (``--sizes 300,1200`` to choose the
+lengths, ``--backend postgres`` and ``--url`` or ``THREADSTORE_TEST_POSTGRES_URL`` for
+PostgreSQL: a temporary database is created on that server and dropped after).
+Only public API, so the same file measures an older checkout (``PYTHONPATH=src``).
+Figures: docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import secrets
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+from uuid import uuid4
+
+from ag_ui.core import (
+    BaseEvent,
+    RunAgentInput,
+    RunFinishedEvent,
+    RunStartedEvent,
+    TextMessageContentEvent,
+    TextMessageEndEvent,
+    TextMessageStartEvent,
+    UserMessage,
+)
+
+from threadstore import (
+    ChatCreate,
+    MessageCreate,
+    MessageStatus,
+    MessageToolCallCreate,
+    MessageToolCallUpdate,
+    Role,
+    Store,
+    open_store,
+)
+from threadstore.agui import StorageAgent
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import machine_line
+
+RUNS = 5
+DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+class TinyAgent:
+    """Answers every run with one short text message, at once."""
+
+    name = "tiny"
+
+    async def run(self, input: RunAgentInput) -> AsyncIterator[BaseEvent]:
+        answer = f"{input.run_id}-answer"
+        yield RunStartedEvent(thread_id=input.thread_id, run_id=input.run_id)
+        yield TextMessageStartEvent(message_id=answer, role="assistant")
+        yield TextMessageContentEvent(message_id=answer, delta="ok")
+        yield TextMessageEndEvent(message_id=answer)
+        yield RunFinishedEvent(thread_id=input.thread_id, run_id=input.run_id)
+
+
+async def append(store: Store, chat_uuid: Any, messages: int) -> list[float]:
+    """Append ``messages`` records; return each append's seconds (an answer and its call)."""
+    times: list[float] = []
+    for index in range(messages):
+        started = time.perf_counter()
+        if index % 2 == 0:
+            await store.create_message(
+                MessageCreate(chat_uuid=chat_uuid, role=Role.USER, content=f"question {index}")
+            )
+        else:
+            answer = await store.create_message(
+                MessageCreate(chat_uuid=chat_uuid, role=Role.ASSISTANT, content=f"answer {index}")
+            )
+            call = await store.create_message_tool_call(
+                MessageToolCallCreate(
+                    message_uuid=answer.message_uuid, tool_call_id=f"call{index}", name="lookup"
+                )
+            )
+            await store.update_message_tool_call(
+                call.uuid, MessageToolCallUpdate(content="found", status=MessageStatus.COMPLETE)
+            )
+        times.append(time.perf_counter() - started)
+    return times
+
+
+async def longest_stall(work: Any) -> tuple[float, float]:
+    """Run ``work`` while a ticker wakes every millisecond; return (seconds, longest gap)."""
+    gaps = [0.0]
+    done = asyncio.Event()
+
+    async def tick() -> None:
+        last = time.perf_counter()
+        while not done.is_set():
+            await asyncio.sleep(0.001)
+            now = time.perf_counter()
+            gaps[0] = max(gaps[0], now - last - 0.001)
+            last = now
+
+    ticker = asyncio.create_task(tick())
+    await asyncio.sleep(0.01)
+    started = time.perf_counter()
+    try:
+        await work()
+    finally:
+        elapsed = time.perf_counter() - started
+        done.set()
+        await ticker
+    return elapsed, gaps[0]
+
+
+async def one_run(store: Store, user: Any, run: int) -> None:
+    agent = StorageAgent("bench", user, store, store, TinyAgent(), run_repo=store)  # type: ignore[arg-type]
+    run_input = RunAgentInput(
+        thread_id="long",
+        run_id=f"run{run}",
+        messages=[UserMessage(id=f"ask{run}", content="one more question")],
+        state=None,
+        tools=[],
+        context=[],
+        forwarded_props={},
+    )
+    async for _ in agent.run(run_input):
+        pass
+    await agent.persisted()
+
+
+async def measure(url: str, messages: int) -> dict[str, float]:
+    user = uuid4()
+    store = await open_store(url)
+    try:
+        chat = await store.create_chat(ChatCreate(user_uuid=user, thread_id="long"))
+        appends = await append(store, chat.chat_uuid, messages)
+    finally:
+        await store.close()
+    store = await open_store(url)  # a new store: nothing cached
+    try:
+        started = time.perf_counter()
+        await store.get_chat_messages(chat.chat_uuid)
+        cold = time.perf_counter() - started
+        started = time.perf_counter()
+        await store.get_chat_messages(chat.chat_uuid)
+        cached = time.perf_counter() - started
+        runs: list[float] = []
+        stalls: list[float] = []
+        for run in range(RUNS):
+            elapsed, stall = await longest_stall(lambda run=run: one_run(store, user, run))
+            runs.append(elapsed)
+            stalls.append(stall)
+    finally:
+        await store.close()
+    return {
+        "append_p50": statistics.median(appends),
+        "cold": cold,
+        "cached": cached,
+        "run": statistics.median(runs),
+        "stall": max(stalls),
+    }
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:,.1f} ms" if seconds >= 0.001 else f"{seconds * 1e6:,.0f} µs"
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="300,1200,10200,50200")
+    parser.add_argument("--backend", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument("--url", default=os.environ.get("THREADSTORE_TEST_POSTGRES_URL"))
+    args = parser.parse_args()
+    sizes = [int(size) for size in args.sizes.split(",")]
+    print(machine_line())
+    print(f"backend: {args.backend}; {RUNS} consecutive runs per length (median; stall: max)")
+    print()
+    print(
+        "| messages in the chat | append p50 | load, cold | load, cached | one run, whole "
+        "| longest loop stall |"
+    )
+    print("|---|---|---|---|---|---|")
+    for size in sizes:
+        if args.backend == "sqlite":
+            with tempfile.TemporaryDirectory() as directory:
+                figures = await measure(f"sqlite:///{directory}/long.db", size)
+        else:
+            figures = await on_postgres(args.url or DEFAULT_URL, size)
+        print(
+            f"| {size:,} | {ms(figures['append_p50'])} | {ms(figures['cold'])} "
+            f"| {ms(figures['cached'])} | {ms(figures['run'])} | {ms(figures['stall'])} |",
+            flush=True,
+        )
+
+
+async def on_postgres(url: str, size: int) -> dict[str, float]:
+    import asyncpg  # the postgres extra
+
+    name = f"bench_long_{secrets.token_hex(4)}"
+    admin = await asyncpg.connect(url)
+    try:
+        await admin.execute(f"CREATE DATABASE {name}")
+        try:
+            return await measure(urlunsplit(urlsplit(url)._replace(path=f"/{name}")), size)
+        finally:
+            await admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+    finally:
+        await admin.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

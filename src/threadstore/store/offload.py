@@ -1,0 +1,43 @@
+"""Work on a whole history, run off the event loop once the history is long.
+
+Building thousands of models, copying a cached history or translating it holds the
+thread that runs it for milliseconds per thousand messages. On the event loop that
+freezes every other task of the process (in the server: every other live stream)
+for as long, so beyond :data:`OFF_LOOP_ITEMS` items the work runs on a worker
+thread, and the loop thread gets the interpreter back at every switch interval
+(``sys.getswitchinterval()``, 5 ms by default) instead of waiting for the end.
+Below it the hop to a thread would cost more than the work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sized
+from typing import Any, TypeVar
+
+__all__ = ["OFF_LOOP_ITEMS", "consume", "off_loop"]
+
+_T = TypeVar("_T")
+
+OFF_LOOP_ITEMS = 500
+"""Items (rows, messages) from which work on them runs on a worker thread."""
+
+
+async def off_loop(items: Sized, fn: Callable[..., _T], *args: Any) -> _T:
+    """Return ``fn(*args)``, run on a worker thread when ``items`` holds many items.
+
+    ``fn`` must not touch state the event loop's tasks change meanwhile: it gets
+    objects no other task holds yet (rows just read, a list about to be handed out).
+    """
+    if len(items) < OFF_LOOP_ITEMS:
+        return fn(*args)
+    return await asyncio.to_thread(fn, *args)
+
+
+def consume(fn: Callable[[list[Any]], _T], items: list[Any]) -> _T:
+    """Return ``fn(items)`` and empty ``items``: under :func:`off_loop`, the thread that
+    built models from a long list of rows also frees the rows, not the event loop."""
+    try:
+        return fn(items)
+    finally:
+        items.clear()
