@@ -837,23 +837,48 @@ async function follow(threadId, runId, after, generation, firstResponse = null, 
   } finally {
     if (page.run === run) {
       page.run = null;
-      setRunning(false);
-      if (generation === page.generation) refreshChat(threadId, generation);
+      // The page shows the run as stored (its branch controls, final statuses) before it
+      // offers to send again.
+      if (generation === page.generation) await refreshChat(threadId, generation, run.runId);
+      if (!page.run) setRunning(false);
     }
   }
 }
 
-// After a run: pick up the stored chat (its uuid on a first run, its new name) and the list.
-async function refreshChat(threadId, generation) {
+// After a run: pick up the stored chat (its uuid on a first run, its new name), the run's
+// messages as stored, and the list. A run's last records are written just after its
+// terminal event reached the page, so this waits (briefly) until it is no longer live.
+async function refreshChat(threadId, generation, runId = null) {
   try {
-    const info = await api("GET", `/api/threads/${encodeURIComponent(threadId)}`);
+    const lookup = () => api("GET", `/api/threads/${encodeURIComponent(threadId)}`);
+    let info = await lookup();
+    for (let wait = 50; runId && info.live_run_ids.includes(runId) && wait <= 3200; wait *= 2) {
+      await new Promise((resolve) => setTimeout(resolve, wait));
+      if (generation !== page.generation) return;
+      info = await lookup();
+    }
     if (generation !== page.generation) return;
     page.chat = info.chat;
     setChatHeader();
+    if (page.chat && !page.run) await reloadNewest(generation);
   } catch (error) {
     if (!(error instanceof ApiError && error.status === 404)) report(error);
   }
   loadChats(true);
+}
+
+// Show the newest page of the stored chat again (keeping a run's error where it showed).
+async function reloadNewest(generation) {
+  const result = await api("GET", `/api/chats/${page.chat.chat_uuid}/messages?newest=true&limit=${PAGE_SIZE}`);
+  if (generation !== page.generation || page.run) return;
+  const runError = page.conversation.runError;
+  page.conversation = new Conversation();
+  page.conversation.runError = runError;
+  page.branches = { ...(result.branches || {}) };
+  page.conversation.prepend(result.items.map(messageFromStored));
+  page.before = result.prev_cursor;
+  renderConversation();
+  $("messages").scrollTop = $("messages").scrollHeight;
 }
 
 function newId(prefix) {
