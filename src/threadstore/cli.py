@@ -304,6 +304,9 @@ def chats_list(
         str | None, typer.Option(help="Continue after a previous page (needs --user).")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    search: Annotated[
+        str | None, typer.Option(help="Only chats whose name contains TEXT, ignoring case.")
+    ] = None,
 ) -> None:
     """List chats, newest activity first, with each chat's last message."""
     _check_sqlite_exists(db)
@@ -314,9 +317,12 @@ def chats_list(
     async def work() -> tuple[list[Chat], dict[UUID, Message], str | None]:
         async with _store(db) as store:
             if user_uuid is None:
-                chats, next_cursor = list(await store.get_all_chats())[:limit], None
+                chats = list(await store.get_all_chats(name_contains=search))[:limit]
+                next_cursor = None
             else:
-                page = await store.list_chats(user_uuid, limit=limit, cursor=cursor)
+                page = await store.list_chats(
+                    user_uuid, limit=limit, cursor=cursor, name_contains=search
+                )
                 chats, next_cursor = page.items, page.next_cursor
             last = await store.get_last_messages([c.chat_uuid for c in chats])
             return chats, last, next_cursor

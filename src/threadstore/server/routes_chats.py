@@ -58,6 +58,9 @@ class ChatRename(BaseModel):
     name: str = Field(min_length=1)
 
 
+MAX_SEARCH_CHARS = 200
+"""The longest text ``q`` may search chat names for (as long as a name may be)."""
+
 _END_OF_CHAT = 2**62  # above every message seq: "before the end" is the newest page
 
 PageSize = Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE, description="Page size.")]
@@ -69,9 +72,16 @@ async def list_chats(
     user: CurrentUser,
     limit: PageSize = DEFAULT_PAGE_SIZE,
     cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page.")] = None,
+    q: Annotated[
+        str | None,
+        Query(
+            max_length=MAX_SEARCH_CHARS,
+            description="Only chats whose name contains this text, ignoring case.",
+        ),
+    ] = None,
 ) -> ChatList:
     """Return the caller's chats, newest activity first, each with its last message."""
-    page = await state.store.list_chats(user, limit=limit, cursor=cursor)
+    page = await state.store.list_chats(user, limit=limit, cursor=cursor, name_contains=q)
     last = await state.store.get_last_messages([chat.chat_uuid for chat in page.items])
     items = [
         ChatSummary.model_validate({**chat.model_dump(), "last_message": last.get(chat.chat_uuid)})

@@ -276,6 +276,20 @@ class ChatFilter:
     after: tuple[datetime, str] | None = None
     """Only chats listed after this ``(updated_at, chat_uuid)`` key."""
     limit: int | None = None
+    name_contains: str | None = None
+    """Only chats whose name contains this text, ignoring case (chats with no name never)."""
+
+    def name_like(self) -> str | None:
+        """``name_contains`` as a ``LIKE`` pattern escaped with ``\\``, or ``None``.
+
+        ``%`` and ``_`` in the user's text match only themselves.
+        """
+        if self.name_contains is None:
+            return None
+        text = self.name_contains
+        for special in ("\\", "%", "_"):
+            text = text.replace(special, "\\" + special)
+        return f"%{text}%"
 
     def equalities(self) -> list[tuple[str, Any]]:
         """``(column, value)`` of every equality this filter asks for."""
@@ -393,9 +407,11 @@ class Store(abc.ABC):
         chats = await self._select_chats(ChatFilter(user_uuid, thread_id=thread_id))
         return chats[0] if chats else None
 
-    async def get_all_chats(self, user_uuid: UUID | None = None) -> Sequence[Chat]:
-        """Return every chat (optionally one user's), newest activity first."""
-        return await self._select_chats(ChatFilter(user_uuid))
+    async def get_all_chats(
+        self, user_uuid: UUID | None = None, *, name_contains: str | None = None
+    ) -> Sequence[Chat]:
+        """Return every chat (optionally one user's, or those named like ``list_chats``)."""
+        return await self._select_chats(ChatFilter(user_uuid, name_contains=name_contains or None))
 
     async def list_chats(
         self,
@@ -405,14 +421,26 @@ class Store(abc.ABC):
         cursor: str | None = None,
         tenant_id: str | None = None,
         app_id: str | None = None,
+        name_contains: str | None = None,
     ) -> ChatPage:
-        """Return one page of a user's chats, newest activity first, with a cursor to the next."""
+        """Return one page of a user's chats, newest activity first, with a cursor to the next.
+
+        ``name_contains`` keeps only chats whose name contains that text, ignoring case
+        (SQLite folds the case of ASCII letters only).
+        """
         size = check_limit(limit)
         assert size is not None
         after = None if cursor is None else decode_chat_cursor(cursor)
         # One more than the page: whether it exists says whether there is a next page.
         chats = await self._select_chats(
-            ChatFilter(user_uuid, tenant_id=tenant_id, app_id=app_id, after=after, limit=size + 1)
+            ChatFilter(
+                user_uuid,
+                tenant_id=tenant_id,
+                app_id=app_id,
+                after=after,
+                limit=size + 1,
+                name_contains=name_contains or None,
+            )
         )
         items = list(chats[:size])
         next_cursor = encode_chat_cursor(items[-1]) if len(chats) > size else None

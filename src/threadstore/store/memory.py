@@ -207,6 +207,7 @@ class MemoryStore(Store):
             and (where.tenant_id is None or r.get("tenant_id") == where.tenant_id)
             and (where.app_id is None or r.get("app_id") == where.app_id)
             and (where.after is None or (r["updated_at"], str(r["chat_uuid"])) < where.after)
+            and (where.name_contains is None or _name_contains(r, where.name_contains))
         ]
         rows.sort(key=lambda r: (r["updated_at"], str(r["chat_uuid"])), reverse=True)
         return [self._chat(r) for r in rows[: where.limit]]
@@ -472,6 +473,11 @@ class MemoryStore(Store):
                     row.update(status=status, in_progress=False, updated_at=now)
                 changed += len(keys)
             return changed
+
+
+def _name_contains(row: dict[str, Any], text: str) -> bool:
+    name = row.get("name")
+    return name is not None and text.casefold() in name.casefold()
 
 
 def _apply(row: dict[str, Any], update: Any, base_cls: Any) -> None:

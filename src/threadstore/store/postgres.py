@@ -413,6 +413,9 @@ class PostgresStore(Store):
         if where.after is not None:
             args += [where.after[0], UUID(where.after[1])]
             conditions.append(f"(updated_at, chat_uuid) < (${len(args) - 1}, ${len(args)})")
+        if (pattern := where.name_like()) is not None:
+            args.append(pattern)
+            conditions.append(f"c.name ILIKE ${len(args)} ESCAPE '\\'")
         suffix = " WHERE " + " AND ".join(conditions) if conditions else ""
         suffix += " ORDER BY c.updated_at DESC, c.chat_uuid DESC"
         if where.limit is not None:

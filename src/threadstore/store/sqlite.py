@@ -593,6 +593,10 @@ class SQLiteStore(Store):
         if where.after is not None:
             conditions.append("(updated_at, chat_uuid) < (?, ?)")
             params += [_ts(where.after[0]), where.after[1]]
+        if (pattern := where.name_like()) is not None:
+            # LIKE ignores the case of ASCII letters.
+            conditions.append("name LIKE ? ESCAPE '\\'")
+            params.append(pattern)
         sql = _CHAT_SELECT
         if conditions:
             sql += " WHERE " + " AND ".join(conditions)
