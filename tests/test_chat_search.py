@@ -12,9 +12,10 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import MakeChat
+from server_support import demo_client
 from threadstore import ChatCreate, Store, open_store
 from threadstore.cli import app
-from threadstore.server import LOCAL_USER_UUID, create_app, user_uuid_for
+from threadstore.server import LOCAL_USER_UUID, user_uuid_for
 
 
 async def test_listing_keeps_chats_whose_name_contains_the_text_in_any_case(
@@ -67,11 +68,8 @@ async def test_a_search_pages_with_the_cursor(store: Store, make_chat: MakeChat)
 @pytest.fixture
 async def client(store: Store) -> AsyncIterator[httpx.AsyncClient]:
     """A client of an app serving ``store`` as the single local user."""
-    app_ = create_app(store, agent="demo", demo_delay=0)
-    async with app_.router.lifespan_context(app_):
-        transport = httpx.ASGITransport(app=app_)
-        async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
-            yield http
+    async with demo_client(store) as http:
+        yield http
 
 
 async def test_the_api_lists_only_chats_named_like_q(

@@ -13,6 +13,7 @@ import json
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, TypeVar
 from uuid import UUID
@@ -24,9 +25,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from threadstore.errors import ConflictError, MigrationError, ThreadstoreError
-from threadstore.models import Chat, Message
+from threadstore.models import Chat, Message, utcnow
 from threadstore.store import open_store
-from threadstore.store.base import Store
+from threadstore.store.base import DEFAULT_DELETED_RETENTION, Store
 
 __all__ = ["app", "main"]
 
@@ -269,11 +270,16 @@ def sweep(
             min=0, help="PostgreSQL: seconds the relayed events of ended runs are kept for resumes."
         ),
     ] = 300.0,
+    deleted_retention: Annotated[
+        float,
+        typer.Option(min=0, help="Seconds a soft-deleted chat stays restorable (30 days)."),
+    ] = DEFAULT_DELETED_RETENTION.total_seconds(),
 ) -> None:
     """Finalize runs left behind by a server that stopped (their records become interrupted).
 
     On PostgreSQL it also deletes the relayed events of runs that ended more than
-    --event-retention seconds ago, as a running server does periodically.
+    --event-retention seconds ago, as a running server does periodically. Chats
+    soft-deleted more than --deleted-retention seconds ago are deleted for good.
     """
     from threadstore.agui.distributed import DistributedRunManager
 
@@ -282,14 +288,17 @@ def sweep(
     def no_agent() -> Any:
         raise RuntimeError("sweep starts no runs")
 
-    async def work() -> int:
+    async def work() -> tuple[int, int]:
         async with _store(db) as store:
             manager = DistributedRunManager(no_agent, store=store, event_retention=event_retention)
             async with manager:
-                return await manager.sweep(stale_after)
+                swept = await manager.sweep(stale_after)
+            cutoff = utcnow() - timedelta(seconds=deleted_retention)
+            return swept, await store.purge_deleted_chats(older_than=cutoff)
 
-    swept = _run(work, db)
+    swept, purged = _run(work, db)
     out.print(f"[green]✓[/] finalized {swept} stale run(s)")
+    out.print(f"[green]✓[/] purged {purged} soft-deleted chat(s)")
 
 
 # --- chats ---------------------------------------------------------------------------------

@@ -277,10 +277,19 @@ async def rename_chat(
     return chat
 
 
-@router.delete(
-    "/{chat_uuid}", status_code=status.HTTP_204_NO_CONTENT, summary="Delete a chat for good"
-)
-async def delete_chat(chat_uuid: UUID, state: AppState, user: CurrentUser) -> Response:
+@router.delete("/{chat_uuid}", status_code=status.HTTP_204_NO_CONTENT, summary="Delete a chat")
+async def delete_chat(
+    chat_uuid: UUID,
+    state: AppState,
+    user: CurrentUser,
+    soft: Annotated[
+        bool,
+        Query(
+            description="Hide the chat instead, restorable with `POST .../restore` until the"
+            " store's retention (30 days by default) passes and a sweep purges it."
+        ),
+    ] = False,
+) -> Response:
     """Delete the chat and everything in it; a live run on it is cancelled first."""
     chat = await owned_chat(state, user, chat_uuid)
     for handle in state.manager.live_runs():
@@ -289,8 +298,26 @@ async def delete_chat(chat_uuid: UUID, state: AppState, user: CurrentUser) -> Re
             await handle.wait()
     # On PostgreSQL, runs of the chat in other server processes stop too.
     await state.manager.cancel_chat_runs(chat_uuid)
-    await state.store.delete_chat(chat_uuid)
+    await state.store.delete_chat(chat_uuid, soft=soft)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.post(
+    "/{chat_uuid}/restore",
+    response_model=Chat,
+    summary="Restore a soft-deleted chat",
+    responses={404: {"description": "No soft-deleted chat of mine to restore."}},
+)
+async def restore_chat(chat_uuid: UUID, state: AppState, user: CurrentUser) -> Chat:
+    """Bring back a chat soft-deleted within the store's retention, as it was."""
+    chat = await state.store.restore_chat(chat_uuid, user_uuid=user)
+    if chat is None:
+        raise HTTPException(
+            404,
+            detail=f"chat {chat_uuid} has no soft delete to restore"
+            " (unknown, not deleted, or deleted longer ago than the retention)",
+        )
+    return chat
 
 
 @router.get("/{chat_uuid}/export", response_model=ChatExport, summary="Export a chat as JSON")
