@@ -311,6 +311,10 @@ class RunPersister:
         self._push(StreamEnd(status, error))
         await self._fold_task
         await self._writer_task
+        # Writes to a deleted chat's existing rows touch nothing and fail nothing: only
+        # a look at the chat says whether the run's records still exist.
+        if not self.chat_deleted and await self._chat_gone():
+            self._give_up_deleted_chat()
 
     def _push(self, item: BaseEvent | StreamEnd) -> None:
         # A deque and one future rather than asyncio.Queue, whose bookkeeping took about

@@ -111,6 +111,8 @@ def create_app(
                 auth=authenticator,
                 limits=limits,
                 keepalive_interval=keepalive_interval,
+                stale_after=stale_after,
+                sweep_interval=sweep_interval,
             )
             yield
         finally:

@@ -27,6 +27,10 @@ class ServerState:
     auth: Authenticator
     limits: Limits
     keepalive_interval: float
+    stale_after: float = 30.0
+    """Seconds without a heartbeat after which the sweep finalizes a run."""
+    sweep_interval: float | None = 60.0
+    """Seconds between two sweeps of this server (``None``: only at start-up)."""
 
 
 # Both dependencies are ``async def`` although they never await: FastAPI runs a plain
