@@ -30,10 +30,8 @@ from threadstore.store.base import RunRepositoryLike, Store
 
 __all__ = [
     "CANCELLED_ERROR_CODE",
-    "CHAT_DELETED_ERROR_CODE",
     "INTERNAL_ERROR_CODE",
     "AGUIAgentLike",
-    "ChatDeletionAware",
     "EmittingAgent",
     "EventsDroppedError",
     "RecordedAgent",
@@ -52,10 +50,6 @@ INTERNAL_ERROR_CODE = "INTERNAL_ERROR"
 
 CANCELLED_ERROR_CODE = "CANCELLED"
 """``RunErrorEvent.code`` synthesized when a run is cancelled."""
-
-CHAT_DELETED_ERROR_CODE = "CHAT_DELETED"
-"""``RunErrorEvent.code`` sent instead of ``RUN_FINISHED`` when the run's chat was deleted
-during the run (from another process, say): its answer is not stored."""
 
 # Bound once: looking a member up on its enum class is slow next to the rest of
 # _append, which runs once per event.
@@ -99,20 +93,6 @@ class RegisteringAgent(Protocol):
     """An agent that records its run in ``run_repo``; the manager gives it its store if None."""
 
     run_repo: RunRepositoryLike | None
-
-
-@runtime_checkable
-class ChatDeletionAware(Protocol):
-    """An agent that knows, once its run's records are final, whether its chat was deleted.
-
-    The manager holds such a run's ``RUN_FINISHED`` back until then, and sends a
-    ``RUN_ERROR`` (:data:`CHAT_DELETED_ERROR_CODE`) instead when it was.
-    """
-
-    @property
-    def chat_deleted(self) -> bool:
-        """True when the run's chat was deleted while it streamed."""
-        ...
 
 
 @runtime_checkable
@@ -209,8 +189,6 @@ class RunHandle(Generic[AgentT]):
         self._ended = False  # the last lifecycle event was RUN_FINISHED or RUN_ERROR
         self._ended_in_error = False
         self._outcome: RunStatus | None = None
-        self._holds_finish = isinstance(agent, ChatDeletionAware)
-        self._held_finish: BaseEvent | None = None
 
     def __repr__(self) -> str:
         state = self._outcome or "running"
@@ -350,12 +328,6 @@ class RunHandle(Generic[AgentT]):
     # --- producing -------------------------------------------------------------------
 
     def _append(self, event: BaseEvent) -> None:
-        if event.type == _RUN_FINISHED and self._holds_finish:
-            # "Finished" is said once the records are final (_finish): by then the
-            # agent knows whether the chat it wrote to still exists.
-            self._held_finish = event
-            self._ended, self._ended_in_error = True, False
-            return
         events = self._events
         events.append(event)
         self._last_id += 1
@@ -435,20 +407,6 @@ class RunHandle(Generic[AgentT]):
             )
         if terminal is not None and not self._ended:
             self._append(terminal)
-        held, self._held_finish, self._holds_finish = self._held_finish, None, False
-        if (
-            held is not None
-            and isinstance(self.agent, ChatDeletionAware)
-            and self.agent.chat_deleted
-        ):
-            outcome = RunStatus.ERRORED
-            held = RunErrorEvent(
-                message="The chat was deleted during the run; its answer is not stored.",
-                code=CHAT_DELETED_ERROR_CODE,
-                timestamp=_now_ms(),
-            )
-        if held is not None:
-            self._append(held)
         self._outcome = outcome
         self._wake_readers()
         self._finished.set()

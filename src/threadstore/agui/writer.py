@@ -311,10 +311,6 @@ class RunPersister:
         self._push(StreamEnd(status, error))
         await self._fold_task
         await self._writer_task
-        # Writes to a deleted chat's existing rows touch nothing and fail nothing: only
-        # a look at the chat says whether the run's records still exist.
-        if not self.chat_deleted and await self._chat_gone():
-            self._give_up_deleted_chat()
 
     def _push(self, item: BaseEvent | StreamEnd) -> None:
         # A deque and one future rather than asyncio.Queue, whose bookkeeping took about
@@ -689,6 +685,16 @@ class RunPersister:
         except Exception:
             return False  # the store is failing: retry as for any failure
         return found is None or found.chat_uuid != chat.chat_uuid
+
+    async def check_chat_deleted(self) -> bool:
+        """Whether the run's chat is gone; if so, its remaining records are dropped.
+
+        Writes to a deleted chat's existing rows touch nothing and fail nothing, so only
+        a look at the chat tells.
+        """
+        if not self.chat_deleted and await self._chat_gone():
+            self._give_up_deleted_chat()
+        return self.chat_deleted
 
     def _give_up_deleted_chat(self) -> None:
         # A delete is the user's word: the run's remaining records are dropped rather
