@@ -100,9 +100,9 @@ async def test_cancel_of_a_run_whose_process_was_killed_says_when_the_sweep_take
     tmp_path: Path,
 ) -> None:
     url = f"sqlite:///{tmp_path / 'threadstore.db'}"
-    # A short heartbeat, so the killed process's beat goes stale soon.
+    # A short heartbeat (both judge freshness by it), so the killed one's goes stale soon.
     a = await start_replica(url, "0.2")
-    b = await start_replica(url)
+    b = await start_replica(url, "0.2")
     user = alice()
     body = run_input("hello")
     cancel = f"{b.url}{run_path(body)}/cancel"
