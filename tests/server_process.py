@@ -1,10 +1,10 @@
 """A threadstore server in its own process, as one of several replicas on one database.
 
-Usage: ``python server_process.py STORE_URL``. Serves ``create_app(STORE_URL)`` with
-token auth (``token-alice-N`` -> alice-N, ``token-bob-N`` -> bob-N, N < 100, so that
-each test of a module sharing the processes has users of its own) on a free port of
-127.0.0.1 and prints ``port <n>`` before it starts; ``/healthz`` answers once it is
-ready. SIGTERM shuts it down gracefully.
+Usage: ``python server_process.py STORE_URL [HEARTBEAT_INTERVAL]``. Serves
+``create_app(STORE_URL)`` with token auth (``token-alice-N`` -> alice-N, ``token-bob-N``
+-> bob-N, N < 100, so that each test of a module sharing the processes has users of its
+own) on a free port of 127.0.0.1 and prints ``port <n>`` before it starts; ``/healthz``
+answers once it is ready. SIGTERM shuts it down gracefully.
 
 The agent streams half an answer, then waits until ``POST /test/gates/{run_id}``
 (on the process running it) opens its gate, so tests act on a run that is surely
@@ -42,9 +42,15 @@ class ProcessGatedAgent:
         return answer_in_halves(input, {"run": input.run_id}, self.gate(input.run_id).wait)
 
 
-def main(url: str) -> None:
+def main(url: str, heartbeat_interval: float = 5.0) -> None:
     agent = ProcessGatedAgent()
-    app = create_app(url, agent=agent, auth=TokenAuth(TOKENS), sweep_interval=None)
+    app = create_app(
+        url,
+        agent=agent,
+        auth=TokenAuth(TOKENS),
+        sweep_interval=None,
+        heartbeat_interval=heartbeat_interval,
+    )
 
     @app.post("/test/gates/{run_id}", include_in_schema=False)
     async def open_gate(run_id: str) -> dict[str, str]:
@@ -60,4 +66,4 @@ def main(url: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], *(float(arg) for arg in sys.argv[2:3]))

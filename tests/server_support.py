@@ -211,3 +211,15 @@ class GatedAgent:
     async def wait_reached(self) -> None:
         """Wait until a run has produced its first half."""
         await asyncio.to_thread(self.reached.wait)
+
+
+@asynccontextmanager
+async def demo_client(store: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of an app serving ``store`` with the demo agent, through its ASGI interface."""
+    from threadstore.server import create_app
+
+    app = create_app(store, agent="demo", demo_delay=0)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+            yield http

@@ -15,6 +15,7 @@ from typing import Any
 from uuid import UUID
 
 import pytest
+from ag_ui.core import EventType
 
 from agui_scripts import ScriptedAgent, StoreSpy, collect, full_turn, run_input, user
 from threadstore import (
@@ -34,6 +35,7 @@ from threadstore import (
     Store,
 )
 from threadstore.agui import StorageAgent
+from threadstore.agui.agent import CHAT_DELETED_ERROR_CODE
 
 MakeChat = Callable[..., Awaitable[Chat]]
 AddMessage = Callable[..., Awaitable[Message]]
@@ -217,10 +219,16 @@ async def test_a_run_still_streaming_when_its_chat_is_deleted_never_brings_it_ba
     await store.delete_chat(chat.chat_uuid)
     agent.message_repo = spy = StoreSpy(store)
     inner.gate.set()
-    await run
+    events = await run
     await agent.persisted()  # nothing is left to write: the chat is gone
 
     await assert_gone(store, chat, written)
-    # One flush found the chat gone; nothing was retried after that.
+    # The client is told its answer is not stored, instead of RUN_FINISHED.
+    assert (events[-1].type, getattr(events[-1], "code", None)) == (
+        EventType.RUN_ERROR,
+        CHAT_DELETED_ERROR_CODE,
+    )
+    # A flush or the look at the chat before RUN_FINISHED, whichever came first, found
+    # the chat gone; nothing was retried after that.
     assert agent.chat_deleted
-    assert spy.calls["apply_writes"] + spy.calls["transaction"] == 1
+    assert spy.calls["apply_writes"] + spy.calls["transaction"] <= 1

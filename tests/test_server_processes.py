@@ -59,12 +59,13 @@ class Replica:
     process: asyncio.subprocess.Process
 
 
-async def start_replica(store_url: str) -> Replica:
-    """Start ``server_process.py`` on ``store_url``; return once it answers."""
+async def start_replica(store_url: str, *args: str) -> Replica:
+    """Start ``server_process.py`` on ``store_url`` (and ``args``); return once it answers."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         str(SERVER),
         store_url,
+        *args,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,  # its log, for stop_replica's answer
         env={**os.environ, "PYTHONPATH": str(SERVER.parent)},

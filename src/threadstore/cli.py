@@ -16,6 +16,7 @@ import sqlite3
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 from uuid import UUID
@@ -33,9 +34,14 @@ from threadstore.errors import (
     MigrationError,
     ThreadstoreError,
 )
-from threadstore.models import Chat, Message
+from threadstore.models import Chat, Message, utcnow
 from threadstore.store import open_store
-from threadstore.store.base import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, Store
+from threadstore.store.base import (
+    DEFAULT_DELETED_RETENTION,
+    DEFAULT_PAGE_SIZE,
+    MAX_PAGE_SIZE,
+    Store,
+)
 
 if TYPE_CHECKING:
     from threadstore.server.auth import Authenticator
@@ -432,11 +438,16 @@ def sweep(
             min=0, help="PostgreSQL: seconds the relayed events of ended runs are kept for resumes."
         ),
     ] = 300.0,
+    deleted_retention: Annotated[
+        float,
+        typer.Option(min=0, help="Seconds a soft-deleted chat stays restorable (30 days)."),
+    ] = DEFAULT_DELETED_RETENTION.total_seconds(),
 ) -> None:
     """Finalize runs left behind by a server that stopped (their records become interrupted).
 
     On PostgreSQL it also deletes the relayed events of runs that ended more than
-    --event-retention seconds ago, as a running server does periodically.
+    --event-retention seconds ago, as a running server does periodically. Chats
+    soft-deleted more than --deleted-retention seconds ago are deleted for good.
     """
     from threadstore.agui.distributed import DistributedRunManager
 
@@ -445,14 +456,17 @@ def sweep(
     def no_agent() -> Any:
         raise RuntimeError("sweep starts no runs")
 
-    async def work() -> int:
+    async def work() -> tuple[int, int]:
         async with _store(db) as store:
             manager = DistributedRunManager(no_agent, store=store, event_retention=event_retention)
             async with manager:
-                return await manager.sweep(stale_after)
+                swept = await manager.sweep(stale_after)
+            cutoff = utcnow() - timedelta(seconds=deleted_retention)
+            return swept, await store.purge_deleted_chats(older_than=cutoff)
 
-    swept = _run(work, db)
+    swept, purged = _run(work, db)
     out.print(f"[green]✓[/] finalized {swept} stale run(s)")
+    out.print(f"[green]✓[/] purged {purged} soft-deleted chat(s)")
 
 
 # --- chats ---------------------------------------------------------------------------------
@@ -467,6 +481,9 @@ def chats_list(
         str | None, typer.Option(help="Continue after a previous page (its next_cursor).")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    search: Annotated[
+        str | None, typer.Option(help="Only chats whose name contains TEXT, ignoring case.")
+    ] = None,
 ) -> None:
     """List chats, newest activity first, with each chat's last message (a page at a time)."""
     _check_store(db)
@@ -475,7 +492,9 @@ def chats_list(
     async def work() -> tuple[list[Chat], dict[UUID, Message], str | None]:
         async with _store(db) as store:
             # Without --user: every user's chats, still one page at a time.
-            page = await store.list_chats(user_uuid, limit=limit, cursor=cursor)
+            page = await store.list_chats(
+                user_uuid, limit=limit, cursor=cursor, name_contains=search
+            )
             chats, next_cursor = page.items, page.next_cursor
             last = await store.get_last_messages([c.chat_uuid for c in chats])
             return chats, last, next_cursor

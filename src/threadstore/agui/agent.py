@@ -24,6 +24,7 @@ from ag_ui.core import (
     ActivityDeltaEvent,
     ActivitySnapshotEvent,
     BaseEvent,
+    EventType,
     MessagesSnapshotEvent,
     ReasoningEncryptedValueEvent,
     ReasoningEndEvent,
@@ -98,12 +99,24 @@ if TYPE_CHECKING:
     import ag_ui.core
     from pydantic import BaseModel
 
-__all__ = ["INVALID_INPUT_ERROR_CODE", "AGUIAgent", "AGUIStorageAgent", "StorageAgent"]
+__all__ = [
+    "CHAT_DELETED_ERROR_CODE",
+    "INVALID_INPUT_ERROR_CODE",
+    "AGUIAgent",
+    "AGUIStorageAgent",
+    "StorageAgent",
+]
 
 logger = logging.getLogger(__name__)
 
 INVALID_INPUT_ERROR_CODE = "INVALID_INPUT"
 """``RunErrorEvent.code`` of a run refused because of its input messages."""
+
+_RUN_FINISHED = EventType.RUN_FINISHED  # bound once: compared for every event
+
+CHAT_DELETED_ERROR_CODE = "CHAT_DELETED"
+"""``RunErrorEvent.code`` sent instead of the inner agent's ``RUN_FINISHED`` when the run's
+chat was deleted during the run (from another process, say): its answer is not stored."""
 
 
 _HandlerT = TypeVar("_HandlerT", bound=Callable[..., Any])
@@ -241,6 +254,8 @@ class StorageAgent:
         async with _Streaming(self, started) as streaming:
             async for event in streaming.open(input):
                 take(event)
+                if event.type is _RUN_FINISHED:
+                    event = await _finished_or_deleted(started, event)
                 yield event
 
     async def run_into(self, input: RunAgentInput, emit: Callable[[BaseEvent], None]) -> None:
@@ -264,6 +279,8 @@ class StorageAgent:
         async with _Streaming(self, started) as streaming:
             async for event in streaming.open(input):
                 take(event)  # the loop of run(); see there
+                if event.type is _RUN_FINISHED:
+                    event = await _finished_or_deleted(started, event)
                 emit(event)
 
     async def _start(self, input: RunAgentInput) -> list[BaseEvent] | RunPersister:
@@ -796,6 +813,16 @@ class StorageAgent:
 
 AGUIStorageAgent = StorageAgent
 """The seed's name for :class:`StorageAgent`."""
+
+
+async def _finished_or_deleted(persister: RunPersister, finished: BaseEvent) -> BaseEvent:
+    """``finished``, or a ``RUN_ERROR`` when the run's chat is gone: its answer is not stored."""
+    if not await persister.check_chat_deleted():
+        return finished
+    return RunErrorEvent(
+        message="The chat was deleted during the run; its answer is not stored.",
+        code=CHAT_DELETED_ERROR_CODE,
+    )
 
 
 class _Streaming:

@@ -29,6 +29,7 @@ resume need PostgreSQL. Call :meth:`~DistributedRunManager.start` (or use
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Callable
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Self
 from uuid import UUID
 
@@ -42,7 +43,7 @@ from threadstore.agui.manager import (
     UserScopedAgent,
 )
 from threadstore.errors import ConflictError, InvalidInputError
-from threadstore.models import Chat
+from threadstore.models import Chat, Run, RunStatus, utcnow
 from threadstore.store.base import Store
 
 if TYPE_CHECKING:
@@ -137,19 +138,36 @@ class DistributedRunManager(StreamPersistenceManager[AgentT]):
 
     async def _refuse_if_live_elsewhere(self, input: RunAgentInput, agent: AgentT) -> None:
         user = agent.user_uuid if isinstance(agent, UserScopedAgent) else None
-        if self.relay is None or user is None:
+        if user is None or self._store is None:
             return
-        owner = await self.relay.live_elsewhere(
-            user,
-            input.thread_id,
-            input.run_id,
-            owner=self.owner,
-            fresh_within=self._fresh_within,
-        )
+        if self.relay is not None:
+            owner = await self.relay.live_elsewhere(
+                user,
+                input.thread_id,
+                input.run_id,
+                owner=self.owner,
+                fresh_within=self._fresh_within,
+            )
+        else:  # SQLite: processes sharing the file see each other's run records
+            owner = await self._live_elsewhere(user, input.thread_id, input.run_id)
         if owner is not None:
             raise ConflictError(
                 f"run {input.run_id} of thread {input.thread_id} is already live in another process"
             )
+
+    async def _live_elsewhere(self, user_uuid: UUID, thread_id: str, run_id: str) -> str | None:
+        """The owner of the user's run if its record says another process runs it."""
+        assert self._store is not None
+        chat = await self._store.get_chat_by_thread_id(user_uuid, thread_id)
+        run = None if chat is None else await self._store.get_run(chat.chat_uuid, run_id)
+        if run is None or run.owner == self.owner or not self.beating(run):
+            return None
+        return run.owner
+
+    def beating(self, run: Run) -> bool:
+        """Whether ``run`` is recorded running with a heartbeat fresh enough to be live."""
+        fresh_since = utcnow() - timedelta(seconds=self._fresh_within)
+        return run.status == RunStatus.RUNNING and run.heartbeat_at >= fresh_since
 
     async def _relay_events(self, handle: RunHandle[AgentT]) -> None:
         from threadstore.agui.relay import EventPump

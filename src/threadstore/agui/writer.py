@@ -702,6 +702,16 @@ class RunPersister:
             return False  # the store is failing: retry as for any failure
         return found is None or found.chat_uuid != chat.chat_uuid
 
+    async def check_chat_deleted(self) -> bool:
+        """Whether the run's chat is gone; if so, its remaining records are dropped.
+
+        Writes to a deleted chat's existing rows touch nothing and fail nothing, so only
+        a look at the chat tells.
+        """
+        if not self.chat_deleted and await self._chat_gone():
+            self._give_up_deleted_chat()
+        return self.chat_deleted
+
     def _give_up_deleted_chat(self) -> None:
         # A delete is the user's word: the run's remaining records are dropped rather
         # than retried (a retry could only fail again, or bring the chat back).

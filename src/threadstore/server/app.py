@@ -131,6 +131,8 @@ def create_app(
                 limits=limits,
                 keepalive_interval=keepalive_interval,
                 runs=RunGate(fresh_within=3 * heartbeat_interval),
+                stale_after=stale_after,
+                sweep_interval=sweep_interval,
             )
             with stop_runs_on_exit_signal(manager):
                 yield

@@ -32,6 +32,10 @@ class ServerState:
     keepalive_interval: float
     runs: RunGate
     """Starts runs: each run id once, one live run per thread."""
+    stale_after: float = 30.0
+    """Seconds without a heartbeat after which the sweep finalizes a run."""
+    sweep_interval: float | None = 60.0
+    """Seconds between two sweeps of this server (``None``: only at start-up)."""
 
 
 # Both dependencies are ``async def`` although they never await: FastAPI runs a plain

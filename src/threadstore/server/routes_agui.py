@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from datetime import timedelta
 from typing import Annotated, Any
 from uuid import UUID, uuid4
 
@@ -42,7 +43,7 @@ from pydantic import BaseModel, TypeAdapter
 from threadstore.agui.manager import EventsDroppedError, RunHandle
 from threadstore.codec import translate_messages
 from threadstore.errors import InvalidInputError
-from threadstore.models import Chat, Message, Role, RunStatus
+from threadstore.models import Chat, Message, Role, Run, RunStatus, utcnow
 from threadstore.server.deps import AppState, CurrentUser, ServerState
 from threadstore.server.errors import error_response
 from threadstore.server.limits import MAX_CURSOR, check_id, check_run_input
@@ -272,6 +273,8 @@ async def cancel_run(thread_id: str, run_id: str, state: AppState, user: Current
         raise HTTPException(404, detail=f"run {run_id} of thread {thread_id} not found")
     cancelled = False
     if run.status == RunStatus.RUNNING:
+        if not manager.beating(run):
+            raise HTTPException(409, detail=_stale_run_detail(state, run))
         if manager.relay is None:
             raise HTTPException(
                 409, detail=f"run {run_id} is live in another server process; cancel it there"
@@ -279,6 +282,22 @@ async def cancel_run(thread_id: str, run_id: str, state: AppState, user: Current
         cancelled = await manager.cancel_chat_run(chat.chat_uuid, run_id, wait=True)
         run = await state.store.get_run(chat.chat_uuid, run_id) or run
     return CancelResult(thread_id=thread_id, run_id=run_id, cancelled=cancelled, status=run.status)
+
+
+def _stale_run_detail(state: ServerState, run: Run) -> str:
+    """Why a run recorded running cannot be cancelled: its process stopped, and when it ends."""
+    stale_at = run.heartbeat_at + timedelta(seconds=state.stale_after)
+    if state.sweep_interval is None:
+        when = "the next server start or `threadstore sweep`"
+    else:
+        taken_by = max(stale_at, utcnow()) + timedelta(seconds=state.sweep_interval)
+        when = f"this server's sweep, by {taken_by.isoformat(timespec='seconds')}"
+    return (
+        f"run {run.run_id} is not live: its server process ({run.owner}) stopped heartbeating"
+        f" at {run.heartbeat_at.isoformat(timespec='seconds')}; it is finalized as"
+        f" interrupted once its heartbeat is {state.stale_after:g} s old"
+        f" ({stale_at.isoformat(timespec='seconds')}), by {when}"
+    )
 
 
 @router.get(

@@ -71,6 +71,9 @@ class ChatRename(BaseModel):
     name: str = Field(min_length=1)
 
 
+MAX_SEARCH_CHARS = 200
+"""The longest text ``q`` may search chat names for (as long as a name may be)."""
+
 _END_OF_CHAT = 2**62  # above every message seq: "before the end" is the newest page
 
 PageSize = Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE, description="Page size.")]
@@ -82,9 +85,16 @@ async def list_chats(
     user: CurrentUser,
     limit: PageSize = DEFAULT_PAGE_SIZE,
     cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page.")] = None,
+    q: Annotated[
+        str | None,
+        Query(
+            max_length=MAX_SEARCH_CHARS,
+            description="Only chats whose name contains this text, ignoring case.",
+        ),
+    ] = None,
 ) -> ChatList:
     """Return the caller's chats, newest activity first, each with its last message."""
-    page = await state.store.list_chats(user, limit=limit, cursor=cursor)
+    page = await state.store.list_chats(user, limit=limit, cursor=cursor, name_contains=q)
     last = await state.store.get_last_messages([chat.chat_uuid for chat in page.items])
     items = [
         ChatSummary.model_validate({**chat.model_dump(), "last_message": last.get(chat.chat_uuid)})
@@ -290,10 +300,19 @@ async def rename_chat(
     return chat
 
 
-@router.delete(
-    "/{chat_uuid}", status_code=status.HTTP_204_NO_CONTENT, summary="Delete a chat for good"
-)
-async def delete_chat(chat_uuid: UUID, state: AppState, user: CurrentUser) -> Response:
+@router.delete("/{chat_uuid}", status_code=status.HTTP_204_NO_CONTENT, summary="Delete a chat")
+async def delete_chat(
+    chat_uuid: UUID,
+    state: AppState,
+    user: CurrentUser,
+    soft: Annotated[
+        bool,
+        Query(
+            description="Hide the chat instead, restorable with `POST .../restore` until the"
+            " store's retention (30 days by default) passes and a sweep purges it."
+        ),
+    ] = False,
+) -> Response:
     """Delete the chat and everything in it; a live run on it is cancelled first."""
     chat = await owned_chat(state, user, chat_uuid)
     for handle in state.manager.live_runs():
@@ -302,8 +321,26 @@ async def delete_chat(chat_uuid: UUID, state: AppState, user: CurrentUser) -> Re
             await handle.wait()
     # On PostgreSQL, runs of the chat in other server processes stop too.
     await state.manager.cancel_chat_runs(chat_uuid)
-    await state.store.delete_chat(chat_uuid)
+    await state.store.delete_chat(chat_uuid, soft=soft)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.post(
+    "/{chat_uuid}/restore",
+    response_model=Chat,
+    summary="Restore a soft-deleted chat",
+    responses={404: {"description": "No soft-deleted chat of mine to restore."}},
+)
+async def restore_chat(chat_uuid: UUID, state: AppState, user: CurrentUser) -> Chat:
+    """Bring back a chat soft-deleted within the store's retention, as it was."""
+    chat = await state.store.restore_chat(chat_uuid, user_uuid=user)
+    if chat is None:
+        raise HTTPException(
+            404,
+            detail=f"chat {chat_uuid} has no soft delete to restore"
+            " (unknown, not deleted, or deleted longer ago than the retention)",
+        )
+    return chat
 
 
 @router.get("/{chat_uuid}/export", response_model=ChatExport, summary="Export a chat as JSON")

@@ -15,7 +15,10 @@ Where things go:
   type, insert values, patchable columns); ``store/codec.py``: models from trusted values;
 - each backend (``memory.py``, ``sqlite.py``, ``postgres.py``): the abstract methods
   below, as storage primitives (``_select_chats``, ``_select_branch``, ``_find_message``,
-  ``_history_version``) or as one write each.
+  ``_history_version``, ``_set_deleted_at``, ``_delete_chat``) or as one write each.
+
+Soft delete (``delete_chat(..., soft=True)``) stamps a chat's ``deleted_at``; every read
+of a backend leaves such chats, and their messages, out.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import abc
 from collections.abc import AsyncIterator, Hashable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, ClassVar, Literal, Protocol, Self, runtime_checkable
 from uuid import UUID, uuid4
@@ -46,6 +49,7 @@ from threadstore.models import (
     Run,
     RunStatus,
     ToolCall,
+    utcnow,
 )
 from threadstore.store.copies import copy_message
 from threadstore.store.cursor import decode_chat_cursor, encode_chat_cursor
@@ -56,6 +60,7 @@ from threadstore.store.records import Codecs
 from threadstore.store.run_events import RunEventLog
 
 __all__ = [
+    "DEFAULT_DELETED_RETENTION",
     "DEFAULT_PAGE_SIZE",
     "MAX_PAGE_SIZE",
     "BatchWriter",
@@ -79,6 +84,9 @@ DEFAULT_PAGE_SIZE = 50
 
 MAX_PAGE_SIZE = 1000
 """Largest ``limit`` accepted by the paginated reads."""
+
+DEFAULT_DELETED_RETENTION = timedelta(days=30)
+"""How long a soft-deleted chat can be restored before a sweep may purge it."""
 
 
 @runtime_checkable
@@ -280,6 +288,26 @@ class ChatFilter:
     after: tuple[datetime, str] | None = None
     """Only chats listed after this ``(updated_at, chat_uuid)`` key."""
     limit: int | None = None
+    name_contains: str | None = None
+    """Only chats whose name contains this text, ignoring case (chats with no name never)."""
+    deleted: bool = False
+    """Soft-deleted chats instead of live ones (every read but restore and purge: live)."""
+    deleted_after: datetime | None = None
+    """With ``deleted``: only chats soft-deleted at or after this time."""
+    deleted_before: datetime | None = None
+    """With ``deleted``: only chats soft-deleted before this time."""
+
+    def name_like(self) -> str | None:
+        """``name_contains`` as a ``LIKE`` pattern escaped with ``\\``, or ``None``.
+
+        ``%`` and ``_`` in the user's text match only themselves.
+        """
+        if self.name_contains is None:
+            return None
+        text = self.name_contains
+        for special in ("\\", "%", "_"):
+            text = text.replace(special, "\\" + special)
+        return f"%{text}%"
 
     def equalities(self) -> list[tuple[str, Any]]:
         """``(column, value)`` of every equality this filter asks for."""
@@ -394,6 +422,8 @@ class Store(abc.ABC):
     )
     history_cache: HistoryCache | None = None
     """Whole histories read before, reused while their chat's history version is unchanged."""
+    deleted_retention: timedelta = DEFAULT_DELETED_RETENTION
+    """How long a soft-deleted chat can be restored; after it ``purge_deleted_chats`` may."""
 
     def __init__(
         self,
@@ -461,13 +491,15 @@ class Store(abc.ABC):
         chats = await self._select_chats(ChatFilter(user_uuid, thread_id=thread_id))
         return chats[0] if chats else None
 
-    async def get_all_chats(self, user_uuid: UUID | None = None) -> Sequence[Chat]:
-        """Return every chat (optionally one user's), newest activity first.
+    async def get_all_chats(
+        self, user_uuid: UUID | None = None, *, name_contains: str | None = None
+    ) -> Sequence[Chat]:
+        """Return every chat (optionally one user's, or those named like ``list_chats``).
 
         Unbounded: with no user it is an admin call that reads every chat of every user
         at once. Page with :meth:`list_chats` (``user_uuid=None`` for every user's).
         """
-        return await self._select_chats(ChatFilter(user_uuid))
+        return await self._select_chats(ChatFilter(user_uuid, name_contains=name_contains or None))
 
     async def list_chats(
         self,
@@ -477,17 +509,27 @@ class Store(abc.ABC):
         cursor: str | None = None,
         tenant_id: str | None = None,
         app_id: str | None = None,
+        name_contains: str | None = None,
     ) -> ChatPage:
         """Return one page of a user's chats, newest activity first, with a cursor to the next.
 
         ``user_uuid=None`` pages through every user's chats (an admin read).
+        ``name_contains`` keeps only chats whose name contains that text, ignoring case
+        (SQLite folds the case of ASCII letters only).
         """
         size = check_limit(limit)
         assert size is not None
         after = None if cursor is None else decode_chat_cursor(cursor)
         # One more than the page: whether it exists says whether there is a next page.
         chats = await self._select_chats(
-            ChatFilter(user_uuid, tenant_id=tenant_id, app_id=app_id, after=after, limit=size + 1)
+            ChatFilter(
+                user_uuid,
+                tenant_id=tenant_id,
+                app_id=app_id,
+                after=after,
+                limit=size + 1,
+                name_contains=name_contains or None,
+            )
         )
         items = list(chats[:size])
         next_cursor = encode_chat_cursor(items[-1]) if len(chats) > size else None
@@ -520,9 +562,51 @@ class Store(abc.ABC):
     async def set_active_leaf(self, chat_uuid: UUID, message_uuid: UUID) -> Chat | None:
         """Make ``message_uuid`` (a message of this chat) the end of the active branch."""
 
+    async def delete_chat(self, chat_uuid: UUID, *, soft: bool = False) -> Chat | None:
+        """Delete a chat; return it, or ``None`` when it is unknown.
+
+        By default (hard) the chat and every row it owns are gone for good. ``soft=True``
+        hides it from every read (listing, by uuid or thread id, its messages) until
+        :meth:`restore_chat` brings it back or, once :attr:`deleted_retention` has
+        passed, :meth:`purge_deleted_chats` deletes it for good. A soft-deleted chat's
+        thread id is free: a new chat created on it purges the deleted one first.
+        """
+        if soft:
+            return await self._set_deleted_at(ChatFilter(chat_uuid=chat_uuid), utcnow())
+        return await self._delete_chat(chat_uuid)
+
+    async def restore_chat(self, chat_uuid: UUID, *, user_uuid: UUID | None = None) -> Chat | None:
+        """Undo a soft delete made within :attr:`deleted_retention`; ``None`` when none is.
+
+        ``user_uuid``: only if the chat is that user's.
+        """
+        since = utcnow() - self.deleted_retention
+        where = ChatFilter(user_uuid, chat_uuid=chat_uuid, deleted=True, deleted_after=since)
+        return await self._set_deleted_at(where, None)
+
+    async def purge_deleted_chats(self, older_than: datetime | None = None) -> int:
+        """Hard-delete the chats soft-deleted before ``older_than``; return how many.
+
+        ``older_than`` defaults to :attr:`deleted_retention` ago.
+        """
+        cutoff = utcnow() - self.deleted_retention if older_than is None else older_than
+        expired = await self._select_chats(ChatFilter(deleted=True, deleted_before=cutoff))
+        purged = 0
+        for chat in expired:
+            if await self._delete_chat(chat.chat_uuid) is not None:
+                purged += 1
+        return purged
+
     @abc.abstractmethod
-    async def delete_chat(self, chat_uuid: UUID) -> Chat | None:
-        """Hard-delete a chat and every row it owns; return it, or ``None`` when unknown."""
+    async def _delete_chat(self, chat_uuid: UUID) -> Chat | None:
+        """Primitive: hard-delete a chat (live or soft-deleted) and every row it owns."""
+
+    @abc.abstractmethod
+    async def _set_deleted_at(self, where: ChatFilter, deleted_at: datetime | None) -> Chat | None:
+        """Primitive: set the soft-delete time of the chat ``where`` names, if it matches.
+
+        ``None`` restores it. Returns the chat, or ``None`` when no chat matched.
+        """
 
     # --- messages --------------------------------------------------------------------
 

@@ -75,6 +75,12 @@ class _State:
         self.children: dict[UUID, tuple[tuple[str, UUID], ...]] = {}
         """Per message, its children in ``seq`` order: ``("tool_calls" | "reasonings", uuid)``."""
         self.runs: dict[tuple[UUID, str], Run] = {}
+        self.deleted: dict[UUID, datetime] = {}
+        """The soft-deleted chats and when they were deleted."""
+
+    def live_chat(self, chat_uuid: UUID) -> dict[str, Any] | None:
+        """The chat's row, unless it does not exist or is soft-deleted."""
+        return None if chat_uuid in self.deleted else self.chats.get(chat_uuid)
 
     def snapshot(self) -> _State:
         """A copy of every table's mapping, sharing the (never mutated) rows."""
@@ -175,7 +181,9 @@ class MemoryStore(Store):
         user_uuid, thread_id = require_chat_identity(chat_data)
         async with self._lock.hold():
             existing = self._state.threads.get((user_uuid, thread_id))
-            if existing is not None:
+            if existing is not None and existing in self._state.deleted:
+                self._drop_chat(existing)  # a deleted chat's thread is free
+            elif existing is not None:
                 return self._chat(self._state.chats[existing])
             base, extra = split_create(chat_data, ChatCreate)
             now = utcnow()
@@ -208,6 +216,8 @@ class MemoryStore(Store):
             and (where.tenant_id is None or r.get("tenant_id") == where.tenant_id)
             and (where.app_id is None or r.get("app_id") == where.app_id)
             and (where.after is None or (r["updated_at"], str(r["chat_uuid"])) < where.after)
+            and (where.name_contains is None or _name_contains(r, where.name_contains))
+            and _deleted_as_wanted(state.deleted.get(r["chat_uuid"]), where)
         ]
         rows.sort(key=lambda r: (r["updated_at"], str(r["chat_uuid"])), reverse=True)
         return [self._chat(r) for r in rows[: where.limit]]
@@ -230,25 +240,43 @@ class MemoryStore(Store):
             raise NotFoundError(f"message {message_uuid} is not in chat {chat_uuid}")
         return await self._patch_chat(chat_uuid, active_leaf_uuid=message_uuid)
 
-    async def delete_chat(self, chat_uuid: UUID) -> Chat | None:
+    async def _set_deleted_at(self, where: ChatFilter, deleted_at: datetime | None) -> Chat | None:
         async with self._lock.hold():
-            state = self._state
-            row = state.chats.pop(chat_uuid, None)
-            if row is None:
+            assert where.chat_uuid is not None
+            found = await self._select_chats(where)
+            if not found:
                 return None
-            del state.threads[(row["user_uuid"], row["thread_id"])]
-            owned = {u for u, m in state.messages.items() if m["chat_uuid"] == chat_uuid}
-            for u in owned:
-                del state.messages[u]
-                state.children.pop(u, None)
-            state.tool_calls = {
-                k: v for k, v in state.tool_calls.items() if v["message_uuid"] not in owned
-            }
-            state.reasonings = {
-                k: v for k, v in state.reasonings.items() if v["message_uuid"] not in owned
-            }
-            state.runs = {k: v for k, v in state.runs.items() if k[0] != chat_uuid}
-            return self._chat(row)
+            if deleted_at is None:
+                del self._state.deleted[where.chat_uuid]
+            else:
+                self._state.deleted[where.chat_uuid] = deleted_at
+            return found[0]
+
+    async def _delete_chat(self, chat_uuid: UUID) -> Chat | None:
+        async with self._lock.hold():
+            row = self._drop_chat(chat_uuid)
+            return None if row is None else self._chat(row)
+
+    def _drop_chat(self, chat_uuid: UUID) -> dict[str, Any] | None:
+        """Remove a chat and every row it owns (the caller holds the lock); return its row."""
+        state = self._state
+        row = state.chats.pop(chat_uuid, None)
+        if row is None:
+            return None
+        state.deleted.pop(chat_uuid, None)
+        del state.threads[(row["user_uuid"], row["thread_id"])]
+        owned = {u for u, m in state.messages.items() if m["chat_uuid"] == chat_uuid}
+        for u in owned:
+            del state.messages[u]
+            state.children.pop(u, None)
+        state.tool_calls = {
+            k: v for k, v in state.tool_calls.items() if v["message_uuid"] not in owned
+        }
+        state.reasonings = {
+            k: v for k, v in state.reasonings.items() if v["message_uuid"] not in owned
+        }
+        state.runs = {k: v for k, v in state.runs.items() if k[0] != chat_uuid}
+        return row
 
     # --- messages ---------------------------------------------------------------------
 
@@ -360,8 +388,10 @@ class MemoryStore(Store):
         else:
             rows = sorted(self._state.messages.values(), key=lambda r: r["seq"])
         for row in rows:
-            if (key.chat_uuid is None or row["chat_uuid"] == key.chat_uuid) and (
-                key.agui_id is None or row["agui_id"] == key.agui_id
+            if (
+                (key.chat_uuid is None or row["chat_uuid"] == key.chat_uuid)
+                and (key.agui_id is None or row["agui_id"] == key.agui_id)
+                and row["chat_uuid"] not in self._state.deleted
             ):
                 return self._message(row)
         return None
@@ -396,7 +426,7 @@ class MemoryStore(Store):
                 row["parent_uuid"] = None
 
     def _branch(self, chat_uuid: UUID) -> list[dict[str, Any]]:
-        chat = self._state.chats.get(chat_uuid)
+        chat = self._state.live_chat(chat_uuid)
         path: list[dict[str, Any]] = []
         current = chat["active_leaf_uuid"] if chat else None
         while current is not None:
@@ -422,7 +452,7 @@ class MemoryStore(Store):
     async def get_last_messages(self, chat_uuids: list[UUID]) -> dict[UUID, Message]:
         result: dict[UUID, Message] = {}
         for chat_uuid in chat_uuids:
-            chat = self._state.chats.get(chat_uuid)
+            chat = self._state.live_chat(chat_uuid)
             if chat and chat["active_leaf_uuid"] is not None:
                 result[chat_uuid] = self._message(self._state.messages[chat["active_leaf_uuid"]])
         return result
@@ -494,6 +524,21 @@ class MemoryStore(Store):
                     row.update(status=status, in_progress=False, updated_at=now)
                 changed += len(keys)
             return changed
+
+
+def _deleted_as_wanted(deleted_at: datetime | None, where: ChatFilter) -> bool:
+    if deleted_at is None:
+        return not where.deleted
+    return (
+        where.deleted
+        and (where.deleted_after is None or deleted_at >= where.deleted_after)
+        and (where.deleted_before is None or deleted_at < where.deleted_before)
+    )
+
+
+def _name_contains(row: dict[str, Any], text: str) -> bool:
+    name = row.get("name")
+    return name is not None and text.casefold() in name.casefold()
 
 
 def _apply(row: dict[str, Any], update: Any, base_cls: Any) -> None:

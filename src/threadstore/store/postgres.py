@@ -394,9 +394,13 @@ class PostgresStore(Store):
                     rows = await self._fetch_on(
                         conn,
                         sql.CHAT_SELECT[_iso_times(conn)]
-                        + " WHERE user_uuid = $1 AND thread_id = $2",
+                        + " WHERE user_uuid = $1 AND thread_id = $2 AND deleted_at IS NULL",
                         values["user_uuid"],
                         values["thread_id"],
+                    )
+                if not rows:  # it may be soft-deleted: its thread is free, purge it
+                    await self._fetch_on(
+                        conn, sql.PURGE_DELETED_THREAD, values["user_uuid"], values["thread_id"]
                     )
                 if rows:
                     chat: Chat = self._chats.load(rows)[0]
@@ -405,16 +409,29 @@ class PostgresStore(Store):
             f"thread {values['thread_id']!r} kept being created and deleted concurrently"
         )
 
-    async def _select_chats(self, where: ChatFilter) -> Sequence[Chat]:
+    @staticmethod
+    def _chat_conditions(where: ChatFilter, args: list[Any]) -> list[str]:
+        """The WHERE conditions of ``where``; their parameters are appended to ``args``."""
         conditions: list[str] = []
-        args: list[Any] = []
         for column, value in where.equalities():
             args.append(value)
             conditions.append(f"{column} = ${len(args)}")
+        conditions.append("deleted_at IS NOT NULL" if where.deleted else "deleted_at IS NULL")
+        for bound, op in ((where.deleted_after, ">="), (where.deleted_before, "<")):
+            if bound is not None:
+                args.append(bound)
+                conditions.append(f"deleted_at {op} ${len(args)}")
         if where.after is not None:
             args += [where.after[0], UUID(where.after[1])]
             conditions.append(f"(updated_at, chat_uuid) < (${len(args) - 1}, ${len(args)})")
-        suffix = " WHERE " + " AND ".join(conditions) if conditions else ""
+        if (pattern := where.name_like()) is not None:
+            args.append(pattern)
+            conditions.append(f"c.name ILIKE ${len(args)} ESCAPE '\\'")
+        return conditions
+
+    async def _select_chats(self, where: ChatFilter) -> Sequence[Chat]:
+        args: list[Any] = []
+        suffix = " WHERE " + " AND ".join(self._chat_conditions(where, args))
         suffix += " ORDER BY c.updated_at DESC, c.chat_uuid DESC"
         if where.limit is not None:
             args.append(where.limit)
@@ -448,7 +465,18 @@ class PostgresStore(Store):
         chat: Chat = self._chats.load(rows)[0]
         return chat
 
-    async def delete_chat(self, chat_uuid: UUID) -> Chat | None:
+    async def _set_deleted_at(self, where: ChatFilter, deleted_at: datetime | None) -> Chat | None:
+        args: list[Any] = [deleted_at]
+        conditions = self._chat_conditions(where, args)
+        rows = await self._fetch(
+            "UPDATE chats c SET deleted_at = $1 WHERE "
+            + " AND ".join(conditions)
+            + sql.CHAT_RETURNING,
+            *args,
+        )
+        return self._chats.load(rows)[0] if rows else None
+
+    async def _delete_chat(self, chat_uuid: UUID) -> Chat | None:
         # Foreign keys cascade to messages, their tool calls and reasoning, and runs.
         rows = await self._fetch(sql.DELETE_CHAT, chat_uuid)
         if self.history_cache is not None:
@@ -586,6 +614,7 @@ class PostgresStore(Store):
         for column, value in key.equalities():
             args.append(value)
             conditions.append(f"m.{column} = ${len(args)}")
+        conditions.append(sql.CHAT_IS_LIVE)
         suffix = " WHERE " + " AND ".join(conditions) + " ORDER BY m.seq LIMIT 1"
         messages = await self._read_messages(suffix, *args)
         return messages[0] if messages else None

@@ -187,6 +187,12 @@ MIGRATIONS: list[str] = [
     CREATE INDEX run_events_by_age ON run_events (created_at);
     CREATE INDEX runs_by_thread ON runs (thread_id, run_id);
     """,
+    # Soft delete: a chat with a deleted_at is hidden from every read until restored or
+    # purged by a sweep once its retention has passed.
+    """
+    ALTER TABLE chats ADD COLUMN deleted_at timestamptz;
+    CREATE INDEX chats_soft_deleted ON chats (deleted_at) WHERE deleted_at IS NOT NULL;
+    """,
 ]
 
 # --- migrations bookkeeping ------------------------------------------------------------------
@@ -245,8 +251,16 @@ RUN_RETURNING = " RETURNING " + ", ".join(RUN_COLUMNS)
 # The active branch of a chat: every message when it never branched (one index range
 # scan; the tree walk below is then never evaluated), else the path from the active
 # leaf to the root.
+CHAT_IS_LIVE = (
+    "NOT EXISTS (SELECT 1 FROM chats d WHERE d.chat_uuid = m.chat_uuid"
+    " AND d.deleted_at IS NOT NULL)"
+)
+"""A message's chat is not soft-deleted."""
+
 BRANCH_FILTER = (
-    "m.chat_uuid = $1 AND (NOT (SELECT has_branches FROM chats WHERE chat_uuid = $1)"
+    "m.chat_uuid = $1 AND "
+    + CHAT_IS_LIVE
+    + " AND (NOT (SELECT has_branches FROM chats WHERE chat_uuid = $1)"
     " OR m.message_uuid IN ("
     "  WITH RECURSIVE branch(uuid) AS ("
     "   SELECT active_leaf_uuid FROM chats WHERE chat_uuid = $1"
@@ -257,6 +271,7 @@ BRANCH_FILTER = (
 
 LAST_MESSAGES = (
     " JOIN chats c ON c.active_leaf_uuid = m.message_uuid WHERE c.chat_uuid = ANY($1::uuid[])"
+    " AND c.deleted_at IS NULL"
 )
 
 # --- inserts: column lists and parameters from the field-to-column tables of store/sql.py ---
@@ -326,6 +341,9 @@ MAKE_ROOT = (
 )
 
 DELETE_CHAT = "DELETE FROM chats WHERE chat_uuid = $1" + CHAT_RETURNING
+PURGE_DELETED_THREAD = (
+    "DELETE FROM chats WHERE user_uuid = $1 AND thread_id = $2 AND deleted_at IS NOT NULL"
+)
 
 # --- messages --------------------------------------------------------------------------------
 
@@ -438,7 +456,7 @@ FINALIZE_RUN_RECORDS = (
     " + (SELECT count(*) FROM own)"
 )
 
-CHAT_VERSION = "SELECT version FROM chats WHERE chat_uuid = $1"
+CHAT_VERSION = "SELECT version FROM chats WHERE chat_uuid = $1 AND deleted_at IS NULL"
 
 
 def versioned_update(

@@ -166,8 +166,10 @@ _CREATED = {
 _INSERT_CHAT = (
     f"INSERT INTO chats ({_names(CHAT_INSERT)}, updated_at, version)"
     f" VALUES ({_numbered(CHAT_INSERT)}, {_CREATED['chats']}, ?{len(CHAT_INSERT.names) + 1})"
-    # A no-op update makes RETURNING yield the existing row when (user, thread) exists.
+    # A no-op update makes RETURNING yield the existing row when (user, thread) exists;
+    # a soft-deleted one yields nothing (create_chat then purges it).
     " ON CONFLICT (user_uuid, thread_id) DO UPDATE SET thread_id = excluded.thread_id"
+    " WHERE chats.deleted_at IS NULL"
     " RETURNING " + ", ".join(CHAT_COLUMNS)
 )
 
@@ -227,6 +229,13 @@ _BRANCH_FILTER = (
     "  WHERE p.parent_uuid IS NOT NULL)"
     " SELECT uuid FROM branch)"
 )
+
+
+_CHAT_IS_LIVE = (
+    "NOT EXISTS (SELECT 1 FROM chats c WHERE c.chat_uuid = m.chat_uuid"
+    " AND c.deleted_at IS NOT NULL)"
+)
+"""A message's chat is not soft-deleted."""
 
 
 def sqlite_path(url: str) -> str:
@@ -580,27 +589,44 @@ class SQLiteStore(Store):
 
     async def create_chat(self, chat_data: ChatCreate) -> Chat:
         values = chat_values(chat_data)
-        rows = await self._fetch(
-            _INSERT_CHAT,
-            # A random starting version: a chat deleted and created again under the
-            # same uuid can never match a history cached for the one before.
-            [*params(_PLANS.chat, values), secrets.randbits(62)],
-            small=True,
-        )
+        # A random starting version: a chat deleted and created again under the
+        # same uuid can never match a history cached for the one before.
+        insert = _Statement(_INSERT_CHAT, [*params(_PLANS.chat, values), secrets.randbits(62)])
+        rows = await self._fetch(insert.sql, insert.params, small=True)
+        if not rows:  # the thread's chat is soft-deleted: purge it, then create anew
+            purge = _Statement(
+                "DELETE FROM chats WHERE user_uuid = ? AND thread_id = ?"
+                " AND deleted_at IS NOT NULL",
+                (str(values["user_uuid"]), values["thread_id"]),
+            )
+            rows = (await self._run(purge, insert))[1]
         return self._load_chats(rows)[0]
 
-    async def _select_chats(self, where: ChatFilter) -> Sequence[Chat]:
+    @staticmethod
+    def _chat_conditions(where: ChatFilter) -> tuple[list[str], list[Any]]:
+        """The WHERE conditions of ``where`` and their parameters."""
         conditions: list[str] = []
         params: list[Any] = []
         for column, value in where.equalities():
             conditions.append(f"{column} = ?")
             params.append(_param(value))
+        conditions.append("deleted_at IS NOT NULL" if where.deleted else "deleted_at IS NULL")
+        for bound, op in ((where.deleted_after, ">="), (where.deleted_before, "<")):
+            if bound is not None:
+                conditions.append(f"deleted_at {op} ?")
+                params.append(_ts(bound))
         if where.after is not None:
             conditions.append("(updated_at, chat_uuid) < (?, ?)")
             params += [_ts(where.after[0]), where.after[1]]
-        sql = _CHAT_SELECT
-        if conditions:
-            sql += " WHERE " + " AND ".join(conditions)
+        if (pattern := where.name_like()) is not None:
+            # LIKE ignores the case of ASCII letters.
+            conditions.append("name LIKE ? ESCAPE '\\'")
+            params.append(pattern)
+        return conditions, params
+
+    async def _select_chats(self, where: ChatFilter) -> Sequence[Chat]:
+        conditions, params = self._chat_conditions(where)
+        sql = _CHAT_SELECT + " WHERE " + " AND ".join(conditions)
         sql += " ORDER BY updated_at DESC, chat_uuid DESC"
         if where.limit is not None:
             sql += " LIMIT ?"
@@ -668,7 +694,19 @@ class SQLiteStore(Store):
             _Statement("UPDATE chats SET has_branches = 1 WHERE chat_uuid = ?", (str(chat_uuid),)),
         )
 
-    async def delete_chat(self, chat_uuid: UUID) -> Chat | None:
+    async def _set_deleted_at(self, where: ChatFilter, deleted_at: datetime | None) -> Chat | None:
+        conditions, params = self._chat_conditions(where)
+        return await self._update_chat(
+            _Statement(
+                "UPDATE chats SET deleted_at = ? WHERE "
+                + " AND ".join(conditions)
+                + " RETURNING "
+                + ", ".join(CHAT_COLUMNS),
+                (None if deleted_at is None else _ts(deleted_at), *params),
+            )
+        )
+
+    async def _delete_chat(self, chat_uuid: UUID) -> Chat | None:
         # Foreign keys cascade to messages, their tool calls and reasoning, and runs.
         rows = await self._fetch(
             "DELETE FROM chats WHERE chat_uuid = ? RETURNING " + ", ".join(CHAT_COLUMNS),
@@ -808,6 +846,7 @@ class SQLiteStore(Store):
         for column, value in key.equalities():
             conditions.append(f"m.{column} = ?")
             params.append(_param(value))
+        conditions.append(_CHAT_IS_LIVE)
         sql = _MESSAGE_SELECT + " WHERE " + " AND ".join(conditions) + " ORDER BY m.seq LIMIT 1"
         rows = await self._fetch(sql, params, small=True)
         messages = await self._load_messages(rows, small=True)
@@ -831,7 +870,8 @@ class SQLiteStore(Store):
         # The leaf too: moving it changes the branch without a new version. Whether the
         # chat ever branched tells the read which query it needs.
         flags = await self._fetch(
-            "SELECT version, active_leaf_uuid, has_branches FROM chats WHERE chat_uuid = ?",
+            "SELECT version, active_leaf_uuid, has_branches FROM chats"
+            " WHERE chat_uuid = ? AND deleted_at IS NULL",
             (str(chat_uuid),),
             small=True,
         )
@@ -870,7 +910,7 @@ class SQLiteStore(Store):
             return {}
         rows = await self._fetch(
             _MESSAGE_SELECT + " JOIN chats c ON c.active_leaf_uuid = m.message_uuid"
-            " WHERE c.chat_uuid IN (SELECT value FROM json_each(?))",
+            " WHERE c.chat_uuid IN (SELECT value FROM json_each(?)) AND c.deleted_at IS NULL",
             (json.dumps([str(u) for u in chat_uuids]),),
         )
         return {m.chat_uuid: m for m in await self._load_messages(rows)}

@@ -168,4 +168,10 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX runs_by_heartbeat ON runs (heartbeat_at) WHERE status = 'running';
     """,
+    # Soft delete: a chat with a deleted_at is hidden from every read until restored or
+    # purged by a sweep once its retention has passed.
+    """
+    ALTER TABLE chats ADD COLUMN deleted_at TEXT;
+    CREATE INDEX chats_soft_deleted ON chats (deleted_at) WHERE deleted_at IS NOT NULL;
+    """,
 ]
