@@ -6,10 +6,11 @@ a chat that does not exist.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated
 from uuid import UUID, uuid4
 
-from fastapi import APIRouter, Body, HTTPException, Query, Response, status
+from fastapi import APIRouter, Body, Depends, HTTPException, Query, Response, status
 from pydantic import BaseModel, Field
 
 from threadstore.chat import UIMessage, ui_from_messages
@@ -48,7 +49,18 @@ class BranchPoint(BaseModel):
     siblings: list[UUID] = Field(description="Every version's message uuid, in creation order.")
 
 
-class MessagePage(BaseModel):
+class _HistoryPage(BaseModel):
+    """The cursors of a page of a chat's history (``Message.seq`` values)."""
+
+    next_cursor: int | None = Field(
+        default=None, description="Pass as `after` for the next (newer) page; null when none."
+    )
+    prev_cursor: int | None = Field(
+        default=None, description="Pass as `before` for the previous (older) page; null when none."
+    )
+
+
+class MessagePage(_HistoryPage):
     """One page of a chat's history (its active branch), oldest first."""
 
     items: list[Message]
@@ -56,12 +68,6 @@ class MessagePage(BaseModel):
         default_factory=dict,
         description="For each message of the page that has siblings, where it stands among "
         "them: enough to draw a '2/3' switcher (switch with `POST .../switch`).",
-    )
-    next_cursor: int | None = Field(
-        default=None, description="Pass as `after` for the next (newer) page; null when none."
-    )
-    prev_cursor: int | None = Field(
-        default=None, description="Pass as `before` for the previous (older) page; null when none."
     )
 
 
@@ -138,33 +144,40 @@ async def get_chat(chat_uuid: UUID, state: AppState, user: CurrentUser) -> Chat:
     return await owned_chat(state, user, chat_uuid)
 
 
-CursorAfter = Annotated[
-    int | None, Query(ge=0, le=MAX_CURSOR, description="Messages newer than this.")
-]
-CursorBefore = Annotated[
-    int | None, Query(ge=0, le=MAX_CURSOR, description="Messages older than this.")
-]
-Newest = Annotated[bool, Query(description="The newest page (where a chat view starts).")]
+@dataclass
+class HistoryQuery:
+    """Where a page of a chat's history starts: at most one of ``after``, ``before``, ``newest``."""
+
+    limit: PageSize = DEFAULT_PAGE_SIZE
+    after: Annotated[
+        int | None, Query(ge=0, le=MAX_CURSOR, description="Messages newer than this.")
+    ] = None
+    before: Annotated[
+        int | None, Query(ge=0, le=MAX_CURSOR, description="Messages older than this.")
+    ] = None
+    newest: Annotated[bool, Query(description="The newest page (where a chat view starts).")] = (
+        False
+    )
+
+    def __post_init__(self) -> None:
+        if sum((self.after is not None, self.before is not None, self.newest)) > 1:
+            raise InvalidInputError("pass at most one of after, before and newest")
+
+
+History = Annotated[HistoryQuery, Depends()]
 
 
 @router.get("/{chat_uuid}/messages", response_model=MessagePage, summary="A chat's messages")
 async def list_messages(
-    chat_uuid: UUID,
-    state: AppState,
-    user: CurrentUser,
-    limit: PageSize = DEFAULT_PAGE_SIZE,
-    after: CursorAfter = None,
-    before: CursorBefore = None,
-    newest: Newest = False,
+    chat_uuid: UUID, state: AppState, user: CurrentUser, query: History
 ) -> MessagePage:
     """Return a page of the chat's history, oldest first.
 
     Without a cursor: the first page. ``after=next_cursor`` pages forward;
     ``before=prev_cursor`` pages back; ``newest=true`` gives the last page.
     """
-    _one_cursor(after, before, newest)
     await owned_chat(state, user, chat_uuid)
-    page = await _message_page(state.store, chat_uuid, limit, after, before, newest)
+    page = await _message_page(state.store, chat_uuid, query)
     if page.items:
         points = await state.store.get_branch_points(
             chat_uuid, [message.message_uuid for message in page.items]
@@ -176,16 +189,9 @@ async def list_messages(
     return page
 
 
-def _one_cursor(after: int | None, before: int | None, newest: bool) -> None:
-    if sum((after is not None, before is not None, newest)) > 1:
-        raise InvalidInputError("pass at most one of after, before and newest")
-
-
-async def _message_page(
-    store: Store, chat_uuid: UUID, limit: int, after: int | None, before: int | None, newest: bool
-) -> MessagePage:
-    if newest:
-        before = _END_OF_CHAT
+async def _message_page(store: Store, chat_uuid: UUID, query: HistoryQuery) -> MessagePage:
+    limit, after = query.limit, query.after
+    before = _END_OF_CHAT if query.newest else query.before
     items = list(await store.get_chat_messages(chat_uuid, after=after, before=before, limit=limit))
     back = before is not None
     # Only a full page can have another past it, and one row past its edge tells. (Asking
@@ -207,27 +213,15 @@ async def _message_page(
     )
 
 
-class UIMessagePage(BaseModel):
+class UIMessagePage(_HistoryPage):
     """One page of a chat as the chat engine's UI messages, oldest first."""
 
     items: list[UIMessage]
-    next_cursor: int | None = Field(
-        default=None, description="Pass as `after` for the next (newer) page; null when none."
-    )
-    prev_cursor: int | None = Field(
-        default=None, description="Pass as `before` for the previous (older) page; null when none."
-    )
 
 
 @router.get("/{chat_uuid}/ui", response_model=UIMessagePage, summary="A chat as UI messages")
 async def list_ui_messages(
-    chat_uuid: UUID,
-    state: AppState,
-    user: CurrentUser,
-    limit: PageSize = DEFAULT_PAGE_SIZE,
-    after: CursorAfter = None,
-    before: CursorBefore = None,
-    newest: Newest = False,
+    chat_uuid: UUID, state: AppState, user: CurrentUser, query: History
 ) -> UIMessagePage:
     """Return a page of the chat as UI messages with ordered parts (``threadstore.chat``).
 
@@ -236,9 +230,8 @@ async def list_ui_messages(
     so each assistant turn (its reasoning, text, tool calls and their results) arrives
     whole in one page. A message stored without an AG-UI id is named by its uuid.
     """
-    _one_cursor(after, before, newest)
     await owned_chat(state, user, chat_uuid)
-    page = await _message_page(state.store, chat_uuid, limit, after, before, newest)
+    page = await _message_page(state.store, chat_uuid, query)
     items = list(page.items)
     if items and page.prev_cursor is not None:
         items[:0] = await _turn_edge(state.store, chat_uuid, items[0], backward=True)
