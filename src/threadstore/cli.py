@@ -332,7 +332,7 @@ def serve(
     lines = [("database", db), ("auth", auth_line)]
     if cors_origin:
         lines.append(("CORS", ", ".join(cors_origin)))
-    lines += [("API docs", f"{base}/docs"), ("try", try_it)]
+    lines += [("web page", f"{base}/"), ("API docs", f"{base}/docs"), ("try", try_it)]
     for label, value in lines:
         err.print(f"  {label:<9} {escape(value)}", soft_wrap=True)
     if authenticator is None and not _is_loopback(host):
