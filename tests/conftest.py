@@ -159,3 +159,13 @@ async def server_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Async
         return
     await (await threadstore.open_store(url)).close()
     yield url
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run the browser tests last.
+
+    pytest-playwright keeps Playwright's sync API, and the event loop it runs, alive for
+    the rest of the session once a browser test has started; an asyncio test after that
+    could not start its own loop. Moving them to the end keeps every order of files safe.
+    """
+    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
