@@ -7,15 +7,19 @@ Protocols (and the run registry the run manager uses).
 
 Where things go:
 
-- here, once: limits and cursor paging (``list_chats``), reads by key (``get_chat``,
-  ``get_message``...), the branch page and the history cache check
-  (``get_chat_messages``), batches of typed writes (``apply_writes``, ``store/ops.py``)
-  and the capabilities a store declares;
-- ``store/sql.py``: what both SQL backends share (one field-to-column table per record
-  type, insert values, patchable columns); ``store/codec.py``: models from trusted values;
-- each backend (``memory.py``, ``sqlite.py``, ``postgres.py``): the abstract methods
-  below, as storage primitives (``_select_chats``, ``_select_branch``, ``_find_message``,
-  ``_history_version``, ``_set_deleted_at``, ``_delete_chat``) or as one write each.
+- here, once, every public method: limits and cursor paging (``list_chats``), reads by
+  key, the branch page and the history cache check (``get_chat_messages``), the tree
+  and branch operations, soft delete and purge, runs, batches (``apply_writes``), the
+  seed's validations and the capabilities a store declares;
+- ``store/ops.py``: one typed operation per write; ``store/sql.py``: what both SQL
+  backends share (one field-to-column table per record type, insert values, patchable
+  columns, the branch page's bounds); ``store/codec.py``: models from trusted values;
+- each backend (``memory.py``, ``sqlite.py``, ``postgres.py``): the eleven abstract
+  primitives only: ``setup``, ``close``, ``transaction``, one write primitive
+  ``_apply(batch)`` over the operations, and the reads ``_select_chats``,
+  ``_select_branch``, ``_select_tree``, ``_find_message``, ``_find_tool_call``,
+  ``_select_runs``, ``_select_last_messages`` (plus ``_history_version`` where a
+  history cache is kept).
 
 Soft delete (``delete_chat(..., soft=True)``) stamps a chat's ``deleted_at``; every read
 of a backend leaves such chats, and their messages, out.
