@@ -4,7 +4,6 @@
     ├── StoreError                 a backend could not do what was asked
     │   ├── NotFoundError          a referenced chat/message does not exist (also a ValueError)
     │   ├── ConflictError          a uniqueness or concurrency rule was violated
-    │   ├── ChatDeletedError       a write targeted a chat that was deleted meanwhile
     │   └── MigrationError         the schema is missing, too new, or a migration failed
     ├── InvalidInputError          caller-supplied data was rejected (also a ValueError)
     │   └── LimitExceededError     a documented size/count limit was exceeded
@@ -18,7 +17,6 @@ parent message) keeps working unchanged. Reads of an unknown record return ``Non
 from __future__ import annotations
 
 __all__ = [
-    "ChatDeletedError",
     "ConfigurationError",
     "ConflictError",
     "InvalidInputError",
@@ -44,10 +42,6 @@ class NotFoundError(StoreError, ValueError):
 
 class ConflictError(StoreError):
     """A uniqueness or concurrency rule was violated."""
-
-
-class ChatDeletedError(StoreError):
-    """A write targeted a chat that has been deleted; the write was discarded."""
 
 
 class MigrationError(StoreError):
