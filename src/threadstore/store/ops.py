@@ -108,8 +108,20 @@ class UpdateReasoning:
     method: ClassVar[str] = "update_message_reasoning"
 
 
+class _SetsChatField:
+    """A write replacing the chat field named ``field`` whole with ``value``."""
+
+    __slots__ = ()
+    field: ClassVar[str]
+
+    @property
+    def value(self) -> Any:
+        """The chat field's new value."""
+        return getattr(self, self.field)
+
+
 @dataclass(frozen=True, slots=True)
-class RenameChat:
+class RenameChat(_SetsChatField):
     """``update_chat_name(chat_uuid, name)``."""
 
     chat_uuid: UUID
@@ -117,14 +129,9 @@ class RenameChat:
     method: ClassVar[str] = "update_chat_name"
     field: ClassVar[str] = "name"
 
-    @property
-    def value(self) -> Any:
-        """The chat field's new value."""
-        return self.name
-
 
 @dataclass(frozen=True, slots=True)
-class UpdateChatState:
+class UpdateChatState(_SetsChatField):
     """``update_chat_state(chat_uuid, state)``."""
 
     chat_uuid: UUID
@@ -132,25 +139,15 @@ class UpdateChatState:
     method: ClassVar[str] = "update_chat_state"
     field: ClassVar[str] = "state"
 
-    @property
-    def value(self) -> Any:
-        """The chat field's new value."""
-        return self.state
-
 
 @dataclass(frozen=True, slots=True)
-class UpdateChatMetadata:
+class UpdateChatMetadata(_SetsChatField):
     """``update_chat_metadata(chat_uuid, metadata)``."""
 
     chat_uuid: UUID
     metadata: dict[str, Any]
     method: ClassVar[str] = "update_chat_metadata"
     field: ClassVar[str] = "metadata"
-
-    @property
-    def value(self) -> Any:
-        """The chat field's new value."""
-        return self.metadata
 
 
 ChatFieldWrite = RenameChat | UpdateChatState | UpdateChatMetadata
