@@ -17,6 +17,8 @@ import httpx
 from ag_ui.core import (
     ActivitySnapshotEvent,
     BaseEvent,
+    CustomEvent,
+    RawEvent,
     ReasoningEncryptedValueEvent,
     ReasoningMessage,
     ReasoningMessageChunkEvent,
@@ -29,6 +31,9 @@ from ag_ui.core import (
     TextMessageContentEvent,
     TextMessageEndEvent,
     TextMessageStartEvent,
+    ToolCallArgsEvent,
+    ToolCallEndEvent,
+    ToolCallStartEvent,
 )
 from hypothesis import given
 from hypothesis import strategies as st
@@ -41,7 +46,7 @@ from threadstore import Store
 from threadstore.agui import StorageAgent
 from threadstore.chat import TextPart, UIMessage, seal_assistant_turn, ui_from_messages
 from threadstore.codec.messages import translate_messages
-from threadstore.models import Message
+from threadstore.models import CITATION_EVENT_NAME, Message
 from threadstore.server import LOCAL_USER_UUID, create_app
 
 USER = UUID("00000000-0000-4000-8000-0000000000d1")
@@ -183,6 +188,17 @@ def _pieces() -> st.SearchStrategy[Piece]:
             st.integers(0, 3),
         ),
         st.builds(
+            lambda name, key, value: lambda n: [CustomEvent(name=name, value=_custom(key, value))],
+            st.sampled_from(["status", "progress", CITATION_EVENT_NAME]),
+            st.none() | st.sampled_from(["job-1", "job-2"]) | st.integers(0, 2),
+            _payloads,
+        ),
+        st.just(lambda n: [RawEvent(event={"provider": "chunk", "n": n})]),
+        st.builds(
+            lambda steps: lambda n: _interleaved(n, steps),
+            st.lists(st.tuples(st.sampled_from(["m-1", "m-2", "call"]), _delta), min_size=1, max_size=6),
+        ),
+        st.builds(
             lambda d, with_tool: (
                 lambda n: [
                     SubagentStartedEvent(subagent_run_id=f"sub-{n}", name="researcher"),
@@ -195,6 +211,40 @@ def _pieces() -> st.SearchStrategy[Piece]:
             st.booleans(),
         ),
     )
+
+
+_delta = st.text(alphabet="xyz ⚡\n", min_size=1, max_size=5)
+_payloads = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 3) | st.text(alphabet="ab ⚡", max_size=4),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from("pqr"), inner),
+    max_leaves=6,
+)
+
+
+def _custom(key: object, value: object) -> object:
+    """A CUSTOM value; with a key, an object carrying it as ``id`` (a string one addresses)."""
+    return value if key is None else {"id": key, "value": value}
+
+
+def _interleaved(n: int, steps: list[tuple[str, str]]) -> list[BaseEvent]:
+    """Two text messages and a tool call streaming at once, their deltas interleaved."""
+    call = f"ic-{n}"
+    events: list[BaseEvent] = [
+        TextMessageStartEvent(message_id="m-1"),
+        TextMessageStartEvent(message_id="m-2"),
+        ToolCallStartEvent(tool_call_id=call, tool_call_name="search", parent_message_id="m-1"),
+    ]
+    for target, delta in steps:
+        if target == "call":
+            events.append(ToolCallArgsEvent(tool_call_id=call, delta=delta))
+        else:
+            events.append(TextMessageContentEvent(message_id=target, delta=delta))
+    events += [
+        ToolCallEndEvent(tool_call_id=call),
+        TextMessageEndEvent(message_id="m-2"),
+        TextMessageEndEvent(message_id="m-1"),
+    ]
+    return events
 
 
 _endings = st.sampled_from(["finished", "error", "truncated"])

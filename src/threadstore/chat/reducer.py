@@ -63,11 +63,9 @@ from threadstore.chat.types import (
     parse_arguments,
     wire_json,
 )
+from threadstore.models import CITATION_EVENT_NAME
 
 __all__ = ["CITATION_EVENT_NAME", "apply_event", "create_assistant_turn"]
-
-CITATION_EVENT_NAME = "citation"
-"""A ``CUSTOM`` event with this name is a citation (its value verbatim), not a data part."""
 
 _THINKING = "thinking"
 """The source id of reasoning from the deprecated ``THINKING_*`` events (they carry none)."""
