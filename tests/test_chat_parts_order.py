@@ -44,10 +44,11 @@ from conftest import StoreOpener
 from face_support import on_the_store_fixture
 from threadstore import Store
 from threadstore.agui import StorageAgent
-from threadstore.chat import TextPart, UIMessage, seal_assistant_turn, ui_from_messages
+from threadstore.chat import DataPart, TextPart, UIMessage, seal_assistant_turn, ui_from_messages
 from threadstore.codec.messages import translate_messages
 from threadstore.models import CITATION_EVENT_NAME, Message
 from threadstore.server import LOCAL_USER_UUID, create_app
+from threadstore.transfer import ChatExport, export_chat, import_chat
 
 USER = UUID("00000000-0000-4000-8000-0000000000d1")
 
@@ -112,6 +113,70 @@ async def store_messages_of(store: Store, events: list[BaseEvent]) -> list[Messa
     thread_id = f"thread-{uuid.uuid4()}"
     await store_run(store, events, thread_id)
     return await stored_messages(store, thread_id)
+
+
+def custom_parts_stream() -> list[BaseEvent]:
+    """CUSTOM events before any message, between text and a tool call, and one replacing."""
+    return [
+        *RUN,
+        CustomEvent(name="status", value={"id": "job", "pct": 10}),
+        *text("m-1", "Searching. "),
+        CustomEvent(name=CITATION_EVENT_NAME, value={"url": "https://example.org/a"}),
+        *tool("c-1", "search", "{}", parent="m-1", result="found"),
+        CustomEvent(name="status", value={"id": "job", "pct": 90, "thumb": b"\x89PNG"}),
+        CustomEvent(name="note", value=["no id", 1]),
+        *text("m-1", "Found it."),
+        RawEvent(event={"provider": "chunk"}),
+        *END,
+    ]
+
+
+async def test_custom_parts_reload_where_they_streamed(
+    store: Store, store_url: str, open_test_store: StoreOpener
+) -> None:
+    live = seal_assistant_turn(fold(custom_parts_stream())).message
+    await store_run(store, custom_parts_stream())
+    reloaded = store if store_url.startswith("memory") else await open_test_store()
+
+    _, answer = as_ui(await stored_messages(reloaded))
+
+    assert answer == live
+    assert [p.type for p in answer.parts or ()] == [
+        "data",
+        "text",
+        "citation",
+        "tool",
+        "data",
+        "text",
+    ]
+    status = (answer.parts or ())[0]
+    assert isinstance(status, DataPart)  # replaced in place: its place, the latest payload
+    assert status.payload == {"id": "job", "pct": 90, "thumb": b"\x89PNG"}
+
+
+async def test_a_run_that_only_sent_custom_parts_keeps_them(store: Store) -> None:
+    events = [*RUN, StepStartedEvent(step_name="plan"), CustomEvent(name="card", value={"a": 1})]
+    live = seal_assistant_turn(fold([*events, *END])).message
+
+    _, answer = as_ui(await store_messages_of(store, [*events, *END]))
+
+    assert answer == live.model_copy(update={"id": answer.id})  # a message was opened for them
+    assert [p.type for p in answer.parts or ()] == ["step-start", "data"]
+
+
+async def test_custom_parts_survive_export_and_import(store: Store) -> None:
+    live = seal_assistant_turn(fold(custom_parts_stream())).message
+    await store_run(store, custom_parts_stream(), "exported")
+    chat = await store.get_chat_by_thread_id(USER, "exported")
+    assert chat is not None
+
+    text = (await export_chat(store, chat)).model_dump_json()
+    imported = await import_chat(
+        store, ChatExport.model_validate_json(text), user_uuid=uuid.uuid4()
+    )
+
+    _, answer = as_ui(await store.get_chat_messages(imported.chat_uuid))
+    assert answer == live
 
 
 async def test_old_rows_without_a_parts_order_read_in_bucket_order(store: Store) -> None:
@@ -196,7 +261,9 @@ def _pieces() -> st.SearchStrategy[Piece]:
         st.just(lambda n: [RawEvent(event={"provider": "chunk", "n": n})]),
         st.builds(
             lambda steps: lambda n: _interleaved(n, steps),
-            st.lists(st.tuples(st.sampled_from(["m-1", "m-2", "call"]), _delta), min_size=1, max_size=6),
+            st.lists(
+                st.tuples(st.sampled_from(["m-1", "m-2", "call"]), _delta), min_size=1, max_size=6
+            ),
         ),
         st.builds(
             lambda d, with_tool: (
