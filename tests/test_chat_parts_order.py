@@ -25,6 +25,7 @@ from ag_ui.core import (
     RunErrorEvent,
     StepFinishedEvent,
     StepStartedEvent,
+    SubagentErrorEvent,
     SubagentFinishedEvent,
     SubagentStartedEvent,
     TextMessageChunkEvent,
@@ -254,8 +255,9 @@ def _pieces() -> st.SearchStrategy[Piece]:
         ),
         st.builds(
             lambda name, key, value: lambda n: [CustomEvent(name=name, value=_custom(key, value))],
-            st.sampled_from(["status", "progress", CITATION_EVENT_NAME]),
-            st.none() | st.sampled_from(["job-1", "job-2"]) | st.integers(0, 2),
+            # "plan" and "act-1" as the activities' type and id: they must not mix.
+            st.sampled_from(["status", "plan", CITATION_EVENT_NAME]),
+            st.none() | st.sampled_from(["job-1", "job-2", "act-1"]) | st.integers(0, 2),
             _payloads,
         ),
         st.just(lambda n: [RawEvent(event={"provider": "chunk", "n": n})]),
@@ -266,18 +268,29 @@ def _pieces() -> st.SearchStrategy[Piece]:
             ),
         ),
         st.builds(
-            lambda d, with_tool: (
-                lambda n: [
-                    SubagentStartedEvent(subagent_run_id=f"sub-{n}", name="researcher"),
-                    *text(f"s-{n}", *d, subagent=f"sub-{n}"),
-                    *(tool(f"sc-{n}", "f", "{}", subagent=f"sub-{n}") if with_tool else []),
-                    SubagentFinishedEvent(subagent_run_id=f"sub-{n}"),
-                ]
-            ),
+            lambda d, with_tool, failed: lambda n: _sub_agent(n, d, with_tool, failed),
             _deltas,
+            st.booleans(),
             st.booleans(),
         ),
     )
+
+
+def _sub_agent(n: int, deltas: list[str], with_tool: bool, failed: bool) -> list[BaseEvent]:
+    """A sub-agent's text, data and maybe a call; it finishes or fails."""
+    sub = f"sub-{n}"
+    end: BaseEvent = (
+        SubagentErrorEvent(subagent_run_id=sub, message="lost")
+        if failed
+        else SubagentFinishedEvent(subagent_run_id=sub)
+    )
+    return [
+        SubagentStartedEvent(subagent_run_id=sub, name="researcher"),
+        *text(f"s-{n}", *deltas, subagent=sub),
+        CustomEvent(name="status", value={"id": "job-1"}, subagent_run_id=sub),
+        *(tool(f"sc-{n}", "f", "{}", subagent=sub) if with_tool else []),
+        end,
+    ]
 
 
 _delta = st.text(alphabet="xyz ⚡\n", min_size=1, max_size=5)
