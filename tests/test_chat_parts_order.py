@@ -479,3 +479,30 @@ async def test_the_ui_view_of_a_chat_shows_the_stored_order(store: Store) -> Non
         "Let me look that up.",
         "It is sunny.",
     ]
+
+
+async def test_the_ui_view_of_a_chat_shows_its_custom_parts(store: Store) -> None:
+    agent = StorageAgent(
+        "assistant", LOCAL_USER_UUID, store, store, ScriptedAgent(custom_parts_stream())
+    )
+    await collect(agent.run(run_input("ui-custom", "r-1", [user("u-uc", "Search?")])))
+    chat = await store.get_chat_by_thread_id(LOCAL_USER_UUID, "ui-custom")
+    assert chat is not None
+    app = create_app(store, agent="demo", demo_delay=0)
+
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+            response = await http.get(f"/api/chats/{chat.chat_uuid}/ui")
+
+    assert response.status_code == 200, response.text
+    _, answer = response.json()["items"]
+    parts = answer["parts"]
+    assert [p["type"] for p in parts] == ["data", "text", "citation", "tool", "data", "text"]
+    assert parts[0] == {  # bytes in a payload travel as base64, as in every UI message
+        "type": "data",
+        "name": "status",
+        "id": "job",
+        "payload": {"id": "job", "pct": 90, "thumb": "iVBORw=="},
+    }
+    assert parts[2]["citation"] == {"url": "https://example.org/a"}
