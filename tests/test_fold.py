@@ -652,6 +652,17 @@ def test_custom_parts_of_a_run_with_no_message_get_a_message_to_hold_them() -> N
     ]
 
 
+def test_a_user_message_in_the_run_does_not_take_the_agents_parts() -> None:
+    fold = ConversationFold("run-1")
+    fold.apply(CustomEvent(name="card", value=1))
+    fold.apply(TextMessageStartEvent(message_id="u1", role="user"))
+    fold.apply(CustomEvent(name="card", value=2))
+    fold.apply(TextMessageStartEvent(message_id="m1"))
+
+    assert parts_of(fold.message("u1")) == []
+    assert [e["payload"] for e in parts_of(fold.message("m1"))] == [1, 2]
+
+
 def test_steps_alone_still_open_no_message() -> None:
     fold = ConversationFold("run-1")
     fold.apply(StepStartedEvent(step_name="plan"))

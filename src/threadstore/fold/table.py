@@ -26,6 +26,10 @@ CHUNK_SLOTS = ("text_chunk", "tool_chunk", "reasoning_chunk")
 """The attributes naming the record a run of ``*_CHUNK`` events of each kind extends."""
 
 
+_NOT_THE_AGENTS = (Role.USER, Role.SYSTEM, Role.DEVELOPER)
+"""Roles of text messages a run may carry that are not the agent's turn (no parts listed)."""
+
+
 def family(role: Role) -> str:
     """Group roles whose events may share a message: text, reasoning, activity."""
     return role.value if role in (Role.REASONING, Role.ACTIVITY) else "text"
@@ -199,7 +203,7 @@ class RecordTable:
             self.known_ids.add(agui_id)
         if kind is RecordKind.MESSAGE:
             self._last_message[scope] = key
-            if scope is None and self._pending_parts:
+            if scope is None and self._pending_parts and role not in _NOT_THE_AGENTS:
                 # Steps (and CUSTOM parts) that came before any message of the agent's.
                 self._list(record, self._pending_parts)
                 self._pending_parts = []
@@ -273,7 +277,7 @@ class RecordTable:
     def current_message(self) -> FoldRecord | None:
         """The agent's message a CUSTOM part is listed on: its last one of the turn, if any."""
         last = self.last_message_of(None)
-        if last is None or not last.owned or last.role in (Role.USER, Role.SYSTEM, Role.DEVELOPER):
+        if last is None or not last.owned or last.role in _NOT_THE_AGENTS:
             return None
         return last
 
