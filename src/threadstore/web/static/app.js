@@ -351,19 +351,24 @@ class Conversation {
       }
       case "CUSTOM": {
         if (event.subagentRunId) break; // a sub-agent's part is not the assistant's
+        const value = event.value;
+        const isCitation = event.name === "citation";
+        // An object with a string id replaces the run's part with the same name and id
+        // where it is (nothing new opens: the text streaming goes on).
+        const id = !isCitation && value && typeof value === "object" && typeof value.id === "string" ? value.id : undefined;
+        for (const owner of id === undefined ? [] : this.live) {
+          const held = this.byId.get(owner);
+          const same = held && held.parts.find((p) => p.kind === "data" && p.name === event.name && p.id === id);
+          if (same) {
+            same.payload = value;
+            touch(held);
+            return changed;
+          }
+        }
         const m = touch(this.liveMessage(this.current || `custom-${this.order.length}`, "assistant"));
         this.current = m.id;
         for (const p of m.parts) p.open = false; // text after it is a new paragraph
-        const value = event.value;
-        if (event.name === "citation") {
-          m.parts.push({ kind: "citation", citation: value });
-          break;
-        }
-        // An object with a string id replaces the live part with the same name and id.
-        const id = value && typeof value === "object" && typeof value.id === "string" ? value.id : undefined;
-        const same = id === undefined ? null : m.parts.find((p) => p.kind === "data" && p.name === event.name && p.id === id);
-        if (same) same.payload = value;
-        else m.parts.push({ kind: "data", name: event.name, id, payload: value });
+        m.parts.push(isCitation ? { kind: "citation", citation: value } : { kind: "data", name: event.name, id, payload: value });
         break;
       }
       case "RUN_FINISHED":
