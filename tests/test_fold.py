@@ -75,6 +75,7 @@ from threadstore.fold import (
     stored_ids,
 )
 from threadstore.models import (
+    MAX_DATA_NAME_CHARS,
     MAX_DATA_PAYLOAD_BYTES,
     MAX_DATA_PAYLOAD_DEPTH,
     Message,
@@ -700,6 +701,29 @@ def test_a_custom_payload_beyond_the_bounds_is_kept_out_and_named(value: Any, wh
     assert entry.keys() == {"n", "type", "name", "omitted"} and why in entry["omitted"]
     (warning,) = fold.take_changes().warnings
     assert "'big': payload not stored" in warning
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("n" * (MAX_DATA_NAME_CHARS + 1), 1),
+        ("a\x00b", 1),
+        ("status", {"id": "i" * (MAX_DATA_NAME_CHARS + 1)}),
+        ("status", {"id": "\ud800"}),
+    ],
+)
+def test_a_custom_event_with_a_name_or_id_no_store_keeps_is_not_stored(
+    name: str, value: Any
+) -> None:
+    fold = ConversationFold("run-1")
+    fold.apply(TextMessageStartEvent(message_id="m1"))
+    fold.take_changes()
+
+    fold.apply(CustomEvent(name=name, value=value))
+
+    assert parts_of(fold.message("m1")) == []
+    (warning,) = fold.take_changes().warnings
+    assert "not stored, its name or id" in warning
 
 
 def test_a_custom_payload_within_the_bounds_is_kept_whole() -> None:

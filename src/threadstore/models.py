@@ -29,6 +29,7 @@ __all__ = [
     "CITATION_EVENT_NAME",
     "ERROR_METADATA_KEY",
     "FORMAT_VERSION",
+    "MAX_DATA_NAME_CHARS",
     "MAX_DATA_PAYLOAD_BYTES",
     "MAX_DATA_PAYLOAD_DEPTH",
     "PARTS_METADATA_KEY",
@@ -70,7 +71,7 @@ opened after it, or on the run's last one), ``data`` (an activity message itself
 with ``name``, optional ``id`` and ``payload``, a ``CUSTOM`` event, listed on the agent's
 current message like a step) and ``citation`` (``citation``: a ``CUSTOM`` event named
 :data:`CITATION_EVENT_NAME`). A payload over the bounds below is stored without it
-(``omitted``: why). On a reasoning step: ``reasoning`` (``start`` within the step's
+(``omitted``: why); an event whose name or id is over them is not listed. On a reasoning step: ``reasoning`` (``start`` within the step's
 content, or ``encrypted``). On a tool call: ``tool``. ``n`` orders the entries of every
 record of one run, so messages streamed interleaved read back interleaved.
 """
@@ -83,6 +84,9 @@ MAX_DATA_PAYLOAD_BYTES = 1024 * 1024
 
 MAX_DATA_PAYLOAD_DEPTH = 64
 """Deepest nesting of objects and arrays in a stored ``CUSTOM`` payload (as in a request)."""
+
+MAX_DATA_NAME_CHARS = 256
+"""Longest ``CUSTOM`` event name (and string id) stored in a parts order, as a request's ids."""
 
 
 ERROR_METADATA_KEY = "error"

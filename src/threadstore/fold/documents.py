@@ -33,6 +33,7 @@ from threadstore.fold.records import FoldRecord
 from threadstore.fold.table import RecordTable
 from threadstore.models import (
     CITATION_EVENT_NAME,
+    MAX_DATA_NAME_CHARS,
     MAX_DATA_PAYLOAD_BYTES,
     MAX_DATA_PAYLOAD_DEPTH,
     Role,
@@ -164,12 +165,19 @@ class DocumentFolding(RecordTable):
         # A sub-agent's parts are its own turn's, which the store does not list.
         if getattr(event, "subagent_run_id", None) is not None:
             return
-        if event.name == CITATION_EVENT_NAME:
-            self.add_data_part({"type": "citation", **self._payload(event, "citation")})
-            return
         value = event.value
         # Only a string id addresses an entry, as in the chat engine.
         data_id = value.get("id") if isinstance(value, dict) else None
+        for label in (event.name, data_id if isinstance(data_id, str) else ""):
+            if len(label) > MAX_DATA_NAME_CHARS or _bad_text(label):
+                self.warn(
+                    f"CUSTOM {event.name[:40]!r}: not stored, its name or id is over "
+                    f"{MAX_DATA_NAME_CHARS} characters or holds a NUL or a lone surrogate"
+                )
+                return
+        if event.name == CITATION_EVENT_NAME:
+            self.add_data_part({"type": "citation", **self._payload(event, "citation")})
+            return
         payload = self._payload(event, "payload")
         if isinstance(data_id, str):
             if self.replace_data_part(event.name, data_id, payload):
