@@ -342,7 +342,15 @@ async def test_every_event_family_round_trips_through_the_store(store: Store) ->
     assert (helper.content, helper.status) == ("from the helper", COMPLETE)
     assert helper.metadata["subagent_run_id"] == "sub"
     assert (snap.agui_id, snap.content) == ("snap", "from a snapshot")
-    assert all("app.thing" not in str(m.metadata) for m in await history(store))
+    # The CUSTOM event is a data part of the agent's message current when it came (the
+    # activity: the sub-agent's is not the agent's); the RAW event is not stored.
+    *_, custom_entry = activity.metadata["parts"]
+    assert {k: v for k, v in custom_entry.items() if k != "n"} == {
+        "type": "data",
+        "name": "app.thing",
+        "payload": {"x": 1},
+    }
+    assert all("chunk" not in str(m.metadata) for m in await history(store))
 
 
 # --- inbound messages --------------------------------------------------------------------------

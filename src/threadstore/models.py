@@ -26,8 +26,12 @@ from pydantic import (
 from threadstore.binary_json import encode_value
 
 __all__ = [
+    "CITATION_EVENT_NAME",
     "ERROR_METADATA_KEY",
     "FORMAT_VERSION",
+    "MAX_DATA_NAME_CHARS",
+    "MAX_DATA_PAYLOAD_BYTES",
+    "MAX_DATA_PAYLOAD_DEPTH",
     "PARTS_METADATA_KEY",
     "Chat",
     "ChatCreate",
@@ -63,11 +67,26 @@ PARTS_METADATA_KEY = "parts"
 A list of entries, each ``{"n": <position in the run>, "type": ...}``. On a message:
 ``text`` (``start``: where the segment begins in its content; it runs to the next text
 entry's start or the end), ``step-start`` (``step``, ``name``: listed on the message
-opened after it, or on the run's last one) and ``data`` (an activity message itself).
-On a reasoning step: ``reasoning`` (``start`` within the step's content, or
-``encrypted``). On a tool call: ``tool``. ``n`` orders the entries of every record of
-one run, so messages streamed interleaved read back interleaved.
+opened after it, or on the run's last one), ``data`` (an activity message itself; or,
+with ``name``, optional ``id`` and ``payload``, a ``CUSTOM`` event, listed on the agent's
+current message like a step) and ``citation`` (``citation``: a ``CUSTOM`` event named
+:data:`CITATION_EVENT_NAME`). A payload over the bounds below is stored without it
+(``omitted``: why); an event whose name or id is over them is not listed. On a reasoning step: ``reasoning`` (``start`` within the step's
+content, or ``encrypted``). On a tool call: ``tool``. ``n`` orders the entries of every
+record of one run, so messages streamed interleaved read back interleaved.
 """
+
+CITATION_EVENT_NAME = "citation"
+"""A ``CUSTOM`` event with this name is a citation (its value verbatim), not a data part."""
+
+MAX_DATA_PAYLOAD_BYTES = 1024 * 1024
+"""Largest ``CUSTOM`` payload stored in a parts order, as JSON (1 MiB, as one input message)."""
+
+MAX_DATA_PAYLOAD_DEPTH = 64
+"""Deepest nesting of objects and arrays in a stored ``CUSTOM`` payload (as in a request)."""
+
+MAX_DATA_NAME_CHARS = 256
+"""Longest ``CUSTOM`` event name (and string id) stored in a parts order, as a request's ids."""
 
 
 ERROR_METADATA_KEY = "error"

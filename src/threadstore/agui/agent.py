@@ -670,11 +670,18 @@ class StorageAgent:
             self._dispatch[event_type] = handler
         return handler
 
-    @_declared(HandlerKind.IGNORE)
+    @_applies
     async def handle_unknown_event(
         self, state: ConversationFold, chat: Chat, event: BaseEvent
     ) -> None:
-        """Handle an event with no registered handler (CUSTOM, RAW...): ignored by default."""
+        """Handle an event with no registered handler (CUSTOM, RAW...).
+
+        The default folds it: a CUSTOM event becomes a data or citation part of the
+        agent's message (docs/chat-engine.md); RAW and event types the fold does not
+        know change nothing. An override that persists its own event types calls this
+        for the rest, to keep CUSTOM parts stored.
+        """
+        state.apply(event)
 
     # --- extension point 2: category handlers (fold only; no I/O) ---------------------------
 

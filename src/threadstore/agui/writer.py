@@ -99,7 +99,7 @@ class HandlerKind(Enum):
     APPLY = "apply"
     """The default: only ``state.apply(event)``, so the event is folded without awaiting."""
     IGNORE = "ignore"
-    """The default for unknown events: nothing."""
+    """A handler declared to do nothing: the event is only counted."""
     CUSTOM = "custom"
     """An override: awaited, in order, on the fold task."""
 
