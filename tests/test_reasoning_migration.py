@@ -1,0 +1,261 @@
+"""Stored reasoning messages of older versions fold into the assistant message of their turn.
+
+The databases in ``fixtures/reasoning_messages`` were written by a version that stored each
+reasoning block as a ``role="reasoning"`` message (how: ``make_fixture.py`` there). Opening
+them migrates them; these tests check the result on SQLite and PostgreSQL: the active
+branches, the whole tree of a branched chat, a fork's lineage pointer, a chat whose leaf
+was a reasoning message, and the AG-UI history an agent is given on the next run.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import pytest
+
+import threadstore
+from agui_scripts import ScriptedAgent, collect, run_finished, run_input, run_started, user
+from postgres_support import fresh_database, server_url
+from threadstore import Store
+from threadstore.agui.agent import StorageAgent
+from threadstore.models import Message, Role
+from threadstore.store.postgres_schema import MIGRATIONS as POSTGRES_MIGRATIONS
+
+FIXTURES = Path(__file__).parent / "fixtures" / "reasoning_messages"
+USER = UUID("00000000-0000-4000-8000-000000000001")
+
+# The PostgreSQL fixture holds rows of a database at schema version 2.
+_POSTGRES_FIXTURE_VERSION = 2
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def migrated(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    """A store opened (and so migrated) on the frozen old-format database."""
+    if request.param == "sqlite":
+        path = tmp_path / "old.sqlite"
+        shutil.copyfile(FIXTURES / "old.sqlite", path)
+        store = await threadstore.open_store(f"sqlite:///{path}")
+        try:
+            yield store
+        finally:
+            await store.close()
+        return
+    import asyncpg
+
+    async with fresh_database(server_url()) as url:
+        conn = await asyncpg.connect(url)
+        try:
+            async with conn.transaction():
+                await conn.execute(
+                    "CREATE TABLE threadstore_migrations"
+                    " (version integer PRIMARY KEY, applied_at timestamptz NOT NULL)"
+                )
+                for migration in POSTGRES_MIGRATIONS[:_POSTGRES_FIXTURE_VERSION]:
+                    await conn.execute(migration)
+                await conn.execute((FIXTURES / "old_postgres.sql").read_text())
+        finally:
+            await conn.close()
+        store = await threadstore.open_store(url)
+        try:
+            yield store
+        finally:
+            await store.close()
+
+
+def shape(messages: list[Message]) -> list[tuple[Any, ...]]:
+    return [
+        (
+            m.role.value,
+            m.agui_id,
+            m.content,
+            [(r.agui_id, r.content, r.encrypted_value) for r in sorted(m.reasonings, key=_seq)],
+            [(t.tool_call_id, t.content) for t in sorted(m.tool_calls, key=_seq)],
+        )
+        for m in messages
+    ]
+
+
+def _seq(record: Any) -> int:
+    return int(record.seq)
+
+
+async def branch(store: Store, thread_id: str) -> list[Message]:
+    chat = await store.get_chat_by_thread_id(USER, thread_id)
+    assert chat is not None
+    return list(await store.get_chat_messages(chat.chat_uuid))
+
+
+EXPECTED = {
+    "plain": [
+        ("user", "p-u1", "Weather?", [], []),
+        (
+            "assistant",
+            "p1-a1",
+            "Let me check.",
+            [("p1-r", "The user wants the weather.", None)],
+            [("p1-call", '{"temp": 21}')],
+        ),
+        ("assistant", "p1-a2", "It is 21 degrees.", [], []),
+        ("user", "p-u2", "And tomorrow?", [], []),
+        (
+            "assistant",
+            "p2-a1",
+            "Answer two.",
+            # Two reasoning messages in a row fold into the answer, in their order.
+            [("p2-r1", "First thought.", "sealed-1"), ("p2-r2", "Second thought.", None)],
+            [],
+        ),
+        # Reasoning after the answer with nothing following: it holds only that.
+        ("assistant", None, "", [("p2-r3", "An afterthought.", None)], []),
+    ],
+    "branched": [
+        ("user", "b-u1", "Tell me a joke.", [], []),
+        ("assistant", "b2-a", "Second answer.", [("b2-r", "Thinking twice.", None)], []),
+    ],
+    # Forked at the first answer's reasoning message: the copy ends there.
+    "forked": [
+        ("user", "b-u1", "Tell me a joke.", [], []),
+        ("assistant", None, "", [("b1-r", "Thinking once.", None)], []),
+    ],
+    "leaf": [
+        ("user", "l-u1", "Hello?", [], []),
+        ("assistant", None, "", [("l1-r", "Half a thought.", None)], []),
+    ],
+}
+
+
+@pytest.mark.parametrize("thread_id", sorted(EXPECTED))
+async def test_reasoning_messages_fold_into_their_turns_answer(
+    migrated: Store, thread_id: str
+) -> None:
+    assert shape(await branch(migrated, thread_id)) == EXPECTED[thread_id]
+
+
+async def test_no_reasoning_message_holding_a_step_is_left(migrated: Store) -> None:
+    for thread_id in EXPECTED:
+        chat = await migrated.get_chat_by_thread_id(USER, thread_id)
+        assert chat is not None
+        tree = await migrated.get_message_tree(chat.chat_uuid)
+        assert all(node.role != Role.REASONING for node in tree), thread_id
+
+
+async def test_the_branched_chat_keeps_both_answers_and_its_active_branch(
+    migrated: Store,
+) -> None:
+    chat = await migrated.get_chat_by_thread_id(USER, "branched")
+    assert chat is not None
+    tree = await migrated.get_message_tree(chat.chat_uuid)
+    by_id = {node.agui_id: node for node in tree}
+    assert sorted(by_id) == ["b-u1", "b1-a", "b2-a"]
+    question = by_id["b-u1"].message_uuid
+    # Each answer hangs where its reasoning message hung: under the question.
+    assert by_id["b1-a"].parent_uuid == question and by_id["b2-a"].parent_uuid == question
+    assert chat.active_leaf_uuid == by_id["b2-a"].message_uuid
+    siblings = await migrated.get_siblings(chat.chat_uuid, by_id["b2-a"].message_uuid)
+    assert list(siblings.siblings) == [by_id["b1-a"].message_uuid, by_id["b2-a"].message_uuid]
+
+    await migrated.switch_branch(chat.chat_uuid, by_id["b1-a"].message_uuid)
+
+    assert shape(await branch(migrated, "branched")) == [
+        ("user", "b-u1", "Tell me a joke.", [], []),
+        ("assistant", "b1-a", "First answer.", [("b1-r", "Thinking once.", None)], []),
+    ]
+
+
+async def test_a_fork_made_at_a_reasoning_message_points_at_the_answer_holding_it(
+    migrated: Store,
+) -> None:
+    source = await migrated.get_chat_by_thread_id(USER, "branched")
+    fork = await migrated.get_chat_by_thread_id(USER, "forked")
+    assert source is not None and fork is not None
+    tree = await migrated.get_message_tree(source.chat_uuid)
+    answer = next(node for node in tree if node.agui_id == "b1-a")
+    assert fork.forked_from_chat_uuid == source.chat_uuid
+    assert fork.forked_from_message_uuid == answer.message_uuid
+
+
+async def test_a_chat_whose_leaf_was_a_reasoning_message_keeps_it_as_its_leaf(
+    migrated: Store,
+) -> None:
+    chat = await migrated.get_chat_by_thread_id(USER, "leaf")
+    assert chat is not None
+    messages = await branch(migrated, "leaf")
+    assert chat.active_leaf_uuid == messages[-1].message_uuid
+    assert messages[-1].parent_uuid == messages[0].message_uuid
+
+
+def replayed(messages: list[Any]) -> list[tuple[Any, ...]]:
+    return [
+        (m.role, m.id, m.content, getattr(m, "encrypted_value", None))
+        if m.role != "assistant"
+        else (m.role, m.id, m.content, [c.id for c in m.tool_calls or ()])
+        for m in messages
+    ]
+
+
+REPLAYS = {
+    "plain": [
+        ("user", "p-u1", "Weather?", None),
+        ("reasoning", "p1-r", "The user wants the weather.", None),
+        ("assistant", "p1-a1", "Let me check.", ["p1-call"]),
+        ("tool", "p1-call-result", '{"temp": 21}', None),
+        ("assistant", "p1-a2", "It is 21 degrees.", []),
+        ("user", "p-u2", "And tomorrow?", None),
+        ("reasoning", "p2-r1", "First thought.", "sealed-1"),
+        ("reasoning", "p2-r2", "Second thought.", None),
+        ("assistant", "p2-a1", "Answer two.", []),
+        ("reasoning", "p2-r3", "An afterthought.", None),
+    ],
+    "branched": [
+        ("user", "b-u1", "Tell me a joke.", None),
+        ("reasoning", "b2-r", "Thinking twice.", None),
+        ("assistant", "b2-a", "Second answer.", []),
+    ],
+    "forked": [
+        ("user", "b-u1", "Tell me a joke.", None),
+        ("reasoning", "b1-r", "Thinking once.", None),
+    ],
+    "leaf": [
+        ("user", "l-u1", "Hello?", None),
+        ("reasoning", "l1-r", "Half a thought.", None),
+    ],
+}
+"""What a client listed at the end of each run: the same ids, contents and order as
+before the migration, and no message a client never saw."""
+
+
+@pytest.mark.parametrize("thread_id", sorted(REPLAYS))
+async def test_the_next_run_replays_the_migrated_history_as_the_client_saw_it(
+    migrated: Store, thread_id: str
+) -> None:
+    inner = ScriptedAgent(
+        [
+            run_started(thread_id, "next"),
+            run_finished(thread_id, "next"),
+        ]
+    )
+    agent = StorageAgent("assistant", USER, migrated, migrated, inner, run_repo=migrated)
+
+    await collect(agent.run(run_input(thread_id, "next", [user("next-u", "More?")])))
+
+    assert replayed(inner.inputs[0].messages) == [
+        *REPLAYS[thread_id],
+        ("user", "next-u", "More?", None),
+    ]
+    # The new turn continues the branch the chat was on.
+    after = await branch(migrated, thread_id)
+    assert shape(after)[:-1] == EXPECTED[thread_id]
+
+
+async def test_opening_a_migrated_database_again_changes_nothing(migrated: Store) -> None:
+    before = {t: shape(await branch(migrated, t)) for t in EXPECTED}
+    version = await migrated.schema_version()
+
+    await migrated.setup()
+
+    assert await migrated.schema_version() == version
+    assert {t: shape(await branch(migrated, t)) for t in EXPECTED} == before
