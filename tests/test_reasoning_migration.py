@@ -10,6 +10,7 @@ was a reasoning message, and the AG-UI history an agent is given on the next run
 from __future__ import annotations
 
 import shutil
+import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -33,16 +34,12 @@ _POSTGRES_FIXTURE_VERSION = 2
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
-async def migrated(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    """A store opened (and so migrated) on the frozen old-format database."""
+async def old_database(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    """The URL of a copy of the frozen old-format database, not yet migrated."""
     if request.param == "sqlite":
         path = tmp_path / "old.sqlite"
         shutil.copyfile(FIXTURES / "old.sqlite", path)
-        store = await threadstore.open_store(f"sqlite:///{path}")
-        try:
-            yield store
-        finally:
-            await store.close()
+        yield f"sqlite:///{path}"
         return
     import asyncpg
 
@@ -59,11 +56,31 @@ async def migrated(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncItera
                 await conn.execute((FIXTURES / "old_postgres.sql").read_text())
         finally:
             await conn.close()
-        store = await threadstore.open_store(url)
-        try:
-            yield store
-        finally:
-            await store.close()
+        yield url
+
+
+@pytest.fixture
+async def migrated(old_database: str) -> AsyncIterator[Store]:
+    """A store opened (and so migrated) on the frozen old-format database."""
+    store = await threadstore.open_store(old_database)
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+async def column(url: str, sql: str, message_uuid: UUID) -> Any:
+    """One value read with the database's own driver, past the store and its models."""
+    if url.startswith("sqlite:"):
+        with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+            return conn.execute(sql.replace("$1", "?"), (str(message_uuid),)).fetchone()[0]
+    import asyncpg
+
+    conn = await asyncpg.connect(url)
+    try:
+        return await conn.fetchval(sql, message_uuid)
+    finally:
+        await conn.close()
 
 
 def shape(messages: list[Message]) -> list[tuple[Any, ...]]:
@@ -124,6 +141,10 @@ EXPECTED = {
     "leaf": [
         ("user", "l-u1", "Hello?", [], []),
         ("assistant", None, "", [("l1-r", "Half a thought.", None)], []),
+    ],
+    "crashed": [
+        ("user", "c-u1", "Explain.", [], []),
+        ("assistant", "c1-a", "Half an ans", [("c1-r", "Let me see.", None)], []),
     ],
 }
 
@@ -223,6 +244,11 @@ REPLAYS = {
         ("user", "l-u1", "Hello?", None),
         ("reasoning", "l1-r", "Half a thought.", None),
     ],
+    "crashed": [
+        ("user", "c-u1", "Explain.", None),
+        ("reasoning", "c1-r", "Let me see.", None),
+        ("assistant", "c1-a", "Half an ans", []),
+    ],
 }
 """What a client listed at the end of each run: the same ids, contents and order as
 before the migration, and no message a client never saw."""
@@ -259,3 +285,17 @@ async def test_opening_a_migrated_database_again_changes_nothing(migrated: Store
 
     assert await migrated.schema_version() == version
     assert {t: shape(await branch(migrated, t)) for t in EXPECTED} == before
+
+
+async def test_an_error_kept_in_metadata_moves_to_the_message_error_column(
+    migrated: Store, old_database: str
+) -> None:
+    messages = await branch(migrated, "crashed")
+
+    answer = messages[-1]
+    assert (answer.status.value, answer.error) == ("errored", "RuntimeError: scripted crash")
+    assert "error" not in answer.metadata
+    assert [m.error for m in messages[:-1]] == [None]
+    # Read straight from the column, not through the model's fallback.
+    sql = "SELECT error FROM messages WHERE message_uuid = $1"
+    assert await column(old_database, sql, answer.message_uuid) == answer.error

@@ -284,6 +284,12 @@ MIGRATIONS: list[str] = [
        AND c.chat_uuid IN (SELECT m2.chat_uuid FROM messages m2 JOIN reasoning_fold f
                             ON f.holder = m2.message_uuid);
     """,
+    # Message.error has a column; versions before it kept the text in metadata["error"].
+    """
+    ALTER TABLE messages ADD COLUMN error text;
+    UPDATE messages SET error = metadata ->> 'error', metadata = metadata - 'error'
+     WHERE jsonb_typeof(metadata -> 'error') = 'string';
+    """,
 ]
 
 # --- migrations bookkeeping ------------------------------------------------------------------

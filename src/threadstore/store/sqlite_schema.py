@@ -264,4 +264,11 @@ MIGRATIONS: list[str] = [
     DROP TABLE reasoning_fold;
     DROP TABLE reasoning_fold_next;
     """,
+    # Message.error has a column; versions before it kept the text in metadata["error"].
+    """
+    ALTER TABLE messages ADD COLUMN error TEXT;
+    UPDATE messages SET error = json_extract(metadata, '$.error'),
+                        metadata = json_remove(metadata, '$.error')
+     WHERE json_valid(metadata) AND json_type(metadata, '$.error') = 'text';
+    """,
 ]
