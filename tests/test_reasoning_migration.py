@@ -1,4 +1,6 @@
-"""Stored reasoning messages of older versions fold into the assistant message of their turn.
+"""Rows stored by older versions, migrated: reasoning messages, errors in metadata, runs.
+
+Stored reasoning messages of older versions fold into the assistant message of their turn.
 
 The databases in ``fixtures/reasoning_messages`` were written by a version that stored each
 reasoning block as a ``role="reasoning"`` message (how: ``make_fixture.py`` there). Opening
@@ -23,7 +25,8 @@ from agui_scripts import ScriptedAgent, collect, run_finished, run_input, run_st
 from postgres_support import fresh_database, server_url
 from threadstore import Store
 from threadstore.agui.agent import StorageAgent
-from threadstore.models import Message, Role
+from threadstore.errors import RunLiveError
+from threadstore.models import Message, Role, Run, RunStatus
 from threadstore.store.postgres_schema import MIGRATIONS as POSTGRES_MIGRATIONS
 
 FIXTURES = Path(__file__).parent / "fixtures" / "reasoning_messages"
@@ -299,3 +302,53 @@ async def test_an_error_kept_in_metadata_moves_to_the_message_error_column(
     # Read straight from the column, not through the model's fallback.
     sql = "SELECT error FROM messages WHERE message_uuid = $1"
     assert await column(old_database, sql, answer.message_uuid) == answer.error
+
+
+async def test_runs_left_running_together_keep_running_once_runs_are_one_per_chat(
+    old_database: str,
+) -> None:
+    # Two runs of one chat recorded running (a crashed owner's beside a newer one), as
+    # versions without the one-running-run index could leave them.
+    rows = [("dead", "2026-01-01T00:00:00+00:00"), ("newer", "2026-01-02T00:00:00+00:00")]
+    chat_sql = "SELECT chat_uuid FROM chats WHERE thread_id = 'plain'"
+    insert = (
+        "INSERT INTO runs (chat_uuid, run_id, thread_id, status, owner, heartbeat_at,"
+        " format_version, created_at, updated_at)"
+        " VALUES ({chat}, {run}, 'plain', 'running', 'gone', {at}, 1, {at}, {at})"
+    )
+    if old_database.startswith("sqlite:"):
+        with sqlite3.connect(old_database.removeprefix("sqlite:///")) as conn:
+            chat = conn.execute(chat_sql).fetchone()[0]
+            for run_id, at in rows:
+                conn.execute(insert.format(chat="?1", run="?2", at="?3"), (chat, run_id, at))
+    else:
+        import asyncpg
+
+        conn = await asyncpg.connect(old_database)
+        try:
+            chat = await conn.fetchval(chat_sql)
+            for run_id, at in rows:
+                await conn.execute(
+                    insert.format(chat="$1", run="$2", at="$3::text::timestamptz"),
+                    chat,
+                    run_id,
+                    at,
+                )
+        finally:
+            await conn.close()
+
+    store = await threadstore.open_store(old_database)
+    try:
+        runs = [await store.get_run(UUID(str(chat)), run_id) for run_id, _ in rows]
+        with pytest.raises(RunLiveError) as refused:
+            await store.start_run(
+                Run(chat_uuid=UUID(str(chat)), thread_id="plain", run_id="third", owner="x")
+            )
+    finally:
+        await store.close()
+
+    assert [(r.status, r.exclusive) for r in runs if r is not None] == [
+        (RunStatus.RUNNING, False),
+        (RunStatus.RUNNING, True),
+    ]
+    assert refused.value.live_run_id == "newer"

@@ -356,6 +356,10 @@ class Run(_Model):
     error: str | None = None
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
+    exclusive: bool = True
+    """Whether the run continues the chat's leaf, so it holds the chat: a chat has at most
+    one exclusive run running (``start_run`` raises ``RunLiveError``). A run that branches
+    (regenerate, edit) hangs its messages under its own branch point and is not."""
 
 
 class ChatPage(_Model):

@@ -290,6 +290,21 @@ MIGRATIONS: list[str] = [
     UPDATE messages SET error = metadata ->> 'error', metadata = metadata - 'error'
      WHERE jsonb_typeof(metadata -> 'error') = 'string';
     """,
+    # One running run per chat that continues the chat's leaf (an exclusive run), enforced
+    # here so two processes cannot both start one. Runs that branch (regenerate, edit)
+    # hang their messages under their own branch point and may run beside it. Runs
+    # left running together before (a crashed owner's, say) keep running; all but the
+    # newest count as not exclusive, and end as their owner or a sweep ends them.
+    """
+    ALTER TABLE runs ADD COLUMN exclusive boolean NOT NULL DEFAULT true;
+    UPDATE runs r SET exclusive = false
+     WHERE r.status = 'running' AND EXISTS (
+           SELECT 1 FROM runs n WHERE n.chat_uuid = r.chat_uuid AND n.status = 'running'
+              AND (n.heartbeat_at, n.created_at, n.run_id)
+                  > (r.heartbeat_at, r.created_at, r.run_id));
+    CREATE UNIQUE INDEX runs_one_running_per_chat ON runs (chat_uuid)
+     WHERE status = 'running' AND exclusive;
+    """,
 ]
 
 # --- migrations bookkeeping ------------------------------------------------------------------
@@ -519,6 +534,13 @@ INSERT_RUN = (
     f"INSERT INTO runs ({_names(RUN_INSERT)}) SELECT {_typed(RUN_INSERT)}"
     f" WHERE EXISTS (SELECT 1 FROM chats WHERE chat_uuid = {_param(RUN_INSERT, 'chat_uuid')})"
     " ON CONFLICT (chat_uuid, run_id) DO NOTHING" + RUN_RETURNING
+)
+
+ONE_RUNNING_RUN = "runs_one_running_per_chat"
+"""The unique index over running runs: one per chat."""
+
+RUNNING_RUN_OF_CHAT = (
+    "SELECT run_id FROM runs WHERE chat_uuid = $1 AND status = 'running' AND exclusive"
 )
 
 HEARTBEAT_RUNS = (

@@ -88,7 +88,7 @@ REASONING_COLUMNS = (
 
 RUN_COLUMNS = (
     "chat_uuid", "run_id", "thread_id", "parent_run_id", "status", "owner", "heartbeat_at",
-    "error", "format_version", "created_at", "updated_at",
+    "error", "format_version", "created_at", "updated_at", "exclusive",
 )  # fmt: skip
 
 
@@ -197,7 +197,7 @@ REASONING_INSERT = InsertColumns(
 RUN_INSERT = InsertColumns(
     ("chat_uuid", _U), ("run_id", _P), ("thread_id", _P), ("parent_run_id", _P),
     ("status", _P), ("owner", _P), ("heartbeat_at", _T), ("error", _P),
-    ("format_version", Kind.INT), ("created_at", _T), ("updated_at", _T),
+    ("format_version", Kind.INT), ("created_at", _T), ("updated_at", _T), ("exclusive", _B),
 )  # fmt: skip
 """A run's insert."""
 

@@ -271,4 +271,19 @@ MIGRATIONS: list[str] = [
                         metadata = json_remove(metadata, '$.error')
      WHERE json_valid(metadata) AND json_type(metadata, '$.error') = 'text';
     """,
+    # One running run per chat that continues the chat's leaf (an exclusive run), enforced
+    # here so two processes cannot both start one. Runs that branch (regenerate, edit)
+    # hang their messages under their own branch point and may run beside it. Runs
+    # left running together before (a crashed owner's, say) keep running; all but the
+    # newest count as not exclusive, and end as their owner or a sweep ends them.
+    """
+    ALTER TABLE runs ADD COLUMN exclusive INTEGER NOT NULL DEFAULT 1;
+    UPDATE runs SET exclusive = 0
+     WHERE status = 'running' AND EXISTS (
+           SELECT 1 FROM runs n WHERE n.chat_uuid = runs.chat_uuid AND n.status = 'running'
+              AND (n.heartbeat_at, n.created_at, n.run_id)
+                  > (runs.heartbeat_at, runs.created_at, runs.run_id));
+    CREATE UNIQUE INDEX runs_one_running_per_chat ON runs (chat_uuid)
+     WHERE status = 'running' AND exclusive = 1;
+    """,
 ]
