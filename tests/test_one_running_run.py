@@ -203,3 +203,25 @@ async def test_a_storage_agent_on_a_chat_with_a_live_run_is_refused_with_nothing
     assert "Me too" not in [m.content for m in await store.get_chat_messages(chat.chat_uuid)]
     live.gate.set()
     await running
+
+
+async def test_a_run_that_fails_to_set_up_does_not_hold_its_chat(store: threadstore.Store) -> None:
+    user_uuid = UUID(int=8)
+
+    def broken(_: object) -> list[object]:
+        raise RuntimeError("translation failed")
+
+    failing = StorageAgent(
+        "assistant", user_uuid, store, store, agent(), run_repo=store, translate=broken
+    )
+    with pytest.raises(RuntimeError, match="translation failed"):
+        await collect(failing.run(agent_input("t", "first", [user("u1")])))
+    chat = await store.get_chat_by_thread_id(user_uuid, "t")
+    assert chat is not None
+    failed = await store.get_run(chat.chat_uuid, "first")
+    assert failed is not None and failed.status == RunStatus.ERRORED
+
+    after = StorageAgent("assistant", user_uuid, store, store, agent(), run_repo=store)
+    events = await collect(after.run(agent_input("t", "second", [user("u2")])))
+
+    assert events[-1].type.value == "RUN_FINISHED"

@@ -319,6 +319,16 @@ class StorageAgent:
                 RunErrorEvent(message=str(exc), code=code),
             ]
         self.chat = chat
+        try:
+            return await self._persister_for(input, chat, history)
+        except BaseException:
+            await self._abandon_run(chat, input.run_id, "the run could not be set up")
+            raise
+
+    async def _persister_for(
+        self, input: RunAgentInput, chat: Chat, history: list[Message]
+    ) -> RunPersister:
+        """Give the inner agent its history and state; build the run's persister."""
         # Whole-history work: off the event loop for a long chat (see store.offload).
         given = history if self.history_window is None else self.history_window.select(history)
         input.messages = await off_loop(given, self.translate, given)
@@ -460,16 +470,15 @@ class StorageAgent:
         try:
             history = await self._store_inbound(input, chat, history, branch, creates, results)
         except BaseException:
-            if self.run_repo is not None:
-                with contextlib.suppress(Exception):
-                    await self.run_repo.finish_run(
-                        chat.chat_uuid,
-                        input.run_id,
-                        RunStatus.ERRORED,
-                        error="the run's input messages could not be stored",
-                    )
+            await self._abandon_run(chat, input.run_id, "the run's input could not be stored")
             raise
         return chat, history
+
+    async def _abandon_run(self, chat: Chat, run_id: str, reason: str) -> None:
+        """End the run record of a run that failed before it began: it must not hold the chat."""
+        if self.run_repo is not None:
+            with contextlib.suppress(Exception):
+                await self.run_repo.finish_run(chat.chat_uuid, run_id, RunStatus.ERRORED, reason)
 
     async def _store_inbound(
         self,
