@@ -149,6 +149,19 @@ EXPECTED = {
         ("user", "c-u1", "Explain.", [], []),
         ("assistant", "c1-a", "Half an ans", [("c1-r", "Let me see.", None)], []),
     ],
+    # A reasoning message with two children (a run continued from it) stays, holding its
+    # reasoning, so both branches keep what they followed.
+    "split": [
+        ("user", "s-u1", "Which way?", [], []),
+        ("assistant", None, "", [("s1-r", "Two ways to go.", None)], []),
+        ("user", "s-u2", "Another?", [], []),
+        ("assistant", "s2-a", "The other way.", [], []),
+    ],
+    # So does one the leaf was moved back onto: the active branch still ends there.
+    "pinned": [
+        ("user", "n-u1", "Question?", [], []),
+        ("assistant", None, "", [("n1-r", "Thinking.", None)], []),
+    ],
 }
 
 
@@ -212,6 +225,28 @@ async def test_a_chat_whose_leaf_was_a_reasoning_message_keeps_it_as_its_leaf(
     assert messages[-1].parent_uuid == messages[0].message_uuid
 
 
+async def test_a_reasoning_message_a_branch_or_the_leaf_starts_from_stays_in_the_tree(
+    migrated: Store,
+) -> None:
+    split = await migrated.get_chat_by_thread_id(USER, "split")
+    pinned = await migrated.get_chat_by_thread_id(USER, "pinned")
+    assert split is not None and pinned is not None
+    tree = await migrated.get_message_tree(split.chat_uuid)
+    holder = next(node for node in tree if node.agui_id is None)
+    children = sorted(n.agui_id or "" for n in tree if n.parent_uuid == holder.message_uuid)
+    assert children == ["s-u2", "s1-a"]
+    await migrated.switch_branch(
+        split.chat_uuid, next(n for n in tree if n.agui_id == "s1-a").message_uuid
+    )
+    assert [m.agui_id for m in await branch(migrated, "split")] == ["s-u1", None, "s1-a"]
+
+    tree = await migrated.get_message_tree(pinned.chat_uuid)
+    holder = next(node for node in tree if node.agui_id is None)
+    assert pinned.active_leaf_uuid == holder.message_uuid
+    answer = next(node for node in tree if node.agui_id == "n1-a")
+    assert answer.parent_uuid == holder.message_uuid
+
+
 def replayed(messages: list[Any]) -> list[tuple[Any, ...]]:
     return [
         (m.role, m.id, m.content, getattr(m, "encrypted_value", None))
@@ -251,6 +286,16 @@ REPLAYS = {
         ("user", "c-u1", "Explain.", None),
         ("reasoning", "c1-r", "Let me see.", None),
         ("assistant", "c1-a", "Half an ans", []),
+    ],
+    "split": [
+        ("user", "s-u1", "Which way?", None),
+        ("reasoning", "s1-r", "Two ways to go.", None),
+        ("user", "s-u2", "Another?", None),
+        ("assistant", "s2-a", "The other way.", []),
+    ],
+    "pinned": [
+        ("user", "n-u1", "Question?", None),
+        ("reasoning", "n1-r", "Thinking.", None),
     ],
 }
 """What a client listed at the end of each run: the same ids, contents and order as

@@ -188,8 +188,10 @@ MIGRATIONS: list[str] = [
         SELECT c.message_uuid FROM messages c
          WHERE c.parent_uuid = m.message_uuid AND c.chat_uuid = m.chat_uuid
            AND c.run_id IS m.run_id
-           AND json_extract(c.metadata, '$.subagent_run_id')
-               IS json_extract(m.metadata, '$.subagent_run_id')
+           AND (CASE WHEN json_valid(c.metadata)
+                     THEN json_extract(c.metadata, '$.subagent_run_id') END)
+               IS (CASE WHEN json_valid(m.metadata)
+                        THEN json_extract(m.metadata, '$.subagent_run_id') END)
            AND (c.role = 'assistant' OR (c.role = 'reasoning' AND c.content = ''
                 AND c.encrypted_value IS NULL
                 AND EXISTS (SELECT 1 FROM reasonings r WHERE r.message_uuid = c.message_uuid)))
