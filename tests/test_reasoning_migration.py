@@ -397,3 +397,24 @@ async def test_runs_left_running_together_keep_running_once_runs_are_one_per_cha
         (RunStatus.RUNNING, True),
     ]
     assert refused.value.live_run_id == "newer"
+
+
+async def test_a_run_continuing_an_old_run_finds_its_last_message_after_the_fold(
+    migrated: Store,
+) -> None:
+    # Runs point at messages through their run id: b1's last message is its answer, which
+    # now holds b1's reasoning; a run continuing b1 hangs under it.
+    inner = ScriptedAgent([run_started("branched", "again"), run_finished("branched", "again")])
+    agent = StorageAgent("assistant", USER, migrated, migrated, inner, run_repo=migrated)
+
+    await collect(
+        agent.run(run_input("branched", "again", [user("again-u", "Again?")], parent_run_id="b1"))
+    )
+
+    assert replayed(inner.inputs[0].messages) == [
+        ("user", "b-u1", "Tell me a joke.", None),
+        ("reasoning", "b1-r", "Thinking once.", None),
+        ("assistant", "b1-a", "First answer.", []),
+        ("user", "again-u", "Again?", None),
+    ]
+    assert [m.agui_id for m in await branch(migrated, "branched")] == ["b-u1", "b1-a", "again-u"]
