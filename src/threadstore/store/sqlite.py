@@ -37,7 +37,13 @@ from typing import Any
 from urllib.parse import parse_qs
 from uuid import UUID
 
-from threadstore.errors import ConfigurationError, ConflictError, MigrationError, NotFoundError
+from threadstore.errors import (
+    ConfigurationError,
+    ConflictError,
+    MigrationError,
+    NotFoundError,
+    RunLiveError,
+)
 from threadstore.models import (
     FORMAT_VERSION,
     Chat,
@@ -211,6 +217,9 @@ _INSERT_RUN = (
     " ON CONFLICT (chat_uuid, run_id) DO UPDATE SET run_id = excluded.run_id"
     " RETURNING " + ", ".join(RUN_COLUMNS)
 )
+
+# How SQLite names a violation of the index runs_one_running_per_chat.
+_ONE_RUNNING_RUN = "UNIQUE constraint failed: runs.chat_uuid"
 
 # The creates of a batch, whose results nobody reads: without RETURNING, SQLite need
 # not collect the new rows (about 3.5 µs a statement).
@@ -919,7 +928,18 @@ class SQLiteStore(Store):
 
     async def start_run(self, run: Run) -> Run:
         values = {**run.__dict__, "format_version": FORMAT_VERSION}
-        rows = await self._fetch(_INSERT_RUN, params(_PLANS.run, values), small=True)
+        try:
+            rows = await self._fetch(_INSERT_RUN, params(_PLANS.run, values), small=True)
+        except ConflictError as exc:
+            if _ONE_RUNNING_RUN not in str(exc):
+                raise
+            live = await self._fetch(
+                "SELECT run_id FROM runs WHERE chat_uuid = ? AND status = 'running'"
+                " AND exclusive = 1",
+                (str(run.chat_uuid),),
+                small=True,
+            )
+            raise RunLiveError(run.chat_uuid, live[0][0] if live else None) from exc
         return load_run(rows[0])
 
     async def heartbeat_runs(self, owner: str, run_ids: Sequence[tuple[UUID, str]]) -> None:

@@ -958,10 +958,14 @@ async function sendMessage(text) {
   updateMessages([message.id]);
   const body = { threadId, runId, messages: [message], state: {}, tools: [], context: [], forwardedProps: {} };
   const controller = new AbortController();
+  // No second send while the server sets the run up (its answer comes once the run holds
+  // the thread).
+  setRunning(true);
   let response;
   try {
     response = await send("/agui", { method: "POST", headers: { "Content-Type": "application/json", Accept: "text/event-stream" }, body: JSON.stringify(body), signal: controller.signal });
   } catch (error) {
+    setRunning(false);
     report(error);
     return;
   }
