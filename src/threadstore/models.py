@@ -70,8 +70,9 @@ opened after it, or on the run's last one), ``data`` (an activity message itself
 with ``name``, optional ``id`` and ``payload``, a ``CUSTOM`` event, listed on the agent's
 current message like a step) and ``citation`` (``citation``: a ``CUSTOM`` event named
 :data:`CITATION_EVENT_NAME`). A payload over the bounds below is stored without it
-(``omitted``: why); an event whose name or id is over them is not listed. On a reasoning step: ``reasoning`` (``start`` within the step's
-content, or ``encrypted``). On a tool call: ``tool``. ``n`` orders the entries of every
+(``omitted``: why); an event whose name or id is over them is not listed. On a reasoning
+step: ``reasoning`` (``start`` within the step's content, or ``encrypted``). On a tool
+call: ``tool``. ``n`` orders the entries of every
 record of one run, so messages streamed interleaved read back interleaved.
 """
 
