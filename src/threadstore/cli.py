@@ -587,14 +587,15 @@ def _print_message(message: Message) -> None:
     status = "" if message.status == "complete" else f" [yellow]({message.status})[/]"
     style = _ROLE_STYLE.get(message.role, "bold")
     out.print(f"\n[{style}]{message.role}[/]{status}")
-    if message.role not in ("assistant", "reasoning"):
+    if message.role not in ("assistant", "reasoning", "activity"):
         if message.content:
             out.print(escape(message.content))
         return
     from threadstore.chat import ui_from_messages
 
     # The message's parts in the order they streamed: a tool card sits between the
-    # sentences around it; reasoning is one line.
+    # sentences around it; reasoning, data (CUSTOM events, activities) and citations
+    # are one line each.
     for ui in ui_from_messages([message], str):
         calls = {call.tool_call_id: call for call in ui.tool_calls or ()}
         for part in ui.parts or ():
@@ -611,6 +612,12 @@ def _print_message(message: Message) -> None:
                         call.output if isinstance(call.output, str) else json.dumps(call.output)
                     )
                     out.print(f"  [magenta]← {escape(_short(result, 200))}[/]")
+            elif part.type == "data":
+                payload = _short(json.dumps(part.payload, ensure_ascii=False, default=str), 200)
+                out.print(f"  [blue]◆ {escape(part.name)}: {escape(payload)}[/]")
+            elif part.type == "citation":
+                cited = _short(json.dumps(part.citation, ensure_ascii=False, default=str), 200)
+                out.print(f"  [dim]cites {escape(cited)}[/]")
 
 
 @chats_app.command("rename")

@@ -11,6 +11,7 @@ the status of its records. The whole write path is in docs/architecture.md.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import functools
 import logging
@@ -71,7 +72,7 @@ from threadstore.codec.messages import (
     translate_messages,
 )
 from threadstore.codec.names import chat_name_from_messages
-from threadstore.errors import InvalidInputError, StoreError
+from threadstore.errors import InvalidInputError, RunLiveError, StoreError
 from threadstore.fold import ConversationFold, pending_tool_calls, stored_ids
 from threadstore.models import (
     Chat,
@@ -84,6 +85,7 @@ from threadstore.models import (
     MessageToolCallUpdate,
     Role,
     Run,
+    RunStatus,
     utcnow,
 )
 from threadstore.store.base import (
@@ -102,6 +104,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CHAT_DELETED_ERROR_CODE",
     "INVALID_INPUT_ERROR_CODE",
+    "RUN_LIVE_ERROR_CODE",
     "AGUIAgent",
     "AGUIStorageAgent",
     "StorageAgent",
@@ -111,6 +114,10 @@ logger = logging.getLogger(__name__)
 
 INVALID_INPUT_ERROR_CODE = "INVALID_INPUT"
 """``RunErrorEvent.code`` of a run refused because of its input messages."""
+
+RUN_LIVE_ERROR_CODE = "RUN_LIVE"
+"""``RunErrorEvent.code`` of a run refused because its chat already has a running run (one
+at a time per chat; the store's ``start_run`` raises :class:`~threadstore.errors.RunLiveError`)."""
 
 _RUN_FINISHED = EventType.RUN_FINISHED  # bound once: compared for every event
 
@@ -230,6 +237,10 @@ class StorageAgent:
         """
         self._branched = False
         """Whether the run branches off the chat's leaf (see ``_branch_point``)."""
+        self.set_up = asyncio.Event()
+        """Set once the run is set up (run record written, input stored) or refused."""
+        self.refused_by: RunLiveError | None = None
+        """Why the run was refused, when its chat already had a running run."""
         self._persister: RunPersister | None = None
         self._dispatch: dict[type[BaseEvent], Callable[..., Awaitable[None]]] = {}
         self._table: dict[type[BaseEvent], str] | None = None
@@ -277,17 +288,36 @@ class StorageAgent:
         if self._persister is not None:
             raise RuntimeError("a StorageAgent runs once; build a new one per run")
         try:
+            return await self._set_up(input)
+        finally:
+            self.set_up.set()
+
+    async def _set_up(self, input: RunAgentInput) -> list[BaseEvent] | RunPersister:
+        try:
             chat, history = await self._prepare(input)
-        except InvalidInputError as exc:
+        except (InvalidInputError, RunLiveError) as exc:
+            code = INVALID_INPUT_ERROR_CODE
+            if isinstance(exc, RunLiveError):
+                self.refused_by, code = exc, RUN_LIVE_ERROR_CODE
             return [
                 RunStartedEvent(
                     thread_id=input.thread_id,
                     run_id=input.run_id,
                     protocol_version=PROTOCOL_VERSION,
                 ),
-                RunErrorEvent(message=str(exc), code=INVALID_INPUT_ERROR_CODE),
+                RunErrorEvent(message=str(exc), code=code),
             ]
         self.chat = chat
+        try:
+            return await self._persister_for(input, chat, history)
+        except BaseException:
+            await self._abandon_run(chat, input.run_id, "the run could not be set up")
+            raise
+
+    async def _persister_for(
+        self, input: RunAgentInput, chat: Chat, history: list[Message]
+    ) -> RunPersister:
+        """Give the inner agent its history and state; build the run's persister."""
         # Whole-history work: off the event loop for a long chat (see store.offload).
         given = history if self.history_window is None else self.history_window.select(history)
         input.messages = await off_loop(given, self.translate, given)
@@ -304,15 +334,6 @@ class StorageAgent:
                 state=input.state,
             ),
         )
-        if self.run_repo is not None:
-            run = Run(
-                chat_uuid=chat.chat_uuid,
-                thread_id=input.thread_id,
-                run_id=input.run_id,
-                parent_run_id=input.parent_run_id,
-                owner=self.owner,
-            )
-            await self.run_repo.start_run(run)
         config = PersisterConfig(
             checkpoint_interval=self.checkpoint_interval,
             min_flush_interval=self.min_flush_interval,
@@ -421,6 +442,43 @@ class StorageAgent:
             history = [] if fresh else await self._history(chat)
             if history:
                 creates, results = await off_loop(history, self._screen, input, history)
+        if self.run_repo is not None:
+            # Before the input is stored: a chat with a running run that continues its
+            # leaf (in any process; the store holds it to one) refuses another such run
+            # with nothing written. A run that branches hangs under its own branch point.
+            await self.run_repo.start_run(
+                Run(
+                    chat_uuid=chat.chat_uuid,
+                    thread_id=input.thread_id,
+                    run_id=input.run_id,
+                    parent_run_id=input.parent_run_id,
+                    owner=self.owner,
+                    exclusive=not self._branched,
+                )
+            )
+        try:
+            history = await self._store_inbound(input, chat, history, branch, creates, results)
+        except BaseException:
+            await self._abandon_run(chat, input.run_id, "the run's input could not be stored")
+            raise
+        return chat, history
+
+    async def _abandon_run(self, chat: Chat, run_id: str, reason: str) -> None:
+        """End the run record of a run that failed before it began: it must not hold the chat."""
+        if self.run_repo is not None:
+            with contextlib.suppress(Exception):
+                await self.run_repo.finish_run(chat.chat_uuid, run_id, RunStatus.ERRORED, reason)
+
+    async def _store_inbound(
+        self,
+        input: RunAgentInput,
+        chat: Chat,
+        history: list[Message],
+        branch: _Branch | None,
+        creates: list[MessageCreate],
+        results: list[tuple[UUID, MessageToolCallUpdate]],
+    ) -> list[Message]:
+        """Store the run's new input messages (and tool results); return the history after."""
         if branch is not None and not creates:
             # Nothing new to hang on the branch point: the run continues from it (its
             # history is the path to it, whatever the leaf becomes meanwhile).
@@ -440,7 +498,7 @@ class StorageAgent:
                 # Read inside the transaction: the same rows, without queueing for the
                 # store again (SQLite: four trips through its writer lock).
                 history = await self._after_inbound(chat, history, results)
-        return chat, history
+        return history
 
     async def _branch_point(
         self, input: RunAgentInput, chat: Chat | None, history: list[Message]
@@ -659,11 +717,18 @@ class StorageAgent:
             self._dispatch[event_type] = handler
         return handler
 
-    @_declared(HandlerKind.IGNORE)
+    @_applies
     async def handle_unknown_event(
         self, state: ConversationFold, chat: Chat, event: BaseEvent
     ) -> None:
-        """Handle an event with no registered handler (CUSTOM, RAW...): ignored by default."""
+        """Handle an event with no registered handler (CUSTOM, RAW...).
+
+        The default folds it: a CUSTOM event becomes a data or citation part of the
+        agent's message (docs/chat-engine.md); RAW and event types the fold does not
+        know change nothing. An override that persists its own event types calls this
+        for the rest, to keep CUSTOM parts stored.
+        """
+        state.apply(event)
 
     # --- extension point 2: category handlers (fold only; no I/O) ---------------------------
 

@@ -25,7 +25,7 @@ from uuid import UUID
 from ag_ui.core import BaseEvent, EventType, RunAgentInput, RunErrorEvent, RunStartedEvent
 
 from threadstore.errors import ConfigurationError, ConflictError, InvalidInputError
-from threadstore.models import Chat, MessageStatus, RunStatus, utcnow
+from threadstore.models import Chat, MessageStatus, Run, RunStatus, utcnow
 from threadstore.store.base import RunRepositoryLike, Store
 
 __all__ = [
@@ -662,18 +662,32 @@ class StreamPersistenceManager(Generic[AgentT]):
                 run.owner == self.owner and (run.thread_id, run.run_id) in live_keys
             ):
                 continue
-            async with store.transaction():
-                await store.finalize_run_records(
-                    run.chat_uuid, run.run_id, MessageStatus.INTERRUPTED
-                )
-                await store.finish_run(
-                    run.chat_uuid,
-                    run.run_id,
-                    RunStatus.INTERRUPTED,
-                    error=f"owner {run.owner} stopped heartbeating",
-                )
+            await self.end_stale_run(run)
             swept += 1
         return swept
+
+    async def end_stale_run(self, run: Run) -> None:
+        """Finalize ``run``, whose owner stopped heartbeating, as :meth:`sweep` does.
+
+        Its still-in-progress records become ``interrupted`` and the run record is
+        finished ``interrupted``, which frees its chat for a new run.
+        """
+        store = self._require_store()
+        async with store.transaction():
+            await store.finalize_run_records(run.chat_uuid, run.run_id, MessageStatus.INTERRUPTED)
+            await store.finish_run(
+                run.chat_uuid,
+                run.run_id,
+                RunStatus.INTERRUPTED,
+                error=f"owner {run.owner} stopped heartbeating",
+            )
+
+    def discard(self, handle: RunHandle[AgentT]) -> None:
+        """Forget ``handle`` now instead of retaining it: for a run refused before it began,
+        whose id a client may use again."""
+        key = handle.key
+        self._cancel_forget_timer(key)
+        self._forget(key, handle)
 
     def _require_store(self) -> Store:
         if self._store is None:

@@ -146,6 +146,15 @@ def _has_own_form(message: Message) -> bool:
         )
     if message.role is Role.TOOL:
         return isinstance(message.metadata.get(TOOL_CALL_ID_METADATA_KEY), str)
+    if message.role is Role.ASSISTANT and message.agui_id is None and message.reasonings:
+        # A message that only holds a turn's reasoning (no answer followed it): a client
+        # saw reasoning messages and nothing else, so nothing else replays.
+        return bool(
+            message.content
+            or message.content_parts
+            or message.tool_calls
+            or message.encrypted_value is not None
+        )
     return True
 
 

@@ -38,7 +38,13 @@ from urllib.parse import parse_qs
 from uuid import UUID
 
 from threadstore import models
-from threadstore.errors import ConfigurationError, ConflictError, MigrationError, NotFoundError
+from threadstore.errors import (
+    ConfigurationError,
+    ConflictError,
+    MigrationError,
+    NotFoundError,
+    RunLiveError,
+)
 from threadstore.store import ops
 from threadstore.store.base import BranchPage, ChatFilter, MessageKey, RunFilter, Store, TreeNode
 from threadstore.store.history_cache import DEFAULT_HISTORY_CACHE_MESSAGES, HistoryCache
@@ -176,6 +182,9 @@ _INSERT_RUN = (
     " ON CONFLICT (chat_uuid, run_id) DO UPDATE SET run_id = excluded.run_id"
     " RETURNING " + ", ".join(RUN_COLUMNS)
 )
+
+# How SQLite names a violation of the index runs_one_running_per_chat.
+_ONE_RUNNING_RUN = "UNIQUE constraint failed: runs.chat_uuid"
 
 # The creates of a batch, whose results nobody reads: without RETURNING, SQLite need
 # not collect the new rows (about 3.5 µs a statement).
@@ -970,7 +979,12 @@ class SQLiteStore(Store):
         if not returning:
             for statement in statements:
                 statement.sql = _UNRETURNED.get(statement.sql, statement.sql)
-        results = await self._run(*statements) if statements else []
+        try:
+            results = await self._run(*statements) if statements else []
+        except ConflictError as exc:
+            if _ONE_RUNNING_RUN not in str(exc):
+                raise
+            raise await self._run_live(batch) from exc
         if not returning:
             return []
         finished: list[Any] = []
@@ -979,6 +993,17 @@ class SQLiteStore(Store):
             finished.append(await finish(results[at : at + len(planned)]))
             at += len(planned)
         return finished
+
+    async def _run_live(self, batch: Sequence[ops.Op]) -> RunLiveError:
+        """The refusal of a ``StartRun`` whose chat already has an exclusive running run."""
+        chat_uuid = next(op.run.chat_uuid for op in batch if isinstance(op, ops.StartRun))
+        # (Only a run's insert can break that index: no other write sets a run running.)
+        live = await self._fetch(
+            "SELECT run_id FROM runs WHERE chat_uuid = ? AND status = 'running' AND exclusive = 1",
+            (str(chat_uuid),),
+            small=True,
+        )
+        return RunLiveError(chat_uuid, live[0][0] if live else None)
 
 
 async def _nothing(results: list[list[Any]]) -> None:

@@ -1,0 +1,420 @@
+"""Rows stored by older versions, migrated: reasoning messages, errors in metadata, runs.
+
+Stored reasoning messages of older versions fold into the assistant message of their turn.
+
+The databases in ``fixtures/reasoning_messages`` were written by a version that stored each
+reasoning block as a ``role="reasoning"`` message (how: ``make_fixture.py`` there). Opening
+them migrates them; these tests check the result on SQLite and PostgreSQL: the active
+branches, the whole tree of a branched chat, a fork's lineage pointer, a chat whose leaf
+was a reasoning message, and the AG-UI history an agent is given on the next run.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import pytest
+
+import threadstore
+from agui_scripts import ScriptedAgent, collect, run_finished, run_input, run_started, user
+from postgres_support import fresh_database, server_url
+from threadstore import Store
+from threadstore.agui.agent import StorageAgent
+from threadstore.errors import RunLiveError
+from threadstore.models import Message, Role, Run, RunStatus
+from threadstore.store.postgres_schema import MIGRATIONS as POSTGRES_MIGRATIONS
+
+FIXTURES = Path(__file__).parent / "fixtures" / "reasoning_messages"
+USER = UUID("00000000-0000-4000-8000-000000000001")
+
+# The PostgreSQL fixture holds rows of a database at schema version 2.
+_POSTGRES_FIXTURE_VERSION = 2
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def old_database(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    """The URL of a copy of the frozen old-format database, not yet migrated."""
+    if request.param == "sqlite":
+        path = tmp_path / "old.sqlite"
+        shutil.copyfile(FIXTURES / "old.sqlite", path)
+        yield f"sqlite:///{path}"
+        return
+    import asyncpg
+
+    async with fresh_database(server_url()) as url:
+        conn = await asyncpg.connect(url)
+        try:
+            async with conn.transaction():
+                await conn.execute(
+                    "CREATE TABLE threadstore_migrations"
+                    " (version integer PRIMARY KEY, applied_at timestamptz NOT NULL)"
+                )
+                for migration in POSTGRES_MIGRATIONS[:_POSTGRES_FIXTURE_VERSION]:
+                    await conn.execute(migration)
+                await conn.execute((FIXTURES / "old_postgres.sql").read_text())
+        finally:
+            await conn.close()
+        yield url
+
+
+@pytest.fixture
+async def migrated(old_database: str) -> AsyncIterator[Store]:
+    """A store opened (and so migrated) on the frozen old-format database."""
+    store = await threadstore.open_store(old_database)
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+async def column(url: str, sql: str, message_uuid: UUID) -> Any:
+    """One value read with the database's own driver, past the store and its models."""
+    if url.startswith("sqlite:"):
+        with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+            return conn.execute(sql.replace("$1", "?"), (str(message_uuid),)).fetchone()[0]
+    import asyncpg
+
+    conn = await asyncpg.connect(url)
+    try:
+        return await conn.fetchval(sql, message_uuid)
+    finally:
+        await conn.close()
+
+
+def shape(messages: list[Message]) -> list[tuple[Any, ...]]:
+    return [
+        (
+            m.role.value,
+            m.agui_id,
+            m.content,
+            [(r.agui_id, r.content, r.encrypted_value) for r in sorted(m.reasonings, key=_seq)],
+            [(t.tool_call_id, t.content) for t in sorted(m.tool_calls, key=_seq)],
+        )
+        for m in messages
+    ]
+
+
+def _seq(record: Any) -> int:
+    return int(record.seq)
+
+
+async def branch(store: Store, thread_id: str) -> list[Message]:
+    chat = await store.get_chat_by_thread_id(USER, thread_id)
+    assert chat is not None
+    return list(await store.get_chat_messages(chat.chat_uuid))
+
+
+EXPECTED = {
+    "plain": [
+        ("user", "p-u1", "Weather?", [], []),
+        (
+            "assistant",
+            "p1-a1",
+            "Let me check.",
+            [("p1-r", "The user wants the weather.", None)],
+            [("p1-call", '{"temp": 21}')],
+        ),
+        ("assistant", "p1-a2", "It is 21 degrees.", [], []),
+        ("user", "p-u2", "And tomorrow?", [], []),
+        (
+            "assistant",
+            "p2-a1",
+            "Answer two.",
+            # Two reasoning messages in a row fold into the answer, in their order.
+            [("p2-r1", "First thought.", "sealed-1"), ("p2-r2", "Second thought.", None)],
+            [],
+        ),
+        # Reasoning after the answer with nothing following: it holds only that.
+        ("assistant", None, "", [("p2-r3", "An afterthought.", None)], []),
+    ],
+    "branched": [
+        ("user", "b-u1", "Tell me a joke.", [], []),
+        ("assistant", "b2-a", "Second answer.", [("b2-r", "Thinking twice.", None)], []),
+    ],
+    # Forked at the first answer's reasoning message: the copy ends there.
+    "forked": [
+        ("user", "b-u1", "Tell me a joke.", [], []),
+        ("assistant", None, "", [("b1-r", "Thinking once.", None)], []),
+    ],
+    "leaf": [
+        ("user", "l-u1", "Hello?", [], []),
+        ("assistant", None, "", [("l1-r", "Half a thought.", None)], []),
+    ],
+    "crashed": [
+        ("user", "c-u1", "Explain.", [], []),
+        ("assistant", "c1-a", "Half an ans", [("c1-r", "Let me see.", None)], []),
+    ],
+    # A reasoning message with two children (a run continued from it) stays, holding its
+    # reasoning, so both branches keep what they followed.
+    "split": [
+        ("user", "s-u1", "Which way?", [], []),
+        ("assistant", None, "", [("s1-r", "Two ways to go.", None)], []),
+        ("user", "s-u2", "Another?", [], []),
+        ("assistant", "s2-a", "The other way.", [], []),
+    ],
+    # So does one the leaf was moved back onto: the active branch still ends there.
+    "pinned": [
+        ("user", "n-u1", "Question?", [], []),
+        ("assistant", None, "", [("n1-r", "Thinking.", None)], []),
+    ],
+}
+
+
+@pytest.mark.parametrize("thread_id", sorted(EXPECTED))
+async def test_reasoning_messages_fold_into_their_turns_answer(
+    migrated: Store, thread_id: str
+) -> None:
+    assert shape(await branch(migrated, thread_id)) == EXPECTED[thread_id]
+
+
+async def test_no_reasoning_message_holding_a_step_is_left(migrated: Store) -> None:
+    for thread_id in EXPECTED:
+        chat = await migrated.get_chat_by_thread_id(USER, thread_id)
+        assert chat is not None
+        tree = await migrated.get_message_tree(chat.chat_uuid)
+        assert all(node.role != Role.REASONING for node in tree), thread_id
+
+
+async def test_the_branched_chat_keeps_both_answers_and_its_active_branch(
+    migrated: Store,
+) -> None:
+    chat = await migrated.get_chat_by_thread_id(USER, "branched")
+    assert chat is not None
+    tree = await migrated.get_message_tree(chat.chat_uuid)
+    by_id = {node.agui_id: node for node in tree}
+    assert sorted(by_id) == ["b-u1", "b1-a", "b2-a"]
+    question = by_id["b-u1"].message_uuid
+    # Each answer hangs where its reasoning message hung: under the question.
+    assert by_id["b1-a"].parent_uuid == question and by_id["b2-a"].parent_uuid == question
+    assert chat.active_leaf_uuid == by_id["b2-a"].message_uuid
+    siblings = await migrated.get_siblings(chat.chat_uuid, by_id["b2-a"].message_uuid)
+    assert list(siblings.siblings) == [by_id["b1-a"].message_uuid, by_id["b2-a"].message_uuid]
+
+    await migrated.switch_branch(chat.chat_uuid, by_id["b1-a"].message_uuid)
+
+    assert shape(await branch(migrated, "branched")) == [
+        ("user", "b-u1", "Tell me a joke.", [], []),
+        ("assistant", "b1-a", "First answer.", [("b1-r", "Thinking once.", None)], []),
+    ]
+
+
+async def test_a_fork_made_at_a_reasoning_message_points_at_the_answer_holding_it(
+    migrated: Store,
+) -> None:
+    source = await migrated.get_chat_by_thread_id(USER, "branched")
+    fork = await migrated.get_chat_by_thread_id(USER, "forked")
+    assert source is not None and fork is not None
+    tree = await migrated.get_message_tree(source.chat_uuid)
+    answer = next(node for node in tree if node.agui_id == "b1-a")
+    assert fork.forked_from_chat_uuid == source.chat_uuid
+    assert fork.forked_from_message_uuid == answer.message_uuid
+
+
+async def test_a_chat_whose_leaf_was_a_reasoning_message_keeps_it_as_its_leaf(
+    migrated: Store,
+) -> None:
+    chat = await migrated.get_chat_by_thread_id(USER, "leaf")
+    assert chat is not None
+    messages = await branch(migrated, "leaf")
+    assert chat.active_leaf_uuid == messages[-1].message_uuid
+    assert messages[-1].parent_uuid == messages[0].message_uuid
+
+
+async def test_a_reasoning_message_a_branch_or_the_leaf_starts_from_stays_in_the_tree(
+    migrated: Store,
+) -> None:
+    split = await migrated.get_chat_by_thread_id(USER, "split")
+    pinned = await migrated.get_chat_by_thread_id(USER, "pinned")
+    assert split is not None and pinned is not None
+    tree = await migrated.get_message_tree(split.chat_uuid)
+    holder = next(node for node in tree if node.agui_id is None)
+    children = sorted(n.agui_id or "" for n in tree if n.parent_uuid == holder.message_uuid)
+    assert children == ["s-u2", "s1-a"]
+    await migrated.switch_branch(
+        split.chat_uuid, next(n for n in tree if n.agui_id == "s1-a").message_uuid
+    )
+    assert [m.agui_id for m in await branch(migrated, "split")] == ["s-u1", None, "s1-a"]
+
+    tree = await migrated.get_message_tree(pinned.chat_uuid)
+    holder = next(node for node in tree if node.agui_id is None)
+    assert pinned.active_leaf_uuid == holder.message_uuid
+    answer = next(node for node in tree if node.agui_id == "n1-a")
+    assert answer.parent_uuid == holder.message_uuid
+
+
+def replayed(messages: list[Any]) -> list[tuple[Any, ...]]:
+    return [
+        (m.role, m.id, m.content, getattr(m, "encrypted_value", None))
+        if m.role != "assistant"
+        else (m.role, m.id, m.content, [c.id for c in m.tool_calls or ()])
+        for m in messages
+    ]
+
+
+REPLAYS = {
+    "plain": [
+        ("user", "p-u1", "Weather?", None),
+        ("reasoning", "p1-r", "The user wants the weather.", None),
+        ("assistant", "p1-a1", "Let me check.", ["p1-call"]),
+        ("tool", "p1-call-result", '{"temp": 21}', None),
+        ("assistant", "p1-a2", "It is 21 degrees.", []),
+        ("user", "p-u2", "And tomorrow?", None),
+        ("reasoning", "p2-r1", "First thought.", "sealed-1"),
+        ("reasoning", "p2-r2", "Second thought.", None),
+        ("assistant", "p2-a1", "Answer two.", []),
+        ("reasoning", "p2-r3", "An afterthought.", None),
+    ],
+    "branched": [
+        ("user", "b-u1", "Tell me a joke.", None),
+        ("reasoning", "b2-r", "Thinking twice.", None),
+        ("assistant", "b2-a", "Second answer.", []),
+    ],
+    "forked": [
+        ("user", "b-u1", "Tell me a joke.", None),
+        ("reasoning", "b1-r", "Thinking once.", None),
+    ],
+    "leaf": [
+        ("user", "l-u1", "Hello?", None),
+        ("reasoning", "l1-r", "Half a thought.", None),
+    ],
+    "crashed": [
+        ("user", "c-u1", "Explain.", None),
+        ("reasoning", "c1-r", "Let me see.", None),
+        ("assistant", "c1-a", "Half an ans", []),
+    ],
+    "split": [
+        ("user", "s-u1", "Which way?", None),
+        ("reasoning", "s1-r", "Two ways to go.", None),
+        ("user", "s-u2", "Another?", None),
+        ("assistant", "s2-a", "The other way.", []),
+    ],
+    "pinned": [
+        ("user", "n-u1", "Question?", None),
+        ("reasoning", "n1-r", "Thinking.", None),
+    ],
+}
+"""What a client listed at the end of each run: the same ids, contents and order as
+before the migration, and no message a client never saw."""
+
+
+@pytest.mark.parametrize("thread_id", sorted(REPLAYS))
+async def test_the_next_run_replays_the_migrated_history_as_the_client_saw_it(
+    migrated: Store, thread_id: str
+) -> None:
+    inner = ScriptedAgent(
+        [
+            run_started(thread_id, "next"),
+            run_finished(thread_id, "next"),
+        ]
+    )
+    agent = StorageAgent("assistant", USER, migrated, migrated, inner, run_repo=migrated)
+
+    await collect(agent.run(run_input(thread_id, "next", [user("next-u", "More?")])))
+
+    assert replayed(inner.inputs[0].messages) == [
+        *REPLAYS[thread_id],
+        ("user", "next-u", "More?", None),
+    ]
+    # The new turn continues the branch the chat was on.
+    after = await branch(migrated, thread_id)
+    assert shape(after)[:-1] == EXPECTED[thread_id]
+
+
+async def test_opening_a_migrated_database_again_changes_nothing(migrated: Store) -> None:
+    before = {t: shape(await branch(migrated, t)) for t in EXPECTED}
+    version = await migrated.schema_version()
+
+    await migrated.setup()
+
+    assert await migrated.schema_version() == version
+    assert {t: shape(await branch(migrated, t)) for t in EXPECTED} == before
+
+
+async def test_an_error_kept_in_metadata_moves_to_the_message_error_column(
+    migrated: Store, old_database: str
+) -> None:
+    messages = await branch(migrated, "crashed")
+
+    answer = messages[-1]
+    assert (answer.status.value, answer.error) == ("errored", "RuntimeError: scripted crash")
+    assert "error" not in answer.metadata
+    assert [m.error for m in messages[:-1]] == [None]
+    # Read straight from the column, not through the model's fallback.
+    sql = "SELECT error FROM messages WHERE message_uuid = $1"
+    assert await column(old_database, sql, answer.message_uuid) == answer.error
+
+
+async def test_runs_left_running_together_keep_running_once_runs_are_one_per_chat(
+    old_database: str,
+) -> None:
+    # Two runs of one chat recorded running (a crashed owner's beside a newer one), as
+    # versions without the one-running-run index could leave them.
+    rows = [("dead", "2026-01-01T00:00:00+00:00"), ("newer", "2026-01-02T00:00:00+00:00")]
+    chat_sql = "SELECT chat_uuid FROM chats WHERE thread_id = 'plain'"
+    insert = (
+        "INSERT INTO runs (chat_uuid, run_id, thread_id, status, owner, heartbeat_at,"
+        " format_version, created_at, updated_at)"
+        " VALUES ({chat}, {run}, 'plain', 'running', 'gone', {at}, 1, {at}, {at})"
+    )
+    if old_database.startswith("sqlite:"):
+        with sqlite3.connect(old_database.removeprefix("sqlite:///")) as conn:
+            chat = conn.execute(chat_sql).fetchone()[0]
+            for run_id, at in rows:
+                conn.execute(insert.format(chat="?1", run="?2", at="?3"), (chat, run_id, at))
+    else:
+        import asyncpg
+
+        conn = await asyncpg.connect(old_database)
+        try:
+            chat = await conn.fetchval(chat_sql)
+            for run_id, at in rows:
+                await conn.execute(
+                    insert.format(chat="$1", run="$2", at="$3::text::timestamptz"),
+                    chat,
+                    run_id,
+                    at,
+                )
+        finally:
+            await conn.close()
+
+    store = await threadstore.open_store(old_database)
+    try:
+        runs = [await store.get_run(UUID(str(chat)), run_id) for run_id, _ in rows]
+        with pytest.raises(RunLiveError) as refused:
+            await store.start_run(
+                Run(chat_uuid=UUID(str(chat)), thread_id="plain", run_id="third", owner="x")
+            )
+    finally:
+        await store.close()
+
+    assert [(r.status, r.exclusive) for r in runs if r is not None] == [
+        (RunStatus.RUNNING, False),
+        (RunStatus.RUNNING, True),
+    ]
+    assert refused.value.live_run_id == "newer"
+
+
+async def test_a_run_continuing_an_old_run_finds_its_last_message_after_the_fold(
+    migrated: Store,
+) -> None:
+    # Runs point at messages through their run id: b1's last message is its answer, which
+    # now holds b1's reasoning; a run continuing b1 hangs under it.
+    inner = ScriptedAgent([run_started("branched", "again"), run_finished("branched", "again")])
+    agent = StorageAgent("assistant", USER, migrated, migrated, inner, run_repo=migrated)
+
+    await collect(
+        agent.run(run_input("branched", "again", [user("again-u", "Again?")], parent_run_id="b1"))
+    )
+
+    assert replayed(inner.inputs[0].messages) == [
+        ("user", "b-u1", "Tell me a joke.", None),
+        ("reasoning", "b1-r", "Thinking once.", None),
+        ("assistant", "b1-a", "First answer.", []),
+        ("user", "again-u", "Again?", None),
+    ]
+    assert [m.agui_id for m in await branch(migrated, "branched")] == ["b-u1", "b1-a", "again-u"]
