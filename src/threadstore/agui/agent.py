@@ -11,6 +11,7 @@ the status of its records. The whole write path is in docs/architecture.md.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import functools
 import logging
@@ -438,7 +439,12 @@ class StorageAgent:
             assert isinstance(self.message_repo, Store)
             await self.message_repo.set_active_leaf(chat.chat_uuid, branch.point)
         if creates or results:
-            async with self.message_repo.transaction():
+            # One write is atomic by itself: a transaction around it would only cost
+            # the store more trips (SQLite: BEGIN and COMMIT each queue for its writer).
+            # A branching run keeps its read inside: another run branching from the same
+            # message may add its own edit right after.
+            inside = branch is not None or len(creates) + len(results) > 1
+            async with self.message_repo.transaction() if inside else contextlib.nullcontext():
                 for index, create in enumerate(creates):
                     fields: dict[str, Any] = {"chat_uuid": chat.chat_uuid}
                     if index == 0 and branch is not None:
@@ -448,8 +454,10 @@ class StorageAgent:
                     await self.message_repo.create_message(create.model_copy(update=fields))
                 for call_uuid, update in results:
                     await self.message_repo.update_message_tool_call(call_uuid, update)
-                # Read inside the transaction: the same rows, without queueing for the
-                # store again (SQLite: four trips through its writer lock).
+                if inside:
+                    # The same rows, without queueing for the store again.
+                    history = await self._after_inbound(chat, history, results)
+            if not inside:
                 history = await self._after_inbound(chat, history, results)
         return chat, history
 
