@@ -393,6 +393,25 @@ async def verify_store(db_url: str, runs: Sequence[RunIds]) -> float:
         await store.close()
 
 
+async def relay_work(db_url: str, runs: Sequence[RunIds]) -> tuple[int, int, int]:
+    """The relay's work for ``runs``: rows, INSERT statements, NOTIFYs.
+
+    One INSERT gives all its rows one ``created_at`` and sends one NOTIFY per run it
+    carries, so the distinct values count the statements and notifications.
+    """
+    conn = await asyncpg.connect(db_url)
+    try:
+        row = await conn.fetchrow(
+            "SELECT count(*), count(DISTINCT created_at), count(DISTINCT (created_at, run_id))"
+            " FROM run_events WHERE run_id = ANY($1::text[])",
+            [run.run_id for run in runs],
+        )
+    finally:
+        await conn.close()
+    assert row is not None
+    return int(row[0]), int(row[1]), int(row[2])
+
+
 # --- one round ----------------------------------------------------------------------------
 
 
@@ -409,6 +428,8 @@ class Round:
     client_cpu: float
     settle: float | None = None
     """Threadstore only: seconds after the burst until every run was complete in the store."""
+    relay: tuple[int, int, int] | None = None
+    """PostgreSQL only: the burst's relayed rows, relay INSERT statements and NOTIFYs."""
 
     @property
     def events(self) -> int:
@@ -439,10 +460,12 @@ async def measure(contender: Contender, runs: int, workdir: Path, pg_url: str) -
         client_cpu = time.process_time() - cpu_client
         peak = proc_status_kb(pids, "VmHWM")
         after = proc_status_kb(pids, "VmRSS")
-        settle = None
+        settle = relay = None
         if server.db_url is not None:
             settle = await verify_store(server.db_url, [*warmup, *measured])
-        return Round(seconds, results, before, peak, after, server_cpu, client_cpu, settle)
+            if server.db_url.startswith("postgres"):
+                relay = await relay_work(server.db_url, measured)
+        return Round(seconds, results, before, peak, after, server_cpu, client_cpu, settle, relay)
     finally:
         server.stop()
         await drop_db(db_url, pg_url)
@@ -466,6 +489,11 @@ def record(samples: Samples, name: str, result: Round, runs: int) -> None:
     }
     if result.settle is not None:
         figures["settle s"] = result.settle
+    if result.relay is not None:
+        rows, statements, notifies = result.relay
+        figures["relayed rows/event"] = rows / result.events
+        figures["relay INSERTs per 1000 events"] = statements / result.events * 1000
+        figures["NOTIFYs per 1000 events"] = notifies / result.events * 1000
     for figure, value in figures.items():
         samples.add(f"{name}/{figure}", value)
 
@@ -536,6 +564,24 @@ def summary(
             )
         ],
     )
+    relay_rows = [
+        [
+            name,
+            cell(name, "relayed rows/event", ".2f"),
+            cell(name, "relay INSERTs per 1000 events", ".1f"),
+            cell(name, "NOTIFYs per 1000 events", ".1f"),
+        ]
+        for name in ours
+        if f"{name}/relayed rows/event" in samples.values
+    ]
+    relay = (
+        markdown_table(
+            ["server", "relayed rows/event", "relay INSERTs per 1000 events", "NOTIFYs per 1000"],
+            relay_rows,
+        )
+        if relay_rows
+        else ""
+    )
     extra = " ".join(
         f"{name}: RSS before the burst {samples.median(f'{name}/rss before MB'):.1f} MB, "
         f"client CPU {samples.median(f'{name}/client cpu us/event'):.1f} µs/event"
@@ -551,7 +597,7 @@ def summary(
         f"{runs} concurrent runs x {EVENTS_PER_RUN} events, {rounds} rounds; "
         f"medians (min to max). {machine_line()}; load average {load}"
     )
-    return "\n\n".join([head, table, ratios, extra])
+    return "\n\n".join(part for part in (head, table, ratios, relay, extra) if part)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
