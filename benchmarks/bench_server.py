@@ -87,6 +87,8 @@ class Contender:
     """``bare``, ``no-storage`` or ``threadstore``."""
     store: str = "sqlite"
     workers: int = 1
+    agent: str = "ScriptedAgent"
+    """The agent class in ``server_agent.py`` that threadstore serves."""
 
     @property
     def name(self) -> str:
@@ -156,7 +158,7 @@ def server_command(contender: Contender, port: int, db_url: str | None) -> list[
         return [
             *[sys.executable, "-m", "threadstore.cli", "serve"],
             *["--db", db_url, "--host", "127.0.0.1", "--port", str(port)],
-            *["--agent", "server_agent:ScriptedAgent", "--log-level", "warning"],
+            *["--agent", f"server_agent:{contender.agent}", "--log-level", "warning"],
             *(["--workers", str(contender.workers)] if contender.workers != 1 else []),
         ]
     return [sys.executable, str(HERE / "server_agent.py"), contender.kind, str(port)]
