@@ -1,14 +1,18 @@
 """Where a served event's CPU goes: the agent, the run log, SSE encoding, the fold, the store.
 
 In one process, without HTTP: 200 runs of ``server_agent.ScriptedAgent`` (100 events
-each) at once through five paths, each adding one stage to the one before:
+each) at once through four paths, each adding one stage to the one before:
 
 1. **agent**: the agent's events, iterated;
 2. **+ log**: through ``StreamPersistenceManager`` (producer task, numbered log,
    reader wake-ups), read by one reader per run as ``POST /agui`` reads it;
 3. **+ SSE**: each event encoded as the SSE frame the server sends;
-4. **+ fold**: ``StorageAgent`` on an in-memory store (set-up, fold, flushes);
-5. **+ SQLite**: the same on a SQLite file (what ``threadstore serve`` does).
+4. **+ storage (SQLite)**: ``StorageAgent`` on a SQLite file, as ``threadstore serve``
+   runs it (set-up, fold, flushes).
+
+And apart, **agent + fold**: the agent's events folded by ``ConversationFold.apply``
+(the reference path, no store, no deltas batched), which splits the storage stage into
+the fold and the rest (set-up and writes).
 
 The CPU time of the process (all threads) per event of each path, medians of the
 rounds (paths interleaved), and the difference of each to the one before.
@@ -34,6 +38,7 @@ from common import collect_garbage, machine_line, markdown_table
 from server_agent import EVENTS_PER_RUN, PassThrough, ScriptedAgent
 from threadstore import open_store
 from threadstore.agui import StorageAgent, StreamPersistenceManager
+from threadstore.fold import ConversationFold
 from threadstore.server.sse import encode_frame
 
 USER = uuid4()
@@ -65,6 +70,20 @@ async def agent_alone(runs: list[RunAgentInput]) -> int:
     return sum(await asyncio.gather(*(one(run) for run in runs)))
 
 
+async def agent_and_fold(runs: list[RunAgentInput]) -> int:
+    agent = ScriptedAgent()
+
+    async def one(run: RunAgentInput) -> int:
+        fold = ConversationFold(run.run_id, thread_id=run.thread_id, history=[], state={})
+        count = 0
+        async for event in agent.run(run):
+            fold.apply(event)
+            count += 1
+        return count
+
+    return sum(await asyncio.gather(*(one(run) for run in runs)))
+
+
 async def through_manager(
     factory: Callable[[], Any], runs: list[RunAgentInput], *, encode: bool, store: Any = None
 ) -> int:
@@ -86,7 +105,6 @@ async def through_manager(
 async def main(rounds: int, count: int) -> None:
     inner = ScriptedAgent()
     with tempfile.TemporaryDirectory() as root:
-        memory = await open_store("memory://")
         sqlite = await open_store(f"sqlite:///{Path(root) / 'stages.db'}")
 
         def storage(store: Any) -> Callable[[], Any]:
@@ -100,12 +118,10 @@ async def main(rounds: int, count: int) -> None:
             "+ SSE": lambda runs: through_manager(
                 lambda: PassThrough("bench", USER, None, None, inner), runs, encode=True
             ),
-            "+ fold (memory store)": lambda runs: through_manager(
-                storage(memory), runs, encode=True, store=memory
-            ),
-            "+ SQLite": lambda runs: through_manager(
+            "+ storage (SQLite)": lambda runs: through_manager(
                 storage(sqlite), runs, encode=True, store=sqlite
             ),
+            "agent + fold (apart)": agent_and_fold,
         }
         cpu: dict[str, list[float]] = {name: [] for name in paths}
         try:
@@ -120,11 +136,13 @@ async def main(rounds: int, count: int) -> None:
                     if index:
                         cpu[name].append(spent / events * 1e6)
         finally:
-            await memory.close()
             await sqlite.close()
     rows, previous = [], None
+    agent = statistics.median(cpu["agent"])
     for name, values in cpu.items():
         median = statistics.median(values)
+        if name.startswith("agent +"):
+            previous = agent  # the fold, measured apart, is compared with the agent alone
         added = "-" if previous is None else f"{median - previous:+.1f}"
         rows.append([name, f"{median:.1f} ({min(values):.1f} to {max(values):.1f})", added])
         previous = median
