@@ -259,7 +259,7 @@ async def soak(args: argparse.Namespace) -> int:
     ]
     print(
         f"{args.duration:.0f} s, {args.concurrency} concurrent runs of {EVENTS_PER_RUN} events at"
-        f" {args.rate:g} events/s, threadstore serve on {contender.name}. {machine_line()};"
+        f" {args.rate:g} events/s, {contender.name}. {machine_line()};"
         f" load average {load_before[0]:.1f} before, {os.getloadavg()[0]:.1f} after"
     )
     print()

@@ -11,7 +11,19 @@ import asyncio
 from pathlib import Path
 from uuid import uuid4
 
+from ag_ui.core import BaseEvent, RunAgentInput
+
+from agui_scripts import (
+    ScriptedAgent,
+    collect,
+    run_finished,
+    run_input,
+    run_started,
+    text_message,
+    user,
+)
 from sqlite_support import counting_hops, sqlite_store
+from threadstore.agui.agent import StorageAgent
 from threadstore.models import ChatCreate, MessageCreate, Run
 from threadstore.store.ops import CreateMessage
 from threadstore.store.records import WriterLock
@@ -120,3 +132,35 @@ async def test_the_writer_lock_serves_foreground_turns_first_and_survives_cancel
 
     assert order == ["fg1", "fg2", "bg1", "bg2"]
     assert lock.idle and lock.waiting == 0
+
+
+async def test_a_run_on_a_new_chat_sets_up_with_three_writes_and_no_read_back(
+    tmp_path: Path,
+) -> None:
+    async with sqlite_store(tmp_path / "setup.db") as store:
+        statements: list[str] = []
+        await store.set_trace_callback(statements.append)
+        seen_at_start: list[list[str]] = []
+
+        def script(run: RunAgentInput) -> list[BaseEvent]:
+            seen_at_start.append(list(statements))  # what the set-up ran before the agent
+            return [run_started("t", "r"), *text_message("a1", "Hi!"), run_finished("t", "r")]
+
+        agent = StorageAgent("assistant", uuid4(), store, store, ScriptedAgent(script))
+        agent.run_repo = store
+        events = await collect(agent.run(run_input("t", "r", [user("u1", "Hello?")])))
+        await store.set_trace_callback(None)
+        inner = agent.inner_agent
+        history = await store.get_chat_messages(agent.chat.chat_uuid)  # type: ignore[union-attr]
+
+    (setup,) = seen_at_start
+    # dict.fromkeys: SQLite reports a statement again for each trigger it starts.
+    writes = [s for s in dict.fromkeys(setup) if s.startswith(("INSERT", "UPDATE", "DELETE"))]
+    assert [w.split()[2] for w in writes] == ["chats", "messages", "runs"]
+    assert not any(s.startswith(("BEGIN", "COMMIT")) for s in setup)  # one write, no transaction
+    assert not any("FROM messages" in s and s.startswith("SELECT") for s in setup)
+    # The agent got the stored user message as its history, as read back it would be.
+    assert isinstance(inner, ScriptedAgent)
+    assert [m.id for m in inner.inputs[0].messages] == ["u1"]
+    assert [m.agui_id for m in history] == ["u1", "a1"]
+    assert events[0].type == "RUN_STARTED"
