@@ -110,7 +110,7 @@ async def stream_one(client: httpx.AsyncClient, url: str, run: RunIds, origin: f
                     elif event["type"] == "TOOL_CALL_ARGS":
                         got.arguments += event["delta"]
     except httpx.HTTPError as exc:
-        got.error = f"{type(exc).__name__}: {exc}"
+        got.error = f"{type(exc).__name__} after {got.events} events: {exc}"
     return got
 
 
@@ -215,7 +215,9 @@ async def soak(args: argparse.Namespace) -> int:
             await server.wait_ready()
             rss: dict[int, float] = {}
             streamed: list[Streamed] = []
-            limits = httpx.Limits(max_connections=args.concurrency + 8)
+            # Idle connections expire before uvicorn's 5 s keep-alive timeout closes them,
+            # so no request is sent on a connection the server is closing.
+            limits = httpx.Limits(max_connections=args.concurrency + 8, keepalive_expiry=2.0)
             timeout = httpx.Timeout(300.0, connect=60.0)
             async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
                 origin = time.perf_counter()
