@@ -333,9 +333,10 @@ def serve(
         "cors_origins": cors_origin or [],
     }
     try:
-        # Every worker builds its own app (its own store, manager and relay); the
-        # schema was migrated above, once.
-        server_app = _serve_app(options, migrate=migrate) if workers == 1 else None
+        # Built here even for workers, so a bad option is one error line before the
+        # banner; each worker then builds its own app (its own store, manager and relay),
+        # the schema migrated above, once.
+        server_app = _serve_app(options, migrate=migrate)
     except ThreadstoreError as exc:
         _fail(str(exc))
     base = f"http://{host}:{port}"
@@ -359,7 +360,7 @@ def serve(
             f"${TOKENS_ENV_VAR}) or --trust-user-header behind a proxy.",
             soft_wrap=True,
         )
-    if server_app is not None:
+    if workers == 1:
         uvicorn.run(
             server_app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5
         )
