@@ -164,3 +164,42 @@ async def test_a_run_on_a_new_chat_sets_up_with_three_writes_and_no_read_back(
     assert [m.id for m in inner.inputs[0].messages] == ["u1"]
     assert [m.agui_id for m in history] == ["u1", "a1"]
     assert events[0].type == "RUN_STARTED"
+
+
+async def test_a_small_write_goes_ahead_of_flushes_inline_but_not_of_a_transaction(
+    tmp_path: Path,
+) -> None:
+    async with sqlite_store(tmp_path / "ahead.db") as store:
+        chat = await store.create_chat(ChatCreate(user_uuid=uuid4(), thread_id="t"))
+        lock = store.writer_lock
+        holding, release = asyncio.Event(), asyncio.Event()
+
+        async def hold(background: bool) -> None:
+            async with lock.turn(background=background):
+                holding.set()
+                await release.wait()
+
+        # A flush holds the lock (its statements not running yet): a set-up write runs
+        # inline, without a trip to the thread and without waiting for the flush.
+        flush = asyncio.ensure_future(hold(background=True))
+        await holding.wait()
+        with counting_hops(store) as hops:
+            ahead = await store.create_message(MessageCreate(chat_uuid=chat.chat_uuid))
+        release.set()
+        await flush
+
+        # A transaction-like foreground holder: the write waits its turn on the thread.
+        holding.clear()
+        release.clear()
+        other = asyncio.ensure_future(hold(background=False))
+        await holding.wait()
+        behind = asyncio.ensure_future(
+            store.create_message(MessageCreate(chat_uuid=chat.chat_uuid))
+        )
+        while lock.waiting == 0:
+            await asyncio.sleep(0)
+        assert not behind.done()
+        release.set()
+        await asyncio.gather(other, behind)
+
+    assert hops == [0] and ahead.chat_uuid == chat.chat_uuid

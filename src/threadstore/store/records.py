@@ -119,6 +119,7 @@ class WriterLock:
 
     def __init__(self) -> None:
         self._locked = False
+        self._background_holds = False  # the holder took a background turn
         self._foreground: deque[asyncio.Future[None]] = deque()
         self._background: deque[asyncio.Future[None]] = deque()
         self._holder: contextvars.ContextVar[bool] = contextvars.ContextVar(
@@ -139,6 +140,11 @@ class WriterLock:
         return self._users == 0
 
     @property
+    def background_only(self) -> bool:
+        """True when the lock is free or held by a background turn, and no foreground waits."""
+        return (not self._locked or self._background_holds) and not self._foreground
+
+    @property
     def waiting(self) -> int:
         """How many tasks wait for the lock."""
         return len(self._foreground) + len(self._background)
@@ -150,12 +156,14 @@ class WriterLock:
     async def _acquire(self, background: bool) -> None:
         if not self._locked:
             self._locked = True
+            self._background_holds = background
             return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         queue = self._background if background else self._foreground
         queue.append(waiter)
         try:
             await waiter
+            self._background_holds = background
         except BaseException:
             if waiter.done() and not waiter.cancelled():
                 self._release()  # handed the lock as it was cancelled: pass it on

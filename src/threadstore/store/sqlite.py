@@ -540,7 +540,7 @@ class SQLiteStore(Store):
         makes a write, or a whole batch of them, cost one thread round trip.
         ``background``: a flush nobody waits for; it lets every other waiting write go first.
         """
-        if (results := await self._run_small(statements)) is not None:
+        if (results := await self._run_small(statements, background)) is not None:
             return results
         try:
             if self._lock.held:  # inside this task's transaction
@@ -551,20 +551,32 @@ class SQLiteStore(Store):
         except sqlite3.Error as exc:
             raise _translate(exc) from exc
 
-    async def _run_small(self, statements: Sequence[_Statement]) -> list[list[Any]] | None:
-        """Run ``statements`` inline if they may (module docstring); None: use the thread."""
-        if not (self._inline_ready() and _fits_inline(statements)):
+    async def _run_small(
+        self, statements: Sequence[_Statement], background: bool = False
+    ) -> list[list[Any]] | None:
+        """Run ``statements`` inline if they may (module docstring); None: use the thread.
+
+        A foreground write may also run while only flushes hold or wait for the lock:
+        it would go before them anyway, and SQLite's own lock keeps it out of a flush
+        the thread is running (it then answers busy, and the write queues).
+        """
+        if not (self._inline_ready(overtake=not background) and _fits_inline(statements)):
             return None
         results = self._inline_run(statements)
         if results is not None:
             await asyncio.sleep(0)  # as a trip to the thread would, let others run
         return results
 
-    def _inline_ready(self) -> bool:
-        """Whether a small call may run inline now (module docstring: "Small calls")."""
+    def _inline_ready(self, *, overtake: bool = False) -> bool:
+        """Whether a small call may run inline now (module docstring: "Small calls").
+
+        ``overtake``: a foreground write, which may go ahead of flushes.
+        """
+        lock = self._lock
         return (
             self._inline is not None
-            and self._lock.idle  # nobody's transaction is open, nobody queues ahead
+            # Nobody's transaction is open, nobody queues ahead (but flushes).
+            and (lock.idle or (overtake and not lock.held and lock.background_only))
             and threading.get_ident() == self._inline_thread
         )
 
