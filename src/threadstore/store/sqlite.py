@@ -16,11 +16,12 @@ started. Inside a transaction a read goes to the transaction's connection.
 
 Small calls run inline. A round trip to the database thread costs more than a small
 write itself (on a 2-core VM 100 to 180 µs against about 60), so a write of at most
-:data:`INLINE_MAX_STATEMENTS` statements and :data:`INLINE_MAX_BYTES` of text, and a
-lookup of one record, run on the event loop's thread on a second connection when no
-other task of the store holds or waits for the writer lock. That connection never
-waits: ``busy_timeout`` is 0 on it, so a write that meets another process's lock
-goes to the thread and waits there instead. It never checkpoints during a commit:
+:data:`INLINE_MAX_STATEMENTS` statements and :data:`INLINE_MAX_BYTES` of text runs
+on the event loop's thread on a second connection when no other task of the store
+holds or waits for the writer lock (or, a foreground write, when only flushes do); so
+does a lookup of one record, at any time. That connection never waits:
+``busy_timeout`` is 0 on it, so a write that meets a lock (another process's, or a
+flush the thread is running) goes to the thread and waits there instead. It never checkpoints during a commit:
 every :data:`CHECKPOINT_EVERY_WRITES` inline writes a checkpoint runs on the thread,
 holding the writer lock as SQLite's automatic checkpoint would. Each inline call
 yields to the event loop once before returning, so a loop of them cannot starve
