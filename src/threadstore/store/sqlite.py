@@ -23,11 +23,10 @@ does a lookup of one record, at any time. That connection never waits:
 ``busy_timeout`` is 0 on it, so a write that meets a lock (another process's, or a
 flush the thread is running) goes to the thread and waits there instead. It never
 checkpoints during a commit: every :data:`CHECKPOINT_EVERY_WRITES` inline writes a
-checkpoint runs on the thread,
-holding the writer lock as SQLite's automatic checkpoint would. Each inline call
-yields to the event loop once before returning, so a loop of them cannot starve
-other tasks. ``inline=False`` (or ``?inline=off`` in the URL) sends every statement
-to a thread (reads to the reader's).
+checkpoint runs on the thread, holding the writer lock as SQLite's automatic
+checkpoint would. Each inline call yields to the event loop once before returning, so
+a loop of them cannot starve other tasks. ``inline=False`` (or ``?inline=off`` in the
+URL) sends every statement to a thread (reads to the reader's).
 """
 
 from __future__ import annotations
