@@ -156,7 +156,8 @@ async def test_a_run_on_a_new_chat_sets_up_with_three_writes_and_no_read_back(
     (setup,) = seen_at_start
     # dict.fromkeys: SQLite reports a statement again for each trigger it starts.
     writes = [s for s in dict.fromkeys(setup) if s.startswith(("INSERT", "UPDATE", "DELETE"))]
-    assert [w.split()[2] for w in writes] == ["chats", "messages", "runs"]
+    # The run record goes before the input: a refused run stores nothing.
+    assert [w.split()[2] for w in writes] == ["chats", "runs", "messages"]
     assert not any(s.startswith(("BEGIN", "COMMIT")) for s in setup)  # one write, no transaction
     assert not any("FROM messages" in s and s.startswith("SELECT") for s in setup)
     # The agent got the stored user message as its history, as read back it would be.

@@ -469,7 +469,9 @@ class StorageAgent:
                 )
             )
         try:
-            history = await self._store_inbound(input, chat, history, branch, creates, results)
+            history = await self._store_inbound(
+                input, chat, history, branch, creates, results, fresh=fresh
+            )
         except BaseException:
             await self._abandon_run(chat, input.run_id, "the run's input could not be stored")
             raise
@@ -489,8 +491,13 @@ class StorageAgent:
         branch: _Branch | None,
         creates: list[MessageCreate],
         results: list[tuple[UUID, MessageToolCallUpdate]],
+        *,
+        fresh: bool,
     ) -> list[Message]:
-        """Store the run's new input messages (and tool results); return the history after."""
+        """Store the run's new input messages (and tool results); return the history after.
+
+        ``fresh``: the chat was created by this run, so it holds only what is stored now.
+        """
         if branch is not None and not creates:
             # Nothing new to hang on the branch point: the run continues from it (its
             # history is the path to it, whatever the leaf becomes meanwhile).
