@@ -1,33 +1,43 @@
 """Rows stored by older versions, migrated: reasoning messages, errors in metadata, runs.
 
-Stored reasoning messages of older versions fold into the assistant message of their turn.
+Stored reasoning messages of older versions fold into the assistant message of their turn,
+whether the database holding them is migrated or an export of them is imported.
 
 The databases in ``fixtures/reasoning_messages`` were written by a version that stored each
 reasoning block as a ``role="reasoning"`` message (how: ``make_fixture.py`` there). Opening
 them migrates them; these tests check the result on SQLite and PostgreSQL: the active
 branches, the whole tree of a branched chat, a fork's lineage pointer, a chat whose leaf
 was a reasoning message, and the AG-UI history an agent is given on the next run.
+``old_exports_v1.jsonl`` and ``old_exports_v2.jsonl`` there are the same chats as the
+versions writing export versions 1 and 2 exported them; imported, each chat must equal the
+migrated one (tree, active branch, replay).
 """
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import pytest
+from typer.testing import CliRunner
 
 import threadstore
 from agui_scripts import ScriptedAgent, collect, run_finished, run_input, run_started, user
 from postgres_support import fresh_database, server_url
 from threadstore import Store
+from threadstore.agui import translate_messages
 from threadstore.agui.agent import StorageAgent
+from threadstore.cli import app as cli_app
 from threadstore.errors import RunLiveError
 from threadstore.models import Message, Role, Run, RunStatus
+from threadstore.server.auth import user_uuid_for
 from threadstore.store.postgres_schema import MIGRATIONS as POSTGRES_MIGRATIONS
+from threadstore.transfer import EXPORT_VERSION, ChatExport, export_chat, import_chat
 
 FIXTURES = Path(__file__).parent / "fixtures" / "reasoning_messages"
 USER = UUID("00000000-0000-4000-8000-000000000001")
@@ -418,3 +428,148 @@ async def test_a_run_continuing_an_old_run_finds_its_last_message_after_the_fold
         ("user", "again-u", "Again?", None),
     ]
     assert [m.agui_id for m in await branch(migrated, "branched")] == ["b-u1", "b1-a", "again-u"]
+
+
+# --- exports written by older versions ---------------------------------------------------------
+
+IMPORTER = UUID("00000000-0000-4000-8000-000000000002")
+
+
+def old_exports(version: int) -> list[ChatExport]:
+    """The chats of ``old.sqlite`` as the versions writing export ``version`` exported them."""
+    text = (FIXTURES / f"old_exports_v{version}.jsonl").read_text()
+    return [ChatExport.model_validate_json(line) for line in text.splitlines()]
+
+
+def _key(message: Message) -> str:
+    """A message named by what survives an import: its AG-UI id, or its first step's."""
+    if message.agui_id is not None:
+        return message.agui_id
+    first = min(message.reasonings, key=_seq)
+    return f"holding {first.agui_id}"
+
+
+def _node(message: Message, keys: dict[UUID, str]) -> tuple[Any, ...]:
+    return (
+        _key(message),
+        keys.get(message.parent_uuid) if message.parent_uuid else None,
+        message.role.value,
+        message.content,
+        message.status.value,
+        message.error,
+        message.run_id,
+        message.metadata,
+        [
+            (r.agui_id, r.name, r.content, r.encrypted_value, r.status.value, r.metadata)
+            for r in sorted(message.reasonings, key=_seq)
+        ],
+        [
+            (t.tool_call_id, t.name, t.arguments, t.content, t.error, t.status.value)
+            for t in sorted(message.tool_calls, key=_seq)
+        ],
+    )
+
+
+async def tree_of(store: Store, user_uuid: UUID, thread_id: str) -> dict[str, Any]:
+    """The whole tree of a chat, its active branch and its replay, by surviving names."""
+    chat = await store.get_chat_by_thread_id(user_uuid, thread_id)
+    assert chat is not None
+    messages = []
+    for node in await store.get_message_tree(chat.chat_uuid):
+        found = await store.get_message(node.message_uuid)
+        assert found is not None
+        messages.append(found)
+    keys = {message.message_uuid: _key(message) for message in messages}
+    active = list(await store.get_chat_messages(chat.chat_uuid))
+    return {
+        "tree": sorted(_node(message, keys) for message in messages),
+        "leaf": keys[chat.active_leaf_uuid] if chat.active_leaf_uuid else None,
+        "active": [_node(message, keys) for message in active],
+        "replay": [m.model_dump() for m in translate_messages(active)],
+    }
+
+
+async def test_an_old_export_imports_as_the_migration_folds_the_old_database(
+    migrated: Store,
+) -> None:
+    for document in old_exports(2):
+        assert document.export_version == 2
+        await import_chat(migrated, document, user_uuid=IMPORTER)
+
+    for thread_id in EXPECTED:
+        imported = await tree_of(migrated, IMPORTER, thread_id)
+        assert imported == await tree_of(migrated, USER, thread_id), thread_id
+        assert shape(await branch(migrated, thread_id)) == EXPECTED[thread_id]
+
+
+async def test_an_old_export_of_the_active_branch_imports_as_the_migrated_branch(
+    migrated: Store,
+) -> None:
+    for document in old_exports(1):
+        assert document.export_version == 1 and document.roots is None
+        await import_chat(migrated, document, user_uuid=IMPORTER)
+
+    for thread_id in EXPECTED:
+        imported = await tree_of(migrated, IMPORTER, thread_id)
+        migrated_chat = await tree_of(migrated, USER, thread_id)
+        assert imported["active"] == migrated_chat["active"], thread_id
+        assert imported["replay"] == migrated_chat["replay"], thread_id
+        assert imported["leaf"] == migrated_chat["leaf"], thread_id
+
+
+async def test_an_export_of_today_imports_its_reasoning_messages_as_they_are(
+    migrated: Store,
+) -> None:
+    # A snapshot's reasoning message is stored with role "reasoning" today and must
+    # round-trip: only documents older than nested reasoning are folded.
+    chat = await migrated.get_chat_by_thread_id(USER, "plain")
+    assert chat is not None
+    document = await export_chat(migrated, chat)
+    assert document.export_version == EXPORT_VERSION
+    question = document.messages[0]
+    snapshot = question.model_copy(
+        update={
+            "message_uuid": uuid4(),
+            "parent_uuid": chat.active_leaf_uuid,
+            "role": Role.REASONING,
+            "agui_id": "snap-r",
+            "seq": document.messages[-1].seq + 1,
+            "reasonings": [
+                min(document.messages[1].reasonings, key=_seq).model_copy(
+                    update={"uuid": uuid4(), "agui_id": "snap-r"}
+                )
+            ],
+            "tool_calls": [],
+            "content": "",
+        }
+    )
+    document = document.model_copy(update={"messages": [*document.messages, snapshot]})
+    document.chat.active_leaf_uuid = snapshot.message_uuid
+
+    imported = await import_chat(migrated, document, user_uuid=IMPORTER)
+
+    messages = list(await migrated.get_chat_messages(imported.chat_uuid))
+    assert (messages[-1].role, messages[-1].agui_id) == (Role.REASONING, "snap-r")
+    assert [m.agui_id for m in messages[:-1]] == [m.agui_id for m in document.messages[:-1]]
+
+
+async def test_threadstore_import_folds_an_old_export_file(
+    migrated: Store, old_database: str
+) -> None:
+    source = str(FIXTURES / "old_exports_v2.jsonl")
+
+    code, output = await asyncio.to_thread(
+        invoke, "import", source, "--db", old_database, "--user", "importer"
+    )
+
+    assert code == 0, output
+    importer = user_uuid_for("importer")
+    for thread_id in EXPECTED:
+        imported = await tree_of(migrated, importer, thread_id)
+        assert imported == await tree_of(migrated, USER, thread_id), thread_id
+
+
+def invoke(*args: str) -> tuple[int, str]:
+    """Run the CLI in-process; return (exit code, stdout + stderr)."""
+    result = CliRunner().invoke(cli_app, list(args), env={"THREADSTORE_DB": ""})
+    return result.exit_code, result.output
