@@ -16,6 +16,7 @@ migrated one (tree, active branch, replay).
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import sqlite3
 from collections.abc import AsyncIterator
@@ -34,7 +35,7 @@ from threadstore.agui import translate_messages
 from threadstore.agui.agent import StorageAgent
 from threadstore.cli import app as cli_app
 from threadstore.errors import RunLiveError
-from threadstore.models import Message, Role, Run, RunStatus
+from threadstore.models import Chat, Message, Role, Run, RunStatus
 from threadstore.server.auth import user_uuid_for
 from threadstore.store.postgres_schema import MIGRATIONS as POSTGRES_MIGRATIONS
 from threadstore.transfer import EXPORT_VERSION, ChatExport, export_chat, import_chat
@@ -481,12 +482,28 @@ async def tree_of(store: Store, user_uuid: UUID, thread_id: str) -> dict[str, An
         messages.append(found)
     keys = {message.message_uuid: _key(message) for message in messages}
     active = list(await store.get_chat_messages(chat.chat_uuid))
+    replay_keys = dict(keys)
+    for message in messages:
+        replay_keys.update((r.uuid, f"step {r.agui_id}") for r in message.reasonings)
+        replay_keys.update((t.uuid, f"result of {t.tool_call_id}") for t in message.tool_calls)
     return {
         "tree": sorted(_node(message, keys) for message in messages),
         "leaf": keys[chat.active_leaf_uuid] if chat.active_leaf_uuid else None,
         "active": [_node(message, keys) for message in active],
-        "replay": [m.model_dump() for m in translate_messages(active)],
+        # A record without an AG-UI id of its own (or with one its message took) replays
+        # under its uuid, which an import makes anew.
+        "replay": [
+            {**dumped, "id": replay_keys.get(_uuid_or_none(dumped["id"]), dumped["id"])}
+            for dumped in (m.model_dump() for m in translate_messages(active))
+        ],
     }
+
+
+def _uuid_or_none(text: str) -> UUID | None:
+    try:
+        return UUID(text)
+    except ValueError:
+        return None
 
 
 async def test_an_old_export_imports_as_the_migration_folds_the_old_database(
@@ -573,3 +590,139 @@ def invoke(*args: str) -> tuple[int, str]:
     """Run the CLI in-process; return (exit code, stdout + stderr)."""
     result = CliRunner().invoke(cli_app, list(args), env={"THREADSTORE_DB": ""})
     return result.exit_code, result.output
+
+
+# Rows the frozen chats do not have, added to a copy of the old SQLite database: reasoning
+# messages of a sub-agent, holding a tool call, with an encrypted value of their own, and a
+# chain ending at a reasoning message whose child is another run's. (message key, parent
+# key, role, AG-UI id, run id, sub-agent, encrypted value, steps, tool calls)
+EDGE_ROWS: list[tuple[Any, ...]] = [
+    ("u1", None, "user", "e-u1", "r1", None, None, [], []),
+    # A sub-agent's reasoning before the agent's answer: different scopes, not folded.
+    ("r1", "u1", "reasoning", "e-r1", "r1", "sub", None, ["e-r1"], []),
+    ("a1", "r1", "assistant", "e-a1", "r1", None, None, [], []),
+    # Reasoning holding a tool call, followed by a user message: stays, with both.
+    ("r2", "a1", "reasoning", "e-r2", "r1", None, None, ["e-r2"], ["e-call-2"]),
+    ("u2", "r2", "user", "e-u2", "r2", None, None, [], []),
+    # A chain whose end's child is another run's answer: it folds into that end.
+    ("r3", "u2", "reasoning", "e-r3", "r2", None, None, ["e-r3"], []),
+    ("r4", "r3", "reasoning", "e-r4", "r2", None, None, ["e-r4"], []),
+    ("a3", "r4", "assistant", "e-a3", "r3", None, None, [], []),
+    # An encrypted value of the message's own: not of the older kind, left alone.
+    ("r5", "a3", "reasoning", "e-r5", "r3", "sub", "sealed-5", ["e-r5"], []),
+    # A sub-agent's reasoning before its own answer, which has a step and a call already.
+    ("r6", "r5", "reasoning", "e-r6", "r3", "sub", None, ["e-r6"], []),
+    ("a6", "r6", "assistant", "e-a6", "r3", "sub", None, ["e-a6-r"], ["e-call-6"]),
+]
+
+
+def add_edge_chat(path: Path) -> None:
+    """Write :data:`EDGE_ROWS` as chat ``edge`` into the old-format database at ``path``."""
+    at = "2026-01-01T00:00:00+00:00"
+    chat = "00000000-0000-4000-8000-0000000000e0"
+    uuids = {key: str(uuid4()) for key, *_ in EDGE_ROWS}
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "INSERT INTO chats (chat_uuid, user_uuid, thread_id, dedup_key, format_version,"
+            " created_at, updated_at) VALUES (?, ?, 'edge', 'edge', 1, ?, ?)",
+            (chat, str(USER), at, at),
+        )
+        for key, parent, role, agui_id, run_id, sub, sealed, steps, calls in EDGE_ROWS:
+            metadata = json.dumps({"subagent_run_id": sub}) if sub else None
+            conn.execute(
+                "INSERT INTO messages (message_uuid, chat_uuid, parent_uuid, agui_id, role,"
+                " content, encrypted_value, status, in_progress, run_id, metadata,"
+                " format_version, created_at, updated_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, 'complete', 0, ?, ?, 1, ?, ?)",
+                (
+                    uuids[key],
+                    chat,
+                    uuids[parent] if parent else None,
+                    agui_id,
+                    role,
+                    "" if role == "reasoning" else f"text of {key}",
+                    sealed,
+                    run_id,
+                    metadata,
+                    at,
+                    at,
+                ),
+            )
+            seq = 0
+            for step in steps:
+                seq += 1
+                conn.execute(
+                    "INSERT INTO reasonings (uuid, message_uuid, chat_uuid, agui_id, content,"
+                    " status, in_progress, seq, format_version, created_at, updated_at)"
+                    " VALUES (?, ?, ?, ?, ?, 'complete', 0, ?, 1, ?, ?)",
+                    (str(uuid4()), uuids[key], chat, step, f"thought {step}", seq, at, at),
+                )
+            for call in calls:
+                seq += 1
+                conn.execute(
+                    "INSERT INTO tool_calls (uuid, message_uuid, chat_uuid, tool_call_id, name,"
+                    " arguments, content, status, in_progress, seq, format_version,"
+                    " created_at, updated_at)"
+                    " VALUES (?, ?, ?, ?, 'look', '{}', 'found', 'complete', 0, ?, 1, ?, ?)",
+                    (str(uuid4()), uuids[key], chat, call, seq, at, at),
+                )
+        conn.execute(
+            "UPDATE chats SET active_leaf_uuid = ? WHERE chat_uuid = ?", (uuids["a6"], chat)
+        )
+
+
+def document_from_rows(path: Path, thread_id: str) -> ChatExport:
+    """The export document an older version wrote of a chat, built from its rows."""
+    with sqlite3.connect(path) as conn:
+        conn.row_factory = sqlite3.Row
+
+        def rows(sql: str, *args: Any) -> list[dict[str, Any]]:
+            found = [dict(row) for row in conn.execute(sql, args)]
+            for row in found:
+                row["metadata"] = json.loads(row["metadata"]) if row.get("metadata") else {}
+            return found
+
+        (chat,) = rows("SELECT * FROM chats WHERE thread_id = ?", thread_id)
+        chat["state"] = None
+        messages = []
+        for message in rows("SELECT * FROM messages WHERE chat_uuid = ?", chat["chat_uuid"]):
+            uuid = message["message_uuid"]
+            message["reasonings"] = rows("SELECT * FROM reasonings WHERE message_uuid = ?", uuid)
+            message["tool_calls"] = rows("SELECT * FROM tool_calls WHERE message_uuid = ?", uuid)
+            messages.append(Message.model_validate(message))
+    roots = [m.message_uuid for m in messages if m.parent_uuid is None]
+    return ChatExport(
+        export_version=2, chat=Chat.model_validate(chat), messages=messages, roots=roots
+    )
+
+
+async def test_an_old_export_folds_as_the_migration_does_where_the_frozen_chats_do_not_go(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "old.sqlite"
+    shutil.copyfile(FIXTURES / "old.sqlite", path)
+    add_edge_chat(path)
+    document = document_from_rows(path, "edge")
+
+    store = await threadstore.open_store(f"sqlite:///{path}")
+    try:
+        await import_chat(store, document, user_uuid=IMPORTER)
+        imported = await tree_of(store, IMPORTER, "edge")
+        migrated = await tree_of(store, USER, "edge")
+    finally:
+        await store.close()
+
+    assert imported == migrated
+    assert [(key, role) for key, _, role, *_ in migrated["tree"]] == [
+        ("e-a1", "assistant"),
+        ("e-a3", "assistant"),
+        ("e-a6", "assistant"),
+        ("e-r5", "reasoning"),
+        ("e-u1", "user"),
+        ("e-u2", "user"),
+        ("holding e-r1", "assistant"),
+        ("holding e-r2", "assistant"),
+        ("holding e-r3", "assistant"),
+    ]
+    a6 = next(node for node in migrated["tree"] if node[0] == "e-a6")
+    assert [step[0] for step in a6[8]] == ["e-r6", "e-a6-r"]
