@@ -213,8 +213,7 @@ def sub_agent_call_without_result(ending: str) -> list[BaseEvent]:
     """A run whose sub-agent makes a tool call that never gets a result.
 
     The agent delegates through its own call ``delegate``; the sub-agent says a word and
-    calls ``search``; then the sub-agent finishes or fails before the
-    agent answers.
+    calls ``search``; then the sub-agent finishes or fails before the agent answers.
     """
     sub = "sub-1"
     events: list[BaseEvent] = [
