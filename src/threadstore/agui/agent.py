@@ -427,6 +427,7 @@ class StorageAgent:
             self._branched = True
         # Refuses before anything is written.
         creates, results = await off_loop(history, self._screen, input, history)
+        fresh = False
         if chat is None:
             chat_create = ChatCreate(
                 user_uuid=self.user_uuid,
@@ -457,7 +458,9 @@ class StorageAgent:
                 )
             )
         try:
-            history = await self._store_inbound(input, chat, history, branch, creates, results)
+            history = await self._store_inbound(
+                input, chat, history, branch, creates, results, fresh=fresh
+            )
         except BaseException:
             await self._abandon_run(chat, input.run_id, "the run's input could not be stored")
             raise
@@ -477,26 +480,49 @@ class StorageAgent:
         branch: _Branch | None,
         creates: list[MessageCreate],
         results: list[tuple[UUID, MessageToolCallUpdate]],
+        *,
+        fresh: bool,
     ) -> list[Message]:
-        """Store the run's new input messages (and tool results); return the history after."""
+        """Store the run's new input messages (and tool results); return the history after.
+
+        ``fresh``: the chat was created by this run, so it holds only what is stored now.
+        """
         if branch is not None and not creates:
             # Nothing new to hang on the branch point: the run continues from it (its
             # history is the path to it, whatever the leaf becomes meanwhile).
             assert isinstance(self.message_repo, Store)
             await self.message_repo.set_active_leaf(chat.chat_uuid, branch.point)
         if creates or results:
-            async with self.message_repo.transaction():
+            # One write is atomic by itself: a transaction around it would only cost
+            # the store more trips (SQLite: BEGIN and COMMIT each queue for its writer).
+            # A branching run keeps its read inside: another run branching from the same
+            # message may add its own edit right after.
+            inside = branch is not None or len(creates) + len(results) > 1
+            # A chat this run just created holds only what it stores now: a store
+            # returns each created message as stored, so nothing needs reading back.
+            created: list[Message] | None = (
+                [] if fresh and not results and isinstance(self.message_repo, Store) else None
+            )
+            async with self.message_repo.transaction() if inside else contextlib.nullcontext():
                 for index, create in enumerate(creates):
                     fields: dict[str, Any] = {"chat_uuid": chat.chat_uuid}
                     if index == 0 and branch is not None:
                         # Explicitly under the branch point, so a concurrent run that
                         # branches from the same message lands beside this one.
                         fields["parent_uuid"] = branch.point
-                    await self.message_repo.create_message(create.model_copy(update=fields))
+                    stored = await self.message_repo.create_message(
+                        create.model_copy(update=fields)
+                    )
+                    if created is not None:
+                        created.append(stored)
                 for call_uuid, update in results:
                     await self.message_repo.update_message_tool_call(call_uuid, update)
-                # Read inside the transaction: the same rows, without queueing for the
-                # store again (SQLite: four trips through its writer lock).
+                if inside and created is None:
+                    # The same rows, without queueing for the store again.
+                    history = await self._after_inbound(chat, history, results)
+            if created is not None:
+                history = created
+            elif not inside:
                 history = await self._after_inbound(chat, history, results)
         return history
 

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from threadstore.codec.messages import tool_result_message_id
+from threadstore.codec.messages import (
+    SUBAGENT_METADATA_KEY,
+    replayed_tool_error,
+    tool_result_message_id,
+)
 from threadstore.models import Message, ToolCall
 
 __all__ = ["pending_tool_calls", "stored_ids"]
@@ -17,9 +21,15 @@ def stored_ids(messages: Iterable[Message]) -> set[str]:
         ids.add(str(message.message_uuid))
         if message.agui_id:
             ids.add(message.agui_id)
+        subagent = message.metadata.get(SUBAGENT_METADATA_KEY)
         for call in message.tool_calls:
             ids.update((call.tool_call_id, str(call.uuid)))
-            if call.result_message_id or call.content is not None or call.error is not None:
+            # Every result a replay lists, including one it gives an unanswered call.
+            if (
+                call.result_message_id
+                or call.content is not None
+                or replayed_tool_error(call, subagent) is not None
+            ):
                 ids.add(tool_result_message_id(call))
         for step in message.reasonings:
             ids.add(str(step.uuid))

@@ -523,13 +523,17 @@ class Store(abc.ABC):
     # primitive, ``_apply``; the public write methods below are one operation each.
 
     @abc.abstractmethod
-    async def _apply(self, batch: Sequence[Op], *, returning: bool = True) -> list[Any]:
+    async def _apply(
+        self, batch: Sequence[Op], *, returning: bool = True, background: bool = False
+    ) -> list[Any]:
         """Primitive: apply ``batch`` in order, all or nothing; return each one's result.
 
         What each operation returns is listed at :data:`threadstore.store.ops.Op`.
         Errors are threadstore's (``NotFoundError`` for a missing chat or parent,
         ``ConflictError`` for a taken id). With ``returning=False`` nobody reads the
-        results, so the backend may skip building them.
+        results, so the backend may skip building them. ``background``: a flush
+        (``apply_writes``) nobody waits for; a backend that queues its writes may let
+        the other waiting writes go first (SQLite does).
         """
 
     async def _apply_one(self, op: Op) -> Any:
@@ -989,8 +993,8 @@ class Store(abc.ABC):
 
         Each write behaves exactly as its method called inside one ``transaction()``
         (same errors, same rows); a backend sends the whole batch in as few round trips
-        as it can (SQLite: one hop to its database thread). To see every write of a
-        batch, a subclass overrides this method.
+        as it can (SQLite: one hop to its database thread, queued behind the other
+        writes that wait). To see every write of a batch, a subclass overrides this method.
         """
         for write in writes:
             if not isinstance(write, WRITE_TYPES):
@@ -1001,7 +1005,7 @@ class Store(abc.ABC):
             if isinstance(write, CreateMessage) and write.data.chat_uuid is None:
                 raise NotFoundError("MessageCreate.chat_uuid is required")
         if writes:
-            await self._apply(writes, returning=False)
+            await self._apply(writes, returning=False, background=True)
 
     async def iter_chat_messages(
         self, chat_uuid: UUID, *, page_size: int = 500

@@ -154,7 +154,9 @@ class MemoryStore(Store):
 
     # --- writes ---------------------------------------------------------------------------
 
-    async def _apply(self, batch: Sequence[ops.Op], *, returning: bool = True) -> list[Any]:
+    async def _apply(
+        self, batch: Sequence[ops.Op], *, returning: bool = True, background: bool = False
+    ) -> list[Any]:
         # One write holds the lock (each checks before it changes anything); several
         # share a transaction, whose snapshot undoes them all when one fails.
         if len(batch) == 1:

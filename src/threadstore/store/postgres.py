@@ -653,7 +653,9 @@ class PostgresStore(Store):
 
     # --- writes ----------------------------------------------------------------------
 
-    async def _apply(self, batch: Sequence[ops.Op], *, returning: bool = True) -> list[Any]:
+    async def _apply(
+        self, batch: Sequence[ops.Op], *, returning: bool = True, background: bool = False
+    ) -> list[Any]:
         # Each operation is one statement (or a few on one connection); several share
         # one transaction.
         if len(batch) == 1:
