@@ -632,8 +632,15 @@ class PostgresStore(Store):
         return loaded[0] if loaded else None
 
     async def _history_version(self, chat_uuid: UUID) -> Hashable | None:
+        # The leaf too: an extended history must end where the chat's branch ends.
         rows = await self._fetch(sql.CHAT_VERSION, chat_uuid)
-        return int(rows[0][0]) if rows else None
+        return (int(rows[0][0]), rows[0][1]) if rows else None
+
+    async def _select_changed(
+        self, chat_uuid: UUID, since: Hashable, version: Hashable
+    ) -> tuple[list[Message], UUID | None] | None:
+        assert isinstance(since, tuple) and isinstance(version, tuple)
+        return await self._read_messages(sql.CHANGED_SINCE, chat_uuid, since[0]), version[1]
 
     async def _select_branch(
         self, chat_uuid: UUID, page: BranchPage, version: Hashable | None

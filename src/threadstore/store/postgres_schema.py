@@ -193,6 +193,31 @@ MIGRATIONS: list[str] = [
     ALTER TABLE chats ADD COLUMN deleted_at timestamptz;
     CREATE INDEX chats_soft_deleted ON chats (deleted_at) WHERE deleted_at IS NOT NULL;
     """,
+    # Incremental histories: every message, tool call and reasoning row records a chat
+    # version drawn when it was last written, after its statement moved the chat's
+    # version (and took the chat's row lock), so it is above every version committed
+    # before it: a history kept at version V is brought up to date by reading only the
+    # rows whose chat_version is above V.
+    """
+    ALTER TABLE messages ADD COLUMN chat_version bigint;
+    ALTER TABLE tool_calls ADD COLUMN chat_version bigint;
+    ALTER TABLE reasonings ADD COLUMN chat_version bigint;
+    CREATE INDEX messages_by_change ON messages (chat_uuid, chat_version);
+    CREATE INDEX tool_calls_by_change ON tool_calls (chat_uuid, chat_version);
+    CREATE INDEX reasonings_by_change ON reasonings (chat_uuid, chat_version);
+    CREATE FUNCTION threadstore_stamp_chat_version() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        NEW.chat_version := nextval('chat_versions');
+        RETURN NEW;
+    END
+    $$;
+    CREATE TRIGGER messages_stamp_chat_version BEFORE INSERT OR UPDATE ON messages
+        FOR EACH ROW EXECUTE FUNCTION threadstore_stamp_chat_version();
+    CREATE TRIGGER tool_calls_stamp_chat_version BEFORE INSERT OR UPDATE ON tool_calls
+        FOR EACH ROW EXECUTE FUNCTION threadstore_stamp_chat_version();
+    CREATE TRIGGER reasonings_stamp_chat_version BEFORE INSERT OR UPDATE ON reasonings
+        FOR EACH ROW EXECUTE FUNCTION threadstore_stamp_chat_version();
+    """,
 ]
 
 # --- migrations bookkeeping ------------------------------------------------------------------
@@ -456,7 +481,18 @@ FINALIZE_RUN_RECORDS = (
     " + (SELECT count(*) FROM own)"
 )
 
-CHAT_VERSION = "SELECT version FROM chats WHERE chat_uuid = $1 AND deleted_at IS NULL"
+CHAT_VERSION = (
+    "SELECT version, active_leaf_uuid FROM chats WHERE chat_uuid = $1 AND deleted_at IS NULL"
+)
+
+# The messages written after a chat version, or whose tool calls or reasoning were.
+CHANGED_SINCE = (
+    " WHERE m.message_uuid IN ("
+    " SELECT message_uuid FROM messages WHERE chat_uuid = $1 AND chat_version > $2"
+    " UNION SELECT message_uuid FROM tool_calls WHERE chat_uuid = $1 AND chat_version > $2"
+    " UNION SELECT message_uuid FROM reasonings WHERE chat_uuid = $1 AND chat_version > $2)"
+    " ORDER BY m.seq"
+)
 
 
 def versioned_update(

@@ -221,6 +221,15 @@ _UNRETURNED = {
 
 # The active branch of a chat that has branches: the path from the active leaf to the
 # root. A chat that never branched reads every message instead (one index range scan).
+# The messages written after a chat version, or whose tool calls or reasoning were.
+_CHANGED_SELECT = (
+    _MESSAGE_SELECT + " WHERE m.message_uuid IN ("
+    " SELECT message_uuid FROM messages WHERE chat_uuid = ?1 AND chat_version > ?2"
+    " UNION SELECT message_uuid FROM tool_calls WHERE chat_uuid = ?1 AND chat_version > ?2"
+    " UNION SELECT message_uuid FROM reasonings WHERE chat_uuid = ?1 AND chat_version > ?2)"
+    " ORDER BY m.seq"
+)
+
 _BRANCH_FILTER = (
     "m.chat_uuid = ?1 AND m.message_uuid IN ("
     " WITH RECURSIVE branch(uuid) AS ("
@@ -876,6 +885,16 @@ class SQLiteStore(Store):
             small=True,
         )
         return tuple(flags[0]) if flags else None
+
+    async def _select_changed(
+        self, chat_uuid: UUID, since: Hashable, version: Hashable
+    ) -> tuple[list[Message], UUID | None] | None:
+        assert isinstance(since, tuple) and isinstance(version, tuple)
+        if version[0] < since[0]:  # a chat created again under the same uuid
+            return None
+        rows = await self._fetch(_CHANGED_SELECT, (str(chat_uuid), since[0]))
+        leaf = None if version[1] is None else UUID(version[1])
+        return await self._load_messages(rows), leaf
 
     async def _select_branch(
         self, chat_uuid: UUID, page: BranchPage, version: Hashable | None
