@@ -451,8 +451,13 @@ class StorageAgent:
                     await self.message_repo.create_message(create.model_copy(update=fields))
                 for call_uuid, update in results:
                     await self.message_repo.update_message_tool_call(call_uuid, update)
-            # A store reads only what these writes changed (store/history_cache.py).
-            history = await self._history(chat)
+                if branch is not None:
+                    # Inside the transaction: the branch ends at this run's own message
+                    # whatever a concurrent run branching from the same one writes next.
+                    history = await self._history(chat)
+            if branch is None:
+                # A store reads only what these writes changed (store/history_cache.py).
+                history = await self._history(chat)
             facts = await _facts(history)
         return chat, history, facts
 
