@@ -294,6 +294,14 @@ def serve(
             show_default=False,
         ),
     ] = None,
+    admin: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A user id that may page through every user's chats at "
+            "GET /api/admin/chats (repeatable). Nobody by default.",
+            show_default=False,
+        ),
+    ] = None,
     demo_delay: Annotated[
         float, typer.Option(help="Seconds between the demo agent's streamed chunks.")
     ] = 0.03,
@@ -318,6 +326,7 @@ def serve(
             auth=authenticator,
             migrate=migrate,
             cors_origins=cors_origin or (),
+            admins=admin or (),
         )
     except ThreadstoreError as exc:
         _fail(str(exc))
@@ -332,6 +341,8 @@ def serve(
     lines = [("database", db), ("auth", auth_line)]
     if cors_origin:
         lines.append(("CORS", ", ".join(cors_origin)))
+    if admin:
+        lines.append(("admins", ", ".join(admin)))
     lines += [("web page", f"{base}/"), ("API docs", f"{base}/docs"), ("try", try_it)]
     for label, value in lines:
         err.print(f"  {label:<9} {escape(value)}", soft_wrap=True)

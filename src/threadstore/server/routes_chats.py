@@ -21,9 +21,19 @@ from threadstore.server.limits import MAX_CURSOR, check_id, check_json, check_na
 from threadstore.store.base import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, Store
 from threadstore.transfer import ChatExport, export_chat, import_chat
 
-__all__ = ["BranchPoint", "ChatList", "ChatRename", "ChatSummary", "MessagePage", "router"]
+__all__ = [
+    "BranchPoint",
+    "ChatList",
+    "ChatRename",
+    "ChatSummary",
+    "MessagePage",
+    "admin_router",
+    "router",
+]
 
 router = APIRouter(prefix="/api/chats", tags=["chats"])
+
+admin_router = APIRouter(prefix="/api/admin", tags=["admin"])
 
 
 class ChatSummary(Chat):
@@ -100,6 +110,42 @@ async def list_chats(
     ] = None,
 ) -> ChatList:
     """Return the caller's chats, newest activity first, each with its last message."""
+    return await _chat_list(state, user, limit, cursor, q)
+
+
+@admin_router.get(
+    "/chats",
+    response_model=ChatList,
+    summary="List every user's chats (admins)",
+    responses={403: {"description": "The caller is not one of the server's admins."}},
+)
+async def list_all_chats(
+    state: AppState,
+    caller: CurrentUser,
+    limit: PageSize = DEFAULT_PAGE_SIZE,
+    cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page.")] = None,
+    q: Annotated[
+        str | None,
+        Query(
+            max_length=MAX_SEARCH_CHARS,
+            description="Only chats whose name contains this text, ignoring case.",
+        ),
+    ] = None,
+    user: Annotated[UUID | None, Query(description="Only this user's chats.")] = None,
+) -> ChatList:
+    """Every user's chats, newest activity first, one page at a time.
+
+    The paged form of the store's ``get_all_chats()``: however many chats the store
+    holds, a request reads one page. Only the users the app names as ``admins``.
+    """
+    if caller not in state.admins:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, detail="only admins may list every chat")
+    return await _chat_list(state, user, limit, cursor, q)
+
+
+async def _chat_list(
+    state: AppState, user: UUID | None, limit: int, cursor: str | None, q: str | None
+) -> ChatList:
     page = await state.store.list_chats(user, limit=limit, cursor=cursor, name_contains=q)
     last = await state.store.get_last_messages([chat.chat_uuid for chat in page.items])
     items = [

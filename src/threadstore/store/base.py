@@ -108,7 +108,12 @@ class ChatRepositoryLike(Protocol):
         ...
 
     async def get_all_chats(self, user_uuid: UUID | None = None) -> Sequence[Chat]:
-        """Return every chat, optionally scoped to one user."""
+        """Return every chat, optionally scoped to one user.
+
+        Unbounded: with no user it is an admin call that reads every user's chats at
+        once. Interactive callers page instead (``Store.list_chats``; the server's
+        ``GET /api/admin/chats``, the CLI's ``chats list``).
+        """
         ...
 
     async def update_chat_name(self, chat_uuid: UUID, name: str) -> Chat | None:
@@ -503,7 +508,8 @@ class Store(abc.ABC):
         """Return every chat (optionally one user's, or those named like ``list_chats``).
 
         Unbounded: with no user it is an admin call that reads every chat of every user
-        at once. Page with :meth:`list_chats` (``user_uuid=None`` for every user's).
+        at once. Page with :meth:`list_chats` (``user_uuid=None`` for every user's), as
+        the server's ``GET /api/admin/chats`` and the CLI's ``chats list`` do.
         """
         return await self._select_chats(ChatFilter(user_uuid, name_contains=name_contains or None))
 
