@@ -7,11 +7,22 @@ for as long, so beyond :data:`OFF_LOOP_ITEMS` items the work runs on a worker
 thread, and the loop thread gets the interpreter back at every switch interval
 (``sys.getswitchinterval()``, 5 ms by default) instead of waiting for the end.
 Below it the hop to a thread would cost more than the work.
+
+A worker thread does not help against the cyclic garbage collector: a collection
+holds the interpreter, whatever thread triggers it, for as long as it takes to scan
+every tracked object, and building a long history's objects triggers several that
+scan all of them. So while such work runs the collector is paused, and what it built
+is frozen afterwards (``gc.freeze()``: moved out of the generations later collections
+scan). What is built here is long-lived (a kept history, its index and translation)
+or handed out whole; none of it forms reference cycles, so reference counting still
+frees it when it is dropped.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
+import threading
 from collections.abc import Callable, Sized
 from typing import Any, TypeVar
 
@@ -22,6 +33,10 @@ _T = TypeVar("_T")
 OFF_LOOP_ITEMS = 500
 """Items (rows, messages) from which work on them runs on a worker thread."""
 
+_pause = threading.Lock()
+_paused = 0
+_was_enabled = False
+
 
 async def off_loop(items: Sized, fn: Callable[..., _T], *args: Any) -> _T:
     """Return ``fn(*args)``, run on a worker thread when ``items`` holds many items.
@@ -31,7 +46,26 @@ async def off_loop(items: Sized, fn: Callable[..., _T], *args: Any) -> _T:
     """
     if len(items) < OFF_LOOP_ITEMS:
         return fn(*args)
-    return await asyncio.to_thread(fn, *args)
+    return await asyncio.to_thread(_collector_paused, fn, *args)
+
+
+def _collector_paused(fn: Callable[..., _T], *args: Any) -> _T:
+    """``fn(*args)`` with the cyclic collector paused, then what it built frozen."""
+    global _paused, _was_enabled
+    with _pause:
+        if _paused == 0:
+            _was_enabled = gc.isenabled()
+            gc.disable()
+        _paused += 1
+    try:
+        return fn(*args)
+    finally:
+        with _pause:
+            _paused -= 1
+            if _paused == 0:
+                gc.freeze()
+                if _was_enabled:
+                    gc.enable()
 
 
 def consume(fn: Callable[[list[Any]], _T], items: list[Any]) -> _T:

@@ -205,6 +205,8 @@ MIGRATIONS: list[str] = [
     CREATE INDEX messages_by_change ON messages (chat_uuid, chat_version);
     CREATE INDEX tool_calls_by_change ON tool_calls (chat_uuid, chat_version);
     CREATE INDEX reasonings_by_change ON reasonings (chat_uuid, chat_version);
+    -- Finalizing a run looks only at the run's own messages and their children.
+    CREATE INDEX messages_of_run ON messages (chat_uuid, run_id);
     CREATE FUNCTION threadstore_stamp_chat_version() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
         NEW.chat_version := nextval('chat_versions');
@@ -462,17 +464,17 @@ FINISH_RUN = (
 STALE_RUNS = RUN_SELECT + " WHERE status = 'running' AND heartbeat_at < $1 ORDER BY heartbeat_at"
 
 # One statement, so a crash cannot leave a run half-finalized; only the records of
-# this (chat, run) still in progress change, found through the in-progress indexes.
+# this (chat, run) still in progress change, found through the run's own messages.
 FINALIZE_RUN_RECORDS = (
     "WITH chat AS (UPDATE chats SET version = nextval('chat_versions') WHERE chat_uuid = $3"
     "  RETURNING chat_uuid),"
     " calls AS (UPDATE tool_calls t SET status = $1, in_progress = false, updated_at = $2"
-    "  WHERE t.chat_uuid = $3 AND t.in_progress AND EXISTS (SELECT 1 FROM chat) AND EXISTS"
-    "  (SELECT 1 FROM messages m WHERE m.message_uuid = t.message_uuid AND m.run_id = $4)"
+    "  WHERE t.in_progress AND EXISTS (SELECT 1 FROM chat) AND t.message_uuid IN"
+    "  (SELECT message_uuid FROM messages WHERE chat_uuid = $3 AND run_id = $4)"
     "  RETURNING 1),"
     " steps AS (UPDATE reasonings r SET status = $1, in_progress = false, updated_at = $2"
-    "  WHERE r.chat_uuid = $3 AND r.in_progress AND EXISTS (SELECT 1 FROM chat) AND EXISTS"
-    "  (SELECT 1 FROM messages m WHERE m.message_uuid = r.message_uuid AND m.run_id = $4)"
+    "  WHERE r.in_progress AND EXISTS (SELECT 1 FROM chat) AND r.message_uuid IN"
+    "  (SELECT message_uuid FROM messages WHERE chat_uuid = $3 AND run_id = $4)"
     "  RETURNING 1),"
     " own AS (UPDATE messages SET status = $1, in_progress = false, updated_at = $2"
     "  WHERE chat_uuid = $3 AND run_id = $4 AND in_progress AND EXISTS (SELECT 1 FROM chat)"

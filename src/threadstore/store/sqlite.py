@@ -993,9 +993,10 @@ class SQLiteStore(Store):
         set_ = " SET status = ?1, in_progress = 0, updated_at = ?2"
         children = [
             _Statement(
-                f"UPDATE {table}{set_} WHERE chat_uuid = ?3 AND in_progress = 1"
-                f" AND EXISTS (SELECT 1 FROM messages m WHERE"
-                f" m.message_uuid = {table}.message_uuid AND m.run_id = ?4) RETURNING 1",
+                # Through the run's messages: the chat's other children are never read.
+                f"UPDATE {table}{set_} WHERE in_progress = 1 AND message_uuid IN"
+                " (SELECT message_uuid FROM messages WHERE chat_uuid = ?3 AND run_id = ?4)"
+                " RETURNING 1",
                 params,
             )
             for table in ("tool_calls", "reasonings")

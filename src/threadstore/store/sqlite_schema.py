@@ -177,7 +177,8 @@ MIGRATIONS: list[str] = [
     # Incremental histories: every message, tool call and reasoning row records the
     # chat version it was last written at, so a history kept at version V is brought up
     # to date by reading only the rows written after V. Each trigger moves the chat's
-    # version, then stamps its own row with it (the stamp itself moves nothing).
+    # version, then stamps its own row with it (the stamp itself moves nothing). A run's
+    # finalization finds its own messages by index, and their children through them.
     """
     ALTER TABLE messages ADD COLUMN chat_version INTEGER;
     ALTER TABLE tool_calls ADD COLUMN chat_version INTEGER;
@@ -185,6 +186,8 @@ MIGRATIONS: list[str] = [
     CREATE INDEX messages_by_change ON messages (chat_uuid, chat_version);
     CREATE INDEX tool_calls_by_change ON tool_calls (chat_uuid, chat_version);
     CREATE INDEX reasonings_by_change ON reasonings (chat_uuid, chat_version);
+    -- Finalizing a run looks only at the run's own messages and their children.
+    CREATE INDEX messages_of_run ON messages (chat_uuid, run_id);
 
     DROP TRIGGER messages_advance_leaf;
     CREATE TRIGGER messages_advance_leaf AFTER INSERT ON messages BEGIN
