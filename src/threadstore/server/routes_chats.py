@@ -6,6 +6,7 @@ a chat that does not exist.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Annotated
 from uuid import UUID, uuid4
@@ -19,6 +20,7 @@ from threadstore.models import Chat, Message, Role
 from threadstore.server.deps import AppState, CurrentUser, owned_chat
 from threadstore.server.limits import MAX_CURSOR, check_id, check_json, check_name
 from threadstore.store.base import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, Store
+from threadstore.store.offload import off_loop
 from threadstore.transfer import ChatExport, export_chat, import_chat
 
 __all__ = [
@@ -383,7 +385,11 @@ async def restore_chat(chat_uuid: UUID, state: AppState, user: CurrentUser) -> C
 
 
 @router.get("/{chat_uuid}/export", response_model=ChatExport, summary="Export a chat as JSON")
-async def export_one(chat_uuid: UUID, state: AppState, user: CurrentUser) -> ChatExport:
+async def export_one(chat_uuid: UUID, state: AppState, user: CurrentUser) -> Response:
     """Return the chat and its whole history as one JSON document (see the import route)."""
     chat = await owned_chat(state, user, chat_uuid)
-    return await export_chat(state.store, chat)
+    document = await export_chat(state.store, chat)
+    # Serialized off the event loop for a long chat, as FastAPI would (by alias).
+    dump = functools.partial(document.model_dump_json, by_alias=True)
+    body = await off_loop(document.messages, dump)
+    return Response(body, media_type="application/json")

@@ -730,7 +730,13 @@ class Store(abc.ABC):
         messages = await self._select_branch(chat_uuid, BranchPage(), version)
         # Built off the event loop for a long history: positions of every message.
         built = await off_loop(messages, KeptHistory, version, messages)
+        replaced = [] if kept is None else [kept]
+        kept = None
         cache.keep(chat_uuid, built)
+        if replaced:
+            # The history it replaces is freed on a worker thread (unless a run still
+            # holds it): dropping a long one's objects takes as long as building them.
+            await off_loop(replaced[0].messages, replaced.clear)
         return built.view()
 
     async def _select_changed(
