@@ -96,7 +96,7 @@ from threadstore.store.base import (
     TreeNode,
 )
 from threadstore.store.history_cache import HistoryView
-from threadstore.store.offload import OFF_LOOP_ITEMS, off_loop
+from threadstore.store.offload import OFF_LOOP_ITEMS, in_steps, off_loop
 
 if TYPE_CHECKING:
     import ag_ui.core
@@ -954,14 +954,16 @@ _TRANSLATION = "threadstore.agui.translation"
 async def _facts(history: Sequence[Message]) -> StoredFacts:
     """What ``history`` holds: from the index kept with a store's history, grown as it grows."""
     if not isinstance(history, HistoryView):
-        built = await off_loop(history, HistoryIndex, history)
+        built = HistoryIndex()
+        await in_steps(history, built.feed)
         return built.at(len(history))
     derived = history.kept.derived
     index: HistoryIndex | None = derived.get(_INDEX)
     if index is None or len(history) - index.count >= OFF_LOOP_ITEMS:
-        # Built (or caught up after many appends) off the event loop: a fresh index, so
-        # the one other runs may be reading is never changed from another thread.
-        index = await off_loop(history, HistoryIndex, history)
+        # Built (or caught up after many appends) in steps: a fresh index, kept once
+        # whole, so the one other runs may be reading never changes under them.
+        index = HistoryIndex()
+        await in_steps(history, index.feed)
         if index.count >= getattr(derived.get(_INDEX), "count", 0):
             derived[_INDEX] = index
     elif index.count < len(history):
@@ -974,10 +976,9 @@ class _Translation:
 
     __slots__ = ("ends", "translator")
 
-    def __init__(self, messages: Sequence[Message]) -> None:
+    def __init__(self) -> None:
         self.translator = HistoryTranslator()
         self.ends: list[int] = []
-        self.feed(messages)
 
     def feed(self, messages: Sequence[Message]) -> None:
         translator, ends = self.translator, self.ends
@@ -999,7 +1000,8 @@ async def _translation(history: HistoryView) -> list[ag_ui.core.Message]:
     derived = history.kept.derived
     kept: _Translation | None = derived.get(_TRANSLATION)
     if kept is None or len(history) - len(kept.ends) >= OFF_LOOP_ITEMS:
-        kept = await off_loop(history, _Translation, history)
+        kept = _Translation()
+        await in_steps(history, kept.feed)
         if len(kept.ends) >= len(getattr(derived.get(_TRANSLATION), "ends", ())):
             derived[_TRANSLATION] = kept
     elif len(kept.ends) < len(history):

@@ -702,7 +702,7 @@ class Store(abc.ABC):
         cache = None if self._in_transaction() else self.history_cache
         if cache is None:
             messages = await self._select_branch(chat_uuid, BranchPage(), None)
-            return KeptHistory(None, messages).view()
+            return (await off_loop(messages, KeptHistory, None, messages)).view()
         for _ in range(2):
             # The version is read before the rows: a write committed in between makes
             # the history newer than its tag, never older, so it is read again next time.

@@ -125,7 +125,8 @@ class HistoryView(Sequence[Message]):
     def __getitem__(self, index: slice) -> Sequence[Message]: ...
     def __getitem__(self, index: int | slice) -> Message | Sequence[Message]:
         if isinstance(index, slice):
-            return self.kept.messages[: self._length][index]
+            start, stop, step = index.indices(self._length)
+            return self.kept.messages[start:stop:step]
         if index < 0:
             index += self._length
         if not 0 <= index < self._length:
@@ -210,13 +211,6 @@ class HistoryCache:
         if kept is not None:
             self._entries.move_to_end(chat_uuid)
         return kept
-
-    def kept(self, chat_uuid: UUID, version: Hashable) -> list[Message] | None:
-        """The messages kept at ``version``, or ``None``: copy them before handing them out."""
-        entry = self._entries.get(chat_uuid)
-        if entry is None or entry.version != version:
-            return None
-        return entry.messages
 
     def fits(self, messages: Sized) -> bool:
         """Whether a history this long is kept at all."""

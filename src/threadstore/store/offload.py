@@ -1,4 +1,4 @@
-"""Work on a whole history, run off the event loop once the history is long.
+"""Work on a whole history, run off the event loop (or in steps) once the history is long.
 
 Building thousands of models, copying a cached history or translating it holds the
 thread that runs it for milliseconds per thousand messages. On the event loop that
@@ -23,19 +23,42 @@ from __future__ import annotations
 import asyncio
 import gc
 import threading
-from collections.abc import Callable, Sized
+from collections.abc import Callable, Iterator, Sequence, Sized
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
-__all__ = ["OFF_LOOP_ITEMS", "consume", "off_loop"]
+__all__ = ["OFF_LOOP_ITEMS", "STEP_ITEMS", "collector_paused", "consume", "in_steps", "off_loop"]
 
 _T = TypeVar("_T")
+_I = TypeVar("_I")
 
 OFF_LOOP_ITEMS = 500
-"""Items (rows, messages) from which work on them runs on a worker thread."""
+"""Items (rows, messages) from which work on them runs on a worker thread, or in steps."""
+
+STEP_ITEMS = 100
+"""Items one step of :func:`in_steps` handles before yielding to the loop."""
 
 _pause = threading.Lock()
 _paused = 0
 _was_enabled = False
+
+
+async def in_steps(items: Sequence[_I], step: Callable[[Sequence[_I]], object]) -> None:
+    """Call ``step`` on consecutive slices of ``items``, yielding to the loop between them.
+
+    For work that can be fed in pieces (an index, a translation): on the loop thread,
+    :data:`STEP_ITEMS` items at a time, so no step holds the loop for long and no
+    worker thread competes with the loop for the interpreter (on a loaded machine a
+    worker descheduled while it holds the interpreter stalls the loop with it). The
+    collector is paused meanwhile, as under :func:`off_loop`.
+    """
+    if len(items) < OFF_LOOP_ITEMS:
+        step(items)
+        return
+    with collector_paused():
+        for start in range(0, len(items), STEP_ITEMS):
+            step(items[start : start + STEP_ITEMS])
+            await asyncio.sleep(0)
 
 
 async def off_loop(items: Sized, fn: Callable[..., _T], *args: Any) -> _T:
@@ -50,7 +73,14 @@ async def off_loop(items: Sized, fn: Callable[..., _T], *args: Any) -> _T:
 
 
 def _collector_paused(fn: Callable[..., _T], *args: Any) -> _T:
-    """``fn(*args)`` with the cyclic collector paused, then what it built frozen."""
+    with collector_paused():
+        return fn(*args)
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause the cyclic collector inside the block; freeze what was built when the last
+    such block (of any thread or task) ends."""
     global _paused, _was_enabled
     with _pause:
         if _paused == 0:
@@ -58,7 +88,7 @@ def _collector_paused(fn: Callable[..., _T], *args: Any) -> _T:
             gc.disable()
         _paused += 1
     try:
-        return fn(*args)
+        yield
     finally:
         with _pause:
             _paused -= 1
