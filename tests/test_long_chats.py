@@ -112,7 +112,8 @@ class RowCounter:
     def __init__(self, store: Store) -> None:
         self.statements = self.rows = 0
         # The backends' own statement helpers, wrapped on this one instance.
-        names = ("_fetch", "_run") if isinstance(store, SQLiteStore) else ("_fetch_on",)
+        sqlite = isinstance(store, SQLiteStore)
+        names = ("_fetch", "_run") if sqlite else ("_fetch_on", "_fetch_planned")
         for name in names:
             setattr(store, name, self._counting(getattr(store, name), name == "_run"))
 
@@ -168,9 +169,14 @@ async def test_a_run_after_appends_reads_as_many_rows_on_a_long_chat_as_on_a_sho
             await store.create_message(  # and a message from elsewhere meanwhile
                 MessageCreate(chat_uuid=chat.chat_uuid, content="from elsewhere", agui_id="x")
             )
+            assert store.history_cache is not None
+            kept = store.history_cache.entry(chat.chat_uuid)
             counter = RowCounter(store)
             agent = await _one_run(store, "second")
             costs[length] = counter.snapshot()
+            # Extended in place, so what was derived from it (its index, its translation)
+            # was extended too, not built again.
+            assert store.history_cache.entry(chat.chat_uuid) is kept
 
             # The agent was given the whole history, as before.
             inner = agent.inner_agent

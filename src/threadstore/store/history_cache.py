@@ -154,7 +154,8 @@ def extend_history(
     ``leaf`` is the chat's active leaf at ``version``. Messages not kept yet must chain
     from the last kept one to ``leaf``, each the parent of the next: they are
     appended. A kept message that changed without moving in the tree is replaced (a
-    new :class:`KeptHistory`, since views of the old one must not change). Anything
+    new :class:`KeptHistory`, since views of the old one must not change); one read
+    again unchanged (a backend may return rows written at the kept version) is not. Anything
     else (a new branch, a moved leaf, a new root) returns ``None``: read it all again.
     """
     appended: list[Message] = []
@@ -166,7 +167,7 @@ def extend_history(
             appended.append(message)
         elif messages[index].parent_uuid != message.parent_uuid:
             return None
-        else:
+        elif messages[index] != message:  # a row read again unchanged is no change
             replaced[index] = message
     tip = messages[-1].message_uuid if messages else None
     last_seq = messages[-1].seq if messages else None
