@@ -244,8 +244,10 @@ class StorageAgent:
 
         ``input.messages`` is replaced in place with the translated stored history
         before the inner agent runs: the whole history by default, the turns
-        ``history_window`` keeps when it is set (:class:`HistoryWindow`). Yields the
-        inner agent's events verbatim, or ``RUN_STARTED`` +
+        ``history_window`` keeps when it is set (:class:`HistoryWindow`). The list is
+        the run's own; the AG-UI messages in it are shared with later runs (the
+        translation is kept with the store's history), so the inner agent must not
+        change them. Yields the inner agent's events verbatim, or ``RUN_STARTED`` +
         ``RUN_ERROR(code="INVALID_INPUT")`` when the input is refused.
         """
         started = await self._start(input)
