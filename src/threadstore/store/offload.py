@@ -11,11 +11,8 @@ Below it the hop to a thread would cost more than the work.
 A worker thread does not help against the cyclic garbage collector: a collection
 holds the interpreter, whatever thread triggers it, for as long as it takes to scan
 every tracked object, and building a long history's objects triggers several that
-scan all of them. So while such work runs the collector is paused, and what it built
-is frozen afterwards (``gc.freeze()``: moved out of the generations later collections
-scan). What is built here is long-lived (a kept history, its index and translation)
-or handed out whole; none of it forms reference cycles, so reference counting still
-frees it when it is dropped.
+scan all of them. So while such work runs on a worker thread the collector is paused
+(it resumes when the work returns; nothing is frozen).
 """
 
 from __future__ import annotations
@@ -50,15 +47,15 @@ async def in_steps(items: Sequence[_I], step: Callable[[Sequence[_I]], object]) 
     :data:`STEP_ITEMS` items at a time, so no step holds the loop for long and no
     worker thread competes with the loop for the interpreter (on a loaded machine a
     worker descheduled while it holds the interpreter stalls the loop with it). The
-    collector is paused meanwhile, as under :func:`off_loop`.
+    collector is not paused across the steps: other tasks run between them, and it
+    must keep finalizing what they drop.
     """
     if len(items) < OFF_LOOP_ITEMS:
         step(items)
         return
-    with collector_paused():
-        for start in range(0, len(items), STEP_ITEMS):
-            step(items[start : start + STEP_ITEMS])
-            await asyncio.sleep(0)
+    for start in range(0, len(items), STEP_ITEMS):
+        step(items[start : start + STEP_ITEMS])
+        await asyncio.sleep(0)
 
 
 async def off_loop(items: Sized, fn: Callable[..., _T], *args: Any) -> _T:
@@ -79,8 +76,12 @@ def _collector_paused(fn: Callable[..., _T], *args: Any) -> _T:
 
 @contextmanager
 def collector_paused() -> Iterator[None]:
-    """Pause the cyclic collector inside the block; freeze what was built when the last
-    such block (of any thread or task) ends."""
+    """Pause the cyclic collector inside the block (of any thread), for synchronous work.
+
+    Not across awaits, and nothing is frozen (``gc.freeze()``): objects alive at a
+    freeze, dropped later in a cycle, would never be collected, and an asyncio server
+    relies on the collector to finalize dropped streams and tasks.
+    """
     global _paused, _was_enabled
     with _pause:
         if _paused == 0:
@@ -92,10 +93,8 @@ def collector_paused() -> Iterator[None]:
     finally:
         with _pause:
             _paused -= 1
-            if _paused == 0:
-                gc.freeze()
-                if _was_enabled:
-                    gc.enable()
+            if _paused == 0 and _was_enabled:
+                gc.enable()
 
 
 def consume(fn: Callable[[list[Any]], _T], items: list[Any]) -> _T:
