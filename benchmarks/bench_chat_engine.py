@@ -1,12 +1,14 @@
 """The pure chat engine's fold, side by side with the storage fold on the same streams.
 
-Two streams, each folded by ``threadstore.chat.apply_event`` (a new immutable turn per
+Three streams, each folded by ``threadstore.chat.apply_event`` (a new immutable turn per
 event, then ``turn.message`` read once) and by the storage fold (``ConversationFold.apply``
 per event, then every record's content read once):
 
 1. a scripted run of 10,000 events (20 turns of reasoning, text and a tool call with
    streamed arguments and a result), and the same run at 2x and 4x;
-2. one answer of 0.25, 0.5 and 1 MB streamed in 10-character deltas.
+2. one answer of 0.25, 0.5 and 1 MB streamed in 10-character deltas;
+3. an answer with a live status part (a CUSTOM event replacing it in place after every
+   10 text deltas) of 10,000, 20,000 and 40,000 events.
 
 Times are the process's CPU time (medians of interleaved repetitions). Linear folding
 shows as a constant time per event (or per MB) across the three sizes.
@@ -22,6 +24,7 @@ from collections.abc import Callable, Sequence
 
 from ag_ui.core import (
     BaseEvent,
+    CustomEvent,
     ReasoningEndEvent,
     ReasoningMessageContentEvent,
     ReasoningMessageEndEvent,
@@ -90,6 +93,24 @@ def long_answer(size: int) -> list[BaseEvent]:
         TextMessageEndEvent(message_id="answer"),
         RunFinishedEvent(thread_id="t", run_id=RUN_ID),
     ]
+
+
+def status_widget(events: int) -> list[BaseEvent]:
+    """An answer in 10-character deltas with a live status part: after every 10 deltas a
+    CUSTOM event replaces it in place (same name and id), about ``events`` events."""
+    out: list[BaseEvent] = [
+        RunStartedEvent(thread_id="t", run_id=RUN_ID),
+        CustomEvent(name="status", value={"id": "job", "done": 0}),
+        TextMessageStartEvent(message_id="answer", role="assistant"),
+    ]
+    for n in range(events // 11):
+        out += [TextMessageContentEvent(message_id="answer", delta="0123456789")] * 10
+        out.append(CustomEvent(name="status", value={"id": "job", "done": n + 1}))
+    out += [
+        TextMessageEndEvent(message_id="answer"),
+        RunFinishedEvent(thread_id="t", run_id=RUN_ID),
+    ]
+    return out
 
 
 def chat_engine(events: Sequence[BaseEvent]) -> int:
@@ -183,6 +204,16 @@ def main() -> None:
     answers = {name: long_answer(size) for name, size in sizes.items()}
     measure(
         "2. one long answer, 10-character deltas", answers, reps, "MB", lambda s: sizes[s] / 1e6
+    )
+
+    counts = {"10k events": 10_000, "20k events": 20_000, "40k events": 40_000}
+    widgets = {name: status_widget(n) for name, n in counts.items()}
+    measure(
+        "3. a status part replaced after every 10 text deltas",
+        widgets,
+        reps,
+        "10k events",
+        lambda s: len(widgets[s]) / 10_000,
     )
 
 

@@ -18,7 +18,10 @@ missing or unfinished record fails the benchmark.
 
 Run ``python benchmarks/bench_server.py`` (``--quick`` for a smoke run of 20 runs;
 ``--diagnose`` adds threadstore's app with a pass-through storage agent, which splits
-threadstore's cost into serving and storing). Definitions and figures: docs/benchmarks.md.
+threadstore's cost into serving and storing; ``--store postgres`` serves from a fresh
+PostgreSQL database per round instead of a SQLite file; ``--workers 1 2 4`` runs
+``threadstore serve --workers N`` for each N, its CPU and memory summed over the
+supervisor and its workers). Definitions and figures: docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -37,7 +40,9 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
+import asyncpg
 import httpx
 
 from common import Samples, machine_line, markdown_table, percentile, rotated
@@ -47,16 +52,20 @@ from threadstore.server.auth import LOCAL_USER_UUID
 
 HERE = Path(__file__).resolve().parent
 USER_TEXT = "What will the weather be in Paris this week?"
-BARE, THREADSTORE = "bare FastAPI SSE", "threadstore serve (SQLite)"
+BARE = "bare FastAPI SSE"
 NO_STORAGE = "threadstore app, no StorageAgent"
-CONTENDERS = (BARE, THREADSTORE)
-DIAGNOSTICS = (NO_STORAGE,)
 """Run with ``--diagnose``: threadstore's app with a pass-through storage agent (the HTTP,
 SSE and run-manager share of its cost); not part of the ratio."""
-RATIO = "threadstore / bare"
+STORE_NAMES = {"sqlite": "SQLite", "postgres": "PostgreSQL"}
 WARMUP_RUNS = 10
 """Runs streamed before each measured burst, so imports and first-call costs are paid."""
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+def with_database(url: str, database: str) -> str:
+    """Return ``url`` pointing at ``database`` instead of the one it names."""
+    return urlunsplit(urlsplit(url)._replace(path=f"/{database}"))
 
 
 # --- server processes ---------------------------------------------------------------------
@@ -70,9 +79,31 @@ def free_port() -> int:
         return port
 
 
+@dataclass(frozen=True)
+class Contender:
+    """One server of a round: the bare one, or ``threadstore serve`` on a store."""
+
+    kind: str
+    """``bare``, ``no-storage`` or ``threadstore``."""
+    store: str = "sqlite"
+    workers: int = 1
+    agent: str = "ScriptedAgent"
+    """The agent class in ``server_agent.py`` that threadstore serves."""
+
+    @property
+    def name(self) -> str:
+        """The row's label."""
+        if self.kind == "bare":
+            return BARE
+        if self.kind == "no-storage":
+            return NO_STORAGE
+        workers = "" if self.workers == 1 else f", {self.workers} workers"
+        return f"threadstore serve ({STORE_NAMES[self.store]}{workers})"
+
+
 @dataclass
 class ServerProcess:
-    """One uvicorn server process serving the scripted agent."""
+    """One uvicorn server process (or a supervisor and its workers) serving the agent."""
 
     name: str
     process: subprocess.Popen[bytes]
@@ -86,8 +117,12 @@ class ServerProcess:
 
     @property
     def pid(self) -> int:
-        """The server's process id (uvicorn runs in it: one worker, no reloader)."""
+        """The server's process id (with ``--workers``, the supervisor's)."""
         return self.process.pid
+
+    def pids(self) -> list[int]:
+        """The server process and all its descendants (the workers)."""
+        return process_tree(self.pid)
 
     async def wait_ready(self, timeout: float = 60.0) -> None:
         """Return once ``/healthz`` answers."""
@@ -116,53 +151,97 @@ class ServerProcess:
                 self.process.wait()
 
 
-def server_command(name: str, port: int, workdir: Path) -> tuple[list[str], str | None]:
-    """The command that serves ``name`` on ``port``, and its SQLite URL if it has one."""
-    if name == THREADSTORE:
-        db_url = f"sqlite:///{workdir / f'threadstore-{uuid.uuid4().hex[:8]}.db'}"
-        command = [
+def server_command(contender: Contender, port: int, db_url: str | None) -> list[str]:
+    """The command that serves ``contender`` on ``port``."""
+    if contender.kind == "threadstore":
+        assert db_url is not None
+        return [
             *[sys.executable, "-m", "threadstore.cli", "serve"],
             *["--db", db_url, "--host", "127.0.0.1", "--port", str(port)],
-            *["--agent", "server_agent:ScriptedAgent", "--log-level", "warning"],
+            *["--agent", f"server_agent:{contender.agent}", "--log-level", "warning"],
+            *(["--workers", str(contender.workers)] if contender.workers != 1 else []),
         ]
-        return command, db_url
-    kind = "bare" if name == BARE else "no-storage"
-    return [sys.executable, str(HERE / "server_agent.py"), kind, str(port)], None
+    return [sys.executable, str(HERE / "server_agent.py"), contender.kind, str(port)]
 
 
-def start_server(name: str, workdir: Path) -> ServerProcess:
-    """Start ``name``'s server on a free port (threadstore: on a fresh SQLite file)."""
+def start_server(contender: Contender, workdir: Path, db_url: str | None) -> ServerProcess:
+    """Start ``contender``'s server on a free port (threadstore: on ``db_url``)."""
     port = free_port()
     path = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH", "")]))
-    command, db_url = server_command(name, port, workdir)
+    command = server_command(contender, port, db_url)
     log = (workdir / f"server-{port}.log").open("wb")
     process = subprocess.Popen(
         command, env={**os.environ, "PYTHONPATH": path}, stdout=log, stderr=subprocess.STDOUT
     )
     log.close()
-    return ServerProcess(name, process, port, db_url)
+    return ServerProcess(contender.name, process, port, db_url)
+
+
+async def fresh_db_url(contender: Contender, workdir: Path, pg_url: str) -> str | None:
+    """A new, empty database for a threadstore contender (None for the others)."""
+    if contender.kind != "threadstore":
+        return None
+    if contender.store == "sqlite":
+        return f"sqlite:///{workdir / f'threadstore-{uuid.uuid4().hex[:8]}.db'}"
+    name = f"ts_bench_server_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(pg_url)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')  # a generated name, never input
+    finally:
+        await admin.close()
+    return with_database(pg_url, name)
+
+
+async def drop_db(db_url: str | None, pg_url: str) -> None:
+    """Drop a database :func:`fresh_db_url` created on PostgreSQL."""
+    if db_url is None or not db_url.startswith("postgres"):
+        return
+    name = db_url.rsplit("/", 1)[1]
+    admin = await asyncpg.connect(pg_url)
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()
 
 
 # --- /proc --------------------------------------------------------------------------------
 
 
-def proc_status_kb(pid: int, key: str) -> int:
-    """A ``kB`` field of ``/proc/<pid>/status`` (``VmRSS``, ``VmHWM``)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1])
-    raise KeyError(key)
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and every process below it (``/proc/<pid>/task/<tid>/children``)."""
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        for task in Path(f"/proc/{current}/task").iterdir():
+            children = (task / "children").read_text().split()
+            todo.extend(int(child) for child in children)
+    return found
 
 
-def reset_peak_rss(pid: int) -> None:
-    """Reset the process's ``VmHWM`` to its current RSS, so the next peak is the burst's."""
-    Path(f"/proc/{pid}/clear_refs").write_text("5")
+def proc_status_kb(pids: int | Sequence[int], key: str) -> int:
+    """A ``kB`` field of ``/proc/<pid>/status`` (``VmRSS``, ``VmHWM``), summed over ``pids``."""
+    total = 0
+    for pid in [pids] if isinstance(pids, int) else pids:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                total += int(line.split()[1])
+    return total
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds the process has used."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+def reset_peak_rss(pids: Sequence[int]) -> None:
+    """Reset each process's ``VmHWM`` to its current RSS, so the next peak is the burst's."""
+    for pid in pids:
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+
+
+def cpu_seconds(pids: int | Sequence[int]) -> float:
+    """User + system CPU seconds the processes have used."""
+    total = 0
+    for pid in [pids] if isinstance(pids, int) else pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / CLK_TCK
 
 
 # --- the client ---------------------------------------------------------------------------
@@ -316,6 +395,25 @@ async def verify_store(db_url: str, runs: Sequence[RunIds]) -> float:
         await store.close()
 
 
+async def relay_work(db_url: str, runs: Sequence[RunIds]) -> tuple[int, int, int]:
+    """The relay's work for ``runs``: rows, INSERT statements, NOTIFYs.
+
+    One INSERT gives all its rows one ``created_at`` and sends one NOTIFY per run it
+    carries, so the distinct values count the statements and notifications.
+    """
+    conn = await asyncpg.connect(db_url)
+    try:
+        row = await conn.fetchrow(
+            "SELECT count(*), count(DISTINCT created_at), count(DISTINCT (created_at, run_id))"
+            " FROM run_events WHERE run_id = ANY($1::text[])",
+            [run.run_id for run in runs],
+        )
+    finally:
+        await conn.close()
+    assert row is not None
+    return int(row[0]), int(row[1]), int(row[2])
+
+
 # --- one round ----------------------------------------------------------------------------
 
 
@@ -332,6 +430,8 @@ class Round:
     client_cpu: float
     settle: float | None = None
     """Threadstore only: seconds after the burst until every run was complete in the store."""
+    relay: tuple[int, int, int] | None = None
+    """PostgreSQL only: the burst's relayed rows, relay INSERT statements and NOTIFYs."""
 
     @property
     def events(self) -> int:
@@ -343,29 +443,34 @@ class Round:
         return percentile([r.first_event for r in self.results], q)
 
 
-async def measure(name: str, runs: int, workdir: Path) -> Round:
+async def measure(contender: Contender, runs: int, workdir: Path, pg_url: str) -> Round:
     """Start a fresh server, warm it up, stream ``runs`` at once, check and stop it."""
-    server = start_server(name, workdir)
+    db_url = await fresh_db_url(contender, workdir, pg_url)
+    server = start_server(contender, workdir, db_url)
     try:
         await server.wait_ready()
-        warmup = new_runs(WARMUP_RUNS)
+        warmup = new_runs(WARMUP_RUNS * contender.workers)
         await burst(server.url, warmup)
         await asyncio.sleep(0.5)  # let the warm-up's final flushes land
         measured = new_runs(runs)
-        before = proc_status_kb(server.pid, "VmRSS")
-        reset_peak_rss(server.pid)
-        cpu_server, cpu_client = cpu_seconds(server.pid), time.process_time()
+        pids = server.pids()
+        before = proc_status_kb(pids, "VmRSS")
+        reset_peak_rss(pids)
+        cpu_server, cpu_client = cpu_seconds(pids), time.process_time()
         seconds, results = await burst(server.url, measured)
-        server_cpu = cpu_seconds(server.pid) - cpu_server
+        server_cpu = cpu_seconds(pids) - cpu_server
         client_cpu = time.process_time() - cpu_client
-        peak = proc_status_kb(server.pid, "VmHWM")
-        after = proc_status_kb(server.pid, "VmRSS")
-        settle = None
+        peak = proc_status_kb(pids, "VmHWM")
+        after = proc_status_kb(pids, "VmRSS")
+        settle = relay = None
         if server.db_url is not None:
             settle = await verify_store(server.db_url, [*warmup, *measured])
-        return Round(seconds, results, before, peak, after, server_cpu, client_cpu, settle)
+            if server.db_url.startswith("postgres"):
+                relay = await relay_work(server.db_url, measured)
+        return Round(seconds, results, before, peak, after, server_cpu, client_cpu, settle, relay)
     finally:
         server.stop()
+        await drop_db(db_url, pg_url)
 
 
 # --- report -------------------------------------------------------------------------------
@@ -386,18 +491,32 @@ def record(samples: Samples, name: str, result: Round, runs: int) -> None:
     }
     if result.settle is not None:
         figures["settle s"] = result.settle
+    if result.relay is not None:
+        rows, statements, notifies = result.relay
+        figures["relayed rows/event"] = rows / result.events
+        figures["relay INSERTs per 1000 events"] = statements / result.events * 1000
+        figures["NOTIFYs per 1000 events"] = notifies / result.events * 1000
     for figure, value in figures.items():
         samples.add(f"{name}/{figure}", value)
 
 
-def record_ratios(samples: Samples) -> None:
-    """Add this round's threadstore/bare ratio of each figure (both were just recorded)."""
-    for figure in ("events/s", "ttfe p50 ms", "ttfe p99 ms", "server cpu us/event", "peak KB/run"):
-        ours, bare = samples.values[f"{THREADSTORE}/{figure}"], samples.values[f"{BARE}/{figure}"]
-        samples.add(f"{RATIO}/{figure}", ours[-1] / bare[-1])
+RATIO_FIGURES = ("events/s", "ttfe p50 ms", "ttfe p99 ms", "server cpu us/event", "peak KB/run")
 
 
-def summary(samples: Samples, runs: int, rounds: int, load: str) -> str:
+def record_ratios(samples: Samples, contenders: Sequence[Contender]) -> None:
+    """Add this round's ratio of each figure to the bare server's (all were just recorded)."""
+    for contender in contenders:
+        if contender.kind != "threadstore":
+            continue
+        for figure in RATIO_FIGURES:
+            ours = samples.values[f"{contender.name}/{figure}"]
+            bare = samples.values[f"{BARE}/{figure}"]
+            samples.add(f"{contender.name} / bare/{figure}", ours[-1] / bare[-1])
+
+
+def summary(
+    samples: Samples, contenders: Sequence[Contender], runs: int, rounds: int, load: str
+) -> str:
     """The Markdown tables of the run: medians, min to max, and the ratios."""
 
     def cell(name: str, figure: str, fmt: str) -> str:
@@ -408,9 +527,7 @@ def summary(samples: Samples, runs: int, rounds: int, load: str) -> str:
         return f"{samples.median(key):{fmt}} ({low:{fmt}} to {high:{fmt}})"
 
     rows = []
-    for name in (*CONTENDERS, *DIAGNOSTICS):
-        if f"{name}/events/s" not in samples.values:
-            continue
+    for name in (c.name for c in contenders):
         rows.append(
             [
                 name,
@@ -435,10 +552,11 @@ def summary(samples: Samples, runs: int, rounds: int, load: str) -> str:
         rows,
     )
 
+    ours = [c.name for c in contenders if c.kind == "threadstore"]
     ratios = markdown_table(
-        ["threadstore / bare", "ratio, median of rounds (min to max)"],
+        ["ratio to bare, median of rounds (min to max)", *ours],
         [
-            [label, cell(RATIO, figure, ".2f")]
+            [label, *(cell(f"{name} / bare", figure, ".2f") for name in ours)]
             for label, figure in (
                 ("events/s", "events/s"),
                 ("TTFE p50", "ttfe p50 ms"),
@@ -448,19 +566,40 @@ def summary(samples: Samples, runs: int, rounds: int, load: str) -> str:
             )
         ],
     )
-    extra = (
-        f"RSS before the burst (MB): bare {samples.median(f'{BARE}/rss before MB'):.1f}, "
-        f"threadstore {samples.median(f'{THREADSTORE}/rss before MB'):.1f}. "
-        f"Client CPU (µs/event): bare {samples.median(f'{BARE}/client cpu us/event'):.1f}, "
-        f"threadstore {samples.median(f'{THREADSTORE}/client cpu us/event'):.1f}. "
-        "Every threadstore run was complete in the store "
-        f"{samples.median(f'{THREADSTORE}/settle s'):.2f} s (median) after its burst ended."
+    relay_rows = [
+        [
+            name,
+            cell(name, "relayed rows/event", ".2f"),
+            cell(name, "relay INSERTs per 1000 events", ".1f"),
+            cell(name, "NOTIFYs per 1000 events", ".1f"),
+        ]
+        for name in ours
+        if f"{name}/relayed rows/event" in samples.values
+    ]
+    relay = (
+        markdown_table(
+            ["server", "relayed rows/event", "relay INSERTs per 1000 events", "NOTIFYs per 1000"],
+            relay_rows,
+        )
+        if relay_rows
+        else ""
+    )
+    extra = " ".join(
+        f"{name}: RSS before the burst {samples.median(f'{name}/rss before MB'):.1f} MB, "
+        f"client CPU {samples.median(f'{name}/client cpu us/event'):.1f} µs/event"
+        + (
+            f", every run complete in the store {samples.median(f'{name}/settle s'):.2f} s"
+            " (median) after its burst."
+            if f"{name}/settle s" in samples.values
+            else "."
+        )
+        for name in (c.name for c in contenders)
     )
     head = (
         f"{runs} concurrent runs x {EVENTS_PER_RUN} events, {rounds} rounds; "
         f"medians (min to max). {machine_line()}; load average {load}"
     )
-    return "\n\n".join([head, table, ratios, extra])
+    return "\n\n".join(part for part in (head, table, ratios, relay, extra) if part)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -474,6 +613,21 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="also run threadstore's app with a pass-through storage agent, to split its cost",
     )
+    parser.add_argument(
+        "--store",
+        choices=sorted(STORE_NAMES),
+        nargs="+",
+        default=["sqlite"],
+        help="threadstore's store(s): a fresh SQLite file or PostgreSQL database per round",
+    )
+    parser.add_argument(
+        "--workers", type=int, nargs="+", default=[1], help="threadstore serve --workers N"
+    )
+    parser.add_argument(
+        "--pg-url",
+        default=os.environ.get("THREADSTORE_TEST_POSTGRES_URL", DEFAULT_PG_URL),
+        help="a PostgreSQL server to create the round's databases on",
+    )
     return parser.parse_args(argv)
 
 
@@ -482,13 +636,18 @@ async def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     runs = args.runs or (20 if args.quick else 200)
     rounds = args.rounds or (1 if args.quick else 5)
-    contenders = (*CONTENDERS, *DIAGNOSTICS) if args.diagnose else CONTENDERS
+    contenders = [
+        Contender("bare"),
+        *(Contender("threadstore", store, n) for store in args.store for n in args.workers),
+        *([Contender("no-storage")] if args.diagnose else []),
+    ]
     samples = Samples()
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="bench-server-") as tmp:
         for index in range(rounds):
-            for name in rotated(contenders, index):
-                result = await measure(name, runs, Path(tmp))
+            for contender in rotated(contenders, index):
+                name = contender.name
+                result = await measure(contender, runs, Path(tmp), args.pg_url)
                 record(samples, name, result, runs)
                 settle = "" if result.settle is None else f", stored {result.settle:.2f} s after"
                 print(
@@ -499,10 +658,10 @@ async def main(argv: Sequence[str] | None = None) -> int:
                     f" -> {result.rss_after_kb / 1024:.0f} MB{settle}",
                     flush=True,
                 )
-            record_ratios(samples)
+            record_ratios(samples, contenders)
     print()
     load = f"{load_before:.1f} before, {os.getloadavg()[0]:.1f} after"
-    print(summary(samples, runs, rounds, load))
+    print(summary(samples, contenders, runs, rounds, load))
     return 0
 
 

@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EVENTS_PER_RUN",
+    "PACE_ENV",
+    "PacedAgent",
     "PassThrough",
     "ScriptedAgent",
     "Transcript",
@@ -149,6 +151,32 @@ class ScriptedAgent:
         """Yield the run's 100 events."""
         for event in script(input.thread_id, input.run_id):
             await asyncio.sleep(0)
+            yield event
+
+
+PACE_ENV = "THREADSTORE_BENCH_EVENTS_PER_SECOND"
+"""The paced agent's events per second per run (``bench_soak.py`` sets it for the server)."""
+
+
+class PacedAgent:
+    """Streams :func:`script` at a model's pace: event ``n`` is due ``n / rate`` s after the start.
+
+    Due times are absolute, so a run that was held up catches up instead of drifting.
+    """
+
+    name = "paced"
+
+    def __init__(self) -> None:
+        import os
+
+        self.rate = float(os.environ.get(PACE_ENV, "50"))
+
+    async def run(self, input: RunAgentInput) -> AsyncIterator[BaseEvent]:
+        """Yield the run's 100 events, ``rate`` per second."""
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        for index, event in enumerate(script(input.thread_id, input.run_id)):
+            await asyncio.sleep(max(0.0, start + index / self.rate - loop.time()))
             yield event
 
 

@@ -18,11 +18,17 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 import threadstore
 from postgres_support import clean_database, drop_clean_database, fresh_database, server_url
 from threadstore import Store
 from threadstore.testing import AddMessage, MakeChat, chat_maker, message_adder
+
+# The suite runs in parallel worker processes on a machine that may be busy: how fast
+# hypothesis generates its data says nothing about the code under test.
+settings.register_profile("threadstore", suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("threadstore")
 
 BACKENDS = [
     pytest.param("memory", id="memory"),

@@ -23,10 +23,10 @@ async def sqlite_store(path: Path, query: str = "") -> AsyncIterator[SQLiteStore
 
 @contextmanager
 def counting_hops(store: SQLiteStore) -> Iterator[list[int]]:
-    """Count the calls the store makes to its database thread inside the block."""
+    """Count the calls the store makes to its database threads (writer and reader) in the block."""
     hops = [0]
-    before = store.thread.calls
+    before = store.thread.calls + store.reader.calls
     try:
         yield hops
     finally:
-        hops[0] = store.thread.calls - before
+        hops[0] = store.thread.calls + store.reader.calls - before

@@ -17,18 +17,24 @@ import httpx
 from ag_ui.core import (
     ActivitySnapshotEvent,
     BaseEvent,
+    CustomEvent,
+    RawEvent,
     ReasoningEncryptedValueEvent,
     ReasoningMessage,
     ReasoningMessageChunkEvent,
     RunErrorEvent,
     StepFinishedEvent,
     StepStartedEvent,
+    SubagentErrorEvent,
     SubagentFinishedEvent,
     SubagentStartedEvent,
     TextMessageChunkEvent,
     TextMessageContentEvent,
     TextMessageEndEvent,
     TextMessageStartEvent,
+    ToolCallArgsEvent,
+    ToolCallEndEvent,
+    ToolCallStartEvent,
 )
 from hypothesis import given
 from hypothesis import strategies as st
@@ -39,10 +45,11 @@ from conftest import StoreOpener
 from face_support import on_the_store_fixture
 from threadstore import Store
 from threadstore.agui import StorageAgent
-from threadstore.chat import TextPart, UIMessage, seal_assistant_turn, ui_from_messages
+from threadstore.chat import DataPart, TextPart, UIMessage, seal_assistant_turn, ui_from_messages
 from threadstore.codec.messages import translate_messages
-from threadstore.models import Message
+from threadstore.models import CITATION_EVENT_NAME, Message
 from threadstore.server import LOCAL_USER_UUID, create_app
+from threadstore.transfer import ChatExport, export_chat, import_chat
 
 USER = UUID("00000000-0000-4000-8000-0000000000d1")
 
@@ -107,6 +114,70 @@ async def store_messages_of(store: Store, events: list[BaseEvent]) -> list[Messa
     thread_id = f"thread-{uuid.uuid4()}"
     await store_run(store, events, thread_id)
     return await stored_messages(store, thread_id)
+
+
+def custom_parts_stream() -> list[BaseEvent]:
+    """CUSTOM events before any message, between text and a tool call, and one replacing."""
+    return [
+        *RUN,
+        CustomEvent(name="status", value={"id": "job", "pct": 10}),
+        *text("m-1", "Searching. "),
+        CustomEvent(name=CITATION_EVENT_NAME, value={"url": "https://example.org/a"}),
+        *tool("c-1", "search", "{}", parent="m-1", result="found"),
+        CustomEvent(name="status", value={"id": "job", "pct": 90, "thumb": b"\x89PNG"}),
+        CustomEvent(name="note", value=["no id", 1]),
+        *text("m-1", "Found it."),
+        RawEvent(event={"provider": "chunk"}),
+        *END,
+    ]
+
+
+async def test_custom_parts_reload_where_they_streamed(
+    store: Store, store_url: str, open_test_store: StoreOpener
+) -> None:
+    live = seal_assistant_turn(fold(custom_parts_stream())).message
+    await store_run(store, custom_parts_stream())
+    reloaded = store if store_url.startswith("memory") else await open_test_store()
+
+    _, answer = as_ui(await stored_messages(reloaded))
+
+    assert answer == live
+    assert [p.type for p in answer.parts or ()] == [
+        "data",
+        "text",
+        "citation",
+        "tool",
+        "data",
+        "text",
+    ]
+    status = (answer.parts or ())[0]
+    assert isinstance(status, DataPart)  # replaced in place: its place, the latest payload
+    assert status.payload == {"id": "job", "pct": 90, "thumb": b"\x89PNG"}
+
+
+async def test_a_run_that_only_sent_custom_parts_keeps_them(store: Store) -> None:
+    events = [*RUN, StepStartedEvent(step_name="plan"), CustomEvent(name="card", value={"a": 1})]
+    live = seal_assistant_turn(fold([*events, *END])).message
+
+    _, answer = as_ui(await store_messages_of(store, [*events, *END]))
+
+    assert answer == live.model_copy(update={"id": answer.id})  # a message was opened for them
+    assert [p.type for p in answer.parts or ()] == ["step-start", "data"]
+
+
+async def test_custom_parts_survive_export_and_import(store: Store) -> None:
+    live = seal_assistant_turn(fold(custom_parts_stream())).message
+    await store_run(store, custom_parts_stream(), "exported")
+    chat = await store.get_chat_by_thread_id(USER, "exported")
+    assert chat is not None
+
+    text = (await export_chat(store, chat)).model_dump_json()
+    imported = await import_chat(
+        store, ChatExport.model_validate_json(text), user_uuid=uuid.uuid4()
+    )
+
+    _, answer = as_ui(await store.get_chat_messages(imported.chat_uuid))
+    assert answer == live
 
 
 async def test_old_rows_without_a_parts_order_read_in_bucket_order(store: Store) -> None:
@@ -183,18 +254,77 @@ def _pieces() -> st.SearchStrategy[Piece]:
             st.integers(0, 3),
         ),
         st.builds(
-            lambda d, with_tool: (
-                lambda n: [
-                    SubagentStartedEvent(subagent_run_id=f"sub-{n}", name="researcher"),
-                    *text(f"s-{n}", *d, subagent=f"sub-{n}"),
-                    *(tool(f"sc-{n}", "f", "{}", subagent=f"sub-{n}") if with_tool else []),
-                    SubagentFinishedEvent(subagent_run_id=f"sub-{n}"),
-                ]
+            lambda name, key, value: lambda n: [CustomEvent(name=name, value=_custom(key, value))],
+            # "plan" and "act-1" as the activities' type and id: they must not mix.
+            st.sampled_from(["status", "plan", CITATION_EVENT_NAME]),
+            st.none() | st.sampled_from(["job-1", "job-2", "act-1"]) | st.integers(0, 2),
+            _payloads,
+        ),
+        st.just(lambda n: [RawEvent(event={"provider": "chunk", "n": n})]),
+        st.builds(
+            lambda steps: lambda n: _interleaved(n, steps),
+            st.lists(
+                st.tuples(st.sampled_from(["m-1", "m-2", "call"]), _delta), min_size=1, max_size=6
             ),
+        ),
+        st.builds(
+            lambda d, with_tool, failed: lambda n: _sub_agent(n, d, with_tool, failed),
             _deltas,
+            st.booleans(),
             st.booleans(),
         ),
     )
+
+
+def _sub_agent(n: int, deltas: list[str], with_tool: bool, failed: bool) -> list[BaseEvent]:
+    """A sub-agent's text, data and maybe a call; it finishes or fails."""
+    sub = f"sub-{n}"
+    end: BaseEvent = (
+        SubagentErrorEvent(subagent_run_id=sub, message="lost")
+        if failed
+        else SubagentFinishedEvent(subagent_run_id=sub)
+    )
+    return [
+        SubagentStartedEvent(subagent_run_id=sub, name="researcher"),
+        *text(f"s-{n}", *deltas, subagent=sub),
+        CustomEvent(name="status", value={"id": "job-1"}, subagent_run_id=sub),
+        *(tool(f"sc-{n}", "f", "{}", subagent=sub) if with_tool else []),
+        end,
+    ]
+
+
+_delta = st.text(alphabet="xyz ⚡\n", min_size=1, max_size=5)
+_payloads = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 3) | st.text(alphabet="ab ⚡", max_size=4),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from("pqr"), inner),
+    max_leaves=6,
+)
+
+
+def _custom(key: object, value: object) -> object:
+    """A CUSTOM value; with a key, an object carrying it as ``id`` (a string one addresses)."""
+    return value if key is None else {"id": key, "value": value}
+
+
+def _interleaved(n: int, steps: list[tuple[str, str]]) -> list[BaseEvent]:
+    """Two text messages and a tool call streaming at once, their deltas interleaved."""
+    call = f"ic-{n}"
+    events: list[BaseEvent] = [
+        TextMessageStartEvent(message_id="m-1"),
+        TextMessageStartEvent(message_id="m-2"),
+        ToolCallStartEvent(tool_call_id=call, tool_call_name="search", parent_message_id="m-1"),
+    ]
+    for target, delta in steps:
+        if target == "call":
+            events.append(ToolCallArgsEvent(tool_call_id=call, delta=delta))
+        else:
+            events.append(TextMessageContentEvent(message_id=target, delta=delta))
+    events += [
+        ToolCallEndEvent(tool_call_id=call),
+        TextMessageEndEvent(message_id="m-2"),
+        TextMessageEndEvent(message_id="m-1"),
+    ]
+    return events
 
 
 _endings = st.sampled_from(["finished", "error", "truncated"])
@@ -349,3 +479,30 @@ async def test_the_ui_view_of_a_chat_shows_the_stored_order(store: Store) -> Non
         "Let me look that up.",
         "It is sunny.",
     ]
+
+
+async def test_the_ui_view_of_a_chat_shows_its_custom_parts(store: Store) -> None:
+    agent = StorageAgent(
+        "assistant", LOCAL_USER_UUID, store, store, ScriptedAgent(custom_parts_stream())
+    )
+    await collect(agent.run(run_input("ui-custom", "r-1", [user("u-uc", "Search?")])))
+    chat = await store.get_chat_by_thread_id(LOCAL_USER_UUID, "ui-custom")
+    assert chat is not None
+    app = create_app(store, agent="demo", demo_delay=0)
+
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+            response = await http.get(f"/api/chats/{chat.chat_uuid}/ui")
+
+    assert response.status_code == 200, response.text
+    _, answer = response.json()["items"]
+    parts = answer["parts"]
+    assert [p["type"] for p in parts] == ["data", "text", "citation", "tool", "data", "text"]
+    assert parts[0] == {  # bytes in a payload travel as base64, as in every UI message
+        "type": "data",
+        "name": "status",
+        "id": "job",
+        "payload": {"id": "job", "pct": 90, "thumb": "iVBORw=="},
+    }
+    assert parts[2]["citation"] == {"url": "https://example.org/a"}

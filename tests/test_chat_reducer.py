@@ -275,6 +275,25 @@ def test_a_citation_event_is_a_citation_part() -> None:
     assert turn.citations == ({"url": "https://example.org"},)
 
 
+def test_activities_and_custom_events_address_only_their_own_parts() -> None:
+    # Stored history keeps an activity as a message of its own and a CUSTOM part in the
+    # parts order, so neither replaces the other, even with the same name and id.
+    plan = {"op": "replace", "path": "/step", "value": 3}
+    turn = fold(
+        [
+            ActivitySnapshotEvent(message_id="a", activity_type="plan", content={"step": 1}),
+            CustomEvent(name="plan", value={"id": "a", "step": 2}),
+            ActivityDeltaEvent(message_id="a", activity_type="plan", patch=[plan]),
+            CustomEvent(name="plan", value={"id": "a", "step": 4}),
+        ]
+    )
+
+    assert turn.message.parts == (
+        DataPart(name="plan", id="a", payload={"step": 3}),
+        DataPart(name="plan", id="a", payload={"id": "a", "step": 4}),
+    )
+
+
 def test_activities_snapshot_and_patch_one_data_part() -> None:
     turn = fold(
         [

@@ -25,7 +25,7 @@ from postgres_support import (
     server_url,
     with_database,
 )
-from server_support import run_input
+from server_support import read_sse, run_input
 from threadstore import (
     ChatCreate,
     MessageCreate,
@@ -253,7 +253,7 @@ def _start_server(
 ) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", "threadstore.cli", "serve", "--db", db, "--port", str(port)]
     process = subprocess.Popen(
-        [*command, *args, "--demo-delay", "0", "--log-level", "warning"],
+        [*command, "--demo-delay", "0", "--log-level", "warning", *args],  # args win
         cwd=cwd,
         env={**os.environ, "THREADSTORE_DB": "", "THREADSTORE_TOKENS": "", **(env or {})},
         stdout=subprocess.PIPE,
@@ -360,6 +360,81 @@ def test_sweep_on_postgresql_also_deletes_old_relayed_events() -> None:
     assert before == ["old", "recent"]
     assert code == 0, output
     assert after == ["recent"]
+
+
+def _worker_pids(pid: int) -> list[int]:
+    """The processes ``pid`` started (uvicorn's workers, and any helper of theirs)."""
+    children: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        children += [int(child) for child in (task / "children").read_text().split()]
+    return children
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_serve_with_two_workers_on_postgresql_resumes_and_cancels_a_run_from_any_connection(
+    tmp_path: Path,
+) -> None:
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    body = run_input("Tell me a long story.")
+    thread, run = body["threadId"], body["runId"]
+
+    async def scenario(url: str) -> tuple[list[int], list[list[int]], dict[str, object], object]:
+        server = _start_server(url, port, tmp_path, "--workers", "2", "--demo-delay", "0.2")
+        try:
+            workers = _worker_pids(server.pid)
+            async with httpx.AsyncClient(timeout=60) as client:
+                async with client.stream("POST", f"{base}/agui", json=body) as response:
+                    frames = read_sse(response)
+                    async for frame in frames:
+                        if frame.data and frame.data["type"] == "TEXT_MESSAGE_CONTENT":
+                            break
+                    # Each resume and the cancel on a connection of its own, so the
+                    # kernel hands them to whichever worker accepts first.
+                    resumed: list[list[int]] = []
+                    for _ in range(4):
+                        async with (
+                            httpx.AsyncClient(timeout=60) as other,
+                            other.stream(
+                                "GET", f"{base}/agui/threads/{thread}/runs/{run}/events?after=1"
+                            ) as again,
+                        ):
+                            ids: list[int] = []
+                            async for frame in read_sse(again):
+                                if frame.id is not None:
+                                    ids.append(frame.id)
+                                if len(ids) == 2:
+                                    break
+                            resumed.append(ids)
+                    async with httpx.AsyncClient(timeout=60) as other:
+                        cancel = await other.post(f"{base}/agui/threads/{thread}/runs/{run}/cancel")
+                    last = None
+                    async for frame in frames:
+                        if frame.data is not None:
+                            last = frame.data
+            return workers, resumed, cancel.json(), last
+        finally:
+            _stop_server(server)
+
+    async def main() -> tuple[list[int], list[list[int]], dict[str, object], object]:
+        async with clean_database(server_url()) as url:
+            return await scenario(url)
+
+    workers, resumed, cancelled, last = asyncio.run(main())
+
+    assert len(workers) >= 2
+    assert resumed == [[2, 3]] * 4  # every connection picked the run up after event 1
+    assert cancelled["cancelled"] is True and cancelled["status"] == "interrupted"
+    assert isinstance(last, dict) and last["type"] == "RUN_ERROR" and last["code"] == "CANCELLED"
+
+
+def test_serve_refuses_several_workers_on_sqlite_in_one_line(db: str) -> None:
+    code, output = invoke("serve", "--db", db, "--workers", "2", *UNBINDABLE)
+
+    (line,) = _one_error(output)
+    assert code == 1
+    assert "--workers 2 needs PostgreSQL" in line
 
 
 # --- configuration errors and auth at start-up ------------------------------------------------

@@ -288,18 +288,30 @@ def test_events_between_deltas_stay_in_place_while_the_deltas_merge() -> None:
     events = [
         start("m1"),
         text("m1", "Processing"),
-        custom("acme.thinking"),
+        ag.RawEvent(event={"acme": "thinking"}),
         text("m1", "..."),
-        custom("acme.done"),
+        ag.RawEvent(event={"acme": "done"}),
         end("m1"),
     ]
 
     assert shape(compact_events(events)) == [
         ("TEXT_MESSAGE_START", "m1", ""),
         ("TEXT_MESSAGE_CONTENT", "m1", "Processing..."),
-        ("CUSTOM", "", "acme.thinking"),
-        ("CUSTOM", "", "acme.done"),
+        ("RAW", "", ""),
+        ("RAW", "", ""),
         ("TEXT_MESSAGE_END", "m1", ""),
+    ]
+
+
+def test_a_custom_event_between_text_deltas_keeps_them_apart() -> None:
+    # A CUSTOM event is a part of the turn (data or citation): text after it is a new part.
+    events = [start("m1"), text("m1", "Processing"), custom("acme.thinking"), text("m1", "...")]
+
+    assert shape(compact_events(events)) == [
+        ("TEXT_MESSAGE_START", "m1", ""),
+        ("TEXT_MESSAGE_CONTENT", "m1", "Processing"),
+        ("CUSTOM", "", "acme.thinking"),
+        ("TEXT_MESSAGE_CONTENT", "m1", "..."),
     ]
 
 

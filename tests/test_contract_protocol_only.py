@@ -74,5 +74,5 @@ def test_the_suite_names_the_methods_a_repository_lacks(
 ) -> None:
     result = run_suite(pytester, monkeypatch, "MissingRepository")
 
-    result.assert_outcomes(errors=132)
+    result.assert_outcomes(errors=133)
     result.stdout.fnmatch_lines(["*MissingRepository does not implement*lacks create_chat*"])

@@ -603,3 +603,37 @@ async def test_the_relay_writes_the_events_of_many_runs_in_one_statement(
             inner.gate.set()
 
     assert (shared, stored) == (1, runs * before_pause)
+
+
+@pytest.mark.postgres
+async def test_a_relayed_event_is_serialized_once_for_the_relay_and_the_client(
+    pg_url: str, pg_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from threadstore.agui import manager as manager_module
+
+    serialized: list[str] = []
+
+    def counting(event: Any) -> str:
+        text = real(event)
+        serialized.append(text)
+        return text
+
+    real = manager_module.event_json
+    monkeypatch.setattr(manager_module, "event_json", counting)
+    thread, run = "thread-once", "run-once"
+    script = [run_started(thread, run), *text_message("a1", "x" * 300, deltas=30)]
+    script.append(run_finished(thread, run))
+    manager = DistributedRunManager(storage_factory(pg_store, script, uuid.uuid4()), store=pg_store)
+    async with manager:
+        handle = await manager.run(run_input(thread, run, [user("u1")]))
+        # The client's stream, as POST /agui reads it: each event's JSON from the handle.
+        client = [handle.json_of(n, e) async for n, e in handle.numbered_events()]
+        await handle.wait()
+    raw = await asyncpg.connect(pg_url)
+    try:
+        stored = await raw.fetch("SELECT event_id, event::text FROM run_events ORDER BY event_id")
+    finally:
+        await raw.close()
+
+    assert len(client) == handle.last_event_id == len(serialized)  # once per event, not twice
+    assert [json.loads(row["event"]) for row in stored] == [json.loads(t) for t in client]

@@ -74,7 +74,16 @@ from threadstore.fold import (
     RecordKind,
     stored_ids,
 )
-from threadstore.models import Message, MessageStatus, Role, RunStatus, ToolCall
+from threadstore.models import (
+    MAX_DATA_NAME_CHARS,
+    MAX_DATA_PAYLOAD_BYTES,
+    MAX_DATA_PAYLOAD_DEPTH,
+    Message,
+    MessageStatus,
+    Role,
+    RunStatus,
+    ToolCall,
+)
 
 COMPLETE, ACTIVE = MessageStatus.COMPLETE, MessageStatus.ACTIVE
 
@@ -577,11 +586,155 @@ def test_subagent_records_are_attributed_and_end_with_the_subagent() -> None:
     assert call is not None and call.metadata["subagent_run_ids"] == ["s1"]
 
 
-def test_custom_and_raw_events_change_nothing() -> None:
+def test_raw_events_change_nothing_not_even_an_open_chunk_run() -> None:
     fold = ConversationFold("run-1")
-    assert not fold.apply(CustomEvent(name="x", value={"a": 1}))
+    fold.apply(TextMessageChunkEvent(message_id="m1", delta="a"))
+    fold.take_dirty()
     assert not fold.apply(RawEvent(event={"provider": "thing"}))
-    assert fold.records == {} and fold.dirty == set()
+    fold.apply(TextMessageChunkEvent(delta="b"))  # the chunk run goes on: the same message
+    assert [(r.key, r.content, r.status) for r in fold.records.values()] == [("m:m1", "ab", ACTIVE)]
+
+
+def parts_of(record: FoldRecord | None) -> list[dict[str, Any]]:
+    assert record is not None
+    parts: list[dict[str, Any]] = record.metadata.get("parts", [])
+    return parts
+
+
+def test_custom_events_are_parts_of_the_current_message_with_their_payload() -> None:
+    fold = ConversationFold("run-1")
+    assert fold.apply(CustomEvent(name="status", value={"id": "job", "pct": 10}))  # no message yet
+    fold.apply(TextMessageStartEvent(message_id="m1"))
+    fold.apply(TextMessageContentEvent(message_id="m1", delta="Hello"))
+    fold.apply(CustomEvent(name="citation", value={"url": "https://example.org"}))
+    fold.apply(TextMessageContentEvent(message_id="m1", delta=" again"))  # a new segment
+    fold.apply(TextMessageEndEvent(message_id="m1"))
+    fold.apply(TextMessageStartEvent(message_id="m2"))
+    fold.take_dirty()
+    # Same name and string id: the entry on m1 is replaced in place, and m1 written again.
+    assert fold.apply(CustomEvent(name="status", value={"id": "job", "pct": 90}))
+    assert [r.key for r in fold.take_dirty()] == ["m:m1"]
+    fold.apply(CustomEvent(name="status", value={"id": 7, "pct": 1}))  # not a string id: new
+    fold.apply(CustomEvent(name="note", value="plain", subagent_run_id="sub"))  # the sub-agent's
+
+    assert parts_of(fold.message("m1")) == [
+        {
+            "n": 0,
+            "type": "data",
+            "name": "status",
+            "id": "job",
+            "payload": {"id": "job", "pct": 90},
+        },
+        {"n": 1, "type": "text", "start": 0},
+        {"n": 2, "type": "citation", "citation": {"url": "https://example.org"}},
+        {"n": 3, "type": "text", "start": 5},
+    ]
+    assert parts_of(fold.message("m2")) == [
+        {"n": 4, "type": "data", "name": "status", "payload": {"id": 7, "pct": 1}}
+    ]
+
+
+def test_custom_parts_of_a_run_with_no_message_get_a_message_to_hold_them() -> None:
+    fold = ConversationFold("run-1")
+    fold.apply(StepStartedEvent(step_name="plan"))
+    fold.apply(CustomEvent(name="card", value={"title": "Hi"}))
+    fold.apply(run_finished())
+
+    (holder,) = fold.records.values()
+    assert (holder.role, holder.agui_id, holder.status, holder.content) == (
+        Role.ASSISTANT,
+        None,
+        COMPLETE,
+        "",
+    )
+    assert parts_of(holder) == [
+        {"n": 0, "type": "step-start", "step": 0, "name": "plan"},
+        {"n": 1, "type": "data", "name": "card", "payload": {"title": "Hi"}},
+    ]
+
+
+def test_a_user_message_in_the_run_does_not_take_the_agents_parts() -> None:
+    fold = ConversationFold("run-1")
+    fold.apply(CustomEvent(name="card", value=1))
+    fold.apply(TextMessageStartEvent(message_id="u1", role="user"))
+    fold.apply(CustomEvent(name="card", value=2))
+    fold.apply(TextMessageStartEvent(message_id="m1"))
+
+    assert parts_of(fold.message("u1")) == []
+    assert [e["payload"] for e in parts_of(fold.message("m1"))] == [1, 2]
+
+
+def test_steps_alone_still_open_no_message() -> None:
+    fold = ConversationFold("run-1")
+    fold.apply(StepStartedEvent(step_name="plan"))
+    fold.apply(run_finished())
+    assert fold.records == {}
+
+
+def nested(depth: int) -> Any:
+    value: Any = 0
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        ("x" * MAX_DATA_PAYLOAD_BYTES, "bytes of JSON; the limit is"),
+        (nested(MAX_DATA_PAYLOAD_DEPTH + 1), "nested more than"),
+        (nested(5000), "nested more than"),
+        ({"n": float("nan")}, "not JSON"),
+        ({"n": object()}, "not JSON"),
+        ({"text": "a\x00b"}, "NUL character"),
+        ({"te\ud800xt": 1}, "lone surrogate"),
+    ],
+)
+def test_a_custom_payload_beyond_the_bounds_is_kept_out_and_named(value: Any, why: str) -> None:
+    fold = ConversationFold("run-1")
+    fold.apply(TextMessageStartEvent(message_id="m1"))
+    fold.take_changes()
+
+    fold.apply(CustomEvent(name="big", value=value))
+
+    (entry,) = parts_of(fold.message("m1"))
+    assert entry.keys() == {"n", "type", "name", "omitted"} and why in entry["omitted"]
+    (warning,) = fold.take_changes().warnings
+    assert "'big': payload not stored" in warning
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("n" * (MAX_DATA_NAME_CHARS + 1), 1),
+        ("a\x00b", 1),
+        ("status", {"id": "i" * (MAX_DATA_NAME_CHARS + 1)}),
+        ("status", {"id": "\ud800"}),
+    ],
+)
+def test_a_custom_event_with_a_name_or_id_no_store_keeps_is_not_stored(
+    name: str, value: Any
+) -> None:
+    fold = ConversationFold("run-1")
+    fold.apply(TextMessageStartEvent(message_id="m1"))
+    fold.take_changes()
+
+    fold.apply(CustomEvent(name=name, value=value))
+
+    assert parts_of(fold.message("m1")) == []
+    (warning,) = fold.take_changes().warnings
+    assert "not stored, its name or id" in warning
+
+
+def test_a_custom_payload_within_the_bounds_is_kept_whole() -> None:
+    fold = ConversationFold("run-1")
+    fold.apply(TextMessageStartEvent(message_id="m1"))
+    value = {"deep": nested(MAX_DATA_PAYLOAD_DEPTH - 1), "big": "x" * 1000, "raw": b"\x00\x01"}
+
+    fold.apply(CustomEvent(name="ok", value=value))
+
+    (entry,) = parts_of(fold.message("m1"))
+    assert entry["payload"] == value and entry["payload"] is not value  # a copy
 
 
 # --- robustness ----------------------------------------------------------------------------
@@ -755,6 +908,7 @@ DELTA_ALPHABET = [
     ActivitySnapshotEvent(message_id="act", activity_type="t", content={"x": 1}),
     StepStartedEvent(step_name="s1"),
     CustomEvent(name="x", value=1),
+    CustomEvent(name="x", value={"id": "k", "v": 1}),
     run_finished(),
 ]
 """Deltas in every situation the fast path must recognise or decline (open chunks of

@@ -25,8 +25,10 @@ from threadstore import (
     MessageToolCallCreate,
     MessageToolCallUpdate,
     MessageUpdate,
+    Reasoning,
     Role,
     Store,
+    ToolCall,
     open_store,
 )
 from threadstore.codec.messages import HistoryTranslator, translate_messages
@@ -34,8 +36,70 @@ from threadstore.fold import HistoryIndex, pending_tool_calls, stored_ids
 from threadstore.store.history_cache import HistoryCache
 
 
+CHAT = uuid4()
+
+
+@st.composite
+def replayed_histories(draw: st.DrawFn) -> list[Message]:
+    """Histories with what a replay treats apart: sub-agents, errors, reasoning alone, reused ids.
+
+    A sub-agent's call left without a result (replayed with an error result), calls
+    still in progress, answered by a tool message or failed; assistant messages that
+    only hold reasoning (replayed as the reasoning alone); ids reused across records.
+    """
+    messages: list[Message] = []
+    ids = st.sampled_from(["a", "b", "c", "call0", "call0-result", "r0"])
+    text = st.text(alphabet="ab ", max_size=8)
+    for n in range(draw(st.integers(0, 10))):
+        uuid = uuid4()
+        role = draw(st.sampled_from([Role.USER, Role.ASSISTANT, Role.ASSISTANT, Role.TOOL]))
+        subagent = draw(st.none() | st.sampled_from(["sub1", "sub2"]))
+        agui_id = draw(st.none() | ids | st.just(f"m{n}"))
+        metadata: dict[str, object] = {} if subagent is None else {"subagent_run_id": subagent}
+        if role is Role.TOOL and draw(st.booleans()):
+            metadata["tool_call_id"] = draw(ids)
+        message = Message(
+            message_uuid=uuid,
+            chat_uuid=CHAT,
+            role=role,
+            agui_id=agui_id,
+            content=draw(text),
+            seq=n,
+            metadata=metadata,
+        )
+        if role is Role.ASSISTANT:
+            for k in range(draw(st.integers(0, 2))):
+                message.reasonings.append(
+                    Reasoning(
+                        uuid=uuid4(),
+                        message_uuid=uuid,
+                        agui_id=draw(st.none() | ids),
+                        content=draw(text),
+                        seq=2 * k,
+                    )
+                )
+            for k in range(draw(st.integers(0, 2))):
+                content = draw(st.none() | text)
+                message.tool_calls.append(
+                    ToolCall(
+                        uuid=uuid4(),
+                        message_uuid=uuid,
+                        tool_call_id=draw(ids | st.just(f"t{n}.{k}")),
+                        name="lookup",
+                        content=content,
+                        result_message_id=draw(st.none() | ids),
+                        error=draw(st.none() | st.just("failed")),
+                        in_progress=draw(st.booleans()),
+                        seq=2 * k + 1,
+                        metadata=draw(st.just({}) | st.just({"subagent_run_id": "sub3"})),
+                    )
+                )
+        messages.append(message)
+    return messages
+
+
 @settings(max_examples=200, deadline=None)
-@given(histories(), st.data())
+@given(histories() | replayed_histories(), st.data())
 def test_the_index_fed_in_pieces_answers_for_every_prefix_as_the_reference(
     history: list[Message], data: st.DataObject
 ) -> None:

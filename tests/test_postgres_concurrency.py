@@ -492,8 +492,12 @@ async def test_two_runs_on_one_chat_at_once_keep_their_own_records_and_statuses(
 ) -> None:
     first, second = await open_pg(), await open_pg()
     chat = await first.create_chat(ChatCreate(user_uuid=uuid.uuid4(), thread_id="t"))
+    # One run continuing the chat's leaf at a time: r2 runs beside r1 as a regenerate does.
     for store, run_id in ((first, "r1"), (second, "r2")):
-        await store.start_run(Run(chat_uuid=chat.chat_uuid, thread_id="t", run_id=run_id))
+        exclusive = run_id == "r1"
+        await store.start_run(
+            Run(chat_uuid=chat.chat_uuid, thread_id="t", run_id=run_id, exclusive=exclusive)
+        )
 
     await asyncio.gather(
         run_turns(first, chat.chat_uuid, "r1", 8), run_turns(second, chat.chat_uuid, "r2", 8)

@@ -67,7 +67,7 @@ def test_the_seeds_field_names_are_accepted_as_aliases() -> None:
     )
 
     assert (create.chat_uuid, create.step_name, create.created_at) == (CHAT, "plan", when)
-    assert create.metadata == {"k": 1, "error": "boom"}
+    assert (create.error, create.metadata) == ("boom", {"k": 1})
     message = Message.model_validate(
         {"message_uuid": uuid4(), "chat_id": CHAT, "step": "s", "timestamp": when, "v": 1}
     )
@@ -79,15 +79,28 @@ def test_the_seeds_field_names_are_accepted_as_aliases() -> None:
 def test_a_seed_field_with_no_place_here_is_refused_loudly() -> None:
     with pytest.raises(ValidationError, match="format_version"):
         MessageCreate(chat_uuid=CHAT, v=1)
-    with pytest.raises(ValidationError, match="metadata"):
-        MessageUpdate(error="boom")  # would either be dropped or wipe the metadata
 
 
 def test_the_native_names_still_work_and_win_nothing_silently() -> None:
     create = MessageCreate(chat_uuid=CHAT, step_name="s", error=None)
 
     assert create.step_name == "s" and create.metadata == {}
-    assert MessageUpdate(error="e", metadata={"a": 1}).metadata == {"a": 1, "error": "e"}
+    update = MessageUpdate(error="e", metadata={"a": 1})
+    assert (update.error, update.metadata) == ("e", {"a": 1})
+    assert MessageUpdate(error="e").error == "e"  # a field: it needs no metadata
+
+
+def test_a_message_that_kept_its_error_in_metadata_reads_it_as_the_field() -> None:
+    # How versions before the error column kept it, in their rows and their exports.
+    old = {"message_uuid": uuid4(), "chat_uuid": CHAT, "metadata": {"error": "boom", "k": 1}}
+
+    message = Message.model_validate(old)
+    create = MessageCreate.model_validate({"chat_uuid": CHAT, "metadata": {"error": "boom"}})
+
+    assert (message.error, message.metadata) == ("boom", {"k": 1})
+    assert (create.error, create.metadata) == ("boom", {})
+    exported = {**old, "error": "boom"}  # their exports carried both
+    assert Message.model_validate(exported).metadata == {"k": 1}
 
 
 async def test_seed_style_dtos_are_stored_with_every_field(store: Store) -> None:
@@ -184,6 +197,7 @@ async def test_a_crash_mid_message_sets_its_error_on_the_message(store: Store) -
     answer = (await store.get_chat_messages((await only_chat(store)).chat_uuid))[-1]
     assert (answer.status, answer.error) == (MessageStatus.ERRORED, "RuntimeError: model down")
     assert answer.content == "Half an ans"
+    assert "error" not in answer.metadata  # a field of its own (a column in SQL stores)
 
 
 async def test_an_in_band_run_error_sets_the_error_of_the_message_it_ends(store: Store) -> None:

@@ -198,7 +198,7 @@ async def test_export_and_import_over_http_keep_every_branch_and_bytes(
     await store.edit_message(first.message_uuid, MessageCreate(content="Hi", role=Role.USER))
 
     document = (await client.get(f"/api/chats/{chat.chat_uuid}/export")).json()
-    assert document["export_version"] == 2
+    assert document["export_version"] == 3
     assert document["chat"]["metadata"] == {"icon": {"$deuzBytes": "iVBORwD/"}}
     imported = await client.post("/api/chats/import", json=document, params={"thread_id": "copy"})
 

@@ -277,6 +277,16 @@ async def test_an_in_band_run_error_marks_active_records_errored(store: Store) -
     assert run is not None and (run.status, run.error) == (RunStatus.ERRORED, "quota")
 
 
+async def every_message(store: Any, thread_id: str = "thread-1") -> dict[str | None, Message]:
+    """Every message of the chat, on every branch, by AG-UI id."""
+    chat = await chat_of(store, thread_id)
+    found = {}
+    for node in await store.get_message_tree(chat.chat_uuid):
+        message = await store.get_message(node.message_uuid)
+        found[message.agui_id] = message
+    return found
+
+
 async def test_finalizing_one_run_never_touches_another_run_on_the_same_chat(
     store: Store,
 ) -> None:
@@ -288,17 +298,20 @@ async def test_finalizing_one_run_never_touches_another_run_on_the_same_chat(
     await slow.paused.wait()
     await make_agent(store, slow).persisted()  # nothing to wait for on an idle agent
 
+    # One run continuing a chat's leaf at a time: the other runs beside it on a branch
+    # (as a regenerate does), under the first run's question.
     fast = make_agent(store, ScriptedAgent(full_turn(run_id="run-b")))
+    fast.branch_from = next(m for m in await history(store) if m.agui_id == "ua").message_uuid
     await collect(fast.run(run_input(run_id="run-b", messages=[user("ub")])))
 
-    by_id = {m.agui_id: m for m in await history(store)}
+    by_id = await every_message(store)
     assert by_id["slow"].status is MessageStatus.ACTIVE
     assert by_id["run-b-a2"].status is COMPLETE
 
     slow_task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await slow_task
-    by_id = {m.agui_id: m for m in await history(store)}
+    by_id = await every_message(store)
     assert by_id["slow"].status is INTERRUPTED
     assert {by_id[i].status for i in ("run-b-a1", "run-b-a2")} == {COMPLETE}
     assert by_id["run-b-a1"].reasonings[0].status is COMPLETE
@@ -342,7 +355,15 @@ async def test_every_event_family_round_trips_through_the_store(store: Store) ->
     assert (helper.content, helper.status) == ("from the helper", COMPLETE)
     assert helper.metadata["subagent_run_id"] == "sub"
     assert (snap.agui_id, snap.content) == ("snap", "from a snapshot")
-    assert all("app.thing" not in str(m.metadata) for m in await history(store))
+    # The CUSTOM event is a data part of the agent's message current when it came (the
+    # activity: the sub-agent's is not the agent's); the RAW event is not stored.
+    *_, custom_entry = activity.metadata["parts"]
+    assert {k: v for k, v in custom_entry.items() if k != "n"} == {
+        "type": "data",
+        "name": "app.thing",
+        "payload": {"x": 1},
+    }
+    assert all("chunk" not in str(m.metadata) for m in await history(store))
 
 
 # --- inbound messages --------------------------------------------------------------------------

@@ -405,6 +405,41 @@ def test_a_stored_answer_shows_its_parts_in_the_order_they_streamed(
     expect(body.nth(2)).to_have_text("It is 4.")
 
 
+def test_custom_data_and_citations_show_where_they_streamed(server: Server, page: Page) -> None:
+    # CUSTOM events are stored as data and citation entries of the parts order, with their
+    # payload (as the storage fold writes them); the page shows each where it came.
+    thread = _thread("custom")
+    _import(
+        server,
+        thread,
+        "Custom parts",
+        "Searching. Found it.",
+        metadata={
+            PARTS_METADATA_KEY: [
+                {"n": 0, "type": "text", "start": 0},
+                {"n": 1, "type": "data", "name": "status", "id": "job", "payload": {"pct": 90}},
+                {"n": 2, "type": "text", "start": 11},
+                {
+                    "n": 3,
+                    "type": "citation",
+                    "citation": {"url": "https://example.org/a", "title": "A"},
+                },
+                {"n": 4, "type": "citation", "citation": {"url": "javascript:alert(1)"}},
+            ]
+        },
+    )
+    page.goto(f"{server.url}/#/t/{thread}")
+    body = page.locator(f'article[data-id="{thread}-a"] .message-body > *')
+    expect(body).to_have_count(5)
+    kinds = body.evaluate_all("nodes => nodes.map(n => n.className)")
+    assert kinds == ["markdown", "data-card", "markdown", "citation", "citation"]
+    expect(page.get_by_role("group", name="Data status")).to_contain_text('"pct": 90')
+    link = body.nth(3).get_by_role("link", name="A")
+    expect(link).to_have_attribute("href", "https://example.org/a")
+    expect(body.nth(4).locator("a")).to_have_count(0)  # not a link: shown as text
+    expect(body.nth(4)).to_contain_text("javascript:alert(1)")
+
+
 def test_the_list_pages_as_it_scrolls(server: Server, page: Page) -> None:
     for number in range(70):
         _import(server, _thread(f"page{number:02}"), f"Paged chat {number:02}", "ok")

@@ -307,27 +307,45 @@ def serve(
     ] = 0.03,
     migrate: Annotated[bool, typer.Option(help="Create or upgrade the schema at start-up.")] = True,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+    workers: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Server processes sharing the port (uvicorn workers). More than one needs "
+            "PostgreSQL, where every process resumes, cancels and connects to every run.",
+        ),
+    ] = 1,
 ) -> None:
     """Run the AG-UI server with its chat-history API (stop with Ctrl-C; history stays)."""
     import uvicorn
 
-    from threadstore.server import create_app
     from threadstore.server.auth import TOKENS_ENV_VAR
 
+    if workers > 1 and not db.startswith(("postgresql://", "postgres://")):
+        _fail(
+            f"--workers {workers} needs PostgreSQL: on {db.partition(':')[0]} a run can only be"
+            " resumed and cancelled by the process running it; use --workers 1 or a"
+            " postgresql:// --db"
+        )
     authenticator, auth_line = _authenticator(auth, tokens_file, trust_user_header)
     _check_store(db, create=migrate)
     _probe_store(db, create=migrate)
+    options = {
+        "db": db,
+        "agent": agent,
+        "model": model,
+        "demo_delay": demo_delay,
+        "auth": auth,
+        "tokens_file": None if tokens_file is None else str(tokens_file),
+        "trust_user_header": trust_user_header,
+        "cors_origins": cors_origin or [],
+        "admins": admin or [],
+    }
     try:
-        server_app = create_app(
-            db,
-            agent=agent,
-            model=model,
-            demo_delay=demo_delay,
-            auth=authenticator,
-            migrate=migrate,
-            cors_origins=cors_origin or (),
-            admins=admin or (),
-        )
+        # Built here even for workers, so a bad option is one error line before the
+        # banner; each worker then builds its own app (its own store, manager and relay),
+        # the schema migrated above, once.
+        server_app = _serve_app(options, migrate=migrate)
     except ThreadstoreError as exc:
         _fail(str(exc))
     base = f"http://{host}:{port}"
@@ -353,7 +371,52 @@ def serve(
             f"${TOKENS_ENV_VAR}) or --trust-user-header behind a proxy.",
             soft_wrap=True,
         )
-    uvicorn.run(server_app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5)
+    if workers == 1:
+        uvicorn.run(
+            server_app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5
+        )
+        return
+    err.print(f"  {'workers':<9} {workers} processes", soft_wrap=True)
+    os.environ[_WORKER_OPTIONS_ENV] = json.dumps(options)
+    uvicorn.run(
+        "threadstore.cli:worker_app",
+        factory=True,
+        workers=workers,
+        host=host,
+        port=port,
+        log_level=log_level,
+        timeout_graceful_shutdown=5,
+    )
+
+
+_WORKER_OPTIONS_ENV = "THREADSTORE_SERVE_OPTIONS"
+"""How ``serve --workers N`` hands its options to the worker processes uvicorn starts."""
+
+
+def _serve_app(options: dict[str, Any], *, migrate: bool) -> Any:
+    """The app ``serve`` runs, built from its options (in the server or in each worker)."""
+    from threadstore.server import create_app
+
+    authenticator, _ = _authenticator(
+        options["auth"],
+        None if options["tokens_file"] is None else Path(options["tokens_file"]),
+        options["trust_user_header"],
+    )
+    return create_app(
+        options["db"],
+        agent=options["agent"],
+        model=options["model"],
+        demo_delay=options["demo_delay"],
+        auth=authenticator,
+        migrate=migrate,
+        cors_origins=options["cors_origins"],
+        admins=options["admins"],
+    )
+
+
+def worker_app() -> Any:
+    """The app of one ``serve --workers N`` worker (uvicorn calls it in each process)."""
+    return _serve_app(json.loads(os.environ[_WORKER_OPTIONS_ENV]), migrate=False)
 
 
 def _authenticator(
@@ -598,14 +661,15 @@ def _print_message(message: Message) -> None:
     status = "" if message.status == "complete" else f" [yellow]({message.status})[/]"
     style = _ROLE_STYLE.get(message.role, "bold")
     out.print(f"\n[{style}]{message.role}[/]{status}")
-    if message.role not in ("assistant", "reasoning"):
+    if message.role not in ("assistant", "reasoning", "activity"):
         if message.content:
             out.print(escape(message.content))
         return
     from threadstore.chat import ui_from_messages
 
     # The message's parts in the order they streamed: a tool card sits between the
-    # sentences around it; reasoning is one line.
+    # sentences around it; reasoning, data (CUSTOM events, activities) and citations
+    # are one line each.
     for ui in ui_from_messages([message], str):
         calls = {call.tool_call_id: call for call in ui.tool_calls or ()}
         for part in ui.parts or ():
@@ -622,6 +686,12 @@ def _print_message(message: Message) -> None:
                         call.output if isinstance(call.output, str) else json.dumps(call.output)
                     )
                     out.print(f"  [magenta]← {escape(_short(result, 200))}[/]")
+            elif part.type == "data":
+                payload = _short(json.dumps(part.payload, ensure_ascii=False, default=str), 200)
+                out.print(f"  [blue]◆ {escape(part.name)}: {escape(payload)}[/]")
+            elif part.type == "citation":
+                cited = _short(json.dumps(part.citation, ensure_ascii=False, default=str), 200)
+                out.print(f"  [dim]cites {escape(cited)}[/]")
 
 
 @chats_app.command("rename")

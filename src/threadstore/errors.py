@@ -4,6 +4,7 @@
     ├── StoreError                 a backend could not do what was asked
     │   ├── NotFoundError          a referenced chat/message does not exist (also a ValueError)
     │   ├── ConflictError          a uniqueness or concurrency rule was violated
+    │   │   └── RunLiveError       the chat already has a running run
     │   ├── ChatDeletedError       a write targeted a chat that was deleted meanwhile
     │   └── MigrationError         the schema is missing, too new, or a migration failed
     ├── InvalidInputError          caller-supplied data was rejected (also a ValueError)
@@ -17,6 +18,8 @@ parent message) keeps working unchanged. Reads of an unknown record return ``Non
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "ChatDeletedError",
     "ConfigurationError",
@@ -25,6 +28,7 @@ __all__ = [
     "LimitExceededError",
     "MigrationError",
     "NotFoundError",
+    "RunLiveError",
     "StoreError",
     "ThreadstoreError",
 ]
@@ -44,6 +48,21 @@ class NotFoundError(StoreError, ValueError):
 
 class ConflictError(StoreError):
     """A uniqueness or concurrency rule was violated."""
+
+
+class RunLiveError(ConflictError):
+    """``start_run`` refused: the chat already has a run recorded running that holds it.
+
+    One run continuing a chat's leaf at a time (``Run.exclusive``), enforced by the
+    database (a unique index over running runs), so two processes cannot both start
+    one. ``live_run_id`` names the run that holds the chat (``None`` if it ended since).
+    """
+
+    def __init__(self, chat_uuid: Any, live_run_id: str | None) -> None:
+        held = f"run {live_run_id}" if live_run_id is not None else "another run"
+        super().__init__(f"chat {chat_uuid} already has a running run ({held}): one at a time")
+        self.chat_uuid = chat_uuid
+        self.live_run_id = live_run_id
 
 
 class ChatDeletedError(StoreError):

@@ -19,15 +19,18 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
-    computed_field,
     model_validator,
 )
 
 from threadstore.binary_json import encode_value
 
 __all__ = [
+    "CITATION_EVENT_NAME",
     "ERROR_METADATA_KEY",
     "FORMAT_VERSION",
+    "MAX_DATA_NAME_CHARS",
+    "MAX_DATA_PAYLOAD_BYTES",
+    "MAX_DATA_PAYLOAD_DEPTH",
     "PARTS_METADATA_KEY",
     "Chat",
     "ChatCreate",
@@ -63,15 +66,35 @@ PARTS_METADATA_KEY = "parts"
 A list of entries, each ``{"n": <position in the run>, "type": ...}``. On a message:
 ``text`` (``start``: where the segment begins in its content; it runs to the next text
 entry's start or the end), ``step-start`` (``step``, ``name``: listed on the message
-opened after it, or on the run's last one) and ``data`` (an activity message itself).
-On a reasoning step: ``reasoning`` (``start`` within the step's content, or
-``encrypted``). On a tool call: ``tool``. ``n`` orders the entries of every record of
-one run, so messages streamed interleaved read back interleaved.
+opened after it, or on the run's last one), ``data`` (an activity message itself; or,
+with ``name``, optional ``id`` and ``payload``, a ``CUSTOM`` event, listed on the agent's
+current message like a step) and ``citation`` (``citation``: a ``CUSTOM`` event named
+:data:`CITATION_EVENT_NAME`). A payload over the bounds below is stored without it
+(``omitted``: why); an event whose name or id is over them is not listed. On a reasoning
+step: ``reasoning`` (``start`` within the step's content, or ``encrypted``). On a tool
+call: ``tool``. ``n`` orders the entries of every
+record of one run, so messages streamed interleaved read back interleaved.
 """
+
+CITATION_EVENT_NAME = "citation"
+"""A ``CUSTOM`` event with this name is a citation (its value verbatim), not a data part."""
+
+MAX_DATA_PAYLOAD_BYTES = 1024 * 1024
+"""Largest ``CUSTOM`` payload stored in a parts order, as JSON (1 MiB, as one input message)."""
+
+MAX_DATA_PAYLOAD_DEPTH = 64
+"""Deepest nesting of objects and arrays in a stored ``CUSTOM`` payload (as in a request)."""
+
+MAX_DATA_NAME_CHARS = 256
+"""Longest ``CUSTOM`` event name (and string id) stored in a parts order, as a request's ids."""
 
 
 ERROR_METADATA_KEY = "error"
-"""The ``metadata`` key that holds a message's :attr:`Message.error` text."""
+"""The ``metadata`` key that holds a reasoning step's :attr:`Reasoning.error` text.
+
+Messages written before :attr:`Message.error` had a column kept it there too; a
+migration moves it into the column, and a message built from such a dict reads it as
+the field."""
 
 
 def utcnow() -> datetime:
@@ -143,6 +166,21 @@ def _error_into_metadata(data: Any, *, update: bool = False) -> Any:
             "replaces whole: pass metadata={**record.metadata} along with it"
         )
     data["metadata"] = {**(metadata or {}), ERROR_METADATA_KEY: error}
+    return data
+
+
+def _error_from_metadata(data: Any) -> Any:
+    """A message dict whose ``metadata`` holds an ``error`` text, as older versions kept
+    it: the text moves to the field (unless the dict sets that too, as their exports did)."""
+    if not isinstance(data, dict):
+        return data
+    metadata = data.get("metadata")
+    if not isinstance(metadata, dict) or not isinstance(metadata.get(ERROR_METADATA_KEY), str):
+        return data
+    data = dict(data)
+    data["metadata"] = {k: v for k, v in metadata.items() if k != ERROR_METADATA_KEY}
+    if data.get("error") is None:
+        data["error"] = metadata[ERROR_METADATA_KEY]
     return data
 
 
@@ -257,8 +295,8 @@ class Message(_Model):
     """One message of a chat: a node of the chat's message tree.
 
     The seed layer's names are accepted on input: ``step`` (``step_name``),
-    ``timestamp`` (``created_at``), ``v`` (``format_version``), ``chat_id``
-    (``chat_uuid``) and ``error`` (kept in ``metadata``, read back as :attr:`error`).
+    ``timestamp`` (``created_at``), ``v`` (``format_version``) and ``chat_id``
+    (``chat_uuid``).
     """
 
     format_version: int = Field(
@@ -289,19 +327,15 @@ class Message(_Model):
         default_factory=utcnow, validation_alias=_alias("created_at", "timestamp")
     )
     updated_at: datetime = Field(default_factory=utcnow)
+    error: str | None = None
+    """Why the run that wrote this message failed, if it did."""
     tool_calls: list[ToolCall] = Field(default_factory=list)
     reasonings: list[Reasoning] = Field(default_factory=list)
 
     @model_validator(mode="before")
     @classmethod
-    def _seed_error(cls, data: Any) -> Any:
-        return _error_into_metadata(data)
-
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def error(self) -> str | None:
-        """Why the run that wrote this message failed (``metadata["error"]``), if it did."""
-        return _error_of(self.metadata)
+    def _old_error(cls, data: Any) -> Any:
+        return _error_from_metadata(data)
 
 
 class Chat(_Model):
@@ -342,6 +376,10 @@ class Run(_Model):
     error: str | None = None
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
+    exclusive: bool = True
+    """Whether the run continues the chat's leaf, so it holds the chat: a chat has at most
+    one exclusive run running (``start_run`` raises ``RunLiveError``). A run that branches
+    (regenerate, edit) hangs its messages under its own branch point and is not."""
 
 
 class ChatPage(_Model):
@@ -373,9 +411,9 @@ class MessageCreate(_Model):
     """What ``create_message`` needs; ``chat_uuid`` is required.
 
     ``parent_uuid=None`` appends to the chat's active branch. ``role`` defaults to
-    ``user``, as in the seed layer. The seed's names ``chat_id``, ``step``,
-    ``timestamp`` and ``error`` (kept in ``metadata``) are accepted; ``v`` is refused,
-    since the store writes ``format_version`` itself.
+    ``user``, as in the seed layer. The seed's names ``chat_id``, ``step`` and
+    ``timestamp`` are accepted; ``v`` is refused, since the store writes
+    ``format_version`` itself.
     """
 
     chat_uuid: UUID | None = Field(default=None, validation_alias=_alias("chat_uuid", "chat_id"))
@@ -397,20 +435,20 @@ class MessageCreate(_Model):
     created_at: datetime | None = Field(
         default=None, validation_alias=_alias("created_at", "timestamp")
     )
+    error: str | None = None
 
     @model_validator(mode="before")
     @classmethod
     def _seed_names(cls, data: Any) -> Any:
         if isinstance(data, dict) and "v" in data:
             raise ValueError("MessageCreate takes no 'v': the store writes format_version itself")
-        return _error_into_metadata(data)
+        return _error_from_metadata(data)
 
 
 class MessageUpdate(_Model):
     """A patch of a message's own fields: only explicitly-set, non-None fields apply.
 
-    The seed's ``step`` is accepted for ``step_name``; ``error`` goes into ``metadata``
-    and so needs it (an update replaces ``metadata`` whole). ``agui_id`` names a message
+    The seed's ``step`` is accepted for ``step_name``. ``agui_id`` names a message
     that had none (the storage agent's message holding reasoning, once the answer it
     precedes names itself); it never renames one.
     """
@@ -425,11 +463,7 @@ class MessageUpdate(_Model):
     in_progress: bool | None = None
     step_name: str | None = Field(default=None, validation_alias=_alias("step_name", "step"))
     metadata: dict[str, Any] | None = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _seed_error(cls, data: Any) -> Any:
-        return _error_into_metadata(data, update=True)
+    error: str | None = None
 
 
 class MessageToolCallCreate(_Model):

@@ -8,11 +8,15 @@ active branch. The CLI writes one export per line (JSON lines).
 
 Versions of the document (``export_version``): 1 held only the active branch; 2 holds
 the whole tree and writes bytes anywhere (metadata, parts) with the binary-safe codec
-(:mod:`threadstore.binary_json`). Both import.
+(:mod:`threadstore.binary_json`); 3 is written since reasoning nests in the assistant
+message of its turn. All import. Versions 1 and 2 may hold the ``role="reasoning"``
+messages older versions stored one per reasoning block: import folds them by the rule
+the database migration applies to such rows (:func:`fold_reasoning_messages`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
@@ -34,6 +38,7 @@ from threadstore.models import (
     ChatCreate,
     Message,
     Reasoning,
+    Role,
     ToolCall,
     utcnow,
 )
@@ -41,13 +46,26 @@ from threadstore.store.base import Store
 from threadstore.store.copies import message_create, reasoning_create, tool_call_create
 from threadstore.store.offload import off_loop
 
-__all__ = ["EXPORT_FORMAT", "EXPORT_VERSION", "ChatExport", "export_chat", "import_chat"]
+__all__ = [
+    "EXPORT_FORMAT",
+    "EXPORT_VERSION",
+    "NESTED_REASONING_EXPORT_VERSION",
+    "ChatExport",
+    "export_chat",
+    "fold_reasoning_messages",
+    "import_chat",
+]
 
 EXPORT_FORMAT = "threadstore.chat"
 """The ``format`` tag of an export document."""
 
-EXPORT_VERSION = 2
+EXPORT_VERSION = 3
 """The ``export_version`` this code writes (see the module's docstring)."""
+
+NESTED_REASONING_EXPORT_VERSION = 3
+"""The first ``export_version`` whose reasoning is nested as runs write it (not folded)."""
+
+_SUBAGENT_METADATA_KEY = "subagent_run_id"  # as the fold writes it (codec.messages)
 
 
 class ChatExport(BaseModel):
@@ -56,7 +74,8 @@ class ChatExport(BaseModel):
     format: Literal["threadstore.chat"] = "threadstore.chat"
     format_version: int = FORMAT_VERSION
     export_version: int = 1
-    """1: ``messages`` is the active branch; 2: every message of the tree (and bytes tagged)."""
+    """1: ``messages`` is the active branch; 2: every message of the tree (and bytes
+    tagged); 3: reasoning nested as runs write it (see the module's docstring)."""
     exported_at: datetime = Field(default_factory=utcnow)
     chat: Chat
     messages: list[Message] = Field(default_factory=list)
@@ -120,6 +139,8 @@ async def import_chat(
         raise LimitExceededError(
             f"the export holds {len(document.messages)} messages; the limit is {max_messages}"
         )
+    if document.export_version < NESTED_REASONING_EXPORT_VERSION:
+        document = fold_reasoning_messages(document)
     source = document.chat
     thread = thread_id or source.thread_id
     async with store.transaction():
@@ -198,3 +219,136 @@ def _in_production_order(
         else:
             waiting.setdefault(index, []).append(record)
     return ordered
+
+
+def fold_reasoning_messages(document: ChatExport) -> ChatExport:
+    """Return ``document`` with its stored reasoning messages folded, as the migration does.
+
+    Versions before reasoning nested stored each reasoning block as a ``role="reasoning"``
+    message holding one step and no text of its own. The rule is the one the database
+    migration applies to such rows (SQLite migration 3, PostgreSQL 4), kept alike by a
+    test on the same old chats: such a message folds into its only child when that child
+    is an assistant message (or another such message) of the same run and sub-agent and
+    the message is not the chat's active leaf; a chain folds into the message it ends at.
+    The holder takes the place of the first message folded into it; the folded messages'
+    records come first among its own, in the order they streamed. A holder left without
+    an answer is an assistant message with no AG-UI id, holding only reasoning.
+
+    Parents are made explicit first (a version 1 message without one continues the
+    message before it), so the result imports the same way whatever its version.
+    """
+    messages, leaf = _explicit_tree(document)
+    by_uuid = {message.message_uuid: message for message in messages}
+    children: dict[UUID, list[Message]] = {}
+    for message in messages:
+        if message.parent_uuid is not None:
+            children.setdefault(message.parent_uuid, []).append(message)
+
+    def next_of(message: Message) -> Message | None:
+        """The message ``message`` folds into next, if it is one of the older kind."""
+        below = children.get(message.message_uuid, [])
+        if not _is_reasoning_message(message) or len(below) != 1 or message.message_uuid == leaf:
+            return None
+        (child,) = below
+        same_turn = child.run_id == message.run_id and _subagent(child) == _subagent(message)
+        if same_turn and (child.role is Role.ASSISTANT or _is_reasoning_message(child)):
+            return child
+        return None
+
+    holder_of: dict[UUID, UUID] = {}
+    for message in messages:
+        if _is_reasoning_message(message):
+            current = message
+            while (following := next_of(current)) is not None:
+                current = following
+            holder_of[message.message_uuid] = current.message_uuid
+    if not holder_of:
+        return document
+    folded: dict[UUID, list[Message]] = {}  # holder -> the messages folding into it
+    for uuid, holder in holder_of.items():
+        folded.setdefault(holder, []).append(by_uuid[uuid])
+
+    result: list[Message] = []
+    for message in messages:
+        if holder_of.get(message.message_uuid, message.message_uuid) != message.message_uuid:
+            continue  # folded into a message after it
+        moved = folded.get(message.message_uuid)
+        result.append(message if moved is None else _holding(message, moved))
+    chat = document.chat
+    if chat.active_leaf_uuid in holder_of:
+        chat = chat.model_copy(update={"active_leaf_uuid": holder_of[chat.active_leaf_uuid]})
+    return document.model_copy(
+        update={
+            "chat": chat,
+            "messages": result,
+            "roots": [m.message_uuid for m in result if m.parent_uuid is None],
+        }
+    )
+
+
+def _is_reasoning_message(message: Message) -> bool:
+    """A message of the older kind: one reasoning block, no text of its own."""
+    return (
+        message.role is Role.REASONING
+        and message.content == ""
+        and message.encrypted_value is None
+        and bool(message.reasonings)
+    )
+
+
+def _subagent(message: Message) -> object:
+    return message.metadata.get(_SUBAGENT_METADATA_KEY)
+
+
+def _explicit_tree(document: ChatExport) -> tuple[list[Message], UUID | None]:
+    """The messages in the order import creates them, each naming the parent it gets.
+
+    Returns them and the active leaf (a version 1 document's last message when the
+    chat's leaf is not among them), as :func:`import_chat` would resolve both.
+    """
+    listed = set(document.roots or ())
+    known = {message.message_uuid for message in document.messages}
+    ordered = [r for _, r in _in_production_order(document.messages) if isinstance(r, Message)]
+    messages: list[Message] = []
+    last: UUID | None = None
+    for message in ordered:
+        parent = message.parent_uuid if message.parent_uuid in known else None
+        if parent is None and message.message_uuid not in listed:
+            parent = last  # continues the chat's leaf, as a create without a parent does
+        if parent != message.parent_uuid:
+            message = message.model_copy(update={"parent_uuid": parent})
+        messages.append(message)
+        last = message.message_uuid
+    leaf = document.chat.active_leaf_uuid
+    return messages, leaf if leaf in known else last
+
+
+def _holding(holder: Message, moved: Iterable[Message]) -> Message:
+    """``holder`` with the records of ``moved`` (folded into it) ahead of its own."""
+    own_folds = _is_reasoning_message(holder)  # then its own records are among those folded
+    others = [m for m in moved if m.message_uuid != holder.message_uuid]
+    sources = sorted([*others, *([holder] if own_folds else [])], key=lambda m: m.seq)
+    keyed: list[tuple[int, int, str, ToolCall | Reasoning]] = []
+    for source in sources:
+        keyed.extend((source.seq, step.seq, "r", step) for step in source.reasonings)
+        keyed.extend((source.seq, call.seq, "t", call) for call in source.tool_calls)
+    keyed.sort(key=lambda item: item[:3])
+    steps: list[Reasoning] = []
+    calls: list[ToolCall] = []
+    for seq, (_, _, _, record) in enumerate(keyed, start=1):
+        copied = record.model_copy(update={"seq": seq, "message_uuid": holder.message_uuid})
+        if isinstance(copied, Reasoning):
+            steps.append(copied)
+        else:
+            calls.append(copied)
+    if not own_folds:
+        shift = len(keyed)
+        steps += [r.model_copy(update={"seq": r.seq + shift}) for r in holder.reasonings]
+        calls += [c.model_copy(update={"seq": c.seq + shift}) for c in holder.tool_calls]
+    first = min(others, key=lambda m: m.seq, default=None)
+    update: dict[str, object] = {"reasonings": steps, "tool_calls": calls}
+    if first is not None:
+        update["parent_uuid"] = first.parent_uuid
+    if holder.role is Role.REASONING:
+        update |= {"role": Role.ASSISTANT, "agui_id": None}
+    return holder.model_copy(update=update)

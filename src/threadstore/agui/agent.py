@@ -11,6 +11,7 @@ the status of its records. The whole write path is in docs/architecture.md.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import functools
 import logging
@@ -72,7 +73,7 @@ from threadstore.codec.messages import (
     translate_messages,
 )
 from threadstore.codec.names import chat_name_from_messages
-from threadstore.errors import InvalidInputError, StoreError
+from threadstore.errors import InvalidInputError, RunLiveError, StoreError
 from threadstore.fold import ConversationFold, HistoryIndex, StoredFacts
 from threadstore.fold.history import IdsAdded
 from threadstore.models import (
@@ -86,6 +87,7 @@ from threadstore.models import (
     MessageToolCallUpdate,
     Role,
     Run,
+    RunStatus,
     utcnow,
 )
 from threadstore.store.base import (
@@ -105,6 +107,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CHAT_DELETED_ERROR_CODE",
     "INVALID_INPUT_ERROR_CODE",
+    "RUN_LIVE_ERROR_CODE",
     "AGUIAgent",
     "AGUIStorageAgent",
     "StorageAgent",
@@ -114,6 +117,10 @@ logger = logging.getLogger(__name__)
 
 INVALID_INPUT_ERROR_CODE = "INVALID_INPUT"
 """``RunErrorEvent.code`` of a run refused because of its input messages."""
+
+RUN_LIVE_ERROR_CODE = "RUN_LIVE"
+"""``RunErrorEvent.code`` of a run refused because its chat already has a running run (one
+at a time per chat; the store's ``start_run`` raises :class:`~threadstore.errors.RunLiveError`)."""
 
 _RUN_FINISHED = EventType.RUN_FINISHED  # bound once: compared for every event
 
@@ -233,6 +240,10 @@ class StorageAgent:
         """
         self._branched = False
         """Whether the run branches off the chat's leaf (see ``_branch_point``)."""
+        self.set_up = asyncio.Event()
+        """Set once the run is set up (run record written, input stored) or refused."""
+        self.refused_by: RunLiveError | None = None
+        """Why the run was refused, when its chat already had a running run."""
         self._persister: RunPersister | None = None
         self._dispatch: dict[type[BaseEvent], Callable[..., Awaitable[None]]] = {}
         self._table: dict[type[BaseEvent], str] | None = None
@@ -293,17 +304,40 @@ class StorageAgent:
         if self._persister is not None:
             raise RuntimeError("a StorageAgent runs once; build a new one per run")
         try:
+            return await self._set_up(input)
+        finally:
+            self.set_up.set()
+
+    async def _set_up(self, input: RunAgentInput) -> list[BaseEvent] | RunPersister:
+        try:
             chat, history, facts = await self._prepare(input)
-        except InvalidInputError as exc:
+        except (InvalidInputError, RunLiveError) as exc:
+            code = INVALID_INPUT_ERROR_CODE
+            if isinstance(exc, RunLiveError):
+                self.refused_by, code = exc, RUN_LIVE_ERROR_CODE
             return [
                 RunStartedEvent(
                     thread_id=input.thread_id,
                     run_id=input.run_id,
                     protocol_version=PROTOCOL_VERSION,
                 ),
-                RunErrorEvent(message=str(exc), code=INVALID_INPUT_ERROR_CODE),
+                RunErrorEvent(message=str(exc), code=code),
             ]
         self.chat = chat
+        try:
+            return await self._persister_for(input, chat, history, facts)
+        except BaseException:
+            await self._abandon_run(chat, input.run_id, "the run could not be set up")
+            raise
+
+    async def _persister_for(
+        self,
+        input: RunAgentInput,
+        chat: Chat,
+        history: Sequence[Message],
+        facts: StoredFacts,
+    ) -> RunPersister:
+        """Give the inner agent its history and state; build the run's persister."""
         input.messages = await self._given(history)
         if input.state in (None, {}) and chat.state is not None:
             input.state = copy.deepcopy(chat.state)
@@ -314,15 +348,6 @@ class StorageAgent:
             state=input.state,
             facts=facts,
         )
-        if self.run_repo is not None:
-            run = Run(
-                chat_uuid=chat.chat_uuid,
-                thread_id=input.thread_id,
-                run_id=input.run_id,
-                parent_run_id=input.parent_run_id,
-                owner=self.owner,
-            )
-            await self.run_repo.start_run(run)
         config = PersisterConfig(
             checkpoint_interval=self.checkpoint_interval,
             min_flush_interval=self.min_flush_interval,
@@ -421,6 +446,7 @@ class StorageAgent:
             self._branched = True
         # Refuses before anything is written.
         creates, results = self._screen(input, facts)
+        fresh = False
         if chat is None:
             chat_create = ChatCreate(
                 user_uuid=self.user_uuid,
@@ -432,36 +458,99 @@ class StorageAgent:
             chat = await self.chat_repo.create_chat(chat_create)
             # A chat with our uuid is the one we just created, so it is empty; any other
             # was created by a concurrent run meanwhile and may hold messages already.
-            if chat.chat_uuid != chat_create.chat_uuid:
+            fresh = chat.chat_uuid == chat_create.chat_uuid
+            if not fresh:
                 history = await self._history(chat)
                 facts = await _facts(history)
                 if history:
                     creates, results = self._screen(input, facts)
+        if self.run_repo is not None:
+            # Before the input is stored: a chat with a running run that continues its
+            # leaf (in any process; the store holds it to one) refuses another such run
+            # with nothing written. A run that branches hangs under its own branch point.
+            await self.run_repo.start_run(
+                Run(
+                    chat_uuid=chat.chat_uuid,
+                    thread_id=input.thread_id,
+                    run_id=input.run_id,
+                    parent_run_id=input.parent_run_id,
+                    owner=self.owner,
+                    exclusive=not self._branched,
+                )
+            )
+        try:
+            history, facts = await self._store_inbound(
+                input, chat, history, facts, branch, creates, results, fresh=fresh
+            )
+        except BaseException:
+            await self._abandon_run(chat, input.run_id, "the run's input could not be stored")
+            raise
+        return chat, history, facts
+
+    async def _abandon_run(self, chat: Chat, run_id: str, reason: str) -> None:
+        """End the run record of a run that failed before it began: it must not hold the chat."""
+        if self.run_repo is not None:
+            with contextlib.suppress(Exception):
+                await self.run_repo.finish_run(chat.chat_uuid, run_id, RunStatus.ERRORED, reason)
+
+    async def _store_inbound(
+        self,
+        input: RunAgentInput,
+        chat: Chat,
+        history: Sequence[Message],
+        facts: StoredFacts,
+        branch: _Branch | None,
+        creates: list[MessageCreate],
+        results: list[tuple[UUID, MessageToolCallUpdate]],
+        *,
+        fresh: bool,
+    ) -> tuple[Sequence[Message], StoredFacts]:
+        """Store the run's new input messages (and tool results).
+
+        Returns the history after them and what it holds. ``fresh``: the chat was
+        created by this run, so it holds only what is stored now.
+        """
         if branch is not None and not creates:
             # Nothing new to hang on the branch point: the run continues from it (its
             # history is the path to it, whatever the leaf becomes meanwhile).
             assert isinstance(self.message_repo, Store)
             await self.message_repo.set_active_leaf(chat.chat_uuid, branch.point)
         if creates or results:
-            async with self.message_repo.transaction():
+            # One write is atomic by itself: a transaction around it would only cost
+            # the store more trips (SQLite: BEGIN and COMMIT each queue for its writer).
+            # A branching run keeps its read inside: another run branching from the same
+            # message may add its own edit right after.
+            inside = branch is not None or len(creates) + len(results) > 1
+            # A chat this run just created holds only what it stores now: a store
+            # returns each created message as stored, so nothing needs reading back.
+            created: list[Message] | None = (
+                [] if fresh and not results and isinstance(self.message_repo, Store) else None
+            )
+            async with self.message_repo.transaction() if inside else contextlib.nullcontext():
                 for index, create in enumerate(creates):
                     fields: dict[str, Any] = {"chat_uuid": chat.chat_uuid}
                     if index == 0 and branch is not None:
                         # Explicitly under the branch point, so a concurrent run that
                         # branches from the same message lands beside this one.
                         fields["parent_uuid"] = branch.point
-                    await self.message_repo.create_message(create.model_copy(update=fields))
+                    stored = await self.message_repo.create_message(
+                        create.model_copy(update=fields)
+                    )
+                    if created is not None:
+                        created.append(stored)
                 for call_uuid, update in results:
                     await self.message_repo.update_message_tool_call(call_uuid, update)
                 if branch is not None:
                     # Inside the transaction: the branch ends at this run's own message
                     # whatever a concurrent run branching from the same one writes next.
                     history = await self._history(chat)
-            if branch is None:
+            if created is not None:
+                history = created
+            elif branch is None:
                 # A store reads only what these writes changed (store/history_cache.py).
                 history = await self._history(chat)
             facts = await _facts(history)
-        return chat, history, facts
+        return history, facts
 
     async def _branch_point(
         self,
@@ -657,11 +746,18 @@ class StorageAgent:
             self._dispatch[event_type] = handler
         return handler
 
-    @_declared(HandlerKind.IGNORE)
+    @_applies
     async def handle_unknown_event(
         self, state: ConversationFold, chat: Chat, event: BaseEvent
     ) -> None:
-        """Handle an event with no registered handler (CUSTOM, RAW...): ignored by default."""
+        """Handle an event with no registered handler (CUSTOM, RAW...).
+
+        The default folds it: a CUSTOM event becomes a data or citation part of the
+        agent's message (docs/chat-engine.md); RAW and event types the fold does not
+        know change nothing. An override that persists its own event types calls this
+        for the rest, to keep CUSTOM parts stored.
+        """
+        state.apply(event)
 
     # --- extension point 2: category handlers (fold only; no I/O) ---------------------------
 

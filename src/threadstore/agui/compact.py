@@ -57,6 +57,7 @@ _OPENS_PART: frozenset[str] = frozenset(
         EventType.REASONING_ENCRYPTED_VALUE,
         EventType.ACTIVITY_SNAPSHOT,
         EventType.ACTIVITY_DELTA,
+        EventType.CUSTOM,
     )
 )
 

@@ -25,7 +25,7 @@ from uuid import UUID
 from ag_ui.core import BaseEvent, EventType, RunAgentInput, RunErrorEvent, RunStartedEvent
 
 from threadstore.errors import ConfigurationError, ConflictError, InvalidInputError
-from threadstore.models import Chat, MessageStatus, RunStatus, utcnow
+from threadstore.models import Chat, MessageStatus, Run, RunStatus, utcnow
 from threadstore.store.base import RunRepositoryLike, Store
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "StreamPersistenceManager",
     "UserScopedAgent",
     "default_owner",
+    "event_json",
 ]
 
 logger = logging.getLogger(__name__)
@@ -136,6 +137,17 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+# JSON leaves these unescaped, but many line readers (Python's str.splitlines among
+# them) treat them as line breaks and would cut an SSE frame in two.
+_LINE_BREAKERS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
+def event_json(event: BaseEvent) -> str:
+    """The event's wire JSON: camelCase keys, unset optional fields left out, one line."""
+    text = event.model_dump_json(by_alias=True)
+    return text if text.isascii() else text.translate(_LINE_BREAKERS)
+
+
 class RunHandle(Generic[AgentT]):
     """One run started by :class:`StreamPersistenceManager`: its event log, cancel and wait."""
 
@@ -176,6 +188,13 @@ class RunHandle(Generic[AgentT]):
         self.user_uuid = _user_of(agent)
         self.exception = None
         self._events: list[BaseEvent] = []
+        self._json: dict[int, str] = {}  # event id -> wire JSON, while shared and live
+        self.share_json = False
+        """Whether :meth:`json_of` keeps each event's JSON for the run's other readers.
+
+        Set when a second reader serializes every event (the relay); kept only while
+        the run is live.
+        """
         self._base_id = 1  # id of self._events[0]
         self._last_id = 0
         self._max_buffered = max_buffered_events
@@ -276,6 +295,22 @@ class RunHandle(Generic[AgentT]):
             else:
                 await self._next_append()
 
+    def json_of(self, event_id: int, event: BaseEvent) -> str:
+        """``event``'s (number ``event_id`` of this run) wire JSON, serialized once per run.
+
+        Every reader of a live run (the client's stream, the relay) needs the same
+        text: with :attr:`share_json` the first to ask serializes the event, the
+        others reuse it.
+        """
+        if not self.share_json:
+            return event_json(event)
+        cached = self._json.get(event_id)
+        if cached is None:
+            cached = event_json(event)
+            if self._outcome is None:
+                self._json[event_id] = cached
+        return cached
+
     def _batch(self, next_id: int) -> list[BaseEvent]:
         """Every buffered event from id ``next_id`` on (which must exist)."""
         first = self.first_event_id
@@ -340,6 +375,7 @@ class RunHandle(Generic[AgentT]):
             drop = len(events) - limit
             del events[:drop]
             self._base_id += drop
+            self._json = {i: text for i, text in self._json.items() if i >= self._base_id}
         kind = event.type
         if kind in _RUN_BOUNDS:  # one set lookup for the events that are neither
             if kind == _RUN_STARTED:
@@ -415,6 +451,7 @@ class RunHandle(Generic[AgentT]):
                 self._append(RunStartedEvent(thread_id=self.thread_id, run_id=self.run_id))
             self._append(terminal)
         self._outcome = outcome
+        self._json = {}
         self._wake_readers()
         self._finished.set()
         on_done(self)
@@ -662,18 +699,32 @@ class StreamPersistenceManager(Generic[AgentT]):
                 run.owner == self.owner and (run.thread_id, run.run_id) in live_keys
             ):
                 continue
-            async with store.transaction():
-                await store.finalize_run_records(
-                    run.chat_uuid, run.run_id, MessageStatus.INTERRUPTED
-                )
-                await store.finish_run(
-                    run.chat_uuid,
-                    run.run_id,
-                    RunStatus.INTERRUPTED,
-                    error=f"owner {run.owner} stopped heartbeating",
-                )
+            await self.end_stale_run(run)
             swept += 1
         return swept
+
+    async def end_stale_run(self, run: Run) -> None:
+        """Finalize ``run``, whose owner stopped heartbeating, as :meth:`sweep` does.
+
+        Its still-in-progress records become ``interrupted`` and the run record is
+        finished ``interrupted``, which frees its chat for a new run.
+        """
+        store = self._require_store()
+        async with store.transaction():
+            await store.finalize_run_records(run.chat_uuid, run.run_id, MessageStatus.INTERRUPTED)
+            await store.finish_run(
+                run.chat_uuid,
+                run.run_id,
+                RunStatus.INTERRUPTED,
+                error=f"owner {run.owner} stopped heartbeating",
+            )
+
+    def discard(self, handle: RunHandle[AgentT]) -> None:
+        """Forget ``handle`` now instead of retaining it: for a run refused before it began,
+        whose id a client may use again."""
+        key = handle.key
+        self._cancel_forget_timer(key)
+        self._forget(key, handle)
 
     def _require_store(self) -> Store:
         if self._store is None:

@@ -8,7 +8,8 @@
   cancels it. Payload ``"<chat_uuid>/<run_id>"``.
 
 Each relayed run has an :class:`EventPump` that reads the run's in-process log like
-any other reader (never on the client's path) and serializes its events; the relay's
+any other reader (never on the client's path) and takes its events' JSON, serialized
+once for the pump and the client's stream (``RunHandle.json_of``); the relay's
 one :class:`RelayWriter` writes what all pumps have pending in one ``INSERT ...
 SELECT FROM unnest`` plus a ``NOTIFY`` per run, at least every ``flush_interval``
 seconds or as soon as ``batch_size`` events wait or a run ended. So the statements
@@ -424,6 +425,7 @@ class EventPump:
         self.pending: list[tuple[int, str]] = []
         """Events read and serialized, not yet written: ``(event_id, event JSON)``."""
         self.reading_done = False
+        handle.share_json = True  # the client's stream and this pump serialize each event once
         self._progress = asyncio.Event()  # replaced after each set, so each wait sees one
         self._done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._reader = asyncio.create_task(self._read(), name="threadstore-relay-read")
@@ -485,8 +487,9 @@ class EventPump:
     async def _read(self) -> None:
         writer = self.relay.writer
         try:
+            json_of = self.handle.json_of
             async for event_id, event in self.handle.numbered_events():
-                self.pending.append((event_id, event.model_dump_json(by_alias=True)))
+                self.pending.append((event_id, json_of(event_id, event)))
                 writer.has_pending(self)
         except Exception as exc:
             self.stop(exc)

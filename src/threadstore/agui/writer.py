@@ -99,7 +99,7 @@ class HandlerKind(Enum):
     APPLY = "apply"
     """The default: only ``state.apply(event)``, so the event is folded without awaiting."""
     IGNORE = "ignore"
-    """The default for unknown events: nothing."""
+    """A handler declared to do nothing: the event is only counted."""
     CUSTOM = "custom"
     """An override: awaited, in order, on the fold task."""
 
@@ -880,7 +880,7 @@ class RunPersister:
                 # A message opened to hold reasoning took the id of the answer it precedes.
                 fields["agui_id"] = record.agui_id
             if error is not None and record.owned:
-                metadata[ERROR_METADATA_KEY] = error  # read back as Message.error
+                fields["error"] = error
             update_cls = MessageUpdate
         elif record.kind is RecordKind.TOOL_CALL:
             fields = {

@@ -19,6 +19,7 @@ import ag_ui.core as ag
 
 from threadstore.chat.types import (
     AssistantTurn,
+    CitationPart,
     DataPart,
     FilePart,
     ReasoningPart,
@@ -370,20 +371,35 @@ def _segments(entries: list[dict[str, Any]], text: str) -> list[tuple[int, str]]
     return [(n, text[start:end]) for (start, n), end in zip(starts, ends, strict=True)]
 
 
+def _listed_part(entry: dict[str, Any], message: StoredMessage, id: str) -> UIMessagePart | None:
+    """The part a message's own entry stands for: a step start, a CUSTOM part, an activity."""
+    kind = entry.get("type")
+    if kind == "step-start":
+        return StepStartPart(step=entry.get("step", 0), name=entry.get("name"))
+    if kind == "citation":
+        return CitationPart(citation=entry.get("citation"))
+    if kind == "data" and "name" in entry:  # a CUSTOM event's payload, kept in the entry
+        data_id = entry.get("id")
+        return DataPart(
+            name=str(entry["name"]),
+            id=data_id if isinstance(data_id, str) else None,
+            payload=entry.get("payload"),
+        )
+    if kind == "data" and message.role == Role.ACTIVITY:
+        payload = message.activity_content or {}
+        return DataPart(name=message.activity_type or "", id=id, payload=payload)
+    return None
+
+
 def _parts_in_order(message: StoredMessage, id: str) -> list[tuple[int, UIMessagePart]]:
     """The parts a stored message's parts order names, with their places."""
     out: list[tuple[int, UIMessagePart]] = []
     entries = _entries(message.metadata)
     out += [(n, TextPart(text=text)) for n, text in _segments(entries, message.content) if text]
     for entry in entries:
-        if entry.get("type") == "step-start":
-            part = StepStartPart(step=entry.get("step", 0), name=entry.get("name"))
+        part = _listed_part(entry, message, id)
+        if part is not None:
             out.append((entry["n"], part))
-        elif entry.get("type") == "data" and message.role == Role.ACTIVITY:
-            payload = message.activity_content or {}
-            out.append(
-                (entry["n"], DataPart(name=message.activity_type or "", id=id, payload=payload))
-            )
     for step in message.reasonings:
         entries = _entries(step.metadata)
         out += [

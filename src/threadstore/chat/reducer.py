@@ -63,11 +63,9 @@ from threadstore.chat.types import (
     parse_arguments,
     wire_json,
 )
+from threadstore.models import CITATION_EVENT_NAME
 
 __all__ = ["CITATION_EVENT_NAME", "apply_event", "create_assistant_turn"]
-
-CITATION_EVENT_NAME = "citation"
-"""A ``CUSTOM`` event with this name is a citation (its value verbatim), not a data part."""
 
 _THINKING = "thinking"
 """The source id of reasoning from the deprecated ``THINKING_*`` events (they carry none)."""
@@ -361,12 +359,12 @@ def _step_finished(turn: AssistantTurn, event: StepFinishedEvent) -> AssistantTu
     return turn.evolve(buckets=_buckets(turn, steps=chain_replace(steps, open_step, finished)))
 
 
-def _data(turn: AssistantTurn, part: DataPart) -> AssistantTurn:
-    """Append a data part, or replace the one with the same name and string id in place."""
-    if part.id is not None and _find_data(turn, part.name, part.id) is not None:
+def _data(turn: AssistantTurn, part: DataPart, old: DataPart | None) -> AssistantTurn:
+    """Replace the data part ``old`` with ``part`` in place (in both chains), or append it."""
+    if old is not None:
 
         def same(item: Any) -> bool:
-            return isinstance(item, DataPart) and (item.name, item.id) == (part.name, part.id)
+            return item is old
 
         # Rebuilding both chains from the entry on costs O(parts after it).
         entries = chain_replace(turn.buckets.get("data_parts"), same, part)
@@ -375,8 +373,14 @@ def _data(turn: AssistantTurn, part: DataPart) -> AssistantTurn:
     return _push(turn, part, buckets=_buckets(turn, data_parts=_appended(turn, "data_parts", part)))
 
 
-def _find_data(turn: AssistantTurn, name: str, id: str) -> DataPart | None:
-    found = chain_find(turn.buckets.get("data_parts"), lambda e: (e.name, e.id) == (name, id))
+def _custom_data(turn: AssistantTurn, name: str, id: str) -> DataPart | None:
+    """The data part a CUSTOM event ``(name, id)`` addresses: never an activity's."""
+    activity = turn.notes.get("activities", {}).get((name, id))
+
+    def addressed(entry: Any) -> bool:
+        return (entry.name, entry.id) == (name, id) and entry is not activity
+
+    found = chain_find(turn.buckets.get("data_parts"), addressed)
     return found if isinstance(found, DataPart) else None
 
 
@@ -389,21 +393,33 @@ def _custom(turn: AssistantTurn, event: CustomEvent) -> AssistantTurn:
     value = event.value
     # Only a string id addresses an entry: anything else crossed the wire as something else.
     data_id = value.get("id") if isinstance(value, dict) else None
-    return _data(
-        turn,
-        DataPart(name=event.name, id=data_id if isinstance(data_id, str) else None, payload=value),
-    )
+    if not isinstance(data_id, str):
+        return _data(turn, DataPart(name=event.name, payload=value), None)
+    old = _custom_data(turn, event.name, data_id)
+    return _data(turn, DataPart(name=event.name, id=data_id, payload=value), old)
+
+
+# Activities and CUSTOM events address their own entries: an activity is a message of
+# its own in stored history, so a CUSTOM event of the same name and id never replaces it
+# (nor the reverse). ``notes["activities"]`` holds each activity's part by (type, id).
+
+
+def _activity(turn: AssistantTurn, part: DataPart, old: DataPart | None) -> AssistantTurn:
+    turn = _data(turn, part, old)
+    activities = {**turn.notes.get("activities", {}), (part.name, part.id): part}
+    return turn.evolve(notes={**turn.notes, "activities": activities})
 
 
 def _activity_snapshot(turn: AssistantTurn, event: ActivitySnapshotEvent) -> AssistantTurn:
-    if event.replace is False and _find_data(turn, event.activity_type, event.message_id):
+    old = turn.notes.get("activities", {}).get((event.activity_type, event.message_id))
+    if event.replace is False and old is not None:
         return turn.evolve()
     part = DataPart(name=event.activity_type, id=event.message_id, payload=event.content)
-    return _data(turn, part)
+    return _activity(turn, part, old)
 
 
 def _activity_delta(turn: AssistantTurn, event: ActivityDeltaEvent) -> AssistantTurn:
-    entry = _find_data(turn, event.activity_type, event.message_id)
+    entry = turn.notes.get("activities", {}).get((event.activity_type, event.message_id))
     if entry is None:
         return _warn(turn, f"ACTIVITY_DELTA for unknown activity {event.message_id!r} ignored")
     operations = [wire_json(op) for op in event.patch]
@@ -412,7 +428,7 @@ def _activity_delta(turn: AssistantTurn, event: ActivityDeltaEvent) -> Assistant
         payload = jsonpatch.apply_patch(copy.deepcopy(entry.payload), operations)
     except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
         return _warn(turn, f"ACTIVITY_DELTA for {event.message_id!r} does not apply: {exc}")
-    return _data(turn, entry.model_copy(update={"payload": payload}))
+    return _activity(turn, entry.model_copy(update={"payload": payload}), entry)
 
 
 # --- the run's end -------------------------------------------------------------------

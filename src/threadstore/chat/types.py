@@ -14,7 +14,15 @@ import json
 from collections.abc import Callable, Iterator, Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_serializer,
+    model_serializer,
+)
+from pydantic_core import to_jsonable_python
 
 __all__ = [
     "AssistantTurn",
@@ -83,6 +91,12 @@ class ToolPart(_UIModel):
     tool_call_id: str
 
 
+def _json_value(value: Any) -> Any:
+    # Bytes anywhere in a producer's value are base64 in JSON, as the models' own bytes
+    # fields are, whatever model holds this part (a page, a response).
+    return to_jsonable_python(value, bytes_mode="base64")
+
+
 class DataPart(_UIModel):
     """Application data (a CUSTOM event or an activity); a string ``id`` makes it addressable."""
 
@@ -91,12 +105,20 @@ class DataPart(_UIModel):
     id: str | None = None
     payload: Any = None
 
+    @field_serializer("payload", when_used="json")
+    def _payload_json(self, value: Any) -> Any:
+        return _json_value(value)
+
 
 class CitationPart(_UIModel):
     """A source the answer cites, as the producer sent it."""
 
     type: Literal["citation"] = "citation"
     citation: Any = None
+
+    @field_serializer("citation", when_used="json")
+    def _citation_json(self, value: Any) -> Any:
+        return _json_value(value)
 
 
 class StepStartPart(_UIModel):

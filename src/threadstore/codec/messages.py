@@ -35,9 +35,11 @@ __all__ = [
     "AGUI_METADATA_KEY",
     "DEFAULT_MIME_TYPE",
     "SUBAGENT_METADATA_KEY",
+    "SUBAGENT_NO_RESULT_ERROR",
     "TOOL_CALL_ID_METADATA_KEY",
     "HistoryTranslator",
     "message_create_from_agui",
+    "replayed_tool_error",
     "tool_result_message_id",
     "tool_result_text",
     "translate_messages",
@@ -80,6 +82,31 @@ def tool_result_text(content: str | Sequence[Any]) -> tuple[str, bool]:
 def tool_result_message_id(tool_call: ToolCall) -> str:
     """Return the AG-UI id of the tool message carrying ``tool_call``'s result."""
     return tool_call.result_message_id or f"{tool_call.tool_call_id}-result"
+
+
+SUBAGENT_NO_RESULT_ERROR = "the sub-agent ended without a result for this call"
+"""The error a finished sub-agent's call that never got a result replays with."""
+
+
+def replayed_tool_error(tool_call: ToolCall, subagent_run_id: str | None) -> str | None:
+    """The error ``tool_call``'s replayed result carries; ``None`` for none.
+
+    A call's own ``error`` (a crash sets it on the calls it interrupts), else, for a
+    sub-agent's call that ended without a result, :data:`SUBAGENT_NO_RESULT_ERROR`:
+    nobody answers such a call later (a client answers the agent's own calls), and
+    providers refuse a call left without a result.
+    ``subagent_run_id`` is that of the message holding the call.
+    """
+    if tool_call.error is not None:
+        return tool_call.error
+    if (
+        tool_call.content is not None
+        or tool_call.result_message_id is not None
+        or tool_call.in_progress
+        or (subagent_run_id or tool_call.metadata.get(SUBAGENT_METADATA_KEY)) is None
+    ):
+        return None
+    return SUBAGENT_NO_RESULT_ERROR
 
 
 class _Ids:
@@ -147,6 +174,15 @@ def _has_own_form(message: Message) -> bool:
         )
     if message.role is Role.TOOL:
         return isinstance(message.metadata.get(TOOL_CALL_ID_METADATA_KEY), str)
+    if message.role is Role.ASSISTANT and message.agui_id is None and message.reasonings:
+        # A message that only holds a turn's reasoning (no answer followed it): a client
+        # saw reasoning messages and nothing else, so nothing else replays.
+        return bool(
+            message.content
+            or message.content_parts
+            or message.tool_calls
+            or message.encrypted_value is not None
+        )
     return True
 
 
@@ -249,19 +285,20 @@ class HistoryTranslator:
             for step in after:
                 _append_reasoning(out, ids, step, subagent)
             for call in _by_seq(message.tool_calls):
-                if call.content is None and call.error is None:
+                error = replayed_tool_error(call, subagent)
+                if call.content is None and error is None:
                     continue
                 result_id = ids.claim(tool_result_message_id(call), call.uuid)
                 if result_id is not None:
                     # An empty result replays as the seed layer replays it: a model given
                     # an empty tool message may take the call as not answered.
-                    empty = f"Completed {call.name}" if call.error is None else ""
+                    empty = f"Completed {call.name}" if error is None else ""
                     out.append(
                         ag.ToolMessage(
                             id=result_id,
                             content=call.content or empty,
                             tool_call_id=call.tool_call_id,
-                            error=call.error,
+                            error=error,
                             subagent_run_id=subagent,
                         )
                     )

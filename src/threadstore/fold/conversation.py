@@ -101,10 +101,11 @@ class ConversationFold(SnapshotFolding, TextFolding, DocumentFolding):
             # THINKING_* fold exactly as their REASONING_* twins, with deterministic ids.
             event = self._thinking(event)
             kind = event_type_name(event)
-        self.close_chunks(keep=_CHUNK_KINDS.get(kind))
         handler = self._HANDLERS.get(kind)
-        if handler is not None:
-            handler(self, event)
+        if handler is None:
+            return False  # RAW and unknown types: nothing of the conversation, a chunk run goes on
+        self.close_chunks(keep=_CHUNK_KINDS.get(kind))
+        handler(self, event)
         return self.boundary
 
     def apply_deltas(self, events: Sequence[BaseEvent], start: int = 0) -> int:
@@ -154,6 +155,7 @@ class ConversationFold(SnapshotFolding, TextFolding, DocumentFolding):
 
     def _end_run(self, status: MessageStatus, key: str, summary: dict[str, Any]) -> None:
         self.run.status = _TERMINAL_RUN[status]
+        self.list_pending_parts()  # first: it may open the message the outcome is kept on
         kept = {k: v for k, v in summary.items() if v is not None}
         last = self.last_message()
         if last is not None and kept:

@@ -10,7 +10,11 @@ from collections.abc import Container, Iterable
 from typing import Any, NamedTuple
 from uuid import UUID
 
-from threadstore.codec.messages import tool_result_message_id
+from threadstore.codec.messages import (
+    SUBAGENT_METADATA_KEY,
+    replayed_tool_error,
+    tool_result_message_id,
+)
 from threadstore.models import Message, Role, ToolCall
 
 __all__ = [
@@ -29,9 +33,15 @@ def stored_ids(messages: Iterable[Message]) -> set[str]:
         ids.add(str(message.message_uuid))
         if message.agui_id:
             ids.add(message.agui_id)
+        subagent = message.metadata.get(SUBAGENT_METADATA_KEY)
         for call in message.tool_calls:
             ids.update((call.tool_call_id, str(call.uuid)))
-            if call.result_message_id or call.content is not None or call.error is not None:
+            # Every result a replay lists, including one it gives an unanswered call.
+            if (
+                call.result_message_id
+                or call.content is not None
+                or replayed_tool_error(call, subagent) is not None
+            ):
                 ids.add(tool_result_message_id(call))
         for step in message.reasonings:
             ids.add(str(step.uuid))
@@ -71,8 +81,8 @@ class HistoryIndex:
         """Each message's AG-UI id (or uuid), with where it was first stored."""
         self.pending: dict[str, tuple[int, ToolCall]] = {}
         """:func:`pending_tool_calls`, each call with where its message stands."""
-        self.assistant: dict[str, tuple[int, UUID]] = {}
-        """Assistant messages by AG-UI id (the last one stored with each id)."""
+        self.assistant: dict[str, list[tuple[int, UUID]]] = {}
+        """Assistant messages by AG-UI id, each id's in the order they were stored."""
         self.feed(messages)
 
     def feed(self, messages: Iterable[Message]) -> None:
@@ -86,12 +96,20 @@ class HistoryIndex:
                 first(message.agui_id, at)
                 self.messages.setdefault(message.agui_id, at)
                 if message.role == Role.ASSISTANT:
-                    self.assistant[message.agui_id] = (at, message.message_uuid)
+                    self.assistant.setdefault(message.agui_id, []).append(
+                        (at, message.message_uuid)
+                    )
             self.messages.setdefault(str(message.message_uuid), at)
+            subagent = message.metadata.get(SUBAGENT_METADATA_KEY)
             for call in message.tool_calls:
                 first(call.tool_call_id, at)
                 first(str(call.uuid), at)
-                if call.result_message_id or call.content is not None or call.error is not None:
+                # As stored_ids: every result a replay lists.
+                if (
+                    call.result_message_id
+                    or call.content is not None
+                    or replayed_tool_error(call, subagent) is not None
+                ):
                     first(tool_result_message_id(call), at)
                 if call.content is None and call.result_message_id is None:
                     self.pending[call.tool_call_id] = (at, call)
@@ -118,15 +136,20 @@ class _Before:
     def __init__(self, positions: dict[str, Any], length: int) -> None:
         self._map, self._length = positions, length
 
-    def __contains__(self, key: object) -> bool:
+    def _entry(self, key: object) -> int | tuple[int, Any] | None:
         found = self._map.get(key)  # type: ignore[call-overload]
-        return found is not None and _position(found) < self._length
+        if isinstance(found, list):  # several entries: the last one within the length
+            return next((e for e in reversed(found) if e[0] < self._length), None)
+        if found is None or _position(found) >= self._length:
+            return None
+        return found  # type: ignore[no-any-return]
+
+    def __contains__(self, key: object) -> bool:
+        return self._entry(key) is not None
 
     def get(self, key: str) -> Any:
         """The value stored under ``key`` (a position's companion, when it has one)."""
-        found = self._map.get(key)
-        if found is None or _position(found) >= self._length:
-            return None
+        found = self._entry(key)
         return found[1] if isinstance(found, tuple) else found
 
 

@@ -26,6 +26,10 @@ CHUNK_SLOTS = ("text_chunk", "tool_chunk", "reasoning_chunk")
 """The attributes naming the record a run of ``*_CHUNK`` events of each kind extends."""
 
 
+_NOT_THE_AGENTS = (Role.USER, Role.SYSTEM, Role.DEVELOPER)
+"""Roles of text messages a run may carry that are not the agent's turn (no parts listed)."""
+
+
 def family(role: Role) -> str:
     """Group roles whose events may share a message: text, reasoning, activity."""
     return role.value if role in (Role.REASONING, Role.ACTIVITY) else "text"
@@ -80,6 +84,10 @@ class RecordTable:
         """Key of the record whose text or reasoning segment is open (the newest element)."""
         self._pending_parts: list[dict[str, Any]] = []
         self._step_count = 0
+        self._data_entries: dict[tuple[str, str], dict[str, Any]] = {}
+        """Addressable CUSTOM entries of this run by (name, string id), to replace in place."""
+        self._entry_holders: dict[int, str] = {}
+        """Which record lists each CUSTOM entry, by the entry's ``n``."""
         self._holders: dict[str | None, str] = {}
         """Per subagent scope: the message opened to hold reasoning, waiting for its id."""
 
@@ -196,8 +204,9 @@ class RecordTable:
             self.known_ids.add(agui_id)
         if kind is RecordKind.MESSAGE:
             self._last_message[scope] = key
-            if scope is None and self._pending_parts:
-                record.metadata[PARTS_METADATA_KEY] = self._pending_parts  # steps before it
+            if scope is None and self._pending_parts and role not in _NOT_THE_AGENTS:
+                # Steps (and CUSTOM parts) that came before any message of the agent's.
+                self._list(record, self._pending_parts)
                 self._pending_parts = []
         self.touch(record, content=True)
         self._changes.opened.append(record)
@@ -249,17 +258,57 @@ class RecordTable:
     # when they open, never per delta, so the order is written with that record's own
     # writes: no record is written again just because another one opened.
 
-    def add_part(self, record: FoldRecord | None, entry: dict[str, Any]) -> None:
+    def add_part(self, record: FoldRecord | None, entry: dict[str, Any]) -> dict[str, Any]:
         """List a new element on ``record`` (None: the agent's next message); seals the segment."""
         entry = {"n": next(self._part_numbers), **entry}
         self.parts_tail = None
         if record is None:
             self._pending_parts.append(entry)
-            return
-        if not record.owned:
-            return  # a stored record of an earlier run keeps the order it was written with
-        record.metadata.setdefault(PARTS_METADATA_KEY, []).append(entry)
-        self.touch(record)
+        elif record.owned:  # a stored record of an earlier run keeps the order it was written with
+            self._list(record, [entry])
+            self.touch(record)
+        return entry
+
+    def _list(self, record: FoldRecord, entries: list[dict[str, Any]]) -> None:
+        record.metadata.setdefault(PARTS_METADATA_KEY, []).extend(entries)
+        for entry in entries:
+            if "name" in entry:  # a CUSTOM entry: a later event may replace it in place
+                self._entry_holders[entry["n"]] = record.key
+
+    def current_message(self) -> FoldRecord | None:
+        """The agent's message a CUSTOM part is listed on: its last one of the turn, if any."""
+        last = self.last_message_of(None)
+        if last is None or not last.owned or last.role in _NOT_THE_AGENTS:
+            return None
+        return last
+
+    def add_data_part(self, entry: dict[str, Any]) -> None:
+        """List a CUSTOM part (``data`` or ``citation``) on the agent's current message.
+
+        With no current message it waits, as a step start does, for the agent's next
+        message, or the run's last one at its end (:meth:`list_pending_parts`).
+        """
+        entry = self.add_part(self.current_message(), entry)
+        if isinstance(entry.get("id"), str):
+            self._data_entries[(entry["name"], entry["id"])] = entry
+        self.mark_boundary()
+
+    def replace_data_part(self, name: str, id: str, fields: dict[str, Any]) -> bool:
+        """Replace the payload of this run's CUSTOM entry ``(name, id)`` in place; False if none.
+
+        The entry keeps its place, and the open segment stays open: nothing new opened.
+        """
+        entry = self._data_entries.get((name, id))
+        if entry is None:
+            return False
+        for key in ("payload", "omitted"):
+            entry.pop(key, None)
+        entry.update(fields)
+        holder = self.records.get(self._entry_holders.get(entry["n"], ""))
+        if holder is not None:
+            self.touch(holder)
+        self.mark_boundary()
+        return True
 
     def grow_segment(self, kind: str, record: FoldRecord) -> None:
         """Before a delta of ``record``: open a text/reasoning segment unless it is the open one."""
@@ -285,12 +334,24 @@ class RecordTable:
         self._step_count += 1
 
     def list_pending_parts(self) -> None:
-        """At the run's end: steps no message followed are listed on the agent's last message."""
-        last = self.last_message_of(None)
-        if self._pending_parts and last is not None and last.owned:
-            last.metadata.setdefault(PARTS_METADATA_KEY, []).extend(self._pending_parts)
+        """At the run's end: parts no message followed are listed on the agent's last message.
+
+        A run that opened no message of the agent's keeps its step starts nowhere, but
+        its CUSTOM parts are what it showed: a message with no AG-UI id is opened to
+        hold them (and the steps), as the live turn shows them.
+        """
+        pending, self._pending_parts = self._pending_parts, []
+        if not pending:
+            return
+        last = self.current_message()
+        if last is None and any(entry["type"] != "step-start" for entry in pending):
+            self._pending_parts = pending
+            self.message_for(None, Role.ASSISTANT, None)  # it takes the pending parts
+            return
+        last = last or self.last_message_of(None)
+        if last is not None and last.owned:
+            self._list(last, pending)
             self.touch(last)
-        self._pending_parts = []
 
     # --- messages by id ------------------------------------------------------------------
 

@@ -96,11 +96,14 @@ class _RunFrames:
         stream: NumberedEvents | None = None,
         reopen: Reopen | None = None,
         after: int = 0,
+        json_of: Callable[[int, BaseEvent], str] | None = None,
     ) -> None:
         self._head = deque(head)
         self._stream = stream
         self._reopen = reopen
         self._sent = after
+        self._json_of = json_of
+        """A local run's shared JSON of its events (``RunHandle.json_of``), if any."""
 
     async def __call__(self) -> AsyncIterator[bytes]:
         """Yield the frames not yet yielded."""
@@ -112,10 +115,12 @@ class _RunFrames:
             stream = await self._reopen(self._sent)
         if stream is None:
             return
+        json_of = self._json_of
         try:
             async for event_id, event in stream:
                 self._sent = event_id
-                yield encode_frame(event, event_id)
+                text = None if json_of is None else json_of(event_id, event)
+                yield encode_frame(event, event_id, text)
         finally:
             # A relayed stream holds a wake-up registration until it is closed.
             await close_iterator(stream)
@@ -172,7 +177,7 @@ async def run_agent(run_input: RunAgentInput, state: AppState, user: CurrentUser
         handle = await state.runs.start(state, user, run_input)
     except RunConflictError as exc:
         return error_response(409, str(exc), code=exc.code, **exc.fields)
-    return _stream(state, _RunFrames(reopen=_local_reopen(handle)))
+    return _stream(state, _RunFrames(reopen=_local_reopen(handle), json_of=handle.json_of))
 
 
 def _check_run_ids(state: ServerState, thread_id: str, run_id: str) -> None:

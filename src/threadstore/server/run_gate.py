@@ -5,9 +5,12 @@ twice, so a ``(thread, run id)`` the store or this process already knows is refu
 with a 409 naming where its events and messages are. Two runs on one thread at once
 would interleave their messages in the chat, so a thread with a live run, in this
 process or (by its fresh heartbeat in the store) in another, refuses a second one with
-a 409 naming the live run. In one process the check and the start are atomic; between
-processes a run is visible from the moment its run record is written, a few
-milliseconds after its POST.
+a 409 naming the live run. In one process the check and the start are atomic. Between
+processes the store decides: it holds one running run per chat (a unique index), and
+the storage agent writes its run record before anything else of the run, so of two
+processes starting runs on one thread at once, one gets the 409 with nothing stored.
+A run left running by an owner that stopped heartbeating does not hold the thread: it
+is finalized as interrupted, as the sweep would, and the new run starts.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from uuid import UUID
 
 from ag_ui.core import RunAgentInput
 
+from threadstore.agui.agent import StorageAgent
 from threadstore.agui.manager import RunHandle
 from threadstore.errors import ConflictError
 from threadstore.models import RunStatus, utcnow
@@ -64,7 +68,9 @@ class RunGate:
         try:
             async with lock:
                 await self._check(state, user, run_input)
-                return await state.manager.run(run_input, user)
+                handle = await state.manager.run(run_input, user)
+                await self._claimed(state, handle, run_input)
+                return handle
         finally:
             lock, users = self._locks[key]
             if users == 1:
@@ -91,8 +97,42 @@ class RunGate:
             raise self._ran(thread_id, run_id, run.status, chat.chat_uuid)
         running = await state.store.get_stale_runs(utcnow() + _EVERY_RUNNING_RUN)
         for other in running:
-            if other.chat_uuid == chat.chat_uuid and other.heartbeat_at >= fresh_since:
+            if other.chat_uuid != chat.chat_uuid:
+                continue
+            if other.heartbeat_at >= fresh_since:
                 raise self._live(thread_id, other.run_id, run_id)
+            # Its owner stopped heartbeating: it would hold the chat until a sweep.
+            await state.manager.end_stale_run(other)
+
+    async def _claimed(
+        self, state: ServerState, handle: RunHandle[Any], run_input: RunAgentInput
+    ) -> None:
+        """Wait until the run's agent has claimed the chat in the store, or was refused."""
+        agent = handle.agent
+        if not isinstance(agent, StorageAgent):
+            return
+        set_up = asyncio.ensure_future(agent.set_up.wait())
+        ended = asyncio.ensure_future(handle.wait())
+        try:
+            await asyncio.wait((set_up, ended), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            set_up.cancel()
+            ended.cancel()
+        refused = agent.refused_by
+        if refused is None:
+            return
+        # Another process started a run on the thread between _check and this one's
+        # start: the store kept this one out before it wrote anything.
+        state.manager.discard(handle)
+        live = refused.live_run_id
+        if live is not None:
+            raise self._live(run_input.thread_id, live, run_input.run_id)
+        raise RunConflictError(
+            f"thread {run_input.thread_id} had a live run when {run_input.run_id} started;"
+            " it has ended since: start the run again",
+            code="run_live",
+            fields={"thread_id": run_input.thread_id},
+        )
 
     @staticmethod
     def _live(thread_id: str, live_run_id: str, run_id: str) -> RunConflictError:

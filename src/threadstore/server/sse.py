@@ -15,6 +15,7 @@ from typing import Any
 from ag_ui.core import BaseEvent
 from fastapi.responses import StreamingResponse
 
+from threadstore.agui.manager import event_json
 from threadstore.errors import InvalidInputError
 
 __all__ = [
@@ -47,21 +48,17 @@ calls the source again for the rest of the stream after the keep-alive comment.
 """
 
 
-# JSON leaves these unescaped, but many line readers (Python's str.splitlines among
-# them) treat them as line breaks and would cut a frame in two.
-_LINE_BREAKERS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+encode_event = event_json
+"""Return the event's wire JSON (camelCase keys, unset optional fields left out, one line)."""
 
 
-def encode_event(event: BaseEvent) -> str:
-    """Return the event's wire JSON (camelCase keys, unset optional fields left out)."""
-    text = event.model_dump_json(by_alias=True)
-    return text if text.isascii() else text.translate(_LINE_BREAKERS)
+def encode_frame(event: BaseEvent, event_id: int | None = None, text: str | None = None) -> bytes:
+    """Return one SSE frame for ``event``, with an ``id:`` line when ``event_id`` is given.
 
-
-def encode_frame(event: BaseEvent, event_id: int | None = None) -> bytes:
-    """Return one SSE frame for ``event``, with an ``id:`` line when ``event_id`` is given."""
+    ``text``: the event's JSON when the caller has it already (see ``RunHandle.json_of``).
+    """
     head = f"id: {event_id}\n" if event_id is not None else ""
-    return f"{head}data: {encode_event(event)}\n\n".encode()
+    return f"{head}data: {event_json(event) if text is None else text}\n\n".encode()
 
 
 class _IdleWatch:

@@ -251,6 +251,8 @@ class Capabilities:
     """``update_chat_state``: the chat's AG-UI state is stored."""
     run_records: bool = False
     """``finalize_run_records``: a run's leftover in-progress records are finalized at its end."""
+    one_running_run: bool = False
+    """``start_run`` raises ``RunLiveError`` for a second running run of a chat."""
 
 
 NO_CAPABILITIES = Capabilities()
@@ -429,7 +431,7 @@ class Store(abc.ABC):
     tool_call_model: type[ToolCall]
     reasoning_model: type[Reasoning]
     capabilities: ClassVar[Capabilities] = Capabilities(
-        batch_writes=True, chat_state=True, run_records=True
+        batch_writes=True, chat_state=True, run_records=True, one_running_run=True
     )
     history_cache: HistoryCache | None = None
     """Whole histories read before, reused while their chat's history version is unchanged."""

@@ -43,6 +43,7 @@ def message_create(message: Message, chat_uuid: UUID, parent_uuid: UUID | None) 
         run_id=message.run_id,
         metadata=message.metadata,
         created_at=message.created_at,
+        error=message.error,
     )
 
 

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 from uuid import UUID
 
-from threadstore.errors import ConflictError, NotFoundError
+from threadstore.errors import ConflictError, NotFoundError, RunLiveError
 from threadstore.keys import chat_deduplication_key
 from threadstore.models import (
     Chat,
@@ -466,6 +466,15 @@ class MemoryStore(Store):
             key = (run.chat_uuid, run.run_id)
             stored = self._state.runs.get(key)
             if stored is None:
+                if run.status == RunStatus.RUNNING and run.exclusive:
+                    # One exclusive running run per chat, as the SQL stores' index has it.
+                    for (chat_uuid, run_id), other in self._state.runs.items():
+                        if (
+                            chat_uuid == run.chat_uuid
+                            and other.status == RunStatus.RUNNING
+                            and other.exclusive
+                        ):
+                            raise RunLiveError(run.chat_uuid, run_id)
                 stored = self._state.runs[key] = run.model_copy(deep=True)
             return stored.model_copy(deep=True)
 

@@ -40,6 +40,7 @@ from threadstore.errors import (
     InvalidInputError,
     MigrationError,
     NotFoundError,
+    RunLiveError,
     StoreError,
 )
 from threadstore.models import (
@@ -694,7 +695,17 @@ class PostgresStore(Store):
     async def start_run(self, run: Run) -> Run:
         async with self._connection() as conn:
             values = {**run.__dict__, "format_version": FORMAT_VERSION}
-            rows = await self._fetch_on(conn, sql.INSERT_RUN, *params(_PLANS.run, values))
+            try:
+                rows = await conn.fetch(sql.INSERT_RUN, *params(_PLANS.run, values))
+            except asyncpg.UniqueViolationError as exc:
+                if exc.constraint_name != sql.ONE_RUNNING_RUN:
+                    raise _translate(exc) from exc
+                # On a connection of its own: a transaction this call joined has failed.
+                async with self.borrow() as other:
+                    live = await other.fetchval(sql.RUNNING_RUN_OF_CHAT, run.chat_uuid)
+                raise RunLiveError(run.chat_uuid, live) from exc
+            except asyncpg.PostgresError as exc:
+                raise _translate(exc) from exc
             if not rows:
                 rows = await self._fetch_on(
                     conn,

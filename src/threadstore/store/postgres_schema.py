@@ -193,6 +193,118 @@ MIGRATIONS: list[str] = [
     ALTER TABLE chats ADD COLUMN deleted_at timestamptz;
     CREATE INDEX chats_soft_deleted ON chats (deleted_at) WHERE deleted_at IS NOT NULL;
     """,
+    # Reasoning nests in the assistant message of its turn. Versions before it stored each
+    # streamed reasoning block as a message of role 'reasoning' holding one step (no text
+    # of its own). Each such message folds into the assistant message that follows it in
+    # the same run when that is its only child and it is no chat's leaf (a chain of such
+    # messages folds into the message the chain ends at); else it stays, as an assistant
+    # message holding only reasoning. Steps keep their order ahead of the holder's own
+    # records; every pointer at a removed message moves to its holder.
+    """
+    CREATE TEMPORARY TABLE reasoning_fold_next ON COMMIT DROP AS
+    SELECT m.message_uuid AS uuid, (
+        SELECT c.message_uuid FROM messages c
+         WHERE c.parent_uuid = m.message_uuid AND c.chat_uuid = m.chat_uuid
+           AND c.run_id IS NOT DISTINCT FROM m.run_id
+           AND c.metadata -> 'subagent_run_id' IS NOT DISTINCT FROM m.metadata -> 'subagent_run_id'
+           AND (c.role = 'assistant' OR (c.role = 'reasoning' AND c.content = ''
+                AND c.encrypted_value IS NULL
+                AND EXISTS (SELECT 1 FROM reasonings r WHERE r.message_uuid = c.message_uuid)))
+           AND (SELECT count(*) FROM messages s WHERE s.parent_uuid = m.message_uuid) = 1
+           AND NOT EXISTS (SELECT 1 FROM chats h WHERE h.active_leaf_uuid = m.message_uuid)
+    ) AS next
+      FROM messages m
+     WHERE m.role = 'reasoning' AND m.content = '' AND m.encrypted_value IS NULL
+       AND EXISTS (SELECT 1 FROM reasonings r WHERE r.message_uuid = m.message_uuid);
+
+    CREATE TEMPORARY TABLE reasoning_fold ON COMMIT DROP AS
+    WITH RECURSIVE walk (uuid, cur) AS (
+        SELECT uuid, uuid FROM reasoning_fold_next
+        UNION ALL
+        SELECT w.uuid, n.next FROM walk w JOIN reasoning_fold_next n ON n.uuid = w.cur
+         WHERE n.next IS NOT NULL
+    )
+    SELECT w.uuid, w.cur AS holder FROM walk w
+     WHERE NOT EXISTS (SELECT 1 FROM reasoning_fold_next n
+                        WHERE n.uuid = w.cur AND n.next IS NOT NULL);
+
+    -- The folded messages' records, numbered in the order they streamed.
+    CREATE TEMPORARY TABLE reasoning_fold_child ON COMMIT DROP AS
+    SELECT kind, uuid, holder,
+           row_number() OVER (PARTITION BY holder ORDER BY message_seq, child_seq, kind) AS seq
+      FROM (SELECT 'r' AS kind, r.uuid, f.holder, m.seq AS message_seq, r.seq AS child_seq
+              FROM reasonings r JOIN reasoning_fold f ON f.uuid = r.message_uuid
+              JOIN messages m ON m.message_uuid = r.message_uuid
+            UNION ALL
+            SELECT 't', t.uuid, f.holder, m.seq, t.seq
+              FROM tool_calls t JOIN reasoning_fold f ON f.uuid = t.message_uuid
+              JOIN messages m ON m.message_uuid = t.message_uuid) AS children;
+
+    -- A holder's own records come after the reasoning that preceded it.
+    UPDATE reasonings r SET seq = r.seq + n.moved
+      FROM (SELECT holder, count(*) AS moved FROM reasoning_fold_child GROUP BY holder) n
+     WHERE r.message_uuid = n.holder
+       AND r.message_uuid NOT IN (SELECT uuid FROM reasoning_fold);
+    UPDATE tool_calls t SET seq = t.seq + n.moved
+      FROM (SELECT holder, count(*) AS moved FROM reasoning_fold_child GROUP BY holder) n
+     WHERE t.message_uuid = n.holder
+       AND t.message_uuid NOT IN (SELECT uuid FROM reasoning_fold);
+    UPDATE reasonings r SET message_uuid = c.holder, seq = c.seq
+      FROM reasoning_fold_child c WHERE c.kind = 'r' AND c.uuid = r.uuid;
+    UPDATE tool_calls t SET message_uuid = c.holder, seq = c.seq
+      FROM reasoning_fold_child c WHERE c.kind = 't' AND c.uuid = t.uuid;
+    UPDATE messages m SET last_child_seq = (
+        SELECT COALESCE(max(seq), 0) FROM (
+            SELECT seq FROM reasonings WHERE message_uuid = m.message_uuid
+            UNION ALL SELECT seq FROM tool_calls WHERE message_uuid = m.message_uuid) AS s)
+     WHERE m.message_uuid IN (SELECT holder FROM reasoning_fold);
+
+    -- The holder takes the place of the first message folded into it.
+    UPDATE messages h SET parent_uuid = (
+        SELECT m.parent_uuid FROM messages m JOIN reasoning_fold f ON f.uuid = m.message_uuid
+         WHERE f.holder = h.message_uuid AND f.uuid <> f.holder
+         ORDER BY m.seq LIMIT 1)
+     WHERE h.message_uuid IN (SELECT holder FROM reasoning_fold WHERE uuid <> holder);
+    UPDATE messages m SET parent_uuid = f.holder
+      FROM reasoning_fold f WHERE f.uuid = m.parent_uuid AND f.uuid <> f.holder;
+    UPDATE chats c SET active_leaf_uuid = f.holder
+      FROM reasoning_fold f WHERE f.uuid = c.active_leaf_uuid AND f.uuid <> f.holder;
+    UPDATE chats c SET forked_from_message_uuid = f.holder
+      FROM reasoning_fold f WHERE f.uuid = c.forked_from_message_uuid AND f.uuid <> f.holder;
+    DELETE FROM messages WHERE message_uuid IN (SELECT uuid FROM reasoning_fold
+                                                 WHERE uuid <> holder);
+    -- A holder left without an answer is an assistant message that names no AG-UI id
+    -- of its own (its steps carry it), as the fold writes one today.
+    UPDATE messages SET role = 'assistant', agui_id = NULL
+     WHERE message_uuid IN (SELECT holder FROM reasoning_fold) AND role = 'reasoning';
+    -- The leaf's parent as an append reads it, and a new version for every chat changed.
+    UPDATE chats c SET leaf_parent_uuid = m.parent_uuid, version = nextval('chat_versions')
+      FROM messages m
+     WHERE m.message_uuid = c.active_leaf_uuid
+       AND c.chat_uuid IN (SELECT m2.chat_uuid FROM messages m2 JOIN reasoning_fold f
+                            ON f.holder = m2.message_uuid);
+    """,
+    # Message.error has a column; versions before it kept the text in metadata["error"].
+    """
+    ALTER TABLE messages ADD COLUMN error text;
+    UPDATE messages SET error = metadata ->> 'error', metadata = metadata - 'error'
+     WHERE jsonb_typeof(metadata -> 'error') = 'string';
+    """,
+    # One running run per chat that continues the chat's leaf (an exclusive run), enforced
+    # here so two processes cannot both start one. Runs that branch (regenerate, edit)
+    # hang their messages under their own branch point and may run beside it. Runs
+    # left running together before (a crashed owner's, say) keep running; all but the
+    # newest count as not exclusive, and end as their owner or a sweep ends them.
+    """
+    ALTER TABLE runs ADD COLUMN exclusive boolean NOT NULL DEFAULT true;
+    UPDATE runs r SET exclusive = false
+     WHERE r.status = 'running' AND EXISTS (
+           SELECT 1 FROM runs n WHERE n.chat_uuid = r.chat_uuid AND n.status = 'running'
+              AND (n.heartbeat_at, n.created_at, n.run_id)
+                  > (r.heartbeat_at, r.created_at, r.run_id));
+    CREATE UNIQUE INDEX runs_one_running_per_chat ON runs (chat_uuid)
+     WHERE status = 'running' AND exclusive;
+    """,
     # Incremental histories: every message, tool call and reasoning row records a chat
     # version drawn when it was last written, after its statement moved the chat's
     # version (and took the chat's row lock), so it is above every version committed
@@ -449,6 +561,13 @@ INSERT_RUN = (
     f"INSERT INTO runs ({_names(RUN_INSERT)}) SELECT {_typed(RUN_INSERT)}"
     f" WHERE EXISTS (SELECT 1 FROM chats WHERE chat_uuid = {_param(RUN_INSERT, 'chat_uuid')})"
     " ON CONFLICT (chat_uuid, run_id) DO NOTHING" + RUN_RETURNING
+)
+
+ONE_RUNNING_RUN = "runs_one_running_per_chat"
+"""The unique index over running runs: one per chat."""
+
+RUNNING_RUN_OF_CHAT = (
+    "SELECT run_id FROM runs WHERE chat_uuid = $1 AND status = 'running' AND exclusive"
 )
 
 HEARTBEAT_RUNS = (

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import json
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from functools import cache
@@ -112,14 +113,21 @@ class WriterLock:
     neither interleave with it nor read its uncommitted writes. The lock also counts
     the tasks holding or waiting for it: a statement may skip the queue only when
     nobody is in it (:attr:`idle`), which keeps statements in the order they asked.
+    Waiters are served in order, except that a ``background`` turn (a flush nobody
+    waits for) lets every waiting foreground one go first.
     """
 
     def __init__(self) -> None:
-        self._lock = asyncio.Lock()
+        self._locked = False
+        self._background_holds = False  # the holder took a background turn
+        self._foreground: deque[asyncio.Future[None]] = deque()
+        self._background: deque[asyncio.Future[None]] = deque()
         self._holder: contextvars.ContextVar[bool] = contextvars.ContextVar(
             f"writer_lock_{id(self)}", default=False
         )
         self._users = 0
+        self.overtaken = 0
+        """How often a foreground turn was served while a background one waited."""
 
     @property
     def held(self) -> bool:
@@ -131,9 +139,49 @@ class WriterLock:
         """True when no task holds the lock or waits for it."""
         return self._users == 0
 
-    def turn(self) -> _Turn:
+    @property
+    def background_only(self) -> bool:
+        """True when the lock is free or held by a background turn, and no foreground waits."""
+        return (not self._locked or self._background_holds) and not self._foreground
+
+    @property
+    def waiting(self) -> int:
+        """How many tasks wait for the lock."""
+        return len(self._foreground) + len(self._background)
+
+    def turn(self, *, background: bool = False) -> _Turn:
         """``async with`` the lock for one statement that takes no other lock while it runs."""
-        return _Turn(self)
+        return _Turn(self, background)
+
+    async def _acquire(self, background: bool) -> None:
+        if not self._locked:
+            self._locked = True
+            self._background_holds = background
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        queue = self._background if background else self._foreground
+        queue.append(waiter)
+        try:
+            await waiter
+            self._background_holds = background
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                self._release()  # handed the lock as it was cancelled: pass it on
+            else:
+                queue.remove(waiter)
+            raise
+
+    def _release(self) -> None:
+        # The lock passes straight to the next waiter, so nobody can slip in between.
+        for queue in (self._foreground, self._background):
+            while queue:
+                waiter = queue.popleft()
+                if not waiter.done():
+                    if queue is self._foreground and self._background:
+                        self.overtaken += 1
+                    waiter.set_result(None)
+                    return
+        self._locked = False
 
     @asynccontextmanager
     async def hold(self) -> AsyncIterator[bool]:
@@ -176,21 +224,22 @@ class WriterLock:
 class _Turn:
     """One acquisition of a :class:`WriterLock` (a class: every statement enters one)."""
 
-    __slots__ = ("_owner",)
+    __slots__ = ("_background", "_owner")
 
-    def __init__(self, owner: WriterLock) -> None:
+    def __init__(self, owner: WriterLock, background: bool) -> None:
         self._owner = owner
+        self._background = background
 
     async def __aenter__(self) -> None:
         owner = self._owner
         owner._users += 1
         try:
-            await owner._lock.acquire()
+            await owner._acquire(self._background)
         except BaseException:
             owner._users -= 1
             raise
 
     async def __aexit__(self, *exc_info: object) -> None:
         owner = self._owner
-        owner._lock.release()
+        owner._release()
         owner._users -= 1

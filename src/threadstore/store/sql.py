@@ -71,7 +71,7 @@ MESSAGE_COLUMNS = (
     "seq", "message_uuid", "chat_uuid", "parent_uuid", "agui_id", "role", "name", "content",
     "content_parts", "encrypted_value", "activity_type", "activity_content", "status",
     "in_progress", "step_name", "run_id", "metadata", "extra", "format_version", "created_at",
-    "updated_at",
+    "updated_at", "error",
 )  # fmt: skip
 
 TOOL_CALL_COLUMNS = (
@@ -88,7 +88,7 @@ REASONING_COLUMNS = (
 
 RUN_COLUMNS = (
     "chat_uuid", "run_id", "thread_id", "parent_run_id", "status", "owner", "heartbeat_at",
-    "error", "format_version", "created_at", "updated_at",
+    "error", "format_version", "created_at", "updated_at", "exclusive",
 )  # fmt: skip
 
 
@@ -174,7 +174,7 @@ MESSAGE_INSERT = InsertColumns(
     ("encrypted_value", _P), ("activity_type", _P), ("activity_content", Kind.JSON),
     ("status", _P), ("in_progress", _B), ("step_name", _P), ("run_id", _P),
     ("metadata", Kind.METADATA), ("extra", Kind.DOC), ("format_version", Kind.INT),
-    ("created_at", _T),
+    ("created_at", _T), ("error", _P),
 )  # fmt: skip
 """A message's insert; ``updated_at`` is ``created_at``, ``seq`` is assigned."""
 
@@ -197,7 +197,7 @@ REASONING_INSERT = InsertColumns(
 RUN_INSERT = InsertColumns(
     ("chat_uuid", _U), ("run_id", _P), ("thread_id", _P), ("parent_run_id", _P),
     ("status", _P), ("owner", _P), ("heartbeat_at", _T), ("error", _P),
-    ("format_version", Kind.INT), ("created_at", _T), ("updated_at", _T),
+    ("format_version", Kind.INT), ("created_at", _T), ("updated_at", _T), ("exclusive", _B),
 )  # fmt: skip
 """A run's insert."""
 
@@ -230,7 +230,7 @@ def update_value(column: str, value: Any, encoders: Mapping[Kind, Encoder]) -> A
 UPDATABLE: dict[str, frozenset[str]] = {
     "messages": frozenset({
         "agui_id", "content", "content_parts", "name", "encrypted_value", "activity_content",
-        "status", "in_progress", "step_name", "metadata",
+        "status", "in_progress", "step_name", "metadata", "error",
     }),
     "tool_calls": frozenset({
         "name", "arguments", "content", "result_message_id", "error", "status", "in_progress",
@@ -325,6 +325,7 @@ def _stock_message(
         "metadata": copy.deepcopy(metadata) if metadata else {},
         "created_at": created_at,
         "updated_at": created_at,
+        "error": dto["error"],
         "tool_calls": [],
         "reasonings": [],
     }

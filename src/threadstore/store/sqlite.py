@@ -1,23 +1,32 @@
-"""The SQLite backend (the embedded default), on sqlite3 and one database thread.
+"""The SQLite backend (the embedded default), on sqlite3 and its database threads.
 
-One connection per store, in WAL mode with foreign keys on. Writes outside a
-``transaction()`` are single autocommit statements; a transaction holds the
-store's writer lock for its whole body, so no other task's statement can land in
-the middle of it. Several processes may share one file: SQLite serializes their
-writers and ``busy_timeout`` makes them wait instead of failing.
+The writer connection lives on the store's database thread, in WAL mode with foreign
+keys on. Writes outside a ``transaction()`` are single autocommit statements; a
+transaction holds the store's writer lock for its whole body, so no other task's
+statement can land in the middle of it. Writes a run's storage agent flushes in the
+background (``apply_writes``) queue behind every other write that waits, so a new
+run's set-up never waits for the flushes of the runs already streaming. Several
+processes may share one file: SQLite serializes their writers and ``busy_timeout``
+makes them wait instead of failing.
+
+Reads never take the writer lock: WAL lets readers run beside the writer, so a
+query outside the caller's own transaction runs on a reader connection (its own
+thread), or inline when it reads one record, and sees what was committed when it
+started. Inside a transaction a read goes to the transaction's connection.
 
 Small calls run inline. A round trip to the database thread costs more than a small
 write itself (on a 2-core VM 100 to 180 µs against about 60), so a write of at most
-:data:`INLINE_MAX_STATEMENTS` statements and :data:`INLINE_MAX_BYTES` of text, and a
-lookup of one record, run on the event loop's thread on a second connection when no
-other task of the store holds or waits for the writer lock. That connection never
-waits: ``busy_timeout`` is 0 on it, so a write that meets another process's lock
-goes to the thread and waits there instead. It never checkpoints during a commit:
-every :data:`CHECKPOINT_EVERY_WRITES` inline writes a checkpoint runs on the thread,
-holding the writer lock as SQLite's automatic checkpoint would. Each inline call
-yields to the event loop once before returning, so a loop of them cannot starve
-other tasks. ``inline=False`` (or ``?inline=off`` in the URL) sends every statement
-to the thread.
+:data:`INLINE_MAX_STATEMENTS` statements and :data:`INLINE_MAX_BYTES` of text runs
+on the event loop's thread on a second connection when no other task of the store
+holds or waits for the writer lock (or, a foreground write, when only flushes do); so
+does a lookup of one record, at any time. That connection never waits:
+``busy_timeout`` is 0 on it, so a write that meets a lock (another process's, or a
+flush the thread is running) goes to the thread and waits there instead. It never
+checkpoints during a commit: every :data:`CHECKPOINT_EVERY_WRITES` inline writes a
+checkpoint runs on the thread, holding the writer lock as SQLite's automatic
+checkpoint would. Each inline call yields to the event loop once before returning, so
+a loop of them cannot starve other tasks. ``inline=False`` (or ``?inline=off`` in the
+URL) sends every statement to a thread (reads to the reader's).
 """
 
 from __future__ import annotations
@@ -37,7 +46,13 @@ from typing import Any
 from urllib.parse import parse_qs
 from uuid import UUID
 
-from threadstore.errors import ConfigurationError, ConflictError, MigrationError, NotFoundError
+from threadstore.errors import (
+    ConfigurationError,
+    ConflictError,
+    MigrationError,
+    NotFoundError,
+    RunLiveError,
+)
 from threadstore.models import (
     FORMAT_VERSION,
     Chat,
@@ -212,6 +227,9 @@ _INSERT_RUN = (
     " RETURNING " + ", ".join(RUN_COLUMNS)
 )
 
+# How SQLite names a violation of the index runs_one_running_per_chat.
+_ONE_RUNNING_RUN = "UNIQUE constraint failed: runs.chat_uuid"
+
 # The creates of a batch, whose results nobody reads: without RETURNING, SQLite need
 # not collect the new rows (about 3.5 µs a statement).
 _UNRETURNED = {
@@ -374,6 +392,7 @@ class SQLiteStore(Store):
         ``:memory:``: a second connection would open another, empty database.
         """
         self._thread = DatabaseThread()
+        self._reader = DatabaseThread("threadstore-sqlite-read")
         self._inline: sqlite3.Connection | None = None
         self._inline_thread = 0
         self._inline_changes = 0
@@ -403,14 +422,30 @@ class SQLiteStore(Store):
 
     @property
     def thread(self) -> DatabaseThread:
-        """The database thread and its connection (for tracing and diagnostics)."""
+        """The database thread and its writer connection (for tracing and diagnostics)."""
         return self._thread
+
+    @property
+    def writer_lock(self) -> WriterLock:
+        """The lock writes and transactions queue in (for tests and diagnostics)."""
+        return self._lock
+
+    @property
+    def reader(self) -> DatabaseThread:
+        """The reader thread and its connection (not opened for ``:memory:``)."""
+        return self._reader
 
     async def connect(self) -> None:
         """Open the database file and set the pragmas every connection needs."""
         if self._thread.is_open:
             return
         await self._thread.open(self.path, _set_pragmas)
+        if self.path != ":memory:":  # another connection would open another database
+            try:
+                await self._reader.open(self.path, _set_reader_pragmas)
+            except BaseException:
+                await self._thread.close()
+                raise
         if self.inline:
             self._open_inline()
 
@@ -435,6 +470,7 @@ class SQLiteStore(Store):
         if self._inline is not None:
             inline, self._inline = self._inline, None
             inline.close()
+        await self._reader.close()
         await self._thread.close()
 
     async def set_trace_callback(self, callback: Callable[[str], object] | None) -> None:
@@ -444,6 +480,8 @@ class SQLiteStore(Store):
         """
         if self._inline is not None:
             self._inline.set_trace_callback(callback)
+        if self._reader.is_open:
+            await self._reader.call(sqlite3.Connection.set_trace_callback, callback)
         await self._thread.call(sqlite3.Connection.set_trace_callback, callback)
 
     async def setup(self) -> None:
@@ -477,44 +515,87 @@ class SQLiteStore(Store):
         async with self._lock.turn():
             return await self._fetch_now(sql, params)
 
+    async def _read(self, sql: str, params: Sequence[Any], *, small: bool = False) -> list[Any]:
+        """Run one query without waiting for the writer lock; return its rows.
+
+        Inside this task's transaction it runs there (it must see the transaction's
+        writes). Otherwise on the reader connection, or inline when ``small`` (one
+        record): WAL readers see the last commit and never block the writer.
+        """
+        if self._lock.held or not self._reader.is_open:
+            return await self._fetch(sql, params, small=small)
+        if small and self._inline is not None and threading.get_ident() == self._inline_thread:
+            rows = self._inline_read(sql, params)
+            if rows is not None:
+                await asyncio.sleep(0)  # as a trip to the thread would, let others run
+                return rows
+        try:
+            return await self._reader.call(_fetch_all, sql, params)
+        except sqlite3.Error as exc:
+            raise _translate(exc) from exc
+
+    def _inline_read(self, sql: str, params: Sequence[Any]) -> list[Any] | None:
+        """One query on the inline connection; None when SQLite answered busy."""
+        inline = self._inline
+        assert inline is not None
+        try:
+            return inline.execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            if (exc.sqlite_errorcode or 0) & 0xFF in _BUSY_CODES:
+                return None
+            raise _translate(exc) from exc
+
     async def _fetch_now(self, sql: str, params: Sequence[Any]) -> list[Any]:
         try:
             return await self._thread.call(_fetch_all, sql, params)
         except sqlite3.Error as exc:
             raise _translate(exc) from exc
 
-    async def _run(self, *statements: _Statement) -> list[list[Any]]:
+    async def _run(self, *statements: _Statement, background: bool = False) -> list[list[Any]]:
         """Run write statements in one hop to the database thread; return each one's rows.
 
         Several statements form one transaction (or join the caller's). Handing the
         thread one function for all of them, rather than a call per statement, is what
         makes a write, or a whole batch of them, cost one thread round trip.
+        ``background``: a flush nobody waits for; it lets every other waiting write go first.
         """
-        if (results := await self._run_small(statements)) is not None:
+        if (results := await self._run_small(statements, background)) is not None:
             return results
         try:
             if self._lock.held:  # inside this task's transaction
                 return await self._thread.call(_run_statements, statements, False)
-            async with self._lock.turn():
+            async with self._lock.turn(background=background):
                 begin = len(statements) > 1
                 return await self._thread.call(_run_statements, statements, begin)
         except sqlite3.Error as exc:
             raise _translate(exc) from exc
 
-    async def _run_small(self, statements: Sequence[_Statement]) -> list[list[Any]] | None:
-        """Run ``statements`` inline if they may (module docstring); None: use the thread."""
-        if not (self._inline_ready() and _fits_inline(statements)):
+    async def _run_small(
+        self, statements: Sequence[_Statement], background: bool = False
+    ) -> list[list[Any]] | None:
+        """Run ``statements`` inline if they may (module docstring); None: use the thread.
+
+        A foreground write may also run while only flushes hold or wait for the lock:
+        it would go before them anyway, and SQLite's own lock keeps it out of a flush
+        the thread is running (it then answers busy, and the write queues).
+        """
+        if not (self._inline_ready(overtake=not background) and _fits_inline(statements)):
             return None
         results = self._inline_run(statements)
         if results is not None:
             await asyncio.sleep(0)  # as a trip to the thread would, let others run
         return results
 
-    def _inline_ready(self) -> bool:
-        """Whether a small call may run inline now (module docstring: "Small calls")."""
+    def _inline_ready(self, *, overtake: bool = False) -> bool:
+        """Whether a small call may run inline now (module docstring: "Small calls").
+
+        ``overtake``: a foreground write, which may go ahead of flushes.
+        """
+        lock = self._lock
         return (
             self._inline is not None
-            and self._lock.idle  # nobody's transaction is open, nobody queues ahead
+            # Nobody's transaction is open, nobody queues ahead (but flushes).
+            and (lock.idle or (overtake and not lock.held and lock.background_only))
             and threading.get_ident() == self._inline_thread
         )
 
@@ -589,8 +670,8 @@ class SQLiteStore(Store):
         else:
             where = " WHERE message_uuid IN (SELECT value FROM json_each(?))"
             param = json.dumps([str(m.message_uuid) for m in messages])
-        tool_rows = await self._fetch(_TOOL_CALL_SELECT + where, (param,), small=small)
-        reasoning_rows = await self._fetch(_REASONING_SELECT + where, (param,), small=small)
+        tool_rows = await self._read(_TOOL_CALL_SELECT + where, (param,), small=small)
+        reasoning_rows = await self._read(_REASONING_SELECT + where, (param,), small=small)
         await attach_rows(messages, self._tool_calls, tool_rows, self._reasonings, reasoning_rows)
         return messages
 
@@ -642,7 +723,7 @@ class SQLiteStore(Store):
             params.append(where.limit)
         # A lookup by key reads one row: small enough to run inline.
         small = where.chat_uuid is not None or where.thread_id is not None
-        return self._load_chats(await self._fetch(sql, params, small=small))
+        return self._load_chats(await self._read(sql, params, small=small))
 
     def _chat_update(self, chat_uuid: UUID, assignments: str, params: Sequence[Any]) -> _Statement:
         return _Statement(
@@ -682,7 +763,7 @@ class SQLiteStore(Store):
             )
 
     async def _select_tree(self, chat_uuid: UUID) -> list[TreeNode]:
-        rows = await self._fetch(
+        rows = await self._read(
             "SELECT message_uuid, parent_uuid, role, seq, agui_id, run_id FROM messages"
             " WHERE chat_uuid = ? ORDER BY seq",
             (str(chat_uuid),),
@@ -857,14 +938,14 @@ class SQLiteStore(Store):
             params.append(_param(value))
         conditions.append(_CHAT_IS_LIVE)
         sql = _MESSAGE_SELECT + " WHERE " + " AND ".join(conditions) + " ORDER BY m.seq LIMIT 1"
-        rows = await self._fetch(sql, params, small=True)
+        rows = await self._read(sql, params, small=True)
         messages = await self._load_messages(rows, small=True)
         return messages[0] if messages else None
 
     async def get_tool_call_by_agui_id(
         self, message_uuid: UUID, tool_call_id: str
     ) -> ToolCall | None:
-        rows = await self._fetch(
+        rows = await self._read(
             _TOOL_CALL_SELECT + " WHERE message_uuid = ? AND tool_call_id = ? LIMIT 1",
             (str(message_uuid), tool_call_id),
             small=True,
@@ -878,7 +959,7 @@ class SQLiteStore(Store):
     async def _history_version(self, chat_uuid: UUID) -> Hashable | None:
         # The leaf too: moving it changes the branch without a new version. Whether the
         # chat ever branched tells the read which query it needs.
-        flags = await self._fetch(
+        flags = await self._read(
             "SELECT version, active_leaf_uuid, has_branches FROM chats"
             " WHERE chat_uuid = ? AND deleted_at IS NULL",
             (str(chat_uuid),),
@@ -892,7 +973,7 @@ class SQLiteStore(Store):
         assert isinstance(since, tuple) and isinstance(version, tuple)
         if version[0] < since[0]:  # a chat created again under the same uuid
             return None
-        rows = await self._fetch(_CHANGED_SELECT, (str(chat_uuid), since[0]))
+        rows = await self._read(_CHANGED_SELECT, (str(chat_uuid), since[0]))
         leaf = None if version[1] is None else UUID(version[1])
         return await self._load_messages(rows), leaf
 
@@ -917,7 +998,7 @@ class SQLiteStore(Store):
         if page.limit is not None:
             params.append(page.limit)
             sql += f" LIMIT ?{len(params)}"
-        rows = await self._fetch(sql, params)
+        rows = await self._read(sql, params)
         if page.newest_first:
             rows.reverse()
         # Children by chat need no list of ids, but read all the chat's: only for the
@@ -927,7 +1008,7 @@ class SQLiteStore(Store):
     async def get_last_messages(self, chat_uuids: list[UUID]) -> dict[UUID, Message]:
         if not chat_uuids:
             return {}
-        rows = await self._fetch(
+        rows = await self._read(
             _MESSAGE_SELECT + " JOIN chats c ON c.active_leaf_uuid = m.message_uuid"
             " WHERE c.chat_uuid IN (SELECT value FROM json_each(?)) AND c.deleted_at IS NULL",
             (json.dumps([str(u) for u in chat_uuids]),),
@@ -938,7 +1019,18 @@ class SQLiteStore(Store):
 
     async def start_run(self, run: Run) -> Run:
         values = {**run.__dict__, "format_version": FORMAT_VERSION}
-        rows = await self._fetch(_INSERT_RUN, params(_PLANS.run, values), small=True)
+        try:
+            rows = await self._fetch(_INSERT_RUN, params(_PLANS.run, values), small=True)
+        except ConflictError as exc:
+            if _ONE_RUNNING_RUN not in str(exc):
+                raise
+            live = await self._fetch(
+                "SELECT run_id FROM runs WHERE chat_uuid = ? AND status = 'running'"
+                " AND exclusive = 1",
+                (str(run.chat_uuid),),
+                small=True,
+            )
+            raise RunLiveError(run.chat_uuid, live[0][0] if live else None) from exc
         return load_run(rows[0])
 
     async def heartbeat_runs(self, owner: str, run_ids: Sequence[tuple[UUID, str]]) -> None:
@@ -972,7 +1064,7 @@ class SQLiteStore(Store):
         return load_run(rows[0]) if rows else None
 
     async def get_run(self, chat_uuid: UUID, run_id: str) -> Run | None:
-        rows = await self._fetch(
+        rows = await self._read(
             _RUN_SELECT + " WHERE chat_uuid = ? AND run_id = ?",
             (str(chat_uuid), run_id),
             small=True,
@@ -980,7 +1072,7 @@ class SQLiteStore(Store):
         return load_run(rows[0]) if rows else None
 
     async def get_stale_runs(self, older_than: datetime) -> Sequence[Run]:
-        rows = await self._fetch(
+        rows = await self._read(
             _RUN_SELECT + " WHERE status = 'running' AND heartbeat_at < ? ORDER BY heartbeat_at",
             (_ts(older_than),),
         )
@@ -1035,7 +1127,11 @@ class SQLiteStore(Store):
         }
 
     async def _apply_batch(self, writes: Sequence[Write]) -> None:
-        """The whole batch in one transaction and one hop to the database thread."""
+        """The whole batch in one transaction and one hop to the database thread.
+
+        A batch is a storage agent's flush: outside a transaction it waits behind the
+        other writes that queue (a new run's set-up goes first).
+        """
         builders = self._batch_builders()
         statements: list[_Statement] = []
         for write in writes:
@@ -1043,7 +1139,7 @@ class SQLiteStore(Store):
         for statement in statements:
             statement.sql = _UNRETURNED.get(statement.sql, statement.sql)
         if statements:
-            await self._run(*statements)
+            await self._run(*statements, background=True)
 
 
 def _set_pragmas(conn: sqlite3.Connection) -> None:
@@ -1051,6 +1147,12 @@ def _set_pragmas(conn: sqlite3.Connection) -> None:
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA synchronous = NORMAL")
     conn.execute("PRAGMA foreign_keys = ON")
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+
+
+def _set_reader_pragmas(conn: sqlite3.Connection) -> None:
+    """The settings of the reader thread's connection: it only reads."""
+    conn.execute("PRAGMA query_only = ON")
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
 
 

@@ -174,6 +174,120 @@ MIGRATIONS: list[str] = [
     ALTER TABLE chats ADD COLUMN deleted_at TEXT;
     CREATE INDEX chats_soft_deleted ON chats (deleted_at) WHERE deleted_at IS NOT NULL;
     """,
+    # Reasoning nests in the assistant message of its turn. Versions before it stored each
+    # streamed reasoning block as a message of role 'reasoning' holding one step (no text
+    # of its own). Each such message folds into the assistant message that follows it in
+    # the same run when that is its only child and it is no chat's leaf (a chain of such
+    # messages folds into the message the chain ends at); else it stays, as an assistant
+    # message holding only reasoning. Steps keep their order ahead of the holder's own
+    # records; every pointer at a removed message moves to its holder.
+    """
+    CREATE TABLE reasoning_fold_next (uuid TEXT PRIMARY KEY, next TEXT);
+    INSERT INTO reasoning_fold_next (uuid, next)
+    SELECT m.message_uuid, (
+        SELECT c.message_uuid FROM messages c
+         WHERE c.parent_uuid = m.message_uuid AND c.chat_uuid = m.chat_uuid
+           AND c.run_id IS m.run_id
+           AND (CASE WHEN json_valid(c.metadata)
+                     THEN json_extract(c.metadata, '$.subagent_run_id') END)
+               IS (CASE WHEN json_valid(m.metadata)
+                        THEN json_extract(m.metadata, '$.subagent_run_id') END)
+           AND (c.role = 'assistant' OR (c.role = 'reasoning' AND c.content = ''
+                AND c.encrypted_value IS NULL
+                AND EXISTS (SELECT 1 FROM reasonings r WHERE r.message_uuid = c.message_uuid)))
+           AND (SELECT count(*) FROM messages s WHERE s.parent_uuid = m.message_uuid) = 1
+           AND NOT EXISTS (SELECT 1 FROM chats h WHERE h.active_leaf_uuid = m.message_uuid))
+      FROM messages m
+     WHERE m.role = 'reasoning' AND m.content = '' AND m.encrypted_value IS NULL
+       AND EXISTS (SELECT 1 FROM reasonings r WHERE r.message_uuid = m.message_uuid);
+
+    CREATE TABLE reasoning_fold (uuid TEXT PRIMARY KEY, holder TEXT NOT NULL);
+    INSERT INTO reasoning_fold (uuid, holder)
+    WITH RECURSIVE walk (uuid, cur) AS (
+        SELECT uuid, uuid FROM reasoning_fold_next
+        UNION ALL
+        SELECT w.uuid, n.next FROM walk w JOIN reasoning_fold_next n ON n.uuid = w.cur
+         WHERE n.next IS NOT NULL
+    )
+    SELECT w.uuid, w.cur FROM walk w
+     WHERE NOT EXISTS (SELECT 1 FROM reasoning_fold_next n
+                        WHERE n.uuid = w.cur AND n.next IS NOT NULL);
+
+    -- The folded messages' records, numbered in the order they streamed.
+    CREATE TABLE reasoning_fold_child (kind TEXT, uuid TEXT, holder TEXT, seq INTEGER);
+    INSERT INTO reasoning_fold_child (kind, uuid, holder, seq)
+    SELECT kind, uuid, holder,
+           row_number() OVER (PARTITION BY holder ORDER BY message_seq, child_seq, kind)
+      FROM (SELECT 'r' AS kind, r.uuid, f.holder, m.seq AS message_seq, r.seq AS child_seq
+              FROM reasonings r JOIN reasoning_fold f ON f.uuid = r.message_uuid
+              JOIN messages m ON m.message_uuid = r.message_uuid
+            UNION ALL
+            SELECT 't', t.uuid, f.holder, m.seq, t.seq
+              FROM tool_calls t JOIN reasoning_fold f ON f.uuid = t.message_uuid
+              JOIN messages m ON m.message_uuid = t.message_uuid);
+
+    -- A holder's own records come after the reasoning that preceded it.
+    UPDATE reasonings SET seq = seq + (SELECT count(*) FROM reasoning_fold_child c
+                                        WHERE c.holder = reasonings.message_uuid)
+     WHERE message_uuid IN (SELECT holder FROM reasoning_fold)
+       AND message_uuid NOT IN (SELECT uuid FROM reasoning_fold);
+    UPDATE tool_calls SET seq = seq + (SELECT count(*) FROM reasoning_fold_child c
+                                        WHERE c.holder = tool_calls.message_uuid)
+     WHERE message_uuid IN (SELECT holder FROM reasoning_fold)
+       AND message_uuid NOT IN (SELECT uuid FROM reasoning_fold);
+    UPDATE reasonings SET message_uuid = c.holder, seq = c.seq
+      FROM reasoning_fold_child c WHERE c.kind = 'r' AND c.uuid = reasonings.uuid;
+    UPDATE tool_calls SET message_uuid = c.holder, seq = c.seq
+      FROM reasoning_fold_child c WHERE c.kind = 't' AND c.uuid = tool_calls.uuid;
+
+    -- The holder takes the place of the first message folded into it.
+    UPDATE messages SET parent_uuid = (
+        SELECT m.parent_uuid FROM messages m JOIN reasoning_fold f ON f.uuid = m.message_uuid
+         WHERE f.holder = messages.message_uuid AND f.uuid <> f.holder
+         ORDER BY m.seq LIMIT 1)
+     WHERE message_uuid IN (SELECT holder FROM reasoning_fold WHERE uuid <> holder);
+    UPDATE messages SET parent_uuid = (SELECT holder FROM reasoning_fold f
+                                        WHERE f.uuid = messages.parent_uuid)
+     WHERE parent_uuid IN (SELECT uuid FROM reasoning_fold WHERE uuid <> holder);
+    UPDATE chats SET active_leaf_uuid = (SELECT holder FROM reasoning_fold f
+                                          WHERE f.uuid = chats.active_leaf_uuid)
+     WHERE active_leaf_uuid IN (SELECT uuid FROM reasoning_fold WHERE uuid <> holder);
+    UPDATE chats SET forked_from_message_uuid = (
+        SELECT holder FROM reasoning_fold f WHERE f.uuid = chats.forked_from_message_uuid)
+     WHERE forked_from_message_uuid IN (SELECT uuid FROM reasoning_fold WHERE uuid <> holder);
+    DELETE FROM messages WHERE message_uuid IN (SELECT uuid FROM reasoning_fold
+                                                 WHERE uuid <> holder);
+    -- A holder left without an answer is an assistant message that names no AG-UI id
+    -- of its own (its steps carry it), as the fold writes one today.
+    UPDATE messages SET role = 'assistant', agui_id = NULL
+     WHERE message_uuid IN (SELECT holder FROM reasoning_fold) AND role = 'reasoning';
+
+    DROP TABLE reasoning_fold_child;
+    DROP TABLE reasoning_fold;
+    DROP TABLE reasoning_fold_next;
+    """,
+    # Message.error has a column; versions before it kept the text in metadata["error"].
+    """
+    ALTER TABLE messages ADD COLUMN error TEXT;
+    UPDATE messages SET error = json_extract(metadata, '$.error'),
+                        metadata = json_remove(metadata, '$.error')
+     WHERE json_valid(metadata) AND json_type(metadata, '$.error') = 'text';
+    """,
+    # One running run per chat that continues the chat's leaf (an exclusive run), enforced
+    # here so two processes cannot both start one. Runs that branch (regenerate, edit)
+    # hang their messages under their own branch point and may run beside it. Runs
+    # left running together before (a crashed owner's, say) keep running; all but the
+    # newest count as not exclusive, and end as their owner or a sweep ends them.
+    """
+    ALTER TABLE runs ADD COLUMN exclusive INTEGER NOT NULL DEFAULT 1;
+    UPDATE runs SET exclusive = 0
+     WHERE status = 'running' AND EXISTS (
+           SELECT 1 FROM runs n WHERE n.chat_uuid = runs.chat_uuid AND n.status = 'running'
+              AND (n.heartbeat_at, n.created_at, n.run_id)
+                  > (runs.heartbeat_at, runs.created_at, runs.run_id));
+    CREATE UNIQUE INDEX runs_one_running_per_chat ON runs (chat_uuid)
+     WHERE status = 'running' AND exclusive = 1;
+    """,
     # Incremental histories: every message, tool call and reasoning row records the
     # chat version it was last written at, so a history kept at version V is brought up
     # to date by reading only the rows written after V. Each trigger moves the chat's

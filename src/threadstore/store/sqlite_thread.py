@@ -25,7 +25,8 @@ _T = TypeVar("_T")
 class DatabaseThread:
     """A sqlite3 connection used only from its own worker thread."""
 
-    def __init__(self) -> None:
+    def __init__(self, name: str = "threadstore-sqlite") -> None:
+        self._name = name
         self._executor: ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None
         self.calls = 0
@@ -38,7 +39,7 @@ class DatabaseThread:
 
     async def open(self, path: str, setup: Callable[[sqlite3.Connection], object]) -> None:
         """Open ``path`` on the thread (autocommit mode) and run ``setup`` on the connection."""
-        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="threadstore-sqlite")
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=self._name)
 
         def connect() -> sqlite3.Connection:
             conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)

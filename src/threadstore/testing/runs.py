@@ -17,7 +17,9 @@ from threadstore import (
     RunStatus,
     Store,
 )
+from threadstore.errors import RunLiveError
 from threadstore.models import FORMAT_VERSION
+from threadstore.store.base import capabilities_of
 from threadstore.testing._suite import AddMessage, MakeChat, RunRepository
 
 LONG_AGO = datetime(2020, 1, 1, tzinfo=UTC)
@@ -60,6 +62,29 @@ async def test_start_run_is_idempotent_by_chat_and_run_id(
     assert await run_repo.get_run(chat.chat_uuid, "run-1") == first
 
 
+async def test_a_chat_has_one_running_run_at_a_time(
+    run_repo: RunRepository, make_chat: MakeChat
+) -> None:
+    if not capabilities_of(run_repo).one_running_run:
+        pytest.skip("the repository does not declare one_running_run")
+    chat, other = await make_chat(), await make_chat()
+    first = await run_repo.start_run(run_of(chat, "run-1", owner="a"))
+
+    with pytest.raises(RunLiveError) as refused:
+        await run_repo.start_run(run_of(chat, "run-2", owner="b"))
+
+    assert (refused.value.chat_uuid, refused.value.live_run_id) == (chat.chat_uuid, "run-1")
+    assert await run_repo.get_run(chat.chat_uuid, "run-2") is None
+    assert await run_repo.start_run(run_of(chat, "run-1", owner="c")) == first  # the same run
+    await run_repo.start_run(run_of(other, "run-2", owner="b"))  # another chat is free
+    # A run that branches does not hold the chat, nor is it held off.
+    branching = await run_repo.start_run(run_of(chat, "branch", owner="d", exclusive=False))
+    assert (branching.status, branching.exclusive) == (RunStatus.RUNNING, False)
+    await run_repo.finish_run(chat.chat_uuid, "run-1", RunStatus.INTERRUPTED)
+    second = await run_repo.start_run(run_of(chat, "run-2", owner="b"))
+    assert second.status == RunStatus.RUNNING
+
+
 async def test_the_same_run_id_on_two_chats_is_two_runs(
     run_repo: RunRepository, make_chat: MakeChat
 ) -> None:
@@ -96,17 +121,18 @@ async def test_get_run_of_unknown_run_returns_none(
 async def test_heartbeat_refreshes_only_the_owners_running_runs(
     run_repo: RunRepository, make_chat: MakeChat
 ) -> None:
-    chat = await make_chat()
+    # A chat has one running run at a time: each run here has a chat of its own.
+    chats = {run_id: await make_chat() for run_id in ("mine", "theirs", "mine-done")}
     for run_id, owner in (("mine", "me"), ("theirs", "them"), ("mine-done", "me")):
-        await run_repo.start_run(run_of(chat, run_id, owner=owner, heartbeat_at=LONG_AGO))
-    await run_repo.finish_run(chat.chat_uuid, "mine-done", RunStatus.COMPLETE)
-    keys = [(chat.chat_uuid, r) for r in ("mine", "theirs", "mine-done", "unknown")]
+        await run_repo.start_run(run_of(chats[run_id], run_id, owner=owner, heartbeat_at=LONG_AGO))
+    await run_repo.finish_run(chats["mine-done"].chat_uuid, "mine-done", RunStatus.COMPLETE)
+    keys = [(c.chat_uuid, r) for r, c in chats.items()] + [(uuid.uuid4(), "unknown")]
 
     await run_repo.heartbeat_runs("me", keys)
 
-    mine = await run_repo.get_run(chat.chat_uuid, "mine")
-    theirs = await run_repo.get_run(chat.chat_uuid, "theirs")
-    done = await run_repo.get_run(chat.chat_uuid, "mine-done")
+    mine = await run_repo.get_run(chats["mine"].chat_uuid, "mine")
+    theirs = await run_repo.get_run(chats["theirs"].chat_uuid, "theirs")
+    done = await run_repo.get_run(chats["mine-done"].chat_uuid, "mine-done")
     assert mine is not None and mine.heartbeat_at > LATER
     assert theirs is not None and theirs.heartbeat_at == LONG_AGO
     assert done is not None and done.heartbeat_at == LONG_AGO
@@ -115,13 +141,13 @@ async def test_heartbeat_refreshes_only_the_owners_running_runs(
 async def test_heartbeat_touches_only_the_runs_it_names(
     run_repo: RunRepository, make_chat: MakeChat
 ) -> None:
-    chat = await make_chat()
+    chat, other = await make_chat(), await make_chat()
     await run_repo.start_run(run_of(chat, "named", owner="me", heartbeat_at=LONG_AGO))
-    await run_repo.start_run(run_of(chat, "unnamed", owner="me", heartbeat_at=LONG_AGO))
+    await run_repo.start_run(run_of(other, "unnamed", owner="me", heartbeat_at=LONG_AGO))
 
-    await run_repo.heartbeat_runs("me", [(chat.chat_uuid, "named")])
+    await run_repo.heartbeat_runs("me", [(chat.chat_uuid, "named"), (chat.chat_uuid, "unnamed")])
 
-    unnamed = await run_repo.get_run(chat.chat_uuid, "unnamed")
+    unnamed = await run_repo.get_run(other.chat_uuid, "unnamed")
     assert unnamed is not None and unnamed.heartbeat_at == LONG_AGO
 
 
@@ -130,9 +156,8 @@ async def test_finish_run_sets_the_terminal_status_and_error(
 ) -> None:
     chat = await make_chat()
     await run_repo.start_run(run_of(chat, "ok"))
-    await run_repo.start_run(run_of(chat, "bad"))
-
     ok = await run_repo.finish_run(chat.chat_uuid, "ok", RunStatus.COMPLETE)
+    await run_repo.start_run(run_of(chat, "bad"))  # the chat's run before it has ended
     bad = await run_repo.finish_run(chat.chat_uuid, "bad", RunStatus.ERRORED, error="boom")
 
     assert ok is not None and (ok.status, ok.error) == (RunStatus.COMPLETE, None)
@@ -152,12 +177,12 @@ async def test_finish_run_of_unknown_run_returns_none(
 async def test_stale_runs_are_running_runs_with_an_old_heartbeat(
     run_repo: RunRepository, make_chat: MakeChat
 ) -> None:
-    chat, other = await make_chat(), await make_chat()
-    await run_repo.start_run(run_of(chat, "dead", owner="gone", heartbeat_at=LONG_AGO))
-    await run_repo.start_run(run_of(other, "dead-too", owner="gone", heartbeat_at=LONG_AGO))
-    await run_repo.start_run(run_of(chat, "alive", owner="here"))
+    chat, other, third = await make_chat(), await make_chat(), await make_chat()
     await run_repo.start_run(run_of(chat, "finished", owner="gone", heartbeat_at=LONG_AGO))
     await run_repo.finish_run(chat.chat_uuid, "finished", RunStatus.INTERRUPTED)
+    await run_repo.start_run(run_of(chat, "dead", owner="gone", heartbeat_at=LONG_AGO))
+    await run_repo.start_run(run_of(other, "dead-too", owner="gone", heartbeat_at=LONG_AGO))
+    await run_repo.start_run(run_of(third, "alive", owner="here"))
 
     stale = await run_repo.get_stale_runs(LATER)
 
@@ -172,12 +197,12 @@ async def test_stale_runs_are_running_runs_with_an_old_heartbeat(
 async def test_a_heartbeat_or_finish_takes_a_run_off_the_stale_list(
     run_repo: RunRepository, make_chat: MakeChat
 ) -> None:
-    chat = await make_chat()
+    chat, other = await make_chat(), await make_chat()
     await run_repo.start_run(run_of(chat, "revived", owner="me", heartbeat_at=LONG_AGO))
-    await run_repo.start_run(run_of(chat, "ended", owner="me", heartbeat_at=LONG_AGO))
+    await run_repo.start_run(run_of(other, "ended", owner="me", heartbeat_at=LONG_AGO))
 
     await run_repo.heartbeat_runs("me", [(chat.chat_uuid, "revived")])
-    await run_repo.finish_run(chat.chat_uuid, "ended", RunStatus.INTERRUPTED)
+    await run_repo.finish_run(other.chat_uuid, "ended", RunStatus.INTERRUPTED)
 
     assert list(await run_repo.get_stale_runs(LATER)) == []
 

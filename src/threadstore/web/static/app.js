@@ -94,7 +94,8 @@ async function* sseFrames(response, signal) {
 //
 // A message is { id, role, status, error, runId, parts: [...] } where each part is
 // { kind: "text", text } | { kind: "reasoning", text, encrypted } |
-// { kind: "tool", id, name, args, result, status, error }.
+// { kind: "tool", id, name, args, result, status, error } |
+// { kind: "data", name, id, payload } (a CUSTOM event or an activity) | { kind: "citation", citation }.
 
 function reasoningPart(reasoning, text) {
   return { kind: "reasoning", text, encrypted: Boolean(reasoning.encrypted_value), status: reasoning.status };
@@ -131,20 +132,36 @@ function orderedParts(stored) {
     for (const e of entries) if (e.encrypted) placed.push([e.n, reasoningPart(reasoning, "")]);
   }
   for (const call of stored.tool_calls || []) for (const e of entriesOf(call)) placed.push([e.n, toolPart(call)]);
+  for (const e of entriesOf(stored)) {
+    const part = listedPart(e, stored);
+    if (part) placed.push([e.n, part]);
+  }
   if (!placed.length) return null;
   return placed.sort((a, b) => a[0] - b[0]).map(([, part]) => part);
 }
 
+// A message's own entry: a CUSTOM event's data or citation (its payload kept in the
+// entry), or an activity message itself.
+function listedPart(entry, stored) {
+  if (entry.type === "citation") return { kind: "citation", citation: entry.citation };
+  if (entry.type !== "data") return null;
+  if ("name" in entry) return { kind: "data", name: String(entry.name), id: entry.id, payload: entry.payload };
+  if (stored.role === "activity") return activityPart(stored);
+  return null;
+}
+
+function activityPart(stored) {
+  return { kind: "data", name: stored.activity_type || "activity", id: stored.agui_id, payload: stored.activity_content || {} };
+}
+
 function messageFromStored(stored) {
-  let parts = stored.role === "activity" ? null : orderedParts(stored);
+  let parts = orderedParts(stored);
   if (parts === null) {
     // Bucket order: reasoning, text, tool calls.
     parts = (stored.reasonings || []).map((r) => reasoningPart(r, r.content || ""));
-    if (stored.role !== "reasoning" && stored.content) parts.push({ kind: "text", text: stored.content });
+    if (stored.role !== "reasoning" && stored.role !== "activity" && stored.content) parts.push({ kind: "text", text: stored.content });
     parts.push(...(stored.tool_calls || []).map(toolPart));
-  }
-  if (stored.role === "activity") {
-    parts.push({ kind: "text", text: "```json\n" + JSON.stringify(stored.activity_content, null, 2) + "\n```" });
+    if (stored.role === "activity") parts.push(activityPart(stored));
   }
   return {
     id: stored.agui_id || stored.message_uuid, // messages stored without an AG-UI id still count
@@ -332,6 +349,28 @@ class Conversation {
         }
         break;
       }
+      case "CUSTOM": {
+        if (event.subagentRunId) break; // a sub-agent's part is not the assistant's
+        const value = event.value;
+        const isCitation = event.name === "citation";
+        // An object with a string id replaces the run's part with the same name and id
+        // where it is (nothing new opens: the text streaming goes on).
+        const id = !isCitation && value && typeof value === "object" && typeof value.id === "string" ? value.id : undefined;
+        for (const owner of id === undefined ? [] : this.live) {
+          const held = this.byId.get(owner);
+          const same = held && held.parts.find((p) => p.kind === "data" && p.name === event.name && p.id === id);
+          if (same) {
+            same.payload = value;
+            touch(held);
+            return changed;
+          }
+        }
+        const m = touch(this.liveMessage(this.current || `custom-${this.order.length}`, "assistant"));
+        this.current = m.id;
+        for (const p of m.parts) p.open = false; // text after it is a new paragraph
+        m.parts.push(isCitation ? { kind: "citation", citation: value } : { kind: "data", name: event.name, id, payload: value });
+        break;
+      }
       case "RUN_FINISHED":
         changed.push(...this.finishLive(null));
         break;
@@ -442,7 +481,27 @@ function renderPart(part) {
       part.error ? el("p", { class: "error", text: part.error }) : null,
     );
   }
+  if (part.kind === "data") {
+    return el(
+      "div",
+      { class: "data-card", role: "group", "aria-label": `Data ${part.name}` },
+      el("div", { class: "tool-head" }, el("span", { class: "data-name", text: part.name })),
+      el("pre", { class: "data-payload", text: JSON.stringify(part.payload, null, 2) ?? "" }),
+    );
+  }
+  if (part.kind === "citation") return renderCitation(part.citation);
   return null;
+}
+
+// A citation with an http(s) ``url`` is a link (its ``title`` as the text); anything else
+// the producer sent is shown as JSON.
+function renderCitation(citation) {
+  const url = citation && typeof citation === "object" ? citation.url : null;
+  const linked = typeof url === "string" && /^https?:\/\//i.test(url);
+  const source = linked
+    ? el("a", { href: url, target: "_blank", rel: "noopener noreferrer", text: typeof citation.title === "string" && citation.title ? citation.title : url })
+    : el("code", { text: JSON.stringify(citation) ?? "" });
+  return el("p", { class: "citation" }, el("span", { class: "muted", text: "Source: " }), source);
 }
 
 function renderMessage(message) {
@@ -899,10 +958,14 @@ async function sendMessage(text) {
   updateMessages([message.id]);
   const body = { threadId, runId, messages: [message], state: {}, tools: [], context: [], forwardedProps: {} };
   const controller = new AbortController();
+  // No second send while the server sets the run up (its answer comes once the run holds
+  // the thread).
+  setRunning(true);
   let response;
   try {
     response = await send("/agui", { method: "POST", headers: { "Content-Type": "application/json", Accept: "text/event-stream" }, body: JSON.stringify(body), signal: controller.signal });
   } catch (error) {
+    setRunning(false);
     report(error);
     return;
   }
