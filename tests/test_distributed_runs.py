@@ -438,7 +438,9 @@ async def test_a_cancel_sent_while_the_owner_is_not_listening_is_repeated_until_
         await first_sent.wait()  # this request is lost: nobody listens for it
         release.set()
         assert await cancel
-    assert len(sent) >= 2 and all(sent)
+    # Sent twice at least: the lost request and the one heard. A repeat that goes out
+    # after the owner stopped the run finds nothing running and reports False.
+    assert sent[:2] == [True, True]
     assert handle.outcome == RunStatus.INTERRUPTED
     chat = await pg_store.get_chat_by_thread_id(alice, "thread-s")
     assert chat is not None
