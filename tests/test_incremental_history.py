@@ -35,7 +35,6 @@ from threadstore.codec.messages import HistoryTranslator, translate_messages
 from threadstore.fold import HistoryIndex, pending_tool_calls, stored_ids
 from threadstore.store.history_cache import HistoryCache
 
-
 CHAT = uuid4()
 
 
