@@ -5,13 +5,18 @@ other one an answer that made a tool call), then measures: the median append, a
 cold load of the history (a new store, so an empty history cache), a cached load,
 and five consecutive StorageAgent runs of a tiny scripted answer, each adding a user
 message and an answer (the agent takes no time, so the run's wall time is
-threadstore's). While the last run starts, a ticker task wakes every millisecond and
-records the longest gap between two wake-ups: the longest stretch one run held the
-event loop.
+threadstore's). The first run on the new store builds what later runs extend; the
+others are the steady state. During each run a ticker task wakes every millisecond and
+records the longest gap between two wake-ups: the longest stretch the run held the
+event loop, or the machine ran something else (so also the event loop's own CPU time in
+that gap, which the machine's load does not inflate).
 
 Run ``python benchmarks/bench_long_chats.py`` (``--sizes 300,1200`` to choose the
 lengths, ``--backend postgres`` and ``--url`` or ``THREADSTORE_TEST_POSTGRES_URL`` for
 PostgreSQL: a temporary database is created on that server and dropped after).
+``--side-by-side ROUNDS`` measures only steady runs, on every length in turns in one
+store, so the machine's load falls on each alike: the ratio to the first length is the
+figure to trust on a shared machine.
 Only public API, so the same file measures an older checkout (``PYTHONPATH=src``).
 Figures: docs/benchmarks.md.
 """
@@ -20,15 +25,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import secrets
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 from uuid import uuid4
 
@@ -54,11 +60,13 @@ from threadstore import (
     open_store,
 )
 from threadstore.agui import StorageAgent
+from threadstore.store.ops import CreateMessage, CreateToolCall, UpdateToolCall
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine_line
 
 RUNS = 5
+_T = TypeVar("_T")
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
 
 
@@ -101,18 +109,24 @@ async def append(store: Store, chat_uuid: Any, messages: int) -> list[float]:
     return times
 
 
-async def longest_stall(work: Any) -> tuple[float, float]:
-    """Run ``work`` while a ticker wakes every millisecond; return (seconds, longest gap)."""
-    gaps = [0.0]
+async def longest_stall(work: Any) -> tuple[float, float, float]:
+    """Run ``work`` while a ticker wakes every millisecond.
+
+    Returns (seconds, longest gap, longest loop-thread CPU time within one gap): a gap
+    also counts the time the machine ran other processes, the CPU time only what the
+    loop thread itself ran before the ticker got its turn.
+    """
+    gaps = [0.0, 0.0]
     done = asyncio.Event()
 
     async def tick() -> None:
-        last = time.perf_counter()
+        last, last_cpu = time.perf_counter(), time.thread_time()
         while not done.is_set():
             await asyncio.sleep(0.001)
-            now = time.perf_counter()
+            now, cpu = time.perf_counter(), time.thread_time()
             gaps[0] = max(gaps[0], now - last - 0.001)
-            last = now
+            gaps[1] = max(gaps[1], cpu - last_cpu)
+            last, last_cpu = now, cpu
 
     ticker = asyncio.create_task(tick())
     await asyncio.sleep(0.01)
@@ -123,13 +137,13 @@ async def longest_stall(work: Any) -> tuple[float, float]:
         elapsed = time.perf_counter() - started
         done.set()
         await ticker
-    return elapsed, gaps[0]
+    return elapsed, gaps[0], gaps[1]
 
 
-async def one_run(store: Store, user: Any, run: int) -> None:
+async def one_run(store: Store, user: Any, run: int | str, thread: str = "long") -> None:
     agent = StorageAgent("bench", user, store, store, TinyAgent(), run_repo=store)  # type: ignore[arg-type]
     run_input = RunAgentInput(
-        thread_id="long",
+        thread_id=thread,
         run_id=f"run{run}",
         messages=[UserMessage(id=f"ask{run}", content="one more question")],
         state=None,
@@ -160,19 +174,81 @@ async def measure(url: str, messages: int) -> dict[str, float]:
         cached = time.perf_counter() - started
         runs: list[float] = []
         stalls: list[float] = []
+        steps: list[float] = []
         for run in range(RUNS):
-            elapsed, stall = await longest_stall(lambda run=run: one_run(store, user, run))
+            elapsed, stall, step = await longest_stall(lambda run=run: one_run(store, user, run))
             runs.append(elapsed)
             stalls.append(stall)
+            steps.append(step)
     finally:
         await store.close()
     return {
         "append_p50": statistics.median(appends),
         "cold": cold,
         "cached": cached,
-        "run": statistics.median(runs),
-        "stall": max(stalls),
+        "first": runs[0],
+        "run": statistics.median(runs[1:]),
+        "stall_first": stalls[0],
+        "step_first": steps[0],
+        "stall": max(stalls[1:]),
+        "step": max(steps[1:]),
     }
+
+
+async def side_by_side(url: str, sizes: list[int], rounds: int) -> list[tuple[float, float]]:
+    """Steady runs on chats of each length in one store, in turns: (wall, CPU) medians.
+
+    The chats are written in batches (``apply_writes``), each has one run first (which
+    builds what later runs extend), then each round runs once on every chat in turn, so
+    the machine's load falls on every length alike.
+    """
+    user = uuid4()
+    store = await open_store(url)
+    try:
+        threads = []
+        for size in sizes:
+            thread = f"chat{size}"
+            chat = await store.create_chat(ChatCreate(user_uuid=user, thread_id=thread))
+            await append_batched(store, chat.chat_uuid, size)
+            await one_run(store, user, f"{thread}-first", thread)
+            threads.append(thread)
+        walls: list[list[float]] = [[] for _ in sizes]
+        cpus: list[list[float]] = [[] for _ in sizes]
+        for round_ in range(rounds):
+            for index, thread in enumerate(threads):
+                wall, cpu = time.perf_counter(), time.process_time()
+                await one_run(store, user, f"{thread}-{round_}", thread)
+                walls[index].append(time.perf_counter() - wall)
+                cpus[index].append(time.process_time() - cpu)
+    finally:
+        await store.close()
+    return [(statistics.median(w), statistics.median(c)) for w, c in zip(walls, cpus, strict=True)]
+
+
+async def append_batched(store: Store, chat_uuid: Any, messages: int) -> None:
+    """:func:`append`'s records, written a few thousand per batch."""
+    writes: list[Any] = []
+    for index in range(messages):
+        if index % 2 == 0:
+            writes.append(
+                CreateMessage(
+                    MessageCreate(chat_uuid=chat_uuid, role=Role.USER, content=f"question {index}")
+                )
+            )
+        else:
+            answer = MessageCreate(
+                chat_uuid=chat_uuid, role=Role.ASSISTANT, content=f"answer {index}"
+            )
+            call = MessageToolCallCreate(
+                message_uuid=answer.message_uuid, tool_call_id=f"call{index}", name="lookup"
+            )
+            done = MessageToolCallUpdate(content="found", status=MessageStatus.COMPLETE)
+            writes += [CreateMessage(answer), CreateToolCall(call), UpdateToolCall(call.uuid, done)]
+        if len(writes) >= 2000:
+            await store.apply_writes(writes)
+            writes = []
+    if writes:
+        await store.apply_writes(writes)
 
 
 def ms(seconds: float) -> str:
@@ -184,30 +260,74 @@ async def main() -> None:
     parser.add_argument("--sizes", default="300,1200,10200,50200")
     parser.add_argument("--backend", choices=("sqlite", "postgres"), default="sqlite")
     parser.add_argument("--url", default=os.environ.get("THREADSTORE_TEST_POSTGRES_URL"))
+    parser.add_argument(
+        "--side-by-side",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
+        help="Only steady runs, on every length in turns, ROUNDS times (medians, ratios).",
+    )
     args = parser.parse_args()
     sizes = [int(size) for size in args.sizes.split(",")]
     print(machine_line())
-    print(f"backend: {args.backend}; {RUNS} consecutive runs per length (median; stall: max)")
+    if args.side_by_side:
+        await print_side_by_side(args, sizes)
+        return
+    print(
+        f"backend: {args.backend}; {RUNS} consecutive runs per length: the first, then the"
+        " median of the others (stall: the longest of the others); x: the median run over"
+        " the first length's"
+    )
     print()
     print(
-        "| messages in the chat | append p50 | load, cold | load, cached | one run, whole "
-        "| longest loop stall |"
+        "| messages in the chat | append p50 | load, cold | load, cached | first run "
+        "| its longest loop stall (CPU) | next runs, median | x "
+        "| their longest loop stall (CPU) |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
+    base: float | None = None
     for size in sizes:
         if args.backend == "sqlite":
             with tempfile.TemporaryDirectory() as directory:
                 figures = await measure(f"sqlite:///{directory}/long.db", size)
         else:
-            figures = await on_postgres(args.url or DEFAULT_URL, size)
+            figures = await on_postgres(
+                args.url or DEFAULT_URL, functools.partial(measure, messages=size)
+            )
+        base = base or figures["run"]
         print(
             f"| {size:,} | {ms(figures['append_p50'])} | {ms(figures['cold'])} "
-            f"| {ms(figures['cached'])} | {ms(figures['run'])} | {ms(figures['stall'])} |",
+            f"| {ms(figures['cached'])} | {ms(figures['first'])} "
+            f"| {ms(figures['stall_first'])} ({ms(figures['step_first'])}) "
+            f"| {ms(figures['run'])} | {figures['run'] / base:.1f} "
+            f"| {ms(figures['stall'])} ({ms(figures['step'])}) |",
             flush=True,
         )
 
 
-async def on_postgres(url: str, size: int) -> dict[str, float]:
+async def print_side_by_side(args: argparse.Namespace, sizes: list[int]) -> None:
+    print(
+        f"backend: {args.backend}; steady runs, {args.side_by_side} rounds, each length in"
+        " turn; medians; x: over the first length's"
+    )
+    print()
+    print("| messages in the chat | run, wall | x | run, CPU | x |")
+    print("|---|---|---|---|---|")
+    if args.backend == "sqlite":
+        with tempfile.TemporaryDirectory() as directory:
+            url = f"sqlite:///{directory}/long.db"
+            figures = await side_by_side(url, sizes, args.side_by_side)
+    else:
+        figures = await on_postgres(
+            args.url or DEFAULT_URL, lambda url: side_by_side(url, sizes, args.side_by_side)
+        )
+    (wall0, cpu0) = figures[0]
+    for size, (wall, cpu) in zip(sizes, figures, strict=True):
+        print(f"| {size:,} | {ms(wall)} | {wall / wall0:.2f} | {ms(cpu)} | {cpu / cpu0:.2f} |")
+
+
+async def on_postgres(url: str, work: Callable[[str], Awaitable[_T]]) -> _T:
+    """``work(url)`` on a temporary database of the server ``url`` names."""
     import asyncpg  # the postgres extra
 
     name = f"bench_long_{secrets.token_hex(4)}"
@@ -215,7 +335,7 @@ async def on_postgres(url: str, size: int) -> dict[str, float]:
     try:
         await admin.execute(f"CREATE DATABASE {name}")
         try:
-            return await measure(urlunsplit(urlsplit(url)._replace(path=f"/{name}")), size)
+            return await work(urlunsplit(urlsplit(url)._replace(path=f"/{name}")))
         finally:
             await admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
     finally:

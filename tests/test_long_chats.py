@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Hashable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 from uuid import UUID
 
 import ag_ui.core
 import pytest
 
 from agui_scripts import ScriptedAgent, StoreSpy, collect, full_turn, run_input, user
+from postgres_support import clean_database, server_url
 from sqlite_support import sqlite_store
 from threadstore import (
     ChatCreate,
@@ -22,10 +25,10 @@ from threadstore import (
     MessageToolCallUpdate,
     Role,
     Store,
+    open_store,
 )
 from threadstore.agui import StorageAgent
 from threadstore.codec.messages import translate_messages
-from threadstore.store.base import BranchPage
 from threadstore.store.offload import OFF_LOOP_ITEMS
 from threadstore.store.sqlite import SQLiteStore
 
@@ -65,26 +68,25 @@ def storage_agent(repo: object, run_id: str) -> StorageAgent:
     return StorageAgent("assistant", USER, repo, repo, inner, run_repo=repo, owner=run_id)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("messages", [0, 10, 300])
-async def test_a_run_on_a_fresh_file_with_a_long_history_never_retries_a_flush(
-    tmp_path: Path, messages: int
+@pytest.mark.parametrize("messages", [0, 1, 10, 300])
+async def test_runs_after_a_history_of_appends_never_retry_a_flush_on_a_healthy_store(
+    store: Store, messages: int
 ) -> None:
-    async with sqlite_store(tmp_path / "fresh.db") as store:
-        chat = await store.create_chat(ChatCreate(user_uuid=USER, thread_id="long"))
-        await append_history(store, chat.chat_uuid, messages)
+    chat = await store.create_chat(ChatCreate(user_uuid=USER, thread_id="long"))
+    await append_history(store, chat.chat_uuid, messages)
 
-        for run in range(3):
-            agent = storage_agent(store, f"run{run}")
-            await collect(agent.run(run_input("long", f"run{run}", [user(f"new{run}")])))
-            await agent.persisted()
+    for run in range(3):
+        agent = storage_agent(store, f"run{run}")
+        await collect(agent.run(run_input("long", f"run{run}", [user(f"new{run}")])))
+        await agent.persisted()
 
-            assert agent.flush_retries == 0
-        stored = await store.get_chat_messages(chat.chat_uuid)
-        added = stored[messages:]
-        assert {f"new{r}" for r in range(3)} | {f"run{r}-a2" for r in range(3)} <= {
-            m.agui_id for m in added
-        }
-        assert all(m.status is MessageStatus.COMPLETE for m in added)
+        assert agent.flush_retries == 0
+    stored = await store.get_chat_messages(chat.chat_uuid)
+    added = stored[messages:]
+    assert {f"new{r}" for r in range(3)} | {f"run{r}-a2" for r in range(3)} <= {
+        m.agui_id for m in added
+    }
+    assert all(m.status is MessageStatus.COMPLETE for m in added)
 
 
 async def test_flush_retries_count_the_writes_a_failing_store_refused(store: Store) -> None:
@@ -104,41 +106,89 @@ async def test_flush_retries_count_the_writes_a_failing_store_refused(store: Sto
     assert {"q", "flaky-a1", "flaky-a2"} <= stored
 
 
-class CountingSQLiteStore(SQLiteStore):
-    """A real SQLite store that counts the messages its branch reads return."""
+class RowCounter:
+    """Counts the statements a real store runs and the rows they return (reads and writes)."""
 
-    branch_rows = 0
+    def __init__(self, store: Store) -> None:
+        self.statements = self.rows = 0
+        # The backends' own statement helpers, wrapped on this one instance.
+        sqlite = isinstance(store, SQLiteStore)
+        names = ("_fetch", "_run") if sqlite else ("_fetch_on", "_fetch_planned")
+        for name in names:
+            setattr(store, name, self._counting(getattr(store, name), name == "_run"))
 
-    async def _select_branch(
-        self, chat_uuid: UUID, page: BranchPage, version: Hashable | None
-    ) -> list[Message]:
-        messages = await super()._select_branch(chat_uuid, page, version)
-        self.branch_rows += len(messages)
-        return messages
+    def _counting(self, method: Callable[..., Awaitable[Any]], batch: bool) -> Any:
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            result = await method(*args, **kwargs)
+            for rows in result if batch else [result]:
+                self.statements += 1
+                self.rows += len(rows) if isinstance(rows, list) else 0
+            return result
+
+        return counted
+
+    def snapshot(self) -> tuple[int, int]:
+        return self.statements, self.rows
 
 
-@pytest.mark.parametrize("messages", [30, 300])
-async def test_a_run_reads_its_history_once_not_again_after_storing_its_input(
-    tmp_path: Path, messages: int
+@asynccontextmanager
+async def sql_store(backend: str, tmp_path: Path) -> AsyncIterator[Store]:
+    if backend == "sqlite":
+        tmp_path.mkdir()
+        async with sqlite_store(tmp_path / "count.db") as store:
+            yield store
+        return
+    async with clean_database(server_url()) as url:
+        opened = await open_store(url)
+        try:
+            yield opened
+        finally:
+            await opened.close()
+
+
+SQL_BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+async def _one_run(store: Store, run_id: str) -> StorageAgent:
+    agent = storage_agent(store, run_id)
+    await collect(agent.run(run_input("long", run_id, [user(f"{run_id}-q")])))
+    await agent.persisted()
+    return agent
+
+
+@pytest.mark.parametrize("backend", SQL_BACKENDS)
+async def test_a_run_after_appends_reads_as_many_rows_on_a_long_chat_as_on_a_short_one(
+    backend: str, tmp_path: Path
 ) -> None:
-    store = CountingSQLiteStore(f"sqlite:///{tmp_path / 'count.db'}")
-    async with store:
-        await store.connect()
-        await store.setup()
-        chat = await store.create_chat(ChatCreate(user_uuid=USER, thread_id="long"))
-        await append_history(store, chat.chat_uuid, messages)
-        before = store.branch_rows
+    costs: dict[int, tuple[int, int]] = {}
+    for length in (30, 300):
+        async with sql_store(backend, tmp_path / str(length)) as store:
+            chat = await store.create_chat(ChatCreate(user_uuid=USER, thread_id="long"))
+            await append_history(store, chat.chat_uuid, length)
+            await _one_run(store, "first")  # reads the whole history once
+            await store.create_message(  # and a message from elsewhere meanwhile
+                MessageCreate(chat_uuid=chat.chat_uuid, content="from elsewhere", agui_id="x")
+            )
+            assert store.history_cache is not None
+            kept = store.history_cache.entry(chat.chat_uuid)
+            counter = RowCounter(store)
+            agent = await _one_run(store, "second")
+            costs[length] = counter.snapshot()
+            # Extended in place, so what was derived from it (its index, its translation)
+            # was extended too, not built again.
+            assert store.history_cache.entry(chat.chat_uuid) is kept
 
-        agent = storage_agent(store, "count")
-        await collect(agent.run(run_input("long", "count", [user("new")])))
-        await agent.persisted()
+            # The agent was given the whole history, as before.
+            inner = agent.inner_agent
+            assert isinstance(inner, ScriptedAgent)
+            given = inner.inputs[0].messages
+            stored = await store.get_chat_messages(chat.chat_uuid)
+            assert [m.id for m in given] == [
+                m.id for m in translate_messages([m for m in stored if m.run_id != "second"])
+            ] + ["second-q"]
+            assert given[0].id == "u0"
 
-        assert store.branch_rows - before == messages + 1  # the history, then the new message
-        inner = agent.inner_agent
-        assert isinstance(inner, ScriptedAgent)
-        given = inner.inputs[0].messages
-        assert given[-1].id == "new"
-        assert given[0].id == "u0"
+    assert costs[30] == costs[300]
 
 
 async def test_translating_a_long_history_leaves_the_event_loop_free(tmp_path: Path) -> None:

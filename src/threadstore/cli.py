@@ -294,6 +294,14 @@ def serve(
             show_default=False,
         ),
     ] = None,
+    admin: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A user id that may page through every user's chats at "
+            "GET /api/admin/chats (repeatable). Nobody by default.",
+            show_default=False,
+        ),
+    ] = None,
     demo_delay: Annotated[
         float, typer.Option(help="Seconds between the demo agent's streamed chunks.")
     ] = 0.03,
@@ -331,6 +339,7 @@ def serve(
         "tokens_file": None if tokens_file is None else str(tokens_file),
         "trust_user_header": trust_user_header,
         "cors_origins": cors_origin or [],
+        "admins": admin or [],
     }
     try:
         # Built here even for workers, so a bad option is one error line before the
@@ -350,6 +359,8 @@ def serve(
     lines = [("database", db), ("auth", auth_line)]
     if cors_origin:
         lines.append(("CORS", ", ".join(cors_origin)))
+    if admin:
+        lines.append(("admins", ", ".join(admin)))
     lines += [("web page", f"{base}/"), ("API docs", f"{base}/docs"), ("try", try_it)]
     for label, value in lines:
         err.print(f"  {label:<9} {escape(value)}", soft_wrap=True)
@@ -399,6 +410,7 @@ def _serve_app(options: dict[str, Any], *, migrate: bool) -> Any:
         auth=authenticator,
         migrate=migrate,
         cors_origins=options["cors_origins"],
+        admins=options["admins"],
     )
 
 

@@ -44,6 +44,7 @@ from threadstore.models import (
 )
 from threadstore.store.base import Store
 from threadstore.store.copies import message_create, reasoning_create, tool_call_create
+from threadstore.store.offload import off_loop
 
 __all__ = [
     "EXPORT_FORMAT",
@@ -110,7 +111,13 @@ async def export_chat(store: Store, chat: Chat) -> ChatExport:
         if node.message_uuid not in on_branch
         and (found := await store.get_message(node.message_uuid)) is not None
     ]
-    messages = sorted([*active, *others], key=lambda message: message.seq)
+    messages = [*active, *others]
+    # Validating a long chat's document holds the thread for as long: not the loop's.
+    return await off_loop(messages, _document, chat, messages)
+
+
+def _document(chat: Chat, messages: list[Message]) -> ChatExport:
+    messages.sort(key=lambda message: message.seq)
     roots = [message.message_uuid for message in messages if message.parent_uuid is None]
     return ChatExport(export_version=EXPORT_VERSION, chat=chat, messages=messages, roots=roots)
 

@@ -67,13 +67,15 @@ from threadstore.agui.writer import (
 )
 from threadstore.codec import thinking
 from threadstore.codec.messages import (
+    HistoryTranslator,
     message_create_from_agui,
     tool_result_text,
     translate_messages,
 )
 from threadstore.codec.names import chat_name_from_messages
 from threadstore.errors import InvalidInputError, RunLiveError, StoreError
-from threadstore.fold import ConversationFold, pending_tool_calls, stored_ids
+from threadstore.fold import ConversationFold, HistoryIndex, StoredFacts
+from threadstore.fold.history import IdsAdded
 from threadstore.models import (
     Chat,
     ChatCreate,
@@ -95,7 +97,8 @@ from threadstore.store.base import (
     Store,
     TreeNode,
 )
-from threadstore.store.offload import off_loop
+from threadstore.store.history_cache import HistoryView
+from threadstore.store.offload import OFF_LOOP_ITEMS, in_steps, off_loop
 
 if TYPE_CHECKING:
     import ag_ui.core
@@ -252,8 +255,10 @@ class StorageAgent:
 
         ``input.messages`` is replaced in place with the translated stored history
         before the inner agent runs: the whole history by default, the turns
-        ``history_window`` keeps when it is set (:class:`HistoryWindow`). Yields the
-        inner agent's events verbatim, or ``RUN_STARTED`` +
+        ``history_window`` keeps when it is set (:class:`HistoryWindow`). The list is
+        the run's own; the AG-UI messages in it are shared with later runs (the
+        translation is kept with the store's history), so the inner agent must not
+        change them. Yields the inner agent's events verbatim, or ``RUN_STARTED`` +
         ``RUN_ERROR(code="INVALID_INPUT")`` when the input is refused.
         """
         return self._events(input)
@@ -294,7 +299,7 @@ class StorageAgent:
 
     async def _set_up(self, input: RunAgentInput) -> list[BaseEvent] | RunPersister:
         try:
-            chat, history = await self._prepare(input)
+            chat, history, facts = await self._prepare(input)
         except (InvalidInputError, RunLiveError) as exc:
             code = INVALID_INPUT_ERROR_CODE
             if isinstance(exc, RunLiveError):
@@ -309,30 +314,28 @@ class StorageAgent:
             ]
         self.chat = chat
         try:
-            return await self._persister_for(input, chat, history)
+            return await self._persister_for(input, chat, history, facts)
         except BaseException:
             await self._abandon_run(chat, input.run_id, "the run could not be set up")
             raise
 
     async def _persister_for(
-        self, input: RunAgentInput, chat: Chat, history: list[Message]
+        self,
+        input: RunAgentInput,
+        chat: Chat,
+        history: Sequence[Message],
+        facts: StoredFacts,
     ) -> RunPersister:
         """Give the inner agent its history and state; build the run's persister."""
-        # Whole-history work: off the event loop for a long chat (see store.offload).
-        given = history if self.history_window is None else self.history_window.select(history)
-        input.messages = await off_loop(given, self.translate, given)
+        input.messages = await self._given(history)
         if input.state in (None, {}) and chat.state is not None:
             input.state = copy.deepcopy(chat.state)
-        fold = await off_loop(
-            history,
-            functools.partial(
-                ConversationFold,
-                input.run_id,
-                thread_id=input.thread_id,
-                parent_run_id=input.parent_run_id,
-                history=history,
-                state=input.state,
-            ),
+        fold = ConversationFold(
+            input.run_id,
+            thread_id=input.thread_id,
+            parent_run_id=input.parent_run_id,
+            state=input.state,
+            facts=facts,
         )
         config = PersisterConfig(
             checkpoint_interval=self.checkpoint_interval,
@@ -417,16 +420,21 @@ class StorageAgent:
 
     # --- input ---------------------------------------------------------------------------
 
-    async def _prepare(self, input: RunAgentInput) -> tuple[Chat, list[Message]]:
-        """Find or create the chat, store the new inbound messages, return (chat, history)."""
+    async def _prepare(self, input: RunAgentInput) -> tuple[Chat, Sequence[Message], StoredFacts]:
+        """Find or create the chat, store the new inbound messages.
+
+        Returns the chat, its history and what the history holds.
+        """
         chat = await self.chat_repo.get_chat_by_thread_id(self.user_uuid, input.thread_id)
         history = await self._history(chat)
-        branch = await self._branch_point(input, chat, history)
+        facts = await _facts(history)
+        branch = await self._branch_point(input, chat, history, facts)
         if branch is not None:
             history = branch.history
+            facts = await _facts(history)
             self._branched = True
         # Refuses before anything is written.
-        creates, results = await off_loop(history, self._screen, input, history)
+        creates, results = self._screen(input, facts)
         fresh = False
         if chat is None:
             chat_create = ChatCreate(
@@ -440,9 +448,11 @@ class StorageAgent:
             # A chat with our uuid is the one we just created, so it is empty; any other
             # was created by a concurrent run meanwhile and may hold messages already.
             fresh = chat.chat_uuid == chat_create.chat_uuid
-            history = [] if fresh else await self._history(chat)
-            if history:
-                creates, results = await off_loop(history, self._screen, input, history)
+            if not fresh:
+                history = await self._history(chat)
+                facts = await _facts(history)
+                if history:
+                    creates, results = self._screen(input, facts)
         if self.run_repo is not None:
             # Before the input is stored: a chat with a running run that continues its
             # leaf (in any process; the store holds it to one) refuses another such run
@@ -458,13 +468,13 @@ class StorageAgent:
                 )
             )
         try:
-            history = await self._store_inbound(
-                input, chat, history, branch, creates, results, fresh=fresh
+            history, facts = await self._store_inbound(
+                input, chat, history, facts, branch, creates, results, fresh=fresh
             )
         except BaseException:
             await self._abandon_run(chat, input.run_id, "the run's input could not be stored")
             raise
-        return chat, history
+        return chat, history, facts
 
     async def _abandon_run(self, chat: Chat, run_id: str, reason: str) -> None:
         """End the run record of a run that failed before it began: it must not hold the chat."""
@@ -476,16 +486,18 @@ class StorageAgent:
         self,
         input: RunAgentInput,
         chat: Chat,
-        history: list[Message],
+        history: Sequence[Message],
+        facts: StoredFacts,
         branch: _Branch | None,
         creates: list[MessageCreate],
         results: list[tuple[UUID, MessageToolCallUpdate]],
         *,
         fresh: bool,
-    ) -> list[Message]:
-        """Store the run's new input messages (and tool results); return the history after.
+    ) -> tuple[Sequence[Message], StoredFacts]:
+        """Store the run's new input messages (and tool results).
 
-        ``fresh``: the chat was created by this run, so it holds only what is stored now.
+        Returns the history after them and what it holds. ``fresh``: the chat was
+        created by this run, so it holds only what is stored now.
         """
         if branch is not None and not creates:
             # Nothing new to hang on the branch point: the run continues from it (its
@@ -517,17 +529,24 @@ class StorageAgent:
                         created.append(stored)
                 for call_uuid, update in results:
                     await self.message_repo.update_message_tool_call(call_uuid, update)
-                if inside and created is None:
-                    # The same rows, without queueing for the store again.
-                    history = await self._after_inbound(chat, history, results)
+                if branch is not None:
+                    # Inside the transaction: the branch ends at this run's own message
+                    # whatever a concurrent run branching from the same one writes next.
+                    history = await self._history(chat)
             if created is not None:
                 history = created
-            elif not inside:
-                history = await self._after_inbound(chat, history, results)
-        return history
+            elif branch is None:
+                # A store reads only what these writes changed (store/history_cache.py).
+                history = await self._history(chat)
+            facts = await _facts(history)
+        return history, facts
 
     async def _branch_point(
-        self, input: RunAgentInput, chat: Chat | None, history: list[Message]
+        self,
+        input: RunAgentInput,
+        chat: Chat | None,
+        history: Sequence[Message],
+        facts: StoredFacts,
     ) -> _Branch | None:
         """Where this run branches off the chat's tree, or ``None`` when it continues the leaf.
 
@@ -540,14 +559,11 @@ class StorageAgent:
         store = self.message_repo
         if chat is None or not isinstance(store, Store):
             return None
-        tree = [
-            TreeNode(m.message_uuid, m.parent_uuid, m.role, m.seq, m.agui_id, m.run_id)
-            for m in history
-        ]
-        on_branch = {node.agui_id for node in tree}
+        on_branch = facts.messages
         # The whole tree is read only when the run names what the active branch (read
         # already) may lack: a message to continue, a parent run, or an echoed answer of
-        # another branch.
+        # another branch. Otherwise the active branch's index answers.
+        tree: Sequence[TreeNode] | None = None
         if (
             self.branch_from is not None
             or input.parent_run_id is not None
@@ -558,7 +574,9 @@ class StorageAgent:
         ):
             tree = await store.get_message_tree(chat.chat_uuid)
         point: TreeNode | None = None
-        if self.branch_from is not None:
+        if tree is None:
+            point = _echoed_point(input, history, facts)
+        elif self.branch_from is not None:
             point = next((node for node in tree if node.message_uuid == self.branch_from), None)
             if point is None:
                 raise InvalidInputError(f"message {self.branch_from} is not in this chat")
@@ -566,72 +584,41 @@ class StorageAgent:
             # run writes, and the run's messages must still hang under this one.
             self._branched = True
             return _Branch(point.message_uuid, await _path_to(store, tree, point, history))
-        if input.parent_run_id is not None:
+        elif input.parent_run_id is not None:
             ran = [node for node in tree if node.run_id == input.parent_run_id]
             point = ran[-1] if ran else None
         else:
             by_id = {node.agui_id: node for node in tree if node.agui_id}
-            known = -1
-            for index, message in enumerate(input.messages):
-                if message.id in by_id:
-                    point, known = by_id[message.id], index
-            rest = input.messages[known + 1 :]
-            # A stored tool result echoed back is named by its own id, not a message's.
-            # A prefix ending at a user message is a client that echoes only what it
-            # sent (not the answers): it continues the leaf, as it always did.
-            if (
-                point is None
-                or point.role == "user"
-                or not rest
-                or not all(isinstance(message, UserMessage) for message in rest)
-            ):
-                point = None
+            point = _last_echoed(input, by_id.get)
         if point is None or point.message_uuid == chat.active_leaf_uuid:
             return None
+        if tree is None:  # on the active branch: its history is a prefix of it
+            at = facts.messages.get(point.agui_id or "")
+            assert at is not None
+            return _Branch(point.message_uuid, list(history[: at + 1]))
         return _Branch(point.message_uuid, await _path_to(store, tree, point, history))
 
-    async def _after_inbound(
-        self,
-        chat: Chat,
-        history: list[Message],
-        results: list[tuple[UUID, MessageToolCallUpdate]],
-    ) -> list[Message]:
-        """The history once the inbound messages are stored, reading only what they changed.
-
-        A :class:`Store` pages by ``Message.seq``: the messages after the last one read
-        are the new ones, and the messages whose tool calls just got a result are read
-        again, so a run on a long chat does not read it twice. Any other repository
-        reads the whole history again.
-        """
-        repo = self.message_repo
-        if not history or not isinstance(repo, Store):
-            return await self._history(chat)
-        tail = await repo.get_chat_messages(chat.chat_uuid, after=history[-1].seq)
-        answered = {call_uuid for call_uuid, _ in results}
-        extended = list(history)
-        # Calls waiting for a result belong to the newest answers: look from the end.
-        for index in range(len(extended) - 1, -1, -1):
-            if not answered:
-                break
-            message = extended[index]
-            calls = {call.uuid for call in message.tool_calls} & answered
-            if not calls:
-                continue
-            answered -= calls
-            fresh = await repo.get_message(message.message_uuid)
-            if fresh is None:  # deleted meanwhile: read it all again
-                return await self._history(chat)
-            extended[index] = fresh
-        extended.extend(tail)
-        self._check_chat(chat, tail)
-        return extended
-
-    async def _history(self, chat: Chat | None) -> list[Message]:
+    async def _history(self, chat: Chat | None) -> Sequence[Message]:
+        """The chat's history: a store's shared view (read-only), or the repository's list."""
         if chat is None:
             return []
-        history = list(await self.message_repo.get_chat_messages(chat.chat_uuid))
+        repo = self.message_repo
+        if isinstance(repo, Store):
+            # Kept by the store and extended by what changed since its last read, not
+            # copied: nothing in a run changes a stored message.
+            return await repo.read_history(chat.chat_uuid)
+        history = list(await repo.get_chat_messages(chat.chat_uuid))
         await off_loop(history, self._check_chat, chat, history)
         return history
+
+    async def _given(self, history: Sequence[Message]) -> list[ag_ui.core.Message]:
+        """The translated history the inner agent is given (``input.messages``)."""
+        given = history if self.history_window is None else self.history_window.select(history)
+        default = self._translate is None and type(self).translate is StorageAgent.translate
+        if default and isinstance(given, HistoryView):
+            return await _translation(given)
+        # Whole-history work: off the event loop for a long chat (see store.offload).
+        return await off_loop(given, self.translate, given)
 
     @staticmethod
     def _check_chat(chat: Chat, history: Sequence[Message]) -> None:
@@ -645,12 +632,17 @@ class StorageAgent:
                     "belong to the same chat"
                 )
 
+    @staticmethod
     def _screen(
-        self, input: RunAgentInput, history: Sequence[Message]
+        input: RunAgentInput, facts: StoredFacts
     ) -> tuple[list[MessageCreate], list[tuple[UUID, MessageToolCallUpdate]]]:
-        """Sort inbound messages into new user messages and tool results; refuse the rest."""
-        known = stored_ids(history)
-        pending = pending_tool_calls(history)
+        """Sort inbound messages into new user messages and tool results; refuse the rest.
+
+        Each inbound message is looked up in the history's index by id: the screening
+        costs what the input holds, not what the chat holds.
+        """
+        known = IdsAdded(facts.ids)
+        pending = dict(facts.pending)
         creates: list[MessageCreate] = []
         results: list[tuple[UUID, MessageToolCallUpdate]] = []
         for message in input.messages:
@@ -972,16 +964,16 @@ class _Branch:
     """A run's branch point: the stored message it continues, and the history up to it."""
 
     point: UUID
-    history: list[Message]
+    history: Sequence[Message]
 
 
 async def _path_to(
-    store: Store, tree: Sequence[TreeNode], point: TreeNode, active: list[Message]
+    store: Store, tree: Sequence[TreeNode], point: TreeNode, active: Sequence[Message]
 ) -> list[Message]:
     """The messages from the root to ``point``: a prefix of ``active`` when it is on it."""
     for index, message in enumerate(active):
         if message.message_uuid == point.message_uuid:
-            return active[: index + 1]
+            return list(active[: index + 1])
     parents = {node.message_uuid: node.parent_uuid for node in tree}
     path: list[Message] = []
     current: UUID | None = point.message_uuid
@@ -992,3 +984,105 @@ async def _path_to(
         path.append(found)
         current = parents.get(current)
     return path[::-1]
+
+
+def _last_echoed(input: RunAgentInput, find: Callable[[str], TreeNode | None]) -> TreeNode | None:
+    """The stored answer an edit-and-resend continues from, or ``None``.
+
+    The last input message ``find`` knows, when only new user messages follow it and it
+    is not a user message. A stored tool result echoed back is named by its own id, not
+    a message's. A prefix ending at a user message is a client that echoes only what it
+    sent (not the answers): it continues the leaf, as it always did.
+    """
+    point: TreeNode | None = None
+    known = -1
+    for index, message in enumerate(input.messages):
+        found = find(message.id)
+        if found is not None:
+            point, known = found, index
+    rest = input.messages[known + 1 :]
+    if (
+        point is None
+        or point.role == "user"
+        or not rest
+        or not all(isinstance(message, UserMessage) for message in rest)
+    ):
+        return None
+    return point
+
+
+def _echoed_point(
+    input: RunAgentInput, history: Sequence[Message], facts: StoredFacts
+) -> TreeNode | None:
+    """:func:`_last_echoed` among the messages of the active branch, found by index."""
+
+    def find(agui_id: str) -> TreeNode | None:
+        at = facts.messages.get(agui_id)
+        if at is None:
+            return None
+        m = history[at]
+        return TreeNode(m.message_uuid, m.parent_uuid, m.role, m.seq, m.agui_id, m.run_id)
+
+    return _last_echoed(input, find)
+
+
+_INDEX = "threadstore.agui.history_index"
+_TRANSLATION = "threadstore.agui.translation"
+
+
+async def _facts(history: Sequence[Message]) -> StoredFacts:
+    """What ``history`` holds: from the index kept with a store's history, grown as it grows."""
+    if not isinstance(history, HistoryView):
+        built = HistoryIndex()
+        await in_steps(history, built.feed)
+        return built.at(len(history))
+    derived = history.kept.derived
+    index: HistoryIndex | None = derived.get(_INDEX)
+    if index is None or len(history) - index.count >= OFF_LOOP_ITEMS:
+        # Built (or caught up after many appends) in steps: a fresh index, kept once
+        # whole, so the one other runs may be reading never changes under them.
+        index = HistoryIndex()
+        await in_steps(history, index.feed)
+        if index.count >= getattr(derived.get(_INDEX), "count", 0):
+            derived[_INDEX] = index
+    elif index.count < len(history):
+        index.feed(history[index.count :])
+    return index.at(len(history))
+
+
+class _Translation:
+    """A kept history's translation, and where each message's part of it ends."""
+
+    __slots__ = ("ends", "translator")
+
+    def __init__(self) -> None:
+        self.translator = HistoryTranslator()
+        self.ends: list[int] = []
+
+    def feed(self, messages: Sequence[Message]) -> None:
+        translator, ends = self.translator, self.ends
+        for message in messages:
+            translator.feed((message,))
+            ends.append(len(translator.out))
+
+    def upto(self, length: int) -> list[ag_ui.core.Message]:
+        """A new list of the translation of the first ``length`` messages."""
+        return self.translator.out[: self.ends[length - 1]] if length else []
+
+
+async def _translation(history: HistoryView) -> list[ag_ui.core.Message]:
+    """``translate_messages(history)``, kept with the store's history and grown with it.
+
+    The AG-UI messages are shared between runs (the list is each run's own): an inner
+    agent must not change them, as it must not change the stored messages.
+    """
+    derived = history.kept.derived
+    kept: _Translation | None = derived.get(_TRANSLATION)
+    if kept is None or len(history) - len(kept.ends) >= OFF_LOOP_ITEMS:
+        kept = _Translation()
+        await in_steps(history, kept.feed)
+        if len(kept.ends) >= len(getattr(derived.get(_TRANSLATION), "ends", ())):
+            derived[_TRANSLATION] = kept
+    elif len(kept.ends) < len(history):
+        kept.feed(history[len(kept.ends) :])
+    return kept.upto(len(history))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -37,6 +37,7 @@ __all__ = [
     "SUBAGENT_METADATA_KEY",
     "SUBAGENT_NO_RESULT_ERROR",
     "TOOL_CALL_ID_METADATA_KEY",
+    "HistoryTranslator",
     "message_create_from_agui",
     "replayed_tool_error",
     "tool_result_message_id",
@@ -239,47 +240,68 @@ def _own_message(message: Message, message_id: str) -> ag.Message:
 
 def translate_messages(messages: Sequence[Message]) -> list[ag.Message]:
     """Translate stored history (oldest first) into AG-UI messages; see the module docstring."""
-    ids = _Ids()
-    seen: set[UUID] = set()
-    out: list[ag.Message] = []
-    for message in messages:
-        if message.message_uuid in seen:
-            continue
-        seen.add(message.message_uuid)
-        # The message claims its id before its nested records: if a producer reused the
-        # id, the reasoning step or tool result is the one that falls back to its UUID.
-        message_id = None
-        if _has_own_form(message):
-            message_id = ids.claim(
-                message.agui_id or str(message.message_uuid), message.message_uuid
-            )
-        subagent = message.metadata.get(SUBAGENT_METADATA_KEY)
-        before, after = _reasoning_sides(message)
-        for step in before:
-            _append_reasoning(out, ids, step, subagent)
-        if message_id is not None:
-            out.append(_own_message(message, message_id))
-        for step in after:
-            _append_reasoning(out, ids, step, subagent)
-        for call in _by_seq(message.tool_calls):
-            error = replayed_tool_error(call, subagent)
-            if call.content is None and error is None:
+    translator = HistoryTranslator()
+    translator.feed(messages)
+    return translator.out
+
+
+class HistoryTranslator:
+    """:func:`translate_messages`, fed a history in pieces: the next messages at a time.
+
+    Feeding a history's messages in any number of calls gives exactly what translating
+    it at once gives (ids claimed earlier stay claimed), so a history that only grows
+    at its end is translated once, however many runs replay it.
+    """
+
+    __slots__ = ("_ids", "_seen", "out")
+
+    def __init__(self) -> None:
+        self._ids = _Ids()
+        self._seen: set[UUID] = set()
+        self.out: list[ag.Message] = []
+        """The translation of every message fed so far."""
+
+    def feed(self, messages: Iterable[Message]) -> None:
+        """Translate ``messages``, the ones after those fed before, onto :attr:`out`."""
+        ids, seen, out = self._ids, self._seen, self.out
+        for message in messages:
+            if message.message_uuid in seen:
                 continue
-            result_id = ids.claim(tool_result_message_id(call), call.uuid)
-            if result_id is not None:
-                # An empty result replays as the seed layer replays it: a model given an
-                # empty tool message may take the call as not answered.
-                empty = f"Completed {call.name}" if error is None else ""
-                out.append(
-                    ag.ToolMessage(
-                        id=result_id,
-                        content=call.content or empty,
-                        tool_call_id=call.tool_call_id,
-                        error=error,
-                        subagent_run_id=subagent,
-                    )
+            seen.add(message.message_uuid)
+            # The message claims its id before its nested records: if a producer reused
+            # the id, the reasoning step or tool result is the one that falls back to
+            # its UUID.
+            message_id = None
+            if _has_own_form(message):
+                message_id = ids.claim(
+                    message.agui_id or str(message.message_uuid), message.message_uuid
                 )
-    return out
+            subagent = message.metadata.get(SUBAGENT_METADATA_KEY)
+            before, after = _reasoning_sides(message)
+            for step in before:
+                _append_reasoning(out, ids, step, subagent)
+            if message_id is not None:
+                out.append(_own_message(message, message_id))
+            for step in after:
+                _append_reasoning(out, ids, step, subagent)
+            for call in _by_seq(message.tool_calls):
+                error = replayed_tool_error(call, subagent)
+                if call.content is None and error is None:
+                    continue
+                result_id = ids.claim(tool_result_message_id(call), call.uuid)
+                if result_id is not None:
+                    # An empty result replays as the seed layer replays it: a model given
+                    # an empty tool message may take the call as not answered.
+                    empty = f"Completed {call.name}" if error is None else ""
+                    out.append(
+                        ag.ToolMessage(
+                            id=result_id,
+                            content=call.content or empty,
+                            tool_call_id=call.tool_call_id,
+                            error=error,
+                            subagent_run_id=subagent,
+                        )
+                    )
 
 
 def _first_place(metadata: dict[str, Any], kind: str) -> int | None:

@@ -12,7 +12,12 @@ from threadstore.codec.messages import tool_result_text
 from threadstore.fold.conversation import ConversationFold, StorageState, event_type_name
 from threadstore.fold.documents import apply_json_patch
 from threadstore.fold.fast import DELTA_EVENTS
-from threadstore.fold.history import pending_tool_calls, stored_ids
+from threadstore.fold.history import (
+    HistoryIndex,
+    StoredFacts,
+    pending_tool_calls,
+    stored_ids,
+)
 from threadstore.fold.records import Changes, ContentBuffer, FoldRecord, RecordKind, RunInfo
 
 __all__ = [
@@ -21,9 +26,11 @@ __all__ = [
     "ContentBuffer",
     "ConversationFold",
     "FoldRecord",
+    "HistoryIndex",
     "RecordKind",
     "RunInfo",
     "StorageState",
+    "StoredFacts",
     "apply_json_patch",
     "event_type_name",
     "pending_tool_calls",

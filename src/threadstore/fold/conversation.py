@@ -27,6 +27,7 @@ from pydantic import BaseModel
 from threadstore.codec.thinking import ThinkingTranslator
 from threadstore.fold.documents import DocumentFolding
 from threadstore.fold.fast import fold_deltas
+from threadstore.fold.history import StoredFacts
 from threadstore.fold.records import FoldRecord
 from threadstore.fold.snapshot import SnapshotFolding
 from threadstore.fold.text import TextFolding
@@ -65,9 +66,10 @@ class ConversationFold(SnapshotFolding, TextFolding, DocumentFolding):
     """The records of one run, folded from its AG-UI events; pure data, no I/O.
 
     ``history`` is the chat's stored history (to recognise ids it already holds and
-    tool calls still waiting for a result); ``state`` is the AG-UI state the run starts
-    from. :meth:`apply` folds one event and says whether it was a boundary;
-    :meth:`apply_deltas` is its fast path for runs of content deltas.
+    tool calls still waiting for a result), or ``facts`` what it holds, as a
+    :class:`~threadstore.fold.history.HistoryIndex` answers for it; ``state`` is the
+    AG-UI state the run starts from. :meth:`apply` folds one event and says whether it
+    was a boundary; :meth:`apply_deltas` is its fast path for runs of content deltas.
     """
 
     def __init__(
@@ -78,6 +80,7 @@ class ConversationFold(SnapshotFolding, TextFolding, DocumentFolding):
         parent_run_id: str | None = None,
         history: Sequence[Message] = (),
         state: Any = None,
+        facts: StoredFacts | None = None,
     ) -> None:
         super().__init__(
             run_id,
@@ -85,6 +88,7 @@ class ConversationFold(SnapshotFolding, TextFolding, DocumentFolding):
             parent_run_id=parent_run_id,
             history=history,
             state=state,
+            facts=facts,
         )
         self._thinking = ThinkingTranslator(run_id)
 

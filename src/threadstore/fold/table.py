@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 from typing import Any
 
 from ag_ui.core import BaseEvent
 
-from threadstore.fold.history import pending_tool_calls, stored_ids
+from threadstore.fold.history import HistoryIndex, IdsAdded, StoredFacts
 from threadstore.fold.records import Changes, FoldRecord, RecordKind, RunInfo
 from threadstore.models import PARTS_METADATA_KEY, Message, MessageStatus, Role
 
@@ -46,6 +46,7 @@ class RecordTable:
         parent_run_id: str | None = None,
         history: Sequence[Message] = (),
         state: Any = None,
+        facts: StoredFacts | None = None,
     ) -> None:
         self.run = RunInfo(run_id=run_id, thread_id=thread_id, parent_run_id=parent_run_id)
         self.records: dict[str, FoldRecord] = {}
@@ -53,17 +54,17 @@ class RecordTable:
         self.state_version = 0
         self.dirty: set[str] = set()
         self.current_event_timestamp: int | None = None
-        self.known_ids = stored_ids(history)
-        """Ids already stored in the chat or produced by this run."""
-        self.stored_ids = frozenset(self.known_ids)
+        if facts is None:
+            facts = HistoryIndex(history).at(len(history))
+        self.stored_ids: Container[str] = facts.ids
         """Ids already stored in the chat when the run started."""
+        self.known_ids = IdsAdded(facts.ids)
+        """Ids already stored in the chat or produced by this run."""
         self.aliases: dict[tuple[str, str], str] = {}
         """(family, AG-UI id) -> key of the record that took an id another family holds."""
-        self.pending_calls = pending_tool_calls(history)
+        self.pending_calls = facts.pending
         """Stored tool calls still waiting for a result, by tool call id."""
-        self.stored_assistant = {
-            m.agui_id: m.message_uuid for m in history if m.agui_id and m.role == Role.ASSISTANT
-        }
+        self.stored_assistant = facts.assistant
         """Stored assistant messages by AG-UI id: tool calls of this run may nest in them."""
         self.steps: list[str] = []
         """The stack of steps started and not finished yet."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 from uuid import UUID
@@ -18,13 +18,14 @@ import threadstore
 from threadstore.agui.distributed import DistributedRunManager
 from threadstore.agui.window import HistoryWindow
 from threadstore.server.agents import InnerAgent, load_agent
-from threadstore.server.auth import Authenticator, LocalUserAuth
+from threadstore.server.auth import Authenticator, LocalUserAuth, user_uuid_for
 from threadstore.server.demo_agent import DEFAULT_DEMO_DELAY
 from threadstore.server.deps import ServerState
 from threadstore.server.errors import install_error_handlers
 from threadstore.server.limits import DEFAULT_LIMITS, BodyLimitMiddleware, Limits
 from threadstore.server.routes_agui import router as agui_router
 from threadstore.server.routes_branches import router as branches_router
+from threadstore.server.routes_chats import admin_router
 from threadstore.server.routes_chats import router as chats_router
 from threadstore.server.routes_web import install_web
 from threadstore.server.run_gate import RunGate
@@ -59,6 +60,7 @@ def create_app(
     sweep_interval: float | None = 60.0,
     cors_origins: Sequence[str] = (),
     history_window: HistoryWindow | None = None,
+    admins: Collection[str | UUID] = (),
 ) -> FastAPI:
     """Build the threadstore server app.
 
@@ -77,6 +79,8 @@ def create_app(
     ``history_window`` (a :class:`~threadstore.agui.window.HistoryWindow`) gives the
     agent only the last turns of a chat, passed to ``storage_agent`` as
     ``history_window=``; by default it gets the whole stored history.
+    ``admins`` (user ids or UUIDs, as the authenticator resolves them) may page through
+    every user's chats at ``GET /api/admin/chats``; nobody may by default.
 
     On PostgreSQL the runs go through a
     :class:`~threadstore.agui.distributed.DistributedRunManager`, so several server
@@ -133,6 +137,7 @@ def create_app(
                 runs=RunGate(fresh_within=3 * heartbeat_interval),
                 stale_after=stale_after,
                 sweep_interval=sweep_interval,
+                admins=frozenset(a if isinstance(a, UUID) else user_uuid_for(a) for a in admins),
             )
             with stop_runs_on_exit_signal(manager):
                 yield
@@ -157,6 +162,7 @@ def create_app(
     install_error_handlers(app)
     app.include_router(agui_router)
     app.include_router(chats_router)
+    app.include_router(admin_router)
     app.include_router(branches_router)
     install_web(app)
 

@@ -36,6 +36,8 @@ class ServerState:
     """Seconds without a heartbeat after which the sweep finalizes a run."""
     sweep_interval: float | None = 60.0
     """Seconds between two sweeps of this server (``None``: only at start-up)."""
+    admins: frozenset[UUID] = frozenset()
+    """Users who may list every user's chats (``GET /api/admin/chats``)."""
 
 
 # Both dependencies are ``async def`` although they never await: FastAPI runs a plain

@@ -6,6 +6,7 @@ a chat that does not exist.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Annotated
 from uuid import UUID, uuid4
@@ -19,11 +20,22 @@ from threadstore.models import Chat, Message, Role
 from threadstore.server.deps import AppState, CurrentUser, owned_chat
 from threadstore.server.limits import MAX_CURSOR, check_id, check_json, check_name
 from threadstore.store.base import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, Store
+from threadstore.store.offload import off_loop
 from threadstore.transfer import ChatExport, export_chat, import_chat
 
-__all__ = ["BranchPoint", "ChatList", "ChatRename", "ChatSummary", "MessagePage", "router"]
+__all__ = [
+    "BranchPoint",
+    "ChatList",
+    "ChatRename",
+    "ChatSummary",
+    "MessagePage",
+    "admin_router",
+    "router",
+]
 
 router = APIRouter(prefix="/api/chats", tags=["chats"])
+
+admin_router = APIRouter(prefix="/api/admin", tags=["admin"])
 
 
 class ChatSummary(Chat):
@@ -100,6 +112,42 @@ async def list_chats(
     ] = None,
 ) -> ChatList:
     """Return the caller's chats, newest activity first, each with its last message."""
+    return await _chat_list(state, user, limit, cursor, q)
+
+
+@admin_router.get(
+    "/chats",
+    response_model=ChatList,
+    summary="List every user's chats (admins)",
+    responses={403: {"description": "The caller is not one of the server's admins."}},
+)
+async def list_all_chats(
+    state: AppState,
+    caller: CurrentUser,
+    limit: PageSize = DEFAULT_PAGE_SIZE,
+    cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page.")] = None,
+    q: Annotated[
+        str | None,
+        Query(
+            max_length=MAX_SEARCH_CHARS,
+            description="Only chats whose name contains this text, ignoring case.",
+        ),
+    ] = None,
+    user: Annotated[UUID | None, Query(description="Only this user's chats.")] = None,
+) -> ChatList:
+    """Every user's chats, newest activity first, one page at a time.
+
+    The paged form of the store's ``get_all_chats()``: however many chats the store
+    holds, a request reads one page. Only the users the app names as ``admins``.
+    """
+    if caller not in state.admins:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, detail="only admins may list every chat")
+    return await _chat_list(state, user, limit, cursor, q)
+
+
+async def _chat_list(
+    state: AppState, user: UUID | None, limit: int, cursor: str | None, q: str | None
+) -> ChatList:
     page = await state.store.list_chats(user, limit=limit, cursor=cursor, name_contains=q)
     last = await state.store.get_last_messages([chat.chat_uuid for chat in page.items])
     items = [
@@ -337,7 +385,11 @@ async def restore_chat(chat_uuid: UUID, state: AppState, user: CurrentUser) -> C
 
 
 @router.get("/{chat_uuid}/export", response_model=ChatExport, summary="Export a chat as JSON")
-async def export_one(chat_uuid: UUID, state: AppState, user: CurrentUser) -> ChatExport:
+async def export_one(chat_uuid: UUID, state: AppState, user: CurrentUser) -> Response:
     """Return the chat and its whole history as one JSON document (see the import route)."""
     chat = await owned_chat(state, user, chat_uuid)
-    return await export_chat(state.store, chat)
+    document = await export_chat(state.store, chat)
+    # Serialized off the event loop for a long chat, as FastAPI would (by alias).
+    dump = functools.partial(document.model_dump_json, by_alias=True)
+    body = await off_loop(document.messages, dump)
+    return Response(body, media_type="application/json")

@@ -19,7 +19,7 @@ Where things go:
   ``_apply(batch)`` over the operations, and the reads ``_select_chats``,
   ``_select_branch``, ``_select_tree``, ``_find_message``, ``_find_tool_call``,
   ``_select_runs``, ``_select_last_messages`` (plus ``_history_version`` where a
-  history cache is kept).
+  history cache is kept, and ``_select_changed`` where kept histories are extended).
 
 Soft delete (``delete_chat(..., soft=True)``) stamps a chat's ``deleted_at``; every read
 of a backend leaves such chats, and their messages, out.
@@ -57,7 +57,13 @@ from threadstore.models import (
 )
 from threadstore.store.copies import copy_message
 from threadstore.store.cursor import decode_chat_cursor, encode_chat_cursor
-from threadstore.store.history_cache import HistoryCache, copy_messages
+from threadstore.store.history_cache import (
+    HistoryCache,
+    HistoryView,
+    KeptHistory,
+    copy_messages,
+    extend_history,
+)
 from threadstore.store.offload import off_loop
 from threadstore.store.ops import (
     WRITE_METHODS,
@@ -130,7 +136,12 @@ class ChatRepositoryLike(Protocol):
         ...
 
     async def get_all_chats(self, user_uuid: UUID | None = None) -> Sequence[Chat]:
-        """Return every chat, optionally scoped to one user."""
+        """Return every chat, optionally scoped to one user.
+
+        Unbounded: with no user it is an admin call that reads every user's chats at
+        once. Interactive callers page instead (``Store.list_chats``; the server's
+        ``GET /api/admin/chats``, the CLI's ``chats list``).
+        """
         ...
 
     async def update_chat_name(self, chat_uuid: UUID, name: str) -> Chat | None:
@@ -562,7 +573,8 @@ class Store(abc.ABC):
         """Return every chat (optionally one user's, or those named like ``list_chats``).
 
         Unbounded: with no user it is an admin call that reads every chat of every user
-        at once. Page with :meth:`list_chats` (``user_uuid=None`` for every user's).
+        at once. Page with :meth:`list_chats` (``user_uuid=None`` for every user's), as
+        the server's ``GET /api/admin/chats`` and the CLI's ``chats list`` do.
         """
         return await self._select_chats(ChatFilter(user_uuid, name_contains=name_contains or None))
 
@@ -745,26 +757,72 @@ class Store(abc.ABC):
         page = BranchPage(after, before, check_limit(limit, default=None))
         # Only whole histories read outside a transaction are cached: inside one, the
         # version may belong to writes that are never committed.
-        cache = self.history_cache if page.whole and not self._in_transaction() else None
-        if cache is None:
+        if not page.whole or self.history_cache is None or self._in_transaction():
             return await self._select_branch(chat_uuid, page, None)
-        # The version is read before the history: a write committed in between makes
-        # the history newer than its tag, never older, so it is read again next time.
-        version = await self._history_version(chat_uuid)
-        if version is None:
-            cache.discard(chat_uuid)
-            return []
+        view = await self.read_history(chat_uuid)
         # The cache never hands out what it keeps (callers may change what they get):
         # the copies of a long history are made off the event loop.
-        kept = cache.kept(chat_uuid, version)
-        if kept is not None:
-            return await off_loop(kept, copy_messages, kept)
-        messages = await self._select_branch(chat_uuid, page, version)
-        if cache.fits(messages):
-            cache.keep(chat_uuid, version, await off_loop(messages, copy_messages, messages))
-        else:
-            cache.discard(chat_uuid)
-        return messages
+        return await off_loop(view, copy_messages, view)
+
+    async def read_history(self, chat_uuid: UUID) -> HistoryView:
+        """The chat's whole active branch, oldest first, shared and read-only (not copied).
+
+        What a run replays: unlike :meth:`get_chat_messages` the messages are the ones
+        the store keeps, so a caller must not change them. With a history cache, a
+        read after appends reads only the rows written since the last read (see
+        ``store/history_cache.py``); a chat that does not exist reads as empty.
+        """
+        cache = None if self._in_transaction() else self.history_cache
+        if cache is None:
+            messages = await self._select_branch(chat_uuid, BranchPage(), None)
+            return (await off_loop(messages, KeptHistory, None, messages)).view()
+        for _ in range(2):
+            # The version is read before the rows: a write committed in between makes
+            # the history newer than its tag, never older, so it is read again next time.
+            version = await self._history_version(chat_uuid)
+            if version is None:
+                cache.discard(chat_uuid)
+                return KeptHistory(None, []).view()
+            kept = cache.entry(chat_uuid)
+            if kept is not None and kept.version == version:
+                cache.hits += 1
+                return kept.view()
+            if kept is not None:
+                since = kept.version
+                changed = await self._select_changed(chat_uuid, since, version)
+                if kept.version != since:
+                    continue  # another read moved it meanwhile: start again from it
+                if changed is not None:
+                    extended = extend_history(kept, version, *changed)
+                    if extended is not None:
+                        cache.extensions += 1
+                        cache.keep(chat_uuid, extended)
+                        return extended.view()
+            break
+        cache.misses += 1
+        messages = await self._select_branch(chat_uuid, BranchPage(), version)
+        # Built off the event loop for a long history: positions of every message.
+        built = await off_loop(messages, KeptHistory, version, messages)
+        replaced = [] if kept is None else [kept]
+        kept = None
+        cache.keep(chat_uuid, built)
+        if replaced:
+            # The history it replaces is freed on a worker thread (unless a run still
+            # holds it): dropping a long one's objects takes as long as building them.
+            await off_loop(replaced[0].messages, replaced.clear)
+        return built.view()
+
+    async def _select_changed(
+        self, chat_uuid: UUID, since: Hashable, version: Hashable
+    ) -> tuple[list[Message], UUID | None] | None:
+        """Primitive of backends that extend kept histories: what changed after ``since``.
+
+        Every message of the chat (any branch) whose row, tool calls or reasoning were
+        written after history version ``since``, with its children, by ``seq``, and the
+        chat's active leaf at ``version``; ``None`` when the backend cannot tell (the
+        whole history is then read again).
+        """
+        return None
 
     @abc.abstractmethod
     async def _select_branch(

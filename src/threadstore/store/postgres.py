@@ -313,6 +313,22 @@ class PostgresStore(Store):
             raise _translate(exc) from exc
         return rows
 
+    async def _fetch_planned(
+        self, conn: asyncpg.Connection, query: str, *args: Any
+    ) -> list[asyncpg.Record]:
+        """:meth:`_fetch_on` with a statement prepared for this call, planned for its values.
+
+        A cached statement gets a plan generic over its parameters after a few calls; for
+        a range whose selectivity depends on the value (``chat_version > $2``) that plan
+        reads the whole chat.
+        """
+        try:
+            statement = await conn.prepare(query)
+            rows: list[asyncpg.Record] = await statement.fetch(*args)
+        except asyncpg.PostgresError as exc:
+            raise _translate(exc) from exc
+        return rows
+
     async def _messages_with_children(
         self, conn: asyncpg.Connection, rows: Sequence[asyncpg.Record]
     ) -> list[models.Message]:
@@ -572,8 +588,18 @@ class PostgresStore(Store):
         return loaded[0] if loaded else None
 
     async def _history_version(self, chat_uuid: UUID) -> Hashable | None:
+        # The leaf too: an extended history must end where the chat's branch ends.
         rows = await self._fetch(sql.CHAT_VERSION, chat_uuid)
-        return int(rows[0][0]) if rows else None
+        return (int(rows[0][0]), rows[0][1]) if rows else None
+
+    async def _select_changed(
+        self, chat_uuid: UUID, since: Hashable, version: Hashable
+    ) -> tuple[list[models.Message], UUID | None] | None:
+        assert isinstance(since, tuple) and isinstance(version, tuple)
+        async with self._connection() as conn:
+            query = sql.MESSAGE_SELECT[_iso_times(conn)] + sql.CHANGED_SINCE
+            rows = await self._fetch_planned(conn, query, chat_uuid, since[0])
+            return await self._messages_with_children(conn, rows), version[1]
 
     async def _select_branch(
         self, chat_uuid: UUID, page: BranchPage, version: Hashable | None

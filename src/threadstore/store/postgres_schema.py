@@ -305,6 +305,33 @@ MIGRATIONS: list[str] = [
     CREATE UNIQUE INDEX runs_one_running_per_chat ON runs (chat_uuid)
      WHERE status = 'running' AND exclusive;
     """,
+    # Incremental histories: every message, tool call and reasoning row records a chat
+    # version drawn when it was last written, after its statement moved the chat's
+    # version (and took the chat's row lock), so it is above every version committed
+    # before it: a history kept at version V is brought up to date by reading only the
+    # rows whose chat_version is above V.
+    """
+    ALTER TABLE messages ADD COLUMN chat_version bigint;
+    ALTER TABLE tool_calls ADD COLUMN chat_version bigint;
+    ALTER TABLE reasonings ADD COLUMN chat_version bigint;
+    CREATE INDEX messages_by_change ON messages (chat_uuid, chat_version);
+    CREATE INDEX tool_calls_by_change ON tool_calls (chat_uuid, chat_version);
+    CREATE INDEX reasonings_by_change ON reasonings (chat_uuid, chat_version);
+    -- Finalizing a run looks only at the run's own messages and their children.
+    CREATE INDEX messages_of_run ON messages (chat_uuid, run_id);
+    CREATE FUNCTION threadstore_stamp_chat_version() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        NEW.chat_version := nextval('chat_versions');
+        RETURN NEW;
+    END
+    $$;
+    CREATE TRIGGER messages_stamp_chat_version BEFORE INSERT OR UPDATE ON messages
+        FOR EACH ROW EXECUTE FUNCTION threadstore_stamp_chat_version();
+    CREATE TRIGGER tool_calls_stamp_chat_version BEFORE INSERT OR UPDATE ON tool_calls
+        FOR EACH ROW EXECUTE FUNCTION threadstore_stamp_chat_version();
+    CREATE TRIGGER reasonings_stamp_chat_version BEFORE INSERT OR UPDATE ON reasonings
+        FOR EACH ROW EXECUTE FUNCTION threadstore_stamp_chat_version();
+    """,
 ]
 
 # --- migrations bookkeeping ------------------------------------------------------------------
@@ -556,17 +583,17 @@ FINISH_RUN = (
 STALE_RUNS = RUN_SELECT + " WHERE status = 'running' AND heartbeat_at < $1 ORDER BY heartbeat_at"
 
 # One statement, so a crash cannot leave a run half-finalized; only the records of
-# this (chat, run) still in progress change, found through the in-progress indexes.
+# this (chat, run) still in progress change, found through the run's own messages.
 FINALIZE_RUN_RECORDS = (
     "WITH chat AS (UPDATE chats SET version = nextval('chat_versions') WHERE chat_uuid = $3"
     "  RETURNING chat_uuid),"
     " calls AS (UPDATE tool_calls t SET status = $1, in_progress = false, updated_at = $2"
-    "  WHERE t.chat_uuid = $3 AND t.in_progress AND EXISTS (SELECT 1 FROM chat) AND EXISTS"
-    "  (SELECT 1 FROM messages m WHERE m.message_uuid = t.message_uuid AND m.run_id = $4)"
+    "  WHERE t.in_progress AND EXISTS (SELECT 1 FROM chat) AND t.message_uuid IN"
+    "  (SELECT message_uuid FROM messages WHERE chat_uuid = $3 AND run_id = $4)"
     "  RETURNING 1),"
     " steps AS (UPDATE reasonings r SET status = $1, in_progress = false, updated_at = $2"
-    "  WHERE r.chat_uuid = $3 AND r.in_progress AND EXISTS (SELECT 1 FROM chat) AND EXISTS"
-    "  (SELECT 1 FROM messages m WHERE m.message_uuid = r.message_uuid AND m.run_id = $4)"
+    "  WHERE r.in_progress AND EXISTS (SELECT 1 FROM chat) AND r.message_uuid IN"
+    "  (SELECT message_uuid FROM messages WHERE chat_uuid = $3 AND run_id = $4)"
     "  RETURNING 1),"
     " own AS (UPDATE messages SET status = $1, in_progress = false, updated_at = $2"
     "  WHERE chat_uuid = $3 AND run_id = $4 AND in_progress AND EXISTS (SELECT 1 FROM chat)"
@@ -575,7 +602,18 @@ FINALIZE_RUN_RECORDS = (
     " + (SELECT count(*) FROM own)"
 )
 
-CHAT_VERSION = "SELECT version FROM chats WHERE chat_uuid = $1 AND deleted_at IS NULL"
+CHAT_VERSION = (
+    "SELECT version, active_leaf_uuid FROM chats WHERE chat_uuid = $1 AND deleted_at IS NULL"
+)
+
+# The messages written after a chat version, or whose tool calls or reasoning were.
+CHANGED_SINCE = (
+    " WHERE m.message_uuid IN ("
+    " SELECT message_uuid FROM messages WHERE chat_uuid = $1 AND chat_version > $2"
+    " UNION SELECT message_uuid FROM tool_calls WHERE chat_uuid = $1 AND chat_version > $2"
+    " UNION SELECT message_uuid FROM reasonings WHERE chat_uuid = $1 AND chat_version > $2)"
+    " ORDER BY m.seq"
+)
 
 
 def versioned_update(

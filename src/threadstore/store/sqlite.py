@@ -204,6 +204,15 @@ _UNRETURNED = {
 
 # The active branch of a chat that has branches: the path from the active leaf to the
 # root. A chat that never branched reads every message instead (one index range scan).
+# The messages written after a chat version, or whose tool calls or reasoning were.
+_CHANGED_SELECT = (
+    _MESSAGE_SELECT + " WHERE m.message_uuid IN ("
+    " SELECT message_uuid FROM messages WHERE chat_uuid = ?1 AND chat_version > ?2"
+    " UNION SELECT message_uuid FROM tool_calls WHERE chat_uuid = ?1 AND chat_version > ?2"
+    " UNION SELECT message_uuid FROM reasonings WHERE chat_uuid = ?1 AND chat_version > ?2)"
+    " ORDER BY m.seq"
+)
+
 _BRANCH_FILTER = (
     "m.chat_uuid = ?1 AND m.message_uuid IN ("
     " WITH RECURSIVE branch(uuid) AS ("
@@ -910,6 +919,16 @@ class SQLiteStore(Store):
         )
         return tuple(flags[0]) if flags else None
 
+    async def _select_changed(
+        self, chat_uuid: UUID, since: Hashable, version: Hashable
+    ) -> tuple[list[models.Message], UUID | None] | None:
+        assert isinstance(since, tuple) and isinstance(version, tuple)
+        if version[0] < since[0]:  # a chat created again under the same uuid
+            return None
+        rows = await self._read(_CHANGED_SELECT, (str(chat_uuid), since[0]))
+        leaf = None if version[1] is None else UUID(version[1])
+        return await self._load_messages(rows), leaf
+
     async def _select_branch(
         self, chat_uuid: UUID, page: BranchPage, version: Hashable | None
     ) -> list[models.Message]:
@@ -986,9 +1005,10 @@ class SQLiteStore(Store):
         set_ = " SET status = ?1, in_progress = 0, updated_at = ?2"
         children = [
             _Statement(
-                f"UPDATE {table}{set_} WHERE chat_uuid = ?3 AND in_progress = 1"
-                f" AND EXISTS (SELECT 1 FROM messages m WHERE"
-                f" m.message_uuid = {table}.message_uuid AND m.run_id = ?4) RETURNING 1",
+                # Through the run's messages: the chat's other children are never read.
+                f"UPDATE {table}{set_} WHERE in_progress = 1 AND message_uuid IN"
+                " (SELECT message_uuid FROM messages WHERE chat_uuid = ?3 AND run_id = ?4)"
+                " RETURNING 1",
                 params,
             )
             for table in ("tool_calls", "reasonings")

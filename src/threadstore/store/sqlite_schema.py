@@ -288,4 +288,72 @@ MIGRATIONS: list[str] = [
     CREATE UNIQUE INDEX runs_one_running_per_chat ON runs (chat_uuid)
      WHERE status = 'running' AND exclusive = 1;
     """,
+    # Incremental histories: every message, tool call and reasoning row records the
+    # chat version it was last written at, so a history kept at version V is brought up
+    # to date by reading only the rows written after V. Each trigger moves the chat's
+    # version, then stamps its own row with it (the stamp itself moves nothing). A run's
+    # finalization finds its own messages by index, and their children through them.
+    """
+    ALTER TABLE messages ADD COLUMN chat_version INTEGER;
+    ALTER TABLE tool_calls ADD COLUMN chat_version INTEGER;
+    ALTER TABLE reasonings ADD COLUMN chat_version INTEGER;
+    CREATE INDEX messages_by_change ON messages (chat_uuid, chat_version);
+    CREATE INDEX tool_calls_by_change ON tool_calls (chat_uuid, chat_version);
+    CREATE INDEX reasonings_by_change ON reasonings (chat_uuid, chat_version);
+    -- Finalizing a run looks only at the run's own messages and their children.
+    CREATE INDEX messages_of_run ON messages (chat_uuid, run_id);
+
+    DROP TRIGGER messages_advance_leaf;
+    CREATE TRIGGER messages_advance_leaf AFTER INSERT ON messages BEGIN
+        UPDATE chats
+           SET has_branches = has_branches OR (NEW.parent_uuid IS NOT active_leaf_uuid),
+               active_leaf_uuid = NEW.message_uuid,
+               updated_at = NEW.created_at,
+               version = version + 1
+         WHERE chat_uuid = NEW.chat_uuid;
+        UPDATE messages
+           SET chat_version = (SELECT version FROM chats WHERE chat_uuid = NEW.chat_uuid)
+         WHERE rowid = NEW.rowid;
+    END;
+    DROP TRIGGER messages_bump_version;
+    CREATE TRIGGER messages_bump_version AFTER UPDATE ON messages
+    WHEN NEW.chat_version IS OLD.chat_version BEGIN
+        UPDATE chats SET version = version + 1 WHERE chat_uuid = NEW.chat_uuid;
+        UPDATE messages
+           SET chat_version = (SELECT version FROM chats WHERE chat_uuid = NEW.chat_uuid)
+         WHERE rowid = NEW.rowid;
+    END;
+
+    DROP TRIGGER tool_calls_bump_version_on_insert;
+    CREATE TRIGGER tool_calls_bump_version_on_insert AFTER INSERT ON tool_calls BEGIN
+        UPDATE chats SET version = version + 1 WHERE chat_uuid = NEW.chat_uuid;
+        UPDATE tool_calls
+           SET chat_version = (SELECT version FROM chats WHERE chat_uuid = NEW.chat_uuid)
+         WHERE rowid = NEW.rowid;
+    END;
+    DROP TRIGGER tool_calls_bump_version_on_update;
+    CREATE TRIGGER tool_calls_bump_version_on_update AFTER UPDATE ON tool_calls
+    WHEN NEW.chat_version IS OLD.chat_version BEGIN
+        UPDATE chats SET version = version + 1 WHERE chat_uuid = NEW.chat_uuid;
+        UPDATE tool_calls
+           SET chat_version = (SELECT version FROM chats WHERE chat_uuid = NEW.chat_uuid)
+         WHERE rowid = NEW.rowid;
+    END;
+
+    DROP TRIGGER reasonings_bump_version_on_insert;
+    CREATE TRIGGER reasonings_bump_version_on_insert AFTER INSERT ON reasonings BEGIN
+        UPDATE chats SET version = version + 1 WHERE chat_uuid = NEW.chat_uuid;
+        UPDATE reasonings
+           SET chat_version = (SELECT version FROM chats WHERE chat_uuid = NEW.chat_uuid)
+         WHERE rowid = NEW.rowid;
+    END;
+    DROP TRIGGER reasonings_bump_version_on_update;
+    CREATE TRIGGER reasonings_bump_version_on_update AFTER UPDATE ON reasonings
+    WHEN NEW.chat_version IS OLD.chat_version BEGIN
+        UPDATE chats SET version = version + 1 WHERE chat_uuid = NEW.chat_uuid;
+        UPDATE reasonings
+           SET chat_version = (SELECT version FROM chats WHERE chat_uuid = NEW.chat_uuid)
+         WHERE rowid = NEW.rowid;
+    END;
+    """,
 ]

@@ -1,0 +1,212 @@
+"""Incremental histories: each fast path against its reference.
+
+A kept history extended by the rows changed since equals a whole read, whatever another
+store (another process) wrote meanwhile; the history index and the translation fed in
+pieces equal what the whole history gives at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from uuid import uuid4
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from test_history_window import histories
+from threadstore import (
+    Chat,
+    ChatCreate,
+    Message,
+    MessageCreate,
+    MessageReasoningCreate,
+    MessageStatus,
+    MessageToolCallCreate,
+    MessageToolCallUpdate,
+    MessageUpdate,
+    Reasoning,
+    Role,
+    Store,
+    ToolCall,
+    open_store,
+)
+from threadstore.codec.messages import HistoryTranslator, translate_messages
+from threadstore.fold import HistoryIndex, pending_tool_calls, stored_ids
+from threadstore.store.history_cache import HistoryCache
+
+CHAT = uuid4()
+
+
+@st.composite
+def replayed_histories(draw: st.DrawFn) -> list[Message]:
+    """Histories with what a replay treats apart: sub-agents, errors, reasoning alone, reused ids.
+
+    A sub-agent's call left without a result (replayed with an error result), calls
+    still in progress, answered by a tool message or failed; assistant messages that
+    only hold reasoning (replayed as the reasoning alone); ids reused across records.
+    """
+    messages: list[Message] = []
+    ids = st.sampled_from(["a", "b", "c", "call0", "call0-result", "r0"])
+    text = st.text(alphabet="ab ", max_size=8)
+    for n in range(draw(st.integers(0, 10))):
+        uuid = uuid4()
+        role = draw(st.sampled_from([Role.USER, Role.ASSISTANT, Role.ASSISTANT, Role.TOOL]))
+        subagent = draw(st.none() | st.sampled_from(["sub1", "sub2"]))
+        agui_id = draw(st.none() | ids | st.just(f"m{n}"))
+        metadata: dict[str, object] = {} if subagent is None else {"subagent_run_id": subagent}
+        if role is Role.TOOL and draw(st.booleans()):
+            metadata["tool_call_id"] = draw(ids)
+        message = Message(
+            message_uuid=uuid,
+            chat_uuid=CHAT,
+            role=role,
+            agui_id=agui_id,
+            content=draw(text),
+            seq=n,
+            metadata=metadata,
+        )
+        if role is Role.ASSISTANT:
+            for k in range(draw(st.integers(0, 2))):
+                message.reasonings.append(
+                    Reasoning(
+                        uuid=uuid4(),
+                        message_uuid=uuid,
+                        agui_id=draw(st.none() | ids),
+                        content=draw(text),
+                        seq=2 * k,
+                    )
+                )
+            for k in range(draw(st.integers(0, 2))):
+                content = draw(st.none() | text)
+                message.tool_calls.append(
+                    ToolCall(
+                        uuid=uuid4(),
+                        message_uuid=uuid,
+                        tool_call_id=draw(ids | st.just(f"t{n}.{k}")),
+                        name="lookup",
+                        content=content,
+                        result_message_id=draw(st.none() | ids),
+                        error=draw(st.none() | st.just("failed")),
+                        in_progress=draw(st.booleans()),
+                        seq=2 * k + 1,
+                        metadata=draw(st.just({}) | st.just({"subagent_run_id": "sub3"})),
+                    )
+                )
+        messages.append(message)
+    return messages
+
+
+@settings(max_examples=200, deadline=None)
+@given(histories() | replayed_histories(), st.data())
+def test_the_index_fed_in_pieces_answers_for_every_prefix_as_the_reference(
+    history: list[Message], data: st.DataObject
+) -> None:
+    index = HistoryIndex()
+    translator = HistoryTranslator()
+    fed = 0
+    while fed < len(history):
+        step = data.draw(st.integers(1, len(history) - fed))
+        index.feed(history[fed : fed + step])
+        translator.feed(history[fed : fed + step])
+        fed += step
+    assert translator.out == translate_messages(history)
+    for length in range(len(history) + 1):
+        prefix = history[:length]
+        facts = index.at(length)
+        ids = stored_ids(prefix)
+        probe = ids | stored_ids(history) | {"nope"}
+        assert {i for i in probe if i in facts.ids} == ids
+        assert facts.pending == pending_tool_calls(prefix)
+        for message in history:
+            expected = next(
+                (
+                    m.message_uuid
+                    for m in reversed(prefix)
+                    if m.agui_id == message.agui_id and m.role == Role.ASSISTANT
+                ),
+                None,
+            )
+            if message.agui_id:
+                assert facts.assistant.get(message.agui_id) == expected
+
+
+@pytest.fixture
+async def writer(store_url: str) -> AsyncIterator[Store]:
+    """A second store on the test's database: another process, as far as the first knows."""
+    if store_url.startswith("memory"):
+        pytest.skip("a memory store is one process")
+    opened = await open_store(store_url, setup=False)
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+async def _truth(store_url: str, chat: Chat) -> list[Message]:
+    uncached = await open_store(store_url, setup=False, history_cache_messages=0)
+    try:
+        return list(await uncached.get_chat_messages(chat.chat_uuid))
+    finally:
+        await uncached.close()
+
+
+async def test_a_kept_history_follows_every_kind_of_change_made_elsewhere(
+    store: Store, writer: Store, store_url: str
+) -> None:
+    chat = await store.create_chat(ChatCreate(user_uuid=uuid4(), thread_id="t"))
+    created: list[Message] = []
+    for n in range(6):
+        role = Role.USER if n % 2 == 0 else Role.ASSISTANT
+        created.append(
+            await writer.create_message(
+                MessageCreate(chat_uuid=chat.chat_uuid, role=role, content=f"m{n}", agui_id=f"m{n}")
+            )
+        )
+    cache = store.history_cache
+    assert isinstance(cache, HistoryCache)
+
+    async def check(kind: str) -> None:
+        got = list(await store.read_history(chat.chat_uuid))
+        assert got == await _truth(store_url, chat), kind
+        assert list(await store.get_chat_messages(chat.chat_uuid)) == got, kind
+
+    await check("first read")
+    call = await writer.create_message_tool_call(
+        MessageToolCallCreate(message_uuid=created[-1].message_uuid, tool_call_id="c1", name="f")
+    )
+    before = cache.extensions
+    await check("a tool call on the last message")
+    more = await writer.create_message(
+        MessageCreate(chat_uuid=chat.chat_uuid, content="m6", agui_id="m6")
+    )
+    await writer.create_message_reasoning(
+        MessageReasoningCreate(message_uuid=more.message_uuid, content="thinking")
+    )
+    await check("appends with children")
+    assert cache.extensions >= before + 2
+
+    await writer.update_message_tool_call(
+        call.uuid, MessageToolCallUpdate(content="done", status=MessageStatus.COMPLETE)
+    )
+    await check("a tool result on an earlier message")
+    await writer.update_message(created[1].message_uuid, MessageUpdate(content="edited in place"))
+    await check("an earlier message changed in place")
+
+    misses = cache.misses
+    await writer.edit_message(
+        created[2].message_uuid,
+        MessageCreate(chat_uuid=chat.chat_uuid, content="m2, edited", agui_id="m2b"),
+    )
+    await check("an edit: a new branch")
+    await writer.switch_branch(chat.chat_uuid, created[2].message_uuid)
+    await check("back to the first branch")
+    await writer.edit_message(
+        created[0].message_uuid,
+        MessageCreate(chat_uuid=chat.chat_uuid, content="first, edited", agui_id="m0b"),
+    )
+    await check("a new root")
+    assert cache.misses >= misses + 3
+
+    await writer.delete_chat(chat.chat_uuid)
+    assert list(await store.read_history(chat.chat_uuid)) == []
