@@ -28,3 +28,31 @@ on_the_store_fixture = settings(
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 """Settings for a property test that takes the (per-test) ``store`` fixture."""
+
+
+def scramble(value: Any, into: tuple[type, ...] = ()) -> None:
+    """Empty every dict and list reachable from ``value`` (through objects of ``into`` too).
+
+    A face's load must share nothing mutable with the store: after scrambling what one
+    load returned, the next load must still read the history as stored.
+    """
+    seen: set[int] = set()
+
+    def walk(node: Any) -> None:
+        if id(node) in seen:
+            return
+        seen.add(id(node))
+        if isinstance(node, dict):
+            for child in list(node.values()):
+                walk(child)
+            node.clear()
+            node["scrambled"] = True
+        elif isinstance(node, list):
+            for child in list(node):
+                walk(child)
+            node.clear()
+        elif isinstance(node, into):
+            for child in list(vars(node).values()):
+                walk(child)
+
+    walk(value)

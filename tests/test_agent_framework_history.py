@@ -19,11 +19,13 @@ from agent_framework import AgentSession, Content, Message
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from face_support import scramble
 from threadstore import Role, Store, translate_messages
 from threadstore.faces.agent_framework import (
     ThreadstoreHistoryProvider,
     keep_last_messages,
 )
+from threadstore.faces.agent_framework.convert import records_to_messages
 from threadstore.server import LOCAL_USER_UUID, create_app
 
 # --- a strategy for every kind of framework message ---------------------------------------
@@ -138,8 +140,18 @@ async def test_any_framework_history_reads_back_exactly_as_it_was_stored(
 
     await provider.save_messages("session", messages, state=state)
     loaded = await provider.get_messages("session", state=state)
+    again = await provider.get_messages("session", state=state)  # from the store's cache
 
-    assert [m.to_dict() for m in loaded] == [m.to_dict() for m in messages]
+    expected = [m.to_dict() for m in messages]
+    assert [m.to_dict() for m in loaded] == [m.to_dict() for m in again] == expected
+    # The reference read: convert what the public store API hands out.
+    chat = await provider.get_chat("session", state)
+    assert chat is not None
+    records = await store.get_chat_messages(chat.chat_uuid)
+    assert [m.to_dict() for m in records_to_messages(records)] == expected
+    # What a load returns shares nothing with the store.
+    scramble([loaded, again], into=(Message, Content))
+    assert [m.to_dict() for m in await provider.get_messages("session", state=state)] == expected
 
 
 async def _tool_conversation(provider: ThreadstoreHistoryProvider, state: dict[str, Any]) -> None:

@@ -28,7 +28,7 @@ from langchain_core.messages import (
 from langchain_core.runnables import RunnableLambda
 from langchain_core.runnables.history import RunnableWithMessageHistory
 
-from face_support import json_values, on_the_store_fixture, text
+from face_support import json_values, on_the_store_fixture, scramble, text
 from threadstore import (
     ChatCreate,
     ConfigurationError,
@@ -39,7 +39,11 @@ from threadstore import (
     Store,
 )
 from threadstore.agui import translate_messages
-from threadstore.faces.langchain import BackgroundStore, ThreadstoreChatMessageHistory
+from threadstore.faces.langchain import (
+    BackgroundStore,
+    ThreadstoreChatMessageHistory,
+    history_messages,
+)
 
 _ids = st.none() | text.filter(bool)
 _kwargs = st.dictionaries(text, json_values, max_size=3)
@@ -88,7 +92,16 @@ async def test_every_message_kind_reads_back_equal_on_every_backend(
     for batch in batches:
         await chat_history.aadd_messages(batch)
 
-    assert await chat_history.aget_messages() == [m for batch in batches for m in batch]
+    added = [m for batch in batches for m in batch]
+    assert await chat_history.aget_messages() == added
+    # Loaded twice (the second from the store's cache), changed, and loaded again.
+    scramble(
+        [await chat_history.aget_messages(), await chat_history.aget_messages()], (BaseMessage,)
+    )
+    assert await chat_history.aget_messages() == added
+    chat = await store.get_chat_by_thread_id(chat_history.user_uuid, chat_history.session_id)
+    assert chat is not None
+    assert history_messages(await store.get_chat_messages(chat.chat_uuid)) == added
 
 
 async def test_sessions_are_scoped_by_user_and_session_id(store: Store) -> None:

@@ -25,12 +25,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import threadstore
-from face_support import json_values, on_the_store_fixture, text
+from face_support import json_values, on_the_store_fixture, scramble, text
 from test_crash_recovery import WAIT_LIMIT
 from test_crash_recovery import shared_store_url as shared_store_url  # a fixture, used by name
 from threadstore import ChatCreate, MessageCreate, MessageStatus, MessageToolCallCreate, Role, Store
 from threadstore.agui import translate_messages
-from threadstore.faces.openai_agents import ThreadstoreSession
+from threadstore.faces.openai_agents import ThreadstoreSession, history_items
 
 CHILD = Path(__file__).with_name("agents_session_child.py")
 NO_TRACING = RunConfig(tracing_disabled=True)
@@ -187,6 +187,12 @@ async def test_every_item_type_reads_back_exactly_on_every_backend(
     added = [item for batch in batches for item in batch]
 
     assert await session.get_items() == added
+    # Loaded twice (the second from the store's cache), changed, and loaded again.
+    scramble([await session.get_items(), await session.get_items()])
+    assert await session.get_items() == added
+    chat = await store.get_chat_by_thread_id(session.user_uuid, session.session_id)
+    assert chat is not None
+    assert history_items(await store.get_chat_messages(chat.chat_uuid)) == added
     assert await session.get_items(2) == added[-2:]
     assert await session.pop_item() == added[-1]
     assert await session.get_items() == added[:-1]

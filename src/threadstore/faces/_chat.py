@@ -2,16 +2,32 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 from uuid import UUID
 
 from threadstore.errors import NotFoundError
-from threadstore.models import ChatCreate, MessageCreate, MessageToolCallCreate
+from threadstore.models import ChatCreate, Message, MessageCreate, MessageToolCallCreate
 from threadstore.store import CreateMessage, CreateToolCall, Store, Write
+from threadstore.store.offload import off_loop
 
 Record = tuple[MessageCreate, list[MessageToolCallCreate]]
 """One message to create and its tool calls."""
+
+_T = TypeVar("_T")
+
+
+async def load_history(
+    store: Store, chat_uuid: UUID, convert: Callable[[Sequence[Message]], _T]
+) -> _T:
+    """``convert`` the chat's history into a framework's objects, off the loop when long.
+
+    ``convert`` gets the store's own records (:meth:`Store.read_history`, no copy made
+    per load), so it must neither change them nor keep anything mutable of them.
+    """
+    history = await store.read_history(chat_uuid)
+    return await off_loop(history, convert, history)
 
 
 def _writes(records: Iterable[Record]) -> list[Write]:

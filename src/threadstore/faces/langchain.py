@@ -44,7 +44,7 @@ from langchain_core.messages import (
 )
 
 from threadstore.errors import ConfigurationError
-from threadstore.faces._chat import SessionChat
+from threadstore.faces._chat import SessionChat, load_history
 from threadstore.models import (
     Message,
     MessageCreate,
@@ -207,8 +207,7 @@ class ThreadstoreChatMessageHistory(BaseChatMessageHistory):
         chat_uuid = await self._chat.find()
         if chat_uuid is None:
             return []
-        messages = await self.store.get_chat_messages(chat_uuid)
-        return [out for message in messages for out in langchain_messages(message)]
+        return await load_history(self.store, chat_uuid, history_messages)
 
     async def _append(self, messages: Sequence[BaseMessage]) -> None:
         if messages:
@@ -273,6 +272,11 @@ def message_records(
         if call["id"] is not None
     ]
     return create, calls
+
+
+def history_messages(messages: Sequence[Message]) -> list[BaseMessage]:
+    """The LangChain messages of a stored history, oldest first (nothing in them is shared)."""
+    return [out for message in messages for out in langchain_messages(message)]
 
 
 def langchain_messages(message: Message) -> list[BaseMessage]:

@@ -27,14 +27,14 @@ item, as SQLiteSession drops rows it cannot read.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 from uuid import UUID
 
 from agents.items import TResponseInputItem
 from agents.memory import SessionSettings
 
-from threadstore.faces._chat import SessionChat
+from threadstore.faces._chat import SessionChat, load_history
 from threadstore.models import (
     Message,
     MessageCreate,
@@ -98,8 +98,7 @@ class ThreadstoreSession:
         if chat_uuid is None:
             return []
         if size is None or size < 0:  # SQLite reads a negative LIMIT as no limit
-            messages = await self.store.get_chat_messages(chat_uuid)
-            return [item for message in messages for item in session_items(message)]
+            return await load_history(self.store, chat_uuid, history_items)
         return await self._latest(chat_uuid, size)
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
@@ -205,6 +204,11 @@ def item_records(
     else:
         create.role, create.activity_type = Role.ACTIVITY, str(kind)
     return create, calls
+
+
+def history_items(messages: Sequence[Message]) -> list[TResponseInputItem]:
+    """The session items of a stored history, oldest first (new objects: nothing is shared)."""
+    return [item for message in messages for item in session_items(message)]
 
 
 def session_items(message: Message) -> list[TResponseInputItem]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import copy
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -225,7 +226,9 @@ def _own_form_to_keep(message: AFMessage) -> dict[str, Any] | None:
 
 def _own_form(record: Message) -> AFMessage | None:
     stored = record.metadata.get(METADATA_KEY)
-    return AFMessage.from_dict(stored) if isinstance(stored, dict) else None
+    # The framework's message keeps parts of the dict it is built from (arguments,
+    # results, properties), and the record may be the store's own: build from a copy.
+    return AFMessage.from_dict(copy.deepcopy(stored)) if isinstance(stored, dict) else None
 
 
 def _native_contents(record: Message) -> list[Content]:
@@ -291,7 +294,10 @@ def _native(record: Message, answered: set[str]) -> list[AFMessage]:
 
 
 def records_to_messages(records: Sequence[Message]) -> list[AFMessage]:
-    """Return the framework messages of a stored history (oldest first)."""
+    """Return the framework messages of a stored history (oldest first).
+
+    They share nothing mutable with ``records``, so ``records`` may be the store's own.
+    """
     out: list[AFMessage] = []
     answered: set[str] = set()
     for record in records:

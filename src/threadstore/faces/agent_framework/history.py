@@ -16,6 +16,7 @@ from agent_framework import AgentSession, HistoryProvider, SessionContext, Suppo
 from agent_framework import Message as AFMessage
 
 from threadstore.errors import ConfigurationError
+from threadstore.faces._chat import load_history
 from threadstore.faces.agent_framework.convert import (
     TOOL_CALL_ID_KEY,
     message_identity,
@@ -125,7 +126,7 @@ class ThreadstoreHistoryProvider(HistoryProvider):
         chat = await self.get_chat(session_id, state)
         if chat is None:
             return []
-        return records_to_messages(await self.store.get_chat_messages(chat.chat_uuid))
+        return await load_history(self.store, chat.chat_uuid, records_to_messages)
 
     async def save_messages(
         self,
