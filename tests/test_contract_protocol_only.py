@@ -76,3 +76,43 @@ def test_the_suite_names_the_methods_a_repository_lacks(
 
     result.assert_outcomes(errors=133)
     result.stdout.fnmatch_lines(["*MissingRepository does not implement*lacks create_chat*"])
+
+
+BACKEND_PRIMITIVES = {
+    "setup",
+    "close",
+    "transaction",
+    "_apply",
+    "_select_chats",
+    "_select_branch",
+    "_select_tree",
+    "_find_message",
+    "_find_tool_call",
+    "_select_runs",
+    "_select_last_messages",
+}
+
+
+def test_a_backend_implements_eleven_primitives_and_store_the_rest() -> None:
+    from threadstore.store.base import (
+        ChatRepositoryLike,
+        MessageRepositoryLike,
+        RunRepositoryLike,
+        Store,
+    )
+    from threadstore.store.memory import MemoryStore
+    from threadstore.store.postgres import PostgresStore
+    from threadstore.store.sqlite import SQLiteStore
+
+    assert set(Store.__abstractmethods__) == BACKEND_PRIMITIVES
+    protocol_methods = {
+        name
+        for protocol in (ChatRepositoryLike, MessageRepositoryLike, RunRepositoryLike)
+        for name in vars(protocol)
+        if not name.startswith("_")
+    }
+    public = {name for name in vars(Store) if not name.startswith("_")} | protocol_methods
+    for backend in (MemoryStore, SQLiteStore, PostgresStore):
+        # Every public method, the Protocols' included, is written once, in Store.
+        overridden = public & set(vars(backend)) - {"setup", "close", "transaction"}
+        assert overridden <= {"connect", "schema_version", "run_events"}, backend

@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from threadstore.errors import (
-    ChatDeletedError,
     ConfigurationError,
     ConflictError,
     InvalidInputError,
@@ -106,7 +105,6 @@ __all__ = [
     "AGUIStorageAgent",
     "Chat",
     "ChatCreate",
-    "ChatDeletedError",
     "ChatPage",
     "ChatRepository",
     "ChatRepositoryLike",

@@ -5,7 +5,6 @@
     │   ├── NotFoundError          a referenced chat/message does not exist (also a ValueError)
     │   ├── ConflictError          a uniqueness or concurrency rule was violated
     │   │   └── RunLiveError       the chat already has a running run
-    │   ├── ChatDeletedError       a write targeted a chat that was deleted meanwhile
     │   └── MigrationError         the schema is missing, too new, or a migration failed
     ├── InvalidInputError          caller-supplied data was rejected (also a ValueError)
     │   └── LimitExceededError     a documented size/count limit was exceeded
@@ -21,7 +20,6 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
-    "ChatDeletedError",
     "ConfigurationError",
     "ConflictError",
     "InvalidInputError",
@@ -63,10 +61,6 @@ class RunLiveError(ConflictError):
         super().__init__(f"chat {chat_uuid} already has a running run ({held}): one at a time")
         self.chat_uuid = chat_uuid
         self.live_run_id = live_run_id
-
-
-class ChatDeletedError(StoreError):
-    """A write targeted a chat that has been deleted; the write was discarded."""
 
 
 class MigrationError(StoreError):

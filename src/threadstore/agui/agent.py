@@ -250,7 +250,7 @@ class StorageAgent:
 
     # --- the run -------------------------------------------------------------------------
 
-    async def run(self, input: RunAgentInput) -> AsyncGenerator[BaseEvent, None]:
+    def run(self, input: RunAgentInput) -> AsyncGenerator[BaseEvent, None]:
         """Persist inbound user messages, replay history, then stream the inner agent.
 
         ``input.messages`` is replaced in place with the translated stored history
@@ -261,6 +261,20 @@ class StorageAgent:
         change them. Yields the inner agent's events verbatim, or ``RUN_STARTED`` +
         ``RUN_ERROR(code="INVALID_INPUT")`` when the input is refused.
         """
+        return self._events(input)
+
+    async def run_into(self, input: RunAgentInput, emit: Callable[[BaseEvent], None]) -> None:
+        """:meth:`run`, handing each event to ``emit`` instead of yielding it.
+
+        The run manager's path: the same events, persistence and outcomes as iterating
+        :meth:`run` (a subclass's override of it included). Returns when the run's
+        records are final; raises what the inner agent raised.
+        """
+        async for event in self.run(input):
+            emit(event)
+
+    async def _events(self, input: RunAgentInput) -> AsyncGenerator[BaseEvent, None]:
+        """The run's one loop: set up, then fold every event as it passes to the caller."""
         started = await self._start(input)
         if isinstance(started, list):
             for event in started:
@@ -273,31 +287,6 @@ class StorageAgent:
                 if event.type is _RUN_FINISHED:
                     event = await _finished_or_deleted(started, event)
                 yield event
-
-    async def run_into(self, input: RunAgentInput, emit: Callable[[BaseEvent], None]) -> None:
-        """:meth:`run`, handing each event to ``emit`` instead of yielding it.
-
-        The run manager's path: the same events, persistence and outcomes as iterating
-        :meth:`run`, with one async-generator layer fewer for every event to cross.
-        Returns when the run's records are final; raises what the inner agent raised. A
-        subclass that overrides :meth:`run` is iterated, so its override holds.
-        """
-        if self._overrides_run:
-            async for event in self.run(input):
-                emit(event)
-            return
-        started = await self._start(input)
-        if isinstance(started, list):
-            for event in started:
-                emit(event)
-            return
-        take = started.take
-        async with _Streaming(self, started) as streaming:
-            async for event in streaming.open(input):
-                take(event)  # the loop of run(); see there
-                if event.type is _RUN_FINISHED:
-                    event = await _finished_or_deleted(started, event)
-                emit(event)
 
     async def _start(self, input: RunAgentInput) -> list[BaseEvent] | RunPersister:
         """Set the run up and return its persister, or the refusal's events."""
@@ -884,14 +873,6 @@ class StorageAgent:
         kept when the store's message model declares them.
         """
         return {}
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if "run" in vars(cls):
-            cls._overrides_run = True
-
-    _overrides_run = False
-    """Whether this class defines its own :meth:`run` (:meth:`run_into` then iterates it)."""
 
 
 AGUIStorageAgent = StorageAgent

@@ -15,7 +15,6 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from threadstore.errors import (
-    ChatDeletedError,
     ConfigurationError,
     ConflictError,
     InvalidInputError,
@@ -32,7 +31,6 @@ _STATUS: tuple[tuple[type[ThreadstoreError], int, str], ...] = (
     (LimitExceededError, status.HTTP_413_CONTENT_TOO_LARGE, "limit_exceeded"),
     (InvalidInputError, status.HTTP_422_UNPROCESSABLE_CONTENT, "invalid_input"),
     (NotFoundError, status.HTTP_404_NOT_FOUND, "not_found"),
-    (ChatDeletedError, status.HTTP_409_CONFLICT, "chat_deleted"),
     (ConflictError, status.HTTP_409_CONFLICT, "conflict"),
     (MigrationError, status.HTTP_503_SERVICE_UNAVAILABLE, "schema_not_ready"),
     (ConfigurationError, status.HTTP_500_INTERNAL_SERVER_ERROR, "configuration_error"),

@@ -7,15 +7,19 @@ Protocols (and the run registry the run manager uses).
 
 Where things go:
 
-- here, once: limits and cursor paging (``list_chats``), reads by key (``get_chat``,
-  ``get_message``...), the branch page and the history cache check
-  (``get_chat_messages``), batches of typed writes (``apply_writes``, ``store/ops.py``)
-  and the capabilities a store declares;
-- ``store/sql.py``: what both SQL backends share (one field-to-column table per record
-  type, insert values, patchable columns); ``store/codec.py``: models from trusted values;
-- each backend (``memory.py``, ``sqlite.py``, ``postgres.py``): the abstract methods
-  below, as storage primitives (``_select_chats``, ``_select_branch``, ``_find_message``,
-  ``_history_version``, ``_set_deleted_at``, ``_delete_chat``) or as one write each.
+- here, once, every public method: limits and cursor paging (``list_chats``), reads by
+  key, the branch page and the history cache check (``get_chat_messages``), the tree
+  and branch operations, soft delete and purge, runs, batches (``apply_writes``), the
+  seed's validations and the capabilities a store declares;
+- ``store/ops.py``: one typed operation per write; ``store/sql.py``: what both SQL
+  backends share (one field-to-column table per record type, insert values, patchable
+  columns, the branch page's bounds); ``store/codec.py``: models from trusted values;
+- each backend (``memory.py``, ``sqlite.py``, ``postgres.py``): the eleven abstract
+  primitives only: ``setup``, ``close``, ``transaction``, one write primitive
+  ``_apply(batch)`` over the operations, and the reads ``_select_chats``,
+  ``_select_branch``, ``_select_tree``, ``_find_message``, ``_find_tool_call``,
+  ``_select_runs``, ``_select_last_messages`` (plus ``_history_version`` where a
+  history cache is kept, and ``_select_changed`` where kept histories are extended).
 
 Soft delete (``delete_chat(..., soft=True)``) stamps a chat's ``deleted_at``; every read
 of a backend leaves such chats, and their messages, out.
@@ -61,7 +65,30 @@ from threadstore.store.history_cache import (
     extend_history,
 )
 from threadstore.store.offload import off_loop
-from threadstore.store.ops import WRITE_METHODS, WRITE_TYPES, Write, apply_to
+from threadstore.store.ops import (
+    WRITE_METHODS,
+    WRITE_TYPES,
+    CreateChat,
+    CreateMessage,
+    CreateReasoning,
+    CreateToolCall,
+    DeleteChat,
+    FinalizeRunRecords,
+    FinishRun,
+    HeartbeatRuns,
+    MakeRoot,
+    Op,
+    RenameChat,
+    SetActiveLeaf,
+    SetDeletedAt,
+    StartRun,
+    UpdateChatMetadata,
+    UpdateChatState,
+    UpdateMessage,
+    UpdateReasoning,
+    UpdateToolCall,
+    Write,
+)
 from threadstore.store.records import Codecs
 from threadstore.store.run_events import RunEventLog
 
@@ -77,6 +104,7 @@ __all__ = [
     "ChatRepositoryLike",
     "MessageKey",
     "MessageRepositoryLike",
+    "RunFilter",
     "RunRepositoryLike",
     "Siblings",
     "Store",
@@ -353,6 +381,16 @@ class MessageKey:
 
 
 @dataclass(frozen=True, slots=True)
+class RunFilter:
+    """Which runs a read wants: one by key, or the running ones whose heartbeat is stale."""
+
+    chat_uuid: UUID | None = None
+    run_id: str | None = None
+    stale_before: datetime | None = None
+    """Only running runs whose heartbeat is older than this, oldest heartbeat first."""
+
+
+@dataclass(frozen=True, slots=True)
 class TreeNode:
     """One message of a chat's tree, without its content: what branching reads."""
 
@@ -490,9 +528,34 @@ class Store(abc.ABC):
 
     # --- chats -----------------------------------------------------------------------
 
+    # --- writes ----------------------------------------------------------------------
+    #
+    # Every write reaches the backend as typed operations (``store/ops.py``) through one
+    # primitive, ``_apply``; the public write methods below are one operation each.
+
     @abc.abstractmethod
+    async def _apply(
+        self, batch: Sequence[Op], *, returning: bool = True, background: bool = False
+    ) -> list[Any]:
+        """Primitive: apply ``batch`` in order, all or nothing; return each one's result.
+
+        What each operation returns is listed at :data:`threadstore.store.ops.Op`.
+        Errors are threadstore's (``NotFoundError`` for a missing chat or parent,
+        ``ConflictError`` for a taken id). With ``returning=False`` nobody reads the
+        results, so the backend may skip building them. ``background``: a flush
+        (``apply_writes``) nobody waits for; a backend that queues its writes may let
+        the other waiting writes go first (SQLite does).
+        """
+
+    async def _apply_one(self, op: Op) -> Any:
+        (result,) = await self._apply((op,))
+        return result
+
     async def create_chat(self, chat_data: ChatCreate) -> Chat:
         """Create a chat, idempotent by (user, thread); ``ValueError`` if either is missing."""
+        require_chat_identity(chat_data)
+        chat: Chat = await self._apply_one(CreateChat(chat_data))
+        return chat
 
     async def get_chat(self, chat_uuid: UUID) -> Chat | None:
         """Return a chat by uuid, or ``None``."""
@@ -555,26 +618,23 @@ class Store(abc.ABC):
 
     async def update_chat_name(self, chat_uuid: UUID, name: str) -> Chat | None:
         """Rename a chat; ``None`` when it is unknown."""
-        return await self._set_chat_field(chat_uuid, "name", name)
+        chat: Chat | None = await self._apply_one(RenameChat(chat_uuid, name))
+        return chat
 
     async def update_chat_state(self, chat_uuid: UUID, state: Any) -> Chat | None:
         """Replace the chat's latest AG-UI state; ``None`` when it is unknown."""
-        return await self._set_chat_field(chat_uuid, "state", state)
+        chat: Chat | None = await self._apply_one(UpdateChatState(chat_uuid, state))
+        return chat
 
     async def update_chat_metadata(self, chat_uuid: UUID, metadata: dict[str, Any]) -> Chat | None:
         """Replace the chat's metadata whole; ``None`` when it is unknown."""
-        return await self._set_chat_field(chat_uuid, "metadata", dict(metadata))
+        chat: Chat | None = await self._apply_one(UpdateChatMetadata(chat_uuid, dict(metadata)))
+        return chat
 
-    @abc.abstractmethod
-    async def _set_chat_field(self, chat_uuid: UUID, field: ChatField, value: Any) -> Chat | None:
-        """Primitive: replace one field of a chat whole and stamp its activity time.
-
-        ``None`` when the chat is unknown.
-        """
-
-    @abc.abstractmethod
     async def set_active_leaf(self, chat_uuid: UUID, message_uuid: UUID) -> Chat | None:
         """Make ``message_uuid`` (a message of this chat) the end of the active branch."""
+        chat: Chat | None = await self._apply_one(SetActiveLeaf(chat_uuid, message_uuid))
+        return chat
 
     async def delete_chat(self, chat_uuid: UUID, *, soft: bool = False) -> Chat | None:
         """Delete a chat; return it, or ``None`` when it is unknown.
@@ -588,6 +648,16 @@ class Store(abc.ABC):
         if soft:
             return await self._set_deleted_at(ChatFilter(chat_uuid=chat_uuid), utcnow())
         return await self._delete_chat(chat_uuid)
+
+    async def _set_deleted_at(self, where: ChatFilter, deleted_at: datetime | None) -> Chat | None:
+        chat: Chat | None = await self._apply_one(SetDeletedAt(where, deleted_at))
+        return chat
+
+    async def _delete_chat(self, chat_uuid: UUID) -> Chat | None:
+        chat: Chat | None = await self._apply_one(DeleteChat(chat_uuid))
+        if self.history_cache is not None:
+            self.history_cache.discard(chat_uuid)
+        return chat
 
     async def restore_chat(self, chat_uuid: UUID, *, user_uuid: UUID | None = None) -> Chat | None:
         """Undo a soft delete made within :attr:`deleted_retention`; ``None`` when none is.
@@ -611,46 +681,43 @@ class Store(abc.ABC):
                 purged += 1
         return purged
 
-    @abc.abstractmethod
-    async def _delete_chat(self, chat_uuid: UUID) -> Chat | None:
-        """Primitive: hard-delete a chat (live or soft-deleted) and every row it owns."""
-
-    @abc.abstractmethod
-    async def _set_deleted_at(self, where: ChatFilter, deleted_at: datetime | None) -> Chat | None:
-        """Primitive: set the soft-delete time of the chat ``where`` names, if it matches.
-
-        ``None`` restores it. Returns the chat, or ``None`` when no chat matched.
-        """
-
     # --- messages --------------------------------------------------------------------
 
-    @abc.abstractmethod
     async def create_message(self, message_data: MessageCreate) -> Message:
         """Persist a new message; ``ValueError`` if ``chat_uuid`` is missing or unknown."""
+        if message_data.chat_uuid is None:
+            raise NotFoundError("MessageCreate.chat_uuid is required")
+        message: Message = await self._apply_one(CreateMessage(message_data))
+        return message
 
-    @abc.abstractmethod
     async def update_message(self, message_uuid: UUID, update: MessageUpdate) -> Message | None:
         """Apply the explicitly-set, non-None fields; ``None`` when the message is unknown."""
+        message: Message | None = await self._apply_one(UpdateMessage(message_uuid, update))
+        return message
 
-    @abc.abstractmethod
     async def create_message_tool_call(self, data: MessageToolCallCreate) -> ToolCall:
         """Append a tool call; ``ValueError`` if the parent message does not exist."""
+        tool_call: ToolCall = await self._apply_one(CreateToolCall(data))
+        return tool_call
 
-    @abc.abstractmethod
     async def update_message_tool_call(
         self, uuid: UUID, update: MessageToolCallUpdate
     ) -> ToolCall | None:
         """Patch a tool call; ``None`` when it is unknown."""
+        tool_call: ToolCall | None = await self._apply_one(UpdateToolCall(uuid, update))
+        return tool_call
 
-    @abc.abstractmethod
     async def create_message_reasoning(self, data: MessageReasoningCreate) -> Reasoning:
         """Append a reasoning step; ``ValueError`` if the parent message does not exist."""
+        reasoning: Reasoning = await self._apply_one(CreateReasoning(data))
+        return reasoning
 
-    @abc.abstractmethod
     async def update_message_reasoning(
         self, uuid: UUID, update: MessageReasoningUpdate
     ) -> Reasoning | None:
         """Patch a reasoning step; ``None`` when it is unknown."""
+        reasoning: Reasoning | None = await self._apply_one(UpdateReasoning(uuid, update))
+        return reasoning
 
     async def get_message(self, message_uuid: UUID) -> Message | None:
         """Return a message (with its tool calls and reasoning) by uuid, or ``None``."""
@@ -664,11 +731,15 @@ class Store(abc.ABC):
     async def _find_message(self, key: MessageKey) -> Message | None:
         """Primitive: the oldest message matching every field ``key`` gives, with children."""
 
-    @abc.abstractmethod
     async def get_tool_call_by_agui_id(
         self, message_uuid: UUID, tool_call_id: str
     ) -> ToolCall | None:
         """Return a tool call by its AG-UI id within a message, or ``None``."""
+        return await self._find_tool_call(message_uuid, tool_call_id)
+
+    @abc.abstractmethod
+    async def _find_tool_call(self, message_uuid: UUID, tool_call_id: str) -> ToolCall | None:
+        """Primitive: the tool call with this AG-UI id within the message, or ``None``."""
 
     async def get_chat_messages(
         self,
@@ -774,26 +845,26 @@ class Store(abc.ABC):
         """Whether the current task is inside this store's ``transaction()``."""
         return False
 
-    @abc.abstractmethod
     async def get_last_messages(self, chat_uuids: list[UUID]) -> dict[UUID, Message]:
         """Map each given chat that has messages to the newest message of its active branch."""
+        if not chat_uuids:
+            return {}
+        return {m.chat_uuid: m for m in await self._select_last_messages(chat_uuids)}
+
+    @abc.abstractmethod
+    async def _select_last_messages(self, chat_uuids: Sequence[UUID]) -> list[Message]:
+        """Primitive: the active leaf of each given live chat that has one, with children."""
 
     # --- branches ----------------------------------------------------------------------
     #
     # A chat is a tree: each message points at its parent, and the active leaf picks
-    # the branch that reads return. Every operation below is built on two primitives,
-    # ``_select_tree`` (the chat's tree without content, one read) and ``_make_root``.
+    # the branch that reads return. Every operation below is built on one read,
+    # ``_select_tree`` (the chat's tree without content), and the ``MakeRoot`` and
+    # ``SetActiveLeaf`` writes.
 
     @abc.abstractmethod
     async def _select_tree(self, chat_uuid: UUID) -> list[TreeNode]:
         """Primitive: every message of the chat as a :class:`TreeNode`, by ``seq``."""
-
-    @abc.abstractmethod
-    async def _make_root(self, chat_uuid: UUID, message_uuid: UUID) -> None:
-        """Primitive: detach the chat's newest message from its parent (it becomes a root).
-
-        Marks the chat as branched and changes its history version.
-        """
 
     async def get_message_tree(self, chat_uuid: UUID) -> list[TreeNode]:
         """Every message of the chat (every branch) without content, oldest first."""
@@ -811,7 +882,7 @@ class Store(abc.ABC):
             created = await self.create_message(message_data)
             if created.parent_uuid is not None:
                 assert created.chat_uuid is not None
-                await self._make_root(created.chat_uuid, created.message_uuid)
+                await self._apply_one(MakeRoot(created.chat_uuid, created.message_uuid))
         return created.model_copy(update={"parent_uuid": None})
 
     async def get_siblings(self, chat_uuid: UUID, message_uuid: UUID) -> Siblings:
@@ -938,41 +1009,50 @@ class Store(abc.ABC):
 
     # --- runs --------------------------------------------------------------------------
 
-    @abc.abstractmethod
     async def start_run(self, run: Run) -> Run:
         """Record a run as running (idempotent by (chat, run_id))."""
+        started: Run = await self._apply_one(StartRun(run))
+        return started
 
-    @abc.abstractmethod
     async def heartbeat_runs(self, owner: str, run_ids: Sequence[tuple[UUID, str]]) -> None:
         """Refresh the heartbeat of the owner's live runs."""
+        if run_ids:
+            await self._apply((HeartbeatRuns(owner, tuple(run_ids)),), returning=False)
 
-    @abc.abstractmethod
     async def finish_run(
         self, chat_uuid: UUID, run_id: str, status: RunStatus, error: str | None = None
     ) -> Run | None:
         """Mark a run finished; ``None`` when it is unknown."""
+        run: Run | None = await self._apply_one(FinishRun(chat_uuid, run_id, status, error))
+        return run
 
-    @abc.abstractmethod
     async def get_run(self, chat_uuid: UUID, run_id: str) -> Run | None:
         """Return one run, or ``None``."""
+        runs = await self._select_runs(RunFilter(chat_uuid, run_id))
+        return runs[0] if runs else None
 
-    @abc.abstractmethod
     async def get_stale_runs(self, older_than: datetime) -> Sequence[Run]:
         """Return running runs whose heartbeat is older than ``older_than``."""
+        return await self._select_runs(RunFilter(stale_before=older_than))
 
     @abc.abstractmethod
+    async def _select_runs(self, where: RunFilter) -> list[Run]:
+        """Primitive: the runs ``where`` wants (by key, or the stale ones by heartbeat)."""
+
     async def finalize_run_records(
         self, chat_uuid: UUID, run_id: str, status: MessageStatus
     ) -> int:
         """Flip the run's still-in-progress records to ``status``; return how many changed."""
+        changed: int = await self._apply_one(FinalizeRunRecords(chat_uuid, run_id, status))
+        return changed
 
     async def apply_writes(self, writes: Sequence[Write]) -> None:
         """Apply ``writes`` in order, all or nothing, without returning their results.
 
         Each write behaves exactly as its method called inside one ``transaction()``
-        (same errors, same rows). A backend may send the whole batch in fewer round
-        trips (SQLite: one hop to its database thread) as long as it stays equivalent;
-        to see every write of a batch, a subclass overrides this method.
+        (same errors, same rows); a backend sends the whole batch in as few round trips
+        as it can (SQLite: one hop to its database thread, queued behind the other
+        writes that wait). To see every write of a batch, a subclass overrides this method.
         """
         for write in writes:
             if not isinstance(write, WRITE_TYPES):
@@ -980,17 +1060,10 @@ class Store(abc.ABC):
                     f"apply_writes takes the writes of threadstore.store.ops"
                     f" ({', '.join(sorted(WRITE_METHODS))}); got {write!r}"
                 )
-        await self._apply_batch(writes)
-
-    async def _apply_batch(self, writes: Sequence[Write]) -> None:
-        """The reference batch: each write's method, in one transaction."""
-        async with self.transaction():
-            for write in writes:
-                await self._apply_write(write)
-
-    async def _apply_write(self, write: Write) -> None:
-        """One write of a batch, through its public method."""
-        await apply_to(self, write)
+            if isinstance(write, CreateMessage) and write.data.chat_uuid is None:
+                raise NotFoundError("MessageCreate.chat_uuid is required")
+        if writes:
+            await self._apply(writes, returning=False, background=True)
 
     async def iter_chat_messages(
         self, chat_uuid: UUID, *, page_size: int = 500

@@ -15,34 +15,11 @@ from datetime import datetime
 from typing import Any, TypeVar
 from uuid import UUID
 
+from threadstore import models
 from threadstore.errors import ConflictError, NotFoundError, RunLiveError
 from threadstore.keys import chat_deduplication_key
-from threadstore.models import (
-    Chat,
-    ChatCreate,
-    Message,
-    MessageCreate,
-    MessageReasoningCreate,
-    MessageReasoningUpdate,
-    MessageStatus,
-    MessageToolCallCreate,
-    MessageToolCallUpdate,
-    MessageUpdate,
-    Reasoning,
-    Run,
-    RunStatus,
-    ToolCall,
-    utcnow,
-)
-from threadstore.store.base import (
-    BranchPage,
-    ChatField,
-    ChatFilter,
-    MessageKey,
-    Store,
-    TreeNode,
-    require_chat_identity,
-)
+from threadstore.store import ops
+from threadstore.store.base import BranchPage, ChatFilter, MessageKey, RunFilter, Store, TreeNode
 from threadstore.store.records import (
     ExtrasCodec,
     WriterLock,
@@ -55,7 +32,7 @@ __all__ = ["MemoryStore"]
 
 
 _K = TypeVar("_K")
-_R = TypeVar("_R", dict[str, Any], Run)
+_R = TypeVar("_R", dict[str, Any], models.Run)
 
 
 class _State:
@@ -74,7 +51,7 @@ class _State:
         self.reasonings: dict[UUID, dict[str, Any]] = {}
         self.children: dict[UUID, tuple[tuple[str, UUID], ...]] = {}
         """Per message, its children in ``seq`` order: ``("tool_calls" | "reasonings", uuid)``."""
-        self.runs: dict[tuple[UUID, str], Run] = {}
+        self.runs: dict[tuple[UUID, str], models.Run] = {}
         self.deleted: dict[UUID, datetime] = {}
         """The soft-deleted chats and when they were deleted."""
 
@@ -95,7 +72,7 @@ def _writable(table: dict[_K, _R], key: _K) -> _R | None:
     row = table.get(key)
     if row is None:
         return None
-    copied: _R = row.model_copy() if isinstance(row, Run) else dict(row)
+    copied: _R = row.model_copy() if isinstance(row, models.Run) else dict(row)
     table[key] = copied
     return copied
 
@@ -103,8 +80,8 @@ def _writable(table: dict[_K, _R], key: _K) -> _R | None:
 class MemoryStore(Store):
     """A store held in process memory; everything is lost when the process exits."""
 
-    def __init__(self, url: str = "memory://", **models: Any) -> None:
-        super().__init__(**models)
+    def __init__(self, url: str = "memory://", **model_classes: Any) -> None:
+        super().__init__(**model_classes)
         self.url = url
         self._live = _State()
         self._committed: _State | None = None
@@ -145,20 +122,20 @@ class MemoryStore(Store):
         fields = {k: v for k, v in row.items() if k != "extra"}
         return model.model_validate({**copy.deepcopy(fields), **codec.decode(row["extra"])})
 
-    def _chat(self, row: dict[str, Any]) -> Chat:
-        chat: Chat = self._load(self.chat_model, self.codecs.chat, row)
+    def _chat(self, row: dict[str, Any]) -> models.Chat:
+        chat: models.Chat = self._load(self.chat_model, self.codecs.chat, row)
         return chat
 
-    def _tool_call(self, row: dict[str, Any]) -> ToolCall:
-        tool_call: ToolCall = self._load(self.tool_call_model, self.codecs.tool_call, row)
+    def _tool_call(self, row: dict[str, Any]) -> models.ToolCall:
+        tool_call: models.ToolCall = self._load(self.tool_call_model, self.codecs.tool_call, row)
         return tool_call
 
-    def _reasoning(self, row: dict[str, Any]) -> Reasoning:
-        reasoning: Reasoning = self._load(self.reasoning_model, self.codecs.reasoning, row)
+    def _reasoning(self, row: dict[str, Any]) -> models.Reasoning:
+        reasoning: models.Reasoning = self._load(self.reasoning_model, self.codecs.reasoning, row)
         return reasoning
 
-    def _message(self, row: dict[str, Any]) -> Message:
-        message: Message = self._load(self.message_model, self.codecs.message, row)
+    def _message(self, row: dict[str, Any]) -> models.Message:
+        message: models.Message = self._load(self.message_model, self.codecs.message, row)
         state = self._state
         children = state.children.get(row["message_uuid"], ())
         message.tool_calls = [
@@ -175,30 +152,270 @@ class MemoryStore(Store):
         row["extra"] = extra
         return row
 
-    # --- chats ------------------------------------------------------------------------
+    # --- writes ---------------------------------------------------------------------------
 
-    async def create_chat(self, chat_data: ChatCreate) -> Chat:
-        user_uuid, thread_id = require_chat_identity(chat_data)
-        async with self._lock.hold():
-            existing = self._state.threads.get((user_uuid, thread_id))
-            if existing is not None and existing in self._state.deleted:
-                self._drop_chat(existing)  # a deleted chat's thread is free
-            elif existing is not None:
-                return self._chat(self._state.chats[existing])
-            base, extra = split_create(chat_data, ChatCreate)
-            now = utcnow()
-            row = self._row(base, extra)
-            row.update(
-                dedup_key=chat_deduplication_key(user_uuid, thread_id),
-                active_leaf_uuid=None,
-                created_at=now,
-                updated_at=now,
-            )
-            self._state.chats[chat_data.chat_uuid] = row
-            self._state.threads[(user_uuid, thread_id)] = chat_data.chat_uuid
-            return self._chat(row)
+    async def _apply(
+        self, batch: Sequence[ops.Op], *, returning: bool = True, background: bool = False
+    ) -> list[Any]:
+        # One write holds the lock (each checks before it changes anything); several
+        # share a transaction, whose snapshot undoes them all when one fails.
+        if len(batch) == 1:
+            async with self._lock.hold():
+                return [self._write(batch[0])]
+        async with self.transaction():
+            return [self._write(op) for op in batch]
 
-    async def _select_chats(self, where: ChatFilter) -> Sequence[Chat]:
+    def _write(self, op: ops.Op) -> Any:
+        """Apply one operation (the caller holds the lock); return its result."""
+        match op:
+            case ops.CreateMessage(data):
+                return self._create_message(data)
+            case ops.UpdateMessage(message_uuid, update):
+                row = self._update(self._state.messages, message_uuid, update, models.MessageUpdate)
+                return None if row is None else self._message(row)
+            case ops.CreateToolCall(data):
+                created = self._create_child("tool_calls", data, models.MessageToolCallCreate)
+                return self._tool_call(created)
+            case ops.UpdateToolCall(uuid, update):
+                row = self._update(
+                    self._state.tool_calls, uuid, update, models.MessageToolCallUpdate
+                )
+                return None if row is None else self._tool_call(row)
+            case ops.CreateReasoning(data):
+                created = self._create_child("reasonings", data, models.MessageReasoningCreate)
+                return self._reasoning(created)
+            case ops.UpdateReasoning(uuid, update):
+                row = self._update(
+                    self._state.reasonings, uuid, update, models.MessageReasoningUpdate
+                )
+                return None if row is None else self._reasoning(row)
+            case ops.RenameChat() | ops.UpdateChatState() | ops.UpdateChatMetadata():
+                return self._patch_chat(op.chat_uuid, **{op.field: op.value})
+            case ops.CreateChat(data):
+                return self._create_chat(data)
+            case ops.SetActiveLeaf(chat_uuid, message_uuid):
+                message = self._state.messages.get(message_uuid)
+                if message is None or message["chat_uuid"] != chat_uuid:
+                    raise NotFoundError(f"message {message_uuid} is not in chat {chat_uuid}")
+                return self._patch_chat(chat_uuid, active_leaf_uuid=message_uuid)
+            case ops.MakeRoot(chat_uuid, message_uuid):
+                row = _writable(self._state.messages, message_uuid)
+                if row is not None and row["chat_uuid"] == chat_uuid:
+                    row["parent_uuid"] = None
+                return None
+            case ops.SetDeletedAt(where, deleted_at):
+                return self._set_deleted(where, deleted_at)
+            case ops.DeleteChat(chat_uuid):
+                row = self._drop_chat(chat_uuid)
+                return None if row is None else self._chat(row)
+            case ops.StartRun(run):
+                return self._start_run(run)
+            case ops.HeartbeatRuns(owner, run_ids):
+                self._beat(owner, run_ids)
+                return None
+            case ops.FinishRun(chat_uuid, run_id, status, error):
+                finished = _writable(self._state.runs, (chat_uuid, run_id))
+                if finished is None:
+                    return None
+                finished.status, finished.error, finished.updated_at = (
+                    status,
+                    error,
+                    models.utcnow(),
+                )
+                return finished.model_copy(deep=True)
+            case ops.FinalizeRunRecords(chat_uuid, run_id, status):
+                return self._finalize(chat_uuid, run_id, status)
+        raise AssertionError(f"unknown operation {op!r}")
+
+    def _create_chat(self, chat_data: models.ChatCreate) -> models.Chat:
+        user_uuid, thread_id = chat_data.user_uuid, chat_data.thread_id
+        assert user_uuid is not None and thread_id is not None  # Store.create_chat checks
+        existing = self._state.threads.get((user_uuid, thread_id))
+        if existing is not None and existing in self._state.deleted:
+            self._drop_chat(existing)  # a deleted chat's thread is free
+        elif existing is not None:
+            return self._chat(self._state.chats[existing])
+        base, extra = split_create(chat_data, models.ChatCreate)
+        now = models.utcnow()
+        row = self._row(base, extra)
+        row.update(
+            dedup_key=chat_deduplication_key(user_uuid, thread_id),
+            active_leaf_uuid=None,
+            created_at=now,
+            updated_at=now,
+        )
+        self._state.chats[chat_data.chat_uuid] = row
+        self._state.threads[(user_uuid, thread_id)] = chat_data.chat_uuid
+        return self._chat(row)
+
+    def _patch_chat(self, chat_uuid: UUID, **fields: Any) -> models.Chat | None:
+        row = _writable(self._state.chats, chat_uuid)
+        if row is None:
+            return None
+        row.update(copy.deepcopy(fields))
+        row["updated_at"] = models.utcnow()
+        return self._chat(row)
+
+    def _set_deleted(self, where: ChatFilter, deleted_at: datetime | None) -> models.Chat | None:
+        assert where.chat_uuid is not None
+        found = self._chats_where(where)
+        if not found:
+            return None
+        if deleted_at is None:
+            del self._state.deleted[where.chat_uuid]
+        else:
+            self._state.deleted[where.chat_uuid] = deleted_at
+        return found[0]
+
+    def _drop_chat(self, chat_uuid: UUID) -> dict[str, Any] | None:
+        """Remove a chat and every row it owns (the caller holds the lock); return its row."""
+        state = self._state
+        row = state.chats.pop(chat_uuid, None)
+        if row is None:
+            return None
+        state.deleted.pop(chat_uuid, None)
+        del state.threads[(row["user_uuid"], row["thread_id"])]
+        owned = {u for u, m in state.messages.items() if m["chat_uuid"] == chat_uuid}
+        for u in owned:
+            del state.messages[u]
+            state.children.pop(u, None)
+        state.tool_calls = {
+            k: v for k, v in state.tool_calls.items() if v["message_uuid"] not in owned
+        }
+        state.reasonings = {
+            k: v for k, v in state.reasonings.items() if v["message_uuid"] not in owned
+        }
+        state.runs = {k: v for k, v in state.runs.items() if k[0] != chat_uuid}
+        return row
+
+    def _create_message(self, message_data: models.MessageCreate) -> models.Message:
+        assert message_data.chat_uuid is not None
+        chat = self._state.chats.get(message_data.chat_uuid)
+        if chat is None:
+            raise NotFoundError(f"chat {message_data.chat_uuid} does not exist")
+        if message_data.message_uuid in self._state.messages:
+            raise ConflictError(f"message {message_data.message_uuid} already exists")
+        base, extra = split_create(message_data, models.MessageCreate)
+        parent = message_data.parent_uuid
+        if parent is None:
+            parent = chat["active_leaf_uuid"]
+        elif self._state.messages.get(parent, {}).get("chat_uuid") != chat["chat_uuid"]:
+            raise NotFoundError(f"parent message {parent} is not in chat {chat['chat_uuid']}")
+        now = models.utcnow()
+        row = self._row(base, extra)
+        row.update(
+            parent_uuid=parent,
+            seq=next(self._seq),
+            created_at=message_data.created_at or now,
+            updated_at=message_data.created_at or now,
+        )
+        self._state.messages[message_data.message_uuid] = row
+        chat = _writable(self._state.chats, message_data.chat_uuid)
+        assert chat is not None
+        chat["active_leaf_uuid"] = message_data.message_uuid
+        chat["updated_at"] = row["created_at"]
+        return self._message(row)
+
+    def _create_child(
+        self,
+        table: str,
+        data: models.MessageToolCallCreate | models.MessageReasoningCreate,
+        base_cls: Any,
+    ) -> dict[str, Any]:
+        """Store a new tool call or reasoning step; return its row.
+
+        Tool calls and reasoning steps share one position counter (``seq``) per message.
+        """
+        state = self._state
+        if data.message_uuid not in state.messages:
+            raise NotFoundError(f"parent message {data.message_uuid} does not exist")
+        rows: dict[UUID, dict[str, Any]] = getattr(state, table)
+        if data.uuid in rows:
+            raise ConflictError(f"{data.uuid} already exists in {table}")
+        base, extra = split_create(data, base_cls)
+        row = self._row(base, extra)
+        children = state.children.get(data.message_uuid, ())
+        last_seq = 0
+        if children:
+            last_table, last = children[-1]
+            last_seq = getattr(state, last_table)[last]["seq"]
+        # A new tuple, never an appended one: snapshots share the old.
+        state.children[data.message_uuid] = (*children, (table, data.uuid))
+        now = models.utcnow()
+        row.update(seq=last_seq + 1, created_at=now, updated_at=now)
+        rows[data.uuid] = row
+        return row
+
+    @staticmethod
+    def _update(
+        table: dict[UUID, dict[str, Any]], uuid: UUID, update: Any, base_cls: Any
+    ) -> dict[str, Any] | None:
+        """Patch a row with the update's set fields; return it, or ``None`` when unknown."""
+        row = _writable(table, uuid)
+        if row is None:
+            return None
+        base, extra = split_update(update, base_cls)
+        row.update(copy.deepcopy(base))
+        if extra:
+            row["extra"] = merge_extra(row["extra"], extra)
+        row["updated_at"] = models.utcnow()
+        return row
+
+    def _start_run(self, run: models.Run) -> models.Run:
+        if run.chat_uuid not in self._state.chats:
+            raise NotFoundError(f"chat {run.chat_uuid} does not exist")
+        key = (run.chat_uuid, run.run_id)
+        stored = self._state.runs.get(key)
+        if stored is None:
+            if run.status == models.RunStatus.RUNNING and run.exclusive:
+                # One exclusive running run per chat, as the SQL stores' index has it.
+                for (chat_uuid, run_id), other in self._state.runs.items():
+                    if (
+                        chat_uuid == run.chat_uuid
+                        and other.status == models.RunStatus.RUNNING
+                        and other.exclusive
+                    ):
+                        raise RunLiveError(run.chat_uuid, run_id)
+            stored = self._state.runs[key] = run.model_copy(deep=True)
+        return stored.model_copy(deep=True)
+
+    def _beat(self, owner: str, run_ids: Sequence[tuple[UUID, str]]) -> None:
+        now = models.utcnow()
+        for key in run_ids:
+            run = self._state.runs.get(key)
+            if run is not None and run.owner == owner and run.status == models.RunStatus.RUNNING:
+                beating = _writable(self._state.runs, key)
+                assert beating is not None
+                beating.heartbeat_at = now
+
+    def _finalize(self, chat_uuid: UUID, run_id: str, status: models.MessageStatus) -> int:
+        state = self._state
+        run_messages = {
+            u
+            for u, m in state.messages.items()
+            if m["chat_uuid"] == chat_uuid and m["run_id"] == run_id
+        }
+        changed = 0
+        now = models.utcnow()
+        for table in (state.messages, state.tool_calls, state.reasonings):
+            keys = [
+                key
+                for key, row in table.items()
+                if row["message_uuid"] in run_messages and row["in_progress"]
+            ]
+            for key in keys:
+                row = _writable(table, key)
+                assert row is not None
+                row.update(status=status, in_progress=False, updated_at=now)
+            changed += len(keys)
+        return changed
+
+    # --- reads ------------------------------------------------------------------------------
+
+    async def _select_chats(self, where: ChatFilter) -> Sequence[models.Chat]:
+        return self._chats_where(where)
+
+    def _chats_where(self, where: ChatFilter) -> list[models.Chat]:
         state = self._state
         if where.thread_id is not None and where.user_uuid is not None:
             found = state.threads.get((where.user_uuid, where.thread_id))
@@ -222,166 +439,7 @@ class MemoryStore(Store):
         rows.sort(key=lambda r: (r["updated_at"], str(r["chat_uuid"])), reverse=True)
         return [self._chat(r) for r in rows[: where.limit]]
 
-    async def _patch_chat(self, chat_uuid: UUID, **fields: Any) -> Chat | None:
-        async with self._lock.hold():
-            row = _writable(self._state.chats, chat_uuid)
-            if row is None:
-                return None
-            row.update(copy.deepcopy(fields))
-            row["updated_at"] = utcnow()
-            return self._chat(row)
-
-    async def _set_chat_field(self, chat_uuid: UUID, field: ChatField, value: Any) -> Chat | None:
-        return await self._patch_chat(chat_uuid, **{field: value})
-
-    async def set_active_leaf(self, chat_uuid: UUID, message_uuid: UUID) -> Chat | None:
-        message = self._state.messages.get(message_uuid)
-        if message is None or message["chat_uuid"] != chat_uuid:
-            raise NotFoundError(f"message {message_uuid} is not in chat {chat_uuid}")
-        return await self._patch_chat(chat_uuid, active_leaf_uuid=message_uuid)
-
-    async def _set_deleted_at(self, where: ChatFilter, deleted_at: datetime | None) -> Chat | None:
-        async with self._lock.hold():
-            assert where.chat_uuid is not None
-            found = await self._select_chats(where)
-            if not found:
-                return None
-            if deleted_at is None:
-                del self._state.deleted[where.chat_uuid]
-            else:
-                self._state.deleted[where.chat_uuid] = deleted_at
-            return found[0]
-
-    async def _delete_chat(self, chat_uuid: UUID) -> Chat | None:
-        async with self._lock.hold():
-            row = self._drop_chat(chat_uuid)
-            return None if row is None else self._chat(row)
-
-    def _drop_chat(self, chat_uuid: UUID) -> dict[str, Any] | None:
-        """Remove a chat and every row it owns (the caller holds the lock); return its row."""
-        state = self._state
-        row = state.chats.pop(chat_uuid, None)
-        if row is None:
-            return None
-        state.deleted.pop(chat_uuid, None)
-        del state.threads[(row["user_uuid"], row["thread_id"])]
-        owned = {u for u, m in state.messages.items() if m["chat_uuid"] == chat_uuid}
-        for u in owned:
-            del state.messages[u]
-            state.children.pop(u, None)
-        state.tool_calls = {
-            k: v for k, v in state.tool_calls.items() if v["message_uuid"] not in owned
-        }
-        state.reasonings = {
-            k: v for k, v in state.reasonings.items() if v["message_uuid"] not in owned
-        }
-        state.runs = {k: v for k, v in state.runs.items() if k[0] != chat_uuid}
-        return row
-
-    # --- messages ---------------------------------------------------------------------
-
-    async def create_message(self, message_data: MessageCreate) -> Message:
-        if message_data.chat_uuid is None:
-            raise NotFoundError("MessageCreate.chat_uuid is required")
-        async with self._lock.hold():
-            chat = self._state.chats.get(message_data.chat_uuid)
-            if chat is None:
-                raise NotFoundError(f"chat {message_data.chat_uuid} does not exist")
-            if message_data.message_uuid in self._state.messages:
-                raise ConflictError(f"message {message_data.message_uuid} already exists")
-            base, extra = split_create(message_data, MessageCreate)
-            parent = message_data.parent_uuid
-            if parent is None:
-                parent = chat["active_leaf_uuid"]
-            elif self._state.messages.get(parent, {}).get("chat_uuid") != chat["chat_uuid"]:
-                raise NotFoundError(f"parent message {parent} is not in chat {chat['chat_uuid']}")
-            now = utcnow()
-            row = self._row(base, extra)
-            row.update(
-                parent_uuid=parent,
-                seq=next(self._seq),
-                created_at=message_data.created_at or now,
-                updated_at=message_data.created_at or now,
-            )
-            self._state.messages[message_data.message_uuid] = row
-            chat = _writable(self._state.chats, message_data.chat_uuid)
-            assert chat is not None
-            chat["active_leaf_uuid"] = message_data.message_uuid
-            chat["updated_at"] = row["created_at"]
-            return self._message(row)
-
-    async def update_message(self, message_uuid: UUID, update: MessageUpdate) -> Message | None:
-        async with self._lock.hold():
-            row = _writable(self._state.messages, message_uuid)
-            if row is None:
-                return None
-            _apply(row, update, MessageUpdate)
-            return self._message(row)
-
-    async def create_message_tool_call(self, data: MessageToolCallCreate) -> ToolCall:
-        async with self._lock.hold():
-            if data.message_uuid not in self._state.messages:
-                raise NotFoundError(f"parent message {data.message_uuid} does not exist")
-            if data.uuid in self._state.tool_calls:
-                raise ConflictError(f"{data.uuid} already exists in tool_calls")
-            base, extra = split_create(data, MessageToolCallCreate)
-            row = self._row(base, extra)
-            now = utcnow()
-            seq = self._add_child("tool_calls", data.message_uuid, data.uuid)
-            row.update(seq=seq, created_at=now, updated_at=now)
-            self._state.tool_calls[data.uuid] = row
-            return self._tool_call(row)
-
-    def _add_child(self, table: str, message_uuid: UUID, uuid: UUID) -> int:
-        """Register a new tool call or reasoning step; return its position (``seq``).
-
-        Tool calls and reasoning steps share one position counter per message.
-        """
-        state = self._state
-        children = state.children.get(message_uuid, ())
-        last_seq = 0
-        if children:
-            last_table, last = children[-1]
-            last_seq = getattr(state, last_table)[last]["seq"]
-        # A new tuple, never an appended one: snapshots share the old.
-        state.children[message_uuid] = (*children, (table, uuid))
-        return last_seq + 1
-
-    async def update_message_tool_call(
-        self, uuid: UUID, update: MessageToolCallUpdate
-    ) -> ToolCall | None:
-        async with self._lock.hold():
-            row = _writable(self._state.tool_calls, uuid)
-            if row is None:
-                return None
-            _apply(row, update, MessageToolCallUpdate)
-            return self._tool_call(row)
-
-    async def create_message_reasoning(self, data: MessageReasoningCreate) -> Reasoning:
-        async with self._lock.hold():
-            if data.message_uuid not in self._state.messages:
-                raise NotFoundError(f"parent message {data.message_uuid} does not exist")
-            if data.uuid in self._state.reasonings:
-                raise ConflictError(f"{data.uuid} already exists in reasonings")
-            base, extra = split_create(data, MessageReasoningCreate)
-            row = self._row(base, extra)
-            now = utcnow()
-            seq = self._add_child("reasonings", data.message_uuid, data.uuid)
-            row.update(seq=seq, created_at=now, updated_at=now)
-            self._state.reasonings[data.uuid] = row
-            return self._reasoning(row)
-
-    async def update_message_reasoning(
-        self, uuid: UUID, update: MessageReasoningUpdate
-    ) -> Reasoning | None:
-        async with self._lock.hold():
-            row = _writable(self._state.reasonings, uuid)
-            if row is None:
-                return None
-            _apply(row, update, MessageReasoningUpdate)
-            return self._reasoning(row)
-
-    async def _find_message(self, key: MessageKey) -> Message | None:
+    async def _find_message(self, key: MessageKey) -> models.Message | None:
         if key.message_uuid is not None:
             row = self._state.messages.get(key.message_uuid)
             rows = [] if row is None else [row]
@@ -396,9 +454,9 @@ class MemoryStore(Store):
                 return self._message(row)
         return None
 
-    async def get_tool_call_by_agui_id(
+    async def _find_tool_call(
         self, message_uuid: UUID, tool_call_id: str
-    ) -> ToolCall | None:
+    ) -> models.ToolCall | None:
         for row in self._state.tool_calls.values():
             if row["message_uuid"] == message_uuid and row["tool_call_id"] == tool_call_id:
                 return self._tool_call(row)
@@ -419,12 +477,6 @@ class MemoryStore(Store):
             for r in rows
         ]
 
-    async def _make_root(self, chat_uuid: UUID, message_uuid: UUID) -> None:
-        async with self._lock.hold():
-            row = _writable(self._state.messages, message_uuid)
-            if row is not None and row["chat_uuid"] == chat_uuid:
-                row["parent_uuid"] = None
-
     def _branch(self, chat_uuid: UUID) -> list[dict[str, Any]]:
         chat = self._state.live_chat(chat_uuid)
         path: list[dict[str, Any]] = []
@@ -438,7 +490,7 @@ class MemoryStore(Store):
 
     async def _select_branch(
         self, chat_uuid: UUID, page: BranchPage, version: Hashable | None
-    ) -> list[Message]:
+    ) -> list[models.Message]:
         after, before, size = page.after, page.before, page.limit
         rows = [
             r
@@ -449,90 +501,23 @@ class MemoryStore(Store):
             rows = rows[-size:] if page.newest_first else rows[:size]
         return [self._message(r) for r in rows]
 
-    async def get_last_messages(self, chat_uuids: list[UUID]) -> dict[UUID, Message]:
-        result: dict[UUID, Message] = {}
-        for chat_uuid in chat_uuids:
-            chat = self._state.live_chat(chat_uuid)
-            if chat and chat["active_leaf_uuid"] is not None:
-                result[chat_uuid] = self._message(self._state.messages[chat["active_leaf_uuid"]])
-        return result
+    async def _select_last_messages(self, chat_uuids: Sequence[UUID]) -> list[models.Message]:
+        leaves = [self._state.live_chat(chat_uuid) for chat_uuid in chat_uuids]
+        return [
+            self._message(self._state.messages[chat["active_leaf_uuid"]])
+            for chat in leaves
+            if chat and chat["active_leaf_uuid"] is not None
+        ]
 
-    # --- runs ---------------------------------------------------------------------------
-
-    async def start_run(self, run: Run) -> Run:
-        async with self._lock.hold():
-            if run.chat_uuid not in self._state.chats:
-                raise NotFoundError(f"chat {run.chat_uuid} does not exist")
-            key = (run.chat_uuid, run.run_id)
-            stored = self._state.runs.get(key)
-            if stored is None:
-                if run.status == RunStatus.RUNNING and run.exclusive:
-                    # One exclusive running run per chat, as the SQL stores' index has it.
-                    for (chat_uuid, run_id), other in self._state.runs.items():
-                        if (
-                            chat_uuid == run.chat_uuid
-                            and other.status == RunStatus.RUNNING
-                            and other.exclusive
-                        ):
-                            raise RunLiveError(run.chat_uuid, run_id)
-                stored = self._state.runs[key] = run.model_copy(deep=True)
-            return stored.model_copy(deep=True)
-
-    async def heartbeat_runs(self, owner: str, run_ids: Sequence[tuple[UUID, str]]) -> None:
-        async with self._lock.hold():
-            now = utcnow()
-            for key in run_ids:
-                run = self._state.runs.get(key)
-                if run is not None and run.owner == owner and run.status == RunStatus.RUNNING:
-                    beating = _writable(self._state.runs, key)
-                    assert beating is not None
-                    beating.heartbeat_at = now
-
-    async def finish_run(
-        self, chat_uuid: UUID, run_id: str, status: RunStatus, error: str | None = None
-    ) -> Run | None:
-        async with self._lock.hold():
-            run = _writable(self._state.runs, (chat_uuid, run_id))
-            if run is None:
-                return None
-            run.status, run.error, run.updated_at = status, error, utcnow()
-            return run.model_copy(deep=True)
-
-    async def get_run(self, chat_uuid: UUID, run_id: str) -> Run | None:
-        run = self._state.runs.get((chat_uuid, run_id))
-        return run.model_copy(deep=True) if run else None
-
-    async def get_stale_runs(self, older_than: datetime) -> Sequence[Run]:
+    async def _select_runs(self, where: RunFilter) -> list[models.Run]:
+        if where.stale_before is None:
+            run = self._state.runs.get((where.chat_uuid, where.run_id))  # type: ignore[arg-type]
+            return [] if run is None else [run.model_copy(deep=True)]
         return [
             r.model_copy(deep=True)
             for r in self._state.runs.values()
-            if r.status == RunStatus.RUNNING and r.heartbeat_at < older_than
+            if r.status == models.RunStatus.RUNNING and r.heartbeat_at < where.stale_before
         ]
-
-    async def finalize_run_records(
-        self, chat_uuid: UUID, run_id: str, status: MessageStatus
-    ) -> int:
-        async with self._lock.hold():
-            state = self._state
-            run_messages = {
-                u
-                for u, m in state.messages.items()
-                if m["chat_uuid"] == chat_uuid and m["run_id"] == run_id
-            }
-            changed = 0
-            now = utcnow()
-            for table in (state.messages, state.tool_calls, state.reasonings):
-                keys = [
-                    key
-                    for key, row in table.items()
-                    if row["message_uuid"] in run_messages and row["in_progress"]
-                ]
-                for key in keys:
-                    row = _writable(table, key)
-                    assert row is not None
-                    row.update(status=status, in_progress=False, updated_at=now)
-                changed += len(keys)
-            return changed
 
 
 def _deleted_as_wanted(deleted_at: datetime | None, where: ChatFilter) -> bool:
@@ -548,11 +533,3 @@ def _deleted_as_wanted(deleted_at: datetime | None, where: ChatFilter) -> bool:
 def _name_contains(row: dict[str, Any], text: str) -> bool:
     name = row.get("name")
     return name is not None and text.casefold() in name.casefold()
-
-
-def _apply(row: dict[str, Any], update: Any, base_cls: Any) -> None:
-    base, extra = split_update(update, base_cls)
-    row.update(copy.deepcopy(base))
-    if extra:
-        row["extra"] = merge_extra(row["extra"], extra)
-    row["updated_at"] = utcnow()

@@ -34,6 +34,7 @@ from uuid import UUID
 
 import asyncpg
 
+from threadstore import models
 from threadstore.errors import (
     ConfigurationError,
     ConflictError,
@@ -43,53 +44,15 @@ from threadstore.errors import (
     RunLiveError,
     StoreError,
 )
-from threadstore.models import (
-    FORMAT_VERSION,
-    Chat,
-    ChatCreate,
-    Message,
-    MessageCreate,
-    MessageReasoningCreate,
-    MessageReasoningUpdate,
-    MessageStatus,
-    MessageToolCallCreate,
-    MessageToolCallUpdate,
-    MessageUpdate,
-    Reasoning,
-    Run,
-    RunStatus,
-    ToolCall,
-    utcnow,
-)
+from threadstore.store import ops
 from threadstore.store import postgres_schema as sql
-from threadstore.store.base import (
-    BranchPage,
-    ChatField,
-    ChatFilter,
-    MessageKey,
-    Store,
-    TreeNode,
-)
+from threadstore.store import sql as shared
+from threadstore.store.base import BranchPage, ChatFilter, MessageKey, RunFilter, Store, TreeNode
 from threadstore.store.history_cache import DEFAULT_HISTORY_CACHE_MESSAGES, HistoryCache
 from threadstore.store.offload import off_loop
-from threadstore.store.ops import UpdateMessage, Write
 from threadstore.store.postgres_events import PostgresRunEvents
 from threadstore.store.records import split_update
 from threadstore.store.rows import RowLoader, attach_rows
-from threadstore.store.sql import (
-    CHAT_FIELD_ENCODERS,
-    JSON_ENCODERS,
-    UPDATABLE,
-    InsertPlans,
-    Plan,
-    chat_values,
-    created_child,
-    created_message,
-    load_run,
-    params,
-    record_values,
-    update_value,
-)
 
 __all__ = ["PostgresStore"]
 
@@ -128,7 +91,7 @@ def _iso_times(conn: asyncpg.Connection) -> bool:
 
 
 # asyncpg takes uuids, times and booleans as they are; JSON goes as text.
-_PLANS = InsertPlans(JSON_ENCODERS)
+_PLANS = shared.InsertPlans(shared.JSON_ENCODERS)
 
 
 class _Lease:
@@ -175,9 +138,9 @@ class PostgresStore(Store):
         min_size: int = 1,
         max_size: int = 10,
         history_cache_messages: int = DEFAULT_HISTORY_CACHE_MESSAGES,
-        **models: Any,
+        **model_classes: Any,
     ) -> None:
-        super().__init__(**models)
+        super().__init__(**model_classes)
         if not url.lower().startswith(("postgres://", "postgresql://")):
             raise ConfigurationError(f"not a PostgreSQL URL: {url!r}")
         self.url = url
@@ -194,15 +157,15 @@ class PostgresStore(Store):
         self._held: ContextVar[_Held | None] = ContextVar(
             f"threadstore_pg_{id(self)}", default=None
         )
-        self._chats = RowLoader(self.chat_model, Chat, sql.CHAT_COLUMNS, self.codecs.chat)
+        self._chats = RowLoader(self.chat_model, models.Chat, sql.CHAT_COLUMNS, self.codecs.chat)
         self._messages = RowLoader(
-            self.message_model, Message, sql.MESSAGE_ROW, self.codecs.message
+            self.message_model, models.Message, sql.MESSAGE_ROW, self.codecs.message
         )
         self._tool_calls = RowLoader(
-            self.tool_call_model, ToolCall, sql.TOOL_CALL_COLUMNS, self.codecs.tool_call
+            self.tool_call_model, models.ToolCall, sql.TOOL_CALL_COLUMNS, self.codecs.tool_call
         )
         self._reasonings = RowLoader(
-            self.reasoning_model, Reasoning, sql.REASONING_COLUMNS, self.codecs.reasoning
+            self.reasoning_model, models.Reasoning, sql.REASONING_COLUMNS, self.codecs.reasoning
         )
         self._run_events = PostgresRunEvents(self)
 
@@ -263,7 +226,7 @@ class PostgresStore(Store):
                 )
             for version in range(current + 1, len(sql.MIGRATIONS) + 1):
                 await conn.execute(sql.MIGRATIONS[version - 1])
-                await conn.execute(sql.RECORD_MIGRATION, version, utcnow())
+                await conn.execute(sql.RECORD_MIGRATION, version, models.utcnow())
 
     async def schema_version(self) -> int:
         """Return the highest applied migration (0 for an empty database)."""
@@ -368,13 +331,13 @@ class PostgresStore(Store):
 
     async def _messages_with_children(
         self, conn: asyncpg.Connection, rows: Sequence[asyncpg.Record]
-    ) -> list[Message]:
+    ) -> list[models.Message]:
         """Build messages (rows in ``MESSAGE_ROW`` order) with their tool calls and reasoning.
 
         Two more statements fetch the children by their parents' ids, only when some
         message has any.
         """
-        messages: list[Message] = await off_loop(rows, self._messages.load, rows)
+        messages: list[models.Message] = await off_loop(rows, self._messages.load, rows)
         parents = [m.message_uuid for m, row in zip(messages, rows, strict=True) if row[-1]]
         if not parents:
             return messages
@@ -385,7 +348,7 @@ class PostgresStore(Store):
         await attach_rows(messages, self._tool_calls, tool_rows, self._reasonings, reasoning_rows)
         return messages
 
-    async def _read_messages(self, suffix: str, *args: Any) -> list[Message]:
+    async def _read_messages(self, suffix: str, *args: Any) -> list[models.Message]:
         """Messages selected by ``suffix`` (joins, WHERE...), with their children."""
         async with self._connection() as conn:
             query = sql.MESSAGE_SELECT[_iso_times(conn)] + suffix
@@ -399,9 +362,9 @@ class PostgresStore(Store):
 
     # --- chats ---------------------------------------------------------------------------
 
-    async def create_chat(self, chat_data: ChatCreate) -> Chat:
-        values = chat_values(chat_data)
-        args = params(_PLANS.chat, values)
+    async def _create_chat(self, chat_data: models.ChatCreate) -> models.Chat:
+        values = shared.chat_values(chat_data)
+        args = shared.params(_PLANS.chat, values)
         async with self._connection() as conn:
             for _ in range(_CREATE_ATTEMPTS):
                 rows = await self._fetch_on(conn, sql.INSERT_CHAT, *args)
@@ -420,7 +383,7 @@ class PostgresStore(Store):
                         conn, sql.PURGE_DELETED_THREAD, values["user_uuid"], values["thread_id"]
                     )
                 if rows:
-                    chat: Chat = self._chats.load(rows)[0]
+                    chat: models.Chat = self._chats.load(rows)[0]
                     return chat
         raise ConflictError(
             f"thread {values['thread_id']!r} kept being created and deleted concurrently"
@@ -446,24 +409,26 @@ class PostgresStore(Store):
             conditions.append(f"c.name ILIKE ${len(args)} ESCAPE '\\'")
         return conditions
 
-    async def _select_chats(self, where: ChatFilter) -> Sequence[Chat]:
+    async def _select_chats(self, where: ChatFilter) -> Sequence[models.Chat]:
         args: list[Any] = []
         suffix = " WHERE " + " AND ".join(self._chat_conditions(where, args))
         suffix += " ORDER BY c.updated_at DESC, c.chat_uuid DESC"
         if where.limit is not None:
             args.append(where.limit)
             suffix += f" LIMIT ${len(args)}"
-        chats: list[Chat] = self._chats.load(await self._select(sql.CHAT_SELECT, suffix, *args))
+        chats: list[models.Chat] = self._chats.load(
+            await self._select(sql.CHAT_SELECT, suffix, *args)
+        )
         return chats
 
-    async def _set_chat_field(self, chat_uuid: UUID, field: ChatField, value: Any) -> Chat | None:
+    async def _set_chat_field(self, chat_uuid: UUID, field: str, value: Any) -> models.Chat | None:
         # One UPDATE of one column: concurrent renames serialize on the row lock and
         # the last one wins whole; no read-modify-write can lose a concurrent change.
         rows = await self._fetch(
             f"UPDATE chats SET {_CHAT_FIELDS[field]} = $1, updated_at = $2 WHERE chat_uuid = $3"
             + sql.CHAT_RETURNING,
-            CHAT_FIELD_ENCODERS[field](value),
-            utcnow(),
+            shared.CHAT_FIELD_ENCODERS[field](value),
+            models.utcnow(),
             chat_uuid,
         )
         return self._chats.load(rows)[0] if rows else None
@@ -472,17 +437,16 @@ class PostgresStore(Store):
         rows = await self._fetch(sql.SELECT_TREE, chat_uuid)
         return [TreeNode(*row) for row in rows]
 
-    async def _make_root(self, chat_uuid: UUID, message_uuid: UUID) -> None:
-        await self._fetch(sql.MAKE_ROOT, chat_uuid, message_uuid)
-
-    async def set_active_leaf(self, chat_uuid: UUID, message_uuid: UUID) -> Chat | None:
-        rows = await self._fetch(sql.SET_ACTIVE_LEAF, chat_uuid, message_uuid, utcnow())
+    async def _set_active_leaf(self, chat_uuid: UUID, message_uuid: UUID) -> models.Chat | None:
+        rows = await self._fetch(sql.SET_ACTIVE_LEAF, chat_uuid, message_uuid, models.utcnow())
         if not rows:
             raise NotFoundError(f"message {message_uuid} is not in chat {chat_uuid}")
-        chat: Chat = self._chats.load(rows)[0]
+        chat: models.Chat = self._chats.load(rows)[0]
         return chat
 
-    async def _set_deleted_at(self, where: ChatFilter, deleted_at: datetime | None) -> Chat | None:
+    async def _soft_delete(
+        self, where: ChatFilter, deleted_at: datetime | None
+    ) -> models.Chat | None:
         args: list[Any] = [deleted_at]
         conditions = self._chat_conditions(where, args)
         rows = await self._fetch(
@@ -493,34 +457,33 @@ class PostgresStore(Store):
         )
         return self._chats.load(rows)[0] if rows else None
 
-    async def _delete_chat(self, chat_uuid: UUID) -> Chat | None:
+    async def _hard_delete(self, chat_uuid: UUID) -> models.Chat | None:
         # Foreign keys cascade to messages, their tool calls and reasoning, and runs.
         rows = await self._fetch(sql.DELETE_CHAT, chat_uuid)
-        if self.history_cache is not None:
-            self.history_cache.discard(chat_uuid)
         return self._chats.load(rows)[0] if rows else None
 
     # --- messages ------------------------------------------------------------------------
 
-    async def create_message(self, message_data: MessageCreate) -> Message:
-        data = message_data
+    async def _create_message(self, data: models.MessageCreate) -> models.Message:
         # The append hot path: the DTO's fields from its dict, enums (str subclasses)
         # as they are, and no extras to split off a stock DTO.
         fields = data.__dict__
-        if fields["chat_uuid"] is None:
-            raise NotFoundError("MessageCreate.chat_uuid is required")
-        created = fields["created_at"] or utcnow()
-        values = record_values(data, created)
+        created = fields["created_at"] or models.utcnow()
+        values = shared.record_values(data, created)
         async with self._connection() as conn:
-            rows = await self._fetch_on(conn, sql.INSERT_MESSAGE, *params(_PLANS.message, values))
+            rows = await self._fetch_on(
+                conn, sql.INSERT_MESSAGE, *shared.params(_PLANS.message, values)
+            )
             if not rows:
                 await self._explain_missing_insert(conn, data)
         seq, parent = rows[0]
-        return created_message(
+        return shared.created_message(
             self.message_model, data, seq=seq, parent_uuid=parent, created_at=created
         )
 
-    async def _explain_missing_insert(self, conn: asyncpg.Connection, data: MessageCreate) -> None:
+    async def _explain_missing_insert(
+        self, conn: asyncpg.Connection, data: models.MessageCreate
+    ) -> None:
         """Raise the error that made INSERT_MESSAGE write nothing."""
         rows = await self._fetch_on(
             conn, sql.MESSAGE_INSERT_DIAGNOSIS, data.chat_uuid, data.message_uuid
@@ -544,88 +507,64 @@ class PostgresStore(Store):
         assignments: list[str] = []
         args: list[Any] = []
         for column, value in base.items():
-            if column in UPDATABLE[table]:
-                args.append(update_value(column, value, JSON_ENCODERS))
+            if column in shared.UPDATABLE[table]:
+                args.append(shared.update_value(column, value, shared.JSON_ENCODERS))
                 assignments.append(f"{column} = ${len(args)}")
         if extra:
             # jsonb || replaces each given key whole, in place: a concurrent patch of
             # other extra fields is never read back and lost.
             args.append(extra)
             assignments.append(f"extra = COALESCE(extra, '{{}}'::jsonb) || ${len(args)}::jsonb")
-        args.append(utcnow())
+        args.append(models.utcnow())
         assignments.append(f"updated_at = ${len(args)}")
         args.append(uuid)
         query = sql.versioned_update(table, key, ", ".join(assignments), f"${len(args)}", columns)
         return query, args
 
-    async def update_message(self, message_uuid: UUID, update: MessageUpdate) -> Message | None:
+    async def _update_message(
+        self, message_uuid: UUID, update: models.MessageUpdate, returning: bool
+    ) -> models.Message | None:
         query, args = self._update_statement(
-            "messages", "message_uuid", message_uuid, update, MessageUpdate, sql.MESSAGE_ROW
+            "messages", "message_uuid", message_uuid, update, models.MessageUpdate, sql.MESSAGE_ROW
         )
         async with self._connection() as conn:
             rows = await self._fetch_on(conn, query, *args)
+            if not returning:
+                # Nobody reads the result: the message's tool calls and reasoning
+                # steps, which it would carry, are not read.
+                return None
             messages = await self._messages_with_children(conn, rows)
         return messages[0] if messages else None
 
-    async def _apply_write(self, write: Write) -> None:
-        if not isinstance(write, UpdateMessage):
-            await super()._apply_write(write)
-            return
-        # The batch returns nothing: the message's tool calls and reasoning steps,
-        # which update_message reads back to return it whole, are not read.
-        message_uuid, update = write.message_uuid, write.update
-        query, args = self._update_statement(
-            "messages", "message_uuid", message_uuid, update, MessageUpdate, sql.MESSAGE_ROW
-        )
-        async with self._connection() as conn:
-            await self._fetch_on(conn, query, *args)
-
-    async def create_message_tool_call(self, data: MessageToolCallCreate) -> ToolCall:
-        seq, now = await self._insert_child(sql.INSERT_TOOL_CALL, _PLANS.tool_call, data)
-        tool_call: ToolCall = created_child(self.tool_call_model, data, seq=seq, created_at=now)
-        return tool_call
-
     async def _insert_child(
-        self, query: str, plan: Plan, data: MessageToolCallCreate | MessageReasoningCreate
-    ) -> tuple[int, datetime]:
-        """Insert a tool call or reasoning step; return its ``seq`` and creation time."""
-        kind = "tool call" if isinstance(data, MessageToolCallCreate) else "reasoning"
-        now = utcnow()
-        values = record_values(data, now)
+        self,
+        query: str,
+        plan: shared.Plan,
+        model: type[Any],
+        data: models.MessageToolCallCreate | models.MessageReasoningCreate,
+    ) -> Any:
+        """Insert a tool call or reasoning step; return it."""
+        kind = "tool call" if isinstance(data, models.MessageToolCallCreate) else "reasoning"
+        now = models.utcnow()
+        values = shared.record_values(data, now)
         async with self._connection() as conn:
-            rows = await self._fetch_on(conn, query, *params(plan, values))
+            rows = await self._fetch_on(conn, query, *shared.params(plan, values))
             if not rows:
                 if not (await self._fetch_on(conn, sql.MESSAGE_EXISTS, data.message_uuid))[0][0]:
                     raise NotFoundError(f"parent message {data.message_uuid} does not exist")
                 raise ConflictError(f"{kind} {data.uuid} already exists")
-        return int(rows[0][0]), now
+        return shared.created_child(model, data, seq=int(rows[0][0]), created_at=now)
 
-    async def update_message_tool_call(
-        self, uuid: UUID, update: MessageToolCallUpdate
-    ) -> ToolCall | None:
-        query, args = self._update_statement(
-            "tool_calls", "uuid", uuid, update, MessageToolCallUpdate, sql.TOOL_CALL_COLUMNS
-        )
-        rows = await self._fetch(query, *args)
-        loaded: list[ToolCall] = self._tool_calls.load(rows)
+    async def _update_child(
+        self, table: str, uuid: UUID, update: Any, base_cls: Any, loader: RowLoader
+    ) -> Any:
+        """Patch a tool call or reasoning step; return it, or ``None`` when unknown."""
+        columns = sql.TOOL_CALL_COLUMNS if table == "tool_calls" else sql.REASONING_COLUMNS
+        query, args = self._update_statement(table, "uuid", uuid, update, base_cls, columns)
+        loaded = loader.load(await self._fetch(query, *args))
         return loaded[0] if loaded else None
 
-    async def create_message_reasoning(self, data: MessageReasoningCreate) -> Reasoning:
-        seq, now = await self._insert_child(sql.INSERT_REASONING, _PLANS.reasoning, data)
-        reasoning: Reasoning = created_child(self.reasoning_model, data, seq=seq, created_at=now)
-        return reasoning
-
-    async def update_message_reasoning(
-        self, uuid: UUID, update: MessageReasoningUpdate
-    ) -> Reasoning | None:
-        query, args = self._update_statement(
-            "reasonings", "uuid", uuid, update, MessageReasoningUpdate, sql.REASONING_COLUMNS
-        )
-        rows = await self._fetch(query, *args)
-        loaded: list[Reasoning] = self._reasonings.load(rows)
-        return loaded[0] if loaded else None
-
-    async def _find_message(self, key: MessageKey) -> Message | None:
+    async def _find_message(self, key: MessageKey) -> models.Message | None:
         conditions: list[str] = []
         args: list[Any] = []
         for column, value in key.equalities():
@@ -636,16 +575,16 @@ class PostgresStore(Store):
         messages = await self._read_messages(suffix, *args)
         return messages[0] if messages else None
 
-    async def get_tool_call_by_agui_id(
+    async def _find_tool_call(
         self, message_uuid: UUID, tool_call_id: str
-    ) -> ToolCall | None:
+    ) -> models.ToolCall | None:
         rows = await self._select(
             sql.TOOL_CALL_SELECT,
             " WHERE message_uuid = $1 AND tool_call_id = $2 LIMIT 1",
             message_uuid,
             tool_call_id,
         )
-        loaded: list[ToolCall] = self._tool_calls.load(rows)
+        loaded: list[models.ToolCall] = self._tool_calls.load(rows)
         return loaded[0] if loaded else None
 
     async def _history_version(self, chat_uuid: UUID) -> Hashable | None:
@@ -655,7 +594,7 @@ class PostgresStore(Store):
 
     async def _select_changed(
         self, chat_uuid: UUID, since: Hashable, version: Hashable
-    ) -> tuple[list[Message], UUID | None] | None:
+    ) -> tuple[list[models.Message], UUID | None] | None:
         assert isinstance(since, tuple) and isinstance(version, tuple)
         async with self._connection() as conn:
             query = sql.MESSAGE_SELECT[_iso_times(conn)] + sql.CHANGED_SINCE
@@ -664,39 +603,26 @@ class PostgresStore(Store):
 
     async def _select_branch(
         self, chat_uuid: UUID, page: BranchPage, version: Hashable | None
-    ) -> list[Message]:
-        where = sql.BRANCH_FILTER
+    ) -> list[models.Message]:
         args: list[Any] = [chat_uuid]
-        if page.after is not None:
-            args.append(page.after)
-            where += f" AND m.seq > ${len(args)}"
-        if page.before is not None:
-            args.append(page.before)
-            where += f" AND m.seq < ${len(args)}"
-        suffix = " WHERE " + where
-        suffix += " ORDER BY m.seq DESC" if page.newest_first else " ORDER BY m.seq"
-        if page.limit is not None:
-            args.append(page.limit)
-            suffix += f" LIMIT ${len(args)}"
+        bounds, tail = shared.branch_page(page, args, "${}".format)
+        suffix = " WHERE " + sql.BRANCH_FILTER + bounds + tail
         async with self._connection() as conn:
             rows = await self._fetch_on(conn, sql.MESSAGE_SELECT[_iso_times(conn)] + suffix, *args)
             if page.newest_first:
                 rows.reverse()
             return await self._messages_with_children(conn, rows)
 
-    async def get_last_messages(self, chat_uuids: list[UUID]) -> dict[UUID, Message]:
-        if not chat_uuids:
-            return {}
-        messages = await self._read_messages(sql.LAST_MESSAGES, chat_uuids)
-        return {m.chat_uuid: m for m in messages}
+    async def _select_last_messages(self, chat_uuids: Sequence[UUID]) -> list[models.Message]:
+        return await self._read_messages(sql.LAST_MESSAGES, list(chat_uuids))
 
     # --- runs ----------------------------------------------------------------------------
 
-    async def start_run(self, run: Run) -> Run:
+    async def _start_run(self, run: models.Run) -> models.Run:
         async with self._connection() as conn:
-            values = {**run.__dict__, "format_version": FORMAT_VERSION}
+            values = {**run.__dict__, "format_version": models.FORMAT_VERSION}
             try:
-                rows = await conn.fetch(sql.INSERT_RUN, *params(_PLANS.run, values))
+                rows = await conn.fetch(sql.INSERT_RUN, *shared.params(_PLANS.run, values))
             except asyncpg.UniqueViolationError as exc:
                 if exc.constraint_name != sql.ONE_RUNNING_RUN:
                     raise _translate(exc) from exc
@@ -715,42 +641,99 @@ class PostgresStore(Store):
                 )
         if not rows:
             raise NotFoundError(f"chat {run.chat_uuid} does not exist")
-        return load_run(rows[0])
+        return shared.load_run(rows[0])
 
-    async def heartbeat_runs(self, owner: str, run_ids: Sequence[tuple[UUID, str]]) -> None:
-        if not run_ids:
-            return
+    async def _heartbeat(self, owner: str, run_ids: Sequence[tuple[UUID, str]]) -> None:
         await self._fetch(
             sql.HEARTBEAT_RUNS,
-            utcnow(),
+            models.utcnow(),
             owner,
             [chat for chat, _ in run_ids],
             [run for _, run in run_ids],
         )
 
-    async def finish_run(
-        self, chat_uuid: UUID, run_id: str, status: RunStatus, error: str | None = None
-    ) -> Run | None:
-        rows = await self._fetch(sql.FINISH_RUN, status.value, error, utcnow(), chat_uuid, run_id)
-        return load_run(rows[0]) if rows else None
-
-    async def get_run(self, chat_uuid: UUID, run_id: str) -> Run | None:
+    async def _finish_run(
+        self, chat_uuid: UUID, run_id: str, status: models.RunStatus, error: str | None
+    ) -> models.Run | None:
         rows = await self._fetch(
-            sql.RUN_SELECT + " WHERE chat_uuid = $1 AND run_id = $2", chat_uuid, run_id
+            sql.FINISH_RUN, status.value, error, models.utcnow(), chat_uuid, run_id
         )
-        return load_run(rows[0]) if rows else None
+        return shared.load_run(rows[0]) if rows else None
 
-    async def get_stale_runs(self, older_than: datetime) -> Sequence[Run]:
-        rows = await self._fetch(sql.STALE_RUNS, older_than)
-        return [load_run(row) for row in rows]
+    async def _select_runs(self, where: RunFilter) -> list[models.Run]:
+        if where.stale_before is None:
+            rows = await self._fetch(
+                sql.RUN_SELECT + " WHERE chat_uuid = $1 AND run_id = $2",
+                where.chat_uuid,
+                where.run_id,
+            )
+        else:
+            rows = await self._fetch(sql.STALE_RUNS, where.stale_before)
+        return [shared.load_run(row) for row in rows]
 
-    async def finalize_run_records(
-        self, chat_uuid: UUID, run_id: str, status: MessageStatus
-    ) -> int:
+    async def _finalize(self, chat_uuid: UUID, run_id: str, status: models.MessageStatus) -> int:
         rows = await self._fetch(
-            sql.FINALIZE_RUN_RECORDS, status.value, utcnow(), chat_uuid, run_id
+            sql.FINALIZE_RUN_RECORDS, status.value, models.utcnow(), chat_uuid, run_id
         )
         return int(rows[0][0])
+
+    # --- writes ----------------------------------------------------------------------
+
+    async def _apply(
+        self, batch: Sequence[ops.Op], *, returning: bool = True, background: bool = False
+    ) -> list[Any]:
+        # Each operation is one statement (or a few on one connection); several share
+        # one transaction.
+        if len(batch) == 1:
+            return [await self._write(batch[0], returning)]
+        async with self.transaction():
+            return [await self._write(op, returning) for op in batch]
+
+    async def _write(self, op: ops.Op, returning: bool) -> Any:
+        """Apply one operation; return its result."""
+        match op:
+            case ops.CreateMessage(data):
+                return await self._create_message(data)
+            case ops.UpdateMessage(message_uuid, update):
+                return await self._update_message(message_uuid, update, returning)
+            case ops.CreateToolCall(data):
+                return await self._insert_child(
+                    sql.INSERT_TOOL_CALL, _PLANS.tool_call, self.tool_call_model, data
+                )
+            case ops.UpdateToolCall(uuid, update):
+                return await self._update_child(
+                    "tool_calls", uuid, update, models.MessageToolCallUpdate, self._tool_calls
+                )
+            case ops.CreateReasoning(data):
+                return await self._insert_child(
+                    sql.INSERT_REASONING, _PLANS.reasoning, self.reasoning_model, data
+                )
+            case ops.UpdateReasoning(uuid, update):
+                return await self._update_child(
+                    "reasonings", uuid, update, models.MessageReasoningUpdate, self._reasonings
+                )
+            case ops.RenameChat() | ops.UpdateChatState() | ops.UpdateChatMetadata():
+                return await self._set_chat_field(op.chat_uuid, op.field, op.value)
+            case ops.CreateChat(data):
+                return await self._create_chat(data)
+            case ops.SetActiveLeaf(chat_uuid, message_uuid):
+                return await self._set_active_leaf(chat_uuid, message_uuid)
+            case ops.MakeRoot(chat_uuid, message_uuid):
+                await self._fetch(sql.MAKE_ROOT, chat_uuid, message_uuid)
+                return None
+            case ops.SetDeletedAt(where, deleted_at):
+                return await self._soft_delete(where, deleted_at)
+            case ops.DeleteChat(chat_uuid):
+                return await self._hard_delete(chat_uuid)
+            case ops.StartRun(run):
+                return await self._start_run(run)
+            case ops.HeartbeatRuns(owner, run_ids):
+                return await self._heartbeat(owner, run_ids)
+            case ops.FinishRun(chat_uuid, run_id, status, error):
+                return await self._finish_run(chat_uuid, run_id, status, error)
+            case ops.FinalizeRunRecords(chat_uuid, run_id, status):
+                return await self._finalize(chat_uuid, run_id, status)
+        raise AssertionError(f"unknown operation {op!r}")
 
 
 def _translate(exc: asyncpg.PostgresError) -> Exception:

@@ -29,7 +29,7 @@ from threadstore.models import (
     Run,
     utcnow,
 )
-from threadstore.store.base import require_chat_identity
+from threadstore.store.base import BranchPage, require_chat_identity
 from threadstore.store.codec import Constructor, constructor
 from threadstore.store.records import split_create
 from threadstore.store.rows import dump_json, dump_metadata, dump_parts
@@ -52,6 +52,7 @@ __all__ = [
     "InsertPlans",
     "Kind",
     "Plan",
+    "branch_page",
     "chat_values",
     "created_child",
     "created_message",
@@ -124,7 +125,7 @@ CHAT_FIELD_ENCODERS: dict[str, Encoder] = {
     "state": dump_json,
     "metadata": dump_metadata,
 }
-"""How each directly set chat field (``Store._set_chat_field``) is encoded for its column."""
+"""How each directly set chat field (a chat field write of ``store/ops.py``) is encoded."""
 
 
 class InsertColumns:
@@ -342,3 +343,23 @@ def created_child(model: type[Any], data: BaseModel, *, seq: int, created_at: da
 def load_run(row: Sequence[Any]) -> Run:
     """Build a run from a row in :data:`RUN_COLUMNS` order."""
     return Run.model_validate(dict(zip(RUN_COLUMNS, row, strict=True)))
+
+
+def branch_page(page: BranchPage, args: list[Any], mark: Callable[[int], str]) -> tuple[str, str]:
+    """The seq bounds of ``page`` (``AND ...``) and its ORDER BY / LIMIT, over messages ``m``.
+
+    Their parameters are appended to ``args``; ``mark(n)`` spells the n-th placeholder
+    (``?n`` or ``$n``). A ``newest_first`` page is read newest first: reverse its rows.
+    """
+    bounds = ""
+    if page.after is not None:
+        args.append(page.after)
+        bounds += f" AND m.seq > {mark(len(args))}"
+    if page.before is not None:
+        args.append(page.before)
+        bounds += f" AND m.seq < {mark(len(args))}"
+    tail = " ORDER BY m.seq DESC" if page.newest_first else " ORDER BY m.seq"
+    if page.limit is not None:
+        args.append(page.limit)
+        tail += f" LIMIT {mark(len(args))}"
+    return bounds, tail

@@ -38,7 +38,7 @@ import logging
 import secrets
 import sqlite3
 import threading
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
@@ -46,6 +46,7 @@ from typing import Any
 from urllib.parse import parse_qs
 from uuid import UUID
 
+from threadstore import models
 from threadstore.errors import (
     ConfigurationError,
     ConflictError,
@@ -53,47 +54,10 @@ from threadstore.errors import (
     NotFoundError,
     RunLiveError,
 )
-from threadstore.models import (
-    FORMAT_VERSION,
-    Chat,
-    ChatCreate,
-    Message,
-    MessageCreate,
-    MessageReasoningCreate,
-    MessageReasoningUpdate,
-    MessageStatus,
-    MessageToolCallCreate,
-    MessageToolCallUpdate,
-    MessageUpdate,
-    Reasoning,
-    Run,
-    RunStatus,
-    ToolCall,
-    utcnow,
-)
-from threadstore.store.base import (
-    BranchPage,
-    ChatField,
-    ChatFilter,
-    MessageKey,
-    Store,
-    TreeNode,
-)
+from threadstore.store import ops
+from threadstore.store.base import BranchPage, ChatFilter, MessageKey, RunFilter, Store, TreeNode
 from threadstore.store.history_cache import DEFAULT_HISTORY_CACHE_MESSAGES, HistoryCache
 from threadstore.store.offload import consume, off_loop
-from threadstore.store.ops import (
-    CreateMessage,
-    CreateReasoning,
-    CreateToolCall,
-    FinalizeRunRecords,
-    FinishRun,
-    RenameChat,
-    UpdateChatState,
-    UpdateMessage,
-    UpdateReasoning,
-    UpdateToolCall,
-    Write,
-)
 from threadstore.store.records import WriterLock, split_update
 from threadstore.store.rows import (
     RowLoader,
@@ -113,6 +77,7 @@ from threadstore.store.sql import (
     InsertPlans,
     Kind,
     Plan,
+    branch_page,
     chat_values,
     created_child,
     created_message,
@@ -327,6 +292,12 @@ class _Statement:
     missing: str | None = None
     """If set, the statement must return a row; when it returns none the write fails
     with ``NotFoundError(missing)`` (a create whose parent does not exist)."""
+    inline: bool = True
+    """False for a statement that may touch many rows (a cascading delete): never inline."""
+
+
+_Finish = Callable[[list[list[Any]]], Awaitable[Any]]
+"""Turns the rows of an operation's statements into its result."""
 
 
 def _run_statements(
@@ -363,6 +334,8 @@ def _fits_inline(statements: Sequence[_Statement]) -> bool:
         return False
     size = 0
     for statement in statements:
+        if not statement.inline:
+            return False
         for param in statement.params:
             if param.__class__ is str or param.__class__ is bytes:
                 size += len(param)
@@ -378,9 +351,9 @@ class SQLiteStore(Store):
         *,
         history_cache_messages: int = DEFAULT_HISTORY_CACHE_MESSAGES,
         inline: bool | None = None,
-        **models: Any,
+        **model_classes: Any,
     ) -> None:
-        super().__init__(**models)
+        super().__init__(**model_classes)
         self.url = url
         self.path = sqlite_path(url)
         if inline is None:
@@ -407,15 +380,15 @@ class SQLiteStore(Store):
             HistoryCache(history_cache_messages) if history_cache_messages else None
         )
         """Histories read before, reused while their chat's version is unchanged."""
-        self._chats = RowLoader(self.chat_model, Chat, CHAT_COLUMNS, self.codecs.chat)
+        self._chats = RowLoader(self.chat_model, models.Chat, CHAT_COLUMNS, self.codecs.chat)
         self._messages = RowLoader(
-            self.message_model, Message, MESSAGE_COLUMNS, self.codecs.message
+            self.message_model, models.Message, MESSAGE_COLUMNS, self.codecs.message
         )
         self._tool_calls = RowLoader(
-            self.tool_call_model, ToolCall, TOOL_CALL_COLUMNS, self.codecs.tool_call
+            self.tool_call_model, models.ToolCall, TOOL_CALL_COLUMNS, self.codecs.tool_call
         )
         self._reasonings = RowLoader(
-            self.reasoning_model, Reasoning, REASONING_COLUMNS, self.codecs.reasoning
+            self.reasoning_model, models.Reasoning, REASONING_COLUMNS, self.codecs.reasoning
         )
 
     # --- lifecycle ---------------------------------------------------------------------
@@ -646,7 +619,7 @@ class SQLiteStore(Store):
         finally:
             self._checkpointing = None
 
-    def _load_chats(self, rows: Iterable[Sequence[Any]]) -> list[Chat]:
+    def _load_chats(self, rows: Iterable[Sequence[Any]]) -> list[models.Chat]:
         return self._chats.load(rows)
 
     async def _load_messages(
@@ -655,14 +628,14 @@ class SQLiteStore(Store):
         *,
         chat_uuid: UUID | None = None,
         small: bool = False,
-    ) -> list[Message]:
+    ) -> list[models.Message]:
         """Build messages and attach their tool calls and reasoning steps (two statements).
 
         With ``chat_uuid`` (a whole branch of one chat) children are selected by chat, which
         needs no list of message ids; otherwise by the messages' ids. ``small``: the
         children of one message, which may be read inline.
         """
-        messages: list[Message] = await off_loop(rows, consume, self._messages.load, rows)
+        messages: list[models.Message] = await off_loop(rows, consume, self._messages.load, rows)
         if not messages:
             return messages
         if chat_uuid is not None:
@@ -677,20 +650,24 @@ class SQLiteStore(Store):
 
     # --- chats -----------------------------------------------------------------------------
 
-    async def create_chat(self, chat_data: ChatCreate) -> Chat:
+    def _create_chat(self, chat_data: models.ChatCreate) -> tuple[list[_Statement], _Finish]:
         values = chat_values(chat_data)
         # A random starting version: a chat deleted and created again under the
         # same uuid can never match a history cached for the one before.
         insert = _Statement(_INSERT_CHAT, [*params(_PLANS.chat, values), secrets.randbits(62)])
-        rows = await self._fetch(insert.sql, insert.params, small=True)
-        if not rows:  # the thread's chat is soft-deleted: purge it, then create anew
-            purge = _Statement(
-                "DELETE FROM chats WHERE user_uuid = ? AND thread_id = ?"
-                " AND deleted_at IS NOT NULL",
-                (str(values["user_uuid"]), values["thread_id"]),
-            )
-            rows = (await self._run(purge, insert))[1]
-        return self._load_chats(rows)[0]
+
+        async def finish(results: list[list[Any]]) -> models.Chat:
+            (rows,) = results
+            if not rows:  # the thread's chat is soft-deleted: purge it, then create anew
+                purge = _Statement(
+                    "DELETE FROM chats WHERE user_uuid = ? AND thread_id = ?"
+                    " AND deleted_at IS NOT NULL",
+                    (str(values["user_uuid"]), values["thread_id"]),
+                )
+                rows = (await self._run(purge, insert))[1]
+            return self._load_chats(rows)[0]
+
+        return [insert], finish
 
     @staticmethod
     def _chat_conditions(where: ChatFilter) -> tuple[list[str], list[Any]]:
@@ -714,7 +691,7 @@ class SQLiteStore(Store):
             params.append(pattern)
         return conditions, params
 
-    async def _select_chats(self, where: ChatFilter) -> Sequence[Chat]:
+    async def _select_chats(self, where: ChatFilter) -> Sequence[models.Chat]:
         conditions, params = self._chat_conditions(where)
         sql = _CHAT_SELECT + " WHERE " + " AND ".join(conditions)
         sql += " ORDER BY updated_at DESC, chat_uuid DESC"
@@ -729,38 +706,32 @@ class SQLiteStore(Store):
         return _Statement(
             "UPDATE chats SET " + assignments + ", updated_at = ? WHERE chat_uuid = ?"
             " RETURNING " + ", ".join(CHAT_COLUMNS),
-            (*params, _ts(utcnow()), str(chat_uuid)),
+            (*params, _ts(models.utcnow()), str(chat_uuid)),
         )
 
-    async def _update_chat(self, statement: _Statement) -> Chat | None:
-        (rows,) = await self._run(statement)
+    async def _last_chat(self, results: list[list[Any]]) -> models.Chat | None:
+        """The chat the last statement returned, or ``None``."""
+        rows = results[-1]
         return self._load_chats(rows)[0] if rows else None
 
-    def _chat_field_update(self, chat_uuid: UUID, field: ChatField, value: Any) -> list[_Statement]:
+    def _chat_field_update(self, chat_uuid: UUID, field: str, value: Any) -> list[_Statement]:
         encoded = CHAT_FIELD_ENCODERS[field](value)
         return [self._chat_update(chat_uuid, _CHAT_FIELD_SET[field], (encoded,))]
 
-    async def _set_chat_field(self, chat_uuid: UUID, field: ChatField, value: Any) -> Chat | None:
-        return await self._update_chat(*self._chat_field_update(chat_uuid, field, value))
-
-    async def set_active_leaf(self, chat_uuid: UUID, message_uuid: UUID) -> Chat | None:
-        async with self.transaction():
-            rows = await self._fetch(
-                "SELECT 1 FROM messages WHERE message_uuid = ? AND chat_uuid = ?",
-                (str(message_uuid), str(chat_uuid)),
-            )
-            if not rows:
-                raise NotFoundError(f"message {message_uuid} is not in chat {chat_uuid}")
-            # A leaf anywhere but the newest message means the active branch is no
-            # longer "every message", so reads must walk the tree from now on.
-            return await self._update_chat(
-                self._chat_update(
-                    chat_uuid,
-                    "has_branches = has_branches OR (active_leaf_uuid IS NOT ?1),"
-                    " active_leaf_uuid = ?1",
-                    (str(message_uuid),),
-                )
-            )
+    def _active_leaf_update(self, chat_uuid: UUID, message_uuid: UUID) -> list[_Statement]:
+        check = _Statement(
+            "SELECT 1 FROM messages WHERE message_uuid = ? AND chat_uuid = ?",
+            (str(message_uuid), str(chat_uuid)),
+            missing=f"message {message_uuid} is not in chat {chat_uuid}",
+        )
+        # A leaf anywhere but the newest message means the active branch is no
+        # longer "every message", so reads must walk the tree from now on.
+        update = self._chat_update(
+            chat_uuid,
+            "has_branches = has_branches OR (active_leaf_uuid IS NOT ?1), active_leaf_uuid = ?1",
+            (str(message_uuid),),
+        )
+        return [check, update]
 
     async def _select_tree(self, chat_uuid: UUID) -> list[TreeNode]:
         rows = await self._read(
@@ -773,57 +744,58 @@ class SQLiteStore(Store):
             for uuid, parent, role, seq, agui, run in rows
         ]
 
-    async def _make_root(self, chat_uuid: UUID, message_uuid: UUID) -> None:
+    @staticmethod
+    def _root_update(chat_uuid: UUID, message_uuid: UUID) -> list[_Statement]:
         # The message update bumps the chat's version (trigger); a second root means
         # reads must walk the tree from now on.
-        await self._run(
+        return [
             _Statement(
                 "UPDATE messages SET parent_uuid = NULL WHERE message_uuid = ? AND chat_uuid = ?",
                 (str(message_uuid), str(chat_uuid)),
             ),
             _Statement("UPDATE chats SET has_branches = 1 WHERE chat_uuid = ?", (str(chat_uuid),)),
-        )
+        ]
 
-    async def _set_deleted_at(self, where: ChatFilter, deleted_at: datetime | None) -> Chat | None:
+    def _deleted_at_update(self, where: ChatFilter, deleted_at: datetime | None) -> _Statement:
         conditions, params = self._chat_conditions(where)
-        return await self._update_chat(
-            _Statement(
-                "UPDATE chats SET deleted_at = ? WHERE "
-                + " AND ".join(conditions)
-                + " RETURNING "
-                + ", ".join(CHAT_COLUMNS),
-                (None if deleted_at is None else _ts(deleted_at), *params),
-            )
+        return _Statement(
+            "UPDATE chats SET deleted_at = ? WHERE "
+            + " AND ".join(conditions)
+            + " RETURNING "
+            + ", ".join(CHAT_COLUMNS),
+            (None if deleted_at is None else _ts(deleted_at), *params),
         )
 
-    async def _delete_chat(self, chat_uuid: UUID) -> Chat | None:
-        # Foreign keys cascade to messages, their tool calls and reasoning, and runs.
-        rows = await self._fetch(
+    @staticmethod
+    def _chat_delete(chat_uuid: UUID) -> _Statement:
+        # Foreign keys cascade to messages, their tool calls and reasoning, and runs:
+        # possibly many rows, so never on the event loop's thread.
+        return _Statement(
             "DELETE FROM chats WHERE chat_uuid = ? RETURNING " + ", ".join(CHAT_COLUMNS),
             (str(chat_uuid),),
+            inline=False,
         )
-        if self.history_cache is not None:
-            self.history_cache.discard(chat_uuid)
-        return self._load_chats(rows)[0] if rows else None
 
     # --- messages -----------------------------------------------------------------------
 
-    async def create_message(self, message_data: MessageCreate) -> Message:
-        statements, created = self._message_insert(message_data)
-        seq, parent = (await self._run(*statements))[-1][0]
-        return created_message(
-            self.message_model, message_data, seq=seq, parent_uuid=parent, created_at=created
-        )
+    def _create_message(self, data: models.MessageCreate) -> tuple[list[_Statement], _Finish]:
+        statements, created = self._message_insert(data)
 
-    def _message_insert(self, data: MessageCreate) -> tuple[list[_Statement], datetime]:
+        async def finish(results: list[list[Any]]) -> models.Message:
+            seq, parent = results[-1][0]
+            return created_message(
+                self.message_model, data, seq=seq, parent_uuid=parent, created_at=created
+            )
+
+        return statements, finish
+
+    def _message_insert(self, data: models.MessageCreate) -> tuple[list[_Statement], datetime]:
         """The statements creating a message (a parent check first when a parent is given)."""
         # The append hot path: read the DTO's fields from its dict and pass enums (str
         # subclasses) straight to the driver.
         fields = data.__dict__
         chat_uuid, parent_uuid = fields["chat_uuid"], fields["parent_uuid"]
-        if chat_uuid is None:
-            raise NotFoundError("MessageCreate.chat_uuid is required")
-        created = fields["created_at"] or utcnow()
+        created = fields["created_at"] or models.utcnow()
         values = record_values(data, created)
         insert = _Statement(_INSERT_MESSAGE, params(_PLANS.message, values))
         chat = str(chat_uuid)
@@ -855,82 +827,62 @@ class SQLiteStore(Store):
             for name, value in values.items():
                 params += [f'$."{name}"', json.dumps(value)]
         assignments.append("updated_at = ?")
-        params.append(_ts(utcnow()))
+        params.append(_ts(models.utcnow()))
         sql = (
             f"UPDATE {table} SET {', '.join(assignments)} WHERE {key} = ?"
             f" RETURNING {', '.join(columns)}"
         )
         return [_Statement(sql, (*params, str(uuid)))]
 
-    def _message_update(self, message_uuid: UUID, update: MessageUpdate) -> list[_Statement]:
+    def _message_update(self, message_uuid: UUID, update: models.MessageUpdate) -> list[_Statement]:
         return self._row_update(
-            "messages", "message_uuid", message_uuid, update, MessageUpdate, MESSAGE_COLUMNS
+            "messages", "message_uuid", message_uuid, update, models.MessageUpdate, MESSAGE_COLUMNS
         )
 
-    async def update_message(self, message_uuid: UUID, update: MessageUpdate) -> Message | None:
-        (rows,) = await self._run(*self._message_update(message_uuid, update))
-        messages = await self._load_messages(rows)
+    async def _updated_message(self, results: list[list[Any]]) -> models.Message | None:
+        messages = await self._load_messages(results[0])
         return messages[0] if messages else None
 
-    def _tool_call_insert(self, data: MessageToolCallCreate, now: datetime) -> list[_Statement]:
-        return self._child_insert(_INSERT_TOOL_CALL, _PLANS.tool_call, data, now)
+    async def _updated_tool_call(self, results: list[list[Any]]) -> models.ToolCall | None:
+        loaded: list[models.ToolCall] = self._tool_calls.load(results[0])
+        return loaded[0] if loaded else None
+
+    async def _updated_reasoning(self, results: list[list[Any]]) -> models.Reasoning | None:
+        loaded: list[models.Reasoning] = self._reasonings.load(results[0])
+        return loaded[0] if loaded else None
 
     @staticmethod
-    def _child_insert(
+    def _create_child(
         sql: str,
         plan: Plan,
-        data: MessageToolCallCreate | MessageReasoningCreate,
-        now: datetime,
-    ) -> list[_Statement]:
-        """A tool call's or reasoning step's insert."""
+        model: type[Any],
+        data: models.MessageToolCallCreate | models.MessageReasoningCreate,
+    ) -> tuple[list[_Statement], _Finish]:
+        """A tool call's or reasoning step's insert, and its result."""
+        now = models.utcnow()
         values = record_values(data, now)
         missing = f"parent message {data.message_uuid} does not exist"
-        return [_Statement(sql, params(plan, values), missing=missing)]
 
-    async def create_message_tool_call(self, data: MessageToolCallCreate) -> ToolCall:
-        now = utcnow()
-        (rows,) = await self._run(*self._tool_call_insert(data, now))
-        tool_call: ToolCall = created_child(
-            self.tool_call_model, data, seq=rows[0][0], created_at=now
-        )
-        return tool_call
+        async def finish(results: list[list[Any]]) -> Any:
+            return created_child(model, data, seq=results[0][0][0], created_at=now)
 
-    def _tool_call_update(self, uuid: UUID, update: MessageToolCallUpdate) -> list[_Statement]:
+        return [_Statement(sql, params(plan, values), missing=missing)], finish
+
+    def _tool_call_update(
+        self, uuid: UUID, update: models.MessageToolCallUpdate
+    ) -> list[_Statement]:
         return self._row_update(
-            "tool_calls", "uuid", uuid, update, MessageToolCallUpdate, TOOL_CALL_COLUMNS
+            "tool_calls", "uuid", uuid, update, models.MessageToolCallUpdate, TOOL_CALL_COLUMNS
         )
 
-    async def update_message_tool_call(
-        self, uuid: UUID, update: MessageToolCallUpdate
-    ) -> ToolCall | None:
-        (rows,) = await self._run(*self._tool_call_update(uuid, update))
-        loaded: list[ToolCall] = self._tool_calls.load(rows)
-        return loaded[0] if loaded else None
-
-    def _reasoning_insert(self, data: MessageReasoningCreate, now: datetime) -> list[_Statement]:
-        return self._child_insert(_INSERT_REASONING, _PLANS.reasoning, data, now)
-
-    async def create_message_reasoning(self, data: MessageReasoningCreate) -> Reasoning:
-        now = utcnow()
-        (rows,) = await self._run(*self._reasoning_insert(data, now))
-        reasoning: Reasoning = created_child(
-            self.reasoning_model, data, seq=rows[0][0], created_at=now
-        )
-        return reasoning
-
-    def _reasoning_update(self, uuid: UUID, update: MessageReasoningUpdate) -> list[_Statement]:
+    def _reasoning_update(
+        self, uuid: UUID, update: models.MessageReasoningUpdate
+    ) -> list[_Statement]:
         return self._row_update(
-            "reasonings", "uuid", uuid, update, MessageReasoningUpdate, REASONING_COLUMNS
+            "reasonings", "uuid", uuid, update, models.MessageReasoningUpdate, REASONING_COLUMNS
         )
 
-    async def update_message_reasoning(
-        self, uuid: UUID, update: MessageReasoningUpdate
-    ) -> Reasoning | None:
-        (rows,) = await self._run(*self._reasoning_update(uuid, update))
-        loaded: list[Reasoning] = self._reasonings.load(rows)
-        return loaded[0] if loaded else None
-
-    async def _find_message(self, key: MessageKey) -> Message | None:
+    async def _find_message(self, key: MessageKey) -> models.Message | None:
         conditions: list[str] = []
         params: list[Any] = []
         for column, value in key.equalities():
@@ -942,15 +894,15 @@ class SQLiteStore(Store):
         messages = await self._load_messages(rows, small=True)
         return messages[0] if messages else None
 
-    async def get_tool_call_by_agui_id(
+    async def _find_tool_call(
         self, message_uuid: UUID, tool_call_id: str
-    ) -> ToolCall | None:
+    ) -> models.ToolCall | None:
         rows = await self._read(
             _TOOL_CALL_SELECT + " WHERE message_uuid = ? AND tool_call_id = ? LIMIT 1",
             (str(message_uuid), tool_call_id),
             small=True,
         )
-        loaded: list[ToolCall] = self._tool_calls.load(rows)
+        loaded: list[models.ToolCall] = self._tool_calls.load(rows)
         return loaded[0] if loaded else None
 
     def _in_transaction(self) -> bool:
@@ -969,7 +921,7 @@ class SQLiteStore(Store):
 
     async def _select_changed(
         self, chat_uuid: UUID, since: Hashable, version: Hashable
-    ) -> tuple[list[Message], UUID | None] | None:
+    ) -> tuple[list[models.Message], UUID | None] | None:
         assert isinstance(since, tuple) and isinstance(version, tuple)
         if version[0] < since[0]:  # a chat created again under the same uuid
             return None
@@ -979,7 +931,7 @@ class SQLiteStore(Store):
 
     async def _select_branch(
         self, chat_uuid: UUID, page: BranchPage, version: Hashable | None
-    ) -> list[Message]:
+    ) -> list[models.Message]:
         if version is None:
             version = await self._history_version(chat_uuid)
             if version is None:
@@ -987,101 +939,69 @@ class SQLiteStore(Store):
         assert isinstance(version, tuple)
         where = _BRANCH_FILTER if version[2] else "m.chat_uuid = ?1"
         params: list[Any] = [str(chat_uuid)]
-        if page.after is not None:
-            params.append(page.after)
-            where += f" AND m.seq > ?{len(params)}"
-        if page.before is not None:
-            params.append(page.before)
-            where += f" AND m.seq < ?{len(params)}"
-        sql = _MESSAGE_SELECT + " WHERE " + where
-        sql += " ORDER BY m.seq DESC" if page.newest_first else " ORDER BY m.seq"
-        if page.limit is not None:
-            params.append(page.limit)
-            sql += f" LIMIT ?{len(params)}"
-        rows = await self._read(sql, params)
+        bounds, tail = branch_page(page, params, "?{}".format)
+        rows = await self._read(_MESSAGE_SELECT + " WHERE " + where + bounds + tail, params)
         if page.newest_first:
             rows.reverse()
         # Children by chat need no list of ids, but read all the chat's: only for the
         # whole branch. A page (a run's new tail) reads its own messages' children.
         return await self._load_messages(rows, chat_uuid=chat_uuid if page.whole else None)
 
-    async def get_last_messages(self, chat_uuids: list[UUID]) -> dict[UUID, Message]:
-        if not chat_uuids:
-            return {}
+    async def _select_last_messages(self, chat_uuids: Sequence[UUID]) -> list[models.Message]:
         rows = await self._read(
             _MESSAGE_SELECT + " JOIN chats c ON c.active_leaf_uuid = m.message_uuid"
             " WHERE c.chat_uuid IN (SELECT value FROM json_each(?)) AND c.deleted_at IS NULL",
             (json.dumps([str(u) for u in chat_uuids]),),
         )
-        return {m.chat_uuid: m for m in await self._load_messages(rows)}
+        return await self._load_messages(rows)
 
     # --- runs --------------------------------------------------------------------------
 
-    async def start_run(self, run: Run) -> Run:
-        values = {**run.__dict__, "format_version": FORMAT_VERSION}
-        try:
-            rows = await self._fetch(_INSERT_RUN, params(_PLANS.run, values), small=True)
-        except ConflictError as exc:
-            if _ONE_RUNNING_RUN not in str(exc):
-                raise
-            live = await self._fetch(
-                "SELECT run_id FROM runs WHERE chat_uuid = ? AND status = 'running'"
-                " AND exclusive = 1",
-                (str(run.chat_uuid),),
+    @staticmethod
+    def _run_insert(run: models.Run) -> _Statement:
+        values = {**run.__dict__, "format_version": models.FORMAT_VERSION}
+        return _Statement(_INSERT_RUN, params(_PLANS.run, values))
+
+    @staticmethod
+    def _heartbeat(owner: str, run_ids: Sequence[tuple[UUID, str]]) -> _Statement:
+        keys = json.dumps([[str(chat), run] for chat, run in run_ids])
+        return _Statement(
+            "UPDATE runs SET heartbeat_at = ? WHERE owner = ? AND status = 'running'"
+            " AND (chat_uuid, run_id) IN"
+            " (SELECT value ->> 0, value ->> 1 FROM json_each(?))",
+            (_ts(models.utcnow()), owner, keys),
+        )
+
+    @staticmethod
+    def _run_finish(
+        chat_uuid: UUID, run_id: str, status: models.RunStatus, error: str | None = None
+    ) -> _Statement:
+        return _Statement(
+            "UPDATE runs SET status = ?, error = ?, updated_at = ?"
+            " WHERE chat_uuid = ? AND run_id = ? RETURNING " + ", ".join(RUN_COLUMNS),
+            (status.value, error, _ts(models.utcnow()), str(chat_uuid), run_id),
+        )
+
+    async def _select_runs(self, where: RunFilter) -> list[models.Run]:
+        if where.stale_before is None:
+            rows = await self._read(
+                _RUN_SELECT + " WHERE chat_uuid = ? AND run_id = ?",
+                (str(where.chat_uuid), where.run_id),
                 small=True,
             )
-            raise RunLiveError(run.chat_uuid, live[0][0] if live else None) from exc
-        return load_run(rows[0])
-
-    async def heartbeat_runs(self, owner: str, run_ids: Sequence[tuple[UUID, str]]) -> None:
-        if not run_ids:
-            return
-        keys = json.dumps([[str(chat), run] for chat, run in run_ids])
-        await self._run(
-            _Statement(
-                "UPDATE runs SET heartbeat_at = ? WHERE owner = ? AND status = 'running'"
-                " AND (chat_uuid, run_id) IN"
-                " (SELECT value ->> 0, value ->> 1 FROM json_each(?))",
-                (_ts(utcnow()), owner, keys),
+        else:
+            rows = await self._read(
+                _RUN_SELECT
+                + " WHERE status = 'running' AND heartbeat_at < ? ORDER BY heartbeat_at",
+                (_ts(where.stale_before),),
             )
-        )
-
-    def _run_finish(
-        self, chat_uuid: UUID, run_id: str, status: RunStatus, error: str | None = None
-    ) -> list[_Statement]:
-        return [
-            _Statement(
-                "UPDATE runs SET status = ?, error = ?, updated_at = ?"
-                " WHERE chat_uuid = ? AND run_id = ? RETURNING " + ", ".join(RUN_COLUMNS),
-                (status.value, error, _ts(utcnow()), str(chat_uuid), run_id),
-            )
-        ]
-
-    async def finish_run(
-        self, chat_uuid: UUID, run_id: str, status: RunStatus, error: str | None = None
-    ) -> Run | None:
-        (rows,) = await self._run(*self._run_finish(chat_uuid, run_id, status, error))
-        return load_run(rows[0]) if rows else None
-
-    async def get_run(self, chat_uuid: UUID, run_id: str) -> Run | None:
-        rows = await self._read(
-            _RUN_SELECT + " WHERE chat_uuid = ? AND run_id = ?",
-            (str(chat_uuid), run_id),
-            small=True,
-        )
-        return load_run(rows[0]) if rows else None
-
-    async def get_stale_runs(self, older_than: datetime) -> Sequence[Run]:
-        rows = await self._read(
-            _RUN_SELECT + " WHERE status = 'running' AND heartbeat_at < ? ORDER BY heartbeat_at",
-            (_ts(older_than),),
-        )
         return [load_run(row) for row in rows]
 
+    @staticmethod
     def _run_records_finalize(
-        self, chat_uuid: UUID, run_id: str, status: MessageStatus
+        chat_uuid: UUID, run_id: str, status: models.MessageStatus
     ) -> list[_Statement]:
-        params = (status.value, _ts(utcnow()), str(chat_uuid), run_id)
+        params = (status.value, _ts(models.utcnow()), str(chat_uuid), run_id)
         set_ = " SET status = ?1, in_progress = 0, updated_at = ?2"
         children = [
             _Statement(
@@ -1101,45 +1021,100 @@ class SQLiteStore(Store):
         )
         return [*children, messages]
 
-    async def finalize_run_records(
-        self, chat_uuid: UUID, run_id: str, status: MessageStatus
-    ) -> int:
-        results = await self._run(*self._run_records_finalize(chat_uuid, run_id, status))
-        return sum(len(rows) for rows in results)
+    # --- writes ----------------------------------------------------------------------
 
-    # --- batches ---------------------------------------------------------------------
+    def _plan(self, op: ops.Op) -> tuple[list[_Statement], _Finish]:
+        """The statements of one operation and what turns their rows into its result."""
+        match op:
+            case ops.CreateMessage(data):
+                return self._create_message(data)
+            case ops.UpdateMessage(message_uuid, update):
+                return self._message_update(message_uuid, update), self._updated_message
+            case ops.CreateToolCall(data):
+                return self._create_child(
+                    _INSERT_TOOL_CALL, _PLANS.tool_call, self.tool_call_model, data
+                )
+            case ops.UpdateToolCall(uuid, update):
+                return self._tool_call_update(uuid, update), self._updated_tool_call
+            case ops.CreateReasoning(data):
+                return self._create_child(
+                    _INSERT_REASONING, _PLANS.reasoning, self.reasoning_model, data
+                )
+            case ops.UpdateReasoning(uuid, update):
+                return self._reasoning_update(uuid, update), self._updated_reasoning
+            case ops.RenameChat() | ops.UpdateChatState() | ops.UpdateChatMetadata():
+                return self._chat_field_update(op.chat_uuid, op.field, op.value), self._last_chat
+            case ops.CreateChat(data):
+                return self._create_chat(data)
+            case ops.SetActiveLeaf(chat_uuid, message_uuid):
+                return self._active_leaf_update(chat_uuid, message_uuid), self._last_chat
+            case ops.MakeRoot(chat_uuid, message_uuid):
+                return self._root_update(chat_uuid, message_uuid), _nothing
+            case ops.SetDeletedAt(where, deleted_at):
+                return [self._deleted_at_update(where, deleted_at)], self._last_chat
+            case ops.DeleteChat(chat_uuid):
+                return [self._chat_delete(chat_uuid)], self._last_chat
+            case ops.StartRun(run):
+                return [self._run_insert(run)], _first_run
+            case ops.HeartbeatRuns(owner, run_ids):
+                return [self._heartbeat(owner, run_ids)], _nothing
+            case ops.FinishRun(chat_uuid, run_id, status, error):
+                return [self._run_finish(chat_uuid, run_id, status, error)], _first_run
+            case ops.FinalizeRunRecords(chat_uuid, run_id, status):
+                return self._run_records_finalize(chat_uuid, run_id, status), _row_count
+        raise AssertionError(f"unknown operation {op!r}")
 
-    def _batch_builders(self) -> dict[type[Any], Callable[[Any], list[_Statement]]]:
-        """Per write type, the builder of its statements (the ones its method runs)."""
-        return {
-            CreateMessage: lambda w: self._message_insert(w.data)[0],
-            UpdateMessage: lambda w: self._message_update(w.message_uuid, w.update),
-            CreateToolCall: lambda w: self._tool_call_insert(w.data, utcnow()),
-            UpdateToolCall: lambda w: self._tool_call_update(w.uuid, w.update),
-            CreateReasoning: lambda w: self._reasoning_insert(w.data, utcnow()),
-            UpdateReasoning: lambda w: self._reasoning_update(w.uuid, w.update),
-            RenameChat: lambda w: self._chat_field_update(w.chat_uuid, "name", w.name),
-            UpdateChatState: lambda w: self._chat_field_update(w.chat_uuid, "state", w.state),
-            FinishRun: lambda w: self._run_finish(w.chat_uuid, w.run_id, w.status, w.error),
-            FinalizeRunRecords: lambda w: self._run_records_finalize(
-                w.chat_uuid, w.run_id, w.status
-            ),
-        }
+    async def _apply(
+        self, batch: Sequence[ops.Op], *, returning: bool = True, background: bool = False
+    ) -> list[Any]:
+        """Every operation's statements in one transaction and one hop to the database thread.
 
-    async def _apply_batch(self, writes: Sequence[Write]) -> None:
-        """The whole batch in one transaction and one hop to the database thread.
-
-        A batch is a storage agent's flush: outside a transaction it waits behind the
-        other writes that queue (a new run's set-up goes first).
+        ``background`` (a storage agent's flush): outside a transaction the batch waits
+        behind the other writes that queue, so a new run's set-up goes first.
         """
-        builders = self._batch_builders()
-        statements: list[_Statement] = []
-        for write in writes:
-            statements += builders[type(write)](write)
-        for statement in statements:
-            statement.sql = _UNRETURNED.get(statement.sql, statement.sql)
-        if statements:
-            await self._run(*statements, background=True)
+        plans = [self._plan(op) for op in batch]
+        statements = [statement for planned, _ in plans for statement in planned]
+        if not returning:
+            for statement in statements:
+                statement.sql = _UNRETURNED.get(statement.sql, statement.sql)
+        try:
+            results = await self._run(*statements, background=background) if statements else []
+        except ConflictError as exc:
+            if _ONE_RUNNING_RUN not in str(exc):
+                raise
+            raise await self._run_live(batch) from exc
+        if not returning:
+            return []
+        finished: list[Any] = []
+        at = 0
+        for planned, finish in plans:
+            finished.append(await finish(results[at : at + len(planned)]))
+            at += len(planned)
+        return finished
+
+    async def _run_live(self, batch: Sequence[ops.Op]) -> RunLiveError:
+        """The refusal of a ``StartRun`` whose chat already has an exclusive running run."""
+        chat_uuid = next(op.run.chat_uuid for op in batch if isinstance(op, ops.StartRun))
+        # (Only a run's insert can break that index: no other write sets a run running.)
+        live = await self._fetch(
+            "SELECT run_id FROM runs WHERE chat_uuid = ? AND status = 'running' AND exclusive = 1",
+            (str(chat_uuid),),
+            small=True,
+        )
+        return RunLiveError(chat_uuid, live[0][0] if live else None)
+
+
+async def _nothing(results: list[list[Any]]) -> None:
+    return None
+
+
+async def _first_run(results: list[list[Any]]) -> models.Run | None:
+    rows = results[0]
+    return load_run(rows[0]) if rows else None
+
+
+async def _row_count(results: list[list[Any]]) -> int:
+    return sum(len(rows) for rows in results)
 
 
 def _set_pragmas(conn: sqlite3.Connection) -> None:
@@ -1203,7 +1178,7 @@ def _migrate(conn: sqlite3.Connection) -> None:
                 conn.execute(statement)
             conn.execute(
                 "INSERT INTO threadstore_migrations (version, applied_at) VALUES (?, ?)",
-                (version, _ts(utcnow())),
+                (version, _ts(models.utcnow())),
             )
         conn.execute("COMMIT")
     except BaseException:
