@@ -95,6 +95,14 @@ MAX_SEARCH_CHARS = 200
 _END_OF_CHAT = 2**62  # above every message seq: "before the end" is the newest page
 
 PageSize = Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE, description="Page size.")]
+ListCursor = Annotated[str | None, Query(description="`next_cursor` of the previous page.")]
+NameSearch = Annotated[
+    str | None,
+    Query(
+        max_length=MAX_SEARCH_CHARS,
+        description="Only chats whose name contains this text, ignoring case.",
+    ),
+]
 
 
 @router.get("", response_model=ChatList, summary="List my chats")
@@ -102,14 +110,8 @@ async def list_chats(
     state: AppState,
     user: CurrentUser,
     limit: PageSize = DEFAULT_PAGE_SIZE,
-    cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page.")] = None,
-    q: Annotated[
-        str | None,
-        Query(
-            max_length=MAX_SEARCH_CHARS,
-            description="Only chats whose name contains this text, ignoring case.",
-        ),
-    ] = None,
+    cursor: ListCursor = None,
+    q: NameSearch = None,
 ) -> ChatList:
     """Return the caller's chats, newest activity first, each with its last message."""
     return await _chat_list(state, user, limit, cursor, q)
@@ -125,14 +127,8 @@ async def list_all_chats(
     state: AppState,
     caller: CurrentUser,
     limit: PageSize = DEFAULT_PAGE_SIZE,
-    cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page.")] = None,
-    q: Annotated[
-        str | None,
-        Query(
-            max_length=MAX_SEARCH_CHARS,
-            description="Only chats whose name contains this text, ignoring case.",
-        ),
-    ] = None,
+    cursor: ListCursor = None,
+    q: NameSearch = None,
     user: Annotated[UUID | None, Query(description="Only this user's chats.")] = None,
 ) -> ChatList:
     """Every user's chats, newest activity first, one page at a time.
