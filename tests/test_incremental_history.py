@@ -131,6 +131,27 @@ def test_the_index_fed_in_pieces_answers_for_every_prefix_as_the_reference(
                 assert facts.assistant.get(message.agui_id) == expected
 
 
+def test_a_prefix_answers_with_its_own_call_when_a_later_message_reuses_the_id() -> None:
+    def asking(seq: int) -> Message:
+        message_uuid = uuid4()
+        call = ToolCall(
+            uuid=uuid4(), message_uuid=message_uuid, tool_call_id="a", name="lookup", seq=1
+        )
+        return Message(
+            message_uuid=message_uuid,
+            chat_uuid=CHAT,
+            role=Role.ASSISTANT,
+            seq=seq,
+            tool_calls=[call],
+        )
+
+    history = [asking(0), asking(1)]
+    index = HistoryIndex(history)
+    # The second call shadows the first for the whole history, not for the first message.
+    assert index.at(1).pending == pending_tool_calls(history[:1]) == {"a": history[0].tool_calls[0]}
+    assert index.at(2).pending == pending_tool_calls(history) == {"a": history[1].tool_calls[0]}
+
+
 @pytest.fixture
 async def writer(store_url: str) -> AsyncIterator[Store]:
     """A second store on the test's database: another process, as far as the first knows."""

@@ -79,8 +79,9 @@ class HistoryIndex:
         """:func:`stored_ids`: each id, with where it was first stored."""
         self.messages: dict[str, int] = {}
         """Each message's AG-UI id (or uuid), with where it was first stored."""
-        self.pending: dict[str, tuple[int, ToolCall]] = {}
-        """:func:`pending_tool_calls`, each call with where its message stands."""
+        self.pending: dict[str, list[tuple[int, ToolCall]]] = {}
+        """:func:`pending_tool_calls`: each id's calls with where their messages stand, in
+        the order stored (a prefix answers with the last of its own, as the reference)."""
         self.assistant: dict[str, list[tuple[int, UUID]]] = {}
         """Assistant messages by AG-UI id, each id's in the order they were stored."""
         self.feed(messages)
@@ -112,7 +113,7 @@ class HistoryIndex:
                 ):
                     first(tool_result_message_id(call), at)
                 if call.content is None and call.result_message_id is None:
-                    self.pending[call.tool_call_id] = (at, call)
+                    self.pending.setdefault(call.tool_call_id, []).append((at, call))
             for step in message.reasonings:
                 first(str(step.uuid), at)
                 if step.agui_id:
@@ -122,10 +123,23 @@ class HistoryIndex:
         """What the first ``length`` messages fed hold (``length`` <= :attr:`count`)."""
         return StoredFacts(
             _Before(self.ids, length),
-            {tid: call for tid, (at, call) in self.pending.items() if at < length},
+            _pending_before(self.pending, length),
             _Before(self.assistant, length),
             _Before(self.messages, length),
         )
+
+
+def _pending_before(
+    pending: dict[str, list[tuple[int, ToolCall]]], length: int
+) -> dict[str, ToolCall]:
+    """Each id's last pending call among the first ``length`` messages."""
+    out: dict[str, ToolCall] = {}
+    for tool_call_id, calls in pending.items():
+        for at, call in reversed(calls):
+            if at < length:
+                out[tool_call_id] = call
+                break
+    return out
 
 
 class _Before:
