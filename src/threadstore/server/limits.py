@@ -118,9 +118,8 @@ def check_json(kind: str, value: object, limits: Limits) -> None:
             check_text(where, item)
             continue
         if isinstance(item, BaseModel):
-            fields = dict(item.__dict__)
-            fields.update(item.__pydantic_extra__ or {})
-            stack.extend((v, depth, f"{where}.{k}") for k, v in fields.items())
+            # Iterating a model yields its declared fields, then any extra ones.
+            stack.extend((v, depth, f"{where}.{k}") for k, v in item)
             continue
         if not isinstance(item, dict | list | tuple):
             continue
