@@ -252,7 +252,7 @@ class RunPersister:
     ) -> None:
         self.agent, self.config, self.chat, self.fold = agent, config, chat, fold
         # What the chat repository can keep: a Protocol-only repository keeps no state.
-        self.keeps_state = hasattr(agent.chat_repo, "update_chat_state")
+        self.keeps_state = capabilities_of(agent.chat_repo).chat_state
         self.pending: collections.deque[BaseEvent | StreamEnd] = collections.deque()
         self.deltas: list[BaseEvent] = []
         """Deltas the stream handed over while nothing was pending, not folded yet."""
@@ -835,7 +835,7 @@ class RunPersister:
             ops.append(self._record_op(record, entry))
         chat_repo = self.agent.chat_repo
         if with_state and self.fold.state_version != self.state_written:
-            if capabilities_of(chat_repo).chat_state:
+            if self.keeps_state:
                 state = copy.deepcopy(self.fold.state)
                 write = UpdateChatState(self.chat.chat_uuid, state)
                 ops.append(_Op(chat_repo, write, state_version=self.fold.state_version))
