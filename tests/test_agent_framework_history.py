@@ -284,6 +284,53 @@ async def test_a_history_written_by_another_face_loads_as_framework_messages(
     assert (result.type, result.call_id, result.result) == ("function_result", "t1", "sunny")
 
 
+async def test_a_long_history_loads_in_pieces_as_it_converts_whole(store: Store) -> None:
+    from threadstore import ChatCreate, MessageCreate, MessageStatus, MessageToolCallCreate
+    from threadstore.store.offload import OFF_LOOP_ITEMS, STEP_ITEMS
+
+    user = uuid4()
+    chat = await store.create_chat(ChatCreate(user_uuid=user, thread_id="long"))
+
+    async def say(n: int) -> None:
+        for i in range(n):
+            await store.create_message(
+                MessageCreate(chat_uuid=chat.chat_uuid, role=Role.USER, content=f"m{i}")
+            )
+
+    # A call answered in its own record ends the first piece; the tool message another
+    # face stored for it starts the next, and must be skipped as an answer already read.
+    await say(STEP_ITEMS - 1)
+    answer = await store.create_message(
+        MessageCreate(chat_uuid=chat.chat_uuid, role=Role.ASSISTANT, agui_id="a1")
+    )
+    await store.create_message_tool_call(
+        MessageToolCallCreate(
+            message_uuid=answer.message_uuid,
+            tool_call_id="t1",
+            name="weather",
+            content="sunny",
+            status=MessageStatus.COMPLETE,
+        )
+    )
+    await store.create_message(
+        MessageCreate(
+            chat_uuid=chat.chat_uuid,
+            role=Role.TOOL,
+            content="sunny",
+            metadata={"tool_call_id": "t1"},
+        )
+    )
+    await say(OFF_LOOP_ITEMS)
+    provider = ThreadstoreHistoryProvider(store, user)
+
+    loaded = await provider.get_messages(None, state={"thread_id": "long"})
+
+    whole = records_to_messages(await store.get_chat_messages(chat.chat_uuid))
+    assert [m.to_dict() for m in loaded] == [m.to_dict() for m in whole]
+    results = [c for m in loaded for c in m.contents if c.type == "function_result"]
+    assert [c.call_id for c in results] == ["t1"]
+
+
 async def test_histories_are_scoped_by_user_tenant_and_app(store: Store) -> None:
     user = uuid4()
     mine = ThreadstoreHistoryProvider(store, user, tenant_id="t1", app_id="a")

@@ -10,7 +10,7 @@ from uuid import UUID
 from threadstore.errors import NotFoundError
 from threadstore.models import ChatCreate, Message, MessageCreate, MessageToolCallCreate
 from threadstore.store import CreateMessage, CreateToolCall, Store, Write
-from threadstore.store.offload import off_loop
+from threadstore.store.offload import in_steps
 
 Record = tuple[MessageCreate, list[MessageToolCallCreate]]
 """One message to create and its tool calls."""
@@ -19,15 +19,20 @@ _T = TypeVar("_T")
 
 
 async def load_history(
-    store: Store, chat_uuid: UUID, convert: Callable[[Sequence[Message]], _T]
-) -> _T:
-    """``convert`` the chat's history into a framework's objects, off the loop when long.
+    store: Store, chat_uuid: UUID, convert: Callable[[Sequence[Message]], Iterable[_T]]
+) -> list[_T]:
+    """The framework objects ``convert`` makes of the chat's history, oldest first.
 
     ``convert`` gets the store's own records (:meth:`Store.read_history`, no copy made
-    per load), so it must neither change them nor keep anything mutable of them.
+    per load), so it must neither change them nor keep anything mutable of them. It is
+    fed a long history in pieces, in order, on the loop, which it gets back between
+    them (:func:`~threadstore.store.offload.in_steps`): a worker thread would compete
+    with the loop for the interpreter and cost a hop.
     """
     history = await store.read_history(chat_uuid)
-    return await off_loop(history, convert, history)
+    out: list[_T] = []
+    await in_steps(history, lambda piece: out.extend(convert(piece)))
+    return out
 
 
 def _writes(records: Iterable[Record]) -> list[Write]:

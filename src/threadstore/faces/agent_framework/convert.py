@@ -293,13 +293,18 @@ def _native(record: Message, answered: set[str]) -> list[AFMessage]:
     return out
 
 
-def records_to_messages(records: Sequence[Message]) -> list[AFMessage]:
+def records_to_messages(
+    records: Sequence[Message], answered: set[str] | None = None
+) -> list[AFMessage]:
     """Return the framework messages of a stored history (oldest first).
 
     They share nothing mutable with ``records``, so ``records`` may be the store's own.
+    ``answered`` (the tool call ids answered so far) carries a conversion fed in pieces
+    from one piece to the next; it is updated in place.
     """
     out: list[AFMessage] = []
-    answered: set[str] = set()
+    if answered is None:
+        answered = set()
     for record in records:
         own = _own_form(record)
         if own is None:

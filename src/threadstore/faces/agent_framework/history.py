@@ -126,7 +126,10 @@ class ThreadstoreHistoryProvider(HistoryProvider):
         chat = await self.get_chat(session_id, state)
         if chat is None:
             return []
-        return await load_history(self.store, chat.chat_uuid, records_to_messages)
+        answered: set[str] = set()  # carried from piece to piece of a long history
+        return await load_history(
+            self.store, chat.chat_uuid, lambda piece: records_to_messages(piece, answered)
+        )
 
     async def save_messages(
         self,
