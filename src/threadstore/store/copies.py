@@ -1,13 +1,17 @@
 """Copies of stored records: the creates that rebuild a message with its children.
 
 Forking a chat and importing an export both recreate messages elsewhere (another
-chat, another database) with fresh uuids; the fields a copy keeps are listed here once.
+chat, another database) with fresh uuids. A copy keeps every field its create shares
+with the record but its ids, so a field added to both is copied with no change here.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import functools
+from typing import TYPE_CHECKING, Any, TypeVar
 from uuid import UUID
+
+from pydantic import BaseModel
 
 from threadstore.models import (
     Message,
@@ -24,59 +28,37 @@ if TYPE_CHECKING:
 __all__ = ["copy_message", "message_create", "reasoning_create", "tool_call_create"]
 
 
+_FRESH = frozenset({"uuid", "message_uuid"})
+"""A copy's own id is new; a child's ``message_uuid`` (its parent) is given per copy."""
+
+_R = TypeVar("_R", bound=BaseModel)
+
+
+@functools.cache
+def _kept_fields(record_type: type[BaseModel], create_type: type[BaseModel]) -> tuple[str, ...]:
+    """The fields a copy keeps: every field the create shares with the record but its ids."""
+    fields = record_type.model_fields
+    return tuple(name for name in create_type.model_fields if name in fields and name not in _FRESH)
+
+
+def _create_of(record: BaseModel, create_type: type[_R], **placed: Any) -> _R:
+    fields = {name: getattr(record, name) for name in _kept_fields(type(record), create_type)}
+    return create_type(**(fields | placed))
+
+
 def message_create(message: Message, chat_uuid: UUID, parent_uuid: UUID | None) -> MessageCreate:
     """The create of a copy of ``message`` (not its children) under ``parent_uuid``."""
-    return MessageCreate(
-        chat_uuid=chat_uuid,
-        role=message.role,
-        content=message.content,
-        agui_id=message.agui_id,
-        parent_uuid=parent_uuid,
-        name=message.name,
-        content_parts=message.content_parts,
-        encrypted_value=message.encrypted_value,
-        activity_type=message.activity_type,
-        activity_content=message.activity_content,
-        status=message.status,
-        in_progress=message.in_progress,
-        step_name=message.step_name,
-        run_id=message.run_id,
-        metadata=message.metadata,
-        created_at=message.created_at,
-        error=message.error,
-    )
+    return _create_of(message, MessageCreate, chat_uuid=chat_uuid, parent_uuid=parent_uuid)
 
 
 def tool_call_create(call: ToolCall, message_uuid: UUID) -> MessageToolCallCreate:
     """The create of a copy of ``call`` on the message ``message_uuid``."""
-    return MessageToolCallCreate(
-        message_uuid=message_uuid,
-        tool_call_id=call.tool_call_id,
-        name=call.name,
-        arguments=call.arguments,
-        content=call.content,
-        result_message_id=call.result_message_id,
-        error=call.error,
-        status=call.status,
-        in_progress=call.in_progress,
-        step_name=call.step_name,
-        metadata=call.metadata,
-    )
+    return _create_of(call, MessageToolCallCreate, message_uuid=message_uuid)
 
 
 def reasoning_create(step: Reasoning, message_uuid: UUID) -> MessageReasoningCreate:
     """The create of a copy of ``step`` on the message ``message_uuid``."""
-    return MessageReasoningCreate(
-        message_uuid=message_uuid,
-        agui_id=step.agui_id,
-        name=step.name,
-        content=step.content,
-        encrypted_value=step.encrypted_value,
-        status=step.status,
-        in_progress=step.in_progress,
-        step_name=step.step_name,
-        metadata=step.metadata,
-    )
+    return _create_of(step, MessageReasoningCreate, message_uuid=message_uuid)
 
 
 async def copy_message(
