@@ -1,6 +1,6 @@
 """Models from trusted values: the codec's fast constructor beside pydantic's own paths.
 
-``threadstore.store.codec.constructor`` (a ``model_copy(update=...)`` of a blank
+``threadstore.store._codec.constructor`` (a ``model_copy(update=...)`` of a blank
 instance) builds the models of every history load, cache hit and append. This times
 it, per model, against ``model_construct`` (its reference) and one ``TypeAdapter`` over
 a list of models (validation), for a message and a tool call, interleaved in one
@@ -22,7 +22,7 @@ from pydantic import BaseModel, TypeAdapter
 
 from common import Samples, machine_line, markdown_table, rotated
 from threadstore.models import Message, ToolCall
-from threadstore.store.codec import construct, constructor
+from threadstore.store._codec import construct, constructor
 
 
 def sample(model: type[BaseModel]) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from typing import Any
 
 from common import Samples, machine_line, markdown_table
 from threadstore import binary_json
-from threadstore.store.rows import _json
+from threadstore.store._rows import _json
 
 VALUES: dict[str, Any] = {
     "small metadata": {"agui": {"id": "m-1", "role": "assistant"}, "tokens": 412},

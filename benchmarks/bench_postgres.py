@@ -40,7 +40,7 @@ from threadstore import (
     chat_deduplication_key,
     open_store,
 )
-from threadstore.store.postgres_schema import INSERT_MESSAGE
+from threadstore.store._postgres_schema import INSERT_MESSAGE
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
 

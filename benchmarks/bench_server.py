@@ -48,7 +48,7 @@ import httpx
 from common import Samples, machine_line, markdown_table, percentile, rotated
 from server_agent import EVENTS_PER_RUN, Transcript, transcript
 from threadstore import MessageStatus, RunStatus, Store, open_store
-from threadstore.server.auth import LOCAL_USER_UUID
+from threadstore.server._auth import LOCAL_USER_UUID
 
 HERE = Path(__file__).resolve().parent
 USER_TEXT = "What will the weather be in Paris this week?"

@@ -39,7 +39,7 @@ from server_agent import EVENTS_PER_RUN, PassThrough, ScriptedAgent
 from threadstore import open_store
 from threadstore.agui import StorageAgent, StreamPersistenceManager
 from threadstore.fold import ConversationFold
-from threadstore.server.sse import encode_frame
+from threadstore.server._sse import encode_frame
 
 USER = uuid4()
 

@@ -53,7 +53,7 @@ from bench_server import (
 from common import machine_line, markdown_table, percentile
 from server_agent import EVENTS_PER_RUN, PACE_ENV, transcript
 from threadstore import MessageStatus, RunStatus, open_store
-from threadstore.server.auth import LOCAL_USER_UUID
+from threadstore.server._auth import LOCAL_USER_UUID
 
 
 @dataclass

@@ -30,7 +30,7 @@ from bench_agent_framework import runs_of
 from common import machine_line
 from threadstore import open_store
 from threadstore.faces.agent_framework import ThreadstoreHistoryProvider
-from threadstore.faces.agent_framework.convert import records_to_messages
+from threadstore.faces.agent_framework._convert import records_to_messages
 
 warnings.filterwarnings("ignore", message=r"\[FILE_HISTORY\]")
 

@@ -14,8 +14,8 @@ from uuid import UUID
 
 import threadstore
 from agui_scripts import ScriptedAgent, run_finished, run_input, run_started, text_message, user
-from threadstore.agui.agent import StorageAgent
-from threadstore.agui.distributed import DistributedRunManager
+from threadstore.agui._agent import StorageAgent
+from threadstore.agui._distributed import DistributedRunManager
 
 
 async def main(url: str, user_uuid: UUID, deltas: int, delay: float, threads: list[str]) -> None:

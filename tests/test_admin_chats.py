@@ -8,7 +8,7 @@ from uuid import uuid4
 from server_support import served_with_store
 from threadstore import ChatCreate, open_store
 from threadstore.server import HeaderAuth, user_uuid_for
-from threadstore.server.demo_agent import DemoAgent
+from threadstore.server._demo_agent import DemoAgent
 
 
 async def test_an_admin_pages_through_every_users_chats_and_others_are_refused(

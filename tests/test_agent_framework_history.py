@@ -25,7 +25,7 @@ from threadstore.faces.agent_framework import (
     ThreadstoreHistoryProvider,
     keep_last_messages,
 )
-from threadstore.faces.agent_framework.convert import records_to_messages
+from threadstore.faces.agent_framework._convert import records_to_messages
 from threadstore.server import LOCAL_USER_UUID, create_app
 
 # --- a strategy for every kind of framework message ---------------------------------------
@@ -286,7 +286,7 @@ async def test_a_history_written_by_another_face_loads_as_framework_messages(
 
 async def test_a_long_history_loads_in_pieces_as_it_converts_whole(store: Store) -> None:
     from threadstore import ChatCreate, MessageCreate, MessageStatus, MessageToolCallCreate
-    from threadstore.store.offload import OFF_LOOP_ITEMS, STEP_ITEMS
+    from threadstore.store._offload import OFF_LOOP_ITEMS, STEP_ITEMS
 
     user = uuid4()
     chat = await store.create_chat(ChatCreate(user_uuid=user, thread_id="long"))

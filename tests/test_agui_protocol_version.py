@@ -23,7 +23,7 @@ from fake_openai import FakeOpenAI
 from server_support import LiveServer, run_input
 from threadstore import open_store
 from threadstore.server import DemoAgent, create_app
-from threadstore.server.openai_agent import OpenAIAgent
+from threadstore.server._openai_agent import OpenAIAgent
 
 
 class BareAgent:

@@ -46,7 +46,7 @@ from face_support import on_the_store_fixture
 from threadstore import Store
 from threadstore.agui import StorageAgent
 from threadstore.chat import DataPart, TextPart, UIMessage, seal_assistant_turn, ui_from_messages
-from threadstore.codec.messages import translate_messages
+from threadstore.codec._messages import translate_messages
 from threadstore.models import CITATION_EVENT_NAME, Message
 from threadstore.server import LOCAL_USER_UUID, create_app
 from threadstore.transfer import ChatExport, export_chat, import_chat

@@ -228,7 +228,7 @@ async def test_a_throwing_save_leaves_the_stream_identical_to_the_bare_agents(
     bare = await collect(ScriptedAgent(tool_run()).run(agent_input()))
     broken = BrokenChatStore()
     wrapped = ChatPersistingAgent(ScriptedAgent(tool_run()), ChatPersistOptions(broken, "c", SCOPE))
-    with caplog.at_level(logging.ERROR, logger="threadstore.agui.chat_persist"):
+    with caplog.at_level(logging.ERROR, logger="threadstore.agui._chat_persist"):
         received = await collect(wrapped.run(agent_input()))
 
     assert dumps(received) == dumps(bare)

@@ -29,7 +29,7 @@ from threadstore.chat import (
     save_chat,
     serialize_chat_record,
 )
-from threadstore.chat.codec import BYTES_TAG, decode_value, encode_value
+from threadstore.chat._codec import BYTES_TAG, decode_value, encode_value
 
 USER = Scope(user_id="u_1")
 

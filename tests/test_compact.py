@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agui_validation import assert_valid_stream, validation_report
-from threadstore.agui.compact import compact_events
+from threadstore.agui._compact import compact_events
 from threadstore.fold import ConversationFold
 
 CONTENT_TYPES = (ag.TextMessageContentEvent, ag.ToolCallArgsEvent, ag.ReasoningMessageContentEvent)

@@ -52,8 +52,8 @@ from agui_scripts import (
 from agui_validation import assert_valid_stream
 from threadstore import MessageStatus, Store, open_store
 from threadstore.agui import StorageAgent, StreamPersistenceManager, translate_messages
-from threadstore.codec.messages import SUBAGENT_NO_RESULT_ERROR
-from threadstore.server.openai_agent import to_openai_messages
+from threadstore.codec._messages import SUBAGENT_NO_RESULT_ERROR
+from threadstore.server._openai_agent import to_openai_messages
 
 THREAD = "thread-1"
 FEATURES = ["shared-state"]

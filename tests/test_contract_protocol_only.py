@@ -94,7 +94,7 @@ BACKEND_PRIMITIVES = {
 
 
 def test_a_backend_implements_eleven_primitives_and_store_the_rest() -> None:
-    from threadstore.store.base import (
+    from threadstore.store._base import (
         ChatRepositoryLike,
         MessageRepositoryLike,
         RunRepositoryLike,

@@ -15,7 +15,7 @@ import pytest
 import threadstore
 from postgres_support import clean_database, server_url
 from threadstore import Store
-from threadstore.agui.manager import StreamPersistenceManager
+from threadstore.agui._manager import StreamPersistenceManager
 from threadstore.models import MessageStatus, RunStatus
 
 CHILD = Path(__file__).with_name("run_child.py")

@@ -35,7 +35,7 @@ from threadstore import (
     Store,
 )
 from threadstore.agui import StorageAgent
-from threadstore.agui.agent import CHAT_DELETED_ERROR_CODE
+from threadstore.agui._agent import CHAT_DELETED_ERROR_CODE
 
 MakeChat = Callable[..., Awaitable[Chat]]
 AddMessage = Callable[..., Awaitable[Message]]

@@ -18,10 +18,10 @@ from agui_scripts import ScriptedAgent, run_finished, run_input, run_started, te
 from postgres_support import clean_database, server_url
 from test_crash_recovery import WAIT_LIMIT, start_child, wait_for_text
 from threadstore import ChatCreate, ConflictError, InvalidInputError, Store
-from threadstore.agui.agent import StorageAgent
-from threadstore.agui.distributed import DistributedRunManager
-from threadstore.agui.manager import RunHandle
-from threadstore.agui.relay import EventRelay
+from threadstore.agui._agent import StorageAgent
+from threadstore.agui._distributed import DistributedRunManager
+from threadstore.agui._manager import RunHandle
+from threadstore.agui._relay import EventRelay
 from threadstore.models import MessageStatus, RunStatus
 
 
@@ -611,7 +611,7 @@ async def test_the_relay_writes_the_events_of_many_runs_in_one_statement(
 async def test_a_relayed_event_is_serialized_once_for_the_relay_and_the_client(
     pg_url: str, pg_store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from threadstore.agui import manager as manager_module
+    from threadstore.agui import _manager as manager_module
 
     serialized: list[str] = []
 

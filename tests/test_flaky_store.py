@@ -105,7 +105,7 @@ async def test_a_run_that_cannot_be_persisted_is_marked_errored_and_the_loss_log
     agent.retry_base_delay = agent.retry_max_delay = 0.0
     agent.final_flush_deadline = 0.0
 
-    with caplog.at_level(logging.ERROR, logger="threadstore.agui.agent"):
+    with caplog.at_level(logging.ERROR, logger="threadstore.agui._agent"):
         await collect(agent.run(run_input()))
 
     chat = await store.get_chat_by_thread_id(USER, "thread-1")

@@ -18,7 +18,7 @@ from server_support import run_input as server_run_input
 from sqlite_support import sqlite_store
 from threadstore import ChatCreate, InvalidInputError, Message, Reasoning, Role, ToolCall
 from threadstore.agui import HistoryWindow, StorageAgent, translate_messages
-from threadstore.agui.window import message_chars
+from threadstore.agui._window import message_chars
 from threadstore.server import create_app
 
 CHAT = UUID("00000000-0000-4000-8000-0000000000c1")

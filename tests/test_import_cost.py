@@ -71,8 +71,8 @@ def test_storage_agent_resolves_on_first_access_and_only_then_loads_the_agui_sdk
 ) -> None:
     code = (
         "import sys, threadstore\n"
-        "before = 'ag_ui' in sys.modules or 'threadstore.agui.agent' in sys.modules\n"
-        "from threadstore.agui.agent import StorageAgent as Direct\n"
+        "before = 'ag_ui' in sys.modules or 'threadstore.agui._agent' in sys.modules\n"
+        "from threadstore.agui._agent import StorageAgent as Direct\n"
         "assert threadstore.StorageAgent is Direct, 'lazy name differs'\n"
         "assert threadstore.AGUIStorageAgent is Direct, 'seed alias differs'\n"
         "assert not before, 'the AG-UI layer was loaded by import threadstore'"
@@ -81,7 +81,7 @@ def test_storage_agent_resolves_on_first_access_and_only_then_loads_the_agui_sdk
     modules = loaded_after(code, tmp_path)
 
     assert "ag_ui" in modules  # the check above is able to see the SDK once it is loaded
-    assert "threadstore.agui.agent" in modules
+    assert "threadstore.agui._agent" in modules
 
 
 def test_building_a_sqlite_store_loads_its_driver_and_nothing_else_heavy(tmp_path: Path) -> None:

@@ -31,9 +31,9 @@ from threadstore import (
     ToolCall,
     open_store,
 )
-from threadstore.codec.messages import HistoryTranslator, translate_messages
+from threadstore.codec._messages import HistoryTranslator, translate_messages
 from threadstore.fold import HistoryIndex, pending_tool_calls, stored_ids
-from threadstore.store.history_cache import HistoryCache
+from threadstore.store._history_cache import HistoryCache
 
 CHAT = uuid4()
 

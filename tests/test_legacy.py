@@ -26,7 +26,7 @@ from ag_ui.core import (
 )
 
 from agui_validation import assert_valid_stream, validation_report
-from threadstore.codec.thinking import (
+from threadstore.codec._thinking import (
     THINKING_TITLE_METADATA_KEY,
     ThinkingEndEvent,
     ThinkingStartEvent,

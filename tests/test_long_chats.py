@@ -28,8 +28,8 @@ from threadstore import (
     open_store,
 )
 from threadstore.agui import StorageAgent
-from threadstore.codec.messages import translate_messages
-from threadstore.store.offload import OFF_LOOP_ITEMS
+from threadstore.codec._messages import translate_messages
+from threadstore.store._offload import OFF_LOOP_ITEMS
 from threadstore.store.sqlite import SQLiteStore
 
 USER = UUID("00000000-0000-4000-8000-000000000015")

@@ -46,8 +46,8 @@ from threadstore import (
     RunStatus,
     Store,
 )
-from threadstore.agui.agent import StorageAgent
-from threadstore.agui.manager import (
+from threadstore.agui._agent import StorageAgent
+from threadstore.agui._manager import (
     CANCELLED_ERROR_CODE,
     INTERNAL_ERROR_CODE,
     EventsDroppedError,

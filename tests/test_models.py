@@ -31,8 +31,8 @@ from threadstore import (
     TextPart,
     ToolCall,
 )
-from threadstore.store.base import update_fields
-from threadstore.store.records import ExtrasCodec, split_update
+from threadstore.store._base import update_fields
+from threadstore.store._records import ExtrasCodec, split_update
 
 FIXTURES = Path(__file__).parent / "fixtures" / "v1"
 NOT_UTF8 = b"\x89PNG\r\n\x1a\n\xff\xfe\x00"

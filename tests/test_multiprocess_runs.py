@@ -20,7 +20,7 @@ import pytest
 import threadstore
 from postgres_support import clean_database, server_url
 from test_crash_recovery import WAIT_LIMIT
-from threadstore.agui.distributed import DistributedRunManager
+from threadstore.agui._distributed import DistributedRunManager
 
 WORKER = Path(__file__).with_name("run_worker.py")
 RUNS_PER_WORKER = 25

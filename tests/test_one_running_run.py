@@ -26,8 +26,8 @@ from postgres_support import clean_database, server_url
 from server_support import collect_sse, run_input, served_with_store
 from test_crash_recovery import WAIT_LIMIT
 from threadstore import ChatCreate, Run, RunStatus
-from threadstore.agui.agent import RUN_LIVE_ERROR_CODE, StorageAgent
-from threadstore.server.run_gate import RunGate
+from threadstore.agui._agent import RUN_LIVE_ERROR_CODE, StorageAgent
+from threadstore.server._run_gate import RunGate
 
 CHILD = Path(__file__).with_name("run_claim_child.py")
 ROUNDS = 20

@@ -39,8 +39,8 @@ from threadstore import (
     TextPart,
     ToolCall,
 )
+from threadstore.store._postgres_schema import MIGRATIONS
 from threadstore.store.postgres import PostgresStore
-from threadstore.store.postgres_schema import MIGRATIONS
 
 pytestmark = pytest.mark.postgres
 

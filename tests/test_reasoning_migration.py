@@ -32,12 +32,12 @@ from agui_scripts import ScriptedAgent, collect, run_finished, run_input, run_st
 from postgres_support import fresh_database, server_url
 from threadstore import Store
 from threadstore.agui import translate_messages
-from threadstore.agui.agent import StorageAgent
+from threadstore.agui._agent import StorageAgent
 from threadstore.cli import app as cli_app
 from threadstore.errors import RunLiveError
 from threadstore.models import Chat, Message, Role, Run, RunStatus
-from threadstore.server.auth import user_uuid_for
-from threadstore.store.postgres_schema import MIGRATIONS as POSTGRES_MIGRATIONS
+from threadstore.server._auth import user_uuid_for
+from threadstore.store._postgres_schema import MIGRATIONS as POSTGRES_MIGRATIONS
 from threadstore.transfer import EXPORT_VERSION, ChatExport, export_chat, import_chat
 
 FIXTURES = Path(__file__).parent / "fixtures" / "reasoning_messages"

@@ -10,8 +10,8 @@ import pytest
 
 from agui_scripts import ScriptedAgent, run_finished, run_input, run_started, text_message, user
 from threadstore import ConflictError, Store
-from threadstore.agui.agent import StorageAgent
-from threadstore.agui.manager import StreamPersistenceManager
+from threadstore.agui._agent import StorageAgent
+from threadstore.agui._manager import StreamPersistenceManager
 
 THREAD, RUN = "shared-thread", "shared-run"
 ALICE = uuid.UUID("00000000-0000-4000-8000-00000000000a")

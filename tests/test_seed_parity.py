@@ -45,7 +45,7 @@ from threadstore import (
 )
 from threadstore.agui import StorageAgent
 from threadstore.codec import translate_messages
-from threadstore.codec.names import CHAT_NAME_LIMIT, chat_name_from_text
+from threadstore.codec._names import CHAT_NAME_LIMIT, chat_name_from_text
 
 CHAT = uuid4()
 USER = UUID("00000000-0000-4000-8000-000000000020")

@@ -21,7 +21,7 @@ from threadstore.server import (
     create_app,
     user_uuid_for,
 )
-from threadstore.server.auth import parse_token_pairs
+from threadstore.server._auth import parse_token_pairs
 
 ALICE = {"Authorization": "Bearer token-alice"}
 BOB = {"Authorization": "Bearer token-bob"}

@@ -12,9 +12,9 @@ from ag_ui_validate.pytest_plugin import assert_valid_agui
 from server_support import GatedAgent, run_input
 from threadstore.errors import ConfigurationError
 from threadstore.server import DemoAgent
-from threadstore.server.agents import load_agent
-from threadstore.server.demo_agent import evaluate_arithmetic
-from threadstore.server.sse import encode_frame
+from threadstore.server._agents import load_agent
+from threadstore.server._demo_agent import evaluate_arithmetic
+from threadstore.server._sse import encode_frame
 
 
 async def _demo_events(text: str) -> list[BaseEvent]:

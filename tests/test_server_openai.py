@@ -15,8 +15,8 @@ from fake_openai import FakeOpenAI
 from server_support import LiveServer, run_input
 from threadstore import Store, open_store
 from threadstore.server import LOCAL_USER_UUID, create_app
-from threadstore.server.agents import load_agent
-from threadstore.server.openai_agent import OpenAIAgent, to_openai_messages
+from threadstore.server._agents import load_agent
+from threadstore.server._openai_agent import OpenAIAgent, to_openai_messages
 
 CALCULATOR = {
     "name": "calculator",

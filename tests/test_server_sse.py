@@ -12,7 +12,7 @@ import pytest
 from server_support import Frame, GatedAgent, LiveServer, read_sse, run_input
 from threadstore.errors import InvalidInputError
 from threadstore.server import create_app
-from threadstore.server.sse import with_keepalive
+from threadstore.server._sse import with_keepalive
 
 KEEPALIVE = b": keep-alive\n\n"
 

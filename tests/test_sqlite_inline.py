@@ -18,7 +18,7 @@ import pytest
 
 from sqlite_support import counting_hops, sqlite_store
 from threadstore import ChatCreate, ConfigurationError, MessageCreate
-from threadstore.store.records import WriterLock
+from threadstore.store._records import WriterLock
 from threadstore.store.sqlite import (
     CHECKPOINT_EVERY_WRITES,
     INLINE_MAX_BYTES,

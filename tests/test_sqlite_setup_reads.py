@@ -23,10 +23,10 @@ from agui_scripts import (
     user,
 )
 from sqlite_support import counting_hops, sqlite_store
-from threadstore.agui.agent import StorageAgent
+from threadstore.agui._agent import StorageAgent
 from threadstore.models import ChatCreate, MessageCreate, Run
-from threadstore.store.ops import CreateMessage
-from threadstore.store.records import WriterLock
+from threadstore.store._ops import CreateMessage
+from threadstore.store._records import WriterLock
 from threadstore.store.sqlite import SQLiteStore
 
 

@@ -67,6 +67,7 @@ from threadstore import (
     ToolCall,
 )
 from threadstore.agui import AGUIStorageAgent, StorageAgent
+from threadstore.agui._writer import DELTA_BATCH
 from threadstore.agui.legacy import (
     ThinkingEndEvent,
     ThinkingStartEvent,
@@ -75,7 +76,6 @@ from threadstore.agui.legacy import (
     ThinkingTextMessageStartEvent,
 )
 from threadstore.agui.translate import translate_messages
-from threadstore.agui.writer import DELTA_BATCH
 from threadstore.fold import ConversationFold
 from threadstore.store import Write
 

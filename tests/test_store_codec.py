@@ -25,7 +25,7 @@ from threadstore import (
     ToolCall,
     open_store,
 )
-from threadstore.store.codec import construct, constructor
+from threadstore.store._codec import construct, constructor
 
 
 def _fields(model: type[Any]) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import pytest
 from ag_ui import core as ag
 
 from agui_validation import assert_valid_stream
-from threadstore.codec.messages import (
+from threadstore.codec._messages import (
     AGUI_METADATA_KEY,
     DEFAULT_MIME_TYPE,
     TOOL_CALL_ID_METADATA_KEY,

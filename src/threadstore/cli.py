@@ -35,16 +35,16 @@ from threadstore.errors import (
     ThreadstoreError,
 )
 from threadstore.models import Chat, Message, utcnow
-from threadstore.store import open_store
-from threadstore.store.base import (
+from threadstore.store import (
     DEFAULT_DELETED_RETENTION,
     DEFAULT_PAGE_SIZE,
     MAX_PAGE_SIZE,
     Store,
+    open_store,
 )
 
 if TYPE_CHECKING:
-    from threadstore.server.auth import Authenticator
+    from threadstore.server import Authenticator
 
 __all__ = ["app", "main"]
 
@@ -186,7 +186,7 @@ async def _store(db: str) -> AsyncIterator[Store]:
 def _user(user: str | None) -> UUID | None:
     if user is None:
         return None
-    from threadstore.server.auth import user_uuid_for
+    from threadstore.server import user_uuid_for
 
     return user_uuid_for(user)
 
@@ -319,7 +319,7 @@ def serve(
     """Run the AG-UI server with its chat-history API (stop with Ctrl-C; history stays)."""
     import uvicorn
 
-    from threadstore.server.auth import TOKENS_ENV_VAR
+    from threadstore.server import TOKENS_ENV_VAR
 
     if workers > 1 and not db.startswith(("postgresql://", "postgres://")):
         _fail(
@@ -427,7 +427,7 @@ def _authenticator(
     A tokens source alone turns token auth on: a server started with tokens must
     never be silently open.
     """
-    from threadstore.server.auth import TOKENS_ENV_VAR, HeaderAuth, TokenAuth
+    from threadstore.server import TOKENS_ENV_VAR, HeaderAuth, TokenAuth
 
     tokens_env = bool(os.environ.get(TOKENS_ENV_VAR))
     if auth not in (None, "none", "tokens"):
@@ -523,7 +523,7 @@ def sweep(
     --event-retention seconds ago, as a running server does periodically. Chats
     soft-deleted more than --deleted-retention seconds ago are deleted for good.
     """
-    from threadstore.agui.distributed import DistributedRunManager
+    from threadstore.agui import DistributedRunManager
 
     _check_store(db)
 
@@ -702,7 +702,7 @@ def chats_rename(
     user: UserOption = None,
 ) -> None:
     """Rename a chat (at most 200 characters, as through the server)."""
-    from threadstore.server.limits import DEFAULT_LIMITS, check_name
+    from threadstore.server import DEFAULT_LIMITS, check_name
 
     _check_store(db)
     try:
@@ -866,7 +866,7 @@ def _import_document(line: str) -> Any:
     """Parse and check one line of an export file; ``InvalidInputError`` says what is wrong."""
     from pydantic import ValidationError
 
-    from threadstore.server.limits import DEFAULT_LIMITS, check_id, check_json, check_name
+    from threadstore.server import DEFAULT_LIMITS, check_id, check_json, check_name
     from threadstore.transfer import ChatExport
 
     try:

@@ -42,9 +42,7 @@ from threadstore.models import (
     ToolCall,
     utcnow,
 )
-from threadstore.store.base import Store
-from threadstore.store.copies import message_create, reasoning_create, tool_call_create
-from threadstore.store.offload import off_loop
+from threadstore.store import Store, message_create, off_loop, reasoning_create, tool_call_create
 
 __all__ = [
     "EXPORT_FORMAT",

@@ -4,13 +4,18 @@ It sits on the fold and the codec below it; ``threadstore`` loads it on first us
 one of its names, so ``import threadstore`` never pulls in the AG-UI SDK.
 """
 
-from threadstore.agui.agent import AGUIAgent, AGUIStorageAgent, StorageAgent
-from threadstore.agui.chat_persist import ChatPersistingAgent, ChatPersistOptions
-from threadstore.agui.compact import compact_events
-from threadstore.agui.distributed import DistributedRunManager
-from threadstore.agui.manager import RunHandle, StreamPersistenceManager
-from threadstore.agui.repositories import ChatRepository, MessageRepository
-from threadstore.agui.window import HistoryWindow
+from threadstore.agui._agent import AGUIAgent, AGUIStorageAgent, StorageAgent
+from threadstore.agui._chat_persist import ChatPersistingAgent, ChatPersistOptions
+from threadstore.agui._compact import compact_events
+from threadstore.agui._distributed import DistributedRunManager
+from threadstore.agui._manager import (
+    EventsDroppedError,
+    RunHandle,
+    StreamPersistenceManager,
+    event_json,
+)
+from threadstore.agui._repositories import ChatRepository, MessageRepository
+from threadstore.agui._window import HistoryWindow
 from threadstore.codec import (
     ThinkingEndEvent,
     ThinkingStartEvent,
@@ -28,6 +33,7 @@ __all__ = [
     "ChatPersistingAgent",
     "ChatRepository",
     "DistributedRunManager",
+    "EventsDroppedError",
     "HistoryWindow",
     "MessageRepository",
     "RunHandle",
@@ -39,6 +45,7 @@ __all__ = [
     "ThinkingTextMessageEndEvent",
     "ThinkingTextMessageStartEvent",
     "compact_events",
+    "event_json",
     "parse_event",
     "translate_messages",
 ]

@@ -1,6 +1,6 @@
 """Stored history <-> AG-UI messages, importable here as before (see threadstore.codec)."""
 
-from threadstore.codec.messages import (
+from threadstore.codec import (
     AGUI_METADATA_KEY,
     DEFAULT_MIME_TYPE,
     TOOL_CALL_ID_METADATA_KEY,

@@ -9,9 +9,13 @@ whole chats. See docs/chat-engine.md and docs/chat-store.md.
 
 from __future__ import annotations
 
-from threadstore.chat.branch import ChatHistory, branch_before_user_message, drop_trailing_assistant
-from threadstore.chat.codec import deserialize_chat_record, serialize_chat_record
-from threadstore.chat.convert import (
+from threadstore.chat._branch import (
+    ChatHistory,
+    branch_before_user_message,
+    drop_trailing_assistant,
+)
+from threadstore.chat._codec import deserialize_chat_record, serialize_chat_record
+from threadstore.chat._convert import (
     HistoryMessage,
     assistant_message_from_turn,
     canonical_from_ui,
@@ -19,7 +23,7 @@ from threadstore.chat.convert import (
     tool_result_message_id,
     ui_from_messages,
 )
-from threadstore.chat.record import (
+from threadstore.chat._record import (
     ChatRecord,
     ChatStore,
     DeletableChatStore,
@@ -30,11 +34,11 @@ from threadstore.chat.record import (
     load_chat,
     save_chat,
 )
-from threadstore.chat.reducer import CITATION_EVENT_NAME, apply_event, create_assistant_turn
-from threadstore.chat.seal import seal_assistant_turn
-from threadstore.chat.store_adapter import StoreChatStore
-from threadstore.chat.stores import InMemoryChatStore, JsonlChatStore
-from threadstore.chat.types import (
+from threadstore.chat._reducer import CITATION_EVENT_NAME, apply_event, create_assistant_turn
+from threadstore.chat._seal import seal_assistant_turn
+from threadstore.chat._store_adapter import StoreChatStore
+from threadstore.chat._stores import InMemoryChatStore, JsonlChatStore
+from threadstore.chat._types import (
     AssistantTurn,
     CitationPart,
     DataPart,

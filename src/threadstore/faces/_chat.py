@@ -9,8 +9,7 @@ from uuid import UUID
 
 from threadstore.errors import NotFoundError
 from threadstore.models import ChatCreate, Message, MessageCreate, MessageToolCallCreate
-from threadstore.store import CreateMessage, CreateToolCall, Store, Write
-from threadstore.store.offload import in_steps
+from threadstore.store import CreateMessage, CreateToolCall, Store, Write, in_steps
 
 Record = tuple[MessageCreate, list[MessageToolCallCreate]]
 """One message to create and its tool calls."""
@@ -26,7 +25,7 @@ async def load_history(
     ``convert`` gets the store's own records (:meth:`Store.read_history`, no copy made
     per load), so it must neither change them nor keep anything mutable of them. It is
     fed a long history in pieces, in order, on the loop, which it gets back between
-    them (:func:`~threadstore.store.offload.in_steps`): a worker thread would compete
+    them (:func:`~threadstore.store._offload.in_steps`): a worker thread would compete
     with the loop for the interpreter and cost a hop.
     """
     history = await store.read_history(chat_uuid)

@@ -4,21 +4,22 @@
 at a time; the storage agent feeds it and writes the records it marks dirty. One
 module per event family (text, tools, reasoning, documents, snapshot) over a shared
 record table; :meth:`ConversationFold.apply` is the reference path and
-:meth:`ConversationFold.apply_deltas` (``fast.py``) its one fast path. How each event
+:meth:`ConversationFold.apply_deltas` (``_fast.py``) its one fast path. How each event
 becomes records is described in docs/architecture.md ("The fold").
 """
 
-from threadstore.codec.messages import tool_result_text
-from threadstore.fold.conversation import ConversationFold, StorageState, event_type_name
-from threadstore.fold.documents import apply_json_patch
-from threadstore.fold.fast import DELTA_EVENTS
-from threadstore.fold.history import (
+from threadstore.codec import tool_result_text
+from threadstore.fold._conversation import ConversationFold, StorageState, event_type_name
+from threadstore.fold._documents import apply_json_patch
+from threadstore.fold._fast import DELTA_EVENTS
+from threadstore.fold._history import (
     HistoryIndex,
+    IdsAdded,
     StoredFacts,
     pending_tool_calls,
     stored_ids,
 )
-from threadstore.fold.records import Changes, ContentBuffer, FoldRecord, RecordKind, RunInfo
+from threadstore.fold._records import Changes, ContentBuffer, FoldRecord, RecordKind, RunInfo
 
 __all__ = [
     "DELTA_EVENTS",
@@ -27,6 +28,7 @@ __all__ = [
     "ConversationFold",
     "FoldRecord",
     "HistoryIndex",
+    "IdsAdded",
     "RecordKind",
     "RunInfo",
     "StorageState",

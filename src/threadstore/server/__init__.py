@@ -6,9 +6,10 @@
 
 from __future__ import annotations
 
-from threadstore.server.app import DEFAULT_DB_URL, create_app
-from threadstore.server.auth import (
+from threadstore.server._app import DEFAULT_DB_URL, create_app
+from threadstore.server._auth import (
     LOCAL_USER_UUID,
+    TOKENS_ENV_VAR,
     USER_NAMESPACE,
     Authenticator,
     HeaderAuth,
@@ -16,14 +17,17 @@ from threadstore.server.auth import (
     TokenAuth,
     user_uuid_for,
 )
-from threadstore.server.demo_agent import DemoAgent
-from threadstore.server.limits import DEFAULT_LIMITS, Limits
+from threadstore.server._demo_agent import DemoAgent
+from threadstore.server._limits import DEFAULT_LIMITS, Limits, check_id, check_json, check_name
+from threadstore.server._shutdown import SHUTDOWN_ERROR_CODE
 from threadstore.transfer import ChatExport, export_chat, import_chat
 
 __all__ = [
     "DEFAULT_DB_URL",
     "DEFAULT_LIMITS",
     "LOCAL_USER_UUID",
+    "SHUTDOWN_ERROR_CODE",
+    "TOKENS_ENV_VAR",
     "USER_NAMESPACE",
     "Authenticator",
     "ChatExport",
@@ -32,6 +36,9 @@ __all__ = [
     "Limits",
     "LocalUserAuth",
     "TokenAuth",
+    "check_id",
+    "check_json",
+    "check_name",
     "create_app",
     "export_chat",
     "import_chat",

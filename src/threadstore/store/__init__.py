@@ -15,7 +15,11 @@ from __future__ import annotations
 from typing import Any
 
 from threadstore.errors import ConfigurationError
-from threadstore.store.base import (
+from threadstore.store._base import (
+    DEFAULT_DELETED_RETENTION,
+    DEFAULT_PAGE_SIZE,
+    MAX_PAGE_SIZE,
+    BatchWriter,
     Capabilities,
     ChatRepositoryLike,
     MessageRepositoryLike,
@@ -23,8 +27,12 @@ from threadstore.store.base import (
     Siblings,
     Store,
     TreeNode,
+    capabilities_of,
 )
-from threadstore.store.ops import (
+from threadstore.store._copies import message_create, reasoning_create, tool_call_create
+from threadstore.store._history_cache import HistoryView
+from threadstore.store._offload import OFF_LOOP_ITEMS, in_steps, off_loop
+from threadstore.store._ops import (
     CreateMessage,
     CreateReasoning,
     CreateToolCall,
@@ -36,18 +44,29 @@ from threadstore.store.ops import (
     UpdateReasoning,
     UpdateToolCall,
     Write,
+    apply_to,
 )
+from threadstore.store._run_events import EventBatch, RunEventListener, RunEventLog
 
 __all__ = [
+    "DEFAULT_DELETED_RETENTION",
+    "DEFAULT_PAGE_SIZE",
+    "MAX_PAGE_SIZE",
+    "OFF_LOOP_ITEMS",
+    "BatchWriter",
     "Capabilities",
     "ChatRepositoryLike",
     "CreateMessage",
     "CreateReasoning",
     "CreateToolCall",
+    "EventBatch",
     "FinalizeRunRecords",
     "FinishRun",
+    "HistoryView",
     "MessageRepositoryLike",
     "RenameChat",
+    "RunEventListener",
+    "RunEventLog",
     "RunRepositoryLike",
     "Siblings",
     "Store",
@@ -57,8 +76,15 @@ __all__ = [
     "UpdateReasoning",
     "UpdateToolCall",
     "Write",
+    "apply_to",
+    "capabilities_of",
     "create_store",
+    "in_steps",
+    "message_create",
+    "off_loop",
     "open_store",
+    "reasoning_create",
+    "tool_call_create",
 ]
 
 

@@ -44,15 +44,15 @@ from threadstore.errors import (
     RunLiveError,
     StoreError,
 )
-from threadstore.store import ops
-from threadstore.store import postgres_schema as sql
-from threadstore.store import sql as shared
-from threadstore.store.base import BranchPage, ChatFilter, MessageKey, RunFilter, Store, TreeNode
-from threadstore.store.history_cache import DEFAULT_HISTORY_CACHE_MESSAGES, HistoryCache
-from threadstore.store.offload import off_loop
-from threadstore.store.postgres_events import PostgresRunEvents
-from threadstore.store.records import split_update
-from threadstore.store.rows import RowLoader, attach_rows
+from threadstore.store import _ops as ops
+from threadstore.store import _postgres_schema as sql
+from threadstore.store import _sql as shared
+from threadstore.store._base import BranchPage, ChatFilter, MessageKey, RunFilter, Store, TreeNode
+from threadstore.store._history_cache import DEFAULT_HISTORY_CACHE_MESSAGES, HistoryCache
+from threadstore.store._offload import off_loop
+from threadstore.store._postgres_events import PostgresRunEvents
+from threadstore.store._records import split_update
+from threadstore.store._rows import RowLoader, attach_rows
 
 __all__ = ["PostgresStore"]
 

@@ -54,16 +54,13 @@ from threadstore.errors import (
     NotFoundError,
     RunLiveError,
 )
-from threadstore.store import ops
-from threadstore.store.base import BranchPage, ChatFilter, MessageKey, RunFilter, Store, TreeNode
-from threadstore.store.history_cache import DEFAULT_HISTORY_CACHE_MESSAGES, HistoryCache
-from threadstore.store.offload import consume, off_loop
-from threadstore.store.records import WriterLock, split_update
-from threadstore.store.rows import (
-    RowLoader,
-    attach_rows,
-)
-from threadstore.store.sql import (
+from threadstore.store import _ops as ops
+from threadstore.store._base import BranchPage, ChatFilter, MessageKey, RunFilter, Store, TreeNode
+from threadstore.store._history_cache import DEFAULT_HISTORY_CACHE_MESSAGES, HistoryCache
+from threadstore.store._offload import consume, off_loop
+from threadstore.store._records import WriterLock, split_update
+from threadstore.store._rows import RowLoader, attach_rows
+from threadstore.store._sql import (
     CHAT_FIELD_ENCODERS,
     CHAT_INSERT,
     JSON_ENCODERS,
@@ -86,7 +83,7 @@ from threadstore.store.sql import (
     record_values,
     update_value,
 )
-from threadstore.store.sqlite_schema import (
+from threadstore.store._sqlite_schema import (
     CHAT_COLUMNS,
     MESSAGE_COLUMNS,
     MIGRATIONS,
@@ -94,7 +91,7 @@ from threadstore.store.sqlite_schema import (
     RUN_COLUMNS,
     TOOL_CALL_COLUMNS,
 )
-from threadstore.store.sqlite_thread import DatabaseThread
+from threadstore.store._sqlite_thread import DatabaseThread
 
 __all__ = ["SQLiteStore", "sqlite_options", "sqlite_path"]
 

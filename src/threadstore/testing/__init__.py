@@ -16,14 +16,20 @@ import pytest
 # Before the test modules are imported, so that their asserts explain a failure.
 pytest.register_assert_rewrite(
     "threadstore.testing._suite",
-    "threadstore.testing.branches",
-    "threadstore.testing.chats",
-    "threadstore.testing.concurrency",
-    "threadstore.testing.messages",
-    "threadstore.testing.runs",
+    "threadstore.testing._branches",
+    "threadstore.testing._chats",
+    "threadstore.testing._concurrency",
+    "threadstore.testing._messages",
+    "threadstore.testing._runs",
 )
 
-from threadstore.testing import branches, chats, concurrency, messages, runs  # noqa: E402
+from threadstore.testing import (  # noqa: E402
+    _branches,
+    _chats,
+    _concurrency,
+    _messages,
+    _runs,
+)
 from threadstore.testing._suite import (  # noqa: E402
     AddMessage,
     ContractSuite,
@@ -39,7 +45,7 @@ from threadstore.testing._suite import (  # noqa: E402
     message_adder,
 )
 
-gather_tests(ContractSuite, [chats, messages, runs, concurrency, branches])
+gather_tests(ContractSuite, [_chats, _messages, _runs, _concurrency, _branches])
 
 __all__ = [
     "AddMessage",

@@ -4,16 +4,10 @@ Install with ``pip install "threadstore[agent-framework]"``. ``import threadstor
 does not import this package or the framework.
 """
 
-from threadstore.faces.agent_framework.convert import (
-    message_to_records,
-    records_to_messages,
-)
-from threadstore.faces.agent_framework.filters import keep_last_messages
-from threadstore.faces.agent_framework.history import (
-    MessageFilter,
-    ThreadstoreHistoryProvider,
-)
-from threadstore.faces.agent_framework.sessions import ThreadstoreSessionStore
+from threadstore.faces.agent_framework._convert import message_to_records, records_to_messages
+from threadstore.faces.agent_framework._filters import keep_last_messages
+from threadstore.faces.agent_framework._history import MessageFilter, ThreadstoreHistoryProvider
+from threadstore.faces.agent_framework._sessions import ThreadstoreSessionStore
 
 __all__ = [
     "MessageFilter",

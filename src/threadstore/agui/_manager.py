@@ -1,0 +1,750 @@
+"""Run AG-UI agents in the background so their streams survive client disconnects.
+
+:class:`StreamPersistenceManager` builds a fresh agent per run, drains its stream on a
+producer task into a numbered in-memory log and returns a :class:`RunHandle`; any
+number of readers follow the log from any event id, with no gap and no duplicate, and
+every reader sees a terminal event however the run ends. What the manager uses of an
+agent beyond ``run()`` is declared by the Protocols below. See docs/architecture.md,
+"The run manager".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import socket
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
+from datetime import timedelta
+from types import TracebackType
+from typing import Any, Generic, Protocol, Self, TypeVar, runtime_checkable
+from uuid import UUID
+
+from ag_ui.core import BaseEvent, EventType, RunAgentInput, RunErrorEvent, RunStartedEvent
+
+from threadstore.errors import ConfigurationError, ConflictError, InvalidInputError
+from threadstore.models import Chat, MessageStatus, Run, RunStatus, utcnow
+from threadstore.store import RunRepositoryLike, Store
+
+__all__ = [
+    "CANCELLED_ERROR_CODE",
+    "INTERNAL_ERROR_CODE",
+    "AGUIAgentLike",
+    "EmittingAgent",
+    "EventsDroppedError",
+    "RecordedAgent",
+    "RegisteringAgent",
+    "RunHandle",
+    "RunKey",
+    "StreamPersistenceManager",
+    "UserScopedAgent",
+    "default_owner",
+    "event_json",
+]
+
+logger = logging.getLogger(__name__)
+
+INTERNAL_ERROR_CODE = "INTERNAL_ERROR"
+"""``RunErrorEvent.code`` synthesized when the agent raises instead of ending its stream."""
+
+CANCELLED_ERROR_CODE = "CANCELLED"
+"""``RunErrorEvent.code`` synthesized when a run is cancelled."""
+
+# Bound once: looking a member up on its enum class is slow next to the rest of
+# _append, which runs once per event.
+_RUN_STARTED, _RUN_FINISHED, _RUN_ERROR = (
+    EventType.RUN_STARTED,
+    EventType.RUN_FINISHED,
+    EventType.RUN_ERROR,
+)
+_RUN_BOUNDS = frozenset((_RUN_STARTED, _RUN_FINISHED, _RUN_ERROR))
+
+
+class AGUIAgentLike(Protocol):
+    """What the manager needs from an agent: ``run(input)`` yielding AG-UI events."""
+
+    def run(self, input: RunAgentInput, /) -> AsyncIterator[BaseEvent]:
+        """Yield the run's AG-UI events."""
+        ...
+
+
+@runtime_checkable
+class UserScopedAgent(Protocol):
+    """An agent that runs for one user: its runs are keyed by that user too."""
+
+    user_uuid: UUID
+
+
+@runtime_checkable
+class RecordedAgent(Protocol):
+    """An agent whose run is recorded in a store: the manager heartbeats and sweeps it.
+
+    The manager reads ``chat`` once the agent has resolved it, and fills ``owner`` in
+    with its own when it is ``None`` (the store takes heartbeats from the run's owner).
+    """
+
+    chat: Chat | None
+    owner: str | None
+
+
+@runtime_checkable
+class RegisteringAgent(Protocol):
+    """An agent that records its run in ``run_repo``; the manager gives it its store if None."""
+
+    run_repo: RunRepositoryLike | None
+
+
+@runtime_checkable
+class EmittingAgent(Protocol):
+    """An agent that can hand its events straight to the run's log (a ``StorageAgent``)."""
+
+    async def run_into(self, input: RunAgentInput, emit: Callable[[BaseEvent], None]) -> None:
+        """Run, handing each event to ``emit`` in order; return when the run is done."""
+        ...
+
+
+AgentT = TypeVar("AgentT", bound=AGUIAgentLike)
+
+RunKey = tuple[UUID | None, str, str]
+"""How a manager knows a run: ``(user_uuid, thread_id, run_id)``; no user for agents without one."""
+
+
+def _user_of(agent: object) -> UUID | None:
+    """The user an agent runs for (a ``StorageAgent``'s ``user_uuid``), if it says."""
+    return agent.user_uuid if isinstance(agent, UserScopedAgent) else None
+
+
+class EventsDroppedError(InvalidInputError):
+    """Events a reader needs were dropped from a log bounded by ``max_buffered_events``."""
+
+    def __init__(self, after: int, first_available: int) -> None:
+        super().__init__(
+            f"events after {after} are no longer buffered; the oldest available event "
+            f"is {first_available}"
+        )
+        self.after = after
+        self.first_available = first_available
+
+
+def default_owner() -> str:
+    """Return a process-unique run owner: ``"<hostname>:<pid>:<random hex>"``."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+# JSON leaves these unescaped, but many line readers (Python's str.splitlines among
+# them) treat them as line breaks and would cut an SSE frame in two.
+_LINE_BREAKERS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
+def event_json(event: BaseEvent) -> str:
+    """The event's wire JSON: camelCase keys, unset optional fields left out, one line."""
+    text = event.model_dump_json(by_alias=True)
+    return text if text.isascii() else text.translate(_LINE_BREAKERS)
+
+
+class RunHandle(Generic[AgentT]):
+    """One run started by :class:`StreamPersistenceManager`: its event log, cancel and wait."""
+
+    thread_id: str
+    run_id: str
+    agent: AgentT
+    user_uuid: UUID | None
+    """The user the run belongs to: its agent's ``user_uuid`` (``None`` if it has none)."""
+    exception: BaseException | None
+    """What the agent raised, when the run ended that way."""
+    expose_exceptions: bool = True
+    """Whether the ``RUN_ERROR`` for an agent that raised carries the exception's text."""
+    reader_wake_interval: float = 200e-6
+    """Waiting readers are woken at most once per this many seconds; the end, at once.
+
+    A wake costs a reader about as much as a cheap agent spends producing an event, so
+    a fast stream reaches its readers in batches. An event arriving this soon after the
+    last wake waits for the rest of the interval; if the event loop then has nothing
+    else to do, its timer granularity may stretch that. The trade-off between this wait
+    and the wakes' cost is measured in docs/benchmarks.md.
+    """
+    reader_wake_interval_max: float = 500e-6
+    """How far the wake interval stretches when wakes keep finding a single event.
+
+    With many runs streaming at once, each run's events come just too far apart for
+    the base interval to batch them, and every event cost its readers a wake. While a
+    wake finds at most two new events although the last was less than this long ago,
+    the interval doubles (up to this); while wakes find 16 or more, it halves again. An
+    event after a quiet spell longer than the interval still goes out at once.
+    """
+
+    def __init__(
+        self, thread_id: str, run_id: str, agent: AgentT, *, max_buffered_events: int | None
+    ) -> None:
+        self.thread_id = thread_id
+        self.run_id = run_id
+        self.agent = agent
+        self.user_uuid = _user_of(agent)
+        self.exception = None
+        self._events: list[BaseEvent] = []
+        self._json: dict[int, str] = {}  # event id -> wire JSON, while shared and live
+        self.share_json = False
+        """Whether :meth:`json_of` keeps each event's JSON for the run's other readers.
+
+        Set when a second reader serializes every event (the relay); kept only while
+        the run is live.
+        """
+        self._base_id = 1  # id of self._events[0]
+        self._last_id = 0
+        self._max_buffered = max_buffered_events
+        self._readers: list[asyncio.Future[None]] = []
+        self._last_wake = float("-inf")  # loop time
+        self._wake_interval = self.reader_wake_interval  # adapted to how events come
+        self._woken_at = 0  # the newest event id when readers were last woken
+        self._wake_timer: asyncio.TimerHandle | None = None
+        self._finished = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._cancel_requested = False
+        self._cancel_reason = ("The run was cancelled.", CANCELLED_ERROR_CODE)
+        self._cancelled_after_end = False
+        self._ended = False  # the last lifecycle event was RUN_FINISHED or RUN_ERROR
+        self._ended_in_error = False
+        self._outcome: RunStatus | None = None
+
+    def __repr__(self) -> str:
+        state = self._outcome or "running"
+        return f"<RunHandle {self.thread_id}/{self.run_id} {state} events={self._last_id}>"
+
+    # --- state -----------------------------------------------------------------------
+
+    @property
+    def key(self) -> RunKey:
+        """``(user_uuid, thread_id, run_id)``: the run's key in its manager."""
+        return (self.user_uuid, self.thread_id, self.run_id)
+
+    @property
+    def done(self) -> bool:
+        """True once the producer has finished and the log is complete."""
+        return self._outcome is not None
+
+    @property
+    def outcome(self) -> RunStatus | None:
+        """``complete``, ``interrupted`` or ``errored`` once done; ``None`` while live."""
+        return self._outcome
+
+    @property
+    def last_event_id(self) -> int:
+        """Id of the newest event in the log (0 before the first)."""
+        return self._last_id
+
+    @property
+    def first_event_id(self) -> int:
+        """Id of the oldest event still buffered (a reader may resume from one before it)."""
+        if self._max_buffered is None:
+            return self._base_id
+        return max(self._base_id, self._last_id - self._max_buffered + 1)
+
+    # --- reading ---------------------------------------------------------------------
+
+    def events(self, after: int = 0) -> AsyncGenerator[BaseEvent, None]:
+        """Yield the run's events after id ``after``, then live ones, until the run is done."""
+        self._check_after(after)
+        return self._follow_events(after)
+
+    def numbered_events(self, after: int = 0) -> AsyncGenerator[tuple[int, BaseEvent], None]:
+        """Like :meth:`events`, yielding ``(event_id, event)`` pairs."""
+        self._check_after(after)
+        return self._follow_numbered(after)
+
+    def _check_after(self, after: int) -> None:
+        # Checked before the first event so a server can answer with an error status
+        # instead of starting a stream it cannot deliver.
+        if after < 0:
+            raise InvalidInputError(f"after must be >= 0, got {after}")
+        if after > self._last_id:
+            raise InvalidInputError(
+                f"event {after} does not exist in run {self.run_id} (the newest is {self._last_id})"
+            )
+        if after + 1 < self.first_event_id:
+            raise EventsDroppedError(after, self.first_event_id)
+
+    async def _follow_events(self, after: int) -> AsyncGenerator[BaseEvent, None]:
+        next_id = after + 1
+        while True:
+            if next_id <= self._last_id:
+                batch = self._batch(next_id)
+                next_id += len(batch)
+                for event in batch:
+                    yield event
+            elif self._outcome is not None:
+                return
+            else:
+                await self._next_append()
+
+    async def _follow_numbered(self, after: int) -> AsyncGenerator[tuple[int, BaseEvent], None]:
+        next_id = after + 1
+        while True:
+            if next_id <= self._last_id:
+                batch = self._batch(next_id)
+                for event in batch:
+                    yield next_id, event
+                    next_id += 1
+            elif self._outcome is not None:
+                return
+            else:
+                await self._next_append()
+
+    def json_of(self, event_id: int, event: BaseEvent) -> str:
+        """``event``'s (number ``event_id`` of this run) wire JSON, serialized once per run.
+
+        Every reader of a live run (the client's stream, the relay) needs the same
+        text: with :attr:`share_json` the first to ask serializes the event, the
+        others reuse it.
+        """
+        if not self.share_json:
+            return event_json(event)
+        cached = self._json.get(event_id)
+        if cached is None:
+            cached = event_json(event)
+            if self._outcome is None:
+                self._json[event_id] = cached
+        return cached
+
+    def _batch(self, next_id: int) -> list[BaseEvent]:
+        """Every buffered event from id ``next_id`` on (which must exist)."""
+        first = self.first_event_id
+        if next_id < first:
+            raise EventsDroppedError(next_id - 1, first)
+        # A copy: the producer may append to or trim the log while the reader is
+        # suspended in the middle of the batch.
+        return self._events[next_id - self._base_id :]
+
+    def _next_append(self) -> asyncio.Future[None]:
+        """A future done once the log grows or the run ends (one per waiting reader)."""
+        # One future per reader: a reader cancelled while waiting cancels only its own.
+        future = asyncio.get_running_loop().create_future()
+        self._readers.append(future)
+        return future
+
+    def _signal(self) -> None:
+        """Wake the waiting readers now, or ``reader_wake_interval`` after their last wake."""
+        loop = asyncio.get_running_loop()
+        due = self._last_wake + self._wake_interval
+        if loop.time() >= due:
+            self._wake_readers()
+        else:
+            self._wake_timer = loop.call_at(due, self._timed_wake)
+
+    def _adapt_wake_interval(self, delivered: int, since_last: float) -> None:
+        """Stretch or shrink the wake interval by what the last one brought (see the class)."""
+        interval, base = self._wake_interval, self.reader_wake_interval
+        ceiling = max(base, self.reader_wake_interval_max)
+        if delivered <= 2 and since_last < ceiling:
+            self._wake_interval = min(interval * 2, ceiling)
+        elif delivered >= 16 and interval > base:
+            self._wake_interval = max(interval / 2, base)
+
+    def _timed_wake(self) -> None:
+        self._wake_timer = None
+        self._wake_readers()
+
+    def _wake_readers(self) -> None:
+        if self._wake_timer is not None:
+            self._wake_timer.cancel()
+            self._wake_timer = None
+        readers, self._readers = self._readers, []
+        if readers:
+            now = asyncio.get_running_loop().time()
+            self._adapt_wake_interval(self._last_id - self._woken_at, now - self._last_wake)
+            self._last_wake = now
+            self._woken_at = self._last_id
+        for future in readers:
+            if not future.done():
+                future.set_result(None)
+
+    # --- producing -------------------------------------------------------------------
+
+    def _append(self, event: BaseEvent) -> None:
+        events = self._events
+        events.append(event)
+        self._last_id += 1
+        limit = self._max_buffered
+        # Trim in bulk once the list holds twice the limit: O(1) amortized per event.
+        if limit is not None and len(events) >= 2 * limit:
+            drop = len(events) - limit
+            del events[:drop]
+            self._base_id += drop
+            self._json = {i: text for i, text in self._json.items() if i >= self._base_id}
+        kind = event.type
+        if kind in _RUN_BOUNDS:  # one set lookup for the events that are neither
+            if kind == _RUN_STARTED:
+                self._ended = False
+            else:
+                self._ended = True
+                self._ended_in_error = kind == _RUN_ERROR
+        if self._readers:
+            if self._wake_timer is None:
+                self._signal()
+            elif limit is not None and self._last_id - self._woken_at >= limit // 2:
+                self._wake_readers()  # a reader kept waiting would fall out of a bounded log
+
+    def _start(self, input: RunAgentInput, on_done: Callable[[RunHandle[AgentT]], None]) -> None:
+        agent = self.agent
+        # A storage agent's run_into is the task itself: every event the agent yields
+        # crosses one coroutine fewer on its way up to the event loop and back.
+        producer: Coroutine[Any, Any, None] = (
+            agent.run_into(input, self._append)
+            if isinstance(agent, EmittingAgent)
+            else self._produce(input)
+        )
+        task = asyncio.create_task(producer, name=f"threadstore-run:{self.thread_id}:{self.run_id}")
+        self._task = task
+        task.add_done_callback(lambda t: self._finish(t, on_done))
+
+    async def _produce(self, input: RunAgentInput) -> None:
+        # The only await point is inside the agent's stream, so a cancel always lands
+        # in agent.run, which then finalizes its records as interrupted.
+        append = self._append
+        async for event in self.agent.run(input):
+            append(event)
+
+    def _finish(
+        self, task: asyncio.Task[None], on_done: Callable[[RunHandle[AgentT]], None]
+    ) -> None:
+        # A done callback rather than a finally: it also runs for a task cancelled
+        # before its first step, whose body never executes.
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            self.exception = exc
+            logger.error("agent raised in run %s/%s", self.thread_id, self.run_id, exc_info=exc)
+        terminal: RunErrorEvent | None = None
+        if (task.cancelled() or self._cancel_requested) and self._cancelled_after_end:
+            # The run had already ended (its records are final as its terminal event
+            # says); the cancel only cut short what the agent did after that.
+            outcome = RunStatus.ERRORED if self._ended_in_error else RunStatus.COMPLETE
+        elif task.cancelled() or self._cancel_requested:
+            outcome = RunStatus.INTERRUPTED
+            terminal = RunErrorEvent(
+                message=self._cancel_reason[0], code=self._cancel_reason[1], timestamp=_now_ms()
+            )
+        elif self.exception is not None:
+            outcome = RunStatus.ERRORED
+            exc = self.exception
+            terminal = RunErrorEvent(
+                message=f"{type(exc).__name__}: {exc}"
+                if self.expose_exceptions
+                else "The run failed with an internal error; the server log has the details.",
+                code=INTERNAL_ERROR_CODE,
+                timestamp=_now_ms(),
+            )
+        else:
+            outcome = RunStatus.ERRORED if self._ended_in_error else RunStatus.COMPLETE
+            # An agent whose stream just stops would otherwise leave readers without
+            # the terminal event this class promises them.
+            terminal = RunErrorEvent(
+                message="The agent's stream ended without RUN_FINISHED or RUN_ERROR.",
+                code=INTERNAL_ERROR_CODE,
+                timestamp=_now_ms(),
+            )
+        if terminal is not None and not self._ended:
+            if self._last_id == 0:
+                self._append(RunStartedEvent(thread_id=self.thread_id, run_id=self.run_id))
+            self._append(terminal)
+        self._outcome = outcome
+        self._json = {}
+        self._wake_readers()
+        self._finished.set()
+        on_done(self)
+
+    # --- control ---------------------------------------------------------------------
+
+    def cancel(self, *, message: str | None = None, code: str | None = None) -> bool:
+        """Cancel the run; True if it was live, False if it had already finished.
+
+        ``message`` and ``code`` replace those of the ``RUN_ERROR`` readers get (default
+        ``CANCELLED``), e.g. to tell them the server is shutting down.
+        """
+        if self.done or self._task is None:
+            return False
+        if not self._cancel_requested:
+            # Only once: a second cancel would abort the agent's interrupt finalization.
+            self._cancel_reason = (
+                message or self._cancel_reason[0],
+                code or self._cancel_reason[1],
+            )
+            self._cancel_requested = True
+            self._cancelled_after_end = self._ended
+            self._task.cancel()
+        return True
+
+    async def wait(self) -> None:
+        """Wait until the producer has finished (agent's final flush included); never raises."""
+        await self._finished.wait()
+
+
+class StreamPersistenceManager(Generic[AgentT]):
+    """Run AG-UI agents so their output survives client disconnects; see the module doc.
+
+    If ``store`` is given, an agent built with ``run_repo=None`` / ``owner=None`` gets
+    the store and this manager's ``owner`` (so its run is recorded), one heartbeat task
+    refreshes the run records of the live runs every ``heartbeat_interval`` seconds, and
+    :meth:`sweep` finalizes runs whose process stopped heartbeating. With
+    ``expose_exceptions=False`` the ``RUN_ERROR`` of an agent that raised says only that
+    the run failed (the exception goes to the log), for servers facing untrusted clients.
+    """
+
+    owner: str
+    """Identifies this manager's process in run records."""
+
+    def __init__(
+        self,
+        agent_factory: Callable[..., AgentT],
+        *,
+        retention: float = 60.0,
+        store: Store | None = None,
+        owner: str | None = None,
+        heartbeat_interval: float = 5.0,
+        max_buffered_events: int | None = None,
+        expose_exceptions: bool = True,
+    ) -> None:
+        if retention < 0:
+            raise InvalidInputError(f"retention must be >= 0, got {retention}")
+        if heartbeat_interval <= 0:
+            raise InvalidInputError(f"heartbeat_interval must be > 0, got {heartbeat_interval}")
+        if max_buffered_events is not None and max_buffered_events < 1:
+            raise InvalidInputError(
+                f"max_buffered_events must be >= 1 or None, got {max_buffered_events}"
+            )
+        self._factory = agent_factory
+        self._retention = retention
+        self._store = store
+        self.owner = owner or default_owner()
+        self._heartbeat_interval = heartbeat_interval
+        self._max_buffered = max_buffered_events
+        self._expose_exceptions = expose_exceptions
+        self._runs: dict[RunKey, RunHandle[AgentT]] = {}
+        self._forget_timers: dict[RunKey, asyncio.TimerHandle] = {}
+        self._heartbeat_task: asyncio.Task[None] | None = None
+        self._stop_heartbeat = asyncio.Event()
+        self._closed = False
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # --- runs ------------------------------------------------------------------------
+
+    async def run(self, input: RunAgentInput, *args: Any, **kwargs: Any) -> RunHandle[AgentT]:
+        """Start ``agent_factory(*args, **kwargs)`` on ``input`` and return the run's handle.
+
+        Raises :class:`~threadstore.errors.ConflictError` when a run of the same user
+        with the same ``(thread_id, run_id)`` is still live; a finished, retained one
+        is replaced. The agent is built before that check, because its ``user_uuid``
+        decides which runs it can conflict with; a rejected agent never runs.
+        """
+        self._check_open()
+        return self._launch(input, self._factory(*args, **kwargs))
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("StreamPersistenceManager is closed")
+
+    def _launch(self, input: RunAgentInput, agent: AgentT) -> RunHandle[AgentT]:
+        """Register a run of ``agent`` on ``input`` and start its producer."""
+        self._check_open()
+        handle = RunHandle(
+            input.thread_id, input.run_id, agent, max_buffered_events=self._max_buffered
+        )
+        handle.expose_exceptions = self._expose_exceptions
+        key = handle.key
+        existing = self._runs.get(key)
+        if existing is not None and not existing.done:
+            raise ConflictError(f"run {input.run_id} of thread {input.thread_id} is already live")
+        if self._store is not None:
+            self._adopt(agent)
+        self._cancel_forget_timer(key)
+        self._runs[key] = handle
+        handle._start(input, self._run_finished)
+        self._ensure_heartbeat()
+        return handle
+
+    def _adopt(self, agent: AgentT) -> None:
+        """Give an agent left without them the store as run registry and this owner."""
+        # Without a run record there is nothing to heartbeat or sweep, and the store
+        # only accepts heartbeats from the owner recorded on the run.
+        if isinstance(agent, RegisteringAgent) and agent.run_repo is None:
+            agent.run_repo = self._store
+        if isinstance(agent, RecordedAgent) and agent.owner is None:
+            agent.owner = self.owner
+
+    def cancel(self, thread_id: str, run_id: str, *, user_uuid: UUID | None = None) -> bool:
+        """Cancel the live run ``(thread_id, run_id)``; False when finished or unknown.
+
+        ``user_uuid`` is as in :meth:`get`.
+        """
+        handle = self.get(thread_id, run_id, user_uuid=user_uuid)
+        return handle is not None and handle.cancel()
+
+    def get(
+        self, thread_id: str, run_id: str, *, user_uuid: UUID | None = None
+    ) -> RunHandle[AgentT] | None:
+        """Return the run's handle while it is live or retained, else ``None``.
+
+        With ``user_uuid``, only that user's run is found: pass it whenever the ids
+        come from a client. Without it, the one run with these ids, whoever it
+        belongs to (for apps whose manager serves a single user); raises
+        :class:`~threadstore.errors.ConflictError` when several users have one.
+        """
+        if user_uuid is not None:
+            return self._runs.get((user_uuid, thread_id, run_id))
+        found = [h for h in self._runs.values() if h.thread_id == thread_id and h.run_id == run_id]
+        if len(found) > 1:
+            raise ConflictError(
+                f"several users have run {run_id} of thread {thread_id}; pass user_uuid"
+            )
+        return found[0] if found else None
+
+    def live_runs(self) -> list[RunHandle[AgentT]]:
+        """Return the handles of the runs still producing."""
+        return [handle for handle in self._runs.values() if not handle.done]
+
+    def _run_finished(self, handle: RunHandle[AgentT]) -> None:
+        key = handle.key
+        if self._runs.get(key) is not handle:
+            return
+        if self._retention == 0 or self._closed:
+            self._forget(key, handle)
+            return
+        loop = asyncio.get_running_loop()
+        self._forget_timers[key] = loop.call_later(self._retention, self._forget, key, handle)
+
+    def _forget(self, key: RunKey, handle: RunHandle[AgentT]) -> None:
+        if self._runs.get(key) is handle:
+            del self._runs[key]
+            self._forget_timers.pop(key, None)
+
+    def _cancel_forget_timer(self, key: RunKey) -> None:
+        timer = self._forget_timers.pop(key, None)
+        if timer is not None:
+            timer.cancel()
+
+    # --- heartbeat and sweep -------------------------------------------------------------
+
+    def _ensure_heartbeat(self) -> None:
+        if self._store is None:
+            return
+        if self._heartbeat_task is None or self._heartbeat_task.done():
+            self._heartbeat_task = asyncio.create_task(
+                self._heartbeat_loop(), name="threadstore-run-heartbeat"
+            )
+
+    async def _heartbeat_loop(self) -> None:
+        # Ends by itself once no run is live, so a manager that is never closed
+        # leaves no task behind; run() starts a new one when needed.
+        while True:
+            try:
+                await asyncio.wait_for(self._stop_heartbeat.wait(), self._heartbeat_interval)
+                return
+            except TimeoutError:
+                pass
+            if not self.live_runs():
+                return
+            try:
+                await self.heartbeat()
+            except Exception:
+                logger.warning("run heartbeat failed; retrying next interval", exc_info=True)
+
+    async def heartbeat(self) -> None:
+        """Refresh the store's heartbeat of every live run now (the heartbeat task's beat)."""
+        store = self._require_store()
+        by_owner: dict[str, list[tuple[UUID, str]]] = {}
+        for handle in self.live_runs():
+            agent = handle.agent
+            if not isinstance(agent, RecordedAgent) or agent.chat is None:
+                continue  # the run record does not exist before the chat is resolved
+            chat = agent.chat
+            owner = agent.owner if agent.owner is not None else self.owner
+            by_owner.setdefault(owner, []).append((chat.chat_uuid, handle.run_id))
+        for owner, run_keys in by_owner.items():
+            await store.heartbeat_runs(owner, run_keys)
+
+    async def sweep(self, stale_after: float = 30.0) -> int:
+        """Finalize runs whose heartbeat is older than ``stale_after`` seconds as interrupted.
+
+        Their still-in-progress records become ``interrupted`` and the run record is
+        finished ``interrupted``. This manager's own live runs are left alone. Returns
+        how many runs were swept.
+        """
+        if stale_after <= 0:
+            raise InvalidInputError(f"stale_after must be > 0, got {stale_after}")
+        store = self._require_store()
+        older_than = utcnow() - timedelta(seconds=stale_after)
+        live = self.live_runs()
+        live_keys = {(h.thread_id, h.run_id) for h in live}
+        live_chat_runs = {
+            (chat.chat_uuid, h.run_id)
+            for h in live
+            if isinstance(h.agent, RecordedAgent) and (chat := h.agent.chat) is not None
+        }
+        swept = 0
+        for run in await store.get_stale_runs(older_than):
+            if (run.chat_uuid, run.run_id) in live_chat_runs or (
+                run.owner == self.owner and (run.thread_id, run.run_id) in live_keys
+            ):
+                continue
+            await self.end_stale_run(run)
+            swept += 1
+        return swept
+
+    async def end_stale_run(self, run: Run) -> None:
+        """Finalize ``run``, whose owner stopped heartbeating, as :meth:`sweep` does.
+
+        Its still-in-progress records become ``interrupted`` and the run record is
+        finished ``interrupted``, which frees its chat for a new run.
+        """
+        store = self._require_store()
+        async with store.transaction():
+            await store.finalize_run_records(run.chat_uuid, run.run_id, MessageStatus.INTERRUPTED)
+            await store.finish_run(
+                run.chat_uuid,
+                run.run_id,
+                RunStatus.INTERRUPTED,
+                error=f"owner {run.owner} stopped heartbeating",
+            )
+
+    def discard(self, handle: RunHandle[AgentT]) -> None:
+        """Forget ``handle`` now instead of retaining it: for a run refused before it began,
+        whose id a client may use again."""
+        key = handle.key
+        self._cancel_forget_timer(key)
+        self._forget(key, handle)
+
+    def _require_store(self) -> Store:
+        if self._store is None:
+            raise ConfigurationError("this StreamPersistenceManager was created without a store")
+        return self._store
+
+    # --- shutdown ----------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Cancel every live run, wait for them to finish, and stop the heartbeat."""
+        self._closed = True
+        live = self.live_runs()
+        for handle in live:
+            handle.cancel()
+        await asyncio.gather(*(handle.wait() for handle in live))
+        self._stop_heartbeat.set()
+        if self._heartbeat_task is not None:
+            await self._heartbeat_task
+            self._heartbeat_task = None
+        for timer in self._forget_timers.values():
+            timer.cancel()
+        self._forget_timers.clear()
+        self._runs.clear()

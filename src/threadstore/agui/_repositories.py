@@ -1,0 +1,138 @@
+"""Concrete chat and message repositories over any store, under the seed layer's names.
+
+Code written for the seed layer constructs ``ChatRepository(...)`` and
+``MessageRepository(...)`` by name and hands them to the storage agent. Here both wrap
+one store (a :class:`~threadstore.store.Store`, or any object with the repository
+methods) and forward each call to it. Whatever else the store offers (chat state, run
+records, batched writes) stays reachable through them, so a storage agent given these
+repositories persists exactly what it persists given the store itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+from uuid import UUID
+
+from threadstore.models import (
+    Chat,
+    ChatCreate,
+    Message,
+    MessageCreate,
+    MessageReasoningCreate,
+    MessageReasoningUpdate,
+    MessageToolCallCreate,
+    MessageToolCallUpdate,
+    MessageUpdate,
+    Reasoning,
+    ToolCall,
+)
+from threadstore.store import ChatRepositoryLike, MessageRepositoryLike
+
+__all__ = ["ChatRepository", "MessageRepository"]
+
+
+class _OverStore:
+    """Forwards what a subclass does not define to the store it wraps."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for names the class lacks: the store's optional capabilities.
+        if name == "store":
+            raise AttributeError(name)
+        return getattr(self.store, name)
+
+
+class ChatRepository(_OverStore):
+    """Chat persistence over ``store`` (a ``Store`` or any ``ChatRepositoryLike``)."""
+
+    store: ChatRepositoryLike
+
+    def __init__(self, store: ChatRepositoryLike) -> None:
+        super().__init__(store)
+
+    async def create_chat(self, chat_data: ChatCreate) -> Chat:
+        """Create a chat, idempotent by (user, thread): a repeat returns the existing one."""
+        return await self.store.create_chat(chat_data)
+
+    async def get_chat_by_thread_id(self, user_uuid: UUID, thread_id: str) -> Chat | None:
+        """Return the chat for a (user, thread_id) pair, or ``None``."""
+        return await self.store.get_chat_by_thread_id(user_uuid, thread_id)
+
+    async def get_all_chats(self, user_uuid: UUID | None = None) -> Sequence[Chat]:
+        """Return every chat, optionally scoped to one user."""
+        return await self.store.get_all_chats(user_uuid)
+
+    async def update_chat_name(self, chat_uuid: UUID, name: str) -> Chat | None:
+        """Rename a chat; ``None`` when it is unknown."""
+        return await self.store.update_chat_name(chat_uuid, name)
+
+    async def delete_chat(self, chat_uuid: UUID) -> Chat | None:
+        """Delete a chat and every row it owns; return it, or ``None`` when unknown."""
+        return await self.store.delete_chat(chat_uuid)
+
+
+class MessageRepository(_OverStore):
+    """Message persistence over ``store`` (a ``Store`` or any ``MessageRepositoryLike``)."""
+
+    store: MessageRepositoryLike
+
+    def __init__(self, store: MessageRepositoryLike) -> None:
+        super().__init__(store)
+
+    def transaction(self) -> AbstractAsyncContextManager[None]:
+        """Group the writes inside it atomically (as the store does)."""
+        return self.store.transaction()
+
+    async def create_message(self, message_data: MessageCreate) -> Message:
+        """Persist a new message and return it."""
+        return await self.store.create_message(message_data)
+
+    async def update_message(self, message_uuid: UUID, update: MessageUpdate) -> Message | None:
+        """Patch a message's own fields; ``None`` when it is unknown."""
+        return await self.store.update_message(message_uuid, update)
+
+    async def create_message_tool_call(self, data: MessageToolCallCreate) -> ToolCall:
+        """Append a tool call to its parent message."""
+        return await self.store.create_message_tool_call(data)
+
+    async def update_message_tool_call(
+        self, uuid: UUID, update: MessageToolCallUpdate
+    ) -> ToolCall | None:
+        """Patch a tool call; ``None`` when it is unknown."""
+        return await self.store.update_message_tool_call(uuid, update)
+
+    async def create_message_reasoning(self, data: MessageReasoningCreate) -> Reasoning:
+        """Append a reasoning step to its parent message."""
+        return await self.store.create_message_reasoning(data)
+
+    async def update_message_reasoning(
+        self, uuid: UUID, update: MessageReasoningUpdate
+    ) -> Reasoning | None:
+        """Patch a reasoning step; ``None`` when it is unknown."""
+        return await self.store.update_message_reasoning(uuid, update)
+
+    async def get_message(self, message_uuid: UUID) -> Message | None:
+        """Return a message by its uuid, or ``None``."""
+        return await self.store.get_message(message_uuid)
+
+    async def get_message_by_agui_id(self, chat_uuid: UUID, agui_id: str) -> Message | None:
+        """Return a message by its AG-UI id within a chat, or ``None``."""
+        return await self.store.get_message_by_agui_id(chat_uuid, agui_id)
+
+    async def get_tool_call_by_agui_id(
+        self, message_uuid: UUID, tool_call_id: str
+    ) -> ToolCall | None:
+        """Return a tool call by its AG-UI id within a message, or ``None``."""
+        return await self.store.get_tool_call_by_agui_id(message_uuid, tool_call_id)
+
+    async def get_chat_messages(self, chat_uuid: UUID) -> Sequence[Message]:
+        """Return the chat's history (its active branch), oldest first."""
+        return await self.store.get_chat_messages(chat_uuid)
+
+    async def get_last_messages(self, chat_uuids: list[UUID]) -> dict[UUID, Message]:
+        """Map each given chat that has messages to its latest message."""
+        return await self.store.get_last_messages(chat_uuids)

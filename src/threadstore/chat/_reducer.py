@@ -1,0 +1,572 @@
+"""The turn reducer: fold one AG-UI event into an :class:`AssistantTurn`, purely.
+
+``apply_event(turn, event)`` returns a new turn and never changes ``turn`` or
+``event``; an event it has no rule for is ignored, and one it cannot apply as it is
+(a result for an unknown call, a patch that does not apply) is recorded in
+``warnings``. The rules are listed in docs/chat-engine.md.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from enum import Enum
+from typing import Any, Literal
+
+import jsonpatch
+from ag_ui.core import (
+    ActivityDeltaEvent,
+    ActivitySnapshotEvent,
+    BaseEvent,
+    CustomEvent,
+    ReasoningEncryptedValueEvent,
+    ReasoningEndEvent,
+    ReasoningMessageChunkEvent,
+    ReasoningMessageContentEvent,
+    ReasoningMessageEndEvent,
+    RunErrorEvent,
+    RunFinishedEvent,
+    StepFinishedEvent,
+    StepStartedEvent,
+    SubagentErrorEvent,
+    SubagentFinishedEvent,
+    SubagentStartedEvent,
+    TextMessageChunkEvent,
+    TextMessageContentEvent,
+    TextMessageEndEvent,
+    TextMessageStartEvent,
+    ToolCallArgsEvent,
+    ToolCallChunkEvent,
+    ToolCallEndEvent,
+    ToolCallResultEvent,
+    ToolCallStartEvent,
+)
+
+from threadstore.chat._seal import closed_parts, seal_assistant_turn
+from threadstore.chat._types import (
+    AssistantTurn,
+    Chain,
+    CitationPart,
+    DataPart,
+    ReasoningPart,
+    StepInfo,
+    StepStartPart,
+    SubAgentFrame,
+    Tail,
+    ToolPart,
+    TurnError,
+    UIMessagePart,
+    UIToolCall,
+    chain_find,
+    chain_replace,
+    chain_text,
+    parse_arguments,
+    wire_json,
+)
+from threadstore.models import CITATION_EVENT_NAME
+
+__all__ = ["CITATION_EVENT_NAME", "apply_event", "create_assistant_turn"]
+
+_THINKING = "thinking"
+"""The source id of reasoning from the deprecated ``THINKING_*`` events (they carry none)."""
+
+Handler = Callable[[AssistantTurn, Any], AssistantTurn]
+
+
+def create_assistant_turn(id: str) -> AssistantTurn:
+    """An empty assistant turn: no parts, no calls, and no bucket present."""
+    return AssistantTurn(id)
+
+
+def apply_event(turn: AssistantTurn, event: BaseEvent) -> AssistantTurn:
+    """Fold ``event`` into ``turn`` and return the new turn; ``turn`` is unchanged.
+
+    An event attributed to a sub-agent (``subagent_run_id``) is folded into that
+    sub-agent's frame, by this same reducer, and never into the turn's own parts.
+    """
+    if type(event) not in _HANDLERS:  # the deltas (most of a stream) skip the name lookup
+        lifecycle = _SUBAGENT_HANDLERS.get(_kind(event))
+        if lifecycle is not None:
+            return lifecycle(turn, event)
+    subagent = getattr(event, "subagent_run_id", None)
+    if subagent is not None:
+        return _in_frame(turn, subagent, event)
+    return _fold(turn, event)
+
+
+def _fold(turn: AssistantTurn, event: Any) -> AssistantTurn:
+    handler = _HANDLERS.get(type(event)) or _HANDLERS_BY_NAME.get(_kind(event))
+    return handler(turn, event) if handler is not None else turn.evolve()
+
+
+def _kind(event: Any) -> str:
+    kind = getattr(event, "type", "")
+    return str(kind.value) if isinstance(kind, Enum) else str(kind)
+
+
+# --- building blocks -----------------------------------------------------------------
+
+
+def _buckets(turn: AssistantTurn, **items: Any) -> dict[str, Any]:
+    return {**turn.buckets, **items}
+
+
+def _appended(turn: AssistantTurn, bucket: str, item: Any) -> Chain:
+    """The append-only ``bucket`` with ``item`` added (a chain: O(1), nothing copied)."""
+    return (turn.buckets.get(bucket), item)
+
+
+def _warn(turn: AssistantTurn, warning: str) -> AssistantTurn:
+    return turn.evolve(buckets=_buckets(turn, warnings=_appended(turn, "warnings", warning)))
+
+
+def _push(turn: AssistantTurn, part: UIMessagePart, **changes: Any) -> AssistantTurn:
+    """Open a new element: the open one is sealed first (a later delta starts a new one)."""
+    return turn.evolve(
+        parts=(closed_parts(turn), part), tail=None, count=turn.part_count + 1, **changes
+    )
+
+
+def _adopt(turn: AssistantTurn, message_id: str | None) -> dict[str, Any]:
+    """Changes that make the stream's first assistant message id the turn's id."""
+    if message_id is None or turn.notes.get("adopted"):
+        return {}
+    return {"id": message_id, "notes": {**turn.notes, "adopted": True}}
+
+
+def _delta(
+    turn: AssistantTurn, kind: Literal["text", "reasoning"], source: str | None, delta: str
+) -> AssistantTurn:
+    tail = turn.tail
+    if tail is not None and tail.kind == kind and tail.source == source:
+        return turn.evolve(tail=tail.extended(delta)) if delta else turn.evolve()
+    if not delta:
+        return turn.evolve()
+    changes = _adopt(turn, source) if kind == "text" else {}
+    return turn.evolve(
+        parts=closed_parts(turn),
+        tail=Tail(kind, source, (None, delta)),
+        count=turn.part_count + 1,
+        **changes,
+    )
+
+
+def _seal_tail(
+    turn: AssistantTurn, kind: Literal["text", "reasoning"], source: str | None = None
+) -> AssistantTurn:
+    """Seal the open element if it is of ``kind`` (and from ``source``, when given)."""
+    tail = turn.tail
+    if tail is None or tail.kind != kind or (source is not None and tail.source != source):
+        return turn.evolve()
+    return turn.evolve(parts=closed_parts(turn), tail=None)
+
+
+# --- text ----------------------------------------------------------------------------
+
+
+def _foreign(turn: AssistantTurn, message_id: str | None, role: str | None) -> AssistantTurn:
+    """Remember a text message that is not the assistant's (its deltas are not this turn's)."""
+    if message_id is None or role in (None, "assistant"):
+        return turn.evolve(**_adopt(turn, message_id))
+    foreign = turn.notes.get("foreign", frozenset())
+    return turn.evolve(notes={**turn.notes, "foreign": foreign | {message_id}})
+
+
+def _text_start(turn: AssistantTurn, event: TextMessageStartEvent) -> AssistantTurn:
+    return _foreign(turn, event.message_id, event.role)
+
+
+def _text_content(turn: AssistantTurn, event: TextMessageContentEvent) -> AssistantTurn:
+    if event.message_id in turn.notes.get("foreign", ()):
+        return turn.evolve()
+    return _delta(turn, "text", event.message_id, event.delta)
+
+
+def _text_end(turn: AssistantTurn, event: TextMessageEndEvent) -> AssistantTurn:
+    return _seal_tail(turn, "text", event.message_id)
+
+
+def _text_chunk(turn: AssistantTurn, event: TextMessageChunkEvent) -> AssistantTurn:
+    message_id = event.message_id or turn.notes.get("text_chunk")
+    if event.message_id is not None and event.message_id != turn.notes.get("text_chunk"):
+        turn = _foreign(turn, event.message_id, event.role)
+        turn = turn.evolve(notes={**turn.notes, "text_chunk": event.message_id})
+    if message_id in turn.notes.get("foreign", ()):
+        return turn.evolve()
+    return _delta(turn, "text", message_id, event.delta or "")
+
+
+# --- reasoning -----------------------------------------------------------------------
+
+
+def _reasoning_content(turn: AssistantTurn, event: ReasoningMessageContentEvent) -> AssistantTurn:
+    return _delta(turn, "reasoning", event.message_id, event.delta)
+
+
+def _reasoning_message_end(turn: AssistantTurn, event: ReasoningMessageEndEvent) -> AssistantTurn:
+    return _seal_tail(turn, "reasoning", event.message_id)
+
+
+def _reasoning_end(turn: AssistantTurn, event: Any) -> AssistantTurn:
+    return _seal_tail(turn, "reasoning")
+
+
+def _reasoning_chunk(turn: AssistantTurn, event: ReasoningMessageChunkEvent) -> AssistantTurn:
+    message_id = event.message_id or turn.notes.get("reasoning_chunk")
+    if event.message_id is not None and event.message_id != turn.notes.get("reasoning_chunk"):
+        turn = turn.evolve(notes={**turn.notes, "reasoning_chunk": event.message_id})
+    return _delta(turn, "reasoning", message_id, event.delta or "")
+
+
+def _encrypted_value(turn: AssistantTurn, event: ReasoningEncryptedValueEvent) -> AssistantTurn:
+    if event.subtype == "message":
+        part = ReasoningPart(text=event.encrypted_value, encrypted=True, state="done")
+        return _push(turn, part)
+    call = turn.calls.get(event.entity_id)
+    if call is None:
+        return _warn(turn, f"encrypted value for unknown tool call {event.entity_id!r} ignored")
+    return _set_call(turn, call.model_copy(update={"encrypted_value": event.encrypted_value}))
+
+
+def _thinking_content(turn: AssistantTurn, event: Any) -> AssistantTurn:
+    return _delta(turn, "reasoning", _THINKING, str(getattr(event, "delta", "") or ""))
+
+
+def _thinking_end(turn: AssistantTurn, event: Any) -> AssistantTurn:
+    return _seal_tail(turn, "reasoning", _THINKING)
+
+
+# --- tool calls ----------------------------------------------------------------------
+
+
+def _set_call(turn: AssistantTurn, call: UIToolCall, **changes: Any) -> AssistantTurn:
+    return turn.evolve(calls={**turn.calls, call.tool_call_id: call}, **changes)
+
+
+def _open_call(
+    turn: AssistantTurn, tool_call_id: str, name: str, parent_message_id: str | None
+) -> AssistantTurn:
+    """A new call and its ``tool`` part (a placeholder when the name is not known yet)."""
+    call = UIToolCall(tool_call_id=tool_call_id, tool_name=name, run_state="input-streaming")
+    changes = _adopt(turn, parent_message_id)
+    return _push(
+        turn,
+        ToolPart(tool_call_id=tool_call_id),
+        calls={**turn.calls, tool_call_id: call},
+        **changes,
+    )
+
+
+def _tool_start(turn: AssistantTurn, event: ToolCallStartEvent) -> AssistantTurn:
+    call = turn.calls.get(event.tool_call_id)
+    if call is None:
+        return _open_call(turn, event.tool_call_id, event.tool_call_name, event.parent_message_id)
+    # The placeholder opened by an earlier fragment is completed in place.
+    return _set_call(turn, call.model_copy(update={"tool_name": event.tool_call_name}))
+
+
+def _grow_args(turn: AssistantTurn, tool_call_id: str, delta: str) -> AssistantTurn:
+    if not delta:
+        return turn.evolve()
+    args = turn.streaming_args
+    chain: Chain = args.get(tool_call_id)
+    if chain is None:
+        call = turn.calls[tool_call_id]
+        chain = (None, call.arguments) if call.arguments else None
+    return turn.evolve(args={**args, tool_call_id: (chain, delta)})
+
+
+def _tool_args(turn: AssistantTurn, event: ToolCallArgsEvent) -> AssistantTurn:
+    if event.tool_call_id not in turn.calls:
+        turn = _open_call(turn, event.tool_call_id, "", None)
+    return _grow_args(turn, event.tool_call_id, event.delta)
+
+
+def _tool_chunk(turn: AssistantTurn, event: ToolCallChunkEvent) -> AssistantTurn:
+    tool_call_id = event.tool_call_id or turn.notes.get("tool_chunk")
+    if tool_call_id is None:
+        return _warn(turn, "TOOL_CALL_CHUNK without a tool call id ignored")
+    if event.tool_call_id is not None and event.tool_call_id != turn.notes.get("tool_chunk"):
+        turn = turn.evolve(notes={**turn.notes, "tool_chunk": event.tool_call_id})
+    call = turn.calls.get(tool_call_id)
+    if call is None:
+        turn = _open_call(turn, tool_call_id, event.tool_call_name or "", event.parent_message_id)
+    elif event.tool_call_name and not call.tool_name:
+        turn = _set_call(turn, call.model_copy(update={"tool_name": event.tool_call_name}))
+    return _grow_args(turn, tool_call_id, event.delta or "")
+
+
+def _frozen_args(turn: AssistantTurn, call: UIToolCall) -> tuple[UIToolCall, dict[str, Chain]]:
+    """The call with its streamed arguments joined, and the streams without it."""
+    args = dict(turn.streaming_args)
+    chain = args.pop(call.tool_call_id, None)
+    if chain is None:
+        return call, args
+    arguments = chain_text(chain)
+    return call.model_copy(
+        update={"arguments": arguments, "input": parse_arguments(arguments)}
+    ), args
+
+
+def _tool_end(turn: AssistantTurn, event: ToolCallEndEvent) -> AssistantTurn:
+    call = turn.calls.get(event.tool_call_id)
+    if call is None:
+        return _warn(turn, f"TOOL_CALL_END for unknown tool call {event.tool_call_id!r} ignored")
+    call, args = _frozen_args(turn, call)
+    if call.run_state == "input-streaming":
+        call = call.model_copy(update={"run_state": "input-available"})
+    return _set_call(turn, call, args=args)
+
+
+def _tool_result(turn: AssistantTurn, event: ToolCallResultEvent) -> AssistantTurn:
+    call = turn.calls.get(event.tool_call_id)
+    if call is None:
+        return _warn(turn, f"result for unknown tool call {event.tool_call_id!r} ignored")
+    call, args = _frozen_args(turn, call)
+    content = event.content
+    output = content if isinstance(content, str) else [wire_json(part) for part in content]
+    call = call.model_copy(
+        update={"output": output, "state": "result", "run_state": "output-available"}
+    )
+    results = _appended(turn, "server_results", call.tool_call_id)
+    return _set_call(turn, call, args=args, buckets=_buckets(turn, server_results=results))
+
+
+# --- steps, data and citations -------------------------------------------------------
+
+
+def _step_started(turn: AssistantTurn, event: StepStartedEvent) -> AssistantTurn:
+    number = turn.notes.get("steps", 0)
+    step = StepInfo(step=number, name=event.step_name)
+    part = StepStartPart(step=number, name=event.step_name)
+    return _push(
+        turn,
+        part,
+        buckets=_buckets(turn, steps=_appended(turn, "steps", step)),
+        notes={**turn.notes, "steps": number + 1},
+    )
+
+
+def _step_finished(turn: AssistantTurn, event: StepFinishedEvent) -> AssistantTurn:
+    def open_step(step: StepInfo) -> bool:
+        return step.name == event.step_name and not step.finished
+
+    steps = turn.buckets.get("steps")
+    found = chain_find(steps, open_step)
+    if found is None:
+        return _warn(turn, f"STEP_FINISHED for step {event.step_name!r} that is not open ignored")
+    finished = found.model_copy(update={"finished": True})
+    return turn.evolve(buckets=_buckets(turn, steps=chain_replace(steps, open_step, finished)))
+
+
+def _data(turn: AssistantTurn, part: DataPart, old: DataPart | None) -> AssistantTurn:
+    """Replace the data part ``old`` with ``part`` in place (in both chains), or append it."""
+    if old is not None:
+
+        def same(item: Any) -> bool:
+            return item is old
+
+        # Rebuilding both chains from the entry on costs O(parts after it).
+        entries = chain_replace(turn.buckets.get("data_parts"), same, part)
+        parts = chain_replace(turn.part_chain, same, part)
+        return turn.evolve(parts=parts, buckets=_buckets(turn, data_parts=entries))
+    return _push(turn, part, buckets=_buckets(turn, data_parts=_appended(turn, "data_parts", part)))
+
+
+def _custom_data(turn: AssistantTurn, name: str, id: str) -> DataPart | None:
+    """The data part a CUSTOM event ``(name, id)`` addresses: never an activity's."""
+    activity = turn.notes.get("activities", {}).get((name, id))
+
+    def addressed(entry: Any) -> bool:
+        return (entry.name, entry.id) == (name, id) and entry is not activity
+
+    found = chain_find(turn.buckets.get("data_parts"), addressed)
+    return found if isinstance(found, DataPart) else None
+
+
+def _custom(turn: AssistantTurn, event: CustomEvent) -> AssistantTurn:
+    if event.name == CITATION_EVENT_NAME:
+        citations = _appended(turn, "citations", event.value)
+        return _push(
+            turn, CitationPart(citation=event.value), buckets=_buckets(turn, citations=citations)
+        )
+    value = event.value
+    # Only a string id addresses an entry: anything else crossed the wire as something else.
+    data_id = value.get("id") if isinstance(value, dict) else None
+    if not isinstance(data_id, str):
+        return _data(turn, DataPart(name=event.name, payload=value), None)
+    old = _custom_data(turn, event.name, data_id)
+    return _data(turn, DataPart(name=event.name, id=data_id, payload=value), old)
+
+
+# Activities and CUSTOM events address their own entries: an activity is a message of
+# its own in stored history, so a CUSTOM event of the same name and id never replaces it
+# (nor the reverse). ``notes["activities"]`` holds each activity's part by (type, id).
+
+
+def _activity(turn: AssistantTurn, part: DataPart, old: DataPart | None) -> AssistantTurn:
+    turn = _data(turn, part, old)
+    activities = {**turn.notes.get("activities", {}), (part.name, part.id): part}
+    return turn.evolve(notes={**turn.notes, "activities": activities})
+
+
+def _activity_snapshot(turn: AssistantTurn, event: ActivitySnapshotEvent) -> AssistantTurn:
+    old = turn.notes.get("activities", {}).get((event.activity_type, event.message_id))
+    if event.replace is False and old is not None:
+        return turn.evolve()
+    part = DataPart(name=event.activity_type, id=event.message_id, payload=event.content)
+    return _activity(turn, part, old)
+
+
+def _activity_delta(turn: AssistantTurn, event: ActivityDeltaEvent) -> AssistantTurn:
+    entry = turn.notes.get("activities", {}).get((event.activity_type, event.message_id))
+    if entry is None:
+        return _warn(turn, f"ACTIVITY_DELTA for unknown activity {event.message_id!r} ignored")
+    operations = [wire_json(op) for op in event.patch]
+    try:
+        # A patched copy: the payload of the turn we were given must not change.
+        payload = jsonpatch.apply_patch(copy.deepcopy(entry.payload), operations)
+    except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
+        return _warn(turn, f"ACTIVITY_DELTA for {event.message_id!r} does not apply: {exc}")
+    return _activity(turn, entry.model_copy(update={"payload": payload}), entry)
+
+
+# --- the run's end -------------------------------------------------------------------
+
+
+def _sealed_all(turn: AssistantTurn) -> AssistantTurn:
+    sealed = seal_assistant_turn(turn)
+    return sealed if sealed is not turn else turn.evolve()
+
+
+def _usage(event: RunFinishedEvent | RunErrorEvent) -> dict[str, Any]:
+    return {"usage": tuple(wire_json(u) for u in event.usage)} if event.usage else {}
+
+
+def _run_finished(turn: AssistantTurn, event: RunFinishedEvent) -> AssistantTurn:
+    turn = _sealed_all(turn)
+    outcome = event.outcome
+    reason = outcome.type if outcome is not None else "success"
+    items: dict[str, Any] = {"finish_reason": reason, **_usage(event)}
+    if event.result is not None:
+        items["result"] = event.result
+    calls = turn.calls
+    interrupts = getattr(outcome, "interrupts", None)
+    if interrupts:
+        items["approvals"] = tuple(wire_json(interrupt) for interrupt in interrupts)
+        gated = {i.tool_call_id for i in interrupts if i.tool_call_id in calls}
+        if gated:
+            calls = {
+                key: call.model_copy(update={"state": "approval-requested"})
+                if key in gated
+                else call
+                for key, call in calls.items()
+            }
+    return turn.evolve(calls=calls, buckets=_buckets(turn, **items))
+
+
+def _run_error(turn: AssistantTurn, event: RunErrorEvent) -> AssistantTurn:
+    turn = _sealed_all(turn)
+    error = TurnError(message=event.message, code=event.code)
+    return turn.evolve(buckets=_buckets(turn, error=error, **_usage(event)))
+
+
+# --- sub-agents ----------------------------------------------------------------------
+
+
+def _with_frame(turn: AssistantTurn, frame: SubAgentFrame) -> AssistantTurn:
+    return turn.evolve(frames={**turn.frames, frame.subagent_run_id: frame})
+
+
+def _frame(turn: AssistantTurn, subagent_run_id: str) -> SubAgentFrame:
+    frame = turn.frames.get(subagent_run_id)
+    if frame is None:
+        # Attributed events before (or without) SUBAGENT_STARTED: the id is all we know.
+        child = create_assistant_turn(subagent_run_id)
+        frame = SubAgentFrame(subagent_run_id, (subagent_run_id,), turn.part_count, child)
+    return frame
+
+
+def _in_frame(turn: AssistantTurn, subagent_run_id: str, event: Any) -> AssistantTurn:
+    frame = _frame(turn, subagent_run_id)
+    return _with_frame(turn, frame.with_turn(_fold(frame.turn, event)))
+
+
+def _subagent_started(turn: AssistantTurn, event: SubagentStartedEvent) -> AssistantTurn:
+    parent = turn.frames.get(event.parent_subagent_run_id or "")
+    path = (*parent.agent_path, event.name) if parent is not None else (event.name,)
+    frame = _frame(turn, event.subagent_run_id)
+    opened = SubAgentFrame(
+        event.subagent_run_id, path, frame.after_part, frame.turn, event.parent_tool_call_id
+    )
+    return _with_frame(turn, opened)
+
+
+def _subagent_finished(turn: AssistantTurn, event: SubagentFinishedEvent) -> AssistantTurn:
+    frame = _frame(turn, event.subagent_run_id)
+    child = seal_assistant_turn(frame.turn)
+    items: dict[str, Any] = {"finish_reason": event.outcome.type if event.outcome else "success"}
+    if event.result is not None:
+        items["result"] = event.result
+    return _with_frame(turn, frame.with_turn(child.evolve(buckets=_buckets(child, **items))))
+
+
+def _subagent_error(turn: AssistantTurn, event: SubagentErrorEvent) -> AssistantTurn:
+    frame = _frame(turn, event.subagent_run_id)
+    child = seal_assistant_turn(frame.turn)
+    error = TurnError(message=event.message, code=event.code)
+    return _with_frame(turn, frame.with_turn(child.evolve(buckets=_buckets(child, error=error))))
+
+
+def _ignore(turn: AssistantTurn, event: Any) -> AssistantTurn:
+    return turn.evolve()
+
+
+_HANDLERS_BY_NAME: dict[str, Handler] = {
+    "TEXT_MESSAGE_START": _text_start,
+    "TEXT_MESSAGE_CONTENT": _text_content,
+    "TEXT_MESSAGE_END": _text_end,
+    "TEXT_MESSAGE_CHUNK": _text_chunk,
+    "TOOL_CALL_START": _tool_start,
+    "TOOL_CALL_ARGS": _tool_args,
+    "TOOL_CALL_END": _tool_end,
+    "TOOL_CALL_CHUNK": _tool_chunk,
+    "TOOL_CALL_RESULT": _tool_result,
+    "REASONING_START": _ignore,
+    "REASONING_MESSAGE_START": _ignore,
+    "REASONING_MESSAGE_CONTENT": _reasoning_content,
+    "REASONING_MESSAGE_END": _reasoning_message_end,
+    "REASONING_MESSAGE_CHUNK": _reasoning_chunk,
+    "REASONING_END": _reasoning_end,
+    "REASONING_ENCRYPTED_VALUE": _encrypted_value,
+    "THINKING_START": _ignore,
+    "THINKING_TEXT_MESSAGE_START": _thinking_end,
+    "THINKING_TEXT_MESSAGE_CONTENT": _thinking_content,
+    "THINKING_TEXT_MESSAGE_END": _thinking_end,
+    "THINKING_END": _thinking_end,
+    "STEP_STARTED": _step_started,
+    "STEP_FINISHED": _step_finished,
+    "CUSTOM": _custom,
+    "ACTIVITY_SNAPSHOT": _activity_snapshot,
+    "ACTIVITY_DELTA": _activity_delta,
+    "RUN_FINISHED": _run_finished,
+    "RUN_ERROR": _run_error,
+}
+"""Every rule, by the event's wire type (the deprecated THINKING_* events included)."""
+
+_HANDLERS: dict[type, Handler] = {
+    TextMessageContentEvent: _text_content,
+    TextMessageChunkEvent: _text_chunk,
+    ToolCallArgsEvent: _tool_args,
+    ToolCallChunkEvent: _tool_chunk,
+    ReasoningMessageContentEvent: _reasoning_content,
+    ReasoningMessageChunkEvent: _reasoning_chunk,
+    ReasoningEndEvent: _reasoning_end,
+}
+"""The delta events by exact class: most of a stream, looked up without its type name."""
+
+_SUBAGENT_HANDLERS: dict[str, Handler] = {
+    "SUBAGENT_STARTED": _subagent_started,
+    "SUBAGENT_FINISHED": _subagent_finished,
+    "SUBAGENT_ERROR": _subagent_error,
+}

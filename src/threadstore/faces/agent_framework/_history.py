@@ -1,0 +1,264 @@
+"""``ThreadstoreHistoryProvider``: Agent Framework history kept in a threadstore chat.
+
+One provider instance serves every session. A session's storage key (the chat's
+thread id) lives in the session's provider-scoped state under ``"thread_id"``, set on
+first use to the session's id, so a session serialized with ``to_dict()`` and restored
+with ``AgentSession.from_dict`` anywhere finds its history again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+from uuid import UUID, uuid4
+
+from agent_framework import AgentSession, HistoryProvider, SessionContext, SupportsAgentRun
+from agent_framework import Message as AFMessage
+
+from threadstore.errors import ConfigurationError
+from threadstore.faces._chat import load_history
+from threadstore.faces.agent_framework._convert import (
+    TOOL_CALL_ID_KEY,
+    message_identity,
+    message_to_records,
+    records_to_messages,
+)
+from threadstore.faces.agent_framework._scope import ChatScope
+from threadstore.models import Chat, Message, MessageToolCallUpdate
+from threadstore.store import (
+    CreateMessage,
+    CreateReasoning,
+    CreateToolCall,
+    Store,
+    UpdateToolCall,
+    Write,
+)
+
+__all__ = ["STATE_KEY", "MessageFilter", "ThreadstoreHistoryProvider"]
+
+STATE_KEY = "thread_id"
+"""Key of the provider-scoped session state that holds the session's thread id."""
+
+MessageFilter = Callable[[list[AFMessage]], list[AFMessage]]
+"""Takes the loaded history (oldest first) and returns what the agent gets."""
+
+_TAIL_MARGIN = 4
+"""Stored messages read beyond the incoming count when looking for re-sent messages."""
+
+_NO_UPPER_BOUND = 2**62
+"""A ``before`` cursor past every message, to read the newest page."""
+
+
+class ThreadstoreHistoryProvider(HistoryProvider):
+    """A framework ``HistoryProvider`` that loads and stores history in a threadstore store.
+
+    Histories are chats of ``user_uuid`` (within ``tenant_id``/``app_id`` when given),
+    one per session, readable through every other face of the store. The base class's
+    flags (``load_messages``, ``store_inputs``, ``store_outputs``,
+    ``store_context_messages``, ``store_context_from``) mean what they mean there.
+    ``message_filter`` is applied to the history the agent loads (see
+    :func:`~threadstore.faces.agent_framework.keep_last_messages`).
+    """
+
+    DEFAULT_SOURCE_ID = "threadstore"
+
+    def __init__(
+        self,
+        store: Store,
+        user_uuid: UUID,
+        *,
+        tenant_id: str | None = None,
+        app_id: str | None = None,
+        source_id: str = DEFAULT_SOURCE_ID,
+        load_messages: bool = True,
+        store_inputs: bool = True,
+        store_context_messages: bool = False,
+        store_context_from: set[str] | None = None,
+        store_outputs: bool = True,
+        message_filter: MessageFilter | None = None,
+    ) -> None:
+        super().__init__(
+            source_id,
+            load_messages=load_messages,
+            store_inputs=store_inputs,
+            store_context_messages=store_context_messages,
+            store_context_from=store_context_from,
+            store_outputs=store_outputs,
+        )
+        self.store = store
+        self.scope = ChatScope(store, user_uuid, tenant_id, app_id)
+        self.message_filter = message_filter
+
+    # --- the session's storage key --------------------------------------------------------
+
+    def thread_id(self, session_id: str | None, state: dict[str, Any] | None) -> str | None:
+        """Return the session's thread id, recording it in ``state`` on first use."""
+        if state is None:
+            return session_id
+        key = state.get(STATE_KEY)
+        if isinstance(key, str):
+            return key
+        key = session_id or str(uuid4())
+        state[STATE_KEY] = key
+        return key
+
+    async def get_chat(self, session_id: str | None, state: dict[str, Any] | None) -> Chat | None:
+        """Return the chat holding the session's history, or ``None`` when it has none yet."""
+        thread_id = self.thread_id(session_id, state)
+        return None if thread_id is None else await self.scope.find(thread_id)
+
+    # --- HistoryProvider ----------------------------------------------------------------------
+
+    async def get_messages(
+        self, session_id: str | None, *, state: dict[str, Any] | None = None, **kwargs: Any
+    ) -> list[AFMessage]:
+        """Return the session's history, oldest first, after ``message_filter``."""
+        messages = await self._stored(session_id, state)
+        return self.message_filter(messages) if self.message_filter else messages
+
+    async def get_session_messages(self, session: AgentSession) -> list[AFMessage]:
+        """Return everything stored for ``session``, oldest first (no ``message_filter``)."""
+        return await self._stored(session.session_id, session.state.get(self.source_id))
+
+    async def _stored(
+        self, session_id: str | None, state: dict[str, Any] | None
+    ) -> list[AFMessage]:
+        chat = await self.get_chat(session_id, state)
+        if chat is None:
+            return []
+        answered: set[str] = set()  # carried from piece to piece of a long history
+        return await load_history(
+            self.store, chat.chat_uuid, lambda piece: records_to_messages(piece, answered)
+        )
+
+    async def save_messages(
+        self,
+        session_id: str | None,
+        messages: Sequence[AFMessage],
+        *,
+        state: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Append the messages not stored yet, in one transaction.
+
+        Skipped: messages this provider loaded (they carry its attribution) and
+        messages re-sent from the end of the stored history (recognised by id, else by
+        role and contents), so a tool loop that persists after every model call, or a
+        client that sends its whole transcript, stores each message once.
+        """
+        incoming = [message for message in messages if not self._loaded_here(message)]
+        if not incoming:
+            return
+        thread_id = self.thread_id(session_id, state) or str(uuid4())
+        chat = await self.scope.open(thread_id)
+        tail = await self.store.get_chat_messages(
+            chat.chat_uuid, before=_NO_UPPER_BOUND, limit=min(len(incoming) + _TAIL_MARGIN, 1000)
+        )
+        new = unsaved(records_to_messages(tail), incoming)
+        if new:
+            await self.store.apply_writes(_writes(chat.chat_uuid, tail, new))
+
+    def _loaded_here(self, message: AFMessage) -> bool:
+        attribution = message.additional_properties.get("_attribution")
+        return isinstance(attribution, dict) and attribution.get("source_id") == self.source_id
+
+    async def before_run(
+        self,
+        *,
+        agent: SupportsAgentRun,
+        session: AgentSession,
+        context: SessionContext,
+        state: dict[str, Any],
+    ) -> None:
+        """Load history, unless the service keeps this session's history."""
+        if _service_managed(session, context):
+            return
+        self._check_only_loader(agent)
+        await super().before_run(agent=agent, session=session, context=context, state=state)
+        # A caller that sends its whole transcript as input would otherwise give the
+        # model every earlier turn twice: drop the history the input repeats.
+        loaded = context.context_messages.get(self.source_id, [])
+        repeated = _overlap(loaded, context.input_messages)
+        if repeated:
+            context.context_messages[self.source_id] = loaded[: len(loaded) - repeated]
+
+    async def after_run(
+        self,
+        *,
+        agent: SupportsAgentRun,
+        session: AgentSession,
+        context: SessionContext,
+        state: dict[str, Any],
+    ) -> None:
+        """Store the run's new messages, unless the service keeps this session's history."""
+        if _service_managed(session, context):
+            return
+        await super().after_run(agent=agent, session=session, context=context, state=state)
+
+    def _check_only_loader(self, agent: SupportsAgentRun) -> None:
+        others = [
+            provider.source_id
+            for provider in getattr(agent, "context_providers", ())
+            if isinstance(provider, HistoryProvider)
+            and provider.load_messages
+            and provider is not self
+        ]
+        if others:
+            raise ConfigurationError(
+                f"only one history provider may load messages; {self.source_id!r} and "
+                f"{', '.join(map(repr, others))} both do (set load_messages=False on the others)"
+            )
+
+
+def _service_managed(session: AgentSession, context: SessionContext) -> bool:
+    # The service is then the source of the conversation; local history would double it.
+    return session.service_session_id is not None or context.service_session_id is not None
+
+
+def _overlap(stored: Sequence[AFMessage], incoming: Sequence[AFMessage]) -> int:
+    """Return how many messages ``incoming`` starts with that end ``stored``.
+
+    A lone user message without an id does not count: users do say the same thing twice.
+    """
+    stored_ids = [message_identity(message) for message in stored]
+    ids = [message_identity(message) for message in incoming]
+    for overlap in range(min(len(stored_ids), len(ids)), 0, -1):
+        if stored_ids[-overlap:] != ids[:overlap]:
+            continue
+        if overlap == 1 and incoming[0].role == "user" and ids[0][0] != "id":
+            continue
+        return overlap
+    return 0
+
+
+def unsaved(stored: Sequence[AFMessage], incoming: Sequence[AFMessage]) -> list[AFMessage]:
+    """Return the messages of ``incoming`` that ``stored`` (the history's tail) lacks.
+
+    Dropped: the messages ``incoming`` starts with that end ``stored`` (a replay) and
+    the messages whose id is in ``stored``, wherever they are.
+    """
+    known = {message_identity(message) for message in stored if message.message_id is not None}
+    rest = incoming[_overlap(stored, incoming) :]
+    return [message for message in rest if message_identity(message) not in known]
+
+
+def _writes(chat_uuid: UUID, tail: Sequence[Message], new: Sequence[AFMessage]) -> list[Write]:
+    """The writes that append ``new`` and put each tool result on the call it answers."""
+    calls = {call.tool_call_id: call.uuid for record in tail for call in record.tool_calls}
+    writes: list[Write] = []
+    for message in new:
+        records = message_to_records(message, chat_uuid)
+        unmatched = [(call_id, text) for call_id, text in records.results if call_id not in calls]
+        if len(records.results) == 1 and unmatched:
+            # No call in this chat to hold it: the AG-UI replay reads it from the message.
+            records.message.metadata[TOOL_CALL_ID_KEY] = unmatched[0][0]
+        writes.append(CreateMessage(records.message))
+        writes.extend(CreateToolCall(call) for call in records.tool_calls)
+        writes.extend(CreateReasoning(step) for step in records.reasonings)
+        calls.update((call.tool_call_id, call.uuid) for call in records.tool_calls)
+        writes.extend(
+            UpdateToolCall(calls[call_id], MessageToolCallUpdate(content=text))
+            for call_id, text in records.results
+            if call_id in calls
+        )
+    return writes

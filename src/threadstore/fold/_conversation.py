@@ -1,0 +1,222 @@
+"""The fold of one run: :class:`ConversationFold` applies events to its records in order.
+
+It assembles the event families (text, tool calls, reasoning, documents, snapshots)
+over one :class:`~threadstore.fold._table.RecordTable`, and itself folds what concerns
+the run as a whole: RUN_* lifecycle, steps and subagents.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from enum import Enum
+from typing import Any, ClassVar
+
+from ag_ui.core import (
+    BaseEvent,
+    RunErrorEvent,
+    RunFinishedEvent,
+    RunStartedEvent,
+    StepFinishedEvent,
+    StepStartedEvent,
+    SubagentErrorEvent,
+    SubagentFinishedEvent,
+    SubagentStartedEvent,
+)
+from pydantic import BaseModel
+
+from threadstore.codec import ThinkingTranslator
+from threadstore.fold._documents import DocumentFolding
+from threadstore.fold._fast import fold_deltas
+from threadstore.fold._history import StoredFacts
+from threadstore.fold._records import FoldRecord
+from threadstore.fold._snapshot import SnapshotFolding
+from threadstore.fold._text import TextFolding
+from threadstore.models import Message, MessageStatus, RunStatus
+
+__all__ = ["ConversationFold", "StorageState", "event_type_name"]
+
+_TERMINAL_RUN = {
+    MessageStatus.COMPLETE: RunStatus.COMPLETE,
+    MessageStatus.INTERRUPTED: RunStatus.INTERRUPTED,
+    MessageStatus.ERRORED: RunStatus.ERRORED,
+}
+
+_CHUNK_KINDS = {
+    "TEXT_MESSAGE_CHUNK": "text_chunk",
+    "TOOL_CALL_CHUNK": "tool_chunk",
+    "REASONING_MESSAGE_CHUNK": "reasoning_chunk",
+}
+
+
+def event_type_name(event: BaseEvent) -> str:
+    """Return an event's wire type (``"TEXT_MESSAGE_START"``...), enum or plain string."""
+    kind: Any = event.type
+    return str(kind.value) if isinstance(kind, Enum) else str(kind)
+
+
+def _dump(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, list):
+        return [_dump(item) for item in value]
+    return value
+
+
+class ConversationFold(SnapshotFolding, TextFolding, DocumentFolding):
+    """The records of one run, folded from its AG-UI events; pure data, no I/O.
+
+    ``history`` is the chat's stored history (to recognise ids it already holds and
+    tool calls still waiting for a result), or ``facts`` what it holds, as a
+    :class:`~threadstore.fold._history.HistoryIndex` answers for it; ``state`` is the
+    AG-UI state the run starts from. :meth:`apply` folds one event and says whether it
+    was a boundary; :meth:`apply_deltas` is its fast path for runs of content deltas.
+    """
+
+    def __init__(
+        self,
+        run_id: str,
+        *,
+        thread_id: str | None = None,
+        parent_run_id: str | None = None,
+        history: Sequence[Message] = (),
+        state: Any = None,
+        facts: StoredFacts | None = None,
+    ) -> None:
+        super().__init__(
+            run_id,
+            thread_id=thread_id,
+            parent_run_id=parent_run_id,
+            history=history,
+            state=state,
+            facts=facts,
+        )
+        self._thinking = ThinkingTranslator(run_id)
+
+    def apply(self, event: BaseEvent) -> bool:
+        """Fold one event; True if it was a boundary (a record opened or closed, the run ended)."""
+        self.boundary = False
+        self.current_event_timestamp = event.timestamp
+        kind = event_type_name(event)
+        if kind.startswith("THINKING_") or kind == "RUN_STARTED":
+            # THINKING_* fold exactly as their REASONING_* twins, with deterministic ids.
+            event = self._thinking(event)
+            kind = event_type_name(event)
+        handler = self._HANDLERS.get(kind)
+        if handler is None:
+            return False  # RAW and unknown types: nothing of the conversation, a chunk run goes on
+        self.close_chunks(keep=_CHUNK_KINDS.get(kind))
+        handler(self, event)
+        return self.boundary
+
+    def apply_deltas(self, events: Sequence[BaseEvent], start: int = 0) -> int:
+        """Fold ``events[start]``, and the content deltas after it for the same record, at once.
+
+        Exactly what :meth:`apply` does for each of them in turn, for the runs of one
+        record's deltas a stream is mostly made of. Returns how many events it folded;
+        0 when ``events[start]`` needs :meth:`apply` (another event type, a subclass, or
+        a delta that opens or closes a record). A chunk event is folded alone. The
+        classes it may take are :data:`threadstore.fold.DELTA_EVENTS`.
+        """
+        return fold_deltas(self, events, start)
+
+    def finish(self, status: MessageStatus) -> list[FoldRecord]:
+        """End the run: every record it owns that is still active takes ``status``."""
+        self.close_chunks()
+        self.list_pending_parts()
+        closed = [r for r in list(self.records.values()) if r.owned and r.in_progress]
+        for record in closed:
+            self.close(record, status)
+        return closed
+
+    # --- the run, its steps and subagents ------------------------------------------------
+
+    def _on_run_started(self, event: RunStartedEvent) -> None:
+        if event.run_id != self.run.run_id:
+            self.warn(f"RUN_STARTED names run {event.run_id!r}; folding into {self.run.run_id!r}")
+        self.run.started = True
+        self.run.status = None
+        self.run.thread_id = event.thread_id or self.run.thread_id
+        if event.parent_run_id is not None:
+            self.run.parent_run_id = event.parent_run_id
+
+    def _on_run_finished(self, event: RunFinishedEvent) -> None:
+        outcome = _dump(event.outcome)
+        cancelled = isinstance(outcome, dict) and outcome.get("type") == "cancelled"
+        status = MessageStatus.INTERRUPTED if cancelled else MessageStatus.COMPLETE
+        self.run.outcome, self.run.usage = outcome, _dump(event.usage)
+        self.run.result = event.result
+        summary = {"outcome": outcome, "usage": self.run.usage, "result": _dump(event.result)}
+        self._end_run(status, "run_finished", summary)
+
+    def _on_run_error(self, event: RunErrorEvent) -> None:
+        self.run.error, self.run.error_code = event.message, event.code
+        summary = {"message": event.message, "code": event.code, "usage": _dump(event.usage)}
+        self._end_run(MessageStatus.ERRORED, "run_error", summary)
+
+    def _end_run(self, status: MessageStatus, key: str, summary: dict[str, Any]) -> None:
+        self.run.status = _TERMINAL_RUN[status]
+        self.list_pending_parts()  # first: it may open the message the outcome is kept on
+        kept = {k: v for k, v in summary.items() if v is not None}
+        last = self.last_message()
+        if last is not None and kept:
+            last.metadata[key] = kept
+            self.touch(last)
+        self.finish(status)
+        self.mark_boundary()
+
+    def _on_step_started(self, event: StepStartedEvent) -> None:
+        self.steps.append(event.step_name)
+        if getattr(event, "subagent_run_id", None) is None:
+            self.add_step_part(event.step_name)
+
+    def _on_step_finished(self, event: StepFinishedEvent) -> None:
+        if event.step_name not in self.steps:
+            self.warn(f"STEP_FINISHED for step {event.step_name!r} that was not started")
+            return
+        index = len(self.steps) - 1 - self.steps[::-1].index(event.step_name)
+        del self.steps[index]
+
+    def _on_subagent_started(self, event: SubagentStartedEvent) -> None:
+        info = {"name": event.name, "description": event.description}
+        self.subagents[event.subagent_run_id] = info
+        call = self.tool_call(event.parent_tool_call_id) if event.parent_tool_call_id else None
+        if call is not None and call.owned:
+            call.metadata.setdefault("subagent_run_ids", []).append(event.subagent_run_id)
+            self.touch(call)
+
+    def _subagent_records(self, subagent_run_id: str) -> list[FoldRecord]:
+        return [
+            r
+            for r in self.records.values()
+            if r.owned and r.in_progress and r.subagent_run_id == subagent_run_id
+        ]
+
+    def _on_subagent_finished(self, event: SubagentFinishedEvent) -> None:
+        for record in self._subagent_records(event.subagent_run_id):
+            self.close(record)
+
+    def _on_subagent_error(self, event: SubagentErrorEvent) -> None:
+        error = {k: v for k, v in {"message": event.message, "code": event.code}.items() if v}
+        for record in self._subagent_records(event.subagent_run_id):
+            record.metadata["subagent_error"] = error
+            self.close(record, MessageStatus.ERRORED)
+
+    _HANDLERS: ClassVar[dict[str, Callable[[Any, Any], None]]] = {
+        "RUN_STARTED": _on_run_started,
+        "RUN_FINISHED": _on_run_finished,
+        "RUN_ERROR": _on_run_error,
+        "STEP_STARTED": _on_step_started,
+        "STEP_FINISHED": _on_step_finished,
+        "SUBAGENT_STARTED": _on_subagent_started,
+        "SUBAGENT_FINISHED": _on_subagent_finished,
+        "SUBAGENT_ERROR": _on_subagent_error,
+        **TextFolding.TEXT_HANDLERS,
+        **SnapshotFolding.TOOL_HANDLERS,
+        **SnapshotFolding.REASONING_HANDLERS,
+        **SnapshotFolding.SNAPSHOT_HANDLERS,
+        **DocumentFolding.DOCUMENT_HANDLERS,
+    }
+
+
+StorageState = ConversationFold
+"""The seed's name for the state handlers and build hooks receive."""

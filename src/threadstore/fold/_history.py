@@ -1,0 +1,197 @@
+"""What a run needs to know of the chat's stored history: ids it holds, calls still open.
+
+:class:`HistoryIndex` keeps the same facts for a history that grows at its end, so a
+run on a long chat does not pass over its whole history to learn them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container, Iterable
+from typing import Any, NamedTuple
+from uuid import UUID
+
+from threadstore.codec import SUBAGENT_METADATA_KEY, replayed_tool_error, tool_result_message_id
+from threadstore.models import Message, Role, ToolCall
+
+__all__ = [
+    "HistoryIndex",
+    "IdsAdded",
+    "StoredFacts",
+    "pending_tool_calls",
+    "stored_ids",
+]
+
+
+def stored_ids(messages: Iterable[Message]) -> set[str]:
+    """Every id a client may echo for stored history: AG-UI ids, uuids, tool call and result ids."""
+    ids: set[str] = set()
+    for message in messages:
+        ids.add(str(message.message_uuid))
+        if message.agui_id:
+            ids.add(message.agui_id)
+        subagent = message.metadata.get(SUBAGENT_METADATA_KEY)
+        for call in message.tool_calls:
+            ids.update((call.tool_call_id, str(call.uuid)))
+            # Every result a replay lists, including one it gives an unanswered call.
+            if (
+                call.result_message_id
+                or call.content is not None
+                or replayed_tool_error(call, subagent) is not None
+            ):
+                ids.add(tool_result_message_id(call))
+        for step in message.reasonings:
+            ids.add(str(step.uuid))
+            if step.agui_id:
+                ids.add(step.agui_id)
+    return ids
+
+
+def pending_tool_calls(messages: Iterable[Message]) -> dict[str, ToolCall]:
+    """Stored tool calls that have no result yet, by AG-UI tool call id."""
+    return {
+        call.tool_call_id: call
+        for message in messages
+        for call in message.tool_calls
+        if call.content is None and call.result_message_id is None
+    }
+
+
+class HistoryIndex:
+    """:func:`stored_ids`, :func:`pending_tool_calls` and more, kept as a history grows.
+
+    Fed the messages of a history that only grows at its end, it answers for any
+    prefix of it (:meth:`at`) without a pass over the history: every entry records the
+    position of the message it came from, and an answer for the first ``n`` messages
+    ignores entries from later ones. A history changed anywhere but at its end needs a
+    new index.
+    """
+
+    __slots__ = ("assistant", "count", "ids", "messages", "pending")
+
+    def __init__(self, messages: Iterable[Message] = ()) -> None:
+        self.count = 0
+        """How many messages were fed."""
+        self.ids: dict[str, int] = {}
+        """:func:`stored_ids`: each id, with where it was first stored."""
+        self.messages: dict[str, int] = {}
+        """Each message's AG-UI id (or uuid), with where it was first stored."""
+        self.pending: dict[str, list[tuple[int, ToolCall]]] = {}
+        """:func:`pending_tool_calls`: each id's calls with where their messages stand, in
+        the order stored (a prefix answers with the last of its own, as the reference)."""
+        self.assistant: dict[str, list[tuple[int, UUID]]] = {}
+        """Assistant messages by AG-UI id, each id's in the order they were stored."""
+        self.feed(messages)
+
+    def feed(self, messages: Iterable[Message]) -> None:
+        """Index ``messages``, the ones stored after those fed before."""
+        first = self.ids.setdefault
+        for message in messages:
+            at = self.count
+            self.count += 1
+            first(str(message.message_uuid), at)
+            if message.agui_id:
+                first(message.agui_id, at)
+                self.messages.setdefault(message.agui_id, at)
+                if message.role == Role.ASSISTANT:
+                    self.assistant.setdefault(message.agui_id, []).append(
+                        (at, message.message_uuid)
+                    )
+            self.messages.setdefault(str(message.message_uuid), at)
+            subagent = message.metadata.get(SUBAGENT_METADATA_KEY)
+            for call in message.tool_calls:
+                first(call.tool_call_id, at)
+                first(str(call.uuid), at)
+                # As stored_ids: every result a replay lists.
+                if (
+                    call.result_message_id
+                    or call.content is not None
+                    or replayed_tool_error(call, subagent) is not None
+                ):
+                    first(tool_result_message_id(call), at)
+                if call.content is None and call.result_message_id is None:
+                    self.pending.setdefault(call.tool_call_id, []).append((at, call))
+            for step in message.reasonings:
+                first(str(step.uuid), at)
+                if step.agui_id:
+                    first(step.agui_id, at)
+
+    def at(self, length: int) -> StoredFacts:
+        """What the first ``length`` messages fed hold (``length`` <= :attr:`count`)."""
+        return StoredFacts(
+            _Before(self.ids, length),
+            _pending_before(self.pending, length),
+            _Before(self.assistant, length),
+            _Before(self.messages, length),
+        )
+
+
+def _pending_before(
+    pending: dict[str, list[tuple[int, ToolCall]]], length: int
+) -> dict[str, ToolCall]:
+    """Each id's last pending call among the first ``length`` messages."""
+    out: dict[str, ToolCall] = {}
+    for tool_call_id, calls in pending.items():
+        for at, call in reversed(calls):
+            if at < length:
+                out[tool_call_id] = call
+                break
+    return out
+
+
+class _Before:
+    """The keys of a position map whose entries come from the first ``length`` messages."""
+
+    __slots__ = ("_length", "_map")
+
+    def __init__(self, positions: dict[str, Any], length: int) -> None:
+        self._map, self._length = positions, length
+
+    def _entry(self, key: object) -> int | tuple[int, Any] | None:
+        found = self._map.get(key)  # type: ignore[call-overload]
+        if isinstance(found, list):  # several entries: the last one within the length
+            return next((e for e in reversed(found) if e[0] < self._length), None)
+        if found is None or _position(found) >= self._length:
+            return None
+        return found  # type: ignore[no-any-return]
+
+    def __contains__(self, key: object) -> bool:
+        return self._entry(key) is not None
+
+    def get(self, key: str) -> Any:
+        """The value stored under ``key`` (a position's companion, when it has one)."""
+        found = self._entry(key)
+        return found[1] if isinstance(found, tuple) else found
+
+
+def _position(entry: int | tuple[int, Any]) -> int:
+    return entry[0] if isinstance(entry, tuple) else entry
+
+
+class StoredFacts(NamedTuple):
+    """What a run's fold and screening need to know of the history it starts from."""
+
+    ids: Container[str]
+    """Every id a client may echo for the stored history (:func:`stored_ids`)."""
+    pending: dict[str, ToolCall]
+    """Stored tool calls waiting for a result, by tool call id (the caller's own copy)."""
+    assistant: _Before
+    """``get(agui_id)``: the uuid of the stored assistant message with that AG-UI id."""
+    messages: _Before
+    """``get(id)``: where the stored message with that AG-UI id (or uuid) stands."""
+
+
+class IdsAdded:
+    """Ids stored before (a container) plus those added since: what ``known_ids`` needs."""
+
+    __slots__ = ("_added", "_stored")
+
+    def __init__(self, stored: Container[str]) -> None:
+        self._stored = stored
+        self._added: set[str] = set()
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._added or key in self._stored
+
+    def add(self, key: str) -> None:
+        """Note ``key`` as taken."""
+        self._added.add(key)

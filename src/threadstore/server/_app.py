@@ -1,0 +1,205 @@
+"""The FastAPI app factory: AG-UI endpoints plus the chat-history API over one store."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+from uuid import UUID
+
+from fastapi import FastAPI
+from starlette.middleware.cors import CORSMiddleware
+from starlette.types import Scope
+
+import threadstore
+from threadstore.agui import DistributedRunManager, HistoryWindow
+from threadstore.server._agents import InnerAgent, load_agent
+from threadstore.server._auth import Authenticator, LocalUserAuth, user_uuid_for
+from threadstore.server._demo_agent import DEFAULT_DEMO_DELAY
+from threadstore.server._deps import ServerState
+from threadstore.server._errors import install_error_handlers
+from threadstore.server._limits import DEFAULT_LIMITS, BodyLimitMiddleware, Limits
+from threadstore.server._routes_agui import router as agui_router
+from threadstore.server._routes_branches import router as branches_router
+from threadstore.server._routes_chats import admin_router
+from threadstore.server._routes_chats import router as chats_router
+from threadstore.server._routes_web import install_web
+from threadstore.server._run_gate import RunGate
+from threadstore.server._shutdown import stop_runs_on_exit_signal
+from threadstore.server._sse import DEFAULT_KEEPALIVE_INTERVAL
+from threadstore.store import Store, open_store
+
+__all__ = ["DEFAULT_DB_URL", "create_app"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_DB_URL = "sqlite:///./threadstore.db"
+"""Where ``threadstore serve`` keeps its data unless told otherwise."""
+
+
+def create_app(
+    store: str | Store = DEFAULT_DB_URL,
+    *,
+    agent: InnerAgent | str = "demo",
+    model: str | None = None,
+    demo_delay: float = DEFAULT_DEMO_DELAY,
+    auth: Authenticator | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+    migrate: bool = True,
+    agent_name: str = "assistant",
+    storage_agent: Callable[..., Any] | None = None,
+    keepalive_interval: float = DEFAULT_KEEPALIVE_INTERVAL,
+    retention: float = 60.0,
+    heartbeat_interval: float = 5.0,
+    stale_after: float = 30.0,
+    sweep_interval: float | None = 60.0,
+    cors_origins: Sequence[str] = (),
+    history_window: HistoryWindow | None = None,
+    admins: Collection[str | UUID] = (),
+) -> FastAPI:
+    """Build the threadstore server app.
+
+    ``store`` is a store URL (opened, migrated when ``migrate``, and closed with the
+    app) or an open :class:`~threadstore.store._base.Store` the caller keeps owning.
+    ``agent`` is an AG-UI agent object or an ``--agent`` spec (``demo``, ``openai``,
+    ``module:attribute``; ``model`` and ``demo_delay`` apply to a spec, and the app
+    closes an agent it built). Each run wraps it in ``storage_agent(agent_name,
+    user_uuid, store, store, agent, run_repo=store)`` (default
+    :class:`~threadstore.agui._agent.StorageAgent`; pass a subclass to customize how
+    runs are stored). ``auth`` defaults to the single local user. Runs whose
+    process stopped heartbeating for ``stale_after`` seconds are finalized at start-up
+    and every ``sweep_interval`` seconds (``None``: only at start-up).
+    ``cors_origins`` lets browser front ends on those origins call the server
+    (``"*"``: any origin); none by default.
+    ``history_window`` (a :class:`~threadstore.agui._window.HistoryWindow`) gives the
+    agent only the last turns of a chat, passed to ``storage_agent`` as
+    ``history_window=``; by default it gets the whole stored history.
+    ``admins`` (user ids or UUIDs, as the authenticator resolves them) may page through
+    every user's chats at ``GET /api/admin/chats``; nobody may by default.
+
+    On PostgreSQL the runs go through a
+    :class:`~threadstore.agui._distributed.DistributedRunManager`, so several server
+    processes on one database resume, cancel and connect to each other's runs.
+    """
+    inner = (
+        load_agent(agent, model=model, demo_delay=demo_delay) if isinstance(agent, str) else agent
+    )
+    owns_agent = isinstance(agent, str)
+    authenticator: Authenticator = auth or LocalUserAuth()
+    if storage_agent is None:
+        from threadstore.agui import StorageAgent
+
+        storage_agent = StorageAgent
+    wrap: Callable[..., Any] = storage_agent
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        opened = await open_store(store, setup=migrate) if isinstance(store, str) else store
+
+        # Only a window that is set is passed: a custom factory need not take one.
+        window = {} if history_window is None else {"history_window": history_window}
+
+        def per_run(user_uuid: UUID, branch_from: UUID | None = None) -> Any:
+            agent = wrap(agent_name, user_uuid, opened, opened, inner, run_repo=opened, **window)
+            if branch_from is not None:
+                agent.branch_from = branch_from  # regenerate and edit: see routes_branches
+            return agent
+
+        # Outside PostgreSQL it is the in-process manager. Streams of this process's runs
+        # come from memory, never waiting for the relay: the client goes first.
+        manager: DistributedRunManager[Any] = DistributedRunManager(
+            per_run,
+            store=opened,
+            retention=retention,
+            heartbeat_interval=heartbeat_interval,
+            durable_delivery=False,
+            expose_exceptions=False,  # clients get no Python text; the log has it
+        )
+        sweeper: asyncio.Task[None] | None = None
+        try:
+            await manager.start()
+            swept = await manager.sweep(stale_after)
+            if swept:
+                logger.info("finalized %d run(s) left over by a stopped server", swept)
+            if sweep_interval is not None:
+                sweeper = asyncio.create_task(_sweep_forever(manager, stale_after, sweep_interval))
+            app.state.threadstore = ServerState(
+                store=opened,
+                manager=manager,
+                auth=authenticator,
+                limits=limits,
+                keepalive_interval=keepalive_interval,
+                runs=RunGate(fresh_within=3 * heartbeat_interval),
+                stale_after=stale_after,
+                sweep_interval=sweep_interval,
+                admins=frozenset(a if isinstance(a, UUID) else user_uuid_for(a) for a in admins),
+            )
+            with stop_runs_on_exit_signal(manager):
+                yield
+        finally:
+            app.state.threadstore = None
+            if sweeper is not None:
+                sweeper.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await sweeper
+            await manager.close()
+            if owns_agent:
+                await _close_agent(inner)
+            if isinstance(store, str):
+                await opened.close()
+
+    app = FastAPI(
+        title="threadstore",
+        version=threadstore.__version__,
+        summary="An AG-UI agent server with durable, typed chat history.",
+        lifespan=lifespan,
+    )
+    install_error_handlers(app)
+    app.include_router(agui_router)
+    app.include_router(chats_router)
+    app.include_router(admin_router)
+    app.include_router(branches_router)
+    install_web(app)
+
+    @app.get("/healthz", tags=["server"], summary="Liveness")
+    async def healthz() -> dict[str, str]:
+        """Return ``{"status": "ok"}`` while the server is up."""
+        return {"status": "ok"}
+
+    def body_limit(scope: Scope) -> int:
+        if scope.get("path", "").rstrip("/") == "/api/chats/import":
+            return limits.max_import_bytes
+        return limits.max_body_bytes
+
+    app.add_middleware(BodyLimitMiddleware, limit_for=body_limit)
+    if cors_origins:
+        # Added last, so it is outermost: preflights never reach auth, and error
+        # answers (a 413 included) carry the headers a browser needs to read them.
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(cors_origins),
+            allow_methods=["*"],
+            allow_headers=["*"],
+            expose_headers=["Content-Type"],
+        )
+    return app
+
+
+async def _sweep_forever(
+    manager: DistributedRunManager[Any], stale_after: float, interval: float
+) -> None:
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            await manager.sweep(stale_after)
+        except Exception:
+            logger.warning("periodic run sweep failed; retrying next interval", exc_info=True)
+
+
+async def _close_agent(agent: InnerAgent) -> None:
+    close = getattr(agent, "aclose", None)
+    if close is not None:
+        await close()

@@ -1,0 +1,536 @@
+"""The AG-UI endpoints: run, resume, cancel and connect.
+
+``POST /agui`` takes a ``RunAgentInput`` and answers with the run's event stream.
+Runs belong to the run manager, not to the request: a client that disconnects does
+not stop the run or its persistence, and can pick the stream up again with
+``GET .../events`` and ``Last-Event-ID``.
+
+A run of this process is read from memory. On PostgreSQL, a run of another server
+process is found through the caller's own chat (never by thread id alone, which
+another user may share) and read from the relayed events in the store.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from datetime import timedelta
+from typing import Annotated, Any
+from uuid import UUID, uuid4
+
+from ag_ui.core import (
+    PROTOCOL_VERSION,
+    BaseEvent,
+    EventType,
+    MessagesSnapshotEvent,
+    ReasoningMessageChunkEvent,
+    ReasoningMessageStartEvent,
+    RunAgentInput,
+    RunFinishedEvent,
+    RunStartedEvent,
+    StateSnapshotEvent,
+    TextMessageChunkEvent,
+    TextMessageStartEvent,
+    ToolCallChunkEvent,
+    ToolCallStartEvent,
+)
+from ag_ui.core import Message as AGUIMessage
+from fastapi import APIRouter, Header, HTTPException, Query
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, TypeAdapter
+
+from threadstore.agui import EventsDroppedError, RunHandle
+from threadstore.codec import translate_messages
+from threadstore.errors import InvalidInputError
+from threadstore.models import Chat, Message, Role, Run, RunStatus, utcnow
+from threadstore.server._deps import AppState, CurrentUser, ServerState
+from threadstore.server._errors import error_response
+from threadstore.server._limits import MAX_CURSOR, check_id, check_run_input
+from threadstore.server._run_gate import RunConflictError
+from threadstore.server._sse import close_iterator, encode_frame, event_stream_response
+
+__all__ = ["CancelResult", "router"]
+
+router = APIRouter(prefix="/agui", tags=["AG-UI"])
+
+NumberedEvents = AsyncGenerator[tuple[int, BaseEvent], None]
+Reopen = Callable[[int], Awaitable[NumberedEvents | None]]
+"""Opens a run's events after the given id again (``None`` once it cannot be followed)."""
+
+_STREAM_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "AG-UI events as server-sent events; each frame's `id` is its number "
+        "in the run.",
+        "content": {"text/event-stream": {}},
+    }
+}
+
+
+class CancelResult(BaseModel):
+    """What a cancel request found."""
+
+    thread_id: str
+    run_id: str
+    cancelled: bool
+    """True when the run was live and is now cancelled."""
+    status: RunStatus
+    """The run's status after the request."""
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class _RunFrames:
+    """A stream's frames: ``head``, then those of the run's events after ``after``.
+
+    Each call resumes after the last frame yielded, as the keep-alives need: the
+    first call reads ``stream`` and later ones what ``reopen`` gives.
+    """
+
+    def __init__(
+        self,
+        head: Sequence[bytes] = (),
+        *,
+        stream: NumberedEvents | None = None,
+        reopen: Reopen | None = None,
+        after: int = 0,
+        json_of: Callable[[int, BaseEvent], str] | None = None,
+    ) -> None:
+        self._head = deque(head)
+        self._stream = stream
+        self._reopen = reopen
+        self._sent = after
+        self._json_of = json_of
+        """A local run's shared JSON of its events (``RunHandle.json_of``), if any."""
+
+    async def __call__(self) -> AsyncIterator[bytes]:
+        """Yield the frames not yet yielded."""
+        head = self._head
+        while head:
+            yield head.popleft()
+        stream, self._stream = self._stream, None
+        if stream is None and self._reopen is not None:
+            stream = await self._reopen(self._sent)
+        if stream is None:
+            return
+        json_of = self._json_of
+        try:
+            async for event_id, event in stream:
+                self._sent = event_id
+                text = None if json_of is None else json_of(event_id, event)
+                yield encode_frame(event, event_id, text)
+        finally:
+            # A relayed stream holds a wake-up registration until it is closed.
+            await close_iterator(stream)
+
+
+def _local_reopen(handle: RunHandle[Any]) -> Reopen:
+    async def reopen(after: int) -> NumberedEvents:
+        return handle.numbered_events(after)
+
+    return reopen
+
+
+async def _run_frames(
+    state: ServerState, user: UUID, thread_id: str, run_id: str, after: int
+) -> _RunFrames | None:
+    """The caller's run's frames after ``after``, wherever it runs; ``None`` if none.
+
+    Checks ``after`` now, so a bad id is a 4xx rather than a broken stream.
+    """
+    manager = state.manager
+
+    async def reopen(after: int) -> NumberedEvents | None:
+        return await manager.resume(thread_id, run_id, after, user_uuid=user)
+
+    stream = await reopen(after)
+    if stream is None:
+        return None
+    return _RunFrames(stream=stream, reopen=reopen, after=after)
+
+
+def _stream(state: ServerState, frames: _RunFrames) -> StreamingResponse:
+    return event_stream_response(frames, keepalive_interval=state.keepalive_interval)
+
+
+@router.post(
+    "",
+    response_class=StreamingResponse,
+    responses={
+        **_STREAM_RESPONSES,
+        409: {"description": "The run id already ran, or the thread has a live run."},
+    },
+    summary="Run",
+)
+async def run_agent(run_input: RunAgentInput, state: AppState, user: CurrentUser) -> Any:
+    """Start a run and stream its AG-UI events (the AG-UI HTTP convention).
+
+    New messages in ``messages`` must be user messages; messages already stored are
+    recognised by id, so clients may echo the whole history back. A run id runs once,
+    and a thread has at most one live run: either answers 409 (``run_exists`` /
+    ``run_live``) with the run's ``events_url``.
+    """
+    check_run_input(run_input, state.limits)
+    try:
+        handle = await state.runs.start(state, user, run_input)
+    except RunConflictError as exc:
+        return error_response(409, str(exc), code=exc.code, **exc.fields)
+    return _stream(state, _RunFrames(reopen=_local_reopen(handle), json_of=handle.json_of))
+
+
+def _check_run_ids(state: ServerState, thread_id: str, run_id: str) -> None:
+    check_id("thread_id", thread_id, state.limits)
+    check_id("run_id", run_id, state.limits)
+
+
+def _resume_point(after: int | None, last_event_id: str | None) -> int:
+    if last_event_id is not None and last_event_id.strip():
+        try:
+            value = int(last_event_id.strip())
+        except ValueError:
+            raise InvalidInputError(
+                f"Last-Event-ID must be an event number, got {last_event_id[:40]!r}"
+            ) from None
+        if not 0 <= value <= MAX_CURSOR:
+            raise InvalidInputError(f"Last-Event-ID must be between 0 and {MAX_CURSOR}")
+        return value
+    return after or 0
+
+
+@router.get(
+    "/threads/{thread_id}/runs/{run_id}/events",
+    response_class=StreamingResponse,
+    responses=_STREAM_RESPONSES,
+    summary="Resume a run's stream",
+)
+async def resume_run(
+    thread_id: str,
+    run_id: str,
+    state: AppState,
+    user: CurrentUser,
+    after: Annotated[
+        int | None, Query(ge=0, le=MAX_CURSOR, description="Send the events after this number.")
+    ] = None,
+    last_event_id: Annotated[
+        str | None, Header(description="Standard SSE reconnect header; wins over `after`.")
+    ] = None,
+    snapshots: Annotated[
+        bool,
+        Query(
+            description="Start over as `/connect` does: the run's `RUN_STARTED`, the thread's "
+            "snapshots, then the run's events (for clients that check event order and keep "
+            "no event ids). `Last-Event-ID` is then ignored; `after` is refused."
+        ),
+    ] = False,
+) -> Any:
+    """Stream a live (or just finished) run's events after ``Last-Event-ID`` / ``after``.
+
+    With ``snapshots=true`` the stream is one whole AG-UI run instead, as ``/connect``
+    gives it for this run: ``RUN_STARTED``, ``MESSAGES_SNAPSHOT``, ``STATE_SNAPSHOT``,
+    then the run's events.
+    """
+    _check_run_ids(state, thread_id, run_id)
+    if snapshots:
+        if after is not None:
+            raise InvalidInputError(
+                "pass either after or snapshots=true: a stream with snapshots starts the run over"
+            )
+        frames = await _rejoin(state, user, thread_id, run_id)
+    else:
+        point = _resume_point(after, last_event_id)
+        frames = await _run_frames(state, user, thread_id, run_id, point)
+    if frames is None:
+        raise HTTPException(
+            404,
+            detail=f"run {run_id} of thread {thread_id} is not live or recently finished; "
+            "its stored messages are at /api/chats",
+        )
+    return _stream(state, frames)
+
+
+@router.post(
+    "/threads/{thread_id}/runs/{run_id}/cancel",
+    response_model=CancelResult,
+    summary="Cancel a run",
+    responses={
+        409: {"description": "The run is live in another server process (not on PostgreSQL)."}
+    },
+)
+async def cancel_run(thread_id: str, run_id: str, state: AppState, user: CurrentUser) -> Any:
+    """Cancel a live run; its unfinished records become ``interrupted`` before this returns."""
+    _check_run_ids(state, thread_id, run_id)
+    manager = state.manager
+    handle = manager.get(thread_id, run_id, user_uuid=user)
+    if handle is not None:
+        cancelled = handle.cancel()
+        await handle.wait()
+        return CancelResult(
+            thread_id=thread_id,
+            run_id=run_id,
+            cancelled=cancelled,
+            status=handle.outcome or RunStatus.INTERRUPTED,
+        )
+    chat = await state.store.get_chat_by_thread_id(user, thread_id)
+    run = await state.store.get_run(chat.chat_uuid, run_id) if chat is not None else None
+    if chat is None or run is None:
+        raise HTTPException(404, detail=f"run {run_id} of thread {thread_id} not found")
+    cancelled = False
+    if run.status == RunStatus.RUNNING:
+        if not manager.beating(run):
+            raise HTTPException(409, detail=_stale_run_detail(state, run))
+        if manager.relay is None:
+            raise HTTPException(
+                409, detail=f"run {run_id} is live in another server process; cancel it there"
+            )
+        cancelled = await manager.cancel_chat_run(chat.chat_uuid, run_id, wait=True)
+        run = await state.store.get_run(chat.chat_uuid, run_id) or run
+    return CancelResult(thread_id=thread_id, run_id=run_id, cancelled=cancelled, status=run.status)
+
+
+def _stale_run_detail(state: ServerState, run: Run) -> str:
+    """Why a run recorded running cannot be cancelled: its process stopped, and when it ends."""
+    stale_at = run.heartbeat_at + timedelta(seconds=state.stale_after)
+    if state.sweep_interval is None:
+        when = "the next server start or `threadstore sweep`"
+    else:
+        taken_by = max(stale_at, utcnow()) + timedelta(seconds=state.sweep_interval)
+        when = f"this server's sweep, by {taken_by.isoformat(timespec='seconds')}"
+    return (
+        f"run {run.run_id} is not live: its server process ({run.owner}) stopped heartbeating"
+        f" at {run.heartbeat_at.isoformat(timespec='seconds')}; it is finalized as"
+        f" interrupted once its heartbeat is {state.stale_after:g} s old"
+        f" ({stale_at.isoformat(timespec='seconds')}), by {when}"
+    )
+
+
+@router.get(
+    "/threads/{thread_id}/connect",
+    response_class=StreamingResponse,
+    responses=_STREAM_RESPONSES,
+    summary="Connect to a thread",
+)
+async def connect_thread(thread_id: str, state: AppState, user: CurrentUser) -> Any:
+    """Hydrate a thread: its stored history and state as snapshots, then any live run.
+
+    The stream is one AG-UI run: ``RUN_STARTED``, ``MESSAGES_SNAPSHOT``,
+    ``STATE_SNAPSHOT``, then the rest of the live run if there is one (its events
+    keep their ``id``), else ``RUN_FINISHED``.
+    """
+    check_id("thread_id", thread_id, state.limits)
+    live = _live_run(state, user, thread_id)
+    chat = await state.store.get_chat_by_thread_id(user, thread_id)
+    if chat is None and live is None:
+        raise HTTPException(404, detail=f"thread {thread_id} not found")
+    history = await _history(state, chat)
+    frames: _RunFrames | None = None
+    if live is not None:
+        frames = await _connect_live(chat, history, live)
+    elif chat is not None:
+        frames = await _connect_elsewhere(state, chat, history)
+    if frames is None:
+        frames = _connect_idle(thread_id, chat, history)
+    return event_stream_response(frames, keepalive_interval=state.keepalive_interval)
+
+
+async def _rejoin(state: ServerState, user: UUID, thread_id: str, run_id: str) -> _RunFrames | None:
+    """The caller's run as ``/connect`` streams it, wherever it runs; ``None`` if not found."""
+    handle = state.manager.get(thread_id, run_id, user_uuid=user)  # live or just finished
+    chat = await state.store.get_chat_by_thread_id(user, thread_id)
+    history = await _history(state, chat)
+    if handle is not None:
+        return await _connect_live(chat, history, handle)
+    if chat is None:
+        return None
+    return await _join_relayed(state, chat, history, run_id)
+
+
+async def _history(state: ServerState, chat: Chat | None) -> list[Message]:
+    if chat is None:
+        return []
+    return [m async for m in state.store.iter_chat_messages(chat.chat_uuid)]
+
+
+def _live_run(state: ServerState, user: UUID, thread_id: str) -> RunHandle[Any] | None:
+    runs = [
+        handle
+        for handle in state.manager.live_runs()
+        if handle.thread_id == thread_id and handle.user_uuid == user
+    ]
+    return runs[-1] if runs else None
+
+
+def _snapshots(
+    chat: Chat | None, history: Sequence[Message], replayed: Sequence[BaseEvent] = ()
+) -> list[BaseEvent]:
+    """The thread's snapshots for a stream that then replays the ``replayed`` events.
+
+    Messages those events touch are left out of the history, which the events rebuild,
+    so none appears twice.
+    """
+    exclude = {i for event in replayed for i in _message_ids(event)}
+    messages = [m for m in translate_messages(list(history)) if m.id not in exclude]
+    messages += _opened_messages(replayed)
+    state = chat.state if chat is not None and chat.state is not None else {}
+    return [
+        MessagesSnapshotEvent(messages=messages, timestamp=_now_ms()),
+        StateSnapshotEvent(snapshot=state, timestamp=_now_ms()),
+    ]
+
+
+def _connect_idle(thread_id: str, chat: Chat | None, history: Sequence[Message]) -> _RunFrames:
+    run_id = f"connect-{uuid4().hex[:12]}"
+    events = [
+        RunStartedEvent(
+            thread_id=thread_id,
+            run_id=run_id,
+            protocol_version=PROTOCOL_VERSION,
+            timestamp=_now_ms(),
+        ),
+        *_snapshots(chat, history),
+        RunFinishedEvent(thread_id=thread_id, run_id=run_id, timestamp=_now_ms()),
+    ]
+    return _RunFrames([encode_frame(event) for event in events])
+
+
+def _message_ids(event: BaseEvent) -> list[str]:
+    ids = [getattr(event, "message_id", None), getattr(event, "parent_message_id", None)]
+    return [i for i in ids if isinstance(i, str)]
+
+
+_MESSAGE: TypeAdapter[AGUIMessage] = TypeAdapter(AGUIMessage)
+
+
+def _opened_messages(events: Sequence[BaseEvent]) -> list[AGUIMessage]:
+    """The messages ``events`` open, empty, in the order an AG-UI client creates them.
+
+    A client that reconnects after its stream dropped holds part of the run already,
+    and AG-UI clients append to a message whose START names an id they hold, and keep
+    reasoning messages a snapshot does not name when it names none. Named empty in the
+    snapshot, each is reset there and filled by the replayed events as a new one would
+    be, at the place the client would have created it.
+    """
+    opened: dict[str, dict[str, Any]] = {}
+    calls: set[str] = set()
+
+    def open_once(message_id: str, event: BaseEvent, **fields: Any) -> None:
+        if message_id not in opened:
+            subagent = getattr(event, "subagent_run_id", None)
+            owner = {"subagentRunId": subagent} if subagent is not None else {}
+            opened[message_id] = {"id": message_id, **fields, **owner}
+
+    for event in events:
+        if isinstance(event, TextMessageStartEvent | TextMessageChunkEvent) and event.message_id:
+            named = {"name": event.name} if event.name is not None else {}
+            open_once(event.message_id, event, role=event.role or "assistant", content="", **named)
+        elif isinstance(event, ReasoningMessageStartEvent | ReasoningMessageChunkEvent):
+            if event.message_id:
+                open_once(event.message_id, event, role="reasoning", content="")
+        elif isinstance(event, ToolCallStartEvent | ToolCallChunkEvent) and event.tool_call_id:
+            if event.tool_call_id in calls:
+                continue
+            calls.add(event.tool_call_id)
+            parent = event.parent_message_id
+            holder = opened.get(parent) if parent else None
+            if holder is None:
+                # A client makes the named parent, or one named for the call.
+                open_once(parent or event.tool_call_id, event, role="assistant", toolCalls=[])
+            elif holder["role"] != "assistant":
+                open_once(event.tool_call_id, event, role="assistant", toolCalls=[])
+    return [_MESSAGE.validate_python(message) for message in opened.values()]
+
+
+async def _connect_live(
+    chat: Chat | None, history: Sequence[Message], handle: RunHandle[Any]
+) -> _RunFrames:
+    # The history was read before this point, so everything it holds of the live run
+    # came from events up to ``seen``; those messages are left out of the snapshot and
+    # arrive as the run's own events instead, never twice.
+    seen = handle.last_event_id
+    first = handle.first_event_id - 1
+    head: list[tuple[int, BaseEvent]] = []
+    try:
+        if seen > first:
+            pairs = handle.numbered_events(first)
+            try:
+                async for pair in pairs:
+                    head.append(pair)
+                    if pair[0] >= seen:
+                        break
+            finally:
+                await close_iterator(pairs)
+    except EventsDroppedError:  # pragma: no cover - the server keeps whole logs
+        head = []
+    frames = _hydration(chat, history, handle.run_id, head)
+    return _RunFrames(frames, reopen=_local_reopen(handle), after=seen)
+
+
+async def _connect_elsewhere(
+    state: ServerState, chat: Chat, history: Sequence[Message]
+) -> _RunFrames | None:
+    """Frames joining the chat's run live in another process, if there is one."""
+    if state.manager.relay is None:
+        return None
+    live = await state.manager.live_chat_runs(chat.chat_uuid)
+    if not live:
+        return None
+    return await _join_relayed(state, chat, history, live[0])
+
+
+async def _join_relayed(
+    state: ServerState, chat: Chat, history: Sequence[Message], run_id: str
+) -> _RunFrames | None:
+    """Frames joining the chat's run ``run_id`` from its relayed events; ``None`` if none."""
+    manager, relay = state.manager, state.manager.relay
+    if relay is None:
+        return None
+    # Read after the history: the events stored so far, then the rest as they come.
+    head = await relay.read_events(chat.chat_uuid, run_id)
+    seen = head[-1][0] if head else 0
+    rest = await manager.resume_chat_run(chat.chat_uuid, run_id, seen)
+    if rest is None:
+        return None
+    if not head:
+        # The run's first events are still on their way; RUN_STARTED must lead.
+        first = await anext(rest, None)
+        if first is None:
+            return None
+        head, seen = [first], first[0]
+    frames = _hydration(chat, history, run_id, head)
+
+    async def reopen(after: int) -> NumberedEvents | None:
+        return await manager.resume_chat_run(chat.chat_uuid, run_id, after)
+
+    return _RunFrames(frames, stream=rest, reopen=reopen, after=seen)
+
+
+def _hydration(
+    chat: Chat | None,
+    history: Sequence[Message],
+    run_id: str,
+    head: list[tuple[int, BaseEvent]],
+) -> list[bytes]:
+    """The run's ``RUN_STARTED``, the snapshots, then the rest of ``head`` (the run so far).
+
+    ``head`` starts at the run's first event, so every message the run produced (all
+    but its input) is left to its events. The history may hold records of events not in
+    ``head`` (a relayed ``head`` lags the run's writer) and records no event names (the
+    message the store opens for a tool call without a parent).
+    """
+    history = [m for m in history if m.run_id != run_id or m.role == Role.USER]
+    frames: list[bytes] = []
+    if head and head[0][1].type == EventType.RUN_STARTED:
+        event_id, started = head.pop(0)
+        frames.append(encode_frame(started, event_id))
+    replayed = [event for _, event in head]
+    frames.extend(encode_frame(event) for event in _snapshots(chat, history, replayed))
+    snapshot_seen = False
+    for event_id, event in head:
+        snapshot_seen = snapshot_seen or event.type == EventType.STATE_SNAPSHOT
+        # Deltas from before the run's own snapshot are already folded into the
+        # stored state just sent; replaying them would apply them twice.
+        if event.type == EventType.STATE_DELTA and not snapshot_seen:
+            continue
+        frames.append(encode_frame(event, event_id))
+    return frames

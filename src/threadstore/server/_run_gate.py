@@ -1,0 +1,170 @@
+"""Which runs ``POST /agui`` may start: each run id once, one live run per thread.
+
+A client that retries a POST whose answer it lost must not make the agent answer
+twice, so a ``(thread, run id)`` the store or this process already knows is refused
+with a 409 naming where its events and messages are. Two runs on one thread at once
+would interleave their messages in the chat, so a thread with a live run, in this
+process or (by its fresh heartbeat in the store) in another, refuses a second one with
+a 409 naming the live run. In one process the check and the start are atomic. Between
+processes the store decides: it holds one running run per chat (a unique index), and
+the storage agent writes its run record before anything else of the run, so of two
+processes starting runs on one thread at once, one gets the 409 with nothing stored.
+A run left running by an owner that stopped heartbeating does not hold the thread: it
+is finalized as interrupted, as the sweep would, and the new run starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+from urllib.parse import quote
+from uuid import UUID
+
+from ag_ui.core import RunAgentInput
+
+from threadstore.agui import RunHandle, StorageAgent
+from threadstore.errors import ConflictError
+from threadstore.models import RunStatus, utcnow
+from threadstore.server._deps import ServerState
+
+__all__ = ["RunConflictError", "RunGate"]
+
+# get_stale_runs(older_than) lists running runs whose heartbeat is older than its
+# argument; a moment in the future makes that every running run.
+_EVERY_RUNNING_RUN = timedelta(days=1)
+
+
+class RunConflictError(ConflictError):
+    """A run the gate refused: ``code`` says why, ``fields`` go into the 409 body."""
+
+    def __init__(self, message: str, *, code: str, fields: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.code = code
+        self.fields = fields
+
+
+def _events_url(thread_id: str, run_id: str) -> str:
+    return f"/agui/threads/{quote(thread_id, safe='')}/runs/{quote(run_id, safe='')}/events"
+
+
+@dataclass
+class RunGate:
+    """Starts runs for ``POST /agui`` once they pass the checks in the module doc."""
+
+    fresh_within: float
+    """A run recorded running is live while its heartbeat is at most this many seconds old."""
+    _locks: dict[tuple[UUID, str], tuple[asyncio.Lock, int]] = field(default_factory=dict)
+
+    async def start(
+        self, state: ServerState, user: UUID, run_input: RunAgentInput
+    ) -> RunHandle[Any]:
+        """Start the run, or raise :class:`RunConflictError`."""
+        key = (user, run_input.thread_id)
+        lock, users = self._locks.get(key, (asyncio.Lock(), 0))
+        self._locks[key] = (lock, users + 1)
+        try:
+            async with lock:
+                await self._check(state, user, run_input)
+                handle = await state.manager.run(run_input, user)
+                await self._claimed(state, handle, run_input)
+                return handle
+        finally:
+            lock, users = self._locks[key]
+            if users == 1:
+                del self._locks[key]
+            else:
+                self._locks[key] = (lock, users - 1)
+
+    async def _check(self, state: ServerState, user: UUID, run_input: RunAgentInput) -> None:
+        thread_id, run_id = run_input.thread_id, run_input.run_id
+        for handle in state.manager.live_runs():
+            if handle.user_uuid == user and handle.thread_id == thread_id:
+                raise self._live(thread_id, handle.run_id, run_id)
+        retained = state.manager.get(thread_id, run_id, user_uuid=user)
+        if retained is not None:
+            raise self._ran(thread_id, run_id, retained.outcome or RunStatus.COMPLETE, None)
+        chat = await state.store.get_chat_by_thread_id(user, thread_id)
+        if chat is None:
+            return
+        run = await state.store.get_run(chat.chat_uuid, run_id)
+        fresh_since = utcnow() - timedelta(seconds=self.fresh_within)
+        if run is not None:
+            if run.status == RunStatus.RUNNING and run.heartbeat_at >= fresh_since:
+                raise self._live(thread_id, run_id, run_id)
+            raise self._ran(thread_id, run_id, run.status, chat.chat_uuid)
+        running = await state.store.get_stale_runs(utcnow() + _EVERY_RUNNING_RUN)
+        for other in running:
+            if other.chat_uuid != chat.chat_uuid:
+                continue
+            if other.heartbeat_at >= fresh_since:
+                raise self._live(thread_id, other.run_id, run_id)
+            # Its owner stopped heartbeating: it would hold the chat until a sweep.
+            await state.manager.end_stale_run(other)
+
+    async def _claimed(
+        self, state: ServerState, handle: RunHandle[Any], run_input: RunAgentInput
+    ) -> None:
+        """Wait until the run's agent has claimed the chat in the store, or was refused."""
+        agent = handle.agent
+        if not isinstance(agent, StorageAgent):
+            return
+        set_up = asyncio.ensure_future(agent.set_up.wait())
+        ended = asyncio.ensure_future(handle.wait())
+        try:
+            await asyncio.wait((set_up, ended), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            set_up.cancel()
+            ended.cancel()
+        refused = agent.refused_by
+        if refused is None:
+            return
+        # Another process started a run on the thread between _check and this one's
+        # start: the store kept this one out before it wrote anything.
+        state.manager.discard(handle)
+        live = refused.live_run_id
+        if live is not None:
+            raise self._live(run_input.thread_id, live, run_input.run_id)
+        raise RunConflictError(
+            f"thread {run_input.thread_id} had a live run when {run_input.run_id} started;"
+            " it has ended since: start the run again",
+            code="run_live",
+            fields={"thread_id": run_input.thread_id},
+        )
+
+    @staticmethod
+    def _live(thread_id: str, live_run_id: str, run_id: str) -> RunConflictError:
+        url = _events_url(thread_id, live_run_id)
+        if live_run_id == run_id:
+            message = f"run {run_id} of thread {thread_id} is already live; follow it at {url}"
+        else:
+            message = (
+                f"thread {thread_id} already has a live run, {live_run_id}: one run at a time "
+                f"per thread. Follow it at {url}, or cancel it and start {run_id} again"
+            )
+        return RunConflictError(
+            message,
+            code="run_live",
+            fields={"thread_id": thread_id, "run_id": live_run_id, "events_url": url},
+        )
+
+    @staticmethod
+    def _ran(
+        thread_id: str, run_id: str, status: RunStatus, chat_uuid: UUID | None
+    ) -> RunConflictError:
+        url = _events_url(thread_id, run_id)
+        message = (
+            f"run {run_id} of thread {thread_id} already ran ({status}); a run id runs once. "
+            f"Its events replay at {url} for a while after it ends"
+        )
+        fields: dict[str, Any] = {
+            "thread_id": thread_id,
+            "run_id": run_id,
+            "status": str(status),
+            "events_url": url,
+        }
+        if chat_uuid is not None:
+            message += f", its messages are at /api/chats/{chat_uuid}/messages"
+            fields["messages_url"] = f"/api/chats/{chat_uuid}/messages"
+        return RunConflictError(message, code="run_exists", fields=fields)

@@ -1,0 +1,1022 @@
+"""Contract: messages, nested tool calls and reasoning, the message tree and pagination."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+import pytest
+
+from threadstore import (
+    ChatCreate,
+    ConflictError,
+    InvalidInputError,
+    MediaPart,
+    Message,
+    MessageCreate,
+    MessageReasoningCreate,
+    MessageReasoningUpdate,
+    MessageStatus,
+    MessageToolCallCreate,
+    MessageToolCallUpdate,
+    MessageUpdate,
+    NotFoundError,
+    Reasoning,
+    Role,
+    Store,
+    TextPart,
+    ToolCall,
+)
+from threadstore.models import FORMAT_VERSION
+from threadstore.store import MAX_PAGE_SIZE
+from threadstore.testing._suite import AddMessage, MakeChat, OpenStore, Repository, stored_chat
+
+NOT_UTF8 = b"\xff\xfe\x00\x80binary\xc3"
+
+
+def contents(messages: object) -> list[str]:
+    """The contents of a sequence of messages, in order."""
+    return [m.content for m in messages]  # type: ignore[attr-defined]
+
+
+# --- create and read -------------------------------------------------------------------------
+
+
+async def test_create_message_returns_every_given_field(
+    repo: Repository, make_chat: MakeChat
+) -> None:
+    chat = await make_chat()
+    message_uuid = uuid.uuid4()
+    at = datetime(2024, 5, 1, 12, 30, 15, 123456, tzinfo=UTC)
+
+    message = await repo.create_message(
+        MessageCreate(
+            chat_uuid=chat.chat_uuid,
+            message_uuid=message_uuid,
+            role=Role.USER,
+            content="Hello, wörld ✓",
+            agui_id="msg-1",
+            name="alice",
+            encrypted_value="enc",
+            status=MessageStatus.COMPLETE,
+            in_progress=False,
+            step_name="planner",
+            run_id="run-1",
+            metadata={"client": {"ip": "127.0.0.1"}, "n": [1, 2]},
+            created_at=at,
+        )
+    )
+
+    assert message.message_uuid == message_uuid
+    assert message.chat_uuid == chat.chat_uuid
+    assert message.parent_uuid is None
+    assert message.role == Role.USER
+    assert message.content == "Hello, wörld ✓"
+    assert message.agui_id == "msg-1"
+    assert message.name == "alice"
+    assert message.encrypted_value == "enc"
+    assert message.status == MessageStatus.COMPLETE
+    assert message.in_progress is False
+    assert message.step_name == "planner"
+    assert message.run_id == "run-1"
+    assert message.metadata == {"client": {"ip": "127.0.0.1"}, "n": [1, 2]}
+    assert message.created_at == at
+    assert message.format_version == FORMAT_VERSION
+    assert message.tool_calls == [] and message.reasonings == []
+    assert await repo.get_message(message_uuid) == message
+
+
+async def test_create_message_defaults(repo: Repository, make_chat: MakeChat) -> None:
+    chat = await make_chat()
+
+    message = await repo.create_message(MessageCreate(chat_uuid=chat.chat_uuid))
+
+    assert message.role == Role.USER  # as in the seed layer
+    assert message.content == ""
+    assert message.status == MessageStatus.ACTIVE
+    assert message.in_progress is True
+    assert message.agui_id is None and message.run_id is None
+    assert message.content_parts is None
+    assert message.metadata == {}
+    assert message.created_at.tzinfo is not None
+
+
+async def test_create_message_without_chat_uuid_raises_value_error(repo: Repository) -> None:
+    with pytest.raises(ValueError, match="chat_uuid"):
+        await repo.create_message(MessageCreate(content="orphan"))
+
+
+async def test_create_message_for_an_unknown_chat_raises_value_error(repo: Repository) -> None:
+    unknown = uuid.uuid4()
+    with pytest.raises(ValueError):
+        await repo.create_message(MessageCreate(chat_uuid=unknown, content="orphan"))
+    assert list(await repo.get_chat_messages(unknown)) == []
+
+
+async def test_a_tool_call_or_reasoning_step_with_an_existing_uuid_is_rejected(
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    chat = await make_chat()
+    message = await add_message(chat, "answer")
+    call = await repo.create_message_tool_call(
+        MessageToolCallCreate(message_uuid=message.message_uuid, tool_call_id="c1", name="f")
+    )
+    step = await repo.create_message_reasoning(
+        MessageReasoningCreate(message_uuid=message.message_uuid, content="thinking")
+    )
+
+    with pytest.raises(ConflictError):
+        await repo.create_message_tool_call(
+            MessageToolCallCreate(
+                message_uuid=message.message_uuid, uuid=call.uuid, tool_call_id="c2", name="g"
+            )
+        )
+    with pytest.raises(ConflictError):
+        await repo.create_message_reasoning(
+            MessageReasoningCreate(message_uuid=message.message_uuid, uuid=step.uuid)
+        )
+
+    stored = await repo.get_message(message.message_uuid)
+    assert stored is not None
+    assert [(c.tool_call_id, c.seq) for c in stored.tool_calls] == [("c1", 1)]
+    assert [(r.content, r.seq) for r in stored.reasonings] == [("thinking", 2)]
+
+
+async def test_create_message_with_an_existing_uuid_is_rejected(
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    chat = await make_chat()
+    original = await add_message(chat, "original")
+
+    with pytest.raises(ConflictError):
+        await add_message(chat, "impostor", message_uuid=original.message_uuid)
+
+    assert await repo.get_message(original.message_uuid) == original
+    assert contents(await repo.get_chat_messages(chat.chat_uuid)) == ["original"]
+
+
+async def test_message_seq_grows_in_creation_order(
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    chat = await make_chat()
+    seqs = [(await add_message(chat, str(i))).seq for i in range(5)]
+    assert seqs == sorted(seqs)
+    assert len(set(seqs)) == 5
+
+
+@pytest.mark.parametrize("role", list(Role))
+async def test_every_role_round_trips(repo: Repository, make_chat: MakeChat, role: Role) -> None:
+    chat = await make_chat()
+    message = await repo.create_message(MessageCreate(chat_uuid=chat.chat_uuid, role=role))
+    stored = await repo.get_message(message.message_uuid)
+    assert stored is not None and stored.role == role
+
+
+async def test_activity_message_round_trips(repo: Repository, make_chat: MakeChat) -> None:
+    chat = await make_chat()
+    activity = {"steps": [{"title": "search", "done": True}], "progress": 0.5}
+
+    message = await repo.create_message(
+        MessageCreate(
+            chat_uuid=chat.chat_uuid,
+            role=Role.ACTIVITY,
+            activity_type="PLAN",
+            activity_content=activity,
+        )
+    )
+
+    stored = await repo.get_message(message.message_uuid)
+    assert stored is not None
+    assert (stored.activity_type, stored.activity_content) == ("PLAN", activity)
+
+
+async def test_content_parts_round_trip_with_binary_data(
+    repo: Repository, make_chat: MakeChat
+) -> None:
+    chat = await make_chat()
+    parts: list[TextPart | MediaPart] = [
+        TextPart(text="What is in this picture?"),
+        MediaPart(type="image", data=NOT_UTF8, mime_type="image/png"),
+        MediaPart(type="document", source="url", value="https://example.com/a.pdf"),
+    ]
+
+    message = await repo.create_message(
+        MessageCreate(chat_uuid=chat.chat_uuid, role=Role.USER, content_parts=parts)
+    )
+
+    stored = await repo.get_message(message.message_uuid)
+    assert stored is not None
+    assert stored.content_parts == parts
+    image = stored.content_parts[1]
+    assert isinstance(image, MediaPart) and image.data == NOT_UTF8
+
+
+async def test_empty_strings_round_trip_as_empty_strings(
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    chat = await make_chat()
+    message = await add_message(chat, "", name="", step_name="")
+    tool_call = await repo.create_message_tool_call(
+        MessageToolCallCreate(
+            message_uuid=message.message_uuid, tool_call_id="tc", name="f", arguments="", content=""
+        )
+    )
+    reasoning = await repo.create_message_reasoning(
+        MessageReasoningCreate(message_uuid=message.message_uuid, content="", encrypted_value="")
+    )
+
+    stored = await repo.get_message(message.message_uuid)
+    assert stored is not None
+    assert (stored.content, stored.name, stored.step_name) == ("", "", "")
+    assert stored.tool_calls == [tool_call]
+    assert (stored.tool_calls[0].arguments, stored.tool_calls[0].content) == ("", "")
+    assert stored.reasonings == [reasoning]
+    assert (stored.reasonings[0].content, stored.reasonings[0].encrypted_value) == ("", "")
+
+
+async def test_get_message_of_unknown_uuid_returns_none(
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    await add_message(await make_chat(), "x")
+    assert await repo.get_message(uuid.uuid4()) is None
+
+
+async def test_get_message_by_agui_id_is_scoped_to_its_chat(
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    chat, other = await make_chat(), await make_chat()
+    mine = await add_message(chat, "mine", agui_id="same-id")
+    theirs = await add_message(other, "theirs", agui_id="same-id")
+
+    assert await repo.get_message_by_agui_id(chat.chat_uuid, "same-id") == mine
+    assert await repo.get_message_by_agui_id(other.chat_uuid, "same-id") == theirs
+    assert await repo.get_message_by_agui_id(chat.chat_uuid, "unknown") is None
+    assert await repo.get_message_by_agui_id(uuid.uuid4(), "same-id") is None
+
+
+async def test_every_record_is_readable_right_after_its_create(
+    repo: Repository, make_chat: MakeChat
+) -> None:
+    for i in range(5):
+        chat = await make_chat()
+        assert await stored_chat(repo, chat) == chat
+        message = await repo.create_message(
+            MessageCreate(chat_uuid=chat.chat_uuid, agui_id=f"m{i}")
+        )
+        assert await repo.get_message(message.message_uuid) == message
+        assert await repo.get_message_by_agui_id(chat.chat_uuid, f"m{i}") == message
+        tool_call = await repo.create_message_tool_call(
+            MessageToolCallCreate(message_uuid=message.message_uuid, tool_call_id=f"t{i}", name="f")
+        )
+        assert await repo.get_tool_call_by_agui_id(message.message_uuid, f"t{i}") == tool_call
+        reasoning = await repo.create_message_reasoning(
+            MessageReasoningCreate(message_uuid=message.message_uuid)
+        )
+        stored = await repo.get_message(message.message_uuid)
+        assert stored is not None and stored.reasonings == [reasoning]
+
+
+# --- update ----------------------------------------------------------------------------------
+
+
+async def test_update_message_applies_only_explicitly_set_non_none_fields(
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    chat = await make_chat()
+    message = await add_message(
+        chat, "draft", name="bot", step_name="s1", metadata={"a": 1}, encrypted_value="e"
+    )
+
+    updated = await repo.update_message(
+        message.message_uuid,
+        MessageUpdate(content="final", name=None, status=MessageStatus.COMPLETE, in_progress=False),
+    )
+
+    assert updated is not None
+    assert updated.content == "final"
+    assert updated.status == MessageStatus.COMPLETE
+    assert updated.in_progress is False
+    assert updated.name == "bot"
+    assert updated.step_name == "s1"
+    assert updated.metadata == {"a": 1}
+    assert updated.encrypted_value == "e"
+    assert updated.message_uuid == message.message_uuid
+    assert updated.seq == message.seq
+    assert await repo.get_message(message.message_uuid) == updated
+
+
+async def test_update_message_can_set_every_patchable_field(
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    message = await add_message(await make_chat(), "x")
+    parts = [TextPart(text="t"), MediaPart(type="audio", data=NOT_UTF8)]
+
+    updated = await repo.update_message(
+        message.message_uuid,
+        MessageUpdate(
+            content="y",
+            content_parts=parts,
+            name="n",
+            encrypted_value="enc",
+            activity_content={"k": [1]},
+            status=MessageStatus.ERRORED,
+            in_progress=False,
+            step_name="step",
+            metadata={"m": True},
+        ),
+    )
+
+    stored = await repo.get_message(message.message_uuid)
+    assert stored == updated
+    assert stored is not None
+    assert stored.content == "y"
+    assert stored.content_parts == parts
+    assert (stored.name, stored.encrypted_value, stored.step_name) == ("n", "enc", "step")
+    assert stored.activity_content == {"k": [1]}
+    assert (stored.status, stored.in_progress) == (MessageStatus.ERRORED, False)
+    assert stored.metadata == {"m": True}
+
+
+async def test_update_message_to_an_empty_string_clears_the_content(
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    message = await add_message(await make_chat(), "something")
+
+    await repo.update_message(message.message_uuid, MessageUpdate(content=""))
+
+    stored = await repo.get_message(message.message_uuid)
+    assert stored is not None and stored.content == ""
+
+
+async def test_update_message_with_an_empty_patch_changes_nothing(
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    message = await add_message(await make_chat(), "kept", metadata={"a": 1})
+
+    updated = await repo.update_message(message.message_uuid, MessageUpdate())
+
+    assert updated is not None
+    assert (updated.content, updated.metadata) == ("kept", {"a": 1})
+
+
+async def test_update_message_of_unknown_uuid_returns_none(repo: Repository) -> None:
+    assert await repo.update_message(uuid.uuid4(), MessageUpdate(content="x")) is None
+
+
+async def test_mutating_a_returned_message_does_not_change_the_stored_message(
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    chat = await make_chat()
+    message = await add_message(chat, "hi", metadata={"list": [1]})
+    await repo.create_message_tool_call(
+        MessageToolCallCreate(message_uuid=message.message_uuid, tool_call_id="t", name="f")
+    )
+
+    fetched = await repo.get_message(message.message_uuid)
+    assert fetched is not None
+    fetched.metadata["list"].append(2)
+    fetched.tool_calls[0].name = "changed"
+    fetched.tool_calls.clear()
+    fetched.content = "changed"
+    listed = (await repo.get_chat_messages(chat.chat_uuid))[0]
+    listed.metadata.clear()
+
+    stored = await repo.get_message(message.message_uuid)
+    assert stored is not None
+    assert stored.content == "hi"
+    assert stored.metadata == {"list": [1]}
+    assert [tc.name for tc in stored.tool_calls] == ["f"]
+
+
+# --- tool calls ------------------------------------------------------------------------------
+
+
+async def test_create_tool_call_returns_every_given_field(
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    message = await add_message(await make_chat(), "")
+    tool_uuid = uuid.uuid4()
+
+    tool_call = await repo.create_message_tool_call(
+        MessageToolCallCreate(
+            uuid=tool_uuid,
+            message_uuid=message.message_uuid,
+            tool_call_id="call-1",
+            name="get_weather",
+            arguments='{"city": "Oslo"}',
+            content="sunny",
+            result_message_id="tool-msg-1",
+            error=None,
+            status=MessageStatus.COMPLETE,
+            in_progress=False,
+            step_name="tools",
+            metadata={"latency_ms": 12},
+        )
+    )
+
+    assert tool_call.uuid == tool_uuid
+    assert tool_call.message_uuid == message.message_uuid
+    assert (tool_call.tool_call_id, tool_call.name) == ("call-1", "get_weather")
+    assert tool_call.arguments == '{"city": "Oslo"}'
+    assert (tool_call.content, tool_call.result_message_id) == ("sunny", "tool-msg-1")
+    assert tool_call.error is None
+    assert (tool_call.status, tool_call.in_progress) == (MessageStatus.COMPLETE, False)
+    assert tool_call.step_name == "tools"
+    assert tool_call.metadata == {"latency_ms": 12}
+    assert tool_call.format_version == FORMAT_VERSION
+    assert await repo.get_tool_call_by_agui_id(message.message_uuid, "call-1") == tool_call
+
+
+async def test_create_tool_call_for_an_unknown_message_raises_value_error(repo: Repository) -> None:
+    with pytest.raises(ValueError):
+        await repo.create_message_tool_call(
+            MessageToolCallCreate(message_uuid=uuid.uuid4(), tool_call_id="t", name="f")
+        )
+
+
+async def test_tool_calls_are_nested_in_their_message_in_creation_order(
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    chat = await make_chat()
+    message = await add_message(chat, "")
+    other = await add_message(chat, "")
+    created = [
+        await repo.create_message_tool_call(
+            MessageToolCallCreate(message_uuid=message.message_uuid, tool_call_id=f"c{i}", name="f")
+        )
+        for i in range(3)
+    ]
+    await repo.create_message_tool_call(
+        MessageToolCallCreate(message_uuid=other.message_uuid, tool_call_id="c0", name="g")
+    )
+
+    stored = await repo.get_message(message.message_uuid)
+    assert stored is not None and stored.tool_calls == created
+    branch = await repo.get_chat_messages(chat.chat_uuid)
+    assert branch[0].tool_calls == created
+    assert [tc.name for tc in branch[1].tool_calls] == ["g"]
+
+
+async def test_get_tool_call_by_agui_id_is_scoped_to_its_message(
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    chat = await make_chat()
+    first, second = await add_message(chat, ""), await add_message(chat, "")
+    a = await repo.create_message_tool_call(
+        MessageToolCallCreate(message_uuid=first.message_uuid, tool_call_id="same", name="a")
+    )
+    b = await repo.create_message_tool_call(
+        MessageToolCallCreate(message_uuid=second.message_uuid, tool_call_id="same", name="b")
+    )
+
+    assert await repo.get_tool_call_by_agui_id(first.message_uuid, "same") == a
+    assert await repo.get_tool_call_by_agui_id(second.message_uuid, "same") == b
+    assert await repo.get_tool_call_by_agui_id(first.message_uuid, "other") is None
+    assert await repo.get_tool_call_by_agui_id(uuid.uuid4(), "same") is None
+
+
+async def test_update_tool_call_applies_only_explicitly_set_non_none_fields(
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    message = await add_message(await make_chat(), "")
+    tool_call = await repo.create_message_tool_call(
+        MessageToolCallCreate(
+            message_uuid=message.message_uuid,
+            tool_call_id="call",
+            name="search",
+            arguments='{"q":',
+            step_name="s",
+            metadata={"k": 1},
+        )
+    )
+
+    updated = await repo.update_message_tool_call(
+        tool_call.uuid,
+        MessageToolCallUpdate(
+            arguments='{"q": "x"}', content="result", name=None, status=MessageStatus.COMPLETE
+        ),
+    )
+
+    assert updated is not None
+    assert updated.arguments == '{"q": "x"}'
+    assert updated.content == "result"
+    assert updated.status == MessageStatus.COMPLETE
+    assert updated.name == "search"
+    assert updated.step_name == "s"
+    assert updated.metadata == {"k": 1}
+    assert updated.in_progress is True
+    assert await repo.get_tool_call_by_agui_id(message.message_uuid, "call") == updated
+    stored = await repo.get_message(message.message_uuid)
+    assert stored is not None and stored.tool_calls == [updated]
+
+
+async def test_update_tool_call_can_set_every_patchable_field(
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    message = await add_message(await make_chat(), "")
+    tool_call = await repo.create_message_tool_call(
+        MessageToolCallCreate(message_uuid=message.message_uuid, tool_call_id="c", name="f")
+    )
+
+    await repo.update_message_tool_call(
+        tool_call.uuid,
+        MessageToolCallUpdate(
+            name="g",
+            arguments="{}",
+            content="out",
+            result_message_id="r1",
+            error="boom",
+            status=MessageStatus.ERRORED,
+            in_progress=False,
+            step_name="st",
+            metadata={"x": [1]},
+        ),
+    )
+
+    stored = await repo.get_tool_call_by_agui_id(message.message_uuid, "c")
+    assert stored is not None
+    assert (stored.name, stored.arguments, stored.content) == ("g", "{}", "out")
+    assert (stored.result_message_id, stored.error) == ("r1", "boom")
+    assert (stored.status, stored.in_progress) == (MessageStatus.ERRORED, False)
+    assert (stored.step_name, stored.metadata) == ("st", {"x": [1]})
+
+
+async def test_update_tool_call_of_unknown_uuid_returns_none(repo: Repository) -> None:
+    assert (
+        await repo.update_message_tool_call(uuid.uuid4(), MessageToolCallUpdate(name="x")) is None
+    )
+
+
+# --- reasoning -------------------------------------------------------------------------------
+
+
+async def test_create_reasoning_returns_every_given_field(
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    message = await add_message(await make_chat(), "")
+    reasoning_uuid = uuid.uuid4()
+
+    reasoning = await repo.create_message_reasoning(
+        MessageReasoningCreate(
+            uuid=reasoning_uuid,
+            message_uuid=message.message_uuid,
+            agui_id="r-1",
+            name="think",
+            content="Let me see",
+            encrypted_value="opaque",
+            status=MessageStatus.COMPLETE,
+            in_progress=False,
+            step_name="plan",
+            metadata={"tokens": 5},
+        )
+    )
+
+    assert reasoning.uuid == reasoning_uuid
+    assert reasoning.message_uuid == message.message_uuid
+    assert (reasoning.agui_id, reasoning.name) == ("r-1", "think")
+    assert (reasoning.content, reasoning.encrypted_value) == ("Let me see", "opaque")
+    assert (reasoning.status, reasoning.in_progress) == (MessageStatus.COMPLETE, False)
+    assert (reasoning.step_name, reasoning.metadata) == ("plan", {"tokens": 5})
+    assert reasoning.format_version == FORMAT_VERSION
+    stored = await repo.get_message(message.message_uuid)
+    assert stored is not None and stored.reasonings == [reasoning]
+
+
+async def test_create_reasoning_for_an_unknown_message_raises_value_error(repo: Repository) -> None:
+    with pytest.raises(ValueError):
+        await repo.create_message_reasoning(MessageReasoningCreate(message_uuid=uuid.uuid4()))
+
+
+async def test_update_reasoning_applies_only_explicitly_set_non_none_fields(
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    message = await add_message(await make_chat(), "")
+    reasoning = await repo.create_message_reasoning(
+        MessageReasoningCreate(
+            message_uuid=message.message_uuid, content="Let", name="r", metadata={"a": 1}
+        )
+    )
+
+    updated = await repo.update_message_reasoning(
+        reasoning.uuid,
+        MessageReasoningUpdate(content="Let me think", name=None, in_progress=False),
+    )
+
+    assert updated is not None
+    assert updated.content == "Let me think"
+    assert updated.in_progress is False
+    assert updated.name == "r"
+    assert updated.metadata == {"a": 1}
+    assert updated.status == MessageStatus.ACTIVE
+    stored = await repo.get_message(message.message_uuid)
+    assert stored is not None and stored.reasonings == [updated]
+
+
+async def test_update_reasoning_can_set_every_patchable_field(
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    message = await add_message(await make_chat(), "")
+    reasoning = await repo.create_message_reasoning(
+        MessageReasoningCreate(message_uuid=message.message_uuid)
+    )
+
+    await repo.update_message_reasoning(
+        reasoning.uuid,
+        MessageReasoningUpdate(
+            name="n",
+            content="c",
+            encrypted_value="e",
+            status=MessageStatus.INTERRUPTED,
+            in_progress=False,
+            step_name="s",
+            metadata={"m": None},
+        ),
+    )
+
+    stored = await repo.get_message(message.message_uuid)
+    assert stored is not None
+    (only,) = stored.reasonings
+    assert (only.name, only.content, only.encrypted_value) == ("n", "c", "e")
+    assert (only.status, only.in_progress) == (MessageStatus.INTERRUPTED, False)
+    assert (only.step_name, only.metadata) == ("s", {"m": None})
+
+
+async def test_update_reasoning_of_unknown_uuid_returns_none(repo: Repository) -> None:
+    assert (
+        await repo.update_message_reasoning(uuid.uuid4(), MessageReasoningUpdate(content="x"))
+        is None
+    )
+
+
+async def test_reasoning_and_tool_calls_keep_their_production_order(
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    message = await add_message(await make_chat(), "")
+    first = await repo.create_message_reasoning(
+        MessageReasoningCreate(message_uuid=message.message_uuid, content="think 1")
+    )
+    call = await repo.create_message_tool_call(
+        MessageToolCallCreate(message_uuid=message.message_uuid, tool_call_id="c", name="f")
+    )
+    second = await repo.create_message_reasoning(
+        MessageReasoningCreate(message_uuid=message.message_uuid, content="think 2")
+    )
+
+    stored = await repo.get_message(message.message_uuid)
+    assert stored is not None
+    assert [r.content for r in stored.reasonings] == ["think 1", "think 2"]
+    positions = {r.uuid: r.seq for r in stored.reasonings} | {
+        tc.uuid: tc.seq for tc in stored.tool_calls
+    }
+    assert positions[first.uuid] < positions[call.uuid] < positions[second.uuid]
+
+
+# --- history, pagination, last messages ------------------------------------------------------
+
+
+async def test_get_chat_messages_returns_the_history_oldest_first(
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    chat = await make_chat()
+    other = await make_chat()
+    for text in ("one", "two", "three"):
+        await add_message(chat, text)
+    await add_message(other, "elsewhere")
+
+    history = await repo.get_chat_messages(chat.chat_uuid)
+
+    assert contents(history) == ["one", "two", "three"]
+    assert [m.seq for m in history] == sorted(m.seq for m in history)
+
+
+async def test_get_chat_messages_of_an_empty_or_unknown_chat_is_empty(
+    repo: Repository, make_chat: MakeChat
+) -> None:
+    chat = await make_chat()
+    assert list(await repo.get_chat_messages(chat.chat_uuid)) == []
+    assert list(await repo.get_chat_messages(uuid.uuid4())) == []
+
+
+async def test_get_chat_messages_pages_by_seq(
+    store: Store, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    chat = await make_chat()
+    messages = [await add_message(chat, str(i)) for i in range(6)]
+    seq = [m.seq for m in messages]
+
+    async def page(**kwargs: int) -> list[str]:
+        return contents(await store.get_chat_messages(chat.chat_uuid, **kwargs))
+
+    assert await page(limit=2) == ["0", "1"]
+    assert await page(after=seq[1]) == ["2", "3", "4", "5"]
+    assert await page(after=seq[1], limit=2) == ["2", "3"]
+    assert await page(before=seq[3]) == ["0", "1", "2"]
+    assert await page(before=seq[4], limit=2) == ["2", "3"]
+    assert await page(after=seq[0], before=seq[4]) == ["1", "2", "3"]
+    assert await page(after=seq[5]) == []
+    assert await page(before=seq[0]) == []
+    assert await page(limit=MAX_PAGE_SIZE) == [str(i) for i in range(6)]
+
+
+async def test_walking_pages_with_after_returns_every_message_once(
+    store: Store, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    chat = await make_chat()
+    for i in range(7):
+        await add_message(chat, str(i))
+
+    seen: list[str] = []
+    after: int | None = None
+    for _ in range(4):  # three pages of at most 3, then an empty one
+        page = await store.get_chat_messages(chat.chat_uuid, after=after, limit=3)
+        if not page:
+            break
+        seen.extend(contents(page))
+        after = page[-1].seq
+
+    assert seen == [str(i) for i in range(7)]
+    iterated: list[str] = []
+    async for message in store.iter_chat_messages(chat.chat_uuid, page_size=2):
+        iterated.append(message.content)
+        if len(iterated) > len(seen):
+            break
+    assert iterated == seen
+
+
+@pytest.mark.parametrize("limit", [0, -5, MAX_PAGE_SIZE + 1])
+async def test_get_chat_messages_rejects_an_invalid_limit(
+    store: Store, make_chat: MakeChat, limit: int
+) -> None:
+    chat = await make_chat()
+    with pytest.raises(InvalidInputError):
+        await store.get_chat_messages(chat.chat_uuid, limit=limit)
+
+
+async def test_get_last_messages_maps_only_chats_with_messages(
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    busy, quiet, empty = await make_chat(), await make_chat(), await make_chat()
+    await add_message(busy, "first")
+    newest = await add_message(busy, "second")
+    only = await add_message(quiet, "only")
+    await add_message(await make_chat(), "not asked for")
+    unknown = uuid.uuid4()
+
+    last = await repo.get_last_messages([busy.chat_uuid, quiet.chat_uuid, empty.chat_uuid, unknown])
+
+    assert last == {busy.chat_uuid: newest, quiet.chat_uuid: only}
+    assert await repo.get_last_messages([]) == {}
+
+
+# --- the message tree ------------------------------------------------------------------------
+
+
+async def test_messages_chain_onto_the_active_leaf_by_default(
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    chat = await make_chat()
+    first = await add_message(chat, "1")
+    second = await add_message(chat, "2")
+    third = await add_message(chat, "3")
+
+    assert first.parent_uuid is None
+    assert second.parent_uuid == first.message_uuid
+    assert third.parent_uuid == second.message_uuid
+    stored = await stored_chat(repo, chat)
+    assert stored is not None and stored.active_leaf_uuid == third.message_uuid
+
+
+async def test_an_explicit_earlier_parent_starts_a_branch_that_becomes_active(
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    chat = await make_chat()
+    question = await add_message(chat, "question", role=Role.USER)
+    answer = await add_message(chat, "answer")
+    await add_message(chat, "follow-up", role=Role.USER)
+
+    regenerated = await add_message(chat, "better answer", parent_uuid=question.message_uuid)
+
+    assert regenerated.parent_uuid == question.message_uuid
+    assert contents(await repo.get_chat_messages(chat.chat_uuid)) == ["question", "better answer"]
+    stored = await stored_chat(repo, chat)
+    assert stored is not None and stored.active_leaf_uuid == regenerated.message_uuid
+    assert await repo.get_last_messages([chat.chat_uuid]) == {chat.chat_uuid: regenerated}
+    # The old branch is kept, not deleted.
+    assert await repo.get_message(answer.message_uuid) == answer
+    continued = await add_message(chat, "thanks", role=Role.USER)
+    assert continued.parent_uuid == regenerated.message_uuid
+
+
+async def test_set_active_leaf_switches_the_branch_the_history_follows(
+    store: Store, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    chat = await make_chat()
+    root = await add_message(chat, "root")
+    await add_message(chat, "a1")
+    old_leaf = await add_message(chat, "a2")
+    new_leaf = await add_message(chat, "b1", parent_uuid=root.message_uuid)
+
+    switched = await store.set_active_leaf(chat.chat_uuid, old_leaf.message_uuid)
+
+    assert switched is not None and switched.active_leaf_uuid == old_leaf.message_uuid
+    assert contents(await store.get_chat_messages(chat.chat_uuid)) == ["root", "a1", "a2"]
+    assert await store.get_last_messages([chat.chat_uuid]) == {chat.chat_uuid: old_leaf}
+    appended = await add_message(chat, "a3")
+    assert appended.parent_uuid == old_leaf.message_uuid
+
+    await store.set_active_leaf(chat.chat_uuid, new_leaf.message_uuid)
+    assert contents(await store.get_chat_messages(chat.chat_uuid)) == ["root", "b1"]
+
+
+async def test_set_active_leaf_to_an_inner_message_shortens_the_history(
+    store: Store, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    chat = await make_chat()
+    first = await add_message(chat, "1")
+    await add_message(chat, "2")
+
+    await store.set_active_leaf(chat.chat_uuid, first.message_uuid)
+
+    assert contents(await store.get_chat_messages(chat.chat_uuid)) == ["1"]
+
+
+async def test_pagination_follows_the_active_branch(
+    store: Store, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    chat = await make_chat()
+    root = await add_message(chat, "root")
+    await add_message(chat, "a1")
+    await add_message(chat, "a2")
+    b1 = await add_message(chat, "b1", parent_uuid=root.message_uuid)
+    await add_message(chat, "b2")
+
+    assert contents(await store.get_chat_messages(chat.chat_uuid, after=root.seq)) == ["b1", "b2"]
+    assert contents(await store.get_chat_messages(chat.chat_uuid, limit=2)) == ["root", "b1"]
+    assert contents(await store.get_chat_messages(chat.chat_uuid, before=b1.seq)) == ["root"]
+
+
+async def test_a_parent_from_another_chat_or_unknown_is_rejected(
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    chat, other = await make_chat(), await make_chat()
+    mine = await add_message(chat, "mine")
+    foreign = await add_message(other, "foreign")
+
+    with pytest.raises(ValueError):
+        await add_message(chat, "x", parent_uuid=foreign.message_uuid)
+    with pytest.raises(NotFoundError):
+        await add_message(chat, "x", parent_uuid=uuid.uuid4())
+    assert contents(await repo.get_chat_messages(chat.chat_uuid)) == ["mine"]
+    assert (await repo.get_last_messages([chat.chat_uuid]))[chat.chat_uuid] == mine
+
+
+# --- subclassed models -----------------------------------------------------------------------
+
+
+class TeamMessage(Message):
+    """A message with app-specific fields the base schema has no column for."""
+
+    team: str = ""
+    blob: bytes | None = None
+
+
+class TeamMessageCreate(MessageCreate):
+    """The create DTO matching :class:`TeamMessage`."""
+
+    team: str = ""
+    blob: bytes | None = None
+
+
+class TeamMessageUpdate(MessageUpdate):
+    """The update DTO matching :class:`TeamMessage`."""
+
+    team: str | None = None
+    blob: bytes | None = None
+
+
+class TracedToolCall(ToolCall):
+    """A tool call carrying a trace id and a raw payload."""
+
+    trace_id: str = ""
+    payload: bytes | None = None
+
+
+class TracedToolCallCreate(MessageToolCallCreate):
+    """The create DTO matching :class:`TracedToolCall`."""
+
+    trace_id: str = ""
+    payload: bytes | None = None
+
+
+class TracedToolCallUpdate(MessageToolCallUpdate):
+    """The update DTO matching :class:`TracedToolCall`."""
+
+    trace_id: str | None = None
+
+
+class ScoredReasoning(Reasoning):
+    """A reasoning step with a score."""
+
+    score: float = 0.0
+
+
+class ScoredReasoningCreate(MessageReasoningCreate):
+    """The create DTO matching :class:`ScoredReasoning`."""
+
+    score: float = 0.0
+
+
+async def test_a_message_subclass_keeps_its_own_fields_through_create_update_and_read(
+    open_test_store: OpenStore,
+) -> None:
+    store = await open_test_store(message_model=TeamMessage)
+    chat = await store.create_chat(ChatCreate(user_uuid=uuid.uuid4(), thread_id="t"))
+
+    created = await store.create_message(
+        TeamMessageCreate(
+            chat_uuid=chat.chat_uuid, agui_id="m1", content="hi", team="core", blob=NOT_UTF8
+        )
+    )
+    assert isinstance(created, TeamMessage)
+    assert (created.team, created.blob) == ("core", NOT_UTF8)
+
+    updated = await store.update_message(
+        created.message_uuid, TeamMessageUpdate(team="platform", content="hi!")
+    )
+    assert isinstance(updated, TeamMessage)
+    assert (updated.team, updated.blob, updated.content) == ("platform", NOT_UTF8, "hi!")
+
+    reads = [
+        await store.get_message(created.message_uuid),
+        await store.get_message_by_agui_id(chat.chat_uuid, "m1"),
+        (await store.get_chat_messages(chat.chat_uuid))[0],
+        (await store.get_last_messages([chat.chat_uuid]))[chat.chat_uuid],
+    ]
+    for read in reads:
+        assert isinstance(read, TeamMessage)
+        assert (read.team, read.blob, read.content) == ("platform", NOT_UTF8, "hi!")
+
+    # A base update leaves the subclass fields alone.
+    await store.update_message(created.message_uuid, MessageUpdate(status=MessageStatus.COMPLETE))
+    stored = await store.get_message(created.message_uuid)
+    assert isinstance(stored, TeamMessage)
+    assert (stored.team, stored.blob) == ("platform", NOT_UTF8)
+
+    replaced = await store.update_message(
+        created.message_uuid, TeamMessageUpdate(blob=NOT_UTF8[::-1])
+    )
+    assert isinstance(replaced, TeamMessage)
+    assert (replaced.team, replaced.blob) == ("platform", NOT_UTF8[::-1])
+    assert await store.get_message(created.message_uuid) == replaced
+
+
+async def test_a_plain_create_in_a_subclassed_store_gets_the_subclass_defaults(
+    open_test_store: OpenStore,
+) -> None:
+    store = await open_test_store(message_model=TeamMessage)
+    chat = await store.create_chat(ChatCreate(user_uuid=uuid.uuid4(), thread_id="t"))
+
+    message = await store.create_message(MessageCreate(chat_uuid=chat.chat_uuid, content="x"))
+
+    stored = await store.get_message(message.message_uuid)
+    assert isinstance(stored, TeamMessage)
+    assert (stored.team, stored.blob) == ("", None)
+
+
+async def test_tool_call_and_reasoning_subclasses_keep_their_own_fields(
+    open_test_store: OpenStore,
+) -> None:
+    store = await open_test_store(tool_call_model=TracedToolCall, reasoning_model=ScoredReasoning)
+    chat = await store.create_chat(ChatCreate(user_uuid=uuid.uuid4(), thread_id="t"))
+    message = await store.create_message(MessageCreate(chat_uuid=chat.chat_uuid))
+
+    call = await store.create_message_tool_call(
+        TracedToolCallCreate(
+            message_uuid=message.message_uuid,
+            tool_call_id="c",
+            name="f",
+            trace_id="trace-1",
+            payload=NOT_UTF8,
+        )
+    )
+    reasoning = await store.create_message_reasoning(
+        ScoredReasoningCreate(message_uuid=message.message_uuid, score=0.75)
+    )
+    assert isinstance(call, TracedToolCall)
+    assert (call.trace_id, call.payload) == ("trace-1", NOT_UTF8)
+    assert isinstance(reasoning, ScoredReasoning) and reasoning.score == 0.75
+
+    updated = await store.update_message_tool_call(
+        call.uuid, TracedToolCallUpdate(trace_id="trace-2", arguments="{}")
+    )
+    assert isinstance(updated, TracedToolCall)
+    assert (updated.trace_id, updated.payload, updated.arguments) == ("trace-2", NOT_UTF8, "{}")
+
+    by_id = await store.get_tool_call_by_agui_id(message.message_uuid, "c")
+    stored = await store.get_message(message.message_uuid)
+    assert stored is not None
+    for read in (by_id, stored.tool_calls[0]):
+        assert isinstance(read, TracedToolCall)
+        assert (read.trace_id, read.payload) == ("trace-2", NOT_UTF8)
+    assert isinstance(stored.reasonings[0], ScoredReasoning)
+    assert stored.reasonings[0].score == 0.75
