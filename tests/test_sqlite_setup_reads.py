@@ -81,7 +81,6 @@ async def test_a_queued_write_goes_before_queued_flushes(tmp_path: Path) -> None
         inside, release = asyncio.Event(), asyncio.Event()
         holding = asyncio.ensure_future(_hold_transaction(store, chat.chat_uuid, inside, release))
         await inside.wait()
-        lock = store.writer_lock
         flushes = [
             asyncio.ensure_future(
                 store.apply_writes(
@@ -90,7 +89,7 @@ async def test_a_queued_write_goes_before_queued_flushes(tmp_path: Path) -> None
             )
             for n in range(3)
         ]
-        while lock.waiting < 3:  # the three flushes queue
+        while len(store.write_queue) < 3:  # the three flushes queue
             await asyncio.sleep(0)
         setup = asyncio.ensure_future(
             store.create_message(MessageCreate(chat_uuid=chat.chat_uuid, content="set-up"))
@@ -106,7 +105,8 @@ async def test_a_queued_write_goes_before_queued_flushes(tmp_path: Path) -> None
         "flush 1",
         "flush 2",
     ]
-    assert lock.overtaken == 1
+    # They waited together, so they committed together, the set-up write first.
+    assert store.write_queue.groups == 1
 
 
 async def test_the_writer_lock_serves_foreground_turns_first_and_survives_cancels() -> None:
@@ -134,7 +134,7 @@ async def test_the_writer_lock_serves_foreground_turns_first_and_survives_cancel
     assert lock.idle and lock.waiting == 0
 
 
-async def test_a_run_on_a_new_chat_sets_up_with_three_writes_and_no_read_back(
+async def test_a_run_on_a_new_chat_sets_up_in_one_transaction_with_no_read_back(
     tmp_path: Path,
 ) -> None:
     async with sqlite_store(tmp_path / "setup.db") as store:
@@ -158,7 +158,8 @@ async def test_a_run_on_a_new_chat_sets_up_with_three_writes_and_no_read_back(
     writes = [s for s in dict.fromkeys(setup) if s.startswith(("INSERT", "UPDATE", "DELETE"))]
     # The run record goes before the input: a refused run stores nothing.
     assert [w.split()[2] for w in writes] == ["chats", "runs", "messages"]
-    assert not any(s.startswith(("BEGIN", "COMMIT")) for s in setup)  # one write, no transaction
+    # One write: the chat, the run and the input commit together, in one trip.
+    assert [s.split()[0] for s in setup if s.startswith(("BEGIN", "COMMIT"))] == ["BEGIN", "COMMIT"]
     assert not any("FROM messages" in s and s.startswith("SELECT") for s in setup)
     # The agent got the stored user message as its history, as read back it would be.
     assert isinstance(inner, ScriptedAgent)

@@ -7,7 +7,7 @@ import base64
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import pytest
 from ag_ui.core import (
@@ -185,6 +185,56 @@ async def test_a_run_streams_events_unchanged_and_persists_every_record(store: S
     assert chat.state == {"city": "Paris", "temp": 21}
     run = await store.get_run(chat.chat_uuid, "run-1")
     assert run is not None and (run.status, run.owner) == (RunStatus.COMPLETE, "test-owner")
+
+
+async def test_a_new_threads_one_write_set_up_stores_what_the_step_by_step_one_does(
+    store: Store,
+) -> None:
+    # The same run on two new threads: through the store itself (the chat, the run
+    # and the input in one write) and through Protocol-only repositories over it (a
+    # create, a run record, then the input: the reference path).
+    inputs = [user("u1", "What is the weather?"), user("u2", "In Paris, please.")]
+    for thread_id, repo in (("one", store), ("steps", ProtocolOnlyRepo(store))):
+        agent = StorageAgent(
+            "assistant", USER, repo, repo, ScriptedAgent(full_turn(thread_id)), run_repo=store
+        )
+        inner = agent.inner_agent
+        await collect(agent.run(run_input(thread_id, messages=inputs)))
+        assert [m.id for m in inner.inputs[0].messages] == ["u1", "u2"]
+
+    one, steps = await chat_of(store, "one"), await chat_of(store, "steps")
+    assert one.name == steps.name == "What is the weather?"
+    assert shape(await history(store, "one")) == shape(await history(store, "steps"))
+    for chat in (one, steps):
+        stored = await history(store, chat.thread_id)
+        assert stored[0].parent_uuid is None
+        assert [m.parent_uuid for m in stored[1:]] == [m.message_uuid for m in stored[:-1]]
+        assert chat.active_leaf_uuid == stored[-1].message_uuid
+        run = await store.get_run(chat.chat_uuid, "run-1")
+        assert run is not None and run.status == RunStatus.COMPLETE and run.exclusive
+
+
+async def test_a_thread_whose_chat_appears_during_set_up_continues_that_chat(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another run creates the thread's chat between this run's lookup and its write:
+    # the one-write set-up stores nothing, and the run goes on in the other's chat.
+    opened = store.open_chat
+
+    async def racing(chat_data: Any, **kw: Any) -> Any:
+        other = await store.create_chat(chat_data.model_copy(update={"chat_uuid": uuid4()}))
+        await store.create_message(MessageCreate(chat_uuid=other.chat_uuid, agui_id="x1"))
+        return await opened(chat_data, **kw)
+
+    monkeypatch.setattr(store, "open_chat", racing)
+    await collect(
+        make_agent(store, ScriptedAgent(full_turn())).run(run_input(messages=[user("u1")]))
+    )
+
+    (chat,) = await store.get_all_chats(USER)
+    assert [m.agui_id for m in await history(store)] == ["x1", "u1", "run-1-a1", "run-1-a2"]
+    run = await store.get_run(chat.chat_uuid, "run-1")
+    assert run is not None and run.status == RunStatus.COMPLETE
 
 
 async def test_a_tool_calls_encrypted_value_reaches_the_next_run(store: Store) -> None:

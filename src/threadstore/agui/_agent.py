@@ -72,7 +72,7 @@ from threadstore.codec import (
     tool_result_text,
     translate_messages,
 )
-from threadstore.errors import InvalidInputError, RunLiveError, StoreError
+from threadstore.errors import ConflictError, InvalidInputError, RunLiveError, StoreError
 from threadstore.fold import ConversationFold, HistoryIndex, IdsAdded, StoredFacts
 from threadstore.models import (
     Chat,
@@ -444,6 +444,10 @@ class StorageAgent:
                 tenant_id=self.tenant_id,
                 app_id=self.app_id,
             )
+            opened = await self._open_chat(input, chat_create, creates, results)
+            if opened is not None:
+                chat, history = opened
+                return chat, history, await _facts(history)
             chat = await self.chat_repo.create_chat(chat_create)
             # A chat with our uuid is the one we just created, so it is empty; any other
             # was created by a concurrent run meanwhile and may hold messages already.
@@ -475,6 +479,44 @@ class StorageAgent:
             await self._abandon_run(chat, input.run_id, "the run's input could not be stored")
             raise
         return chat, history, facts
+
+    async def _open_chat(
+        self,
+        input: RunAgentInput,
+        chat_create: ChatCreate,
+        creates: list[MessageCreate],
+        results: list[tuple[UUID, MessageToolCallUpdate]],
+    ) -> tuple[Chat, list[Message]] | None:
+        """A new thread's set-up as one write (chat, run, input), when one store holds all.
+
+        The steps below it do the same in three writes; under load each write waits
+        its turn behind the other runs' flushes, so one write is a third of the wait.
+        None when they must run instead: the repositories are not one ``Store``, or
+        another run created the thread's chat meanwhile.
+        """
+        store = self.chat_repo
+        if not (
+            isinstance(store, Store)
+            and store is self.message_repo
+            and self.run_repo in (None, store)
+            and not results
+            and not self._branched
+        ):
+            return None
+        run = None
+        if self.run_repo is not None:
+            run = Run(
+                chat_uuid=chat_create.chat_uuid,
+                thread_id=input.thread_id,
+                run_id=input.run_id,
+                parent_run_id=input.parent_run_id,
+                owner=self.owner,
+                exclusive=True,
+            )
+        try:
+            return await store.open_chat(chat_create, run=run, messages=creates)
+        except ConflictError:
+            return None
 
     async def _abandon_run(self, chat: Chat, run_id: str, reason: str) -> None:
         """End the run record of a run that failed before it began: it must not hold the chat."""

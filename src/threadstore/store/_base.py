@@ -557,6 +557,44 @@ class Store(abc.ABC):
         chat: Chat = await self._apply_one(CreateChat(chat_data))
         return chat
 
+    async def open_chat(
+        self,
+        chat_data: ChatCreate,
+        *,
+        run: Run | None = None,
+        messages: Sequence[MessageCreate] = (),
+    ) -> tuple[Chat, list[Message]]:
+        """Create a chat with its first run and messages in one write; what was stored.
+
+        A run's set-up on a new thread (the storage agent's): the chat, the run
+        record (``run.chat_uuid`` is set to the chat's) and the messages, each under
+        the one before, all or nothing. The chat comes back as created (its active
+        leaf and ``updated_at`` as before the messages), the messages as stored.
+        Unlike :meth:`create_chat` it is not idempotent: when the (user, thread) chat
+        exists already, nothing is written and ``ConflictError`` says so (create or
+        look up that chat instead).
+        """
+        require_chat_identity(chat_data)
+        chat_uuid = chat_data.chat_uuid
+        batch: list[Op] = [CreateChat(chat_data)]
+        if run is not None:
+            batch.append(StartRun(run.model_copy(update={"chat_uuid": chat_uuid})))
+        batch += [
+            CreateMessage(message.model_copy(update={"chat_uuid": chat_uuid}))
+            for message in messages
+        ]
+        try:
+            results = await self._apply(batch)
+        except NotFoundError:
+            # The (user, thread) chat was there: its create returned it and the run or
+            # messages meant for ours found no chat of ours, so nothing was written.
+            results = None
+        if results is None or results[0].chat_uuid != chat_uuid:
+            raise ConflictError(
+                f"thread {chat_data.thread_id!r} of user {chat_data.user_uuid} has a chat already"
+            )
+        return results[0], results[len(batch) - len(messages) :]
+
     async def get_chat(self, chat_uuid: UUID) -> Chat | None:
         """Return a chat by uuid, or ``None``."""
         chats = await self._select_chats(ChatFilter(chat_uuid=chat_uuid))
@@ -1057,7 +1095,7 @@ class Store(abc.ABC):
         for write in writes:
             if not isinstance(write, WRITE_TYPES):
                 raise InvalidInputError(
-                    f"apply_writes takes the writes of threadstore.store._ops"
+                    f"apply_writes takes the writes of threadstore.store"
                     f" ({', '.join(sorted(WRITE_METHODS))}); got {write!r}"
                 )
             if isinstance(write, CreateMessage) and write.data.chat_uuid is None:

@@ -1,10 +1,10 @@
 """The SQLite backend (the embedded default), on sqlite3 and its database threads.
 
 The writer connection lives on the store's database thread, in WAL mode with foreign
-keys on. Writes outside a ``transaction()`` are single autocommit statements; a
-transaction holds the store's writer lock for its whole body, so no other task's
-statement can land in the middle of it. Writes a run's storage agent flushes in the
-background (``apply_writes``) queue behind every other write that waits, so a new
+keys on. A transaction holds the store's writer lock for its whole body, so no other
+task's statement can land in the middle of it. Writes that wait for the writer are
+committed together, each atomic on its own, the flushes a storage agent runs in the
+background (``apply_writes``) after every other write (``_sqlite_writes.py``), so a new
 run's set-up never waits for the flushes of the runs already streaming. Several
 processes may share one file: SQLite serializes their writers and ``busy_timeout``
 makes them wait instead of failing.
@@ -40,7 +40,6 @@ import sqlite3
 import threading
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from urllib.parse import parse_qs
@@ -92,6 +91,7 @@ from threadstore.store._sqlite_schema import (
     TOOL_CALL_COLUMNS,
 )
 from threadstore.store._sqlite_thread import DatabaseThread
+from threadstore.store._sqlite_writes import Statement, WriteQueue, run_statements
 
 __all__ = ["SQLiteStore", "sqlite_options", "sqlite_path"]
 
@@ -280,52 +280,11 @@ _ENCODERS: dict[Kind, Encoder] = {**JSON_ENCODERS, Kind.UUID: str, Kind.TIME: _t
 _PLANS = InsertPlans(_ENCODERS)
 
 
-@dataclass(slots=True)
-class _Statement:
-    """One statement of a write, built on the event loop and run on the database thread."""
-
-    sql: str
-    params: Sequence[Any]
-    missing: str | None = None
-    """If set, the statement must return a row; when it returns none the write fails
-    with ``NotFoundError(missing)`` (a create whose parent does not exist)."""
-    inline: bool = True
-    """False for a statement that may touch many rows (a cascading delete): never inline."""
-
-
 _Finish = Callable[[list[list[Any]]], Awaitable[Any]]
 """Turns the rows of an operation's statements into its result."""
 
 
-def _run_statements(
-    conn: sqlite3.Connection, statements: Sequence[_Statement], transaction: bool
-) -> list[list[Any]]:
-    """Run ``statements`` in order (on the database thread); return each one's rows.
-
-    With ``transaction`` they share one ``BEGIN IMMEDIATE`` ... ``COMMIT`` and roll back
-    together when one fails.
-    """
-    if transaction:
-        conn.execute("BEGIN IMMEDIATE")
-    try:
-        results: list[list[Any]] = []
-        for statement in statements:
-            cursor = conn.execute(statement.sql, statement.params)
-            rows = cursor.fetchall()
-            # A statement that must touch a row: rows it returned, or rows it inserted.
-            if statement.missing is not None and not rows and cursor.rowcount < 1:
-                raise NotFoundError(statement.missing)
-            results.append(rows)
-        if transaction:
-            conn.execute("COMMIT")
-    except BaseException:
-        if transaction and conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-    return results
-
-
-def _fits_inline(statements: Sequence[_Statement]) -> bool:
+def _fits_inline(statements: Sequence[Statement]) -> bool:
     """Whether a write is small enough to run on the event loop's thread."""
     if len(statements) > INLINE_MAX_STATEMENTS:
         return False
@@ -369,6 +328,7 @@ class SQLiteStore(Store):
         self._writes_since_checkpoint = 0
         self._checkpointing: asyncio.Task[None] | None = None
         self._lock = WriterLock()
+        self._writes = WriteQueue(self._thread, self._lock)
         self.checkpoint_every_writes = CHECKPOINT_EVERY_WRITES
         """Inline writes between two checkpoints; 0 turns these checkpoints off."""
         self.checkpoints = 0
@@ -399,6 +359,11 @@ class SQLiteStore(Store):
     def writer_lock(self) -> WriterLock:
         """The lock writes and transactions queue in (for tests and diagnostics)."""
         return self._lock
+
+    @property
+    def write_queue(self) -> WriteQueue:
+        """The writes waiting for the writer, committed together (for tests and diagnostics)."""
+        return self._writes
 
     @property
     def reader(self) -> DatabaseThread:
@@ -435,6 +400,7 @@ class SQLiteStore(Store):
         self._inline_changes = inline.total_changes
 
     async def close(self) -> None:
+        await self._writes.wait()
         if self._checkpointing is not None:
             await asyncio.gather(self._checkpointing, return_exceptions=True)
         if self._inline is not None:
@@ -478,7 +444,7 @@ class SQLiteStore(Store):
 
         ``small``: the statement touches at most a few rows, so it may run inline.
         """
-        if small and (rows := await self._run_small((_Statement(sql, params),))) is not None:
+        if small and (rows := await self._run_small((Statement(sql, params),))) is not None:
             return rows[0]
         if self._lock.held:
             return await self._fetch_now(sql, params)
@@ -521,7 +487,7 @@ class SQLiteStore(Store):
         except sqlite3.Error as exc:
             raise _translate(exc) from exc
 
-    async def _run(self, *statements: _Statement, background: bool = False) -> list[list[Any]]:
+    async def _run(self, *statements: Statement, background: bool = False) -> list[list[Any]]:
         """Run write statements in one hop to the database thread; return each one's rows.
 
         Several statements form one transaction (or join the caller's). Handing the
@@ -533,15 +499,13 @@ class SQLiteStore(Store):
             return results
         try:
             if self._lock.held:  # inside this task's transaction
-                return await self._thread.call(_run_statements, statements, False)
-            async with self._lock.turn(background=background):
-                begin = len(statements) > 1
-                return await self._thread.call(_run_statements, statements, begin)
+                return await self._thread.call(run_statements, statements, False)
+            return await self._writes.run(statements, background=background)
         except sqlite3.Error as exc:
             raise _translate(exc) from exc
 
     async def _run_small(
-        self, statements: Sequence[_Statement], background: bool = False
+        self, statements: Sequence[Statement], background: bool = False
     ) -> list[list[Any]] | None:
         """Run ``statements`` inline if they may (module docstring); None: use the thread.
 
@@ -561,15 +525,18 @@ class SQLiteStore(Store):
 
         ``overtake``: a foreground write, which may go ahead of flushes.
         """
-        lock = self._lock
+        lock, writes = self._lock, self._writes
         return (
             self._inline is not None
             # Nobody's transaction is open, nobody queues ahead (but flushes).
-            and (lock.idle or (overtake and not lock.held and lock.background_only))
+            and (
+                (lock.idle and writes.empty)
+                or (overtake and not lock.held and lock.background_only and writes.background_only)
+            )
             and threading.get_ident() == self._inline_thread
         )
 
-    def _inline_run(self, statements: Sequence[_Statement]) -> list[list[Any]] | None:
+    def _inline_run(self, statements: Sequence[Statement]) -> list[list[Any]] | None:
         """Run ``statements`` on the inline connection; None if the file's lock was busy.
 
         Several statements share one ``BEGIN IMMEDIATE`` transaction, so a busy lock
@@ -578,7 +545,7 @@ class SQLiteStore(Store):
         inline = self._inline
         assert inline is not None
         try:
-            results = _run_statements(inline, statements, len(statements) > 1)
+            results = run_statements(inline, statements, len(statements) > 1)
         except sqlite3.Error as exc:
             if (exc.sqlite_errorcode or 0) & 0xFF in _BUSY_CODES:
                 return None
@@ -647,16 +614,16 @@ class SQLiteStore(Store):
 
     # --- chats -----------------------------------------------------------------------------
 
-    def _create_chat(self, chat_data: models.ChatCreate) -> tuple[list[_Statement], _Finish]:
+    def _create_chat(self, chat_data: models.ChatCreate) -> tuple[list[Statement], _Finish]:
         values = chat_values(chat_data)
         # A random starting version: a chat deleted and created again under the
         # same uuid can never match a history cached for the one before.
-        insert = _Statement(_INSERT_CHAT, [*params(_PLANS.chat, values), secrets.randbits(62)])
+        insert = Statement(_INSERT_CHAT, [*params(_PLANS.chat, values), secrets.randbits(62)])
 
         async def finish(results: list[list[Any]]) -> models.Chat:
             (rows,) = results
             if not rows:  # the thread's chat is soft-deleted: purge it, then create anew
-                purge = _Statement(
+                purge = Statement(
                     "DELETE FROM chats WHERE user_uuid = ? AND thread_id = ?"
                     " AND deleted_at IS NOT NULL",
                     (str(values["user_uuid"]), values["thread_id"]),
@@ -699,8 +666,8 @@ class SQLiteStore(Store):
         small = where.chat_uuid is not None or where.thread_id is not None
         return self._load_chats(await self._read(sql, params, small=small))
 
-    def _chat_update(self, chat_uuid: UUID, assignments: str, params: Sequence[Any]) -> _Statement:
-        return _Statement(
+    def _chat_update(self, chat_uuid: UUID, assignments: str, params: Sequence[Any]) -> Statement:
+        return Statement(
             "UPDATE chats SET " + assignments + ", updated_at = ? WHERE chat_uuid = ?"
             " RETURNING " + ", ".join(CHAT_COLUMNS),
             (*params, _ts(models.utcnow()), str(chat_uuid)),
@@ -711,12 +678,12 @@ class SQLiteStore(Store):
         rows = results[-1]
         return self._load_chats(rows)[0] if rows else None
 
-    def _chat_field_update(self, chat_uuid: UUID, field: str, value: Any) -> list[_Statement]:
+    def _chat_field_update(self, chat_uuid: UUID, field: str, value: Any) -> list[Statement]:
         encoded = CHAT_FIELD_ENCODERS[field](value)
         return [self._chat_update(chat_uuid, _CHAT_FIELD_SET[field], (encoded,))]
 
-    def _active_leaf_update(self, chat_uuid: UUID, message_uuid: UUID) -> list[_Statement]:
-        check = _Statement(
+    def _active_leaf_update(self, chat_uuid: UUID, message_uuid: UUID) -> list[Statement]:
+        check = Statement(
             "SELECT 1 FROM messages WHERE message_uuid = ? AND chat_uuid = ?",
             (str(message_uuid), str(chat_uuid)),
             missing=f"message {message_uuid} is not in chat {chat_uuid}",
@@ -742,20 +709,20 @@ class SQLiteStore(Store):
         ]
 
     @staticmethod
-    def _root_update(chat_uuid: UUID, message_uuid: UUID) -> list[_Statement]:
+    def _root_update(chat_uuid: UUID, message_uuid: UUID) -> list[Statement]:
         # The message update bumps the chat's version (trigger); a second root means
         # reads must walk the tree from now on.
         return [
-            _Statement(
+            Statement(
                 "UPDATE messages SET parent_uuid = NULL WHERE message_uuid = ? AND chat_uuid = ?",
                 (str(message_uuid), str(chat_uuid)),
             ),
-            _Statement("UPDATE chats SET has_branches = 1 WHERE chat_uuid = ?", (str(chat_uuid),)),
+            Statement("UPDATE chats SET has_branches = 1 WHERE chat_uuid = ?", (str(chat_uuid),)),
         ]
 
-    def _deleted_at_update(self, where: ChatFilter, deleted_at: datetime | None) -> _Statement:
+    def _deleted_at_update(self, where: ChatFilter, deleted_at: datetime | None) -> Statement:
         conditions, params = self._chat_conditions(where)
-        return _Statement(
+        return Statement(
             "UPDATE chats SET deleted_at = ? WHERE "
             + " AND ".join(conditions)
             + " RETURNING "
@@ -764,10 +731,10 @@ class SQLiteStore(Store):
         )
 
     @staticmethod
-    def _chat_delete(chat_uuid: UUID) -> _Statement:
+    def _chat_delete(chat_uuid: UUID) -> Statement:
         # Foreign keys cascade to messages, their tool calls and reasoning, and runs:
         # possibly many rows, so never on the event loop's thread.
-        return _Statement(
+        return Statement(
             "DELETE FROM chats WHERE chat_uuid = ? RETURNING " + ", ".join(CHAT_COLUMNS),
             (str(chat_uuid),),
             inline=False,
@@ -775,7 +742,7 @@ class SQLiteStore(Store):
 
     # --- messages -----------------------------------------------------------------------
 
-    def _create_message(self, data: models.MessageCreate) -> tuple[list[_Statement], _Finish]:
+    def _create_message(self, data: models.MessageCreate) -> tuple[list[Statement], _Finish]:
         statements, created = self._message_insert(data)
 
         async def finish(results: list[list[Any]]) -> models.Message:
@@ -786,7 +753,7 @@ class SQLiteStore(Store):
 
         return statements, finish
 
-    def _message_insert(self, data: models.MessageCreate) -> tuple[list[_Statement], datetime]:
+    def _message_insert(self, data: models.MessageCreate) -> tuple[list[Statement], datetime]:
         """The statements creating a message (a parent check first when a parent is given)."""
         # The append hot path: read the DTO's fields from its dict and pass enums (str
         # subclasses) straight to the driver.
@@ -794,11 +761,11 @@ class SQLiteStore(Store):
         chat_uuid, parent_uuid = fields["chat_uuid"], fields["parent_uuid"]
         created = fields["created_at"] or models.utcnow()
         values = record_values(data, created)
-        insert = _Statement(_INSERT_MESSAGE, params(_PLANS.message, values))
+        insert = Statement(_INSERT_MESSAGE, params(_PLANS.message, values))
         chat = str(chat_uuid)
         if parent_uuid is None:
             return [insert], created
-        check = _Statement(
+        check = Statement(
             "SELECT 1 FROM messages WHERE message_uuid = ? AND chat_uuid = ?",
             (str(parent_uuid), chat),
             missing=f"parent message {parent_uuid} is not in chat {chat_uuid}",
@@ -807,7 +774,7 @@ class SQLiteStore(Store):
 
     def _row_update(
         self, table: str, key: str, uuid: UUID, update: Any, base_cls: Any, columns: Sequence[str]
-    ) -> list[_Statement]:
+    ) -> list[Statement]:
         base, extra = split_update(update, base_cls)
         assignments: list[str] = []
         params: list[Any] = []
@@ -829,9 +796,9 @@ class SQLiteStore(Store):
             f"UPDATE {table} SET {', '.join(assignments)} WHERE {key} = ?"
             f" RETURNING {', '.join(columns)}"
         )
-        return [_Statement(sql, (*params, str(uuid)))]
+        return [Statement(sql, (*params, str(uuid)))]
 
-    def _message_update(self, message_uuid: UUID, update: models.MessageUpdate) -> list[_Statement]:
+    def _message_update(self, message_uuid: UUID, update: models.MessageUpdate) -> list[Statement]:
         return self._row_update(
             "messages", "message_uuid", message_uuid, update, models.MessageUpdate, MESSAGE_COLUMNS
         )
@@ -854,7 +821,7 @@ class SQLiteStore(Store):
         plan: Plan,
         model: type[Any],
         data: models.MessageToolCallCreate | models.MessageReasoningCreate,
-    ) -> tuple[list[_Statement], _Finish]:
+    ) -> tuple[list[Statement], _Finish]:
         """A tool call's or reasoning step's insert, and its result."""
         now = models.utcnow()
         values = record_values(data, now)
@@ -863,18 +830,18 @@ class SQLiteStore(Store):
         async def finish(results: list[list[Any]]) -> Any:
             return created_child(model, data, seq=results[0][0][0], created_at=now)
 
-        return [_Statement(sql, params(plan, values), missing=missing)], finish
+        return [Statement(sql, params(plan, values), missing=missing)], finish
 
     def _tool_call_update(
         self, uuid: UUID, update: models.MessageToolCallUpdate
-    ) -> list[_Statement]:
+    ) -> list[Statement]:
         return self._row_update(
             "tool_calls", "uuid", uuid, update, models.MessageToolCallUpdate, TOOL_CALL_COLUMNS
         )
 
     def _reasoning_update(
         self, uuid: UUID, update: models.MessageReasoningUpdate
-    ) -> list[_Statement]:
+    ) -> list[Statement]:
         return self._row_update(
             "reasonings", "uuid", uuid, update, models.MessageReasoningUpdate, REASONING_COLUMNS
         )
@@ -955,14 +922,14 @@ class SQLiteStore(Store):
     # --- runs --------------------------------------------------------------------------
 
     @staticmethod
-    def _run_insert(run: models.Run) -> _Statement:
+    def _run_insert(run: models.Run) -> Statement:
         values = {**run.__dict__, "format_version": models.FORMAT_VERSION}
-        return _Statement(_INSERT_RUN, params(_PLANS.run, values))
+        return Statement(_INSERT_RUN, params(_PLANS.run, values))
 
     @staticmethod
-    def _heartbeat(owner: str, run_ids: Sequence[tuple[UUID, str]]) -> _Statement:
+    def _heartbeat(owner: str, run_ids: Sequence[tuple[UUID, str]]) -> Statement:
         keys = json.dumps([[str(chat), run] for chat, run in run_ids])
-        return _Statement(
+        return Statement(
             "UPDATE runs SET heartbeat_at = ? WHERE owner = ? AND status = 'running'"
             " AND (chat_uuid, run_id) IN"
             " (SELECT value ->> 0, value ->> 1 FROM json_each(?))",
@@ -972,8 +939,8 @@ class SQLiteStore(Store):
     @staticmethod
     def _run_finish(
         chat_uuid: UUID, run_id: str, status: models.RunStatus, error: str | None = None
-    ) -> _Statement:
-        return _Statement(
+    ) -> Statement:
+        return Statement(
             "UPDATE runs SET status = ?, error = ?, updated_at = ?"
             " WHERE chat_uuid = ? AND run_id = ? RETURNING " + ", ".join(RUN_COLUMNS),
             (status.value, error, _ts(models.utcnow()), str(chat_uuid), run_id),
@@ -997,11 +964,11 @@ class SQLiteStore(Store):
     @staticmethod
     def _run_records_finalize(
         chat_uuid: UUID, run_id: str, status: models.MessageStatus
-    ) -> list[_Statement]:
+    ) -> list[Statement]:
         params = (status.value, _ts(models.utcnow()), str(chat_uuid), run_id)
         set_ = " SET status = ?1, in_progress = 0, updated_at = ?2"
         children = [
-            _Statement(
+            Statement(
                 # Through the run's messages: the chat's other children are never read.
                 f"UPDATE {table}{set_} WHERE in_progress = 1 AND message_uuid IN"
                 " (SELECT message_uuid FROM messages WHERE chat_uuid = ?3 AND run_id = ?4)"
@@ -1010,7 +977,7 @@ class SQLiteStore(Store):
             )
             for table in ("tool_calls", "reasonings")
         ]
-        messages = _Statement(
+        messages = Statement(
             "UPDATE messages"
             + set_
             + " WHERE chat_uuid = ?3 AND run_id = ?4 AND in_progress = 1 RETURNING 1",
@@ -1020,7 +987,7 @@ class SQLiteStore(Store):
 
     # --- writes ----------------------------------------------------------------------
 
-    def _plan(self, op: ops.Op) -> tuple[list[_Statement], _Finish]:
+    def _plan(self, op: ops.Op) -> tuple[list[Statement], _Finish]:
         """The statements of one operation and what turns their rows into its result."""
         match op:
             case ops.CreateMessage(data):

@@ -10,6 +10,9 @@ import pytest
 
 from threadstore import (
     Chat,
+    ChatCreate,
+    ConflictError,
+    MessageCreate,
     MessageReasoningCreate,
     MessageStatus,
     MessageToolCallCreate,
@@ -301,3 +304,55 @@ async def test_finalize_run_records_of_an_unknown_run_returns_zero(
     chat = await make_chat()
     assert await store.finalize_run_records(chat.chat_uuid, "nope", MessageStatus.COMPLETE) == 0
     assert await store.finalize_run_records(uuid.uuid4(), "nope", MessageStatus.COMPLETE) == 0
+
+
+# --- a new thread's set-up in one write --------------------------------------------------------
+
+
+async def test_open_chat_stores_the_chat_its_run_and_its_messages_as_one_chain(
+    store: Store,
+) -> None:
+    user = uuid.uuid4()
+    chat, messages = await store.open_chat(
+        ChatCreate(user_uuid=user, thread_id="t-open", name="First question"),
+        run=Run(chat_uuid=uuid.uuid4(), thread_id="t-open", run_id="r1", owner="host:1:abc"),
+        messages=[
+            MessageCreate(agui_id="u1", content="Hello?"),
+            MessageCreate(agui_id="u2", content="Anyone?"),
+        ],
+    )
+
+    found = await store.get_chat_by_thread_id(user, "t-open")
+    assert found is not None and found.chat_uuid == chat.chat_uuid
+    assert chat.name == found.name == "First question"
+    run = await store.get_run(chat.chat_uuid, "r1")
+    assert run is not None and run.status == RunStatus.RUNNING and run.owner == "host:1:abc"
+    history = await store.get_chat_messages(chat.chat_uuid)
+    assert history == messages
+    assert [m.agui_id for m in history] == ["u1", "u2"]
+    assert history[0].parent_uuid is None and history[1].parent_uuid == history[0].message_uuid
+    assert all(m.chat_uuid == chat.chat_uuid for m in history)
+    assert found.active_leaf_uuid == history[-1].message_uuid
+
+
+async def test_open_chat_on_a_thread_that_has_a_chat_writes_nothing(
+    store: Store, make_chat: MakeChat
+) -> None:
+    existing = await make_chat(thread_id="t-taken")
+    create = ChatCreate(user_uuid=existing.user_uuid, thread_id="t-taken")
+
+    for run, messages in (
+        (None, []),
+        (Run(chat_uuid=uuid.uuid4(), thread_id="t-taken", run_id="r1"), []),
+        (None, [MessageCreate(agui_id="u1", content="Hello?")]),
+        (
+            Run(chat_uuid=uuid.uuid4(), thread_id="t-taken", run_id="r1"),
+            [MessageCreate(agui_id="u1", content="Hello?")],
+        ),
+    ):
+        with pytest.raises(ConflictError, match="has a chat already"):
+            await store.open_chat(create, run=run, messages=messages)
+
+    assert await store.get_chat(create.chat_uuid) is None
+    assert await store.get_run(existing.chat_uuid, "r1") is None
+    assert await store.get_chat_messages(existing.chat_uuid) == []
