@@ -1,0 +1,147 @@
+"""SQLite writes that wait for the writer commit together, each atomic on its own.
+
+Checked on a real file by what is stored, the number of trips to the database thread
+and the order of records, never by how long anything takes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+from uuid import uuid4
+
+import pytest
+
+from sqlite_support import counting_hops, sqlite_store
+from threadstore import ChatCreate, MessageCreate, NotFoundError, Run
+from threadstore.errors import RunLiveError
+from threadstore.store._sqlite_writes import Statement, run_group
+from threadstore.store.sqlite import SQLiteStore
+
+
+async def _hold_the_writer(store: SQLiteStore, until_queued: int) -> asyncio.Future[None]:
+    """Hold the writer in a transaction until ``until_queued`` writes wait in the queue."""
+
+    async def hold() -> None:
+        async with store.transaction():
+            while len(store.write_queue) < until_queued:
+                await asyncio.sleep(0)
+
+    holder = asyncio.ensure_future(hold())
+    while store.writer_lock.idle:
+        await asyncio.sleep(0)
+    return holder
+
+
+async def test_writes_queued_behind_a_transaction_commit_in_one_trip(tmp_path: Path) -> None:
+    async with sqlite_store(tmp_path / "group.db") as store:
+        chat = await store.create_chat(ChatCreate(user_uuid=uuid4(), thread_id="t"))
+        holder = await _hold_the_writer(store, until_queued=20)
+        writes = [
+            asyncio.ensure_future(
+                store.create_message(MessageCreate(chat_uuid=chat.chat_uuid, content=f"m{n}"))
+            )
+            for n in range(20)
+        ]
+        while len(store.write_queue) < 20:
+            await asyncio.sleep(0)
+        with counting_hops(store) as hops:
+            await holder
+            stored = await asyncio.gather(*writes)
+        history = await store.get_chat_messages(chat.chat_uuid)
+
+    # The transaction's COMMIT, then one trip for the 20 writes.
+    assert hops[0] == 2 and store.write_queue.groups == 1
+    assert [m.content for m in stored] == [f"m{n}" for n in range(20)]
+    # Each under the one before, in the order they asked.
+    assert [m.content for m in history] == [f"m{n}" for n in range(20)]
+
+
+async def test_a_write_that_fails_in_a_group_fails_alone(tmp_path: Path) -> None:
+    async with sqlite_store(tmp_path / "alone.db") as store:
+        chat = await store.create_chat(ChatCreate(user_uuid=uuid4(), thread_id="t"))
+        await store.start_run(Run(chat_uuid=chat.chat_uuid, thread_id="t", run_id="r0"))
+        holder = await _hold_the_writer(store, until_queued=4)
+        writes = [
+            asyncio.ensure_future(
+                store.create_message(MessageCreate(chat_uuid=chat.chat_uuid, content="before"))
+            ),
+            # The chat has a running run already: refused, nothing of it written.
+            asyncio.ensure_future(
+                store.start_run(Run(chat_uuid=chat.chat_uuid, thread_id="t", run_id="r1"))
+            ),
+            # No such parent: refused.
+            asyncio.ensure_future(
+                store.create_message(
+                    MessageCreate(chat_uuid=chat.chat_uuid, parent_uuid=uuid4(), content="orphan")
+                )
+            ),
+            asyncio.ensure_future(
+                store.create_message(MessageCreate(chat_uuid=chat.chat_uuid, content="after"))
+            ),
+        ]
+        await holder
+        outcomes = await asyncio.gather(*writes, return_exceptions=True)
+        history = await store.get_chat_messages(chat.chat_uuid)
+        refused_run = await store.get_run(chat.chat_uuid, "r1")
+
+    assert store.write_queue.groups == 1
+    assert isinstance(outcomes[1], RunLiveError) and outcomes[1].live_run_id == "r0"
+    assert isinstance(outcomes[2], NotFoundError)
+    assert [m.content for m in history] == ["before", "after"]
+    assert refused_run is None
+
+
+async def test_a_write_whose_caller_gave_up_before_it_ran_is_not_written(tmp_path: Path) -> None:
+    async with sqlite_store(tmp_path / "gone.db") as store:
+        chat = await store.create_chat(ChatCreate(user_uuid=uuid4(), thread_id="t"))
+        holder = await _hold_the_writer(store, until_queued=2)
+        writes = [
+            asyncio.ensure_future(
+                store.create_message(MessageCreate(chat_uuid=chat.chat_uuid, content=text))
+            )
+            for text in ("kept", "dropped")
+        ]
+        while len(store.write_queue) < 2:
+            await asyncio.sleep(0)
+        writes[1].cancel()
+        await holder
+        await asyncio.gather(*writes, return_exceptions=True)
+        history = await store.get_chat_messages(chat.chat_uuid)
+
+    assert [m.content for m in history] == ["kept"]
+
+
+def test_a_group_whose_transaction_fails_runs_each_write_alone(tmp_path: Path) -> None:
+    conn = sqlite3.connect(tmp_path / "raw.db", isolation_level=None)
+    conn.execute("CREATE TABLE t (v TEXT NOT NULL UNIQUE)")
+    conn.execute("INSERT INTO t (v) VALUES ('taken')")
+    insert = [Statement("INSERT INTO t (v) VALUES (?) RETURNING v", ("a",))]
+    # A conflict that makes SQLite roll the whole transaction back, savepoints and all.
+    breaks = [Statement("INSERT OR ROLLBACK INTO t (v) VALUES (?)", ("taken",))]
+    other = [Statement("INSERT INTO t (v) VALUES (?) RETURNING v", ("b",))]
+
+    outcomes = run_group(conn, [insert, breaks, other])
+
+    assert outcomes[0] == [[("a",)]] and outcomes[2] == [[("b",)]]
+    assert isinstance(outcomes[1], sqlite3.IntegrityError)
+    assert conn.execute("SELECT v FROM t ORDER BY v").fetchall() == [("a",), ("b",), ("taken",)]
+    assert not conn.in_transaction
+
+
+@pytest.mark.parametrize("size", [1, 2, 5])
+def test_a_group_returns_what_each_write_returns_alone(tmp_path: Path, size: int) -> None:
+    conn = sqlite3.connect(tmp_path / "same.db", isolation_level=None)
+    conn.execute("CREATE TABLE t (v INTEGER NOT NULL UNIQUE)")
+    writes = [
+        [Statement("INSERT INTO t (v) VALUES (?) RETURNING v", (n,)) for n in (k, k + 100)]
+        for k in range(size)
+    ]
+    duplicate = [Statement("INSERT INTO t (v) VALUES (?) RETURNING v", (0,))]
+
+    outcomes = run_group(conn, [*writes, duplicate])
+
+    assert outcomes[:size] == [[[(k,)], [(k + 100,)]] for k in range(size)]
+    assert isinstance(outcomes[size], sqlite3.IntegrityError)
+    assert conn.execute("SELECT count(*) FROM t").fetchone() == (2 * size,)
