@@ -25,7 +25,14 @@ from threadstore.faces.agent_framework import (
     ThreadstoreHistoryProvider,
     keep_last_messages,
 )
-from threadstore.faces.agent_framework._convert import records_to_messages
+from threadstore.faces.agent_framework._convert import (
+    messages_of,
+    plain_reading,
+    read_record,
+    records_to_messages,
+)
+from threadstore.models import MediaPart, Reasoning, TextPart, ToolCall
+from threadstore.models import Message as StoredMessage
 from threadstore.server import LOCAL_USER_UUID, create_app
 
 # --- a strategy for every kind of framework message ---------------------------------------
@@ -458,3 +465,87 @@ async def test_plain_text_is_stored_as_any_face_stores_it(store: Store) -> None:
     assert records[2].metadata["agent_framework"] == rich.to_dict()
     loaded = await provider.get_messages("s", state=state)
     assert [m.to_dict() for m in loaded] == [m.to_dict() for m in [*plain, rich]]
+
+
+# --- the plain reading and the reference read ---------------------------------------------
+
+
+@st.composite
+def _records(draw: st.DrawFn) -> list[StoredMessage]:
+    """Stored records as any face writes them: plain most often, else with anything nested."""
+    chat_uuid = uuid4()
+    records = []
+    for seq in range(draw(st.integers(1, 5))):
+        message_uuid = uuid4()
+        calls = [
+            ToolCall(
+                uuid=uuid4(),
+                message_uuid=message_uuid,
+                tool_call_id=f"c{seq}-{index}",
+                name=draw(_ident),
+                arguments=draw(_text),
+                content=draw(st.none() | _text),
+                seq=index,
+            )
+            for index in range(draw(st.integers(0, 2)))
+        ]
+        steps = [
+            Reasoning(
+                uuid=uuid4(),
+                message_uuid=message_uuid,
+                agui_id=draw(st.none() | _ident),
+                content=draw(_text),
+                encrypted_value=draw(st.none() | _text),
+                seq=len(calls) + index,
+            )
+            for index in range(draw(st.integers(0, 1)))
+        ]
+        parts = draw(
+            st.none()
+            | st.just([])
+            | st.lists(
+                st.builds(TextPart, text=_text)
+                | st.builds(
+                    MediaPart,
+                    type=st.just("image"),
+                    source=st.just("url"),
+                    value=st.just("https://example.com/a.png"),
+                    mime_type=st.just("image/png"),
+                ),
+                max_size=2,
+            )
+        )
+        form = Message("assistant", draw(st.lists(_content(), max_size=2))).to_dict()
+        metadata = draw(
+            st.sampled_from(
+                [{}, {"tool_call_id": "c0-0"}, {"agent_framework": "not a form"}, {"k": 1}]
+            )
+            | st.just({"agent_framework": form})
+        )
+        records.append(
+            StoredMessage(
+                message_uuid=message_uuid,
+                chat_uuid=chat_uuid,
+                role=draw(st.sampled_from(list(Role))),
+                content=draw(_text),
+                name=draw(st.none() | _ident),
+                agui_id=draw(st.none() | _ident),
+                content_parts=parts,
+                metadata=metadata,
+                tool_calls=calls,
+                reasonings=steps,
+                seq=seq,
+            )
+        )
+    return records
+
+
+@settings(max_examples=200, deadline=None)
+@given(records=_records())
+def test_every_record_reads_as_the_general_read_reads_it(records: list[StoredMessage]) -> None:
+    readings = [plain_reading(record) for record in records]
+    answered: set[str] = set()
+    reference = [m.to_dict() for record in records for m in read_record(record, answered)]
+
+    assert [m.to_dict() for m in messages_of(records, readings, set())] == reference
+    assert [m.to_dict() for m in records_to_messages(records)] == reference
