@@ -6,6 +6,7 @@ is in ``test_agent_framework_agent.py``.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import subprocess
@@ -549,3 +550,73 @@ def test_every_record_reads_as_the_general_read_reads_it(records: list[StoredMes
 
     assert [m.to_dict() for m in messages_of(records, readings, set())] == reference
     assert [m.to_dict() for m in records_to_messages(records)] == reference
+
+
+async def _reference(store: Store, provider: ThreadstoreHistoryProvider) -> list[dict[str, Any]]:
+    chat = await provider.get_chat("s", {"thread_id": "s"})
+    assert chat is not None
+    return [m.to_dict() for m in records_to_messages(await store.get_chat_messages(chat.chat_uuid))]
+
+
+async def test_a_load_after_appends_and_an_edit_reads_the_history_as_it_is_now(
+    store: Store,
+) -> None:
+    from threadstore import MessageCreate, MessageUpdate
+
+    provider = _provider(store)
+    state: dict[str, Any] = {"thread_id": "s"}
+    await provider.save_messages(
+        "s", [Message("user", ["one"]), Message("assistant", ["two"], message_id="a1")], state=state
+    )
+    first = await provider.get_messages("s", state=state)
+    chat = await provider.get_chat("s", state)
+    assert chat is not None
+    await provider.save_messages("s", [Message("user", ["three"])], state=state)
+    added = await store.create_message(
+        MessageCreate(chat_uuid=chat.chat_uuid, role=Role.ASSISTANT, content="four", agui_id="a2")
+    )
+    second = await provider.get_messages("s", state=state)
+    await store.update_message(added.message_uuid, MessageUpdate(content="four, edited"))
+    third = await provider.get_messages("s", state=state)
+
+    assert [m.text for m in first] == ["one", "two"]
+    assert [m.text for m in second] == ["one", "two", "three", "four"]
+    assert [m.text for m in third] == ["one", "two", "three", "four, edited"]
+    assert [m.to_dict() for m in third] == await _reference(store, provider)
+
+
+async def test_loads_running_while_the_chat_grows_each_read_a_whole_history(
+    store: Store,
+) -> None:
+    from threadstore import ChatCreate, MessageCreate
+    from threadstore.store import CreateMessage
+    from threadstore.store._offload import OFF_LOOP_ITEMS
+
+    user = uuid4()
+    chat = await store.create_chat(ChatCreate(user_uuid=user, thread_id="s"))
+    await store.apply_writes(
+        [
+            CreateMessage(MessageCreate(chat_uuid=chat.chat_uuid, role=Role.USER, content=f"m{i}"))
+            for i in range(OFF_LOOP_ITEMS + 50)
+        ]
+    )
+    provider = ThreadstoreHistoryProvider(store, user)
+    before = await _reference(store, provider)
+
+    async def append() -> None:
+        await provider.save_messages(
+            "s", [Message("assistant", ["late"])], state={"thread_id": "s"}
+        )
+
+    loads = await asyncio.gather(
+        provider.get_messages("s", state={"thread_id": "s"}),
+        append(),
+        provider.get_messages("s", state={"thread_id": "s"}),
+    )
+    after = await _reference(store, provider)
+
+    assert after == [*before, Message("assistant", ["late"]).to_dict()]
+    for loaded in (loads[0], loads[2]):
+        assert [m.to_dict() for m in loaded] in (before, after)
+    again = await provider.get_messages("s", state={"thread_id": "s"})
+    assert [m.to_dict() for m in again] == after
