@@ -6,6 +6,7 @@ is in ``test_agent_framework_agent.py``.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import subprocess
@@ -25,7 +26,14 @@ from threadstore.faces.agent_framework import (
     ThreadstoreHistoryProvider,
     keep_last_messages,
 )
-from threadstore.faces.agent_framework._convert import records_to_messages
+from threadstore.faces.agent_framework._convert import (
+    messages_of,
+    plain_reading,
+    read_record,
+    records_to_messages,
+)
+from threadstore.models import MediaPart, Reasoning, TextPart, ToolCall
+from threadstore.models import Message as StoredMessage
 from threadstore.server import LOCAL_USER_UUID, create_app
 
 # --- a strategy for every kind of framework message ---------------------------------------
@@ -458,3 +466,157 @@ async def test_plain_text_is_stored_as_any_face_stores_it(store: Store) -> None:
     assert records[2].metadata["agent_framework"] == rich.to_dict()
     loaded = await provider.get_messages("s", state=state)
     assert [m.to_dict() for m in loaded] == [m.to_dict() for m in [*plain, rich]]
+
+
+# --- the plain reading and the reference read ---------------------------------------------
+
+
+@st.composite
+def _records(draw: st.DrawFn) -> list[StoredMessage]:
+    """Stored records as any face writes them: plain most often, else with anything nested."""
+    chat_uuid = uuid4()
+    records = []
+    for seq in range(draw(st.integers(1, 5))):
+        message_uuid = uuid4()
+        calls = [
+            ToolCall(
+                uuid=uuid4(),
+                message_uuid=message_uuid,
+                tool_call_id=f"c{seq}-{index}",
+                name=draw(_ident),
+                arguments=draw(_text),
+                content=draw(st.none() | _text),
+                seq=index,
+            )
+            for index in range(draw(st.integers(0, 2)))
+        ]
+        steps = [
+            Reasoning(
+                uuid=uuid4(),
+                message_uuid=message_uuid,
+                agui_id=draw(st.none() | _ident),
+                content=draw(_text),
+                encrypted_value=draw(st.none() | _text),
+                seq=len(calls) + index,
+            )
+            for index in range(draw(st.integers(0, 1)))
+        ]
+        parts = draw(
+            st.none()
+            | st.just([])
+            | st.lists(
+                st.builds(TextPart, text=_text)
+                | st.builds(
+                    MediaPart,
+                    type=st.just("image"),
+                    source=st.just("url"),
+                    value=st.just("https://example.com/a.png"),
+                    mime_type=st.just("image/png"),
+                ),
+                max_size=2,
+            )
+        )
+        form = Message("assistant", draw(st.lists(_content(), max_size=2))).to_dict()
+        metadata = draw(
+            st.sampled_from(
+                [{}, {"tool_call_id": "c0-0"}, {"agent_framework": "not a form"}, {"k": 1}]
+            )
+            | st.just({"agent_framework": form})
+        )
+        records.append(
+            StoredMessage(
+                message_uuid=message_uuid,
+                chat_uuid=chat_uuid,
+                role=draw(st.sampled_from(list(Role))),
+                content=draw(_text),
+                name=draw(st.none() | _ident),
+                agui_id=draw(st.none() | _ident),
+                content_parts=parts,
+                metadata=metadata,
+                tool_calls=calls,
+                reasonings=steps,
+                seq=seq,
+            )
+        )
+    return records
+
+
+@settings(max_examples=200, deadline=None)
+@given(records=_records())
+def test_every_record_reads_as_the_general_read_reads_it(records: list[StoredMessage]) -> None:
+    readings = [plain_reading(record) for record in records]
+    answered: set[str] = set()
+    reference = [m.to_dict() for record in records for m in read_record(record, answered)]
+
+    assert [m.to_dict() for m in messages_of(records, readings, set())] == reference
+    assert [m.to_dict() for m in records_to_messages(records)] == reference
+
+
+async def _reference(store: Store, provider: ThreadstoreHistoryProvider) -> list[dict[str, Any]]:
+    chat = await provider.get_chat("s", {"thread_id": "s"})
+    assert chat is not None
+    return [m.to_dict() for m in records_to_messages(await store.get_chat_messages(chat.chat_uuid))]
+
+
+async def test_a_load_after_appends_and_an_edit_reads_the_history_as_it_is_now(
+    store: Store,
+) -> None:
+    from threadstore import MessageCreate, MessageUpdate
+
+    provider = _provider(store)
+    state: dict[str, Any] = {"thread_id": "s"}
+    await provider.save_messages(
+        "s", [Message("user", ["one"]), Message("assistant", ["two"], message_id="a1")], state=state
+    )
+    first = await provider.get_messages("s", state=state)
+    chat = await provider.get_chat("s", state)
+    assert chat is not None
+    await provider.save_messages("s", [Message("user", ["three"])], state=state)
+    added = await store.create_message(
+        MessageCreate(chat_uuid=chat.chat_uuid, role=Role.ASSISTANT, content="four", agui_id="a2")
+    )
+    second = await provider.get_messages("s", state=state)
+    await store.update_message(added.message_uuid, MessageUpdate(content="four, edited"))
+    third = await provider.get_messages("s", state=state)
+
+    assert [m.text for m in first] == ["one", "two"]
+    assert [m.text for m in second] == ["one", "two", "three", "four"]
+    assert [m.text for m in third] == ["one", "two", "three", "four, edited"]
+    assert [m.to_dict() for m in third] == await _reference(store, provider)
+
+
+async def test_loads_running_while_the_chat_grows_each_read_a_whole_history(
+    store: Store,
+) -> None:
+    from threadstore import ChatCreate, MessageCreate
+    from threadstore.store import CreateMessage
+    from threadstore.store._offload import OFF_LOOP_ITEMS
+
+    user = uuid4()
+    chat = await store.create_chat(ChatCreate(user_uuid=user, thread_id="s"))
+    await store.apply_writes(
+        [
+            CreateMessage(MessageCreate(chat_uuid=chat.chat_uuid, role=Role.USER, content=f"m{i}"))
+            for i in range(OFF_LOOP_ITEMS + 50)
+        ]
+    )
+    provider = ThreadstoreHistoryProvider(store, user)
+    before = await _reference(store, provider)
+
+    async def append() -> None:
+        await provider.save_messages(
+            "s", [Message("assistant", ["late"])], state={"thread_id": "s"}
+        )
+
+    loads = await asyncio.gather(
+        provider.get_messages("s", state={"thread_id": "s"}),
+        append(),
+        provider.get_messages("s", state={"thread_id": "s"}),
+    )
+    after = await _reference(store, provider)
+
+    assert after == [*before, Message("assistant", ["late"]).to_dict()]
+    for loaded in (loads[0], loads[2]):
+        assert [m.to_dict() for m in loaded] in (before, after)
+    again = await provider.get_messages("s", state={"thread_id": "s"})
+    assert [m.to_dict() for m in again] == after

@@ -13,8 +13,9 @@ new root, a row the merge cannot place) makes the next read rebuild.
 A :class:`KeptHistory` is shared, never mutated once built, and never handed to
 callers that may change it: ``get_chat_messages`` returns copies, and
 ``Store.read_history`` a read-only view. Whatever an upper layer derives from a
-history (an index of its ids, its AG-UI translation) lives in ``derived`` and is
-extended along with it (see ``agui``'s history state). The cache holds at most
+history (an index of its ids, its AG-UI translation, the Agent Framework face's plain
+readings) lives in ``derived`` and is extended along with it (see ``agui``'s history
+state). The cache holds at most
 ``max_messages`` messages (least recently used chats are dropped first).
 """
 

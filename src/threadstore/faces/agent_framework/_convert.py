@@ -43,9 +43,13 @@ from threadstore.models import (
 __all__ = [
     "METADATA_KEY",
     "TOOL_CALL_ID_KEY",
+    "Plain",
     "RecordSet",
     "message_identity",
     "message_to_records",
+    "messages_of",
+    "plain_reading",
+    "read_record",
     "records_to_messages",
     "result_text",
 ]
@@ -238,7 +242,7 @@ def _native_contents(record: Message) -> list[Content]:
         )
         for step in sorted(record.reasonings, key=lambda step: step.seq)
     ]
-    if record.content_parts is not None:
+    if record.content_parts:
         for part in record.content_parts:
             if isinstance(part, TextPart):
                 contents.append(Content.from_text(part.text))
@@ -269,10 +273,6 @@ def _native(record: Message, answered: set[str]) -> list[AFMessage]:
     role = _NATIVE_ROLES.get(record.role)
     if role is None:
         return []
-    if not (record.reasonings or record.tool_calls or record.content_parts):
-        # Most of a conversation: plain text, read without the general assembly below.
-        contents = [Content("text", text=record.content)] if record.content else []
-        return [AFMessage(role, contents, author_name=record.name, message_id=record.agui_id)]
     out = [
         AFMessage(
             role,
@@ -293,6 +293,56 @@ def _native(record: Message, answered: set[str]) -> list[AFMessage]:
     return out
 
 
+Plain = tuple[str, str | None, str | None, str | None]
+"""A record read without the general assembly: role, text (``None`` when empty), author, id."""
+
+
+def plain_reading(record: Message) -> Plain | None:
+    """Return the fields ``record`` reads from when it is plain, else ``None``.
+
+    Plain: one text (or none) and nothing else, which is most of a conversation, of
+    whichever face. :func:`messages_of` builds such a record's message from these
+    fields alone, the same message :func:`read_record` builds.
+    """
+    role = _NATIVE_ROLES.get(record.role)
+    if (
+        role is None
+        or record.reasonings
+        or record.tool_calls
+        or record.content_parts
+        or METADATA_KEY in record.metadata
+    ):
+        return None
+    return (role, record.content or None, record.name, record.agui_id)
+
+
+def messages_of(
+    records: Sequence[Message], readings: Sequence[Plain | None], answered: set[str]
+) -> list[AFMessage]:
+    """Return the framework messages of ``records``, given each one's :func:`plain_reading`.
+
+    A plain record's message is built from its reading: one text content, then the
+    message, the least the framework's constructors allow. Any other record is read
+    by :func:`read_record`. ``answered`` is as in :func:`records_to_messages`.
+    """
+    out: list[AFMessage] = []
+    append = out.append
+    for record, reading in zip(records, readings, strict=True):
+        if reading is None:
+            out.extend(read_record(record, answered))
+            continue
+        role, text, name, message_id = reading
+        append(
+            AFMessage(
+                role,
+                None if text is None else [Content("text", text=text)],
+                author_name=name,
+                message_id=message_id,
+            )
+        )
+    return out
+
+
 def records_to_messages(
     records: Sequence[Message], answered: set[str] | None = None
 ) -> list[AFMessage]:
@@ -302,18 +352,23 @@ def records_to_messages(
     ``answered`` (the tool call ids answered so far) carries a conversion fed in pieces
     from one piece to the next; it is updated in place.
     """
-    out: list[AFMessage] = []
-    if answered is None:
-        answered = set()
-    for record in records:
-        own = _own_form(record)
-        if own is None:
-            out.extend(_native(record, answered))
-            continue
-        answered.update(
-            content.call_id
-            for content in own.contents
-            if content.type == "function_result" and content.call_id is not None
-        )
-        out.append(own)
-    return out
+    readings = [plain_reading(record) for record in records]
+    return messages_of(records, readings, set() if answered is None else answered)
+
+
+def read_record(record: Message, answered: set[str]) -> list[AFMessage]:
+    """Return the framework messages of one record: none, it, or it and its tool results.
+
+    Reads any record, the general way: the framework form kept in it, else its own
+    fields (the reference read: :func:`messages_of` builds plain records without it).
+    ``answered`` is as in :func:`records_to_messages`.
+    """
+    own = _own_form(record)
+    if own is None:
+        return _native(record, answered)
+    answered.update(
+        content.call_id
+        for content in own.contents
+        if content.type == "function_result" and content.call_id is not None
+    )
+    return [own]

@@ -16,11 +16,13 @@ from agent_framework import AgentSession, HistoryProvider, SessionContext, Suppo
 from agent_framework import Message as AFMessage
 
 from threadstore.errors import ConfigurationError
-from threadstore.faces._chat import load_history
 from threadstore.faces.agent_framework._convert import (
     TOOL_CALL_ID_KEY,
+    Plain,
     message_identity,
     message_to_records,
+    messages_of,
+    plain_reading,
     records_to_messages,
 )
 from threadstore.faces.agent_framework._scope import ChatScope
@@ -32,6 +34,7 @@ from threadstore.store import (
     Store,
     UpdateToolCall,
     Write,
+    in_steps,
 )
 
 __all__ = ["STATE_KEY", "MessageFilter", "ThreadstoreHistoryProvider"]
@@ -44,6 +47,9 @@ MessageFilter = Callable[[list[AFMessage]], list[AFMessage]]
 
 _TAIL_MARGIN = 4
 """Stored messages read beyond the incoming count when looking for re-sent messages."""
+
+_READINGS = "threadstore.agent_framework.readings"
+"""Key of a kept history's ``derived`` holding its messages' plain readings, in order."""
 
 _NO_UPPER_BOUND = 2**62
 """A ``before`` cursor past every message, to read the newest page."""
@@ -126,10 +132,24 @@ class ThreadstoreHistoryProvider(HistoryProvider):
         chat = await self.get_chat(session_id, state)
         if chat is None:
             return []
+        history = await self.store.read_history(chat.chat_uuid)
+        # Each message's plain reading is kept with the store's history (which only
+        # grows at its end, else is built anew) and extended as it grows: a load reads
+        # the fields of only the messages new since the last. It holds strings only.
+        readings: list[Plain | None] = history.kept.derived.setdefault(_READINGS, [])
         answered: set[str] = set()  # carried from piece to piece of a long history
-        return await load_history(
-            self.store, chat.chat_uuid, lambda piece: records_to_messages(piece, answered)
-        )
+        out: list[AFMessage] = []
+
+        def convert(span: Sequence[int]) -> None:
+            if not span:
+                return
+            start, stop = span[0], span[-1] + 1
+            if len(readings) < stop:
+                readings.extend(map(plain_reading, history[len(readings) : stop]))
+            out.extend(messages_of(history[start:stop], readings[start:stop], answered))
+
+        await in_steps(range(len(history)), convert)
+        return out
 
     async def save_messages(
         self,
