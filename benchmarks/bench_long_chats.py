@@ -2,14 +2,15 @@
 
 For each chat length it appends that many messages through the public API (every
 other one an answer that made a tool call), then measures: the median append, a
-cold load of the history (a new store, so an empty history cache), a cached load,
-and five consecutive StorageAgent runs of a tiny scripted answer, each adding a user
-message and an answer (the agent takes no time, so the run's wall time is
-threadstore's). The first run on the new store builds what later runs extend; the
-others are the steady state. During each run a ticker task wakes every millisecond and
-records the longest gap between two wake-ups: the longest stretch the run held the
-event loop, or the machine ran something else (so also the event loop's own CPU time in
-that gap, which the machine's load does not inflate).
+cold load of the history (a new store, so an empty history cache) and the longest
+loop stall during it, a cached load, and five consecutive StorageAgent runs of a
+tiny scripted answer, each adding a user message and an answer (the agent takes no
+time, so the run's wall time is threadstore's). The first run on the new store
+builds what later runs extend; the others are the steady state. During each run a
+ticker task wakes every millisecond and records the longest gap between two
+wake-ups: the longest stretch the run held the event loop, or the machine ran
+something else (so also the event loop's own CPU time in that gap, which the
+machine's load does not inflate).
 
 Run ``python benchmarks/bench_long_chats.py`` (``--sizes 300,1200`` to choose the
 lengths, ``--backend postgres`` and ``--url`` or ``THREADSTORE_TEST_POSTGRES_URL`` for
@@ -166,9 +167,9 @@ async def measure(url: str, messages: int) -> dict[str, float]:
         await store.close()
     store = await open_store(url)  # a new store: nothing cached
     try:
-        started = time.perf_counter()
-        await store.get_chat_messages(chat.chat_uuid)
-        cold = time.perf_counter() - started
+        cold, stall_cold, step_cold = await longest_stall(
+            lambda: store.get_chat_messages(chat.chat_uuid)
+        )
         started = time.perf_counter()
         await store.get_chat_messages(chat.chat_uuid)
         cached = time.perf_counter() - started
@@ -185,6 +186,8 @@ async def measure(url: str, messages: int) -> dict[str, float]:
     return {
         "append_p50": statistics.median(appends),
         "cold": cold,
+        "stall_cold": stall_cold,
+        "step_cold": step_cold,
         "cached": cached,
         "first": runs[0],
         "run": statistics.median(runs[1:]),
@@ -280,11 +283,11 @@ async def main() -> None:
     )
     print()
     print(
-        "| messages in the chat | append p50 | load, cold | load, cached | first run "
-        "| its longest loop stall (CPU) | next runs, median | x "
+        "| messages in the chat | append p50 | load, cold | its longest loop stall (CPU) "
+        "| load, cached | first run | its longest loop stall (CPU) | next runs, median | x "
         "| their longest loop stall (CPU) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     base: float | None = None
     for size in sizes:
         if args.backend == "sqlite":
@@ -297,6 +300,7 @@ async def main() -> None:
         base = base or figures["run"]
         print(
             f"| {size:,} | {ms(figures['append_p50'])} | {ms(figures['cold'])} "
+            f"| {ms(figures['stall_cold'])} ({ms(figures['step_cold'])}) "
             f"| {ms(figures['cached'])} | {ms(figures['first'])} "
             f"| {ms(figures['stall_first'])} ({ms(figures['step_first'])}) "
             f"| {ms(figures['run'])} | {figures['run'] / base:.1f} "

@@ -98,6 +98,7 @@ from threadstore.store import (
     TreeNode,
     in_steps,
     off_loop,
+    untrack,
 )
 
 if TYPE_CHECKING:
@@ -1093,13 +1094,18 @@ async def _facts(history: Sequence[Message]) -> StoredFacts:
 
 
 class _Translation:
-    """A kept history's translation, and where each message's part of it ends."""
+    """A kept history's translation, and where each message's part of it ends.
+
+    Kept as long as the history, untracked by the cyclic collector as the history is
+    (``HistoryTranslator(kept=True)``).
+    """
 
     __slots__ = ("ends", "translator")
 
     def __init__(self) -> None:
-        self.translator = HistoryTranslator()
+        self.translator = HistoryTranslator(kept=True)
         self.ends: list[int] = []
+        untrack(self.ends)
 
     def feed(self, messages: Sequence[Message]) -> None:
         translator, ends = self.translator, self.ends

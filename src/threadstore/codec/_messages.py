@@ -30,6 +30,7 @@ from threadstore.models import (
     TextPart,
     ToolCall,
 )
+from threadstore.store import untrack
 
 __all__ = [
     "AGUI_METADATA_KEY",
@@ -111,6 +112,8 @@ def replayed_tool_error(tool_call: ToolCall, subagent_run_id: str | None) -> str
 
 class _Ids:
     """Hands out ids, never the same one twice."""
+
+    __slots__ = ("_used",)
 
     def __init__(self) -> None:
         self._used: set[str] = set()
@@ -251,19 +254,28 @@ class HistoryTranslator:
     Feeding a history's messages in any number of calls gives exactly what translating
     it at once gives (ids claimed earlier stay claimed), so a history that only grows
     at its end is translated once, however many runs replay it.
+
+    ``kept``: a translation kept as long as the history it translates (which then is
+    one a store keeps, untracked): its containers and the AG-UI messages it makes are
+    untracked by the cyclic collector too (``threadstore.store.untrack``), so :attr:`out`
+    must stay the translator's own (hand out copies of it).
     """
 
-    __slots__ = ("_ids", "_seen", "out")
+    __slots__ = ("_ids", "_kept", "_seen", "out")
 
-    def __init__(self) -> None:
+    def __init__(self, *, kept: bool = False) -> None:
         self._ids = _Ids()
         self._seen: set[UUID] = set()
         self.out: list[ag.Message] = []
         """The translation of every message fed so far."""
+        self._kept = kept
+        if kept:
+            untrack(self._ids._used, self._seen, self.out)
 
     def feed(self, messages: Iterable[Message]) -> None:
         """Translate ``messages``, the ones after those fed before, onto :attr:`out`."""
         ids, seen, out = self._ids, self._seen, self.out
+        start = len(out)
         for message in messages:
             if message.message_uuid in seen:
                 continue
@@ -302,6 +314,8 @@ class HistoryTranslator:
                             subagent_run_id=subagent,
                         )
                     )
+        if self._kept:
+            untrack(*out[start:])
 
 
 def _first_place(metadata: dict[str, Any], kind: str) -> int | None:

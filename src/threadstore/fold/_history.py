@@ -1,17 +1,21 @@
 """What a run needs to know of the chat's stored history: ids it holds, calls still open.
 
 :class:`HistoryIndex` keeps the same facts for a history that grows at its end, so a
-run on a long chat does not pass over its whole history to learn them.
+run on a long chat does not pass over its whole history to learn them. It is kept as
+long as a store keeps the history, so it holds what the cyclic collector does not
+track: dicts of strings and ints, and a list it untracks (``threadstore.store.untrack``);
+only the few tool calls still waiting for a result are held in tracked lists.
 """
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable
-from typing import Any, NamedTuple
+from collections.abc import Container, Iterable, Mapping
+from typing import NamedTuple
 from uuid import UUID
 
 from threadstore.codec import SUBAGENT_METADATA_KEY, replayed_tool_error, tool_result_message_id
 from threadstore.models import Message, Role, ToolCall
+from threadstore.store import untrack
 
 __all__ = [
     "HistoryIndex",
@@ -66,7 +70,7 @@ class HistoryIndex:
     new index.
     """
 
-    __slots__ = ("assistant", "count", "ids", "messages", "pending")
+    __slots__ = ("assistant", "count", "ids", "messages", "pending", "uuids")
 
     def __init__(self, messages: Iterable[Message] = ()) -> None:
         self.count = 0
@@ -78,24 +82,33 @@ class HistoryIndex:
         self.pending: dict[str, list[tuple[int, ToolCall]]] = {}
         """:func:`pending_tool_calls`: each id's calls with where their messages stand, in
         the order stored (a prefix answers with the last of its own, as the reference)."""
-        self.assistant: dict[str, list[tuple[int, UUID]]] = {}
-        """Assistant messages by AG-UI id, each id's in the order they were stored."""
+        self.assistant: dict[str, int | tuple[int, ...]] = {}
+        """Where the assistant messages with each AG-UI id stand: one position, or the
+        positions of several in the order they were stored."""
+        self.uuids: list[UUID] = []
+        """Each message's uuid, by position (a list the collector does not track)."""
+        untrack(self.uuids)
         self.feed(messages)
 
     def feed(self, messages: Iterable[Message]) -> None:
         """Index ``messages``, the ones stored after those fed before."""
         first = self.ids.setdefault
+        assistant = self.assistant
         for message in messages:
             at = self.count
             self.count += 1
+            self.uuids.append(message.message_uuid)
             first(str(message.message_uuid), at)
             if message.agui_id:
                 first(message.agui_id, at)
                 self.messages.setdefault(message.agui_id, at)
                 if message.role == Role.ASSISTANT:
-                    self.assistant.setdefault(message.agui_id, []).append(
-                        (at, message.message_uuid)
-                    )
+                    before = assistant.get(message.agui_id)
+                    if before is None:
+                        assistant[message.agui_id] = at
+                    else:  # an id stored again (rare): a tuple of ints, untracked in turn
+                        held = before if isinstance(before, tuple) else (before,)
+                        assistant[message.agui_id] = (*held, at)
             self.messages.setdefault(str(message.message_uuid), at)
             subagent = message.metadata.get(SUBAGENT_METADATA_KEY)
             for call in message.tool_calls:
@@ -120,7 +133,7 @@ class HistoryIndex:
         return StoredFacts(
             _Before(self.ids, length),
             _pending_before(self.pending, length),
-            _Before(self.assistant, length),
+            _Assistants(self.assistant, length, self.uuids),
             _Before(self.messages, length),
         )
 
@@ -143,28 +156,35 @@ class _Before:
 
     __slots__ = ("_length", "_map")
 
-    def __init__(self, positions: dict[str, Any], length: int) -> None:
+    def __init__(self, positions: Mapping[str, int | tuple[int, ...]], length: int) -> None:
         self._map, self._length = positions, length
 
-    def _entry(self, key: object) -> int | tuple[int, Any] | None:
-        found = self._map.get(key)  # type: ignore[call-overload]
-        if isinstance(found, list):  # several entries: the last one within the length
-            return next((e for e in reversed(found) if e[0] < self._length), None)
-        if found is None or _position(found) >= self._length:
-            return None
-        return found  # type: ignore[no-any-return]
-
     def __contains__(self, key: object) -> bool:
-        return self._entry(key) is not None
+        return self.get(key) is not None  # type: ignore[arg-type]
 
-    def get(self, key: str) -> Any:
-        """The value stored under ``key`` (a position's companion, when it has one)."""
-        found = self._entry(key)
-        return found[1] if isinstance(found, tuple) else found
+    def get(self, key: str) -> int | None:
+        """Where the entry for ``key`` stands (the last within the length, of several)."""
+        found = self._map.get(key)
+        if isinstance(found, tuple):
+            return next((at for at in reversed(found) if at < self._length), None)
+        return found if found is not None and found < self._length else None
 
 
-def _position(entry: int | tuple[int, Any]) -> int:
-    return entry[0] if isinstance(entry, tuple) else entry
+class _Assistants(_Before):
+    """:class:`_Before` over assistant messages, answering with their uuids."""
+
+    __slots__ = ("_uuids",)
+
+    def __init__(
+        self, positions: Mapping[str, int | tuple[int, ...]], length: int, uuids: list[UUID]
+    ) -> None:
+        super().__init__(positions, length)
+        self._uuids = uuids
+
+    def get(self, key: str) -> UUID | None:  # type: ignore[override]
+        """The uuid of the last stored assistant message with AG-UI id ``key``."""
+        at = super().get(key)
+        return None if at is None else self._uuids[at]
 
 
 class StoredFacts(NamedTuple):
@@ -174,7 +194,7 @@ class StoredFacts(NamedTuple):
     """Every id a client may echo for the stored history (:func:`stored_ids`)."""
     pending: dict[str, ToolCall]
     """Stored tool calls waiting for a result, by tool call id (the caller's own copy)."""
-    assistant: _Before
+    assistant: _Assistants
     """``get(agui_id)``: the uuid of the stored assistant message with that AG-UI id."""
     messages: _Before
     """``get(id)``: where the stored message with that AG-UI id (or uuid) stands."""

@@ -31,7 +31,7 @@ from threadstore.store._base import (
 )
 from threadstore.store._copies import message_create, reasoning_create, tool_call_create
 from threadstore.store._history_cache import HistoryView
-from threadstore.store._offload import OFF_LOOP_ITEMS, in_steps, off_loop
+from threadstore.store._offload import OFF_LOOP_ITEMS, in_steps, off_loop, untrack
 from threadstore.store._ops import (
     CreateMessage,
     CreateReasoning,
@@ -85,6 +85,7 @@ __all__ = [
     "open_store",
     "reasoning_create",
     "tool_call_create",
+    "untrack",
 ]
 
 

@@ -305,6 +305,10 @@ class BranchPage:
     after: int | None = None
     before: int | None = None
     limit: int | None = None
+    kept: bool = False
+    """The whole branch, read to be kept (``read_history``): a backend may build its
+    models untracked by the cyclic collector (see ``store/_history_cache.py``), which
+    the history does to them anyway once built."""
 
     @property
     def whole(self) -> bool:
@@ -812,7 +816,7 @@ class Store(abc.ABC):
         """
         cache = None if self._in_transaction() else self.history_cache
         if cache is None:
-            messages = await self._select_branch(chat_uuid, BranchPage(), None)
+            messages = await self._select_branch(chat_uuid, BranchPage(kept=True), None)
             return (await off_loop(messages, KeptHistory, None, messages)).view()
         for _ in range(2):
             # The version is read before the rows: a write committed in between makes
@@ -838,7 +842,7 @@ class Store(abc.ABC):
                         return extended.view()
             break
         cache.misses += 1
-        messages = await self._select_branch(chat_uuid, BranchPage(), version)
+        messages = await self._select_branch(chat_uuid, BranchPage(kept=True), version)
         # Built off the event loop for a long history: positions of every message.
         built = await off_loop(messages, KeptHistory, version, messages)
         replaced = [] if kept is None else [kept]

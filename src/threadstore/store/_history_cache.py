@@ -17,6 +17,12 @@ history (an index of its ids, its AG-UI translation, the Agent Framework face's 
 readings) lives in ``derived`` and is extended along with it (see ``agui``'s history
 state). The cache holds at most
 ``max_messages`` messages (least recently used chats are dropped first).
+
+What a history keeps is untracked by the cyclic collector
+(:func:`~threadstore.store._offload.untrack`): the messages a store reads to keep are
+built untracked, and anything else a ``KeptHistory`` is given or appended is untracked
+here, so a long history held in the cache costs no collection of the process anything.
+Being plain data, it is freed by reference counting once dropped.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from uuid import UUID
 
 from threadstore.models import Message, Reasoning, ToolCall
 from threadstore.store._codec import Constructor, constructor
+from threadstore.store._offload import untrack
 
 __all__ = [
     "DEFAULT_HISTORY_CACHE_MESSAGES",
@@ -93,10 +100,12 @@ class KeptHistory:
     __slots__ = ("derived", "messages", "positions", "version")
 
     def __init__(self, version: Hashable, messages: list[Message]) -> None:
+        untrack(messages)
         self.version = version
         self.messages = messages
-        self.positions = {m.message_uuid: index for index, m in enumerate(messages)}
-        """Where each message stands in ``messages``, by uuid."""
+        self.positions = {m.message_uuid.int: index for index, m in enumerate(messages)}
+        """Where each message stands in ``messages``, by uuid (as an int: a dict of ints
+        is one the collector does not track)."""
         self.derived: dict[Hashable, Any] = {}
         """What upper layers derive from ``messages`` and extend along with it."""
 
@@ -141,7 +150,7 @@ class HistoryView(Sequence[Message]):
 
     def position(self, message_uuid: UUID) -> int | None:
         """Where ``message_uuid`` stands in this view, or ``None`` when it is not in it."""
-        index = self.kept.positions.get(message_uuid)
+        index = self.kept.positions.get(message_uuid.int)
         return index if index is not None and index < self._length else None
 
 
@@ -163,7 +172,7 @@ def extend_history(
     replaced: dict[int, Message] = {}
     messages = kept.messages
     for message in changed:
-        index = kept.positions.get(message.message_uuid)
+        index = kept.positions.get(message.message_uuid.int)
         if index is None:
             appended.append(message)
         elif messages[index].parent_uuid != message.parent_uuid:
@@ -185,8 +194,9 @@ def extend_history(
         fresh.extend(appended)
         return KeptHistory(version, fresh)
     # Appends only: the same list grows, so what was derived from it can grow too.
+    untrack(*appended)
     for message in appended:
-        kept.positions[message.message_uuid] = len(messages)
+        kept.positions[message.message_uuid.int] = len(messages)
         messages.append(message)
     kept.version = version
     return kept

@@ -348,20 +348,39 @@ RECORD_MIGRATION = "INSERT INTO threadstore_migrations (version, applied_at) VAL
 # --- selects ---------------------------------------------------------------------------------
 
 _TIMES = frozenset({"created_at", "updated_at"})
+_UUIDS = frozenset({"uuid", "message_uuid", "chat_uuid", "parent_uuid"})
+"""The uuid columns of a history's rows (messages, tool calls, reasoning steps)."""
 
 
-def _select(columns: tuple[str, ...], table: str, alias: str, *, iso_times: bool) -> str:
+def _select(
+    columns: tuple[str, ...],
+    table: str,
+    alias: str,
+    *,
+    iso_times: bool,
+    uuids: frozenset[str] = frozenset(),
+) -> str:
     """A SELECT of ``columns``; with ``iso_times`` the timestamps come back as text.
 
     asyncpg decodes a binary timestamptz through three Python objects; in a session
     printing ISO 8601 in UTC, the text form, parsed once per distinct value (a record
     never updated has ``updated_at == created_at``), costs a fraction of that, and
     timestamps were the larger part of decoding a long history.
+
+    The ``uuids`` columns come back as text too (in any session): asyncpg decodes a
+    uuid into an object the cyclic collector tracks, three per message row, all held
+    until a long history's rows are read, and as many objects built on the event loop
+    make the collector scan the whole process there; text is parsed once per distinct
+    value, off the loop, and a row then holds no other tracked object.
     """
     # A UTC session prints the offset as "+00"; ":00" completes it to what every
     # ISO 8601 parser (pydantic's included) accepts.
     names = [
-        f"{alias}.{c}::text || ':00'" if iso_times and c in _TIMES else f"{alias}.{c}"
+        f"{alias}.{c}::text || ':00'"
+        if iso_times and c in _TIMES
+        else f"{alias}.{c}::text"
+        if c in uuids
+        else f"{alias}.{c}"
         for c in columns
     ]
     return f"SELECT {', '.join(names)} FROM {table} {alias}"
@@ -374,13 +393,15 @@ MESSAGE_ROW = (*MESSAGE_COLUMNS, "last_child_seq")
 # Each read comes in two forms, indexed by whether the session prints ISO/UTC text.
 CHAT_SELECT = {iso: _select(CHAT_COLUMNS, "chats", "c", iso_times=iso) for iso in (False, True)}
 MESSAGE_SELECT = {
-    iso: _select(MESSAGE_ROW, "messages", "m", iso_times=iso) for iso in (False, True)
+    iso: _select(MESSAGE_ROW, "messages", "m", iso_times=iso, uuids=_UUIDS) for iso in (False, True)
 }
 TOOL_CALL_SELECT = {
-    iso: _select(TOOL_CALL_COLUMNS, "tool_calls", "t", iso_times=iso) for iso in (False, True)
+    iso: _select(TOOL_CALL_COLUMNS, "tool_calls", "t", iso_times=iso, uuids=_UUIDS)
+    for iso in (False, True)
 }
 REASONING_SELECT = {
-    iso: _select(REASONING_COLUMNS, "reasonings", "r", iso_times=iso) for iso in (False, True)
+    iso: _select(REASONING_COLUMNS, "reasonings", "r", iso_times=iso, uuids=_UUIDS)
+    for iso in (False, True)
 }
 RUN_SELECT = "SELECT " + ", ".join(RUN_COLUMNS) + " FROM runs"
 

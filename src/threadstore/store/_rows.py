@@ -31,7 +31,7 @@ from pydantic import BaseModel, TypeAdapter
 from threadstore import binary_json
 from threadstore.models import ContentPart, Message, Reasoning, ToolCall
 from threadstore.store._codec import constructor
-from threadstore.store._offload import off_loop
+from threadstore.store._offload import off_loop, untrack
 from threadstore.store._records import ExtrasCodec
 
 __all__ = [
@@ -193,11 +193,17 @@ class RowLoader:
             _trusted_loader(model, self.columns) if model is base and not codec.names else None
         )
 
-    def load(self, rows: Iterable[Sequence[Any]]) -> list[Any]:
-        """Build one model per row."""
+    def load(self, rows: Iterable[Sequence[Any]], *, kept: bool = False) -> list[Any]:
+        """Build one model per row; ``kept``: for a history the store keeps, so the models
+        (and the list) are untracked by the cyclic collector before they are returned
+        (:func:`~threadstore.store._offload.untrack`)."""
         if self._trusted is not None:
-            return self._trusted(rows, {})
-        return self._adapter.validate_python([self._record(row) for row in rows])
+            built = self._trusted(rows, {})
+        else:
+            built = self._adapter.validate_python([self._record(row) for row in rows])
+        if kept:
+            untrack(built)
+        return built
 
     def _record(self, row: Sequence[Any]) -> dict[str, Any]:
         record = dict(zip(self.columns, row, strict=True))
@@ -245,14 +251,21 @@ async def attach_rows(
     tool_call_rows: Sequence[Sequence[Any]],
     reasonings: RowLoader,
     reasoning_rows: Sequence[Sequence[Any]],
+    *,
+    kept: bool = False,
 ) -> None:
     """Build tool calls and reasoning steps from their rows and attach them to ``messages``.
 
-    Off the event loop for a long history (:func:`~threadstore.store._offload.off_loop`).
+    Off the event loop for a long history (:func:`~threadstore.store._offload.off_loop`);
+    ``kept`` as :meth:`RowLoader.load`'s.
     """
 
     def build() -> None:
-        attach_children(messages, tool_calls.load(tool_call_rows), reasonings.load(reasoning_rows))
+        attach_children(
+            messages,
+            tool_calls.load(tool_call_rows, kept=kept),
+            reasonings.load(reasoning_rows, kept=kept),
+        )
         # The rows are the caller's to drop: freeing them here keeps that off the loop too.
         for rows in (tool_call_rows, reasoning_rows):
             if isinstance(rows, list):

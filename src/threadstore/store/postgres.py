@@ -24,6 +24,7 @@ used plainly, so the store never sits on connections the app may need.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator, Hashable, Sequence
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
@@ -330,14 +331,15 @@ class PostgresStore(Store):
         return rows
 
     async def _messages_with_children(
-        self, conn: asyncpg.Connection, rows: Sequence[asyncpg.Record]
+        self, conn: asyncpg.Connection, rows: Sequence[asyncpg.Record], *, kept: bool = False
     ) -> list[models.Message]:
         """Build messages (rows in ``MESSAGE_ROW`` order) with their tool calls and reasoning.
 
         Two more statements fetch the children by their parents' ids, only when some
-        message has any.
+        message has any. ``kept``: a history to keep, built untracked (``RowLoader.load``).
         """
-        messages: list[models.Message] = await off_loop(rows, self._messages.load, rows)
+        load = functools.partial(self._messages.load, kept=kept)
+        messages: list[models.Message] = await off_loop(rows, load, rows)
         parents = [m.message_uuid for m, row in zip(messages, rows, strict=True) if row[-1]]
         if not parents:
             return messages
@@ -345,7 +347,9 @@ class PostgresStore(Store):
         iso = _iso_times(conn)
         tool_rows = await self._fetch_on(conn, sql.TOOL_CALL_SELECT[iso] + where, parents)
         reasoning_rows = await self._fetch_on(conn, sql.REASONING_SELECT[iso] + where, parents)
-        await attach_rows(messages, self._tool_calls, tool_rows, self._reasonings, reasoning_rows)
+        await attach_rows(
+            messages, self._tool_calls, tool_rows, self._reasonings, reasoning_rows, kept=kept
+        )
         return messages
 
     async def _read_messages(self, suffix: str, *args: Any) -> list[models.Message]:
@@ -611,7 +615,7 @@ class PostgresStore(Store):
             rows = await self._fetch_on(conn, sql.MESSAGE_SELECT[_iso_times(conn)] + suffix, *args)
             if page.newest_first:
                 rows.reverse()
-            return await self._messages_with_children(conn, rows)
+            return await self._messages_with_children(conn, rows, kept=page.kept)
 
     async def _select_last_messages(self, chat_uuids: Sequence[UUID]) -> list[models.Message]:
         return await self._read_messages(sql.LAST_MESSAGES, list(chat_uuids))

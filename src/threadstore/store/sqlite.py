@@ -592,14 +592,17 @@ class SQLiteStore(Store):
         *,
         chat_uuid: UUID | None = None,
         small: bool = False,
+        kept: bool = False,
     ) -> list[models.Message]:
         """Build messages and attach their tool calls and reasoning steps (two statements).
 
         With ``chat_uuid`` (a whole branch of one chat) children are selected by chat, which
         needs no list of message ids; otherwise by the messages' ids. ``small``: the
-        children of one message, which may be read inline.
+        children of one message, which may be read inline. ``kept``: a history to keep,
+        built untracked (``RowLoader.load``).
         """
-        messages: list[models.Message] = await off_loop(rows, consume, self._messages.load, rows)
+        load = functools.partial(self._messages.load, kept=kept)
+        messages: list[models.Message] = await off_loop(rows, consume, load, rows)
         if not messages:
             return messages
         if chat_uuid is not None:
@@ -609,7 +612,9 @@ class SQLiteStore(Store):
             param = json.dumps([str(m.message_uuid) for m in messages])
         tool_rows = await self._read(_TOOL_CALL_SELECT + where, (param,), small=small)
         reasoning_rows = await self._read(_REASONING_SELECT + where, (param,), small=small)
-        await attach_rows(messages, self._tool_calls, tool_rows, self._reasonings, reasoning_rows)
+        await attach_rows(
+            messages, self._tool_calls, tool_rows, self._reasonings, reasoning_rows, kept=kept
+        )
         return messages
 
     # --- chats -----------------------------------------------------------------------------
@@ -909,7 +914,9 @@ class SQLiteStore(Store):
             rows.reverse()
         # Children by chat need no list of ids, but read all the chat's: only for the
         # whole branch. A page (a run's new tail) reads its own messages' children.
-        return await self._load_messages(rows, chat_uuid=chat_uuid if page.whole else None)
+        return await self._load_messages(
+            rows, chat_uuid=chat_uuid if page.whole else None, kept=page.kept
+        )
 
     async def _select_last_messages(self, chat_uuids: Sequence[UUID]) -> list[models.Message]:
         rows = await self._read(
