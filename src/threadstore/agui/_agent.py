@@ -462,16 +462,7 @@ class StorageAgent:
             # Before the input is stored: a chat with a running run that continues its
             # leaf (in any process; the store holds it to one) refuses another such run
             # with nothing written. A run that branches hangs under its own branch point.
-            await self.run_repo.start_run(
-                Run(
-                    chat_uuid=chat.chat_uuid,
-                    thread_id=input.thread_id,
-                    run_id=input.run_id,
-                    parent_run_id=input.parent_run_id,
-                    owner=self.owner,
-                    exclusive=not self._branched,
-                )
-            )
+            await self.run_repo.start_run(self._run_record(input, chat.chat_uuid))
         try:
             history, facts = await self._store_inbound(
                 input, chat, history, facts, branch, creates, results, fresh=fresh
@@ -504,20 +495,22 @@ class StorageAgent:
             and not self._branched
         ):
             return None
-        run = None
-        if self.run_repo is not None:
-            run = Run(
-                chat_uuid=chat_create.chat_uuid,
-                thread_id=input.thread_id,
-                run_id=input.run_id,
-                parent_run_id=input.parent_run_id,
-                owner=self.owner,
-                exclusive=True,
-            )
+        run = None if self.run_repo is None else self._run_record(input, chat_create.chat_uuid)
         try:
             return await store.open_chat(chat_create, run=run, messages=creates)
         except ConflictError:
             return None
+
+    def _run_record(self, input: RunAgentInput, chat_uuid: UUID) -> Run:
+        """This run's record, as ``start_run`` takes it."""
+        return Run(
+            chat_uuid=chat_uuid,
+            thread_id=input.thread_id,
+            run_id=input.run_id,
+            parent_run_id=input.parent_run_id,
+            owner=self.owner,
+            exclusive=not self._branched,
+        )
 
     async def _abandon_run(self, chat: Chat, run_id: str, reason: str) -> None:
         """End the run record of a run that failed before it began: it must not hold the chat."""
