@@ -408,6 +408,19 @@ async def test_cancel_before_the_producer_starts_still_ends_the_stream() -> None
     assert agent.inputs == []  # the agent never started, so it has nothing to finalize
 
 
+async def test_a_storage_run_cancelled_before_it_starts_still_settles_its_set_up() -> None:
+    # The server's run gate waits for ``set_up``; a run that never began must settle it.
+    async with await threadstore.open_store("memory://") as store:
+        agent = StorageAgent("assistant", STORAGE_USER, store, store, ScriptedAgent(full_turn()))
+        async with StreamPersistenceManager(lambda: agent, store=store) as manager:
+            handle = await manager.run(run_input(messages=[user("u1")]))
+            handle.cancel()  # before the producer's first step: its body never runs
+            await handle.wait()
+
+    assert agent.set_up.is_set() and agent.chat is None
+    assert handle.outcome == RunStatus.INTERRUPTED
+
+
 async def test_cancel_after_the_agent_ended_its_stream_adds_no_event_after_the_end() -> None:
     agent = FedAgent(*conversation(1))  # the run has finished but the agent is still flushing
     async with StreamPersistenceManager(lambda: agent) as manager:

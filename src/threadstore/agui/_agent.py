@@ -242,7 +242,8 @@ class StorageAgent:
         self._branched = False
         """Whether the run branches off the chat's leaf (see ``_branch_point``)."""
         self.set_up = asyncio.Event()
-        """Set once the run is set up (run record written, input stored) or refused."""
+        """Set once the run is set up (run record written, input stored) or refused, or
+        by the run manager's handle when the run ended before that."""
         self.refused_by: RunLiveError | None = None
         """Why the run was refused, when its chat already had a running run."""
         self._persister: RunPersister | None = None

@@ -97,6 +97,17 @@ class RegisteringAgent(Protocol):
 
 
 @runtime_checkable
+class SettingUpAgent(Protocol):
+    """An agent that sets ``set_up`` once its run is set up (or refused).
+
+    The handle sets it too when the run ends, so whoever waits for the set-up never
+    outlives a run that ended first (one cancelled before its first step included).
+    """
+
+    set_up: asyncio.Event
+
+
+@runtime_checkable
 class EmittingAgent(Protocol):
     """An agent that can hand its events straight to the run's log (a ``StorageAgent``)."""
 
@@ -414,6 +425,8 @@ class RunHandle(Generic[AgentT]):
     ) -> None:
         # A done callback rather than a finally: it also runs for a task cancelled
         # before its first step, whose body never executes.
+        if isinstance(self.agent, SettingUpAgent):
+            self.agent.set_up.set()
         if not task.cancelled() and (exc := task.exception()) is not None:
             self.exception = exc
             logger.error("agent raised in run %s/%s", self.thread_id, self.run_id, exc_info=exc)

@@ -110,13 +110,8 @@ class RunGate:
         agent = handle.agent
         if not isinstance(agent, StorageAgent):
             return
-        set_up = asyncio.ensure_future(agent.set_up.wait())
-        ended = asyncio.ensure_future(handle.wait())
-        try:
-            await asyncio.wait((set_up, ended), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            set_up.cancel()
-            ended.cancel()
+        # Set by the agent once set up or refused, and by the handle if the run ends first.
+        await agent.set_up.wait()
         refused = agent.refused_by
         if refused is None:
             return

@@ -795,6 +795,10 @@ class Store(abc.ABC):
 
         With ``limit`` and ``before`` the page is the ``limit`` messages just before
         ``before`` (still oldest first); otherwise the first ``limit`` after ``after``.
+        The messages are the caller's own copies. A whole long history copied at once
+        costs one pass of the cyclic garbage collector over every object it is made of
+        (on the interpreter's only lock: other tasks wait for it), so read a long chat in
+        pages (``iter_chat_messages``) or, read-only, through :meth:`read_history`.
         """
         page = BranchPage(after, before, check_limit(limit, default=None))
         # Only whole histories read outside a transaction are cached: inside one, the
