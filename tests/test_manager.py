@@ -4,6 +4,8 @@ bounded buffers, heartbeat and sweep."""
 from __future__ import annotations
 
 import asyncio
+import gc
+import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import aclosing
@@ -255,6 +257,96 @@ async def test_the_wake_interval_stretches_while_wakes_find_one_event_and_shrink
     assert stretched == ceiling == max(intervals)
     assert after_a_pause == ceiling  # a quiet spell is no reason to stretch (or shrink)
     assert handle._wake_interval == base
+
+
+async def test_the_wake_interval_stretches_as_far_as_the_loop_is_slow_to_run_readers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(RunHandle, "reader_wake_interval", 100e-6)
+    monkeypatch.setattr(RunHandle, "reader_wake_interval_max", 400e-6)
+    monkeypatch.setattr(RunHandle, "reader_wake_interval_busy_max", 6.4e-3)
+    handle = RunHandle(THREAD, RUN, FedAgent(), max_buffered_events=None)
+
+    def stretch(lag: float, apart: float) -> float:
+        """The interval after wakes ``apart`` seconds apart finding one event each."""
+        handle._wake_lag = lag
+        for _ in range(12):
+            handle._adapt_wake_interval(delivered=1, since_last=apart)
+        return handle._wake_interval
+
+    paced = stretch(lag=20e-6, apart=1e-3)  # events further apart than the ceiling: as they come
+    keeping_up = stretch(lag=20e-6, apart=200e-6)  # readers run at once: the usual ceiling
+    busy = stretch(lag=1.5e-3, apart=1e-3)  # the loop takes 1.5 ms to get to a woken reader
+    very_busy = stretch(lag=50e-3, apart=1e-3)
+    handle._wake_lag = 20e-6
+    for _ in range(12):  # the load is gone and wakes find many events again
+        handle._adapt_wake_interval(delivered=40, since_last=200e-6)
+
+    assert paced == 100e-6
+    assert keeping_up == 400e-6
+    assert busy == pytest.approx(3e-3)  # twice the lag
+    assert very_busy == 6.4e-3  # never beyond the busy ceiling
+    assert handle._wake_interval == 100e-6
+
+
+async def test_a_reader_measures_how_long_the_loop_took_to_run_it_after_a_wake() -> None:
+    handle = RunHandle(THREAD, RUN, FedAgent(), max_buffered_events=None)
+    batches = handle.numbered_batches()
+    reader = asyncio.create_task(anext(batches))
+    await asyncio.sleep(0)  # the reader now waits for the first event
+    handle._append(RunStartedEvent(thread_id=THREAD, run_id=RUN))  # wakes it at once
+    time.sleep(0.005)  # the loop is busy elsewhere before it gets to the reader
+    first, batch = await reader
+    await batches.aclose()
+    assert (first, len(batch)) == (1, 1)
+    assert handle._wake_lag >= 0.005
+
+
+async def test_a_reader_takes_every_buffered_event_in_one_batch_and_loses_none() -> None:
+    agent = FedAgent()
+    events = conversation(30)
+    async with StreamPersistenceManager(lambda: agent) as manager:
+        handle = await manager.run(make_input())
+        agent.push(*events[:10])
+        await settle()
+        assert handle.last_event_id == 10
+        batches = handle.numbered_batches(after=2)
+        first_batch = await anext(batches)
+        agent.push(*events[10:], _END)
+        rest = [batch async for batch in batches]
+    assert first_batch[0] == 3 and first_batch[1] == events[2:10]
+    flattened = [
+        (event_id, event)
+        for first, batch in [first_batch, *rest]
+        for event_id, event in enumerate(batch, first)
+    ]
+    assert flattened == list(enumerate(events, start=1))[2:]
+
+
+async def test_the_log_keeps_plain_deltas_out_of_the_collector_and_everything_else_in_it() -> None:
+    handle = RunHandle(THREAD, RUN, FedAgent(), max_buffered_events=None)
+    plain = TextMessageContentEvent(message_id="m1", delta="hi")
+    with_raw = TextMessageContentEvent(message_id="m1", delta="hi", raw_event={"chunk": [1]})
+    custom = CustomEvent(name="progress", value={"done": [1, 2]})
+    for event in (plain, with_raw, custom):
+        handle._append(event)
+    assert not gc.is_tracked(plain)
+    assert not gc.is_tracked(plain.__pydantic_fields_set__)
+    # Anything that may hold a caller's objects stays for the collector to look after.
+    assert gc.is_tracked(with_raw) and gc.is_tracked(custom)
+    assert [event async for _, batch in _one_batch(handle) for event in batch] == [
+        plain,
+        with_raw,
+        custom,
+    ]
+
+
+async def _one_batch(handle: RunHandle[Any]) -> AsyncIterator[tuple[int, list[BaseEvent]]]:
+    batches = handle.numbered_batches()
+    try:
+        yield await anext(batches)
+    finally:
+        await batches.aclose()
 
 
 async def test_a_reader_cancelled_while_waiting_leaves_the_others_undisturbed() -> None:

@@ -1,4 +1,4 @@
-"""Keep-alive comments on event streams: sent when quiet, free while frames flow."""
+"""Event streams: keep-alive comments when quiet, free while frames flow; batched writes."""
 
 from __future__ import annotations
 
@@ -8,10 +8,20 @@ from typing import Any
 
 import httpx
 import pytest
+from ag_ui.core import (
+    BaseEvent,
+    RunAgentInput,
+    RunFinishedEvent,
+    RunStartedEvent,
+    TextMessageContentEvent,
+    TextMessageEndEvent,
+    TextMessageStartEvent,
+)
 
-from server_support import Frame, GatedAgent, LiveServer, read_sse, run_input
+from server_support import Frame, GatedAgent, LiveServer, collect_sse, read_sse, run_input
 from threadstore.errors import InvalidInputError
 from threadstore.server import create_app
+from threadstore.server._routes_agui import MAX_EVENTS_PER_WRITE
 from threadstore.server._sse import with_keepalive
 
 KEEPALIVE = b": keep-alive\n\n"
@@ -205,3 +215,69 @@ async def test_a_quiet_connect_stream_resumes_the_live_run_after_its_keep_alives
     assert [frame.id for frame in frames if frame.id is not None] == list(range(1, 10))
     assert frames[-1].type == "RUN_FINISHED"
     assert _deltas(frames) == "first half second half"
+
+
+# --- writes -------------------------------------------------------------------------------
+
+
+class BodyWrites:
+    """The app, counting the body messages (writes) it sends on each path."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.writes: dict[str, int] = {}
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope["path"]
+
+        async def counted(message: Any) -> None:
+            if message["type"] == "http.response.body" and message.get("body"):
+                self.writes[path] = self.writes.get(path, 0) + 1
+            await send(message)
+
+        await self.app(scope, receive, counted)
+
+
+class BurstAgent:
+    """Streams a text message of ``deltas`` deltas without waiting between events."""
+
+    def __init__(self, deltas: int) -> None:
+        self.deltas = deltas
+
+    async def run(self, input: RunAgentInput) -> AsyncIterator[BaseEvent]:
+        yield RunStartedEvent(thread_id=input.thread_id, run_id=input.run_id)
+        yield TextMessageStartEvent(message_id="answer", role="assistant")
+        for index in range(self.deltas):
+            yield TextMessageContentEvent(message_id="answer", delta=f"w{index} ")
+        yield TextMessageEndEvent(message_id="answer")
+        yield RunFinishedEvent(thread_id=input.thread_id, run_id=input.run_id)
+
+
+async def test_events_that_wait_together_go_out_in_one_write_each_frame_intact() -> None:
+    deltas = 300
+    app = BodyWrites(create_app("memory://", agent=BurstAgent(deltas)))
+    body = run_input()
+    resume = f"/agui/threads/{body['threadId']}/runs/{body['runId']}/events"
+    async with LiveServer(app) as server, httpx.AsyncClient() as client:
+        async with client.stream("POST", f"{server.url}/agui", json=body) as response:
+            live = await collect_sse(response)
+        async with client.stream("GET", f"{server.url}{resume}") as response:
+            resumed = await collect_sse(response)
+
+    events = deltas + 4
+    assert (
+        [frame.id for frame in live]
+        == [frame.id for frame in resumed]
+        == list(range(1, events + 1))
+    )
+    assert [frame.data for frame in live] == [frame.data for frame in resumed]
+    assert "".join(f.data["delta"] for f in live if f.type == "TEXT_MESSAGE_CONTENT") == "".join(
+        f"w{index} " for index in range(deltas)
+    )
+    # The finished run's whole log is buffered: one write per MAX_EVENTS_PER_WRITE events.
+    assert app.writes[resume] == -(-events // MAX_EVENTS_PER_WRITE) == 2
+    # Live, the agent outruns its reader: far fewer writes than events.
+    assert app.writes["/agui"] < events // 10

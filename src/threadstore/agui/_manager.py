@@ -22,11 +22,23 @@ from types import TracebackType
 from typing import Any, Generic, Protocol, Self, TypeVar, runtime_checkable
 from uuid import UUID
 
-from ag_ui.core import BaseEvent, EventType, RunAgentInput, RunErrorEvent, RunStartedEvent
+from ag_ui.core import (
+    BaseEvent,
+    EventType,
+    ReasoningMessageChunkEvent,
+    ReasoningMessageContentEvent,
+    RunAgentInput,
+    RunErrorEvent,
+    RunStartedEvent,
+    TextMessageChunkEvent,
+    TextMessageContentEvent,
+    ToolCallArgsEvent,
+    ToolCallChunkEvent,
+)
 
 from threadstore.errors import ConfigurationError, ConflictError, InvalidInputError
 from threadstore.models import Chat, MessageStatus, Run, RunStatus, utcnow
-from threadstore.store import RunRepositoryLike, Store
+from threadstore.store import RunRepositoryLike, Store, untrack
 
 __all__ = [
     "CANCELLED_ERROR_CODE",
@@ -60,6 +72,23 @@ _RUN_STARTED, _RUN_FINISHED, _RUN_ERROR = (
     EventType.RUN_ERROR,
 )
 _RUN_BOUNDS = frozenset((_RUN_STARTED, _RUN_FINISHED, _RUN_ERROR))
+
+_PLAIN_DELTAS: frozenset[type[BaseEvent]] = frozenset(
+    (
+        TextMessageContentEvent,
+        TextMessageChunkEvent,
+        ToolCallArgsEvent,
+        ToolCallChunkEvent,
+        ReasoningMessageContentEvent,
+        ReasoningMessageChunkEvent,
+    )
+)
+"""Events whose fields are ids, text and numbers alone once ``raw_event`` and ``metadata``
+are unset: the log takes them out of the cyclic collector's view (``store.untrack``).
+
+A burst of runs keeps tens of thousands of them alive at once, and each full collection
+of the process would scan them all; nothing in them can refer back to itself.
+"""
 
 
 class AGUIAgentLike(Protocol):
@@ -189,6 +218,17 @@ class RunHandle(Generic[AgentT]):
     the interval doubles (up to this); while wakes find 16 or more, it halves again. An
     event after a quiet spell longer than the interval still goes out at once.
     """
+    reader_wake_interval_busy_max: float = 16e-3
+    """How far the wake interval may stretch while the event loop is slow to run a reader.
+
+    When hundreds of streams share one loop, each turn of it takes milliseconds, a run
+    produces one event per turn, and a reader woken every turn writes every event on
+    its own: the server's and the client's cost per write is then paid per event. So
+    the ceiling above grows to twice the time the last woken reader waited for the loop
+    to run it (its lag), up to this: a reader then waits about one more turn for
+    company, which adds about the delay the load already imposes, never more than this.
+    A loop that keeps up runs readers at once, and the ceiling stays as above.
+    """
 
     def __init__(
         self, thread_id: str, run_id: str, agent: AgentT, *, max_buffered_events: int | None
@@ -211,6 +251,7 @@ class RunHandle(Generic[AgentT]):
         self._max_buffered = max_buffered_events
         self._readers: list[asyncio.Future[None]] = []
         self._last_wake = float("-inf")  # loop time
+        self._wake_lag = 0.0  # how long the last woken reader waited for the loop
         self._wake_interval = self.reader_wake_interval  # adapted to how events come
         self._woken_at = 0  # the newest event id when readers were last woken
         self._wake_timer: asyncio.TimerHandle | None = None
@@ -280,31 +321,41 @@ class RunHandle(Generic[AgentT]):
         if after + 1 < self.first_event_id:
             raise EventsDroppedError(after, self.first_event_id)
 
-    async def _follow_events(self, after: int) -> AsyncGenerator[BaseEvent, None]:
+    def numbered_batches(self, after: int = 0) -> AsyncGenerator[tuple[int, list[BaseEvent]], None]:
+        """Like :meth:`numbered_events`, a batch at a time: ``(first_id, events)``.
+
+        Each batch is every event buffered when the reader woke (``first_id`` is the
+        number of its first), so a reader that writes them out together (the server's
+        event stream) pays its per-write cost once per batch instead of once per event.
+        """
+        self._check_after(after)
+        return self._follow_batches(after)
+
+    async def _follow_batches(
+        self, after: int
+    ) -> AsyncGenerator[tuple[int, list[BaseEvent]], None]:
+        time = asyncio.get_running_loop().time
         next_id = after + 1
         while True:
             if next_id <= self._last_id:
                 batch = self._batch(next_id)
+                yield next_id, batch
                 next_id += len(batch)
-                for event in batch:
-                    yield event
             elif self._outcome is not None:
                 return
             else:
                 await self._next_append()
+                self._wake_lag = time() - self._last_wake
+
+    async def _follow_events(self, after: int) -> AsyncGenerator[BaseEvent, None]:
+        async for _, batch in self._follow_batches(after):
+            for event in batch:
+                yield event
 
     async def _follow_numbered(self, after: int) -> AsyncGenerator[tuple[int, BaseEvent], None]:
-        next_id = after + 1
-        while True:
-            if next_id <= self._last_id:
-                batch = self._batch(next_id)
-                for event in batch:
-                    yield next_id, event
-                    next_id += 1
-            elif self._outcome is not None:
-                return
-            else:
-                await self._next_append()
+        async for first, batch in self._follow_batches(after):
+            for offset, event in enumerate(batch):
+                yield first + offset, event
 
     def json_of(self, event_id: int, event: BaseEvent) -> str:
         """``event``'s (number ``event_id`` of this run) wire JSON, serialized once per run.
@@ -350,7 +401,8 @@ class RunHandle(Generic[AgentT]):
     def _adapt_wake_interval(self, delivered: int, since_last: float) -> None:
         """Stretch or shrink the wake interval by what the last one brought (see the class)."""
         interval, base = self._wake_interval, self.reader_wake_interval
-        ceiling = max(base, self.reader_wake_interval_max)
+        busy = min(2 * self._wake_lag, self.reader_wake_interval_busy_max)
+        ceiling = max(base, self.reader_wake_interval_max, busy)
         if delivered <= 2 and since_last < ceiling:
             self._wake_interval = min(interval * 2, ceiling)
         elif delivered >= 16 and interval > base:
@@ -377,6 +429,10 @@ class RunHandle(Generic[AgentT]):
     # --- producing -------------------------------------------------------------------
 
     def _append(self, event: BaseEvent) -> None:
+        # The log keeps every event for the run's retention; the deltas, most of them,
+        # are strings alone, which the collector need not scan (see _PLAIN_DELTAS).
+        if type(event) in _PLAIN_DELTAS and event.raw_event is None and event.metadata is None:
+            untrack(event)
         events = self._events
         events.append(event)
         self._last_id += 1

@@ -485,14 +485,18 @@ class EventPump:
         writer = self.relay.writer
         try:
             json_of = self.handle.json_of
-            async for event_id, event in self.handle.numbered_events():
-                self.pending.append((event_id, json_of(event_id, event)))
-                writer.has_pending(self)
+            async for first, batch in self.handle.numbered_batches():
+                # The writer swaps ``pending`` for a new list as it takes the events.
+                self.pending += [
+                    (event_id, json_of(event_id, event))
+                    for event_id, event in enumerate(batch, first)
+                ]
+                writer.has_pending(self, len(batch))
         except Exception as exc:
             self.stop(exc)
             return
         self.reading_done = True
-        writer.has_pending(self)  # so it writes the rest at once and then ends the pump
+        writer.has_pending(self, 0)  # so it writes the rest at once and then ends the pump
 
 
 class RelayWriter:
@@ -517,10 +521,10 @@ class RelayWriter:
         self._full = asyncio.Event()  # a whole batch waits, or a run ended
         self._task: asyncio.Task[None] | None = None
 
-    def has_pending(self, pump: EventPump) -> None:
-        """``pump`` has new events or finished reading: write them soon."""
+    def has_pending(self, pump: EventPump, events: int) -> None:
+        """``pump`` has ``events`` new events, or finished reading: write them soon."""
         self._pumps.add(pump)
-        self._pending += 1
+        self._pending += events
         self._wake.set()
         if self._pending >= self.batch_size or pump.reading_done:
             self._full.set()

@@ -55,8 +55,19 @@ __all__ = ["CancelResult", "router"]
 router = APIRouter(prefix="/agui", tags=["AG-UI"])
 
 NumberedEvents = AsyncGenerator[tuple[int, BaseEvent], None]
-Reopen = Callable[[int], Awaitable[NumberedEvents | None]]
+EventBatches = AsyncGenerator[tuple[int, Sequence[BaseEvent]], None]
+"""A run's events a batch at a time: ``(number of the batch's first event, events)``."""
+Reopen = Callable[[int], Awaitable[EventBatches | None]]
 """Opens a run's events after the given id again (``None`` once it cannot be followed)."""
+
+MAX_EVENTS_PER_WRITE = 256
+"""At most this many events' frames go out in one write (one HTTP chunk).
+
+A reader that wakes to several new events writes them together: the response's cost
+per write (the ASGI send, HTTP framing, the socket call, and the client's read) is then
+paid once for them all. The cap keeps a resume from early in a long run from building
+one huge chunk.
+"""
 
 _STREAM_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {
@@ -93,7 +104,7 @@ class _RunFrames:
         self,
         head: Sequence[bytes] = (),
         *,
-        stream: NumberedEvents | None = None,
+        stream: EventBatches | None = None,
         reopen: Reopen | None = None,
         after: int = 0,
         json_of: Callable[[int, BaseEvent], str] | None = None,
@@ -117,18 +128,32 @@ class _RunFrames:
             return
         json_of = self._json_of
         try:
-            async for event_id, event in stream:
-                self._sent = event_id
-                text = None if json_of is None else json_of(event_id, event)
-                yield encode_frame(event, event_id, text)
+            async for first, events in stream:
+                for start in range(0, len(events), MAX_EVENTS_PER_WRITE):
+                    chunk = events[start : start + MAX_EVENTS_PER_WRITE]
+                    frames = []
+                    for event_id, event in enumerate(chunk, first + start):
+                        text = None if json_of is None else json_of(event_id, event)
+                        frames.append(encode_frame(event, event_id, text))
+                    self._sent = first + start + len(chunk) - 1
+                    yield b"".join(frames)
         finally:
             # A relayed stream holds a wake-up registration until it is closed.
             await close_iterator(stream)
 
 
+async def _one_by_one(events: NumberedEvents) -> EventBatches:
+    """``events`` as batches of one (a relayed run's, or one read through a durable pump)."""
+    try:
+        async for event_id, event in events:
+            yield event_id, (event,)
+    finally:
+        await close_iterator(events)
+
+
 def _local_reopen(handle: RunHandle[Any]) -> Reopen:
-    async def reopen(after: int) -> NumberedEvents:
-        return handle.numbered_events(after)
+    async def reopen(after: int) -> EventBatches:
+        return handle.numbered_batches(after)
 
     return reopen
 
@@ -141,9 +166,14 @@ async def _run_frames(
     Checks ``after`` now, so a bad id is a 4xx rather than a broken stream.
     """
     manager = state.manager
+    handle = manager.get(thread_id, run_id, user_uuid=user)
+    if handle is not None:  # a run of this process: read from its log, a batch at a time
+        local = _local_reopen(handle)
+        return _RunFrames(stream=await local(after), reopen=local, after=after)
 
-    async def reopen(after: int) -> NumberedEvents | None:
-        return await manager.resume(thread_id, run_id, after, user_uuid=user)
+    async def reopen(after: int) -> EventBatches | None:
+        events = await manager.resume(thread_id, run_id, after, user_uuid=user)
+        return None if events is None else _one_by_one(events)
 
     stream = await reopen(after)
     if stream is None:
@@ -499,10 +529,11 @@ async def _join_relayed(
         head, seen = [first], first[0]
     frames = _hydration(chat, history, run_id, head)
 
-    async def reopen(after: int) -> NumberedEvents | None:
-        return await manager.resume_chat_run(chat.chat_uuid, run_id, after)
+    async def reopen(after: int) -> EventBatches | None:
+        events = await manager.resume_chat_run(chat.chat_uuid, run_id, after)
+        return None if events is None else _one_by_one(events)
 
-    return _RunFrames(frames, stream=rest, reopen=reopen, after=seen)
+    return _RunFrames(frames, stream=_one_by_one(rest), reopen=reopen, after=seen)
 
 
 def _hydration(
