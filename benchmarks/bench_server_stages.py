@@ -5,7 +5,8 @@ each) at once through four paths, each adding one stage to the one before:
 
 1. **agent**: the agent's events, iterated;
 2. **+ log**: through ``StreamPersistenceManager`` (producer task, numbered log,
-   reader wake-ups), read by one reader per run as ``POST /agui`` reads it;
+   reader wake-ups), read by one reader per run a batch at a time, as ``POST /agui``
+   reads it;
 3. **+ SSE**: each event encoded as the SSE frame the server sends;
 4. **+ storage (SQLite)**: ``StorageAgent`` on a SQLite file, as ``threadstore serve``
    runs it (set-up, fold, flushes).
@@ -92,10 +93,11 @@ async def through_manager(
         async def one(run: RunAgentInput) -> int:
             handle = await manager.run(run)
             count = 0
-            async for event_id, event in handle.numbered_events():
-                if encode:
-                    encode_frame(event, event_id, handle.json_of(event_id, event))
-                count += 1
+            async for first, batch in handle.numbered_batches():
+                for event_id, event in enumerate(batch, first):
+                    if encode:
+                        encode_frame(event, event_id, handle.json_of(event_id, event))
+                    count += 1
             await handle.wait()
             return count
 

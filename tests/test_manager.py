@@ -618,11 +618,18 @@ async def test_starting_a_live_run_again_is_a_conflict() -> None:
         assert {h.run_id for h in manager.live_runs()} == {RUN, "run-2"}
         built[0].push(_END)
         await handle.wait()
+        assert manager.live_runs() == [other]  # the finished run is retained, not live
         again = await manager.run(make_input())  # a finished, retained run may be restarted
         assert manager.get(THREAD, RUN) is again
+        assert manager.live_runs() == [other, again]  # in the order they started
         built[2].push(_END)
         built[3].push(_END)
         await asyncio.gather(other.wait(), again.wait())
+        assert manager.live_runs() == []
+        discarded = await manager.run(make_input(run_id="run-3"))
+        manager.discard(discarded)  # refused before it began: neither live nor retained
+        assert manager.live_runs() == [] and manager.get(THREAD, "run-3") is None
+        discarded.cancel()
 
 
 async def test_an_old_runs_retention_timer_does_not_forget_its_replacement(

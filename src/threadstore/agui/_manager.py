@@ -38,7 +38,7 @@ from ag_ui.core import (
 
 from threadstore.errors import ConfigurationError, ConflictError, InvalidInputError
 from threadstore.models import Chat, MessageStatus, Run, RunStatus, utcnow
-from threadstore.store import RunRepositoryLike, Store, untrack
+from threadstore.store import RunRepositoryLike, Store, untrack_flat
 
 __all__ = [
     "CANCELLED_ERROR_CODE",
@@ -84,7 +84,7 @@ _PLAIN_DELTAS: frozenset[type[BaseEvent]] = frozenset(
     )
 )
 """Events whose fields are ids, text and numbers alone once ``raw_event`` and ``metadata``
-are unset: the log takes them out of the cyclic collector's view (``store.untrack``).
+are unset: the log takes them out of the cyclic collector's view (``store.untrack_flat``).
 
 A burst of runs keeps tens of thousands of them alive at once, and each full collection
 of the process would scan them all; nothing in them can refer back to itself.
@@ -218,16 +218,18 @@ class RunHandle(Generic[AgentT]):
     the interval doubles (up to this); while wakes find 16 or more, it halves again. An
     event after a quiet spell longer than the interval still goes out at once.
     """
-    reader_wake_interval_busy_max: float = 16e-3
+    reader_wake_interval_busy_max: float = 50e-3
     """How far the wake interval may stretch while the event loop is slow to run a reader.
 
     When hundreds of streams share one loop, each turn of it takes milliseconds, a run
-    produces one event per turn, and a reader woken every turn writes every event on
-    its own: the server's and the client's cost per write is then paid per event. So
-    the ceiling above grows to twice the time the last woken reader waited for the loop
-    to run it (its lag), up to this: a reader then waits about one more turn for
-    company, which adds about the delay the load already imposes, never more than this.
-    A loop that keeps up runs readers at once, and the ceiling stays as above.
+    produces about one event per turn, and a reader woken every turn writes every event
+    on its own: the server's and the client's cost per write (the ASGI send, the HTTP
+    chunk, the socket calls) is then paid per event, which keeps the turns long. So the
+    ceiling above grows to twice the time the last woken reader waited for the loop to
+    run it (its lag), up to this: a reader then waits a turn or two for company, which
+    adds about the delay the load already imposes on every event, and the cheaper
+    writes shorten the turns. A loop that keeps up runs a woken reader at once, and the
+    ceiling stays ``reader_wake_interval_max``.
     """
 
     def __init__(
@@ -432,7 +434,7 @@ class RunHandle(Generic[AgentT]):
         # The log keeps every event for the run's retention; the deltas, most of them,
         # are strings alone, which the collector need not scan (see _PLAIN_DELTAS).
         if type(event) in _PLAIN_DELTAS and event.raw_event is None and event.metadata is None:
-            untrack(event)
+            untrack_flat(event)
         events = self._events
         events.append(event)
         self._last_id += 1
@@ -592,6 +594,9 @@ class StreamPersistenceManager(Generic[AgentT]):
         self._max_buffered = max_buffered_events
         self._expose_exceptions = expose_exceptions
         self._runs: dict[RunKey, RunHandle[AgentT]] = {}
+        # The live ones of _runs, which also holds every finished run for its retention:
+        # each POST asks for the live runs, and a busy server retains thousands.
+        self._live: dict[RunKey, RunHandle[AgentT]] = {}
         self._forget_timers: dict[RunKey, asyncio.TimerHandle] = {}
         self._heartbeat_task: asyncio.Task[None] | None = None
         self._stop_heartbeat = asyncio.Event()
@@ -639,7 +644,7 @@ class StreamPersistenceManager(Generic[AgentT]):
         if self._store is not None:
             self._adopt(agent)
         self._cancel_forget_timer(key)
-        self._runs[key] = handle
+        self._runs[key] = self._live[key] = handle
         handle._start(input, self._run_finished)
         self._ensure_heartbeat()
         return handle
@@ -682,10 +687,12 @@ class StreamPersistenceManager(Generic[AgentT]):
 
     def live_runs(self) -> list[RunHandle[AgentT]]:
         """Return the handles of the runs still producing."""
-        return [handle for handle in self._runs.values() if not handle.done]
+        return list(self._live.values())
 
     def _run_finished(self, handle: RunHandle[AgentT]) -> None:
         key = handle.key
+        if self._live.get(key) is handle:
+            del self._live[key]
         if self._runs.get(key) is not handle:
             return
         if self._retention == 0 or self._closed:
@@ -698,6 +705,8 @@ class StreamPersistenceManager(Generic[AgentT]):
         if self._runs.get(key) is handle:
             del self._runs[key]
             self._forget_timers.pop(key, None)
+        if self._live.get(key) is handle:
+            del self._live[key]
 
     def _cancel_forget_timer(self, key: RunKey) -> None:
         timer = self._forget_timers.pop(key, None)
@@ -817,3 +826,4 @@ class StreamPersistenceManager(Generic[AgentT]):
             timer.cancel()
         self._forget_timers.clear()
         self._runs.clear()
+        self._live.clear()

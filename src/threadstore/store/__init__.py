@@ -31,7 +31,7 @@ from threadstore.store._base import (
 )
 from threadstore.store._copies import message_create, reasoning_create, tool_call_create
 from threadstore.store._history_cache import HistoryView
-from threadstore.store._offload import OFF_LOOP_ITEMS, in_steps, off_loop, untrack
+from threadstore.store._offload import OFF_LOOP_ITEMS, in_steps, off_loop, untrack, untrack_flat
 from threadstore.store._ops import (
     CreateMessage,
     CreateReasoning,
@@ -86,6 +86,7 @@ __all__ = [
     "reasoning_create",
     "tool_call_create",
     "untrack",
+    "untrack_flat",
 ]
 
 

@@ -167,6 +167,19 @@ def untrack(*objects: object) -> None:
         untrack_at(id(item))
 
 
+def untrack_flat(model: BaseModel) -> None:
+    """:func:`untrack` for one model whose fields hold strings, numbers and enums alone.
+
+    Only the model, its dict and its set of fields are untracked, without the walk: for
+    what is untracked by the thousand as it arrives (the run log's text deltas).
+    """
+    untrack_at = _untrack_function()
+    if untrack_at is not None:
+        untrack_at(id(model))
+        untrack_at(id(model.__dict__))
+        untrack_at(id(model.__pydantic_fields_set__))
+
+
 @functools.cache
 def _untrack_function() -> Callable[[int], None] | None:
     """CPython's ``PyObject_GC_UnTrack`` (public C API), called with an object's address
