@@ -10,7 +10,9 @@ builds what later runs extend; the others are the steady state. During each run 
 ticker task wakes every millisecond and records the longest gap between two
 wake-ups: the longest stretch the run held the event loop, or the machine ran
 something else (so also the event loop's own CPU time in that gap, which the
-machine's load does not inflate).
+machine's load does not inflate). Last, a client connects to the thread through the
+server's app (``GET /agui/threads/{id}/connect``, in process): the whole history as one
+``MESSAGES_SNAPSHOT``, with the same ticker.
 
 Run ``python benchmarks/bench_long_chats.py`` (``--sizes 300,1200`` to choose the
 lengths, ``--backend postgres`` and ``--url`` or ``THREADSTORE_TEST_POSTGRES_URL`` for
@@ -34,6 +36,7 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
@@ -61,6 +64,7 @@ from threadstore import (
     open_store,
 )
 from threadstore.agui import StorageAgent
+from threadstore.server import DemoAgent, HeaderAuth, create_app
 from threadstore.store._ops import CreateMessage, CreateToolCall, UpdateToolCall
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -181,6 +185,10 @@ async def measure(url: str, messages: int) -> dict[str, float]:
             runs.append(elapsed)
             stalls.append(stall)
             steps.append(step)
+        async with served(store) as client:
+            connect, stall_connect, step_connect = await longest_stall(
+                lambda: connect_thread(client, user, "long")
+            )
     finally:
         await store.close()
     return {
@@ -195,7 +203,29 @@ async def measure(url: str, messages: int) -> dict[str, float]:
         "step_first": steps[0],
         "stall": max(stalls[1:]),
         "step": max(steps[1:]),
+        "connect": connect,
+        "stall_connect": stall_connect,
+        "step_connect": step_connect,
     }
+
+
+@asynccontextmanager
+async def served(store: Store) -> AsyncIterator[Any]:
+    """A client of the server's app on ``store``, in process (its start-up run)."""
+    import httpx
+
+    app = create_app(store, agent=DemoAgent(), auth=HeaderAuth("X-User"))
+    transport = httpx.ASGITransport(app=app)
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=transport, base_url="http://bench") as client:
+            yield client
+
+
+async def connect_thread(client: Any, user: Any, thread: str) -> None:
+    """What a client connecting to the thread gets through the server's app, read whole."""
+    response = await client.get(f"/agui/threads/{thread}/connect", headers={"X-User": str(user)})
+    response.raise_for_status()
+    assert b"MESSAGES_SNAPSHOT" in response.content
 
 
 async def side_by_side(url: str, sizes: list[int], rounds: int) -> list[tuple[float, float]]:
@@ -285,9 +315,9 @@ async def main() -> None:
     print(
         "| messages in the chat | append p50 | load, cold | its longest loop stall (CPU) "
         "| load, cached | first run | its longest loop stall (CPU) | next runs, median | x "
-        "| their longest loop stall (CPU) |"
+        "| their longest loop stall (CPU) | connect | its longest loop stall (CPU) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     base: float | None = None
     for size in sizes:
         if args.backend == "sqlite":
@@ -304,7 +334,9 @@ async def main() -> None:
             f"| {ms(figures['cached'])} | {ms(figures['first'])} "
             f"| {ms(figures['stall_first'])} ({ms(figures['step_first'])}) "
             f"| {ms(figures['run'])} | {figures['run'] / base:.1f} "
-            f"| {ms(figures['stall'])} ({ms(figures['step'])}) |",
+            f"| {ms(figures['stall'])} ({ms(figures['step'])}) "
+            f"| {ms(figures['connect'])} "
+            f"| {ms(figures['stall_connect'])} ({ms(figures['step_connect'])}) |",
             flush=True,
         )
 

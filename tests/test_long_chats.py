@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -10,10 +11,12 @@ from typing import Any
 from uuid import UUID
 
 import ag_ui.core
+import httpx
 import pytest
 
 from agui_scripts import ScriptedAgent, StoreSpy, collect, full_turn, run_input, user
 from postgres_support import clean_database, server_url
+from server_support import LiveServer, collect_sse
 from sqlite_support import sqlite_store
 from threadstore import (
     ChatCreate,
@@ -28,7 +31,11 @@ from threadstore import (
     open_store,
 )
 from threadstore.agui import StorageAgent
+from threadstore.codec import HistoryTranslator
 from threadstore.codec._messages import translate_messages
+from threadstore.server import DemoAgent, HeaderAuth, create_app
+from threadstore.server._routes_agui import messages_snapshot_frame
+from threadstore.server._sse import encode_frame
 from threadstore.store._offload import OFF_LOOP_ITEMS
 from threadstore.store.sqlite import SQLiteStore
 
@@ -210,3 +217,70 @@ async def test_translating_a_long_history_leaves_the_event_loop_free(tmp_path: P
 
         assert ran_on and threading.get_ident() not in ran_on
         assert inner.inputs[0].messages[-1].id == "new"
+
+
+async def test_a_snapshot_built_a_message_at_a_time_is_the_one_serialized_whole() -> None:
+    messages: list[ag_ui.core.Message] = [
+        ag_ui.core.UserMessage(id="u1", content="line\u2028break and é"),
+        ag_ui.core.AssistantMessage(
+            id="a1",
+            tool_calls=[
+                ag_ui.core.ToolCall(
+                    id="c1", function=ag_ui.core.FunctionCall(name="f", arguments='{"x": 1}')
+                )
+            ],
+        ),
+        ag_ui.core.ToolMessage(id="t1", content="done", tool_call_id="c1"),
+        *(ag_ui.core.UserMessage(id=f"m{n}", content=f"q{n}") for n in range(2 * OFF_LOOP_ITEMS)),
+    ]
+    for given in (messages, messages[:3], []):
+        frame = await messages_snapshot_frame(given)
+        whole = encode_frame(ag_ui.core.MessagesSnapshotEvent(messages=given, timestamp=1))
+        assert frame.startswith(b"data: ") and frame.endswith(b"\n\n")
+        assert b"\n" not in frame[:-2] and "\u2028".encode() not in frame  # one line
+        built, reference = json.loads(frame[6:]), json.loads(whole[6:])
+        assert built.pop("timestamp") > 0 and reference.pop("timestamp") == 1
+        assert built == reference
+
+
+async def test_connecting_to_a_long_chat_translates_only_what_was_appended_since(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fed: list[int] = []
+    feed = HistoryTranslator.feed
+
+    def counted(self: HistoryTranslator, messages: Sequence[Message]) -> None:
+        fed.append(len(messages))
+        feed(self, messages)
+
+    monkeypatch.setattr(HistoryTranslator, "feed", counted)
+    async with sqlite_store(tmp_path / "connect.db") as store:
+        chat = await store.create_chat(ChatCreate(user_uuid=USER, thread_id="long"))
+        await append_history(store, chat.chat_uuid, 2 * OFF_LOOP_ITEMS)
+        app = create_app(store, agent=DemoAgent(), auth=HeaderAuth("X-User"))
+        headers = {"X-User": str(USER)}
+        async with LiveServer(app) as server, httpx.AsyncClient(headers=headers) as client:
+            url = f"{server.url}/agui/threads/long/connect"
+
+            async def snapshot() -> list[dict[str, Any]]:
+                async with client.stream("GET", url) as response:
+                    frames = await collect_sse(response)
+                assert frames[1].type == "MESSAGES_SNAPSHOT" and frames[1].data is not None
+                messages: list[dict[str, Any]] = frames[1].data["messages"]
+                return messages
+
+            first = await snapshot()
+            translated_first = sum(fed)
+            fed.clear()
+            await store.create_message(
+                MessageCreate(chat_uuid=chat.chat_uuid, content="one more", agui_id="late")
+            )
+            second = await snapshot()
+            translated_second = sum(fed)
+
+        stored = await store.get_chat_messages(chat.chat_uuid)
+    reference = [m.model_dump(by_alias=True, exclude_none=True) for m in translate_messages(stored)]
+    assert second == reference
+    assert first == reference[:-1]
+    assert translated_first == 2 * OFF_LOOP_ITEMS
+    assert translated_second == 1  # the message appended since the first connect, alone

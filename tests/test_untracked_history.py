@@ -36,7 +36,8 @@ from threadstore import (
     Store,
     ToolCall,
 )
-from threadstore.agui._agent import _facts, _translation
+from threadstore.agui import kept_translation
+from threadstore.agui._agent import _facts
 from threadstore.store import CreateMessage, CreateToolCall, UpdateToolCall, untrack
 from threadstore.store._history_cache import HistoryCache, KeptHistory
 from threadstore.store._offload import OFF_LOOP_ITEMS
@@ -153,7 +154,7 @@ async def test_what_a_kept_history_derives_is_untracked_and_freed_with_it() -> N
         kept = KeptHistory(1, history(length))
         view = kept.view()
         await _facts(view)
-        given = await _translation(view)
+        given = await kept_translation(view)
         assert len(given) == length + length // 2  # each answer's tool result too
         counts[length] = reachable_tracked(kept)
         with collector_off():
@@ -173,7 +174,7 @@ async def test_building_an_index_and_a_translation_leaves_the_collector_nothing_
         gc.collect()
         before = len(gc.get_objects())
         await _facts(view)
-        await _translation(view)
+        await kept_translation(view)
         gc.collect()
         grown[length] = len(gc.get_objects()) - before
 
@@ -236,7 +237,7 @@ async def test_a_dropped_stream_in_a_cycle_is_still_finalized_after_a_history_is
     holder["self"] = holder  # only the cyclic collector can free it
     view = KeptHistory(1, history(2 * OFF_LOOP_ITEMS)).view()
     await _facts(view)
-    await _translation(view)
+    await kept_translation(view)
     del live, holder
 
     gc.collect()

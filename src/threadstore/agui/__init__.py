@@ -4,7 +4,7 @@ It sits on the fold and the codec below it; ``threadstore`` loads it on first us
 one of its names, so ``import threadstore`` never pulls in the AG-UI SDK.
 """
 
-from threadstore.agui._agent import AGUIAgent, AGUIStorageAgent, StorageAgent
+from threadstore.agui._agent import AGUIAgent, AGUIStorageAgent, StorageAgent, kept_translation
 from threadstore.agui._chat_persist import ChatPersistingAgent, ChatPersistOptions
 from threadstore.agui._compact import compact_events
 from threadstore.agui._distributed import DistributedRunManager
@@ -13,6 +13,7 @@ from threadstore.agui._manager import (
     RunHandle,
     StreamPersistenceManager,
     event_json,
+    wire_json,
 )
 from threadstore.agui._repositories import ChatRepository, MessageRepository
 from threadstore.agui._window import HistoryWindow
@@ -46,6 +47,8 @@ __all__ = [
     "ThinkingTextMessageStartEvent",
     "compact_events",
     "event_json",
+    "kept_translation",
     "parse_event",
     "translate_messages",
+    "wire_json",
 ]

@@ -112,6 +112,7 @@ __all__ = [
     "AGUIAgent",
     "AGUIStorageAgent",
     "StorageAgent",
+    "kept_translation",
 ]
 
 logger = logging.getLogger(__name__)
@@ -653,7 +654,7 @@ class StorageAgent:
         given = history if self.history_window is None else self.history_window.select(history)
         default = self._translate is None and type(self).translate is StorageAgent.translate
         if default and isinstance(given, HistoryView):
-            return await _translation(given)
+            return await kept_translation(given)
         # Whole-history work: off the event loop for a long chat (see store.offload).
         return await off_loop(given, self.translate, given)
 
@@ -1112,11 +1113,13 @@ class _Translation:
         return self.translator.out[: self.ends[length - 1]] if length else []
 
 
-async def _translation(history: HistoryView) -> list[ag_ui.core.Message]:
+async def kept_translation(history: HistoryView) -> list[ag_ui.core.Message]:
     """``translate_messages(history)``, kept with the store's history and grown with it.
 
-    The AG-UI messages are shared between runs (the list is each run's own): an inner
-    agent must not change them, as it must not change the stored messages.
+    The AG-UI messages are shared between runs and readers (the list is each caller's
+    own): nobody may change them, as nobody may change the stored messages. A long
+    history is translated in steps the first time; later calls translate only what was
+    appended since.
     """
     derived = history.kept.derived
     kept: _Translation | None = derived.get(_TRANSLATION)

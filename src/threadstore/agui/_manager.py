@@ -35,6 +35,7 @@ from ag_ui.core import (
     ToolCallArgsEvent,
     ToolCallChunkEvent,
 )
+from pydantic import BaseModel
 
 from threadstore.errors import ConfigurationError, ConflictError, InvalidInputError
 from threadstore.models import Chat, MessageStatus, Run, RunStatus, utcnow
@@ -54,6 +55,7 @@ __all__ = [
     "UserScopedAgent",
     "default_owner",
     "event_json",
+    "wire_json",
 ]
 
 logger = logging.getLogger(__name__)
@@ -182,10 +184,15 @@ def _now_ms() -> int:
 _LINE_BREAKERS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
 
 
+def wire_json(model: BaseModel) -> str:
+    """An AG-UI model's wire JSON: camelCase keys, unset optional fields left out, one line."""
+    text = model.model_dump_json(by_alias=True)
+    return text if text.isascii() else text.translate(_LINE_BREAKERS)
+
+
 def event_json(event: BaseEvent) -> str:
     """The event's wire JSON: camelCase keys, unset optional fields left out, one line."""
-    text = event.model_dump_json(by_alias=True)
-    return text if text.isascii() else text.translate(_LINE_BREAKERS)
+    return wire_json(event)
 
 
 class RunHandle(Generic[AgentT]):

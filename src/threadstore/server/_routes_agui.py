@@ -40,7 +40,13 @@ from fastapi import APIRouter, Header, HTTPException, Query
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, TypeAdapter
 
-from threadstore.agui import EventsDroppedError, RunHandle
+from threadstore.agui import (
+    EventsDroppedError,
+    RunHandle,
+    event_json,
+    kept_translation,
+    wire_json,
+)
 from threadstore.codec import translate_messages
 from threadstore.errors import InvalidInputError
 from threadstore.models import Chat, Message, Role, Run, RunStatus, utcnow
@@ -49,6 +55,7 @@ from threadstore.server._errors import error_response
 from threadstore.server._limits import MAX_CURSOR, check_id, check_run_input
 from threadstore.server._run_gate import RunConflictError
 from threadstore.server._sse import close_iterator, encode_frame, event_stream_response
+from threadstore.store import HistoryView, in_steps, off_loop
 
 __all__ = ["CancelResult", "router"]
 
@@ -360,7 +367,7 @@ async def connect_thread(thread_id: str, state: AppState, user: CurrentUser) -> 
     elif chat is not None:
         frames = await _connect_elsewhere(state, chat, history)
     if frames is None:
-        frames = _connect_idle(thread_id, chat, history)
+        frames = await _connect_idle(thread_id, chat, history)
     return event_stream_response(frames, keepalive_interval=state.keepalive_interval)
 
 
@@ -376,10 +383,12 @@ async def _rejoin(state: ServerState, user: UUID, thread_id: str, run_id: str) -
     return await _join_relayed(state, chat, history, run_id)
 
 
-async def _history(state: ServerState, chat: Chat | None) -> list[Message]:
+async def _history(state: ServerState, chat: Chat | None) -> Sequence[Message]:
+    """The chat's active branch: the store's kept history (read-only, extended by what
+    changed since its last read), as a run reads it."""
     if chat is None:
         return []
-    return [m async for m in state.store.iter_chat_messages(chat.chat_uuid)]
+    return await state.store.read_history(chat.chat_uuid)
 
 
 def _live_run(state: ServerState, user: UUID, thread_id: str) -> RunHandle[Any] | None:
@@ -391,37 +400,64 @@ def _live_run(state: ServerState, user: UUID, thread_id: str) -> RunHandle[Any] 
     return runs[-1] if runs else None
 
 
-def _snapshots(
+async def _snapshot_frames(
     chat: Chat | None, history: Sequence[Message], replayed: Sequence[BaseEvent] = ()
-) -> list[BaseEvent]:
-    """The thread's snapshots for a stream that then replays the ``replayed`` events.
+) -> list[bytes]:
+    """The thread's snapshot frames for a stream that then replays the ``replayed`` events.
 
     Messages those events touch are left out of the history, which the events rebuild,
     so none appears twice.
     """
-    exclude = {i for event in replayed for i in _message_ids(event)}
-    messages = [m for m in translate_messages(list(history)) if m.id not in exclude]
-    messages += _opened_messages(replayed)
+    messages = await _translated(history)
+    if replayed:
+        exclude = {i for event in replayed for i in _message_ids(event)}
+        messages = [m for m in messages if m.id not in exclude] + _opened_messages(replayed)
     state = chat.state if chat is not None and chat.state is not None else {}
     return [
-        MessagesSnapshotEvent(messages=messages, timestamp=_now_ms()),
-        StateSnapshotEvent(snapshot=state, timestamp=_now_ms()),
+        await messages_snapshot_frame(messages),
+        encode_frame(StateSnapshotEvent(snapshot=state, timestamp=_now_ms())),
     ]
 
 
-def _connect_idle(thread_id: str, chat: Chat | None, history: Sequence[Message]) -> _RunFrames:
+async def _translated(history: Sequence[Message]) -> list[AGUIMessage]:
+    """The AG-UI messages of ``history``: kept with the store's history when it is one."""
+    if isinstance(history, HistoryView):
+        return await kept_translation(history)
+    return await off_loop(history, translate_messages, history)
+
+
+async def messages_snapshot_frame(messages: Sequence[AGUIMessage]) -> bytes:
+    """``encode_frame(MessagesSnapshotEvent(messages=messages))``, one message at a time.
+
+    A long chat's snapshot is megabytes of JSON; serialized in one call it would hold
+    the event loop for as long, so each message is serialized on its own, in steps
+    that yield to the loop between them, and the frame is put together around them.
+    """
+    empty = event_json(MessagesSnapshotEvent(messages=[], timestamp=_now_ms()))
+    head, tail = empty[: -len(_EMPTY_TAIL)], _EMPTY_TAIL
+    parts: list[str] = []
+    await in_steps(messages, lambda step: parts.extend(map(wire_json, step)))
+    return f"data: {head}[{','.join(parts)}]{tail[2:]}\n\n".encode()
+
+
+_EMPTY_TAIL = "[]}"
+"""How a ``MESSAGES_SNAPSHOT`` with no messages ends: ``messages`` is its last field."""
+
+
+async def _connect_idle(
+    thread_id: str, chat: Chat | None, history: Sequence[Message]
+) -> _RunFrames:
     run_id = f"connect-{uuid4().hex[:12]}"
-    events = [
-        RunStartedEvent(
-            thread_id=thread_id,
-            run_id=run_id,
-            protocol_version=PROTOCOL_VERSION,
-            timestamp=_now_ms(),
-        ),
-        *_snapshots(chat, history),
-        RunFinishedEvent(thread_id=thread_id, run_id=run_id, timestamp=_now_ms()),
-    ]
-    return _RunFrames([encode_frame(event) for event in events])
+    started = RunStartedEvent(
+        thread_id=thread_id,
+        run_id=run_id,
+        protocol_version=PROTOCOL_VERSION,
+        timestamp=_now_ms(),
+    )
+    finished = RunFinishedEvent(thread_id=thread_id, run_id=run_id, timestamp=_now_ms())
+    return _RunFrames(
+        [encode_frame(started), *await _snapshot_frames(chat, history), encode_frame(finished)]
+    )
 
 
 def _message_ids(event: BaseEvent) -> list[str]:
@@ -492,7 +528,7 @@ async def _connect_live(
                 await close_iterator(pairs)
     except EventsDroppedError:  # pragma: no cover - the server keeps whole logs
         head = []
-    frames = _hydration(chat, history, handle.run_id, head)
+    frames = await _hydration(chat, history, handle.run_id, head)
     return _RunFrames(frames, reopen=_local_reopen(handle), after=seen)
 
 
@@ -527,7 +563,7 @@ async def _join_relayed(
         if first is None:
             return None
         head, seen = [first], first[0]
-    frames = _hydration(chat, history, run_id, head)
+    frames = await _hydration(chat, history, run_id, head)
 
     async def reopen(after: int) -> EventBatches | None:
         events = await manager.resume_chat_run(chat.chat_uuid, run_id, after)
@@ -536,7 +572,24 @@ async def _join_relayed(
     return _RunFrames(frames, stream=_one_by_one(rest), reopen=reopen, after=seen)
 
 
-def _hydration(
+def _before_run(history: Sequence[Message], run_id: str) -> Sequence[Message]:
+    """``history`` without what run ``run_id`` wrote but its input (its events replay it).
+
+    The run's records are the end of the active branch while it runs, so the usual
+    answer is a prefix of the store's kept history, whose kept translation then serves.
+    """
+    for index, message in enumerate(history):
+        if message.run_id == run_id and message.role != Role.USER:
+            rest = history[index:]
+            if all(m.run_id == run_id and m.role != Role.USER for m in rest):
+                return (
+                    history.prefix(index) if isinstance(history, HistoryView) else history[:index]
+                )
+            return [m for m in history if m.run_id != run_id or m.role == Role.USER]
+    return history
+
+
+async def _hydration(
     chat: Chat | None,
     history: Sequence[Message],
     run_id: str,
@@ -549,13 +602,13 @@ def _hydration(
     ``head`` (a relayed ``head`` lags the run's writer) and records no event names (the
     message the store opens for a tool call without a parent).
     """
-    history = [m for m in history if m.run_id != run_id or m.role == Role.USER]
+    history = _before_run(history, run_id)
     frames: list[bytes] = []
     if head and head[0][1].type == EventType.RUN_STARTED:
         event_id, started = head.pop(0)
         frames.append(encode_frame(started, event_id))
     replayed = [event for _, event in head]
-    frames.extend(encode_frame(event) for event in _snapshots(chat, history, replayed))
+    frames.extend(await _snapshot_frames(chat, history, replayed))
     snapshot_seen = False
     for event_id, event in head:
         snapshot_seen = snapshot_seen or event.type == EventType.STATE_SNAPSHOT

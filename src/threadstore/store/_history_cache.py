@@ -148,6 +148,12 @@ class HistoryView(Sequence[Message]):
         for index in range(self._length):
             yield messages[index]
 
+    def prefix(self, length: int) -> HistoryView:
+        """The view of this one's first ``length`` messages (what was kept of them serves it)."""
+        if not 0 <= length <= self._length:
+            raise IndexError(f"a prefix of {length} messages of a view of {self._length}")
+        return HistoryView(self.kept, length)
+
     def position(self, message_uuid: UUID) -> int | None:
         """Where ``message_uuid`` stands in this view, or ``None`` when it is not in it."""
         index = self.kept.positions.get(message_uuid.int)
