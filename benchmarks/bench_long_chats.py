@@ -10,9 +10,13 @@ builds what later runs extend; the others are the steady state. During each run 
 ticker task wakes every millisecond and records the longest gap between two
 wake-ups: the longest stretch the run held the event loop, or the machine ran
 something else (so also the event loop's own CPU time in that gap, which the
-machine's load does not inflate). Last, a client connects to the thread through the
-server's app (``GET /agui/threads/{id}/connect``, in process): the whole history as one
-``MESSAGES_SNAPSHOT``, with the same ticker.
+machine's load does not inflate). With ``--connect``, last, a client connects to the
+thread through the server's app (``GET /agui/threads/{id}/connect``, in process): the
+whole history as one ``MESSAGES_SNAPSHOT``, with the same ticker. (Off by default: the
+app and what it caches stay in the process, and each full collection of the later
+lengths' runs would scan them too.) ``--freeze`` first moves what the process holds
+after its imports out of the collector's generations, as ``threadstore serve`` does: a
+full collection that lands in a run then scans what the runs hold, not the imports.
 
 Run ``python benchmarks/bench_long_chats.py`` (``--sizes 300,1200`` to choose the
 lengths, ``--backend postgres`` and ``--url`` or ``THREADSTORE_TEST_POSTGRES_URL`` for
@@ -29,6 +33,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
+import gc
 import os
 import secrets
 import statistics
@@ -64,7 +69,6 @@ from threadstore import (
     open_store,
 )
 from threadstore.agui import StorageAgent
-from threadstore.server import DemoAgent, HeaderAuth, create_app
 from threadstore.store._ops import CreateMessage, CreateToolCall, UpdateToolCall
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -161,7 +165,7 @@ async def one_run(store: Store, user: Any, run: int | str, thread: str = "long")
     await agent.persisted()
 
 
-async def measure(url: str, messages: int) -> dict[str, float]:
+async def measure(url: str, messages: int, *, connect: bool = False) -> dict[str, float]:
     user = uuid4()
     store = await open_store(url)
     try:
@@ -185,10 +189,10 @@ async def measure(url: str, messages: int) -> dict[str, float]:
             runs.append(elapsed)
             stalls.append(stall)
             steps.append(step)
-        async with served(store) as client:
-            connect, stall_connect, step_connect = await longest_stall(
-                lambda: connect_thread(client, user, "long")
-            )
+        connected = (0.0, 0.0, 0.0)
+        if connect:
+            async with served(store) as client:
+                connected = await longest_stall(lambda: connect_thread(client, user, "long"))
     finally:
         await store.close()
     return {
@@ -203,9 +207,9 @@ async def measure(url: str, messages: int) -> dict[str, float]:
         "step_first": steps[0],
         "stall": max(stalls[1:]),
         "step": max(steps[1:]),
-        "connect": connect,
-        "stall_connect": stall_connect,
-        "step_connect": step_connect,
+        "connect": connected[0],
+        "stall_connect": connected[1],
+        "step_connect": connected[2],
     }
 
 
@@ -213,6 +217,8 @@ async def measure(url: str, messages: int) -> dict[str, float]:
 async def served(store: Store) -> AsyncIterator[Any]:
     """A client of the server's app on ``store``, in process (its start-up run)."""
     import httpx
+
+    from threadstore.server import DemoAgent, HeaderAuth, create_app
 
     app = create_app(store, agent=DemoAgent(), auth=HeaderAuth("X-User"))
     transport = httpx.ASGITransport(app=app)
@@ -294,6 +300,14 @@ async def main() -> None:
     parser.add_argument("--backend", choices=("sqlite", "postgres"), default="sqlite")
     parser.add_argument("--url", default=os.environ.get("THREADSTORE_TEST_POSTGRES_URL"))
     parser.add_argument(
+        "--connect", action="store_true", help="Also connect to each thread through the app."
+    )
+    parser.add_argument(
+        "--freeze",
+        action="store_true",
+        help="gc.freeze() the process's start-up heap first, as `threadstore serve` does.",
+    )
+    parser.add_argument(
         "--side-by-side",
         type=int,
         default=0,
@@ -302,7 +316,10 @@ async def main() -> None:
     )
     args = parser.parse_args()
     sizes = [int(size) for size in args.sizes.split(",")]
-    print(machine_line())
+    if args.freeze:
+        gc.collect()
+        gc.freeze()
+    print(machine_line() + ("; start-up heap frozen" if args.freeze else ""))
     if args.side_by_side:
         await print_side_by_side(args, sizes)
         return
@@ -315,17 +332,21 @@ async def main() -> None:
     print(
         "| messages in the chat | append p50 | load, cold | its longest loop stall (CPU) "
         "| load, cached | first run | its longest loop stall (CPU) | next runs, median | x "
-        "| their longest loop stall (CPU) | connect | its longest loop stall (CPU) |"
+        "| their longest loop stall (CPU) |"
+        + (" connect | its longest loop stall (CPU) |" if args.connect else "")
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---" * (12 if args.connect else 10) + "|")
     base: float | None = None
     for size in sizes:
         if args.backend == "sqlite":
             with tempfile.TemporaryDirectory() as directory:
-                figures = await measure(f"sqlite:///{directory}/long.db", size)
+                figures = await measure(
+                    f"sqlite:///{directory}/long.db", size, connect=args.connect
+                )
         else:
             figures = await on_postgres(
-                args.url or DEFAULT_URL, functools.partial(measure, messages=size)
+                args.url or DEFAULT_URL,
+                functools.partial(measure, messages=size, connect=args.connect),
             )
         base = base or figures["run"]
         print(
@@ -334,9 +355,13 @@ async def main() -> None:
             f"| {ms(figures['cached'])} | {ms(figures['first'])} "
             f"| {ms(figures['stall_first'])} ({ms(figures['step_first'])}) "
             f"| {ms(figures['run'])} | {figures['run'] / base:.1f} "
-            f"| {ms(figures['stall'])} ({ms(figures['step'])}) "
-            f"| {ms(figures['connect'])} "
-            f"| {ms(figures['stall_connect'])} ({ms(figures['step_connect'])}) |",
+            f"| {ms(figures['stall'])} ({ms(figures['step'])}) |"
+            + (
+                f" {ms(figures['connect'])} "
+                f"| {ms(figures['stall_connect'])} ({ms(figures['step_connect'])}) |"
+                if args.connect
+                else ""
+            ),
             flush=True,
         )
 

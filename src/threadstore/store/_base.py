@@ -19,7 +19,8 @@ Where things go:
   ``_apply(batch)`` over the operations, and the reads ``_select_chats``,
   ``_select_branch``, ``_select_tree``, ``_find_message``, ``_find_tool_call``,
   ``_select_runs``, ``_select_last_messages`` (plus ``_history_version`` where a
-  history cache is kept, and ``_select_changed`` where kept histories are extended).
+  history cache is kept, ``_select_changed`` where kept histories are extended, and
+  ``_select_siblings`` where a page's branch points should not read the whole tree).
 
 Soft delete (``delete_chat(..., soft=True)``) stamps a chat's ``deleted_at``; every read
 of a backend leaves such chats, and their messages, out.
@@ -905,12 +906,28 @@ class Store(abc.ABC):
     #
     # A chat is a tree: each message points at its parent, and the active leaf picks
     # the branch that reads return. Every operation below is built on one read,
-    # ``_select_tree`` (the chat's tree without content), and the ``MakeRoot`` and
+    # ``_select_tree`` (the chat's tree without content; a page's branch points on
+    # ``_select_siblings``, which defaults to it), and the ``MakeRoot`` and
     # ``SetActiveLeaf`` writes.
 
     @abc.abstractmethod
     async def _select_tree(self, chat_uuid: UUID) -> list[TreeNode]:
         """Primitive: every message of the chat as a :class:`TreeNode`, by ``seq``."""
+
+    async def _select_siblings(
+        self, chat_uuid: UUID, message_uuids: Sequence[UUID]
+    ) -> list[TreeNode]:
+        """Read: the messages sharing a parent with one of ``message_uuids`` (themselves
+        included), by ``seq``; may leave out every group of one (a chat never branched).
+
+        Optional: this default reads the whole tree. A backend that knows whether a chat
+        ever branched, and can select by parent, answers a page of a long chat without
+        it.
+        """
+        wanted = set(message_uuids)
+        tree = await self._select_tree(chat_uuid)
+        parents = {node.parent_uuid for node in tree if node.message_uuid in wanted}
+        return [node for node in tree if node.parent_uuid in parents]
 
     async def get_message_tree(self, chat_uuid: UUID) -> list[TreeNode]:
         """Every message of the chat (every branch) without content, oldest first."""
@@ -942,7 +959,10 @@ class Store(abc.ABC):
         self, chat_uuid: UUID, message_uuids: Sequence[UUID]
     ) -> dict[UUID, Siblings]:
         """For each given message that has siblings, where it stands among them (one read)."""
-        found = _siblings_in(await self._select_tree(chat_uuid), set(message_uuids))
+        if not message_uuids:
+            return {}
+        nodes = await self._select_siblings(chat_uuid, message_uuids)
+        found = _siblings_in(nodes, set(message_uuids))
         return {uuid: place for uuid, place in found.items() if place.count > 1}
 
     async def switch_branch(self, chat_uuid: UUID, message_uuid: UUID) -> Chat:

@@ -490,6 +490,19 @@ SELECT_TREE = (
     " WHERE chat_uuid = $1 ORDER BY seq"
 )
 
+# The messages sharing a parent with one of $2, none for a chat that never branched.
+SELECT_SIBLINGS = """
+WITH wanted AS (
+    SELECT parent_uuid FROM messages WHERE chat_uuid = $1 AND message_uuid = ANY($2::uuid[])
+)
+SELECT message_uuid, parent_uuid, role, seq, agui_id, run_id FROM messages
+WHERE chat_uuid = $1
+  AND (SELECT has_branches FROM chats WHERE chat_uuid = $1)
+  AND (parent_uuid IN (SELECT parent_uuid FROM wanted WHERE parent_uuid IS NOT NULL)
+       OR (parent_uuid IS NULL AND EXISTS (SELECT 1 FROM wanted WHERE parent_uuid IS NULL)))
+ORDER BY seq
+"""
+
 # A new root (the edit of a first message): detached from the leaf it was appended to,
 # so reads walk the tree from now on, and the history version changes.
 MAKE_ROOT = (

@@ -441,6 +441,14 @@ class PostgresStore(Store):
         rows = await self._fetch(sql.SELECT_TREE, chat_uuid)
         return [TreeNode(*row) for row in rows]
 
+    async def _select_siblings(
+        self, chat_uuid: UUID, message_uuids: Sequence[UUID]
+    ) -> list[TreeNode]:
+        # A chat that never branched has no siblings (has_branches, as the branch read
+        # relies on); otherwise only the wanted parents' children are read.
+        rows = await self._fetch(sql.SELECT_SIBLINGS, chat_uuid, list(message_uuids))
+        return [TreeNode(*row) for row in rows]
+
     async def _set_active_leaf(self, chat_uuid: UUID, message_uuid: UUID) -> models.Chat | None:
         rows = await self._fetch(sql.SET_ACTIVE_LEAF, chat_uuid, message_uuid, models.utcnow())
         if not rows:

@@ -115,6 +115,20 @@ _BUSY_CODES = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 logger = logging.getLogger(__name__)
 
 _CHAT_SELECT = "SELECT " + ", ".join(CHAT_COLUMNS) + " FROM chats"
+_SELECT_SIBLINGS = """
+WITH wanted(parent) AS (
+    SELECT parent_uuid FROM messages
+    WHERE chat_uuid = ?1 AND message_uuid IN (SELECT value FROM json_each(?2))
+)
+SELECT message_uuid, parent_uuid, role, seq, agui_id, run_id FROM messages
+WHERE chat_uuid = ?1
+  AND (SELECT has_branches FROM chats WHERE chat_uuid = ?1)
+  AND (parent_uuid IN (SELECT parent FROM wanted)
+       OR (parent_uuid IS NULL AND EXISTS (SELECT 1 FROM wanted WHERE parent IS NULL)))
+ORDER BY seq
+"""
+"""The messages sharing a parent with one of a list of messages (``_select_siblings``)."""
+
 _MESSAGE_SELECT = "SELECT " + ", ".join(f"m.{c}" for c in MESSAGE_COLUMNS) + " FROM messages m"
 _TOOL_CALL_SELECT = "SELECT " + ", ".join(TOOL_CALL_COLUMNS) + " FROM tool_calls"
 _REASONING_SELECT = "SELECT " + ", ".join(REASONING_COLUMNS) + " FROM reasonings"
@@ -707,6 +721,20 @@ class SQLiteStore(Store):
             "SELECT message_uuid, parent_uuid, role, seq, agui_id, run_id FROM messages"
             " WHERE chat_uuid = ? ORDER BY seq",
             (str(chat_uuid),),
+        )
+        return [
+            TreeNode(UUID(uuid), None if parent is None else UUID(parent), role, seq, agui, run)
+            for uuid, parent, role, seq, agui, run in rows
+        ]
+
+    async def _select_siblings(
+        self, chat_uuid: UUID, message_uuids: Sequence[UUID]
+    ) -> list[TreeNode]:
+        # A chat that never branched has no siblings (has_branches, as the branch read
+        # relies on); otherwise SQLite scans the chat's rows for the wanted parents, on
+        # the reader thread, instead of the loop building the whole tree.
+        rows = await self._read(
+            _SELECT_SIBLINGS, (str(chat_uuid), json.dumps([str(u) for u in message_uuids]))
         )
         return [
             TreeNode(UUID(uuid), None if parent is None else UUID(parent), role, seq, agui, run)

@@ -103,6 +103,34 @@ async def test_a_message_without_siblings_is_no_branch_point(
     assert (siblings.index, siblings.count) == (0, 1)
 
 
+async def test_branch_points_of_any_messages_agree_with_the_whole_tree(
+    store: Store, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    tree = await _three_branches(store, make_chat, add_message)
+    chat_uuid = tree["chat"].chat_uuid
+    # A later turn under the newest answer, and a fourth answer on the first branch.
+    await add_message(tree["chat"], "And then?", role=Role.USER)
+    await store.branch_for_regenerate(chat_uuid, tree["a1"].message_uuid)
+    await add_message(tree["chat"], "Hello again!", role=Role.ASSISTANT)
+    nodes = await store.get_message_tree(chat_uuid)
+    groups: dict[uuid.UUID | None, list[uuid.UUID]] = {}
+    for node in nodes:
+        groups.setdefault(node.parent_uuid, []).append(node.message_uuid)
+    expected = {
+        node.message_uuid: tuple(groups[node.parent_uuid])
+        for node in nodes
+        if len(groups[node.parent_uuid]) > 1
+    }
+    every = [node.message_uuid for node in nodes]
+
+    for wanted in (every, every[:2], every[-2:], [every[3]], []):
+        points = await store.get_branch_points(chat_uuid, wanted)
+        assert {u: p.siblings for u, p in points.items()} == {
+            u: expected[u] for u in wanted if u in expected
+        }
+        assert all(p.siblings[p.index] == u for u, p in points.items())
+
+
 async def test_fork_copies_the_prefix_into_a_new_chat_with_its_lineage(
     store: Store, make_chat: MakeChat, add_message: AddMessage
 ) -> None:
