@@ -145,3 +145,30 @@ def test_a_group_returns_what_each_write_returns_alone(tmp_path: Path, size: int
     assert outcomes[:size] == [[[(k,)], [(k + 100,)]] for k in range(size)]
     assert isinstance(outcomes[size], sqlite3.IntegrityError)
     assert conn.execute("SELECT count(*) FROM t").fetchone() == (2 * size,)
+
+
+def test_a_healthy_group_runs_its_statements_alone_and_a_failing_one_finds_who_failed(
+    tmp_path: Path,
+) -> None:
+    conn = sqlite3.connect(tmp_path / "trace.db", isolation_level=None)
+    conn.execute("CREATE TABLE t (v INTEGER NOT NULL UNIQUE)")
+    traced: list[str] = []
+    conn.set_trace_callback(traced.append)
+    writes = [[Statement("INSERT INTO t (v) VALUES (?)", (n,))] for n in range(3)]
+
+    run_group(conn, writes)
+    healthy, traced[:] = list(traced), []
+    outcomes = run_group(conn, [[Statement("INSERT INTO t (v) VALUES (?)", (9,))], writes[0]])
+
+    # One transaction, no savepoints: each extra statement waits for a busy interpreter.
+    assert [line.split(" ")[0] for line in healthy] == [
+        "BEGIN",
+        "INSERT",
+        "INSERT",
+        "INSERT",
+        "COMMIT",
+    ]
+    # A write that fails sends the group through savepoints: the other one still commits.
+    assert any(line.startswith("SAVEPOINT") for line in traced)
+    assert isinstance(outcomes[1], sqlite3.IntegrityError) and outcomes[0] == [[]]
+    assert conn.execute("SELECT v FROM t ORDER BY v").fetchall() == [(0,), (1,), (2,), (9,)]

@@ -150,7 +150,7 @@ class _RunFrames:
 
 
 async def _one_by_one(events: NumberedEvents) -> EventBatches:
-    """``events`` as batches of one (a relayed run's, or one read through a durable pump)."""
+    """``events`` as batches of one: a run read through the manager (a relayed one)."""
     try:
         async for event_id, event in events:
             yield event_id, (event,)

@@ -93,19 +93,28 @@ def run_group(
     if len(writes) == 1:
         return [_alone(conn, writes[0])]
     try:
-        return _together(conn, writes)
-    except Exception:
-        return _in_savepoints(conn, writes)  # nothing was committed: find who failed
+        outcomes = _together(conn, writes)
+    except Exception:  # the transaction itself failed (its BEGIN or COMMIT)
+        return [_alone(conn, statements) for statements in writes]
+    if outcomes is None:  # a write failed and nothing was committed: find which
+        return _in_savepoints(conn, writes)
+    return outcomes
 
 
 def _together(
     conn: sqlite3.Connection, writes: Sequence[Sequence[Statement]]
-) -> list[Rows | Exception]:
+) -> list[Rows | Exception] | None:
+    """Every write in one transaction, or ``None`` (rolled back) when one of them fails."""
     conn.execute("BEGIN IMMEDIATE")
     try:
-        outcomes: list[Rows | Exception] = [
-            run_statements(conn, statements, False) for statements in writes
-        ]
+        outcomes: list[Rows | Exception] = []
+        for statements in writes:
+            try:
+                outcomes.append(run_statements(conn, statements, False))
+            except Exception:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                return None
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
