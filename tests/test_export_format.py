@@ -7,7 +7,16 @@ import uuid
 
 from threadstore import Store
 from threadstore.models import Chat, MediaPart, Message, Role
-from threadstore.transfer import EXPORT_VERSION, ChatExport, import_chat
+from threadstore.store import OFF_LOOP_ITEMS
+from threadstore.testing import AddMessage, MakeChat
+from threadstore.transfer import (
+    EXPORT_VERSION,
+    ChatExport,
+    export_chat,
+    export_chat_json,
+    export_json,
+    import_chat,
+)
 
 PNG = b"\x89PNG\x00\xff"
 
@@ -40,6 +49,30 @@ def test_bytes_in_parts_and_metadata_survive_the_json_text() -> None:
     assert ChatExport.model_validate(json.loads(text)) == back
 
 
+async def test_the_export_built_a_message_at_a_time_is_the_document_serialized_whole() -> None:
+    chat = _chat(metadata={"icon": PNG}, state={"frames": [PNG]}, name="Ünïcode \u2028")
+    messages = [
+        Message(
+            message_uuid=uuid.uuid4(),
+            chat_uuid=chat.chat_uuid,
+            seq=seq,
+            role=Role.USER if seq % 2 else Role.ASSISTANT,
+            content=f"message {seq} é",
+            content_parts=[MediaPart(type="image", data=PNG)] if seq == 3 else [],
+            metadata={"raw": PNG, "look-alike": {"$deuzBytes": "aGk="}} if seq == 4 else {},
+        )
+        for seq in range(1, 2 * OFF_LOOP_ITEMS)
+    ]
+    for given in (messages, messages[:1], []):
+        document = ChatExport(
+            chat=chat,
+            messages=given,
+            export_version=EXPORT_VERSION,
+            roots=[m.message_uuid for m in given[:1]],
+        )
+        assert await export_json(document) == document.model_dump_json(by_alias=True).encode()
+
+
 async def test_a_version_1_document_imports_as_the_linear_history_it_holds(store: Store) -> None:
     chat = _chat(name="old")
 
@@ -68,3 +101,23 @@ async def test_a_version_1_document_imports_as_the_linear_history_it_holds(store
     assert [m.role for m in history] == [Role.USER, Role.ASSISTANT]
     assert history[1].parent_uuid == history[0].message_uuid
     assert history[1].content_parts == [MediaPart(type="image", data=b"\x89PNG")]
+
+
+async def test_the_served_export_reads_the_kept_history_and_writes_the_same_document(
+    store: Store, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    chat = await make_chat()
+    question = await add_message(chat, "Hi", role=Role.USER)
+    await add_message(chat, "Hello!", role=Role.ASSISTANT)
+    await store.branch_for_regenerate(chat.chat_uuid, question.message_uuid)
+    await add_message(chat, "Hello again", role=Role.ASSISTANT, metadata={"raw": PNG})
+    chat = await store.get_chat(chat.chat_uuid) or chat
+    kept_before = [m.model_dump() for m in await store.read_history(chat.chat_uuid)]
+
+    served = json.loads(await export_chat_json(store, chat))
+    reference = json.loads((await export_chat(store, chat)).model_dump_json(by_alias=True))
+
+    assert served.pop("exported_at") and reference.pop("exported_at")
+    assert served == reference
+    assert len(served["messages"]) == 3  # both answers: every branch
+    assert [m.model_dump() for m in await store.read_history(chat.chat_uuid)] == kept_before

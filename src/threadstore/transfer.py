@@ -16,7 +16,7 @@ the database migration applies to such rows (:func:`fold_reasoning_messages`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
@@ -29,6 +29,7 @@ from pydantic import (
     model_serializer,
     model_validator,
 )
+from pydantic_core import to_json
 
 from threadstore.binary_json import decode_value, encode_value
 from threadstore.errors import ConflictError, LimitExceededError
@@ -42,7 +43,14 @@ from threadstore.models import (
     ToolCall,
     utcnow,
 )
-from threadstore.store import Store, message_create, off_loop, reasoning_create, tool_call_create
+from threadstore.store import (
+    Store,
+    in_steps,
+    message_create,
+    off_loop,
+    reasoning_create,
+    tool_call_create,
+)
 
 __all__ = [
     "EXPORT_FORMAT",
@@ -50,6 +58,8 @@ __all__ = [
     "NESTED_REASONING_EXPORT_VERSION",
     "ChatExport",
     "export_chat",
+    "export_chat_json",
+    "export_json",
     "fold_reasoning_messages",
     "import_chat",
 ]
@@ -101,6 +111,22 @@ class ChatExport(BaseModel):
 async def export_chat(store: Store, chat: Chat) -> ChatExport:
     """Return the export document of ``chat``: every branch, the active one marked by the leaf."""
     active = [message async for message in store.iter_chat_messages(chat.chat_uuid)]
+    return await _export(store, chat, active)
+
+
+async def export_chat_json(store: Store, chat: Chat) -> bytes:
+    """:func:`export_chat`'s document as JSON text (what ``GET .../export`` sends).
+
+    The document is never handed out, so its active branch is the store's kept history
+    (``read_history``), not copies: a long chat's copies alone are hundreds of thousands
+    of objects, and every collection of the cyclic collector while they live would scan
+    them all (see :func:`export_json` for the serialization).
+    """
+    active = list(await store.read_history(chat.chat_uuid))
+    return await export_json(await _export(store, chat, active))
+
+
+async def _export(store: Store, chat: Chat, active: list[Message]) -> ChatExport:
     on_branch = {message.message_uuid for message in active}
     # The active branch is read by pages; the (usually few) messages off it one by one.
     others = [
@@ -118,6 +144,30 @@ def _document(chat: Chat, messages: list[Message]) -> ChatExport:
     messages.sort(key=lambda message: message.seq)
     roots = [message.message_uuid for message in messages if message.parent_uuid is None]
     return ChatExport(export_version=EXPORT_VERSION, chat=chat, messages=messages, roots=roots)
+
+
+async def export_json(document: ChatExport) -> bytes:
+    """``document.model_dump_json(by_alias=True)``, built a message at a time.
+
+    A long chat's document is megabytes of JSON; serialized in one call (even on a
+    worker thread, which holds the interpreter as long) it would stall the event loop,
+    so each message is serialized on its own, in steps that yield to the loop between
+    them, and the document is put together around them.
+    """
+    empty = document.model_copy(update={"messages": []}).model_dump_json(by_alias=True)
+    head, marker, tail = empty.encode().partition(_NO_MESSAGES)
+    assert marker, "the document's JSON names its messages"
+    parts: list[bytes] = []
+
+    def step(messages: Sequence[Message]) -> None:
+        for message in messages:
+            parts.append(to_json(encode_value(message.model_dump(by_alias=True))))
+
+    await in_steps(document.messages, step)
+    return b"".join((head, _NO_MESSAGES[:-1], b",".join(parts), b"]", tail))
+
+
+_NO_MESSAGES = b'"messages":[]'
 
 
 async def import_chat(

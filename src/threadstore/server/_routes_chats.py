@@ -6,7 +6,6 @@ a chat that does not exist.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Annotated
 from uuid import UUID, uuid4
@@ -19,8 +18,8 @@ from threadstore.errors import InvalidInputError
 from threadstore.models import Chat, Message, Role
 from threadstore.server._deps import AppState, CurrentUser, owned_chat
 from threadstore.server._limits import MAX_CURSOR, check_id, check_json, check_name
-from threadstore.store import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, Store, off_loop
-from threadstore.transfer import ChatExport, export_chat, import_chat
+from threadstore.store import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, Store
+from threadstore.transfer import ChatExport, export_chat_json, import_chat
 
 __all__ = [
     "BranchPoint",
@@ -383,8 +382,4 @@ async def restore_chat(chat_uuid: UUID, state: AppState, user: CurrentUser) -> C
 async def export_one(chat_uuid: UUID, state: AppState, user: CurrentUser) -> Response:
     """Return the chat and its whole history as one JSON document (see the import route)."""
     chat = await owned_chat(state, user, chat_uuid)
-    document = await export_chat(state.store, chat)
-    # Serialized off the event loop for a long chat, as FastAPI would (by alias).
-    dump = functools.partial(document.model_dump_json, by_alias=True)
-    body = await off_loop(document.messages, dump)
-    return Response(body, media_type="application/json")
+    return Response(await export_chat_json(state.store, chat), media_type="application/json")

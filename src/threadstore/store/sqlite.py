@@ -312,6 +312,13 @@ def _fits_inline(statements: Sequence[Statement]) -> bool:
     return size <= INLINE_MAX_BYTES
 
 
+def _tree_nodes(rows: list[Any]) -> list[TreeNode]:
+    return [
+        TreeNode(UUID(uuid), None if parent is None else UUID(parent), role, seq, agui, run)
+        for uuid, parent, role, seq, agui, run in rows
+    ]
+
+
 class SQLiteStore(Store):
     """Store backed by one SQLite database file."""
 
@@ -722,10 +729,8 @@ class SQLiteStore(Store):
             " WHERE chat_uuid = ? ORDER BY seq",
             (str(chat_uuid),),
         )
-        return [
-            TreeNode(UUID(uuid), None if parent is None else UUID(parent), role, seq, agui, run)
-            for uuid, parent, role, seq, agui, run in rows
-        ]
+        # A long chat's tree is tens of thousands of nodes: built off the event loop.
+        return await off_loop(rows, consume, _tree_nodes, rows)
 
     async def _select_siblings(
         self, chat_uuid: UUID, message_uuids: Sequence[UUID]
@@ -736,10 +741,7 @@ class SQLiteStore(Store):
         rows = await self._read(
             _SELECT_SIBLINGS, (str(chat_uuid), json.dumps([str(u) for u in message_uuids]))
         )
-        return [
-            TreeNode(UUID(uuid), None if parent is None else UUID(parent), role, seq, agui, run)
-            for uuid, parent, role, seq, agui, run in rows
-        ]
+        return _tree_nodes(rows)
 
     @staticmethod
     def _root_update(chat_uuid: UUID, message_uuid: UUID) -> list[Statement]:
