@@ -16,7 +16,7 @@ the database migration applies to such rows (:func:`fold_reasoning_messages`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
@@ -45,7 +45,7 @@ from threadstore.models import (
 )
 from threadstore.store import (
     Store,
-    in_steps,
+    map_in_steps,
     message_create,
     off_loop,
     reasoning_create,
@@ -157,13 +157,9 @@ async def export_json(document: ChatExport) -> bytes:
     empty = document.model_copy(update={"messages": []}).model_dump_json(by_alias=True)
     head, marker, tail = empty.encode().partition(_NO_MESSAGES)
     assert marker, "the document's JSON names its messages"
-    parts: list[bytes] = []
-
-    def step(messages: Sequence[Message]) -> None:
-        for message in messages:
-            parts.append(to_json(encode_value(message.model_dump(by_alias=True))))
-
-    await in_steps(document.messages, step)
+    parts = await map_in_steps(
+        document.messages, lambda message: to_json(encode_value(message.model_dump(by_alias=True)))
+    )
     return b"".join((head, _NO_MESSAGES[:-1], b",".join(parts), b"]", tail))
 
 

@@ -55,7 +55,7 @@ from threadstore.server._errors import error_response
 from threadstore.server._limits import MAX_CURSOR, check_id, check_run_input
 from threadstore.server._run_gate import RunConflictError
 from threadstore.server._sse import close_iterator, encode_frame, event_stream_response
-from threadstore.store import HistoryView, in_steps, off_loop
+from threadstore.store import HistoryView, map_in_steps, off_loop
 
 __all__ = ["CancelResult", "router"]
 
@@ -434,13 +434,12 @@ async def messages_snapshot_frame(messages: Sequence[AGUIMessage]) -> bytes:
     that yield to the loop between them, and the frame is put together around them.
     """
     empty = event_json(MessagesSnapshotEvent(messages=[], timestamp=_now_ms()))
-    head, tail = empty[: -len(_EMPTY_TAIL)], _EMPTY_TAIL
-    parts: list[str] = []
-    await in_steps(messages, lambda step: parts.extend(map(wire_json, step)))
-    return f"data: {head}[{','.join(parts)}]{tail[2:]}\n\n".encode()
+    head = empty.removesuffix(_NO_MESSAGES_END)
+    parts = await map_in_steps(messages, wire_json)
+    return f"data: {head}[{','.join(parts)}]}}\n\n".encode()
 
 
-_EMPTY_TAIL = "[]}"
+_NO_MESSAGES_END = "[]}"
 """How a ``MESSAGES_SNAPSHOT`` with no messages ends: ``messages`` is its last field."""
 
 

@@ -31,7 +31,14 @@ from threadstore.store._base import (
 )
 from threadstore.store._copies import message_create, reasoning_create, tool_call_create
 from threadstore.store._history_cache import HistoryView
-from threadstore.store._offload import OFF_LOOP_ITEMS, in_steps, off_loop, untrack, untrack_flat
+from threadstore.store._offload import (
+    OFF_LOOP_ITEMS,
+    in_steps,
+    map_in_steps,
+    off_loop,
+    untrack,
+    untrack_flat,
+)
 from threadstore.store._ops import (
     CreateMessage,
     CreateReasoning,
@@ -80,6 +87,7 @@ __all__ = [
     "capabilities_of",
     "create_store",
     "in_steps",
+    "map_in_steps",
     "message_create",
     "off_loop",
     "open_store",
