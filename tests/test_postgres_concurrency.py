@@ -754,3 +754,57 @@ async def test_writes_of_a_rolled_back_transaction_never_reach_a_later_read(
     await append(other, chat_uuid)
     after = await store.get_chat_messages(chat_uuid)
     assert [m.content for m in after] == ["hello", "hi", "let me check", "new"]
+
+
+# --- foreground before background -------------------------------------------------------------
+
+_LOCK_WAITERS = (
+    "SELECT count(*) FROM pg_stat_activity"
+    " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+)
+
+
+async def test_flushes_leave_connections_for_other_calls(pg_url: str, open_pg: OpenStore) -> None:
+    from threadstore.store import UpdateMessage
+    from threadstore.store.postgres import FOREGROUND_CONNECTIONS
+
+    pool_size = 4
+    store = await open_pg(max_size=pool_size)
+    chat = await store.create_chat(ChatCreate(user_uuid=uuid.uuid4(), thread_id="t"))
+    message = await store.create_message(MessageCreate(chat_uuid=chat.chat_uuid, content="a"))
+    holder, watcher = await asyncpg.connect(pg_url), await asyncpg.connect(pg_url)
+    flushes: list[asyncio.Future[None]] = []
+    try:
+        # Every flush below waits on the chat's row lock, holding its connection meanwhile.
+        await holder.execute("BEGIN")
+        await holder.execute("SELECT 1 FROM chats WHERE chat_uuid = $1 FOR UPDATE", chat.chat_uuid)
+        flushes += [
+            asyncio.ensure_future(
+                store.apply_writes(
+                    [UpdateMessage(message.message_uuid, MessageUpdate(content=f"{index}"))]
+                )
+            )
+            for index in range(3 * pool_size)
+        ]
+        holding = pool_size - FOREGROUND_CONNECTIONS
+        # (The watcher is outside any transaction: PostgreSQL's activity view is a
+        # snapshot per transaction.)
+        while await watcher.fetchval(_LOCK_WAITERS) < holding:
+            await asyncio.sleep(0.01)  # until the flushes that may hold connections do
+
+        # A burst of flushes holds only its share of the pool: other calls do not wait on
+        # them, and no more flushes reach the database than their share.
+        found = await asyncio.wait_for(store.get_chat(chat.chat_uuid), 30)
+        assert found is not None and found.chat_uuid == chat.chat_uuid
+        other = ChatCreate(user_uuid=chat.user_uuid, thread_id="another")
+        created = await asyncio.wait_for(store.create_chat(other), 30)
+        assert created.chat_uuid == other.chat_uuid
+        assert await watcher.fetchval(_LOCK_WAITERS) == holding
+        assert not any(flush.done() for flush in flushes)
+
+    finally:
+        await holder.close()  # ends its transaction: the flushes go on
+        await watcher.close()
+    await asyncio.gather(*flushes)
+    stored = await store.get_message(message.message_uuid)
+    assert stored is not None and stored.content in {f"{i}" for i in range(3 * pool_size)}

@@ -19,6 +19,11 @@ calls instead of handing each back: asyncpg's release costs a shielded task and
 several event-loop turns, about as much as the statement itself on small machines.
 They return to the pool on error and on ``close()``. A pool the app passed in is
 used plainly, so the store never sits on connections the app may need.
+
+Background flushes (a storage agent's ``apply_writes``) hold at most all but
+:data:`FOREGROUND_CONNECTIONS` of the pool's connections at once; the rest wait for a
+turn outside the pool. So a run's set-up, a page read or an API write never queues in
+the pool behind a burst of other runs' flushes: it waits only for other foreground work.
 """
 
 from __future__ import annotations
@@ -55,7 +60,13 @@ from threadstore.store._postgres_events import PostgresRunEvents
 from threadstore.store._records import split_update
 from threadstore.store._rows import RowLoader, attach_rows
 
-__all__ = ["PostgresStore"]
+__all__ = ["FOREGROUND_CONNECTIONS", "PostgresStore"]
+
+FOREGROUND_CONNECTIONS = 2
+"""Connections of the pool that background flushes leave to other calls (module docstring).
+
+A pool of at most this many connections lets flushes take one connection at a time.
+"""
 
 _CHAT_FIELDS: dict[str, str] = {"name": "name", "state": "state", "metadata": "metadata"}
 """The column of each directly set chat field (column names are only taken from here)."""
@@ -149,6 +160,8 @@ class PostgresStore(Store):
         self._owns_pool = pool is None
         self._idle: list[asyncpg.Connection] = []
         self._waiting = 0
+        self._flush_slots: asyncio.Semaphore | None = None
+        """Turns of background flushes at the pool (set when the pool is known)."""
         self._min_size = min_size
         self._max_size = max_size
         self.history_cache: HistoryCache | None = (
@@ -202,6 +215,7 @@ class PostgresStore(Store):
         """Close the pool if the store created it; an app's own pool stays open."""
         pool, self._pool = self._pool, None
         idle, self._idle = self._idle, []
+        self._flush_slots = None
         if pool is None:
             return
         for conn in idle:
@@ -694,6 +708,21 @@ class PostgresStore(Store):
     async def _apply(
         self, batch: Sequence[ops.Op], *, returning: bool = True, background: bool = False
     ) -> list[Any]:
+        if background and not self._in_transaction():
+            async with self._flush_turn():
+                return await self._apply_now(batch, returning)
+        return await self._apply_now(batch, returning)
+
+    def _flush_turn(self) -> asyncio.Semaphore:
+        """A background flush's turn: all but ``FOREGROUND_CONNECTIONS`` connections at once."""
+        slots = self._flush_slots
+        if slots is None:
+            # Read off the pool (the app's own has its own size), once it is there.
+            size = self.pool.get_max_size()
+            slots = self._flush_slots = asyncio.Semaphore(max(1, size - FOREGROUND_CONNECTIONS))
+        return slots
+
+    async def _apply_now(self, batch: Sequence[ops.Op], returning: bool) -> list[Any]:
         # Each operation is one statement (or a few on one connection); several share
         # one transaction.
         if len(batch) == 1:
