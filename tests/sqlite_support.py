@@ -2,12 +2,30 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 from threadstore import open_store
 from threadstore.store.sqlite import SQLiteStore
+
+LOOP_TURNS = 10_000
+"""Turns of the event loop :func:`until` waits before it fails (not a clock: a count)."""
+
+
+async def until(condition: Callable[[], bool], what: str) -> None:
+    """Let other tasks run until ``condition()`` holds; fail, naming ``what``, if it never does.
+
+    For states that the loop's own tasks reach (a queue filling, a lock taken): a test
+    waiting on one that never comes fails after :data:`LOOP_TURNS` turns instead of
+    spinning for ever.
+    """
+    for _ in range(LOOP_TURNS):
+        if condition():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError(f"{what}: not after {LOOP_TURNS} turns of the event loop")
 
 
 @asynccontextmanager

@@ -22,7 +22,7 @@ from agui_scripts import (
     text_message,
     user,
 )
-from sqlite_support import counting_hops, sqlite_store
+from sqlite_support import counting_hops, sqlite_store, until
 from threadstore.agui._agent import StorageAgent
 from threadstore.models import ChatCreate, MessageCreate, Run
 from threadstore.store._ops import CreateMessage
@@ -89,8 +89,7 @@ async def test_a_queued_write_goes_before_queued_flushes(tmp_path: Path) -> None
             )
             for n in range(3)
         ]
-        while len(store.write_queue) < 3:  # the three flushes queue
-            await asyncio.sleep(0)
+        await until(lambda: len(store.write_queue) >= 3, "the three flushes queue")
         setup = asyncio.ensure_future(
             store.create_message(MessageCreate(chat_uuid=chat.chat_uuid, content="set-up"))
         )
@@ -125,8 +124,7 @@ async def test_the_writer_lock_serves_foreground_turns_first_and_survives_cancel
             asyncio.ensure_future(turn("gone", background=False)),
             asyncio.ensure_future(turn("fg2", background=False)),
         ]
-        while lock.waiting < 5:
-            await asyncio.sleep(0)
+        await until(lambda: lock.waiting >= 5, "five turns wait")
         tasks[3].cancel()  # a waiter cancelled before its turn leaves the queue
     await asyncio.gather(*tasks, return_exceptions=True)
 
@@ -198,8 +196,7 @@ async def test_a_small_write_goes_ahead_of_flushes_inline_but_not_of_a_transacti
         behind = asyncio.ensure_future(
             store.create_message(MessageCreate(chat_uuid=chat.chat_uuid))
         )
-        while lock.waiting == 0:
-            await asyncio.sleep(0)
+        await until(lambda: lock.waiting > 0, "a write waits for the lock")
         assert not behind.done()
         release.set()
         await asyncio.gather(other, behind)

@@ -13,7 +13,7 @@ from uuid import uuid4
 
 import pytest
 
-from sqlite_support import counting_hops, sqlite_store
+from sqlite_support import counting_hops, sqlite_store, until
 from threadstore import ChatCreate, MessageCreate, NotFoundError, Run
 from threadstore.errors import RunLiveError
 from threadstore.store._sqlite_writes import Statement, run_group
@@ -25,12 +25,10 @@ async def _hold_the_writer(store: SQLiteStore, until_queued: int) -> asyncio.Fut
 
     async def hold() -> None:
         async with store.transaction():
-            while len(store.write_queue) < until_queued:
-                await asyncio.sleep(0)
+            await until(lambda: len(store.write_queue) >= until_queued, "the writes queue")
 
     holder = asyncio.ensure_future(hold())
-    while store.writer_lock.idle:
-        await asyncio.sleep(0)
+    await until(lambda: not store.writer_lock.idle, "the transaction holds the writer")
     return holder
 
 
@@ -44,8 +42,7 @@ async def test_writes_queued_behind_a_transaction_commit_in_one_trip(tmp_path: P
             )
             for n in range(20)
         ]
-        while len(store.write_queue) < 20:
-            await asyncio.sleep(0)
+        await until(lambda: len(store.write_queue) >= 20, "twenty writes queue")
         with counting_hops(store) as hops:
             await holder
             stored = await asyncio.gather(*writes)
@@ -103,8 +100,7 @@ async def test_a_write_whose_caller_gave_up_before_it_ran_is_not_written(tmp_pat
             )
             for text in ("kept", "dropped")
         ]
-        while len(store.write_queue) < 2:
-            await asyncio.sleep(0)
+        await until(lambda: len(store.write_queue) >= 2, "two writes queue")
         writes[1].cancel()
         await holder
         await asyncio.gather(*writes, return_exceptions=True)
