@@ -22,8 +22,8 @@ used plainly, so the store never sits on connections the app may need.
 
 Background flushes (a storage agent's ``apply_writes``) hold at most all but
 :data:`FOREGROUND_CONNECTIONS` of the pool's connections at once; the rest wait for a
-turn outside the pool. So a run's set-up, a page read or an API write never queues in
-the pool behind a burst of other runs' flushes: it waits only for other foreground work.
+turn outside the pool. So a burst of other runs' flushes never takes the whole pool: a
+run's set-up, a page read or an API write finds connections the flushes cannot hold.
 """
 
 from __future__ import annotations
