@@ -39,8 +39,9 @@ from threadstore import (
     TextPart,
     ToolCall,
 )
+from threadstore.store import UpdateMessage
 from threadstore.store._postgres_schema import MIGRATIONS
-from threadstore.store.postgres import PostgresStore
+from threadstore.store.postgres import FOREGROUND_CONNECTIONS, PostgresStore
 
 pytestmark = pytest.mark.postgres
 
@@ -765,9 +766,6 @@ _LOCK_WAITERS = (
 
 
 async def test_flushes_leave_connections_for_other_calls(pg_url: str, open_pg: OpenStore) -> None:
-    from threadstore.store import UpdateMessage
-    from threadstore.store.postgres import FOREGROUND_CONNECTIONS
-
     pool_size = 4
     store = await open_pg(max_size=pool_size)
     chat = await store.create_chat(ChatCreate(user_uuid=uuid.uuid4(), thread_id="t"))
@@ -789,8 +787,12 @@ async def test_flushes_leave_connections_for_other_calls(pg_url: str, open_pg: O
         holding = pool_size - FOREGROUND_CONNECTIONS
         # (The watcher is outside any transaction: PostgreSQL's activity view is a
         # snapshot per transaction.)
-        while await watcher.fetchval(_LOCK_WAITERS) < holding:
-            await asyncio.sleep(0.01)  # until the flushes that may hold connections do
+        for _ in range(3_000):  # until the flushes that may hold connections do
+            if await watcher.fetchval(_LOCK_WAITERS) >= holding:
+                break
+            await asyncio.sleep(0.01)
+        else:
+            raise AssertionError(f"{holding} flushes never reached the row lock")
 
         # A burst of flushes holds only its share of the pool: other calls do not wait on
         # them, and no more flushes reach the database than their share.
@@ -801,7 +803,6 @@ async def test_flushes_leave_connections_for_other_calls(pg_url: str, open_pg: O
         assert created.chat_uuid == other.chat_uuid
         assert await watcher.fetchval(_LOCK_WAITERS) == holding
         assert not any(flush.done() for flush in flushes)
-
     finally:
         await holder.close()  # ends its transaction: the flushes go on
         await watcher.close()
