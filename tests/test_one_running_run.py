@@ -3,8 +3,9 @@
 Two processes told at the same moment to start a run on one chat: exactly one starts it
 and the other is refused naming the winner, whatever the interleaving (each round starts
 on a line both read, not after a sleep). Through the server, a run record another
-process wrote after this one's checks makes the POST a 409 with nothing stored, and a
-run whose owner stopped heartbeating does not hold the thread.
+process wrote after this one's checks refuses the run with nothing stored (in its stream,
+or with a 409 when its writes come before it starts), and a run whose owner stopped
+heartbeating does not hold the thread.
 """
 
 from __future__ import annotations
@@ -15,12 +16,22 @@ import sys
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 from uuid import UUID
 
 import pytest
+from ag_ui.core import BaseEvent, RunAgentInput
 
 import threadstore
-from agui_scripts import ScriptedAgent, collect, run_finished, run_started, text_message, user
+from agui_scripts import (
+    ScriptedAgent,
+    collect,
+    run_finished,
+    run_started,
+    text_message,
+    tool_call,
+    user,
+)
 from agui_scripts import run_input as agent_input
 from postgres_support import clean_database, server_url
 from server_support import collect_sse, run_input, served_with_store
@@ -113,7 +124,7 @@ def agent() -> ScriptedAgent:
     )
 
 
-async def test_a_run_record_written_by_another_process_after_the_checks_makes_a_409(
+async def test_a_run_record_written_by_another_process_after_the_checks_refuses_the_run(
     database: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async with served_with_store(database, agent()) as (client, store):
@@ -128,16 +139,24 @@ async def test_a_run_record_written_by_another_process_after_the_checks_makes_a_
             Run(chat_uuid=chat.chat_uuid, thread_id=chat.thread_id, run_id="elsewhere", owner="b")
         )
 
-        async def checks_passed(*_: object) -> None:
-            return None
+        async def checks_passed(
+            _: RunGate, state: Any, user: UUID, run: RunAgentInput
+        ) -> threadstore.Chat | None:
+            return await state.store.get_chat_by_thread_id(user, run.thread_id)
 
-        monkeypatch.setattr(RunGate, "_check", checks_passed)
-        second = run_input("Second.", thread_id=first["threadId"])
-        response = await client.post("/agui", json=second)
+        with monkeypatch.context() as patched:
+            patched.setattr(RunGate, "_check", checks_passed)
+            second = run_input("Second.", thread_id=first["threadId"])
+            # The run starts while its set-up writes go on: the store's refusal comes in
+            # the stream, after the agent's RUN_STARTED.
+            async with client.stream("POST", "/agui", json=second) as response:
+                assert response.status_code == 200
+                events = await collect_sse(response)
 
-        assert response.status_code == 409, response.text
-        body = response.json()
-        assert (body["code"], body["run_id"]) == ("run_live", "elsewhere")
+        assert [event.type for event in events] == ["RUN_STARTED", "RUN_ERROR"]
+        refusal = events[-1].data
+        assert refusal is not None
+        assert refusal["code"] == RUN_LIVE_ERROR_CODE and "elsewhere" in refusal["message"]
         contents = [m.content for m in await store.get_chat_messages(chat.chat_uuid)]
         assert contents == ["First.", "Hello."]  # the refused run stored nothing
         assert await store.get_run(chat.chat_uuid, second["runId"]) is None
@@ -147,6 +166,59 @@ async def test_a_run_record_written_by_another_process_after_the_checks_makes_a_
         async with client.stream("POST", "/agui", json=second) as response:
             assert response.status_code == 200
             assert (await collect_sse(response))[-1].type == "RUN_FINISHED"
+        contents = [m.content for m in await store.get_chat_messages(chat.chat_uuid)]
+        assert contents == ["First.", "Hello.", "Second.", "Hello."]
+
+
+def asks_for_a_tool() -> ScriptedAgent:
+    """Asks the client to run a tool; answers once the client sends its result."""
+
+    def script(run: RunAgentInput) -> list[BaseEvent]:
+        if run.messages and run.messages[-1].role == "tool":
+            middle = text_message(f"{run.run_id}-a", "It is 42.")
+        else:
+            middle = [
+                *text_message(f"{run.run_id}-a", "Looking it up."),
+                *tool_call("call-1", "lookup", "{}", parent_message_id=f"{run.run_id}-a"),
+            ]
+        return [run_started(run.thread_id, run.run_id), *middle, run_finished(run.thread_id)]
+
+    return ScriptedAgent(script)
+
+
+async def test_a_run_that_stores_a_tool_result_is_refused_with_a_409(
+    database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run that stores tool results writes before it starts, so its refusal is a 409."""
+    async with served_with_store(database, asks_for_a_tool()) as (client, store):
+        first = run_input("What is it?")
+        async with client.stream("POST", "/agui", json=first) as response:
+            await collect_sse(response)
+        user = (await store.get_all_chats(None))[0].user_uuid
+        chat = await store.get_chat_by_thread_id(user, first["threadId"])
+        await store.start_run(
+            Run(chat_uuid=chat.chat_uuid, thread_id=chat.thread_id, run_id="elsewhere", owner="b")
+        )
+
+        async def checks_passed(
+            _: RunGate, state: Any, user: UUID, run: RunAgentInput
+        ) -> threadstore.Chat | None:
+            return await state.store.get_chat_by_thread_id(user, run.thread_id)
+
+        monkeypatch.setattr(RunGate, "_check", checks_passed)
+        second = {
+            **run_input(thread_id=first["threadId"]),
+            "messages": [{"id": "r-1", "role": "tool", "toolCallId": "call-1", "content": "42"}],
+        }
+        response = await client.post("/agui", json=second)
+
+        assert response.status_code == 409, response.text
+        body = response.json()
+        assert (body["code"], body["run_id"]) == ("run_live", "elsewhere")
+        messages = await store.get_chat_messages(chat.chat_uuid)
+        assert [m.content for m in messages] == ["What is it?", "Looking it up."]
+        assert messages[-1].tool_calls[0].content is None  # the result was not stored
+        assert await store.get_run(chat.chat_uuid, second["runId"]) is None
 
 
 async def test_a_run_whose_owner_stopped_heartbeating_does_not_hold_the_thread(

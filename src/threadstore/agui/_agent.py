@@ -4,8 +4,10 @@
 agent's events unchanged and in real time and never waits on the store; its run's
 :class:`~threadstore.agui._writer.RunPersister` folds and writes them in the background.
 Before the run it finds or creates the chat, screens the input messages against the
-stored history and replays that history to the inner agent. How the run ends decides
-the status of its records. The whole write path is in docs/architecture.md.
+stored history and replays that history to the inner agent; when what its set-up
+writes will store is known from what it read, the inner agent starts while they go on
+(its ``RUN_STARTED`` waits for no write, its later events wait for them). How the run
+ends decides the status of its records. The whole write path is in docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import functools
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar, runtime_checkable
 from uuid import UUID
 
 from ag_ui.core import (
@@ -58,10 +60,10 @@ from ag_ui.core import (
     UserMessage,
 )
 
+from threadstore.agui._given import Appended, as_stored, kept_translation, translation_after
 from threadstore.agui._window import HistoryWindow
 from threadstore.agui._writer import EventHandler, HandlerKind, PersisterConfig, RunPersister
 from threadstore.codec import (
-    HistoryTranslator,
     ThinkingEndEvent,
     ThinkingStartEvent,
     ThinkingTextMessageContentEvent,
@@ -98,7 +100,6 @@ from threadstore.store import (
     TreeNode,
     in_steps,
     off_loop,
-    untrack,
 )
 
 if TYPE_CHECKING:
@@ -125,6 +126,7 @@ RUN_LIVE_ERROR_CODE = "RUN_LIVE"
 at a time per chat; the store's ``start_run`` raises :class:`~threadstore.errors.RunLiveError`)."""
 
 _RUN_FINISHED = EventType.RUN_FINISHED  # bound once: compared for every event
+_RUN_STARTED = EventType.RUN_STARTED
 
 CHAT_DELETED_ERROR_CODE = "CHAT_DELETED"
 """``RunErrorEvent.code`` sent instead of the inner agent's ``RUN_FINISHED`` when the run's
@@ -243,13 +245,29 @@ class StorageAgent:
         self._branched = False
         """Whether the run branches off the chat's leaf (see ``_branch_point``)."""
         self.set_up = asyncio.Event()
-        """Set once the run is set up (run record written, input stored) or refused, or
-        by the run manager's handle when the run ended before that."""
+        """Set once the run is set up or refused, or by the run manager's handle when the
+        run ended before that. Set up: its run record written and input stored, or, for a
+        run that starts early, everything read and its writes under way (a refusal found
+        by them then comes in the stream)."""
         self.refused_by: RunLiveError | None = None
-        """Why the run was refused, when its chat already had a running run."""
+        """Why the run was refused, when its chat already had a running run; its run id
+        is still free."""
+        self._looked_up: tuple[Chat | None] | None = None
         self._persister: RunPersister | None = None
         self._dispatch: dict[type[BaseEvent], Callable[..., Awaitable[None]]] = {}
         self._table: dict[type[BaseEvent], str] | None = None
+
+    def use_chat(self, chat: Chat | None) -> None:
+        """Take ``chat`` as the run's thread's chat (``None``: it has none) without reading it.
+
+        For a caller that has just looked it up (the server's run gate does, for its
+        checks): the run's set-up then reads it once. Call it before the run starts. A
+        chat created meanwhile by another process is found by the set-up's write, as
+        when two runs start on one new thread.
+        """
+        if chat is not None and chat.user_uuid != self.user_uuid:
+            raise InvalidInputError(f"chat {chat.chat_uuid} is not user {self.user_uuid}'s")
+        self._looked_up = (chat,)
 
     # --- the run -------------------------------------------------------------------------
 
@@ -262,7 +280,13 @@ class StorageAgent:
         the run's own; the AG-UI messages in it are shared with later runs (the
         translation is kept with the store's history), so the inner agent must not
         change them. Yields the inner agent's events verbatim, or ``RUN_STARTED`` +
-        ``RUN_ERROR(code="INVALID_INPUT")`` when the input is refused.
+        ``RUN_ERROR`` (``INVALID_INPUT``, ``RUN_LIVE``) when the run is refused.
+
+        A run whose input only adds messages (no tool results, no branch), on a
+        ``Store`` with the default translation, starts the inner agent before its
+        set-up writes are done, on the history they will make: the inner agent's
+        ``RUN_STARTED`` is yielded as it comes, every later event once the writes are.
+        A refusal found by a write then follows that ``RUN_STARTED``.
         """
         return self._events(input)
 
@@ -283,56 +307,107 @@ class StorageAgent:
             for event in started:
                 yield event
             return
-        take = started.take
         async with _Streaming(self, started) as streaming:
-            async for event in streaming.open(input):
+            stream = streaming.open(input)
+            if isinstance(started, RunPersister):
+                persister = started
+            else:
+                # Started early: the inner agent's RUN_STARTED goes out as it comes, and
+                # every later event waits for the set-up's writes (the run's records and
+                # a refusal found by them must come first).
+                first = await anext(stream, None)
+                early = first is not None and first.type is _RUN_STARTED
+                if first is not None and early:
+                    yield first
+                try:
+                    persister = await asyncio.shield(started)
+                except (InvalidInputError, RunLiveError) as exc:
+                    refusal = self._refusal(input, exc)
+                    for event in refusal[1:] if early else refusal:  # one RUN_STARTED
+                        yield event
+                    return
+                if first is not None:
+                    persister.take(first)
+                    if first.type is _RUN_FINISHED:
+                        first = await _finished_or_deleted(persister, first)
+                    if not early:
+                        yield first
+            take = persister.take
+            async for event in stream:
                 take(event)
                 if event.type is _RUN_FINISHED:
-                    event = await _finished_or_deleted(started, event)
+                    event = await _finished_or_deleted(persister, event)
                 yield event
 
-    async def _start(self, input: RunAgentInput) -> list[BaseEvent] | RunPersister:
-        """Set the run up and return its persister, or the refusal's events."""
-        if self._persister is not None:
+    async def _start(self, input: RunAgentInput) -> _Started:
+        """Set the run up: its persister, the task that makes it (an early start), or a refusal."""
+        if self._persister is not None or self.set_up.is_set():
             raise RuntimeError("a StorageAgent runs once; build a new one per run")
         try:
             return await self._set_up(input)
         finally:
             self.set_up.set()
 
-    async def _set_up(self, input: RunAgentInput) -> list[BaseEvent] | RunPersister:
+    async def _set_up(self, input: RunAgentInput) -> _Started:
         try:
-            chat, history, facts = await self._prepare(input)
+            reads = await self._read(input)
+            given = await self._foreseen(reads)
+            if given is None:
+                chat, history, facts = await self._write(input, reads)
         except (InvalidInputError, RunLiveError) as exc:
-            code = INVALID_INPUT_ERROR_CODE
-            if isinstance(exc, RunLiveError):
-                self.refused_by, code = exc, RUN_LIVE_ERROR_CODE
-            return [
-                RunStartedEvent(
-                    thread_id=input.thread_id,
-                    run_id=input.run_id,
-                    protocol_version=PROTOCOL_VERSION,
-                ),
-                RunErrorEvent(message=str(exc), code=code),
-            ]
+            return self._refusal(input, exc)
+        if given is not None:
+            # What the writes will store is known: the inner agent need not wait for them.
+            input.messages = given
+            self._give_state(input, reads.chat)
+            return asyncio.ensure_future(self._written(input, reads))
         self.chat = chat
         try:
-            return await self._persister_for(input, chat, history, facts)
+            input.messages = await self._given(history)
+            self._give_state(input, chat)
+            return self._persister_for(input, chat, history, facts)
         except BaseException:
             await self._abandon_run(chat, input.run_id, "the run could not be set up")
             raise
 
-    async def _persister_for(
+    async def _written(self, input: RunAgentInput, reads: _Reads) -> RunPersister:
+        """An early start's set-up writes, then the run's persister."""
+        chat, history, facts = await self._write(input, reads)
+        self.chat = chat
+        try:
+            return self._persister_for(input, chat, history, facts)
+        except BaseException:
+            await self._abandon_run(chat, input.run_id, "the run could not be set up")
+            raise
+
+    def _refusal(
+        self, input: RunAgentInput, exc: InvalidInputError | RunLiveError
+    ) -> list[BaseEvent]:
+        """The events of a run refused before it wrote anything: RUN_STARTED, RUN_ERROR."""
+        code = INVALID_INPUT_ERROR_CODE
+        if isinstance(exc, RunLiveError):
+            self.refused_by, code = exc, RUN_LIVE_ERROR_CODE
+        return [
+            RunStartedEvent(
+                thread_id=input.thread_id, run_id=input.run_id, protocol_version=PROTOCOL_VERSION
+            ),
+            RunErrorEvent(message=str(exc), code=code),
+        ]
+
+    @staticmethod
+    def _give_state(input: RunAgentInput, chat: Chat | None) -> None:
+        """Give the inner agent the chat's stored state when the client sent none."""
+        if input.state in (None, {}) and chat is not None and chat.state is not None:
+            input.state = copy.deepcopy(chat.state)
+
+    def _persister_for(
         self,
         input: RunAgentInput,
         chat: Chat,
         history: Sequence[Message],
         facts: StoredFacts,
     ) -> RunPersister:
-        """Give the inner agent its history and state; build the run's persister."""
-        input.messages = await self._given(history)
-        if input.state in (None, {}) and chat.state is not None:
-            input.state = copy.deepcopy(chat.state)
+        """The run's persister: its fold starts from the history as stored."""
         fold = ConversationFold(
             input.run_id,
             thread_id=input.thread_id,
@@ -355,12 +430,12 @@ class StorageAgent:
     async def _finish(
         self,
         stream: AsyncIterator[BaseEvent] | None,
-        persister: RunPersister,
+        started: RunPersister | asyncio.Task[RunPersister],
         status: MessageStatus,
         error: str | None,
     ) -> None:
         """Close the inner stream and wait for the final flush, even through cancellation."""
-        closing = asyncio.ensure_future(self._close(stream, persister, status, error))
+        closing = asyncio.ensure_future(self._close(stream, started, status, error))
         cancelled = False
         while not closing.done():
             try:
@@ -374,7 +449,7 @@ class StorageAgent:
     @staticmethod
     async def _close(
         stream: AsyncIterator[BaseEvent] | None,
-        persister: RunPersister,
+        started: RunPersister | asyncio.Task[RunPersister],
         status: MessageStatus,
         error: str | None,
     ) -> None:
@@ -384,6 +459,16 @@ class StorageAgent:
                 await aclose()
             except Exception:
                 logger.exception("closing the inner agent's stream failed")
+        if isinstance(started, RunPersister):
+            persister = started
+        else:
+            # An early start ends only once its set-up writes have: what they began
+            # is finalized like any run's. Writes that failed or were refused left
+            # nothing running (and the stream said why, or the run raised).
+            try:
+                persister = await started
+            except Exception:
+                return
         await persister.close(status, error)
 
     async def persisted(self) -> None:
@@ -423,12 +508,19 @@ class StorageAgent:
 
     # --- input ---------------------------------------------------------------------------
 
-    async def _prepare(self, input: RunAgentInput) -> tuple[Chat, Sequence[Message], StoredFacts]:
-        """Find or create the chat, store the new inbound messages.
+    async def _read(self, input: RunAgentInput) -> _Reads:
+        """Find the chat and its history, screen the input: everything before a write.
 
-        Returns the chat, its history and what the history holds.
+        Refuses (``InvalidInputError``) before anything is written.
         """
-        chat = await self.chat_repo.get_chat_by_thread_id(self.user_uuid, input.thread_id)
+        looked_up = self._looked_up
+        if (
+            looked_up is None
+            or getattr(looked_up[0], "thread_id", input.thread_id) != input.thread_id
+        ):
+            chat = await self.chat_repo.get_chat_by_thread_id(self.user_uuid, input.thread_id)
+        else:
+            chat = looked_up[0]
         history = await self._history(chat)
         facts = await _facts(history)
         branch = await self._branch_point(input, chat, history, facts)
@@ -436,30 +528,71 @@ class StorageAgent:
             history = branch.history
             facts = await _facts(history)
             self._branched = True
-        # Refuses before anything is written.
-        creates, results = self._screen(input, facts)
-        fresh = False
+        inbound = list(input.messages)
+        creates, results = self._screen(inbound, input.run_id, facts)
+        chat_create = None
         if chat is None:
             chat_create = ChatCreate(
                 user_uuid=self.user_uuid,
                 thread_id=input.thread_id,
-                name=self.chat_name or chat_name_from_messages(input.messages),
+                name=self.chat_name or chat_name_from_messages(inbound),
                 tenant_id=self.tenant_id,
                 app_id=self.app_id,
             )
-            opened = await self._open_chat(input, chat_create, creates, results)
+        return _Reads(chat, chat_create, history, facts, branch, inbound, creates, results)
+
+    async def _foreseen(self, reads: _Reads) -> list[ag_ui.core.Message] | None:
+        """What the inner agent is given once the run's input is stored, told before it is.
+
+        The run then starts while its set-up writes go on. ``None`` when only the
+        stored history can tell (the run must wait for its writes): a run that stores
+        tool results or branches, a custom translation, repositories that are not a
+        ``Store``, or a history that grew meanwhile.
+        """
+        if (
+            reads.branch is not None
+            or reads.results
+            or self.branch_from is not None
+            or not self._default_translation
+            or not isinstance(self.message_repo, Store)
+        ):
+            return None
+        history = reads.history
+        added = [as_stored(create, reads.chat_uuid) for create in reads.creates]
+        whole = Appended(history, added)
+        if self.history_window is not None:
+            given = self.history_window.select(whole)
+            if given is not whole:
+                return await off_loop(given, translate_messages, given)
+        if isinstance(history, HistoryView):
+            return await translation_after(history, added)
+        return translate_messages(added) if not history else None
+
+    async def _write(
+        self, input: RunAgentInput, reads: _Reads
+    ) -> tuple[Chat, Sequence[Message], StoredFacts]:
+        """Create the chat if it is new, record the run, store the input.
+
+        Returns the chat, its history after the input and what the history holds.
+        """
+        chat, history, facts = reads.chat, reads.history, reads.facts
+        creates, results = reads.creates, reads.results
+        fresh = False
+        if chat is None:
+            assert reads.chat_create is not None
+            opened = await self._open_chat(input, reads.chat_create, creates, results)
             if opened is not None:
                 chat, history = opened
                 return chat, history, await _facts(history)
-            chat = await self.chat_repo.create_chat(chat_create)
+            chat = await self.chat_repo.create_chat(reads.chat_create)
             # A chat with our uuid is the one we just created, so it is empty; any other
             # was created by a concurrent run meanwhile and may hold messages already.
-            fresh = chat.chat_uuid == chat_create.chat_uuid
+            fresh = chat.chat_uuid == reads.chat_create.chat_uuid
             if not fresh:
                 history = await self._history(chat)
                 facts = await _facts(history)
                 if history:
-                    creates, results = self._screen(input, facts)
+                    creates, results = self._screen(reads.inbound, input.run_id, facts)
         if self.run_repo is not None:
             # Before the input is stored: a chat with a running run that continues its
             # leaf (in any process; the store holds it to one) refuses another such run
@@ -467,7 +600,7 @@ class StorageAgent:
             await self.run_repo.start_run(self._run_record(input, chat.chat_uuid))
         try:
             history, facts = await self._store_inbound(
-                input, chat, history, facts, branch, creates, results, fresh=fresh
+                chat, history, facts, reads.branch, creates, results, fresh=fresh
             )
         except BaseException:
             await self._abandon_run(chat, input.run_id, "the run's input could not be stored")
@@ -522,7 +655,6 @@ class StorageAgent:
 
     async def _store_inbound(
         self,
-        input: RunAgentInput,
         chat: Chat,
         history: Sequence[Message],
         facts: StoredFacts,
@@ -652,11 +784,14 @@ class StorageAgent:
     async def _given(self, history: Sequence[Message]) -> list[ag_ui.core.Message]:
         """The translated history the inner agent is given (``input.messages``)."""
         given = history if self.history_window is None else self.history_window.select(history)
-        default = self._translate is None and type(self).translate is StorageAgent.translate
-        if default and isinstance(given, HistoryView):
+        if self._default_translation and isinstance(given, HistoryView):
             return await kept_translation(given)
         # Whole-history work: off the event loop for a long chat (see store.offload).
         return await off_loop(given, self.translate, given)
+
+    @property
+    def _default_translation(self) -> bool:
+        return self._translate is None and type(self).translate is StorageAgent.translate
 
     @staticmethod
     def _check_chat(chat: Chat, history: Sequence[Message]) -> None:
@@ -672,7 +807,7 @@ class StorageAgent:
 
     @staticmethod
     def _screen(
-        input: RunAgentInput, facts: StoredFacts
+        messages: Sequence[ag_ui.core.Message], run_id: str, facts: StoredFacts
     ) -> tuple[list[MessageCreate], list[tuple[UUID, MessageToolCallUpdate]]]:
         """Sort inbound messages into new user messages and tool results; refuse the rest.
 
@@ -683,12 +818,12 @@ class StorageAgent:
         pending = dict(facts.pending)
         creates: list[MessageCreate] = []
         results: list[tuple[UUID, MessageToolCallUpdate]] = []
-        for message in input.messages:
+        for message in messages:
             if message.id in known:
                 continue
             known.add(message.id)
             if isinstance(message, UserMessage):
-                creates.append(message_create_from_agui(message, UUID(int=0), input.run_id))
+                creates.append(message_create_from_agui(message, UUID(int=0), run_id))
                 continue
             call = (
                 pending.pop(message.tool_call_id, None)
@@ -934,10 +1069,12 @@ class _Streaming:
     anything raised -> errored. Shared by :meth:`StorageAgent.run` and ``run_into``.
     """
 
-    __slots__ = ("agent", "persister", "stream")
+    __slots__ = ("agent", "started", "stream")
 
-    def __init__(self, agent: StorageAgent, persister: RunPersister) -> None:
-        self.agent, self.persister = agent, persister
+    def __init__(
+        self, agent: StorageAgent, started: RunPersister | asyncio.Task[RunPersister]
+    ) -> None:
+        self.agent, self.started = agent, started
         self.stream: AsyncIterator[BaseEvent] | None = None
 
     def open(self, input: RunAgentInput) -> AsyncIterator[BaseEvent]:
@@ -956,7 +1093,7 @@ class _Streaming:
             status = MessageStatus.INTERRUPTED
         elif kind is not None:
             status, error = MessageStatus.ERRORED, f"{kind.__name__}: {exc}"
-        await self.agent._finish(self.stream, self.persister, status, error)
+        await self.agent._finish(self.stream, self.started, status, error)
 
 
 class _Hooks:
@@ -995,6 +1132,34 @@ class _Hooks:
         self, state: ConversationFold, event: BaseEvent | None
     ) -> dict[str, Any]:
         return self.agent.message_update_fields(state, event)
+
+
+@dataclass(frozen=True, slots=True)
+class _Reads:
+    """What a run's set-up read and worked out before it writes anything."""
+
+    chat: Chat | None
+    chat_create: ChatCreate | None
+    """The chat to create when the thread has none."""
+    history: Sequence[Message]
+    facts: StoredFacts
+    branch: _Branch | None
+    inbound: list[ag_ui.core.Message]
+    """The client's messages (``input.messages`` is then replaced with the history)."""
+    creates: list[MessageCreate]
+    results: list[tuple[UUID, MessageToolCallUpdate]]
+
+    @property
+    def chat_uuid(self) -> UUID:
+        """The run's chat: the one found, or the one to create."""
+        chat = self.chat if self.chat is not None else self.chat_create
+        assert chat is not None
+        return chat.chat_uuid
+
+
+_Started: TypeAlias = "list[BaseEvent] | RunPersister | asyncio.Task[RunPersister]"
+"""How a run's set-up ends: refused (its events), set up, or started early (the task
+whose writes make its persister)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -1065,7 +1230,6 @@ def _echoed_point(
 
 
 _INDEX = "threadstore.agui.history_index"
-_TRANSLATION = "threadstore.agui.translation"
 
 
 async def _facts(history: Sequence[Message]) -> StoredFacts:
@@ -1086,48 +1250,3 @@ async def _facts(history: Sequence[Message]) -> StoredFacts:
     elif index.count < len(history):
         index.feed(history[index.count :])
     return index.at(len(history))
-
-
-class _Translation:
-    """A kept history's translation, and where each message's part of it ends.
-
-    Kept as long as the history, untracked by the cyclic collector as the history is
-    (``HistoryTranslator(kept=True)``).
-    """
-
-    __slots__ = ("ends", "translator")
-
-    def __init__(self) -> None:
-        self.translator = HistoryTranslator(kept=True)
-        self.ends: list[int] = []
-        untrack(self.ends)
-
-    def feed(self, messages: Sequence[Message]) -> None:
-        translator, ends = self.translator, self.ends
-        for message in messages:
-            translator.feed((message,))
-            ends.append(len(translator.out))
-
-    def upto(self, length: int) -> list[ag_ui.core.Message]:
-        """A new list of the translation of the first ``length`` messages."""
-        return self.translator.out[: self.ends[length - 1]] if length else []
-
-
-async def kept_translation(history: HistoryView) -> list[ag_ui.core.Message]:
-    """``translate_messages(history)``, kept with the store's history and grown with it.
-
-    The AG-UI messages are shared between runs and readers (the list is each caller's
-    own): nobody may change them, as nobody may change the stored messages. A long
-    history is translated in steps the first time; later calls translate only what was
-    appended since.
-    """
-    derived = history.kept.derived
-    kept: _Translation | None = derived.get(_TRANSLATION)
-    if kept is None or len(history) - len(kept.ends) >= OFF_LOOP_ITEMS:
-        kept = _Translation()
-        await in_steps(history, kept.feed)
-        if len(kept.ends) >= len(getattr(derived.get(_TRANSLATION), "ends", ())):
-            derived[_TRANSLATION] = kept
-    elif len(kept.ends) < len(history):
-        kept.feed(history[len(kept.ends) :])
-    return kept.upto(len(history))

@@ -71,6 +71,7 @@ class DistributedRunManager(StreamPersistenceManager[AgentT]):
         relay_flush_interval: float = 0.05,
         relay_batch_size: int = 256,
         durable_delivery: bool = True,
+        refuse_live_elsewhere: bool = True,
         **options: Any,
     ) -> None:
         super().__init__(agent_factory, store=store, **options)
@@ -88,6 +89,13 @@ class DistributedRunManager(StreamPersistenceManager[AgentT]):
 
         With it, no event a client received can be lost with this process (``kill -9``
         included); it costs the client up to ``relay_flush_interval`` of latency.
+        """
+        self.refuse_live_elsewhere = refuse_live_elsewhere
+        """Whether :meth:`run` first reads the store for the same run live in another process.
+
+        A caller that checks that itself before every run it starts (the server's run
+        gate, which also refuses a run id that ran already) turns it off: one read less
+        before each run's first event.
         """
         self._pumps: dict[RunKey, EventPump] = {}
         self.relayed_batches = 0
@@ -130,7 +138,8 @@ class DistributedRunManager(StreamPersistenceManager[AgentT]):
         """
         self._check_open()
         agent = self._factory(*args, **kwargs)
-        await self._refuse_if_live_elsewhere(input, agent)
+        if self.refuse_live_elsewhere:
+            await self._refuse_if_live_elsewhere(input, agent)
         handle = self._launch(input, agent)  # refuses a run live here
         if self.relay is not None:
             await self._relay_events(handle)

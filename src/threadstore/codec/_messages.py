@@ -11,8 +11,8 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Iterable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Container, Iterable, Sequence
+from typing import Any, Generic, TypeVar
 from uuid import UUID
 
 from ag_ui import core as ag
@@ -61,6 +61,7 @@ SUBAGENT_METADATA_KEY = "subagent_run_id"
 """Key of a record's ``metadata`` naming the sub-agent invocation that produced it."""
 
 _Nested = TypeVar("_Nested", ToolCall, Reasoning)
+_T = TypeVar("_T")
 
 _MEDIA_PARTS: dict[str, type[ag.ImagePart | ag.AudioPart | ag.VideoPart | ag.DocumentPart]] = {
     "image": ag.ImagePart,
@@ -110,13 +111,29 @@ def replayed_tool_error(tool_call: ToolCall, subagent_run_id: str | None) -> str
     return SUBAGENT_NO_RESULT_ERROR
 
 
+class _Over(Generic[_T]):
+    """A set seen through: what ``under`` holds, plus what is added here (``under`` unchanged)."""
+
+    __slots__ = ("_own", "_under")
+
+    def __init__(self, under: Container[_T]) -> None:
+        self._under = under
+        self._own: set[_T] = set()
+
+    def __contains__(self, item: object) -> bool:
+        return item in self._own or item in self._under
+
+    def add(self, item: _T) -> None:
+        self._own.add(item)
+
+
 class _Ids:
     """Hands out ids, never the same one twice."""
 
     __slots__ = ("_used",)
 
-    def __init__(self) -> None:
-        self._used: set[str] = set()
+    def __init__(self, used: set[str] | _Over[str] | None = None) -> None:
+        self._used = set() if used is None else used
 
     def claim(self, preferred: str, fallback: UUID) -> str | None:
         for candidate in (preferred, str(fallback)):
@@ -274,48 +291,67 @@ class HistoryTranslator:
 
     def feed(self, messages: Iterable[Message]) -> None:
         """Translate ``messages``, the ones after those fed before, onto :attr:`out`."""
-        ids, seen, out = self._ids, self._seen, self.out
-        start = len(out)
-        for message in messages:
-            if message.message_uuid in seen:
-                continue
-            seen.add(message.message_uuid)
-            # The message claims its id before its nested records: if a producer reused
-            # the id, the reasoning step or tool result is the one that falls back to
-            # its UUID.
-            message_id = None
-            if _has_own_form(message):
-                message_id = ids.claim(
-                    message.agui_id or str(message.message_uuid), message.message_uuid
-                )
-            subagent = message.metadata.get(SUBAGENT_METADATA_KEY)
-            before, after = _reasoning_sides(message)
-            for step in before:
-                _append_reasoning(out, ids, step, subagent)
-            if message_id is not None:
-                out.append(_own_message(message, message_id))
-            for step in after:
-                _append_reasoning(out, ids, step, subagent)
-            for call in _by_seq(message.tool_calls):
-                error = replayed_tool_error(call, subagent)
-                if call.content is None and error is None:
-                    continue
-                result_id = ids.claim(tool_result_message_id(call), call.uuid)
-                if result_id is not None:
-                    # An empty result replays as the seed layer replays it: a model given
-                    # an empty tool message may take the call as not answered.
-                    empty = f"Completed {call.name}" if error is None else ""
-                    out.append(
-                        ag.ToolMessage(
-                            id=result_id,
-                            content=call.content or empty,
-                            tool_call_id=call.tool_call_id,
-                            error=error,
-                            subagent_run_id=subagent,
-                        )
-                    )
+        start = len(self.out)
+        _translate_onto(self.out, messages, self._ids, self._seen)
         if self._kept:
-            untrack(*out[start:])
+            untrack(*self.out[start:])
+
+    def after(self, messages: Iterable[Message]) -> list[ag.Message]:
+        """What feeding ``messages`` next would add to :attr:`out`, leaving this translator as is.
+
+        For messages not stored yet: a run's input, translated after a kept history
+        without claiming their ids in it.
+        """
+        out: list[ag.Message] = []
+        _translate_onto(out, messages, _Ids(_Over(self._ids._used)), _Over(self._seen))
+        return out
+
+
+def _translate_onto(
+    out: list[ag.Message],
+    messages: Iterable[Message],
+    ids: _Ids,
+    seen: set[UUID] | _Over[UUID],
+) -> None:
+    """Append the translation of ``messages`` to ``out``, claiming their ids in ``ids``."""
+    for message in messages:
+        if message.message_uuid in seen:
+            continue
+        seen.add(message.message_uuid)
+        # The message claims its id before its nested records: if a producer reused
+        # the id, the reasoning step or tool result is the one that falls back to
+        # its UUID.
+        message_id = None
+        if _has_own_form(message):
+            message_id = ids.claim(
+                message.agui_id or str(message.message_uuid), message.message_uuid
+            )
+        subagent = message.metadata.get(SUBAGENT_METADATA_KEY)
+        before, after = _reasoning_sides(message)
+        for step in before:
+            _append_reasoning(out, ids, step, subagent)
+        if message_id is not None:
+            out.append(_own_message(message, message_id))
+        for step in after:
+            _append_reasoning(out, ids, step, subagent)
+        for call in _by_seq(message.tool_calls):
+            error = replayed_tool_error(call, subagent)
+            if call.content is None and error is None:
+                continue
+            result_id = ids.claim(tool_result_message_id(call), call.uuid)
+            if result_id is not None:
+                # An empty result replays as the seed layer replays it: a model given
+                # an empty tool message may take the call as not answered.
+                empty = f"Completed {call.name}" if error is None else ""
+                out.append(
+                    ag.ToolMessage(
+                        id=result_id,
+                        content=call.content or empty,
+                        tool_call_id=call.tool_call_id,
+                        error=error,
+                        subagent_run_id=subagent,
+                    )
+                )
 
 
 def _first_place(metadata: dict[str, Any], kind: str) -> int | None:

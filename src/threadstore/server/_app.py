@@ -15,7 +15,8 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.types import Scope
 
 import threadstore
-from threadstore.agui import DistributedRunManager, HistoryWindow
+from threadstore.agui import DistributedRunManager, HistoryWindow, StorageAgent
+from threadstore.models import Chat
 from threadstore.server._agents import InnerAgent, load_agent
 from threadstore.server._auth import Authenticator, LocalUserAuth, user_uuid_for
 from threadstore.server._demo_agent import DEFAULT_DEMO_DELAY
@@ -90,8 +91,6 @@ def create_app(
     owns_agent = isinstance(agent, str)
     authenticator: Authenticator = auth or LocalUserAuth()
     if storage_agent is None:
-        from threadstore.agui import StorageAgent
-
         storage_agent = StorageAgent
     wrap: Callable[..., Any] = storage_agent
 
@@ -102,8 +101,11 @@ def create_app(
         # Only a window that is set is passed: a custom factory need not take one.
         window = {} if history_window is None else {"history_window": history_window}
 
-        def per_run(user_uuid: UUID, branch_from: UUID | None = None) -> Any:
+        def per_run(user_uuid: UUID, chat: Chat | None, branch_from: UUID | None = None) -> Any:
+            """A run's agent; ``chat``: its thread's chat as the route just looked it up."""
             agent = wrap(agent_name, user_uuid, opened, opened, inner, run_repo=opened, **window)
+            if isinstance(agent, StorageAgent):
+                agent.use_chat(chat)  # not read again
             if branch_from is not None:
                 agent.branch_from = branch_from  # regenerate and edit: see routes_branches
             return agent
@@ -117,6 +119,9 @@ def create_app(
             heartbeat_interval=heartbeat_interval,
             durable_delivery=False,
             expose_exceptions=False,  # clients get no Python text; the log has it
+            # The run gate reads the run's record before every POST /agui; the branch
+            # routes' runs have new ids.
+            refuse_live_elsewhere=False,
         )
         sweeper: asyncio.Task[None] | None = None
         try:

@@ -98,7 +98,7 @@ async def _start_run(state: ServerState, user: UUID, chat: Chat, branch_from: UU
         context=[],
         forwarded_props={},
     )
-    await state.manager.run(run_input, user, branch_from=branch_from)
+    await state.manager.run(run_input, user, chat, branch_from=branch_from)
     return run_id
 
 

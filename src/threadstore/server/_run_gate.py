@@ -8,7 +8,11 @@ process or (by its fresh heartbeat in the store) in another, refuses a second on
 a 409 naming the live run. In one process the check and the start are atomic. Between
 processes the store decides: it holds one running run per chat (a unique index), and
 the storage agent writes its run record before anything else of the run, so of two
-processes starting runs on one thread at once, one gets the 409 with nothing stored.
+processes starting runs on one thread at once, one is refused with nothing stored: with
+a 409 when its set-up writes come before its stream (a run that stores tool results or
+branches), else in its stream, as ``RUN_STARTED`` then ``RUN_ERROR`` with code
+``RUN_LIVE`` (the storage agent starts such a run while its writes go on). Either way its
+run id stays free.
 A run left running by an owner that stopped heartbeating does not hold the thread: it
 is finalized as interrupted, as the sweep would, and the new run starts.
 """
@@ -26,14 +30,10 @@ from ag_ui.core import RunAgentInput
 
 from threadstore.agui import RunHandle, StorageAgent
 from threadstore.errors import ConflictError
-from threadstore.models import RunStatus, utcnow
+from threadstore.models import Chat, RunStatus, utcnow
 from threadstore.server._deps import ServerState
 
 __all__ = ["RunConflictError", "RunGate"]
-
-# get_stale_runs(older_than) lists running runs whose heartbeat is older than its
-# argument; a moment in the future makes that every running run.
-_EVERY_RUNNING_RUN = timedelta(days=1)
 
 
 class RunConflictError(ConflictError):
@@ -47,6 +47,11 @@ class RunConflictError(ConflictError):
 
 def _events_url(thread_id: str, run_id: str) -> str:
     return f"/agui/threads/{quote(thread_id, safe='')}/runs/{quote(run_id, safe='')}/events"
+
+
+def _refused(handle: RunHandle[Any]) -> bool:
+    """Whether the run was refused before it wrote anything: its id is still free."""
+    return isinstance(handle.agent, StorageAgent) and handle.agent.refused_by is not None
 
 
 @dataclass
@@ -66,8 +71,8 @@ class RunGate:
         self._locks[key] = (lock, users + 1)
         try:
             async with lock:
-                await self._check(state, user, run_input)
-                handle = await state.manager.run(run_input, user)
+                chat = await self._check(state, user, run_input)
+                handle = await state.manager.run(run_input, user, chat)
                 await self._claimed(state, handle, run_input)
                 return handle
         finally:
@@ -77,36 +82,35 @@ class RunGate:
             else:
                 self._locks[key] = (lock, users - 1)
 
-    async def _check(self, state: ServerState, user: UUID, run_input: RunAgentInput) -> None:
+    async def _check(self, state: ServerState, user: UUID, run_input: RunAgentInput) -> Chat | None:
+        """Refuse the run as the module doc says; the thread's chat, as read for that."""
         thread_id, run_id = run_input.thread_id, run_input.run_id
         for handle in state.manager.live_runs():
             if handle.user_uuid == user and handle.thread_id == thread_id:
                 raise self._live(thread_id, handle.run_id, run_id)
         retained = state.manager.get(thread_id, run_id, user_uuid=user)
-        if retained is not None:
+        if retained is not None and not _refused(retained):
             raise self._ran(thread_id, run_id, retained.outcome or RunStatus.COMPLETE, None)
         chat = await state.store.get_chat_by_thread_id(user, thread_id)
         if chat is None:
-            return
+            return None
         run = await state.store.get_run(chat.chat_uuid, run_id)
         fresh_since = utcnow() - timedelta(seconds=self.fresh_within)
         if run is not None:
             if run.status == RunStatus.RUNNING and run.heartbeat_at >= fresh_since:
                 raise self._live(thread_id, run_id, run_id)
             raise self._ran(thread_id, run_id, run.status, chat.chat_uuid)
-        running = await state.store.get_stale_runs(utcnow() + _EVERY_RUNNING_RUN)
-        for other in running:
-            if other.chat_uuid != chat.chat_uuid:
-                continue
+        for other in await state.store.get_running_runs(chat.chat_uuid):
             if other.heartbeat_at >= fresh_since:
                 raise self._live(thread_id, other.run_id, run_id)
             # Its owner stopped heartbeating: it would hold the chat until a sweep.
             await state.manager.end_stale_run(other)
+        return chat
 
     async def _claimed(
         self, state: ServerState, handle: RunHandle[Any], run_input: RunAgentInput
     ) -> None:
-        """Wait until the run's agent has claimed the chat in the store, or was refused."""
+        """Wait until the run's agent is set up (its writes under way, or done) or refused."""
         agent = handle.agent
         if not isinstance(agent, StorageAgent):
             return

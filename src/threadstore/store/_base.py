@@ -387,12 +387,15 @@ class MessageKey:
 
 @dataclass(frozen=True, slots=True)
 class RunFilter:
-    """Which runs a read wants: one by key, or the running ones whose heartbeat is stale."""
+    """Which runs a read wants: one by key (``run_id`` set), or else the running ones.
+
+    Running runs, oldest heartbeat first: of one chat when ``chat_uuid`` is set, only
+    those whose heartbeat is older than ``stale_before`` when that is.
+    """
 
     chat_uuid: UUID | None = None
     run_id: str | None = None
     stale_before: datetime | None = None
-    """Only running runs whose heartbeat is older than this, oldest heartbeat first."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -1101,9 +1104,16 @@ class Store(abc.ABC):
         """Return running runs whose heartbeat is older than ``older_than``."""
         return await self._select_runs(RunFilter(stale_before=older_than))
 
+    async def get_running_runs(self, chat_uuid: UUID) -> Sequence[Run]:
+        """Return the chat's runs recorded running, whatever their heartbeat (oldest first).
+
+        Reads that chat's runs only, however many run elsewhere in the store.
+        """
+        return await self._select_runs(RunFilter(chat_uuid=chat_uuid))
+
     @abc.abstractmethod
     async def _select_runs(self, where: RunFilter) -> list[Run]:
-        """Primitive: the runs ``where`` wants (by key, or the stale ones by heartbeat)."""
+        """Primitive: the runs ``where`` wants (by key, or running ones: see ``RunFilter``)."""
 
     async def finalize_run_records(
         self, chat_uuid: UUID, run_id: str, status: MessageStatus

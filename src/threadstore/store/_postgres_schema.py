@@ -615,6 +615,12 @@ FINISH_RUN = (
 )
 
 STALE_RUNS = RUN_SELECT + " WHERE status = 'running' AND heartbeat_at < $1 ORDER BY heartbeat_at"
+# $2 NULL: every running run of the chat, whatever its heartbeat.
+RUNNING_RUNS_OF_CHAT = (
+    RUN_SELECT
+    + " WHERE chat_uuid = $1 AND status = 'running'"
+    + " AND ($2::timestamptz IS NULL OR heartbeat_at < $2) ORDER BY heartbeat_at"
+)
 
 # One statement, so a crash cannot leave a run half-finalized; only the records of
 # this (chat, run) still in progress change, found through the run's own messages.

@@ -687,14 +687,16 @@ class PostgresStore(Store):
         return shared.load_run(rows[0]) if rows else None
 
     async def _select_runs(self, where: RunFilter) -> list[models.Run]:
-        if where.stale_before is None:
+        if where.run_id is not None:
             rows = await self._fetch(
                 sql.RUN_SELECT + " WHERE chat_uuid = $1 AND run_id = $2",
                 where.chat_uuid,
                 where.run_id,
             )
-        else:
+        elif where.chat_uuid is None:
             rows = await self._fetch(sql.STALE_RUNS, where.stale_before)
+        else:
+            rows = await self._fetch(sql.RUNNING_RUNS_OF_CHAT, where.chat_uuid, where.stale_before)
         return [shared.load_run(row) for row in rows]
 
     async def _finalize(self, chat_uuid: UUID, run_id: str, status: models.MessageStatus) -> int:

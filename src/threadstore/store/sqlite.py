@@ -984,18 +984,23 @@ class SQLiteStore(Store):
         )
 
     async def _select_runs(self, where: RunFilter) -> list[models.Run]:
-        if where.stale_before is None:
+        if where.run_id is not None:
             rows = await self._read(
                 _RUN_SELECT + " WHERE chat_uuid = ? AND run_id = ?",
                 (str(where.chat_uuid), where.run_id),
                 small=True,
             )
-        else:
-            rows = await self._read(
-                _RUN_SELECT
-                + " WHERE status = 'running' AND heartbeat_at < ? ORDER BY heartbeat_at",
-                (_ts(where.stale_before),),
-            )
+            return [load_run(row) for row in rows]
+        sql, args = _RUN_SELECT + " WHERE status = 'running'", list[str]()
+        if where.chat_uuid is not None:
+            sql += " AND chat_uuid = ?"
+            args.append(str(where.chat_uuid))
+        if where.stale_before is not None:
+            sql += " AND heartbeat_at < ?"
+            args.append(_ts(where.stale_before))
+        rows = await self._read(
+            sql + " ORDER BY heartbeat_at", tuple(args), small=where.chat_uuid is not None
+        )
         return [load_run(row) for row in rows]
 
     @staticmethod

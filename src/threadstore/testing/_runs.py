@@ -210,6 +210,23 @@ async def test_a_heartbeat_or_finish_takes_a_run_off_the_stale_list(
     assert list(await run_repo.get_stale_runs(LATER)) == []
 
 
+async def test_running_runs_of_a_chat_are_its_own_whatever_their_heartbeat(
+    store: Store, make_chat: MakeChat
+) -> None:
+    chat, other = await make_chat(), await make_chat()
+    await store.start_run(run_of(chat, "done", owner="me"))
+    await store.finish_run(chat.chat_uuid, "done", RunStatus.COMPLETE)
+    await store.start_run(run_of(chat, "stale", owner="gone", heartbeat_at=LONG_AGO))
+    await store.start_run(run_of(chat, "branch", owner="me", exclusive=False))
+    await store.start_run(run_of(other, "elsewhere", owner="me"))
+
+    running = await store.get_running_runs(chat.chat_uuid)
+
+    assert [r.run_id for r in running] == ["stale", "branch"]  # oldest heartbeat first
+    assert all(r.status == RunStatus.RUNNING for r in running)
+    assert list(await store.get_running_runs(uuid.uuid4())) == []
+
+
 async def test_mutating_a_returned_run_does_not_change_the_stored_run(
     run_repo: RunRepository, make_chat: MakeChat
 ) -> None:

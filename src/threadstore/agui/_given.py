@@ -1,0 +1,134 @@
+"""What a storage agent's inner agent is given: the translated history, kept and grown.
+
+A store keeps each chat's history between runs (``store/_history_cache.py``); the AG-UI
+translation of it is kept beside it, so a run translates only what was appended since
+the last one. A run that starts before its input is stored (the storage agent's early
+start) is given the kept translation followed by its input's, worked out without
+claiming the input's ids in the kept one: the input is not stored yet, and may never be.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, overload
+from uuid import UUID
+
+from threadstore.codec import HistoryTranslator
+from threadstore.models import Message, MessageCreate
+from threadstore.store import OFF_LOOP_ITEMS, HistoryView, in_steps, untrack
+
+if TYPE_CHECKING:
+    import ag_ui.core
+
+__all__ = ["Appended", "as_stored", "kept_translation", "translation_after"]
+
+_TRANSLATION = "threadstore.agui.translation"
+
+
+class _Translation:
+    """A kept history's translation, and where each message's part of it ends.
+
+    Kept as long as the history, untracked by the cyclic collector as the history is
+    (``HistoryTranslator(kept=True)``).
+    """
+
+    __slots__ = ("ends", "translator")
+
+    def __init__(self) -> None:
+        self.translator = HistoryTranslator(kept=True)
+        self.ends: list[int] = []
+        untrack(self.ends)
+
+    def feed(self, messages: Sequence[Message]) -> None:
+        translator, ends = self.translator, self.ends
+        for message in messages:
+            translator.feed((message,))
+            ends.append(len(translator.out))
+
+    def upto(self, length: int) -> list[ag_ui.core.Message]:
+        """A new list of the translation of the first ``length`` messages."""
+        return self.translator.out[: self.ends[length - 1]] if length else []
+
+
+async def _kept(history: HistoryView) -> _Translation:
+    """The kept translation of ``history``'s chat, brought at least to ``len(history)``."""
+    derived = history.kept.derived
+    kept: _Translation | None = derived.get(_TRANSLATION)
+    if kept is None or len(history) - len(kept.ends) >= OFF_LOOP_ITEMS:
+        kept = _Translation()
+        await in_steps(history, kept.feed)
+        if len(kept.ends) >= len(getattr(derived.get(_TRANSLATION), "ends", ())):
+            derived[_TRANSLATION] = kept
+    elif len(kept.ends) < len(history):
+        kept.feed(history[len(kept.ends) :])
+    return kept
+
+
+async def kept_translation(history: HistoryView) -> list[ag_ui.core.Message]:
+    """``translate_messages(history)``, kept with the store's history and grown with it.
+
+    The AG-UI messages are shared between runs and readers (the list is each caller's
+    own): nobody may change them, as nobody may change the stored messages. A long
+    history is translated in steps the first time; later calls translate only what was
+    appended since.
+    """
+    return (await _kept(history)).upto(len(history))
+
+
+async def translation_after(
+    history: HistoryView, added: Sequence[Message]
+) -> list[ag_ui.core.Message] | None:
+    """``translate_messages([*history, *added])`` for messages ``added`` not stored yet.
+
+    ``None`` when the kept translation has grown past ``history`` meanwhile (another
+    writer appended to the chat): the ids its later messages claimed would change the
+    answer, and only the stored history can say what it is then.
+    """
+    kept = await _kept(history)
+    if len(kept.ends) != len(history):
+        return None
+    return kept.upto(len(history)) + kept.translator.after(added)
+
+
+def as_stored(create: MessageCreate, chat_uuid: UUID) -> Message:
+    """The message ``create`` will store, as far as a translation or a window reads it.
+
+    The store assigns the rest (``seq``, the parent, the times), which neither reads.
+    """
+    fields = dict(create)
+    del fields["created_at"]
+    fields["chat_uuid"] = chat_uuid
+    return Message.model_validate(fields)
+
+
+class Appended(Sequence[Message]):
+    """``history`` followed by ``added``, not copied: what a history window selects from."""
+
+    __slots__ = ("added", "history")
+
+    def __init__(self, history: Sequence[Message], added: Sequence[Message]) -> None:
+        self.history = history
+        self.added = added
+
+    def __len__(self) -> int:
+        return len(self.history) + len(self.added)
+
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Message]: ...
+    def __getitem__(self, index: int | slice) -> Message | Sequence[Message]:
+        stored = len(self.history)
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self))
+            if step != 1:
+                return [self[at] for at in range(start, stop, step)]
+            return [
+                *self.history[start : max(start, min(stop, stored))],
+                *self.added[max(start - stored, 0) : max(stop - stored, 0)],
+            ]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError("history index out of range")
+        return self.history[index] if index < stored else self.added[index - stored]
