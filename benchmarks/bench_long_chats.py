@@ -12,7 +12,8 @@ wake-ups: the longest stretch the run held the event loop, or the machine ran
 something else (so also the event loop's own CPU time in that gap, which the
 machine's load does not inflate). With ``--connect``, last, a client connects to the
 thread through the server's app (``GET /agui/threads/{id}/connect``, in process): the
-whole history as one ``MESSAGES_SNAPSHOT``, with the same ticker. (Off by default: the
+whole history as one ``MESSAGES_SNAPSHOT``, then exports the chat
+(``GET /api/chats/{id}/export``), each with the same ticker. (Off by default: the
 app and what it caches stay in the process, and each full collection of the later
 lengths' runs would scan them too.) ``--freeze`` first moves what the process holds
 after its imports out of the collector's generations, as ``threadstore serve`` does: a
@@ -189,10 +190,11 @@ async def measure(url: str, messages: int, *, connect: bool = False) -> dict[str
             runs.append(elapsed)
             stalls.append(stall)
             steps.append(step)
-        connected = (0.0, 0.0, 0.0)
+        connected = exported = (0.0, 0.0, 0.0)
         if connect:
             async with served(store) as client:
                 connected = await longest_stall(lambda: connect_thread(client, user, "long"))
+                exported = await longest_stall(lambda: export_chat(client, user, chat.chat_uuid))
     finally:
         await store.close()
     return {
@@ -210,6 +212,9 @@ async def measure(url: str, messages: int, *, connect: bool = False) -> dict[str
         "connect": connected[0],
         "stall_connect": connected[1],
         "step_connect": connected[2],
+        "export": exported[0],
+        "stall_export": exported[1],
+        "step_export": exported[2],
     }
 
 
@@ -232,6 +237,13 @@ async def connect_thread(client: Any, user: Any, thread: str) -> None:
     response = await client.get(f"/agui/threads/{thread}/connect", headers={"X-User": str(user)})
     response.raise_for_status()
     assert b"MESSAGES_SNAPSHOT" in response.content
+
+
+async def export_chat(client: Any, user: Any, chat_uuid: Any) -> None:
+    """The chat's export document through the server's app, read whole."""
+    response = await client.get(f"/api/chats/{chat_uuid}/export", headers={"X-User": str(user)})
+    response.raise_for_status()
+    assert response.content.startswith(b"{")
 
 
 async def side_by_side(url: str, sizes: list[int], rounds: int) -> list[tuple[float, float]]:
@@ -300,7 +312,9 @@ async def main() -> None:
     parser.add_argument("--backend", choices=("sqlite", "postgres"), default="sqlite")
     parser.add_argument("--url", default=os.environ.get("THREADSTORE_TEST_POSTGRES_URL"))
     parser.add_argument(
-        "--connect", action="store_true", help="Also connect to each thread through the app."
+        "--connect",
+        action="store_true",
+        help="Also connect to each thread and export its chat through the app.",
     )
     parser.add_argument(
         "--freeze",
@@ -333,9 +347,13 @@ async def main() -> None:
         "| messages in the chat | append p50 | load, cold | its longest loop stall (CPU) "
         "| load, cached | first run | its longest loop stall (CPU) | next runs, median | x "
         "| their longest loop stall (CPU) |"
-        + (" connect | its longest loop stall (CPU) |" if args.connect else "")
+        + (
+            " connect | its longest loop stall (CPU) | export | its longest loop stall (CPU) |"
+            if args.connect
+            else ""
+        )
     )
-    print("|---" * (12 if args.connect else 10) + "|")
+    print("|---" * (14 if args.connect else 10) + "|")
     base: float | None = None
     for size in sizes:
         if args.backend == "sqlite":
@@ -358,7 +376,9 @@ async def main() -> None:
             f"| {ms(figures['stall'])} ({ms(figures['step'])}) |"
             + (
                 f" {ms(figures['connect'])} "
-                f"| {ms(figures['stall_connect'])} ({ms(figures['step_connect'])}) |"
+                f"| {ms(figures['stall_connect'])} ({ms(figures['step_connect'])}) "
+                f"| {ms(figures['export'])} "
+                f"| {ms(figures['stall_export'])} ({ms(figures['step_export'])}) |"
                 if args.connect
                 else ""
             ),

@@ -15,6 +15,7 @@ from threadstore.transfer import (
     export_chat,
     export_chat_json,
     export_json,
+    export_json_pieces,
     import_chat,
 )
 
@@ -70,7 +71,13 @@ async def test_the_export_built_a_message_at_a_time_is_the_document_serialized_w
             export_version=EXPORT_VERSION,
             roots=[m.message_uuid for m in given[:1]],
         )
-        assert await export_json(document) == document.model_dump_json(by_alias=True).encode()
+        whole = document.model_dump_json(by_alias=True).encode()
+        assert await export_json(document) == whole
+        # What the export route streams: pieces of at most a step of messages each.
+        pieces = [piece async for piece in export_json_pieces(document)]
+        assert b"".join(pieces) == whole
+        if len(given) >= OFF_LOOP_ITEMS:
+            assert max(len(piece) for piece in pieces) < len(whole) // 4
 
 
 async def test_a_version_1_document_imports_as_the_linear_history_it_holds(store: Store) -> None:

@@ -16,7 +16,7 @@ the database migration applies to such rows (:func:`fold_reasoning_messages`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
@@ -45,7 +45,8 @@ from threadstore.models import (
 )
 from threadstore.store import (
     Store,
-    map_in_steps,
+    in_steps,
+    joined_in_steps,
     message_create,
     off_loop,
     reasoning_create,
@@ -59,7 +60,9 @@ __all__ = [
     "ChatExport",
     "export_chat",
     "export_chat_json",
+    "export_chat_json_pieces",
     "export_json",
+    "export_json_pieces",
     "fold_reasoning_messages",
     "import_chat",
 ]
@@ -115,26 +118,36 @@ async def export_chat(store: Store, chat: Chat) -> ChatExport:
 
 
 async def export_chat_json(store: Store, chat: Chat) -> bytes:
-    """:func:`export_chat`'s document as JSON text (what ``GET .../export`` sends).
+    """:func:`export_chat`'s document as JSON text (the export route's body).
 
     The document is never handed out, so its active branch is the store's kept history
     (``read_history``), not copies: a long chat's copies alone are hundreds of thousands
     of objects, and every collection of the cyclic collector while they live would scan
-    them all (see :func:`export_json` for the serialization).
+    them all (see :func:`export_json_pieces` for the serialization).
     """
+    return b"".join([piece async for piece in await export_chat_json_pieces(store, chat)])
+
+
+async def export_chat_json_pieces(store: Store, chat: Chat) -> AsyncIterator[bytes]:
+    """:func:`export_chat_json` in pieces, once the document is read: what ``GET .../export``
+    streams, so no step of it joins the whole text."""
     active = list(await store.read_history(chat.chat_uuid))
-    return await export_json(await _export(store, chat, active))
+    return export_json_pieces(await _export(store, chat, active))
 
 
 async def _export(store: Store, chat: Chat, active: list[Message]) -> ChatExport:
-    on_branch = {message.message_uuid for message in active}
+    # By the uuids' ints, in steps: hashing 50,000 UUID objects at once holds the loop.
+    on_branch: set[int] = set()
+    await in_steps(active, lambda step: on_branch.update(m.message_uuid.int for m in step))
+    off_branch: list[UUID] = []
+    await in_steps(
+        await store.get_message_tree(chat.chat_uuid),
+        lambda step: off_branch.extend(
+            node.message_uuid for node in step if node.message_uuid.int not in on_branch
+        ),
+    )
     # The active branch is read by pages; the (usually few) messages off it one by one.
-    others = [
-        found
-        for node in await store.get_message_tree(chat.chat_uuid)
-        if node.message_uuid not in on_branch
-        and (found := await store.get_message(node.message_uuid)) is not None
-    ]
+    others = [found for uuid in off_branch if (found := await store.get_message(uuid)) is not None]
     messages = [*active, *others]
     # Validating a long chat's document holds the thread for as long: not the loop's.
     return await off_loop(messages, _document, chat, messages)
@@ -147,20 +160,30 @@ def _document(chat: Chat, messages: list[Message]) -> ChatExport:
 
 
 async def export_json(document: ChatExport) -> bytes:
-    """``document.model_dump_json(by_alias=True)``, built a message at a time.
+    """``document.model_dump_json(by_alias=True)``, built a message at a time (see
+    :func:`export_json_pieces`)."""
+    return b"".join([piece async for piece in export_json_pieces(document)])
+
+
+async def export_json_pieces(document: ChatExport) -> AsyncIterator[bytes]:
+    """``document.model_dump_json(by_alias=True)`` in pieces that concatenate to it.
 
     A long chat's document is megabytes of JSON; serialized in one call (even on a
-    worker thread, which holds the interpreter as long) it would stall the event loop,
-    so each message is serialized on its own, in steps that yield to the loop between
-    them, and the document is put together around them.
+    worker thread, which holds the interpreter as long), or joined in one, it would
+    stall the event loop. So each message is serialized on its own, a step of them to a
+    piece with a turn of the loop between pieces, and the document goes around them.
     """
     empty = document.model_copy(update={"messages": []}).model_dump_json(by_alias=True)
     head, marker, tail = empty.encode().partition(_NO_MESSAGES)
     assert marker, "the document's JSON names its messages"
-    parts = await map_in_steps(
-        document.messages, lambda message: to_json(encode_value(message.model_dump(by_alias=True)))
-    )
-    return b"".join((head, _NO_MESSAGES[:-1], b",".join(parts), b"]", tail))
+    yield head + _NO_MESSAGES[:-1]
+    async for piece in joined_in_steps(document.messages, _message_json):
+        yield piece
+    yield b"]" + tail
+
+
+def _message_json(message: Message) -> bytes:
+    return to_json(encode_value(message.model_dump(by_alias=True)))
 
 
 _NO_MESSAGES = b'"messages":[]'

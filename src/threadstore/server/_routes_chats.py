@@ -11,6 +11,7 @@ from typing import Annotated
 from uuid import UUID, uuid4
 
 from fastapi import APIRouter, Body, Depends, HTTPException, Query, Response, status
+from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 
 from threadstore.chat import UIMessage, ui_from_messages
@@ -19,7 +20,7 @@ from threadstore.models import Chat, Message, Role
 from threadstore.server._deps import AppState, CurrentUser, owned_chat
 from threadstore.server._limits import MAX_CURSOR, check_id, check_json, check_name
 from threadstore.store import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, Store
-from threadstore.transfer import ChatExport, export_chat_json, import_chat
+from threadstore.transfer import ChatExport, export_chat_json_pieces, import_chat
 
 __all__ = [
     "BranchPoint",
@@ -382,4 +383,6 @@ async def restore_chat(chat_uuid: UUID, state: AppState, user: CurrentUser) -> C
 async def export_one(chat_uuid: UUID, state: AppState, user: CurrentUser) -> Response:
     """Return the chat and its whole history as one JSON document (see the import route)."""
     chat = await owned_chat(state, user, chat_uuid)
-    return Response(await export_chat_json(state.store, chat), media_type="application/json")
+    # Sent as it is serialized: a long chat's document is megabytes, never joined whole.
+    pieces = await export_chat_json_pieces(state.store, chat)
+    return StreamingResponse(pieces, media_type="application/json")

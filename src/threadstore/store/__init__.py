@@ -34,6 +34,7 @@ from threadstore.store._history_cache import HistoryView
 from threadstore.store._offload import (
     OFF_LOOP_ITEMS,
     in_steps,
+    joined_in_steps,
     map_in_steps,
     off_loop,
     untrack,
@@ -87,6 +88,7 @@ __all__ = [
     "capabilities_of",
     "create_store",
     "in_steps",
+    "joined_in_steps",
     "map_in_steps",
     "message_create",
     "off_loop",
