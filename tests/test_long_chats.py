@@ -34,7 +34,7 @@ from threadstore.agui import StorageAgent
 from threadstore.codec import HistoryTranslator
 from threadstore.codec._messages import translate_messages
 from threadstore.server import DemoAgent, HeaderAuth, create_app
-from threadstore.server._routes_agui import messages_snapshot_frame
+from threadstore.server._routes_agui import messages_snapshot_pieces
 from threadstore.server._sse import encode_frame
 from threadstore.store._offload import OFF_LOOP_ITEMS
 from threadstore.store.sqlite import SQLiteStore
@@ -234,7 +234,10 @@ async def test_a_snapshot_built_a_message_at_a_time_is_the_one_serialized_whole(
         *(ag_ui.core.UserMessage(id=f"m{n}", content=f"q{n}") for n in range(2 * OFF_LOOP_ITEMS)),
     ]
     for given in (messages, messages[:3], []):
-        frame = await messages_snapshot_frame(given)
+        pieces = await messages_snapshot_pieces(given)
+        frame = b"".join(pieces)
+        if len(given) >= OFF_LOOP_ITEMS:  # no piece holds the whole frame
+            assert max(len(piece) for piece in pieces) < len(frame) // 4
         whole = encode_frame(ag_ui.core.MessagesSnapshotEvent(messages=given, timestamp=1))
         assert frame.startswith(b"data: ") and frame.endswith(b"\n\n")
         assert b"\n" not in frame[:-2] and "\u2028".encode() not in frame  # one line

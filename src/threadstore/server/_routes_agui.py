@@ -55,7 +55,7 @@ from threadstore.server._errors import error_response
 from threadstore.server._limits import MAX_CURSOR, check_id, check_run_input
 from threadstore.server._run_gate import RunConflictError
 from threadstore.server._sse import close_iterator, encode_frame, event_stream_response
-from threadstore.store import HistoryView, map_in_steps, off_loop
+from threadstore.store import HistoryView, joined_in_steps, off_loop
 
 __all__ = ["CancelResult", "router"]
 
@@ -414,7 +414,7 @@ async def _snapshot_frames(
         messages = [m for m in messages if m.id not in exclude] + _opened_messages(replayed)
     state = chat.state if chat is not None and chat.state is not None else {}
     return [
-        await messages_snapshot_frame(messages),
+        *await messages_snapshot_pieces(messages),
         encode_frame(StateSnapshotEvent(snapshot=state, timestamp=_now_ms())),
     ]
 
@@ -426,17 +426,25 @@ async def _translated(history: Sequence[Message]) -> list[AGUIMessage]:
     return await off_loop(history, translate_messages, history)
 
 
-async def messages_snapshot_frame(messages: Sequence[AGUIMessage]) -> bytes:
-    """``encode_frame(MessagesSnapshotEvent(messages=messages))``, one message at a time.
+async def messages_snapshot_pieces(messages: Sequence[AGUIMessage]) -> list[bytes]:
+    """``encode_frame(MessagesSnapshotEvent(messages=messages))`` in pieces that concatenate to it.
 
-    A long chat's snapshot is megabytes of JSON; serialized in one call it would hold
-    the event loop for as long, so each message is serialized on its own, in steps
-    that yield to the loop between them, and the frame is put together around them.
+    A long chat's snapshot is megabytes of JSON; serialized in one call, or joined in
+    one, it would hold the event loop for as long. So each message is serialized on its
+    own, a step of them to a piece with a turn of the loop between pieces, and the frame
+    goes out piece by piece (the stream's head yields them with no wait between, so no
+    keep-alive comes inside the frame).
     """
     empty = event_json(MessagesSnapshotEvent(messages=[], timestamp=_now_ms()))
     head = empty.removesuffix(_NO_MESSAGES_END)
-    parts = await map_in_steps(messages, wire_json)
-    return f"data: {head}[{','.join(parts)}]}}\n\n".encode()
+    pieces = [f"data: {head}[".encode()]
+    pieces += [piece async for piece in joined_in_steps(messages, _message_wire_json)]
+    pieces.append(b"]}\n\n")
+    return pieces
+
+
+def _message_wire_json(message: AGUIMessage) -> bytes:
+    return wire_json(message).encode()
 
 
 _NO_MESSAGES_END = "[]}"

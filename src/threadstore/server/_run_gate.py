@@ -9,8 +9,8 @@ a 409 naming the live run. In one process the check and the start are atomic. Be
 processes the store decides: it holds one running run per chat (a unique index), and
 the storage agent writes its run record before anything else of the run, so of two
 processes starting runs on one thread at once, one is refused with nothing stored: with
-a 409 when its set-up writes come before its stream (a run that stores tool results or
-branches), else in its stream, as ``RUN_STARTED`` then ``RUN_ERROR`` with code
+a 409 when its set-up writes come before its stream (a run that stores tool results),
+else in its stream, as ``RUN_STARTED`` then ``RUN_ERROR`` with code
 ``RUN_LIVE`` (the storage agent starts such a run while its writes go on). Either way its
 run id stays free.
 A run left running by an owner that stopped heartbeating does not hold the thread: it

@@ -78,13 +78,6 @@ async def in_steps(items: Sequence[_I], step: Callable[[Sequence[_I]], object]) 
         await asyncio.sleep(0)
 
 
-async def map_in_steps(items: Sequence[_I], fn: Callable[[_I], _T]) -> list[_T]:
-    """``[fn(item) for item in items]``, in :func:`in_steps` (a long list's serialization)."""
-    out: list[_T] = []
-    await in_steps(items, lambda step: out.extend(map(fn, step)))
-    return out
-
-
 async def joined_in_steps(
     items: Sequence[_I], fn: Callable[[_I], bytes], separator: bytes = b","
 ) -> AsyncIterator[bytes]:
