@@ -290,9 +290,9 @@ async def test_a_post_reads_its_threads_chat_once_before_the_agent_starts(
     def counted(name: str) -> None:
         original = getattr(SQLiteStore, name)
 
-        async def read(self: SQLiteStore, *args: Any) -> Any:
+        async def read(self: SQLiteStore, *args: Any, **kwargs: Any) -> Any:
             reads.append(name)
-            return await original(self, *args)
+            return await original(self, *args, **kwargs)
 
         monkeypatch.setattr(SQLiteStore, name, read)
 
@@ -317,8 +317,9 @@ async def test_a_post_reads_its_threads_chat_once_before_the_agent_starts(
             reads.clear()
 
     # A new thread: its chat is looked up once (the run gate's look-up serves the run's
-    # set-up); an existing one: once, then its run records (this run id, running runs).
+    # set-up); an existing one: once, then its run records (this run id's and the running
+    # ones, in one read).
     assert before_start == [
         ["get_chat_by_thread_id"],
-        ["get_chat_by_thread_id", "get_run", "get_running_runs"],
+        ["get_chat_by_thread_id", "get_running_runs"],
     ]

@@ -94,13 +94,15 @@ class RunGate:
         chat = await state.store.get_chat_by_thread_id(user, thread_id)
         if chat is None:
             return None
-        run = await state.store.get_run(chat.chat_uuid, run_id)
+        # One read: this run id's record, if any, and the chat's running runs.
+        runs = await state.store.get_running_runs(chat.chat_uuid, with_run=run_id)
         fresh_since = utcnow() - timedelta(seconds=self.fresh_within)
+        run = next((run for run in runs if run.run_id == run_id), None)
         if run is not None:
             if run.status == RunStatus.RUNNING and run.heartbeat_at >= fresh_since:
                 raise self._live(thread_id, run_id, run_id)
             raise self._ran(thread_id, run_id, run.status, chat.chat_uuid)
-        for other in await state.store.get_running_runs(chat.chat_uuid):
+        for other in runs:
             if other.heartbeat_at >= fresh_since:
                 raise self._live(thread_id, other.run_id, run_id)
             # Its owner stopped heartbeating: it would hold the chat until a sweep.

@@ -387,15 +387,18 @@ class MessageKey:
 
 @dataclass(frozen=True, slots=True)
 class RunFilter:
-    """Which runs a read wants: one by key (``run_id`` set), or else the running ones.
+    """Which runs a read wants: one by key (``run_id`` set, ``running`` not), or else
+    running ones, oldest heartbeat first.
 
-    Running runs, oldest heartbeat first: of one chat when ``chat_uuid`` is set, only
-    those whose heartbeat is older than ``stale_before`` when that is.
+    Running runs: of one chat when ``chat_uuid`` is set, only those whose heartbeat is
+    older than ``stale_before`` when that is. With ``running`` and ``run_id``: the
+    chat's running runs and its run ``run_id`` whatever its status (no ``stale_before``).
     """
 
     chat_uuid: UUID | None = None
     run_id: str | None = None
     stale_before: datetime | None = None
+    running: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -1104,12 +1107,16 @@ class Store(abc.ABC):
         """Return running runs whose heartbeat is older than ``older_than``."""
         return await self._select_runs(RunFilter(stale_before=older_than))
 
-    async def get_running_runs(self, chat_uuid: UUID) -> Sequence[Run]:
+    async def get_running_runs(
+        self, chat_uuid: UUID, *, with_run: str | None = None
+    ) -> Sequence[Run]:
         """Return the chat's runs recorded running, whatever their heartbeat (oldest first).
 
+        With ``with_run``, also the chat's run of that id whatever its status, in the
+        same read (what a run's start checks: is this id taken, is the chat busy).
         Reads that chat's runs only, however many run elsewhere in the store.
         """
-        return await self._select_runs(RunFilter(chat_uuid=chat_uuid))
+        return await self._select_runs(RunFilter(chat_uuid, with_run, running=True))
 
     @abc.abstractmethod
     async def _select_runs(self, where: RunFilter) -> list[Run]:

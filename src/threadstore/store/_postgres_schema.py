@@ -615,6 +615,12 @@ FINISH_RUN = (
 )
 
 STALE_RUNS = RUN_SELECT + " WHERE status = 'running' AND heartbeat_at < $1 ORDER BY heartbeat_at"
+BY_RUN_KEY = " WHERE chat_uuid = $1 AND run_id = $2"
+# The chat's running runs and its run $2, whatever that one's status.
+RUNS_FOR_START = (
+    RUN_SELECT
+    + " WHERE chat_uuid = $1 AND (status = 'running' OR run_id = $2) ORDER BY heartbeat_at"
+)
 # $2 NULL: every running run of the chat, whatever its heartbeat.
 RUNNING_RUNS_OF_CHAT = (
     RUN_SELECT

@@ -510,15 +510,20 @@ class MemoryStore(Store):
         ]
 
     async def _select_runs(self, where: RunFilter) -> list[models.Run]:
-        if where.run_id is not None:
+        if where.run_id is not None and not where.running:
             run = self._state.runs.get((where.chat_uuid, where.run_id))  # type: ignore[arg-type]
             return [] if run is None else [run.model_copy(deep=True)]
         running = [
             r
             for r in self._state.runs.values()
-            if r.status == models.RunStatus.RUNNING
-            and (where.chat_uuid is None or r.chat_uuid == where.chat_uuid)
-            and (where.stale_before is None or r.heartbeat_at < where.stale_before)
+            if (where.chat_uuid is None or r.chat_uuid == where.chat_uuid)
+            and (
+                (where.run_id is not None and r.run_id == where.run_id)
+                or (
+                    r.status == models.RunStatus.RUNNING
+                    and (where.stale_before is None or r.heartbeat_at < where.stale_before)
+                )
+            )
         ]
         return [r.model_copy(deep=True) for r in sorted(running, key=lambda r: r.heartbeat_at)]
 

@@ -689,7 +689,7 @@ class PostgresStore(Store):
     async def _select_runs(self, where: RunFilter) -> list[models.Run]:
         if where.run_id is not None:
             rows = await self._fetch(
-                sql.RUN_SELECT + " WHERE chat_uuid = $1 AND run_id = $2",
+                sql.RUNS_FOR_START if where.running else sql.RUN_SELECT + sql.BY_RUN_KEY,
                 where.chat_uuid,
                 where.run_id,
             )

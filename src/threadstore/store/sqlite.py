@@ -985,8 +985,9 @@ class SQLiteStore(Store):
 
     async def _select_runs(self, where: RunFilter) -> list[models.Run]:
         if where.run_id is not None:
+            condition = "(status = 'running' OR run_id = ?)" if where.running else "run_id = ?"
             rows = await self._read(
-                _RUN_SELECT + " WHERE chat_uuid = ? AND run_id = ?",
+                _RUN_SELECT + f" WHERE chat_uuid = ? AND {condition} ORDER BY heartbeat_at",
                 (str(where.chat_uuid), where.run_id),
                 small=True,
             )

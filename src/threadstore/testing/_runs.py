@@ -225,6 +225,17 @@ async def test_running_runs_of_a_chat_are_its_own_whatever_their_heartbeat(
     assert [r.run_id for r in running] == ["stale", "branch"]  # oldest heartbeat first
     assert all(r.status == RunStatus.RUNNING for r in running)
     assert list(await store.get_running_runs(uuid.uuid4())) == []
+    # With a run id: that run of the chat too, whatever its status, in the same read.
+    with_done = await store.get_running_runs(chat.chat_uuid, with_run="done")
+    assert {(r.run_id, r.status) for r in with_done} == {
+        ("done", RunStatus.COMPLETE),
+        ("stale", RunStatus.RUNNING),
+        ("branch", RunStatus.RUNNING),
+    }
+    with_running = await store.get_running_runs(chat.chat_uuid, with_run="branch")
+    assert [r.run_id for r in with_running] == ["stale", "branch"]
+    with_other = await store.get_running_runs(chat.chat_uuid, with_run="elsewhere")
+    assert [r.run_id for r in with_other] == ["stale", "branch"]  # another chat's run
 
 
 async def test_mutating_a_returned_run_does_not_change_the_stored_run(
