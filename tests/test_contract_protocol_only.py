@@ -74,7 +74,7 @@ def test_the_suite_names_the_methods_a_repository_lacks(
 ) -> None:
     result = run_suite(pytester, monkeypatch, "MissingRepository")
 
-    result.assert_outcomes(errors=137)  # every test of the suite: one per contract test
+    result.assert_outcomes(errors=138)  # every test of the suite: one per contract test
     result.stdout.fnmatch_lines(["*MissingRepository does not implement*lacks create_chat*"])
 
 

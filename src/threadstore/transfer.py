@@ -136,16 +136,17 @@ async def export_chat_json_pieces(store: Store, chat: Chat) -> AsyncIterator[byt
 
 
 async def _export(store: Store, chat: Chat, active: list[Message]) -> ChatExport:
-    # By the uuids' ints, in steps: hashing 50,000 UUID objects at once holds the loop.
-    on_branch: set[int] = set()
-    await in_steps(active, lambda step: on_branch.update(m.message_uuid.int for m in step))
     off_branch: list[UUID] = []
-    await in_steps(
-        await store.get_message_tree(chat.chat_uuid),
-        lambda step: off_branch.extend(
-            node.message_uuid for node in step if node.message_uuid.int not in on_branch
-        ),
-    )
+    if not await store.is_linear(chat.chat_uuid):  # else every message is on the branch
+        # By the uuids' ints, in steps: hashing 50,000 UUID objects at once holds the loop.
+        on_branch: set[int] = set()
+        await in_steps(active, lambda step: on_branch.update(m.message_uuid.int for m in step))
+        await in_steps(
+            await store.get_message_tree(chat.chat_uuid),
+            lambda step: off_branch.extend(
+                node.message_uuid for node in step if node.message_uuid.int not in on_branch
+            ),
+        )
     # The active branch is read by pages; the (usually few) messages off it one by one.
     others = [found for uuid in off_branch if (found := await store.get_message(uuid)) is not None]
     messages = [*active, *others]

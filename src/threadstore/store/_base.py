@@ -19,8 +19,9 @@ Where things go:
   ``_apply(batch)`` over the operations, and the reads ``_select_chats``,
   ``_select_branch``, ``_select_tree``, ``_find_message``, ``_find_tool_call``,
   ``_select_runs``, ``_select_last_messages`` (plus ``_history_version`` where a
-  history cache is kept, ``_select_changed`` where kept histories are extended, and
-  ``_select_siblings`` where a page's branch points should not read the whole tree).
+  history cache is kept, ``_select_changed`` where kept histories are extended,
+  ``_select_siblings`` where a page's branch points should not read the whole tree, and
+  ``_never_branched`` where an export of a chat that never branched should not either).
 
 Soft delete (``delete_chat(..., soft=True)``) stamps a chat's ``deleted_at``; every read
 of a backend leaves such chats, and their messages, out.
@@ -938,6 +939,22 @@ class Store(abc.ABC):
     async def get_message_tree(self, chat_uuid: UUID) -> list[TreeNode]:
         """Every message of the chat (every branch) without content, oldest first."""
         return await self._select_tree(chat_uuid)
+
+    async def is_linear(self, chat_uuid: UUID) -> bool:
+        """True when the chat is known never to have branched: its messages are one line.
+
+        Every message is then on the active branch, and nothing needs the tree to find
+        others. ``False`` says only that it may have branched (a backend that does not
+        track it always answers ``False``).
+        """
+        return await self._never_branched(chat_uuid)
+
+    async def _never_branched(self, chat_uuid: UUID) -> bool:
+        """Read: whether the chat is known never to have branched (see :meth:`is_linear`).
+
+        Optional: this default does not know.
+        """
+        return False
 
     async def create_root_message(self, message_data: MessageCreate) -> Message:
         """Create a message with no parent, whatever the active leaf: a new first message.

@@ -455,6 +455,10 @@ class PostgresStore(Store):
         rows = await self._fetch(sql.SELECT_TREE, chat_uuid)
         return [TreeNode(*row) for row in rows]
 
+    async def _never_branched(self, chat_uuid: UUID) -> bool:
+        rows = await self._fetch("SELECT has_branches FROM chats WHERE chat_uuid = $1", chat_uuid)
+        return bool(rows) and not rows[0][0]
+
     async def _select_siblings(
         self, chat_uuid: UUID, message_uuids: Sequence[UUID]
     ) -> list[TreeNode]:

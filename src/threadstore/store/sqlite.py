@@ -732,6 +732,12 @@ class SQLiteStore(Store):
         # A long chat's tree is tens of thousands of nodes: built off the event loop.
         return await off_loop(rows, consume, _tree_nodes, rows)
 
+    async def _never_branched(self, chat_uuid: UUID) -> bool:
+        rows = await self._read(
+            "SELECT has_branches FROM chats WHERE chat_uuid = ?", (str(chat_uuid),), small=True
+        )
+        return bool(rows) and not rows[0][0]
+
     async def _select_siblings(
         self, chat_uuid: UUID, message_uuids: Sequence[UUID]
     ) -> list[TreeNode]:

@@ -92,6 +92,29 @@ async def test_edit_regenerate_twice_and_switch_between_three_branches(
     assert await _contents(store, chat_uuid) == ["Hi", "Hello!"]
 
 
+async def test_a_chat_that_branched_is_never_linear(
+    store: Store, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    # A store may not know a chat never branched (False), but may never say it of one
+    # that did: the export trusts it to skip the tree.
+    regenerated, edited, switched = await make_chat(), await make_chat(), await make_chat()
+    questions = {}
+    for chat in (regenerated, edited, switched):
+        questions[chat.chat_uuid] = await add_message(chat, "Hi", role=Role.USER)
+        await add_message(chat, "Hello!", role=Role.ASSISTANT)
+    turn = questions[regenerated.chat_uuid].message_uuid
+    await store.branch_for_regenerate(regenerated.chat_uuid, turn)
+    await add_message(regenerated, "Hello again", role=Role.ASSISTANT)
+    await store.edit_message(
+        questions[edited.chat_uuid].message_uuid, MessageCreate(content="Hey", role=Role.USER)
+    )
+    await store.set_active_leaf(switched.chat_uuid, questions[switched.chat_uuid].message_uuid)
+
+    for chat in (regenerated, edited, switched):
+        assert not await store.is_linear(chat.chat_uuid)
+    assert not await store.is_linear(uuid.uuid4())
+
+
 async def test_a_message_without_siblings_is_no_branch_point(
     store: Store, make_chat: MakeChat, add_message: AddMessage
 ) -> None:
