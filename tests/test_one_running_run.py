@@ -124,25 +124,36 @@ def agent() -> ScriptedAgent:
     )
 
 
+async def first_run_then_a_run_elsewhere(
+    client: Any, store: threadstore.Store, text: str
+) -> tuple[dict[str, Any], threadstore.Chat]:
+    """A first run through the server; then another process starts a run on its thread
+    ("elsewhere"), as if just after the next POST's checks passed (see ``checks_passed``)."""
+    first = run_input(text)
+    async with client.stream("POST", "/agui", json=first) as response:
+        assert response.status_code == 200
+        await collect_sse(response)
+    user = (await store.get_all_chats(None))[0].user_uuid
+    chat = await store.get_chat_by_thread_id(user, first["threadId"])
+    assert chat is not None
+    await store.start_run(
+        Run(chat_uuid=chat.chat_uuid, thread_id=chat.thread_id, run_id="elsewhere", owner="b")
+    )
+    return first, chat
+
+
+async def checks_passed(
+    _: RunGate, state: Any, user: UUID, run: RunAgentInput
+) -> threadstore.Chat | None:
+    """The run gate's checks, passing: only the chat look-up the set-up then uses."""
+    return await state.store.get_chat_by_thread_id(user, run.thread_id)
+
+
 async def test_a_run_record_written_by_another_process_after_the_checks_refuses_the_run(
     database: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async with served_with_store(database, agent()) as (client, store):
-        first = run_input("First.")
-        async with client.stream("POST", "/agui", json=first) as response:
-            assert response.status_code == 200
-            await collect_sse(response)
-        user = (await store.get_all_chats(None))[0].user_uuid
-        chat = await store.get_chat_by_thread_id(user, first["threadId"])
-        # Another process starts a run on the thread just after this one's checks passed.
-        await store.start_run(
-            Run(chat_uuid=chat.chat_uuid, thread_id=chat.thread_id, run_id="elsewhere", owner="b")
-        )
-
-        async def checks_passed(
-            _: RunGate, state: Any, user: UUID, run: RunAgentInput
-        ) -> threadstore.Chat | None:
-            return await state.store.get_chat_by_thread_id(user, run.thread_id)
+        first, chat = await first_run_then_a_run_elsewhere(client, store, "First.")
 
         with monkeypatch.context() as patched:
             patched.setattr(RunGate, "_check", checks_passed)
@@ -191,19 +202,7 @@ async def test_a_run_that_stores_a_tool_result_is_refused_with_a_409(
 ) -> None:
     """A run that stores tool results writes before it starts, so its refusal is a 409."""
     async with served_with_store(database, asks_for_a_tool()) as (client, store):
-        first = run_input("What is it?")
-        async with client.stream("POST", "/agui", json=first) as response:
-            await collect_sse(response)
-        user = (await store.get_all_chats(None))[0].user_uuid
-        chat = await store.get_chat_by_thread_id(user, first["threadId"])
-        await store.start_run(
-            Run(chat_uuid=chat.chat_uuid, thread_id=chat.thread_id, run_id="elsewhere", owner="b")
-        )
-
-        async def checks_passed(
-            _: RunGate, state: Any, user: UUID, run: RunAgentInput
-        ) -> threadstore.Chat | None:
-            return await state.store.get_chat_by_thread_id(user, run.thread_id)
+        first, chat = await first_run_then_a_run_elsewhere(client, store, "What is it?")
 
         monkeypatch.setattr(RunGate, "_check", checks_passed)
         second = {

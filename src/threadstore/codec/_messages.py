@@ -39,6 +39,7 @@ __all__ = [
     "SUBAGENT_NO_RESULT_ERROR",
     "TOOL_CALL_ID_METADATA_KEY",
     "HistoryTranslator",
+    "IdsAdded",
     "message_create_from_agui",
     "replayed_tool_error",
     "tool_result_message_id",
@@ -111,20 +112,25 @@ def replayed_tool_error(tool_call: ToolCall, subagent_run_id: str | None) -> str
     return SUBAGENT_NO_RESULT_ERROR
 
 
-class _Over(Generic[_T]):
-    """A set seen through: what ``under`` holds, plus what is added here (``under`` unchanged)."""
+class IdsAdded(Generic[_T]):
+    """Ids taken before (a container, left unchanged) plus those added since.
 
-    __slots__ = ("_own", "_under")
+    The fold's known ids over the stored history's, and a translation's claims over a
+    kept translation's (:meth:`HistoryTranslator.after`).
+    """
 
-    def __init__(self, under: Container[_T]) -> None:
-        self._under = under
-        self._own: set[_T] = set()
+    __slots__ = ("_added", "_stored")
 
-    def __contains__(self, item: object) -> bool:
-        return item in self._own or item in self._under
+    def __init__(self, stored: Container[_T]) -> None:
+        self._stored = stored
+        self._added: set[_T] = set()
 
-    def add(self, item: _T) -> None:
-        self._own.add(item)
+    def __contains__(self, key: object) -> bool:
+        return key in self._added or key in self._stored
+
+    def add(self, key: _T) -> None:
+        """Note ``key`` as taken."""
+        self._added.add(key)
 
 
 class _Ids:
@@ -132,7 +138,7 @@ class _Ids:
 
     __slots__ = ("_used",)
 
-    def __init__(self, used: set[str] | _Over[str] | None = None) -> None:
+    def __init__(self, used: set[str] | IdsAdded[str] | None = None) -> None:
         self._used = set() if used is None else used
 
     def claim(self, preferred: str, fallback: UUID) -> str | None:
@@ -303,7 +309,7 @@ class HistoryTranslator:
         without claiming their ids in it.
         """
         out: list[ag.Message] = []
-        _translate_onto(out, messages, _Ids(_Over(self._ids._used)), _Over(self._seen))
+        _translate_onto(out, messages, _Ids(IdsAdded(self._ids._used)), IdsAdded(self._seen))
         return out
 
 
@@ -311,7 +317,7 @@ def _translate_onto(
     out: list[ag.Message],
     messages: Iterable[Message],
     ids: _Ids,
-    seen: set[UUID] | _Over[UUID],
+    seen: set[UUID] | IdsAdded[UUID],
 ) -> None:
     """Append the translation of ``messages`` to ``out``, claiming their ids in ``ids``."""
     for message in messages:

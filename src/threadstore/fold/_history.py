@@ -13,7 +13,12 @@ from collections.abc import Container, Iterable, Mapping
 from typing import NamedTuple
 from uuid import UUID
 
-from threadstore.codec import SUBAGENT_METADATA_KEY, replayed_tool_error, tool_result_message_id
+from threadstore.codec import (
+    SUBAGENT_METADATA_KEY,
+    IdsAdded,
+    replayed_tool_error,
+    tool_result_message_id,
+)
 from threadstore.models import Message, Role, ToolCall
 from threadstore.store import untrack
 
@@ -198,20 +203,3 @@ class StoredFacts(NamedTuple):
     """``get(agui_id)``: the uuid of the stored assistant message with that AG-UI id."""
     messages: _Before
     """``get(id)``: where the stored message with that AG-UI id (or uuid) stands."""
-
-
-class IdsAdded:
-    """Ids stored before (a container) plus those added since: what ``known_ids`` needs."""
-
-    __slots__ = ("_added", "_stored")
-
-    def __init__(self, stored: Container[str]) -> None:
-        self._stored = stored
-        self._added: set[str] = set()
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._added or key in self._stored
-
-    def add(self, key: str) -> None:
-        """Note ``key`` as taken."""
-        self._added.add(key)
