@@ -13,7 +13,10 @@ something else (so also the event loop's own CPU time in that gap, which the
 machine's load does not inflate). With ``--connect``, last, a client connects to the
 thread through the server's app (``GET /agui/threads/{id}/connect``, in process): the
 whole history as one ``MESSAGES_SNAPSHOT``, then exports the chat
-(``GET /api/chats/{id}/export``), each with the same ticker. (Off by default: the
+(``GET /api/chats/{id}/export``), each with the same ticker. The app is called as ASGI
+and each piece of the body is dropped as it comes, as a client in another process
+would take it: an in-process HTTP client would join a body of megabytes in one step
+of the loop and the ticker would measure that. (Off by default: the
 app and what it caches stay in the process, and each full collection of the later
 lengths' runs would scan them too.) ``--freeze`` first moves what the process holds
 after its imports out of the collector's generations, as ``threadstore serve`` does: a
@@ -192,9 +195,9 @@ async def measure(url: str, messages: int, *, connect: bool = False) -> dict[str
             steps.append(step)
         connected = exported = (0.0, 0.0, 0.0)
         if connect:
-            async with served(store) as client:
-                connected = await longest_stall(lambda: connect_thread(client, user, "long"))
-                exported = await longest_stall(lambda: export_chat(client, user, chat.chat_uuid))
+            async with served(store) as app:
+                connected = await longest_stall(lambda: connect_thread(app, user, "long"))
+                exported = await longest_stall(lambda: export_chat(app, user, chat.chat_uuid))
     finally:
         await store.close()
     return {
@@ -220,30 +223,67 @@ async def measure(url: str, messages: int, *, connect: bool = False) -> dict[str
 
 @asynccontextmanager
 async def served(store: Store) -> AsyncIterator[Any]:
-    """A client of the server's app on ``store``, in process (its start-up run)."""
-    import httpx
-
+    """The server's app on ``store``, in process, between its start-up and shut-down."""
     from threadstore.server import DemoAgent, HeaderAuth, create_app
 
     app = create_app(store, agent=DemoAgent(), auth=HeaderAuth("X-User"))
-    transport = httpx.ASGITransport(app=app)
     async with app.router.lifespan_context(app):
-        async with httpx.AsyncClient(transport=transport, base_url="http://bench") as client:
-            yield client
+        yield app
 
 
-async def connect_thread(client: Any, user: Any, thread: str) -> None:
-    """What a client connecting to the thread gets through the server's app, read whole."""
-    response = await client.get(f"/agui/threads/{thread}/connect", headers={"X-User": str(user)})
-    response.raise_for_status()
-    assert b"MESSAGES_SNAPSHOT" in response.content
+async def get(app: Any, path: str, user: Any, marker: bytes) -> bytes:
+    """GET ``path`` from the ASGI ``app`` as a client in another process would.
+
+    The body's pieces are counted and dropped as they come, so the ticker measures the
+    route, not an in-process client joining a body of many megabytes (which httpx's
+    ASGI transport does, in the loop, in one step). Returns the body's first bytes, and
+    fails unless some piece holds ``marker``.
+    """
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"bench"), (b"x-user", str(user).encode())],
+        "client": ("127.0.0.1", 1),
+        "server": ("bench", 80),
+    }
+    status, head, found, done = 0, b"", False, asyncio.Event()
+
+    async def receive() -> dict[str, Any]:
+        await done.wait()  # no request body; then the client stays until the end
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        nonlocal status, head, found
+        if message["type"] == "http.response.start":
+            status = message["status"]
+        elif message["type"] == "http.response.body":
+            body = message.get("body", b"")
+            head = head or body[:64]
+            found = found or marker in body
+            if not message.get("more_body", False):
+                done.set()
+
+    await app(scope, receive, send)
+    assert status == 200 and found, (path, status, head)
+    return head
 
 
-async def export_chat(client: Any, user: Any, chat_uuid: Any) -> None:
-    """The chat's export document through the server's app, read whole."""
-    response = await client.get(f"/api/chats/{chat_uuid}/export", headers={"X-User": str(user)})
-    response.raise_for_status()
-    assert response.content.startswith(b"{")
+async def connect_thread(app: Any, user: Any, thread: str) -> None:
+    """What a client connecting to the thread gets through the server's app."""
+    await get(app, f"/agui/threads/{thread}/connect", user, b'"MESSAGES_SNAPSHOT"')
+
+
+async def export_chat(app: Any, user: Any, chat_uuid: Any) -> None:
+    """The chat's export document through the server's app."""
+    head = await get(app, f"/api/chats/{chat_uuid}/export", user, b'"messages"')
+    assert head.startswith(b"{"), head
 
 
 async def side_by_side(url: str, sizes: list[int], rounds: int) -> list[tuple[float, float]]:

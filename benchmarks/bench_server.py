@@ -38,7 +38,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -93,11 +93,11 @@ class Contender:
     @property
     def name(self) -> str:
         """The row's label."""
+        workers = "" if self.workers == 1 else f", {self.workers} workers"
         if self.kind == "bare":
-            return BARE
+            return BARE + workers
         if self.kind == "no-storage":
             return NO_STORAGE
-        workers = "" if self.workers == 1 else f", {self.workers} workers"
         return f"threadstore serve ({STORE_NAMES[self.store]}{workers})"
 
 
@@ -161,7 +161,10 @@ def server_command(contender: Contender, port: int, db_url: str | None) -> list[
             *["--agent", f"server_agent:{contender.agent}", "--log-level", "warning"],
             *(["--workers", str(contender.workers)] if contender.workers != 1 else []),
         ]
-    return [sys.executable, str(HERE / "server_agent.py"), contender.kind, str(port)]
+    return [
+        *[sys.executable, str(HERE / "server_agent.py"), contender.kind, str(port)],
+        str(contender.workers),
+    ]
 
 
 def start_server(contender: Contender, workdir: Path, db_url: str | None) -> ServerProcess:
@@ -504,7 +507,14 @@ RATIO_FIGURES = ("events/s", "ttfe p50 ms", "ttfe p99 ms", "server cpu us/event"
 
 
 def record_ratios(samples: Samples, contenders: Sequence[Contender]) -> None:
-    """Add this round's ratio of each figure to the bare server's (all were just recorded)."""
+    """Add this round's ratio of each figure to the bare server's (all were just recorded),
+    and of each server's CPU per event with N workers to the same server's with one."""
+    figure = "server cpu us/event"
+    for contender in contenders:
+        if contender.workers != 1:
+            one = samples.values[f"{replace(contender, workers=1).name}/{figure}"]
+            ours = samples.values[f"{contender.name}/{figure}"]
+            samples.add(f"{contender.name} / one worker/{figure}", ours[-1] / one[-1])
     for contender in contenders:
         if contender.kind != "threadstore":
             continue
@@ -566,6 +576,11 @@ def summary(
             )
         ],
     )
+    scaled = [c for c in contenders if c.workers != 1]
+    workers = markdown_table(
+        ["server CPU per event / one worker's, median of rounds (min to max)", "ratio"],
+        [[c.name, cell(f"{c.name} / one worker", "server cpu us/event", ".2f")] for c in scaled],
+    )
     relay_rows = [
         [
             name,
@@ -599,7 +614,8 @@ def summary(
         f"{runs} concurrent runs x {EVENTS_PER_RUN} events, {rounds} rounds; "
         f"medians (min to max). {machine_line()}; load average {load}"
     )
-    return "\n\n".join(part for part in (head, table, ratios, relay, extra) if part)
+    parts = (head, table, ratios, workers if scaled else "", relay, extra)
+    return "\n\n".join(part for part in parts if part)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -638,6 +654,8 @@ async def main(argv: Sequence[str] | None = None) -> int:
     rounds = args.rounds or (1 if args.quick else 5)
     contenders = [
         Contender("bare"),
+        # The bare server with as many workers: what more processes cost by themselves.
+        *(Contender("bare", workers=n) for n in args.workers if n != 1),
         *(Contender("threadstore", store, n) for store in args.store for n in args.workers),
         *([Contender("no-storage")] if args.diagnose else []),
     ]

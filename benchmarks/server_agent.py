@@ -8,10 +8,11 @@ small: the server processes should not pay for the benchmark client's imports.
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from ag_ui.core import (
@@ -239,18 +240,28 @@ def build_app(kind: str) -> FastAPI:
     raise SystemExit(f"unknown app {kind!r}")
 
 
-def serve(kind: str, port: int) -> None:
-    """Serve ``build_app(kind)`` the way ``threadstore serve`` runs its app."""
+def serve(kind: str, port: int, workers: int = 1) -> None:
+    """Serve ``build_app(kind)`` the way ``threadstore serve`` runs its app (``workers``
+    processes sharing the port, as ``threadstore serve --workers`` starts them)."""
     import uvicorn
 
-    uvicorn.run(
-        build_app(kind),
-        host="127.0.0.1",
-        port=port,
-        log_level="warning",
-        timeout_graceful_shutdown=5,
-    )
+    options: dict[str, Any] = {
+        "host": "127.0.0.1",
+        "port": port,
+        "log_level": "warning",
+        "timeout_graceful_shutdown": 5,
+    }
+    if workers == 1:
+        uvicorn.run(build_app(kind), **options)
+    else:
+        os.environ["SERVER_AGENT_APP"] = kind  # the workers import this module afresh
+        uvicorn.run("server_agent:app_of_worker", factory=True, workers=workers, **options)
+
+
+def app_of_worker() -> FastAPI:
+    """The app of one worker of :func:`serve` (uvicorn calls it in each process)."""
+    return build_app(os.environ["SERVER_AGENT_APP"])
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1], int(sys.argv[2]))
+    serve(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else 1)

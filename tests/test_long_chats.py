@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import json
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -36,7 +38,7 @@ from threadstore.codec._messages import translate_messages
 from threadstore.server import DemoAgent, HeaderAuth, create_app
 from threadstore.server._routes_agui import messages_snapshot_pieces
 from threadstore.server._sse import encode_frame
-from threadstore.store._offload import OFF_LOOP_ITEMS
+from threadstore.store._offload import OFF_LOOP_ITEMS, STEP_ITEMS, dropped_in_steps
 from threadstore.store.sqlite import SQLiteStore
 
 USER = UUID("00000000-0000-4000-8000-000000000015")
@@ -287,3 +289,23 @@ async def test_connecting_to_a_long_chat_translates_only_what_was_appended_since
     assert first == reference[:-1]
     assert translated_first == 2 * OFF_LOOP_ITEMS
     assert translated_second == 1  # the message appended since the first connect, alone
+
+
+async def test_a_long_list_dropped_in_steps_is_freed_a_step_at_a_time() -> None:
+    freed: list[int] = []
+
+    class Node:
+        def __del__(self) -> None:
+            freed.append(1)
+
+    items: list[Any] = [Node() for _ in range(10 * STEP_ITEMS)]
+    seen: list[int] = []
+    dropping = asyncio.ensure_future(dropped_in_steps(items))
+    while not dropping.done():  # another task of the loop, between the steps
+        seen.append(len(freed))
+        await asyncio.sleep(0)
+    await dropping
+
+    assert items == [] and len(freed) == 10 * STEP_ITEMS
+    assert any(0 < count < 10 * STEP_ITEMS for count in seen)  # not all at once
+    assert max(b - a for a, b in itertools.pairwise(seen)) <= STEP_ITEMS

@@ -45,6 +45,7 @@ from threadstore.models import (
 )
 from threadstore.store import (
     Store,
+    dropped_in_steps,
     in_steps,
     joined_in_steps,
     message_create,
@@ -141,12 +142,14 @@ async def _export(store: Store, chat: Chat, active: list[Message]) -> ChatExport
         # By the uuids' ints, in steps: hashing 50,000 UUID objects at once holds the loop.
         on_branch: set[int] = set()
         await in_steps(active, lambda step: on_branch.update(m.message_uuid.int for m in step))
+        tree = await store.get_message_tree(chat.chat_uuid)
         await in_steps(
-            await store.get_message_tree(chat.chat_uuid),
+            tree,
             lambda step: off_branch.extend(
                 node.message_uuid for node in step if node.message_uuid.int not in on_branch
             ),
         )
+        await dropped_in_steps(tree)
     # The active branch is read by pages; the (usually few) messages off it one by one.
     others = [found for uuid in off_branch if (found := await store.get_message(uuid)) is not None]
     messages = [*active, *others]

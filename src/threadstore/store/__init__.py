@@ -33,6 +33,7 @@ from threadstore.store._copies import message_create, reasoning_create, tool_cal
 from threadstore.store._history_cache import HistoryView
 from threadstore.store._offload import (
     OFF_LOOP_ITEMS,
+    dropped_in_steps,
     in_steps,
     joined_in_steps,
     off_loop,
@@ -86,6 +87,7 @@ __all__ = [
     "apply_to",
     "capabilities_of",
     "create_store",
+    "dropped_in_steps",
     "in_steps",
     "joined_in_steps",
     "message_create",

@@ -37,6 +37,7 @@ __all__ = [
     "STEP_ITEMS",
     "collector_paused",
     "consume",
+    "dropped_in_steps",
     "in_steps",
     "joined_in_steps",
     "off_loop",
@@ -76,6 +77,19 @@ async def in_steps(items: Sequence[_I], step: Callable[[Sequence[_I]], object]) 
         with collector_paused():
             step(items[start : start + STEP_ITEMS])
         await asyncio.sleep(0)
+
+
+async def dropped_in_steps(items: list[Any]) -> None:
+    """Empty ``items`` a step of :data:`STEP_ITEMS` at a time, yielding to the loop between.
+
+    For a long list of objects nothing else holds, once the caller is done with it: when
+    the last reference goes, freeing tens of thousands of models at once holds the loop
+    for as long as building them would.
+    """
+    while len(items) > STEP_ITEMS:
+        del items[-STEP_ITEMS:]
+        await asyncio.sleep(0)
+    items.clear()
 
 
 async def joined_in_steps(
