@@ -231,3 +231,46 @@ async def test_a_kept_history_follows_every_kind_of_change_made_elsewhere(
 
     await writer.delete_chat(chat.chat_uuid)
     assert list(await store.read_history(chat.chat_uuid)) == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(histories() | replayed_histories(), replayed_histories(), st.data())
+def test_an_index_and_a_translation_rewound_to_a_prefix_grow_as_built_afresh(
+    history: list[Message], tail: list[Message], data: st.DataObject
+) -> None:
+    # What a tool result given to a kept message does: the history's end is replaced.
+    index, translator = HistoryIndex(history), HistoryTranslator()
+    translator.feed(history)
+    before = (list(translator.out), index.at(len(history)))
+    at = data.draw(st.integers(0, len(history)))
+    prefix = history[:at]
+    if data.draw(st.booleans()):  # the same messages, their calls answered, come first
+        answered = [m.model_copy(deep=True) for m in history[at:]]
+        for call in (call for m in answered for call in m.tool_calls):
+            call.content, call.in_progress = "answered", False
+        tail = [*answered, *tail]
+    tail = [m.model_copy(update={"seq": len(prefix) + n}) for n, m in enumerate(tail)]
+
+    rewound_index = index.rewound(at, history[at:])
+    rewound = translator.rewound(len(translate_messages(prefix)), history[at:])
+    rewound_index.feed(tail)
+    rewound.feed(tail)
+
+    changed = [*prefix, *tail]
+    assert rewound.out == translate_messages(changed)
+    fresh = HistoryIndex(changed)
+    for length in range(len(changed) + 1):
+        ours, reference = rewound_index.at(length), fresh.at(length)
+        probe = stored_ids(changed) | stored_ids(history) | {"nope"}
+        assert {i for i in probe if i in ours.ids} == {i for i in probe if i in reference.ids}
+        assert ours.pending == reference.pending
+        for message in (*changed, *history):
+            if message.agui_id:
+                key = message.agui_id
+                assert ours.assistant.get(key) == reference.assistant.get(key)
+                assert ours.messages.get(key) == reference.messages.get(key)
+    # What was rewound is left as it was: views of the history it came from still use it.
+    assert translator.out == before[0] == translate_messages(history)
+    facts = index.at(len(history))
+    assert {i for i in stored_ids(history) if i in facts.ids} == stored_ids(history)
+    assert facts.pending == before[1].pending == pending_tool_calls(history)

@@ -16,7 +16,17 @@ import ag_ui.core
 import httpx
 import pytest
 
-from agui_scripts import ScriptedAgent, StoreSpy, collect, full_turn, run_input, user
+from agui_scripts import (
+    ScriptedAgent,
+    StoreSpy,
+    collect,
+    full_turn,
+    run_finished,
+    run_input,
+    run_started,
+    tool_call,
+    user,
+)
 from postgres_support import clean_database, server_url
 from server_support import LiveServer, collect_sse
 from sqlite_support import sqlite_store
@@ -35,6 +45,7 @@ from threadstore import (
 from threadstore.agui import StorageAgent
 from threadstore.codec import HistoryTranslator
 from threadstore.codec._messages import translate_messages
+from threadstore.fold import HistoryIndex
 from threadstore.server import DemoAgent, HeaderAuth, create_app
 from threadstore.server._routes_agui import messages_snapshot_pieces
 from threadstore.server._sse import encode_frame
@@ -309,3 +320,55 @@ async def test_a_long_list_dropped_in_steps_is_freed_a_step_at_a_time() -> None:
     assert items == [] and len(freed) == 10 * STEP_ITEMS
     assert any(0 < count < 10 * STEP_ITEMS for count in seen)  # not all at once
     assert max(b - a for a, b in itertools.pairwise(seen)) <= STEP_ITEMS
+
+
+@pytest.mark.parametrize("backend", SQL_BACKENDS)
+async def test_a_tool_result_for_the_last_answer_rewinds_what_was_kept_instead_of_rebuilding(
+    backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A frontend tool: a run ends on a call, the client's next run brings its result.
+    def script(input: ag_ui.core.RunAgentInput) -> list[ag_ui.core.BaseEvent]:
+        if input.run_id == "ask":
+            return [
+                run_started("long", "ask"),
+                *tool_call("ask-call", "confirm", "{}", parent_message_id="ask-a"),
+                run_finished("long", "ask"),
+            ]
+        return full_turn("long", input.run_id)
+
+    async with sql_store(backend, tmp_path / "db") as store:
+        chat = await store.create_chat(ChatCreate(user_uuid=USER, thread_id="long"))
+        await append_history(store, chat.chat_uuid, 2 * OFF_LOOP_ITEMS)
+        inner = ScriptedAgent(script)
+
+        def agent() -> StorageAgent:
+            return StorageAgent("assistant", USER, store, store, inner, run_repo=store)
+
+        asking = agent()
+        await collect(asking.run(run_input("long", "ask", [user("ask-q")])))
+        await asking.persisted()
+
+        fed: list[int] = []
+        for cls in (HistoryTranslator, HistoryIndex):
+            feed = cls.feed
+
+            def counted(self: Any, messages: Any, feed: Any = feed) -> None:
+                messages = list(messages)
+                fed.append(len(messages))
+                feed(self, messages)
+
+            monkeypatch.setattr(cls, "feed", counted)
+        answer = ag_ui.core.ToolMessage(id="ask-result", tool_call_id="ask-call", content="yes")
+        answering = agent()
+        await collect(answering.run(run_input("long", "answer", [answer])))
+        await answering.persisted()
+
+        # Only the answered message and what came after it were read again.
+        assert sum(fed) <= 4
+        stored = await store.get_chat_messages(chat.chat_uuid)
+        asked = next(m for m in stored if m.agui_id == "ask-a")
+        assert [call.content for call in asked.tool_calls] == ["yes"]
+        given = inner.inputs[-1].messages
+        reference = translate_messages([m for m in stored if m.run_id != "answer"])
+        assert [m.model_dump() for m in given] == [m.model_dump() for m in reference]
+        assert given[-1].id == "ask-result" and given[-1].content == "yes"

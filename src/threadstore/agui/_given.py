@@ -49,6 +49,17 @@ class _Translation:
         """A new list of the translation of the first ``length`` messages."""
         return self.translator.out[: self.ends[length - 1]] if length else []
 
+    def rewound(self, length: int, dropped: Sequence[Message]) -> _Translation:
+        """The translation of the first ``length`` messages (``store.Rewindable``)."""
+        fed = len(self.ends)
+        kept = min(length, fed)
+        rewound = _Translation()
+        rewound.translator = self.translator.rewound(
+            self.ends[kept - 1] if kept else 0, dropped[: fed - kept]
+        )
+        rewound.ends.extend(self.ends[:kept])
+        return rewound
+
 
 async def _kept(history: HistoryView) -> _Translation:
     """The kept translation of ``history``'s chat, brought at least to ``len(history)``."""

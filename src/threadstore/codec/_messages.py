@@ -302,6 +302,25 @@ class HistoryTranslator:
         if self._kept:
             untrack(*self.out[start:])
 
+    def rewound(self, length: int, dropped: Iterable[Message]) -> HistoryTranslator:
+        """A new translator as this one was before the messages ``dropped`` were fed.
+
+        ``dropped``: the messages fed last, whose translation is :attr:`out` from
+        ``length`` on. Every id a message claimed is the id of an AG-UI message it added
+        there, so taking those back out of the copies is exact; this one is unchanged.
+        """
+        rewound = HistoryTranslator()
+        rewound._kept = self._kept
+        rewound.out = self.out[:length]
+        used = set(self._ids._used)  # type: ignore[arg-type]
+        used.difference_update(message.id for message in self.out[length:])
+        rewound._ids = _Ids(used)
+        rewound._seen = set(self._seen)
+        rewound._seen.difference_update(message.message_uuid for message in dropped)
+        if self._kept:
+            untrack(rewound._ids._used, rewound._seen, rewound.out)
+        return rewound
+
     def after(self, messages: Iterable[Message]) -> list[ag.Message]:
         """What feeding ``messages`` next would add to :attr:`out`, leaving this translator as is.
 

@@ -9,7 +9,7 @@ only the few tool calls still waiting for a result are held in tracked lists.
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable, Mapping
+from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from typing import NamedTuple
 from uuid import UUID
 
@@ -35,24 +35,30 @@ def stored_ids(messages: Iterable[Message]) -> set[str]:
     """Every id a client may echo for stored history: AG-UI ids, uuids, tool call and result ids."""
     ids: set[str] = set()
     for message in messages:
-        ids.add(str(message.message_uuid))
-        if message.agui_id:
-            ids.add(message.agui_id)
-        subagent = message.metadata.get(SUBAGENT_METADATA_KEY)
-        for call in message.tool_calls:
-            ids.update((call.tool_call_id, str(call.uuid)))
-            # Every result a replay lists, including one it gives an unanswered call.
-            if (
-                call.result_message_id
-                or call.content is not None
-                or replayed_tool_error(call, subagent) is not None
-            ):
-                ids.add(tool_result_message_id(call))
-        for step in message.reasonings:
-            ids.add(str(step.uuid))
-            if step.agui_id:
-                ids.add(step.agui_id)
+        ids.update(_echoable(message))
     return ids
+
+
+def _echoable(message: Message) -> Iterator[str]:
+    """The ids a client may echo for ``message`` (:func:`stored_ids` of it alone)."""
+    yield str(message.message_uuid)
+    if message.agui_id:
+        yield message.agui_id
+    subagent = message.metadata.get(SUBAGENT_METADATA_KEY)
+    for call in message.tool_calls:
+        yield call.tool_call_id
+        yield str(call.uuid)
+        # Every result a replay lists, including one it gives an unanswered call.
+        if (
+            call.result_message_id
+            or call.content is not None
+            or replayed_tool_error(call, subagent) is not None
+        ):
+            yield tool_result_message_id(call)
+    for step in message.reasonings:
+        yield str(step.uuid)
+        if step.agui_id:
+            yield step.agui_id
 
 
 def pending_tool_calls(messages: Iterable[Message]) -> dict[str, ToolCall]:
@@ -103,9 +109,9 @@ class HistoryIndex:
             at = self.count
             self.count += 1
             self.uuids.append(message.message_uuid)
-            first(str(message.message_uuid), at)
+            for key in _echoable(message):
+                first(key, at)
             if message.agui_id:
-                first(message.agui_id, at)
                 self.messages.setdefault(message.agui_id, at)
                 if message.role == Role.ASSISTANT:
                     before = assistant.get(message.agui_id)
@@ -115,23 +121,45 @@ class HistoryIndex:
                         held = before if isinstance(before, tuple) else (before,)
                         assistant[message.agui_id] = (*held, at)
             self.messages.setdefault(str(message.message_uuid), at)
-            subagent = message.metadata.get(SUBAGENT_METADATA_KEY)
             for call in message.tool_calls:
-                first(call.tool_call_id, at)
-                first(str(call.uuid), at)
-                # As stored_ids: every result a replay lists.
-                if (
-                    call.result_message_id
-                    or call.content is not None
-                    or replayed_tool_error(call, subagent) is not None
-                ):
-                    first(tool_result_message_id(call), at)
                 if call.content is None and call.result_message_id is None:
                     self.pending.setdefault(call.tool_call_id, []).append((at, call))
-            for step in message.reasonings:
-                first(str(step.uuid), at)
-                if step.agui_id:
-                    first(step.agui_id, at)
+
+    def rewound(self, length: int, dropped: Sequence[Message]) -> HistoryIndex:
+        """A new index of the first ``length`` messages (``store.Rewindable``).
+
+        ``dropped``: the messages from ``length`` on, as fed. Only their entries are
+        taken out of copies of the maps, so the cost is theirs, not the history's.
+        """
+        count = min(length, self.count)
+        rewound = HistoryIndex()
+        rewound.count = count
+        rewound.ids = dict(self.ids)
+        rewound.messages = dict(self.messages)
+        rewound.assistant = dict(self.assistant)
+        rewound.pending = {key: list(calls) for key, calls in self.pending.items()}
+        rewound.uuids.extend(self.uuids[:count])
+        for message in dropped[: self.count - count]:
+            keys = [*_echoable(message), str(message.message_uuid)]
+            for positions in (rewound.ids, rewound.messages):
+                for key in keys:
+                    if positions.get(key, -1) >= count:
+                        del positions[key]
+            if message.agui_id and message.agui_id in rewound.assistant:
+                held = rewound.assistant[message.agui_id]
+                held = held if isinstance(held, tuple) else (held,)
+                left = tuple(at for at in held if at < count)
+                if not left:
+                    del rewound.assistant[message.agui_id]
+                else:
+                    rewound.assistant[message.agui_id] = left if len(left) > 1 else left[0]
+            for call in message.tool_calls:
+                calls = rewound.pending.get(call.tool_call_id)
+                if calls is not None:
+                    calls[:] = [(at, kept) for at, kept in calls if at < count]
+                    if not calls:
+                        del rewound.pending[call.tool_call_id]
+        return rewound
 
     def at(self, length: int) -> StoredFacts:
         """What the first ``length`` messages fed hold (``length`` <= :attr:`count`)."""

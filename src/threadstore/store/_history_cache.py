@@ -15,7 +15,9 @@ callers that may change it: ``get_chat_messages`` returns copies, and
 ``Store.read_history`` a read-only view. Whatever an upper layer derives from a
 history (an index of its ids, its AG-UI translation, the Agent Framework face's plain
 readings) lives in ``derived`` and is extended along with it (see ``agui``'s history
-state). The cache holds at most
+state): appends extend it, and a change to messages at the history's end (a tool
+result given to the last answer's call) keeps what it derived from the messages before
+them (:class:`Rewindable`). The cache holds at most
 ``max_messages`` messages (least recently used chats are dropped first).
 
 What a history keeps is untracked by the cyclic collector
@@ -30,7 +32,7 @@ from __future__ import annotations
 import copy
 from collections import OrderedDict
 from collections.abc import Hashable, Iterator, Sequence, Sized
-from typing import Any, overload
+from typing import Any, Protocol, overload, runtime_checkable
 from uuid import UUID
 
 from threadstore.models import Message, Reasoning, ToolCall
@@ -42,6 +44,7 @@ __all__ = [
     "HistoryCache",
     "HistoryView",
     "KeptHistory",
+    "Rewindable",
     "copy_messages",
     "extend_history",
 ]
@@ -89,6 +92,20 @@ def copy_messages(messages: Sequence[Message]) -> list[Message]:
     return copies
 
 
+@runtime_checkable
+class Rewindable(Protocol):
+    """Something derived from a kept history that can be had for a prefix of it."""
+
+    def rewound(self, length: int, dropped: Sequence[Message]) -> object:
+        """A new one, derived from the history's first ``length`` messages alone.
+
+        ``dropped``: the messages it was also derived from, the history's from ``length``
+        on (as they were then). ``self`` must not change: views of the history it was
+        derived from may still use it.
+        """
+        ...
+
+
 class KeptHistory:
     """A chat's whole history at one version, shared read-only by every reader.
 
@@ -99,11 +116,15 @@ class KeptHistory:
 
     __slots__ = ("derived", "messages", "positions", "version")
 
-    def __init__(self, version: Hashable, messages: list[Message]) -> None:
+    def __init__(
+        self, version: Hashable, messages: list[Message], positions: dict[int, int] | None = None
+    ) -> None:
         untrack(messages)
         self.version = version
         self.messages = messages
-        self.positions = {m.message_uuid.int: index for index, m in enumerate(messages)}
+        if positions is None:
+            positions = {m.message_uuid.int: index for index, m in enumerate(messages)}
+        self.positions = positions
         """Where each message stands in ``messages``, by uuid (as an int: a dict of ints
         is one the collector does not track)."""
         self.derived: dict[Hashable, Any] = {}
@@ -194,11 +215,7 @@ def extend_history(
     if tip != leaf:
         return None
     if replaced:
-        fresh = list(messages)
-        for index, message in replaced.items():
-            fresh[index] = message
-        fresh.extend(appended)
-        return KeptHistory(version, fresh)
+        return _replaced(kept, version, replaced, appended)
     # Appends only: the same list grows, so what was derived from it can grow too.
     untrack(*appended)
     for message in appended:
@@ -206,6 +223,34 @@ def extend_history(
         messages.append(message)
     kept.version = version
     return kept
+
+
+def _replaced(
+    kept: KeptHistory, version: Hashable, replaced: dict[int, Message], appended: list[Message]
+) -> KeptHistory:
+    """A new history: ``kept`` with messages ``replaced`` in place and ``appended``.
+
+    Every message keeps its uuid and its place, so the positions are copied, not built.
+    What was derived from ``kept`` is rewound to before the first message replaced
+    (:class:`Rewindable`; the rest is dropped, to be built again): the usual change is
+    at the end, where a rewind costs little and a rebuild would cost the whole history.
+    """
+    messages = kept.messages
+    fresh = list(messages)
+    for index, message in replaced.items():
+        fresh[index] = message
+    untrack(*replaced.values(), *appended)
+    positions = dict(kept.positions)
+    for message in appended:
+        positions[message.message_uuid.int] = len(fresh)
+        fresh.append(message)
+    built = KeptHistory(version, fresh, positions)
+    first = min(replaced)
+    dropped = messages[first:]
+    for key, value in kept.derived.items():
+        if isinstance(value, Rewindable):
+            built.derived[key] = value.rewound(first, dropped)
+    return built
 
 
 class HistoryCache:

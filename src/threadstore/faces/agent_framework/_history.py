@@ -49,6 +49,16 @@ _TAIL_MARGIN = 4
 """Stored messages read beyond the incoming count when looking for re-sent messages."""
 
 _READINGS = "threadstore.agent_framework.readings"
+
+
+class _Readings(list["Plain | None"]):
+    """Each kept message's plain reading, by position; kept with the store's history."""
+
+    def rewound(self, length: int, dropped: Sequence[Message]) -> _Readings:
+        """The readings of the first ``length`` messages (``store.Rewindable``)."""
+        return _Readings(self[:length])
+
+
 """Key of a kept history's ``derived`` holding its messages' plain readings, in order."""
 
 _NO_UPPER_BOUND = 2**62
@@ -136,7 +146,7 @@ class ThreadstoreHistoryProvider(HistoryProvider):
         # Each message's plain reading is kept with the store's history (which only
         # grows at its end, else is built anew) and extended as it grows: a load reads
         # the fields of only the messages new since the last. It holds strings only.
-        readings: list[Plain | None] = history.kept.derived.setdefault(_READINGS, [])
+        readings: _Readings = history.kept.derived.setdefault(_READINGS, _Readings())
         answered: set[str] = set()  # carried from piece to piece of a long history
         out: list[AFMessage] = []
 
