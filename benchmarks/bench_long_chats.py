@@ -10,7 +10,10 @@ builds what later runs extend; the others are the steady state. During each run 
 ticker task wakes every millisecond and records the longest gap between two
 wake-ups: the longest stretch the run held the event loop, or the machine ran
 something else (so also the event loop's own CPU time in that gap, which the
-machine's load does not inflate). With ``--connect``, last, a client connects to the
+machine's load does not inflate). Then three times a frontend tool's turn: a run that
+ends on a tool call, and the client's next run bringing its result (the median of the
+three result runs, and their longest stall): the result changes the last stored
+message instead of appending one. With ``--connect``, last, a client connects to the
 thread through the server's app (``GET /agui/threads/{id}/connect``, in process): the
 whole history as one ``MESSAGES_SNAPSHOT``, then exports the chat
 (``GET /api/chats/{id}/export``), each with the same ticker. The app is called as ASGI
@@ -59,6 +62,10 @@ from ag_ui.core import (
     TextMessageContentEvent,
     TextMessageEndEvent,
     TextMessageStartEvent,
+    ToolCallArgsEvent,
+    ToolCallEndEvent,
+    ToolCallStartEvent,
+    ToolMessage,
     UserMessage,
 )
 
@@ -94,6 +101,27 @@ class TinyAgent:
         yield TextMessageStartEvent(message_id=answer, role="assistant")
         yield TextMessageContentEvent(message_id=answer, delta="ok")
         yield TextMessageEndEvent(message_id=answer)
+        yield RunFinishedEvent(thread_id=input.thread_id, run_id=input.run_id)
+
+
+class AskingAgent:
+    """Ends a run on a call for the client to answer (a frontend tool), then answers."""
+
+    name = "asking"
+
+    async def run(self, input: RunAgentInput) -> AsyncIterator[BaseEvent]:
+        yield RunStartedEvent(thread_id=input.thread_id, run_id=input.run_id)
+        if input.messages and input.messages[-1].role == "tool":
+            yield TextMessageStartEvent(message_id=f"{input.run_id}-answer", role="assistant")
+            yield TextMessageContentEvent(message_id=f"{input.run_id}-answer", delta="ok")
+            yield TextMessageEndEvent(message_id=f"{input.run_id}-answer")
+        else:
+            call = f"{input.run_id}-call"
+            yield ToolCallStartEvent(
+                tool_call_id=call, tool_call_name="confirm", parent_message_id=f"{call}-m"
+            )
+            yield ToolCallArgsEvent(tool_call_id=call, delta="{}")
+            yield ToolCallEndEvent(tool_call_id=call)
         yield RunFinishedEvent(thread_id=input.thread_id, run_id=input.run_id)
 
 
@@ -153,12 +181,20 @@ async def longest_stall(work: Any) -> tuple[float, float, float]:
     return elapsed, gaps[0], gaps[1]
 
 
-async def one_run(store: Store, user: Any, run: int | str, thread: str = "long") -> None:
-    agent = StorageAgent("bench", user, store, store, TinyAgent(), run_repo=store)  # type: ignore[arg-type]
+async def one_run(
+    store: Store,
+    user: Any,
+    run: int | str,
+    thread: str = "long",
+    *,
+    inner: Any = None,
+    message: Any = None,
+) -> None:
+    agent = StorageAgent("bench", user, store, store, inner or TinyAgent(), run_repo=store)  # type: ignore[arg-type]
     run_input = RunAgentInput(
         thread_id=thread,
         run_id=f"run{run}",
-        messages=[UserMessage(id=f"ask{run}", content="one more question")],
+        messages=[message or UserMessage(id=f"ask{run}", content="one more question")],
         state=None,
         tools=[],
         context=[],
@@ -193,6 +229,17 @@ async def measure(url: str, messages: int, *, connect: bool = False) -> dict[str
             runs.append(elapsed)
             stalls.append(stall)
             steps.append(step)
+        answers = []
+        for run in range(3):  # a frontend tool: the client's result for the last call
+            await one_run(store, user, f"ask{run}", inner=AskingAgent())
+            result = ToolMessage(id=f"result{run}", tool_call_id=f"runask{run}-call", content="y")
+            answers.append(
+                await longest_stall(
+                    lambda run=run, result=result: one_run(
+                        store, user, f"answer{run}", inner=AskingAgent(), message=result
+                    )
+                )
+            )
         connected = exported = (0.0, 0.0, 0.0)
         if connect:
             async with served(store) as app:
@@ -212,6 +259,9 @@ async def measure(url: str, messages: int, *, connect: bool = False) -> dict[str
         "step_first": steps[0],
         "stall": max(stalls[1:]),
         "step": max(steps[1:]),
+        "answer": statistics.median(answer[0] for answer in answers),
+        "stall_answer": max(answer[1] for answer in answers),
+        "step_answer": max(answer[2] for answer in answers),
         "connect": connected[0],
         "stall_connect": connected[1],
         "step_connect": connected[2],
@@ -386,14 +436,14 @@ async def main() -> None:
     print(
         "| messages in the chat | append p50 | load, cold | its longest loop stall (CPU) "
         "| load, cached | first run | its longest loop stall (CPU) | next runs, median | x "
-        "| their longest loop stall (CPU) |"
+        "| their longest loop stall (CPU) | tool result run | its longest loop stall (CPU) |"
         + (
             " connect | its longest loop stall (CPU) | export | its longest loop stall (CPU) |"
             if args.connect
             else ""
         )
     )
-    print("|---" * (14 if args.connect else 10) + "|")
+    print("|---" * (16 if args.connect else 12) + "|")
     base: float | None = None
     for size in sizes:
         if args.backend == "sqlite":
@@ -413,7 +463,9 @@ async def main() -> None:
             f"| {ms(figures['cached'])} | {ms(figures['first'])} "
             f"| {ms(figures['stall_first'])} ({ms(figures['step_first'])}) "
             f"| {ms(figures['run'])} | {figures['run'] / base:.1f} "
-            f"| {ms(figures['stall'])} ({ms(figures['step'])}) |"
+            f"| {ms(figures['stall'])} ({ms(figures['step'])}) "
+            f"| {ms(figures['answer'])} "
+            f"| {ms(figures['stall_answer'])} ({ms(figures['step_answer'])}) |"
             + (
                 f" {ms(figures['connect'])} "
                 f"| {ms(figures['stall_connect'])} ({ms(figures['step_connect'])}) "

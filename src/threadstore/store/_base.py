@@ -849,6 +849,7 @@ class Store(abc.ABC):
                 if changed is not None:
                     extended = extend_history(kept, version, *changed)
                     if extended is not None:
+                        await extended.settle()
                         cache.extensions += 1
                         cache.keep(chat_uuid, extended)
                         return extended.view()

@@ -29,6 +29,7 @@ Being plain data, it is freed by reference counting once dropped.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from collections import OrderedDict
 from collections.abc import Hashable, Iterator, Sequence, Sized
@@ -114,11 +115,12 @@ class KeptHistory:
     ``n`` messages stays exact. Any other change builds a new ``KeptHistory``.
     """
 
-    __slots__ = ("derived", "messages", "positions", "version")
+    __slots__ = ("_replaces", "derived", "messages", "positions", "version")
 
     def __init__(
         self, version: Hashable, messages: list[Message], positions: dict[int, int] | None = None
     ) -> None:
+        self._replaces: tuple[KeptHistory, int] | None = None
         untrack(messages)
         self.version = version
         self.messages = messages
@@ -133,6 +135,23 @@ class KeptHistory:
     def view(self) -> HistoryView:
         """The history as it is now: later appends do not show in the view."""
         return HistoryView(self, len(self.messages))
+
+    async def settle(self) -> None:
+        """Take over what was derived from the history this one replaced, rewound.
+
+        For a history :func:`extend_history` made by replacing messages, before anyone
+        reads it: each :class:`Rewindable` item is rewound to before the first message
+        replaced, one item per turn of the event loop (each copies maps as long as the
+        history); the rest is left to be built again. A no-op for any other history.
+        """
+        if self._replaces is None:
+            return
+        replaced, first = self._replaces
+        self._replaces = None
+        for key, value in list(replaced.derived.items()):
+            if isinstance(value, Rewindable):
+                await asyncio.sleep(0)
+                self.derived[key] = value.rewound(first, replaced.messages[first:])
 
 
 class HistoryView(Sequence[Message]):
@@ -191,7 +210,8 @@ def extend_history(
     ``leaf`` is the chat's active leaf at ``version``. Messages not kept yet must chain
     from the last kept one to ``leaf``, each the parent of the next: they are
     appended. A kept message that changed without moving in the tree is replaced (a
-    new :class:`KeptHistory`, since views of the old one must not change); one read
+    new :class:`KeptHistory`, since views of the old one must not change; await its
+    :meth:`~KeptHistory.settle` before handing it out); one read
     again unchanged (a backend may return rows written at the kept version) is not. Anything
     else (a new branch, a moved leaf, a new root) returns ``None``: read it all again.
     """
@@ -231,9 +251,9 @@ def _replaced(
     """A new history: ``kept`` with messages ``replaced`` in place and ``appended``.
 
     Every message keeps its uuid and its place, so the positions are copied, not built.
-    What was derived from ``kept`` is rewound to before the first message replaced
-    (:class:`Rewindable`; the rest is dropped, to be built again): the usual change is
-    at the end, where a rewind costs little and a rebuild would cost the whole history.
+    What was derived from ``kept`` is rewound to before the first message replaced by
+    :meth:`KeptHistory.settle`, which the caller awaits: the usual change is at the end,
+    where a rewind costs little and a rebuild would cost the whole history.
     """
     messages = kept.messages
     fresh = list(messages)
@@ -245,11 +265,7 @@ def _replaced(
         positions[message.message_uuid.int] = len(fresh)
         fresh.append(message)
     built = KeptHistory(version, fresh, positions)
-    first = min(replaced)
-    dropped = messages[first:]
-    for key, value in kept.derived.items():
-        if isinstance(value, Rewindable):
-            built.derived[key] = value.rewound(first, dropped)
+    built._replaces = (kept, min(replaced))
     return built
 
 
