@@ -33,6 +33,7 @@ from threadstore import (
 )
 from threadstore.codec._messages import HistoryTranslator, translate_messages
 from threadstore.fold import HistoryIndex, pending_tool_calls, stored_ids
+from threadstore.store import finished
 from threadstore.store._history_cache import HistoryCache
 
 CHAT = uuid4()
@@ -274,3 +275,18 @@ def test_an_index_and_a_translation_rewound_to_a_prefix_grow_as_built_afresh(
     facts = index.at(len(history))
     assert {i for i in stored_ids(history) if i in facts.ids} == stored_ids(history)
     assert facts.pending == before[1].pending == pending_tool_calls(history)
+
+
+@settings(max_examples=50, deadline=None)
+@given(replayed_histories().filter(len))
+def test_a_rewind_gives_up_when_what_it_copies_grows_between_its_steps(
+    history: list[Message],
+) -> None:
+    index, translator = HistoryIndex(history[:-1]), HistoryTranslator()
+    translator.feed(history[:-1])
+    rewinds = [index.rewinding(0, history[:-1]), translator.rewinding(0, history[:-1])]
+    for steps in rewinds:
+        next(steps)  # the first map is copied; then a run feeds what it copies from
+    index.feed(history[-1:])
+    translator.feed(history[-1:])
+    assert [finished(steps) for steps in rewinds] == [None, None]  # to be built again

@@ -9,7 +9,7 @@ claiming the input's ids in the kept one: the input is not stored yet, and may n
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, overload
 from uuid import UUID
 
@@ -49,14 +49,19 @@ class _Translation:
         """A new list of the translation of the first ``length`` messages."""
         return self.translator.out[: self.ends[length - 1]] if length else []
 
-    def rewound(self, length: int, dropped: Sequence[Message]) -> _Translation:
-        """The translation of the first ``length`` messages (``store.Rewindable``)."""
+    def rewinding(
+        self, length: int, dropped: Sequence[Message]
+    ) -> Generator[None, None, _Translation | None]:
+        """The translation of the first ``length`` messages, in steps (``store.Rewindable``)."""
         fed = len(self.ends)
         kept = min(length, fed)
-        rewound = _Translation()
-        rewound.translator = self.translator.rewound(
+        translator = yield from self.translator.rewinding(
             self.ends[kept - 1] if kept else 0, dropped[: fed - kept]
         )
+        if translator is None or len(self.ends) != fed:
+            return None
+        rewound = _Translation()
+        rewound.translator = translator
         rewound.ends.extend(self.ends[:kept])
         return rewound
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Container, Iterable, Sequence
+from collections.abc import Container, Generator, Iterable, Sequence
 from typing import Any, Generic, TypeVar
 from uuid import UUID
 
@@ -30,7 +30,7 @@ from threadstore.models import (
     TextPart,
     ToolCall,
 )
-from threadstore.store import untrack
+from threadstore.store import finished, untrack
 
 __all__ = [
     "AGUI_METADATA_KEY",
@@ -302,20 +302,32 @@ class HistoryTranslator:
         if self._kept:
             untrack(*self.out[start:])
 
-    def rewound(self, length: int, dropped: Iterable[Message]) -> HistoryTranslator:
+    def rewound(self, length: int, dropped: Sequence[Message]) -> HistoryTranslator:
         """A new translator as this one was before the messages ``dropped`` were fed.
 
         ``dropped``: the messages fed last, whose translation is :attr:`out` from
         ``length`` on. Every id a message claimed is the id of an AG-UI message it added
         there, so taking those back out of the copies is exact; this one is unchanged.
         """
+        rewound = finished(self.rewinding(length, dropped))
+        assert rewound is not None  # nothing fed this one meanwhile
+        return rewound
+
+    def rewinding(
+        self, length: int, dropped: Sequence[Message]
+    ) -> Generator[None, None, HistoryTranslator | None]:
+        """:meth:`rewound` in steps (``store.Rewindable``); ``None`` if fed meanwhile."""
+        fed = (len(self.out), len(self._seen))  # every message fed adds to one or both
         rewound = HistoryTranslator()
         rewound._kept = self._kept
-        rewound.out = self.out[:length]
         used = set(self._ids._used)  # type: ignore[arg-type]
+        yield
+        rewound._seen = set(self._seen)
+        if (len(self.out), len(self._seen)) != fed:
+            return None
+        rewound.out = self.out[:length]
         used.difference_update(message.id for message in self.out[length:])
         rewound._ids = _Ids(used)
-        rewound._seen = set(self._seen)
         rewound._seen.difference_update(message.message_uuid for message in dropped)
         if self._kept:
             untrack(rewound._ids._used, rewound._seen, rewound.out)

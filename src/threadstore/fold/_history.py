@@ -9,7 +9,7 @@ only the few tool calls still waiting for a result are held in tracked lists.
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Container, Generator, Iterable, Iterator, Mapping, Sequence
 from typing import NamedTuple
 from uuid import UUID
 
@@ -20,7 +20,7 @@ from threadstore.codec import (
     tool_result_message_id,
 )
 from threadstore.models import Message, Role, ToolCall
-from threadstore.store import untrack
+from threadstore.store import finished, untrack
 
 __all__ = [
     "HistoryIndex",
@@ -126,20 +126,32 @@ class HistoryIndex:
                     self.pending.setdefault(call.tool_call_id, []).append((at, call))
 
     def rewound(self, length: int, dropped: Sequence[Message]) -> HistoryIndex:
-        """A new index of the first ``length`` messages (``store.Rewindable``).
+        """A new index of the first ``length`` messages; this one is unchanged.
 
         ``dropped``: the messages from ``length`` on, as fed. Only their entries are
         taken out of copies of the maps, so the cost is theirs, not the history's.
         """
-        count = min(length, self.count)
+        rewound = finished(self.rewinding(length, dropped))
+        assert rewound is not None  # nothing fed this one meanwhile
+        return rewound
+
+    def rewinding(
+        self, length: int, dropped: Sequence[Message]
+    ) -> Generator[None, None, HistoryIndex | None]:
+        """:meth:`rewound` in steps (``store.Rewindable``); ``None`` if fed meanwhile."""
+        fed = self.count
+        count = min(length, fed)
         rewound = HistoryIndex()
         rewound.count = count
         rewound.ids = dict(self.ids)
+        yield
         rewound.messages = dict(self.messages)
         rewound.assistant = dict(self.assistant)
         rewound.pending = {key: list(calls) for key, calls in self.pending.items()}
         rewound.uuids.extend(self.uuids[:count])
-        for message in dropped[: self.count - count]:
+        if self.count != fed:
+            return None
+        for message in dropped[: fed - count]:
             keys = [*_echoable(message), str(message.message_uuid)]
             for positions in (rewound.ids, rewound.messages):
                 for key in keys:

@@ -32,8 +32,8 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections import OrderedDict
-from collections.abc import Hashable, Iterator, Sequence, Sized
-from typing import Any, Protocol, overload, runtime_checkable
+from collections.abc import Generator, Hashable, Iterator, Sequence, Sized
+from typing import Any, Protocol, TypeVar, overload, runtime_checkable
 from uuid import UUID
 
 from threadstore.models import Message, Reasoning, ToolCall
@@ -48,7 +48,10 @@ __all__ = [
     "Rewindable",
     "copy_messages",
     "extend_history",
+    "finished",
 ]
+
+_T = TypeVar("_T")
 
 DEFAULT_HISTORY_CACHE_MESSAGES = 250_000
 """Default bound of a store's history cache, in messages (0 disables it)."""
@@ -97,14 +100,26 @@ def copy_messages(messages: Sequence[Message]) -> list[Message]:
 class Rewindable(Protocol):
     """Something derived from a kept history that can be had for a prefix of it."""
 
-    def rewound(self, length: int, dropped: Sequence[Message]) -> object:
-        """A new one, derived from the history's first ``length`` messages alone.
+    def rewinding(self, length: int, dropped: Sequence[Message]) -> Generator[None, None, Any]:
+        """Steps that make a new one, derived from the history's first ``length`` alone.
 
         ``dropped``: the messages it was also derived from, the history's from ``length``
-        on (as they were then). ``self`` must not change: views of the history it was
-        derived from may still use it.
+        on (as they were then). Each ``yield`` is a turn of the event loop given back
+        between copies of long maps; the generator returns the new one, or ``None`` when
+        ``self`` was fed meanwhile (then its copies may disagree: build it again).
+        ``self`` must not change: views of the history it was derived from may still
+        use it.
         """
         ...
+
+
+def finished(steps: Generator[None, None, _T]) -> _T:
+    """Run a :meth:`Rewindable.rewinding` to its end at once, and return what it made."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
 
 
 class KeptHistory:
@@ -141,17 +156,26 @@ class KeptHistory:
 
         For a history :func:`extend_history` made by replacing messages, before anyone
         reads it: each :class:`Rewindable` item is rewound to before the first message
-        replaced, one item per turn of the event loop (each copies maps as long as the
-        history); the rest is left to be built again. A no-op for any other history.
+        replaced, a step of it per turn of the event loop (a step copies a map as long
+        as the history); the rest is left to be built again. A no-op for any other
+        history.
         """
         if self._replaces is None:
             return
         replaced, first = self._replaces
         self._replaces = None
         for key, value in list(replaced.derived.items()):
-            if isinstance(value, Rewindable):
+            if not isinstance(value, Rewindable):
+                continue
+            steps = value.rewinding(first, replaced.messages[first:])
+            while True:
                 await asyncio.sleep(0)
-                self.derived[key] = value.rewound(first, replaced.messages[first:])
+                try:
+                    next(steps)
+                except StopIteration as done:
+                    if done.value is not None:
+                        self.derived[key] = done.value
+                    break
 
 
 class HistoryView(Sequence[Message]):

@@ -8,7 +8,7 @@ with ``AgentSession.from_dict`` anywhere finds its history again.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -49,17 +49,19 @@ _TAIL_MARGIN = 4
 """Stored messages read beyond the incoming count when looking for re-sent messages."""
 
 _READINGS = "threadstore.agent_framework.readings"
+"""Key of a kept history's ``derived`` holding its messages' plain readings, in order."""
 
 
 class _Readings(list["Plain | None"]):
     """Each kept message's plain reading, by position; kept with the store's history."""
 
-    def rewound(self, length: int, dropped: Sequence[Message]) -> _Readings:
+    def rewinding(
+        self, length: int, dropped: Sequence[Message]
+    ) -> Generator[None, None, _Readings]:
         """The readings of the first ``length`` messages (``store.Rewindable``)."""
+        yield
         return _Readings(self[:length])
 
-
-"""Key of a kept history's ``derived`` holding its messages' plain readings, in order."""
 
 _NO_UPPER_BOUND = 2**62
 """A ``before`` cursor past every message, to read the newest page."""
@@ -143,9 +145,10 @@ class ThreadstoreHistoryProvider(HistoryProvider):
         if chat is None:
             return []
         history = await self.store.read_history(chat.chat_uuid)
-        # Each message's plain reading is kept with the store's history (which only
-        # grows at its end, else is built anew) and extended as it grows: a load reads
-        # the fields of only the messages new since the last. It holds strings only.
+        # Each message's plain reading is kept with the store's history (which grows at
+        # its end, is rewound when a message changes in place, else is built anew) and
+        # extended as it grows: a load reads the fields of only the messages new since
+        # the last. It holds strings only.
         readings: _Readings = history.kept.derived.setdefault(_READINGS, _Readings())
         answered: set[str] = set()  # carried from piece to piece of a long history
         out: list[AFMessage] = []
