@@ -7,7 +7,8 @@ pieces equal what the whole history gives at once.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Generator
+from typing import TypeVar
 from uuid import uuid4
 
 import pytest
@@ -33,10 +34,19 @@ from threadstore import (
 )
 from threadstore.codec._messages import HistoryTranslator, translate_messages
 from threadstore.fold import HistoryIndex, pending_tool_calls, stored_ids
-from threadstore.store import finished
 from threadstore.store._history_cache import HistoryCache
 
 CHAT = uuid4()
+_T = TypeVar("_T")
+
+
+def finished(steps: Generator[None, None, _T]) -> _T:
+    """Run a ``store.Rewindable.rewinding`` to its end at once; what it made."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
 
 
 @st.composite
@@ -252,8 +262,9 @@ def test_an_index_and_a_translation_rewound_to_a_prefix_grow_as_built_afresh(
         tail = [*answered, *tail]
     tail = [m.model_copy(update={"seq": len(prefix) + n}) for n, m in enumerate(tail)]
 
-    rewound_index = index.rewound(at, history[at:])
-    rewound = translator.rewound(len(translate_messages(prefix)), history[at:])
+    rewound_index = finished(index.rewinding(at, history[at:]))
+    rewound = finished(translator.rewinding(len(translate_messages(prefix)), history[at:]))
+    assert rewound_index is not None and rewound is not None  # nothing fed them meanwhile
     rewound_index.feed(tail)
     rewound.feed(tail)
 

@@ -34,8 +34,8 @@ class _Translation:
 
     __slots__ = ("ends", "translator")
 
-    def __init__(self) -> None:
-        self.translator = HistoryTranslator(kept=True)
+    def __init__(self, translator: HistoryTranslator | None = None) -> None:
+        self.translator = translator or HistoryTranslator(kept=True)
         self.ends: list[int] = []
         untrack(self.ends)
 
@@ -60,8 +60,7 @@ class _Translation:
         )
         if translator is None or len(self.ends) != fed:
             return None
-        rewound = _Translation()
-        rewound.translator = translator
+        rewound = _Translation(translator)
         rewound.ends.extend(self.ends[:kept])
         return rewound
 

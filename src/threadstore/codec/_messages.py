@@ -30,7 +30,7 @@ from threadstore.models import (
     TextPart,
     ToolCall,
 )
-from threadstore.store import finished, untrack
+from threadstore.store import untrack
 
 __all__ = [
     "AGUI_METADATA_KEY",
@@ -302,21 +302,16 @@ class HistoryTranslator:
         if self._kept:
             untrack(*self.out[start:])
 
-    def rewound(self, length: int, dropped: Sequence[Message]) -> HistoryTranslator:
-        """A new translator as this one was before the messages ``dropped`` were fed.
+    def rewinding(
+        self, length: int, dropped: Sequence[Message]
+    ) -> Generator[None, None, HistoryTranslator | None]:
+        """Steps to a new translator as this one was before ``dropped`` were fed.
 
         ``dropped``: the messages fed last, whose translation is :attr:`out` from
         ``length`` on. Every id a message claimed is the id of an AG-UI message it added
         there, so taking those back out of the copies is exact; this one is unchanged.
+        Returns ``None`` if this one was fed between the steps (``store.Rewindable``).
         """
-        rewound = finished(self.rewinding(length, dropped))
-        assert rewound is not None  # nothing fed this one meanwhile
-        return rewound
-
-    def rewinding(
-        self, length: int, dropped: Sequence[Message]
-    ) -> Generator[None, None, HistoryTranslator | None]:
-        """:meth:`rewound` in steps (``store.Rewindable``); ``None`` if fed meanwhile."""
         fed = (len(self.out), len(self._seen))  # every message fed adds to one or both
         rewound = HistoryTranslator()
         rewound._kept = self._kept

@@ -20,7 +20,7 @@ from threadstore.codec import (
     tool_result_message_id,
 )
 from threadstore.models import Message, Role, ToolCall
-from threadstore.store import finished, untrack
+from threadstore.store import untrack
 
 __all__ = [
     "HistoryIndex",
@@ -125,20 +125,15 @@ class HistoryIndex:
                 if call.content is None and call.result_message_id is None:
                     self.pending.setdefault(call.tool_call_id, []).append((at, call))
 
-    def rewound(self, length: int, dropped: Sequence[Message]) -> HistoryIndex:
-        """A new index of the first ``length`` messages; this one is unchanged.
-
-        ``dropped``: the messages from ``length`` on, as fed. Only their entries are
-        taken out of copies of the maps, so the cost is theirs, not the history's.
-        """
-        rewound = finished(self.rewinding(length, dropped))
-        assert rewound is not None  # nothing fed this one meanwhile
-        return rewound
-
     def rewinding(
         self, length: int, dropped: Sequence[Message]
     ) -> Generator[None, None, HistoryIndex | None]:
-        """:meth:`rewound` in steps (``store.Rewindable``); ``None`` if fed meanwhile."""
+        """Steps to a new index of the first ``length`` messages; this one is unchanged.
+
+        ``dropped``: the messages from ``length`` on, as fed. Only their entries are
+        taken out of copies of the maps, so the cost is theirs, not the history's.
+        Returns ``None`` if this one was fed between the steps (``store.Rewindable``).
+        """
         fed = self.count
         count = min(length, fed)
         rewound = HistoryIndex()

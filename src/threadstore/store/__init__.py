@@ -30,7 +30,7 @@ from threadstore.store._base import (
     capabilities_of,
 )
 from threadstore.store._copies import message_create, reasoning_create, tool_call_create
-from threadstore.store._history_cache import HistoryView, Rewindable, finished
+from threadstore.store._history_cache import HistoryView, Rewindable
 from threadstore.store._offload import (
     OFF_LOOP_ITEMS,
     dropped_in_steps,
@@ -89,7 +89,6 @@ __all__ = [
     "capabilities_of",
     "create_store",
     "dropped_in_steps",
-    "finished",
     "in_steps",
     "joined_in_steps",
     "message_create",

@@ -33,7 +33,7 @@ import asyncio
 import copy
 from collections import OrderedDict
 from collections.abc import Generator, Hashable, Iterator, Sequence, Sized
-from typing import Any, Protocol, TypeVar, overload, runtime_checkable
+from typing import Any, Protocol, overload, runtime_checkable
 from uuid import UUID
 
 from threadstore.models import Message, Reasoning, ToolCall
@@ -48,10 +48,7 @@ __all__ = [
     "Rewindable",
     "copy_messages",
     "extend_history",
-    "finished",
 ]
-
-_T = TypeVar("_T")
 
 DEFAULT_HISTORY_CACHE_MESSAGES = 250_000
 """Default bound of a store's history cache, in messages (0 disables it)."""
@@ -111,15 +108,6 @@ class Rewindable(Protocol):
         use it.
         """
         ...
-
-
-def finished(steps: Generator[None, None, _T]) -> _T:
-    """Run a :meth:`Rewindable.rewinding` to its end at once, and return what it made."""
-    while True:
-        try:
-            next(steps)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
 
 
 class KeptHistory:
@@ -283,7 +271,6 @@ def _replaced(
     fresh = list(messages)
     for index, message in replaced.items():
         fresh[index] = message
-    untrack(*replaced.values(), *appended)
     positions = dict(kept.positions)
     for message in appended:
         positions[message.message_uuid.int] = len(fresh)
