@@ -759,6 +759,56 @@ async def test_event_handlers_registry_resolves_subclasses_and_unknown_events(
     assert agent.unknown == ["EventType.RAW"]
 
 
+class NotingAgent(StorageAgent):
+    """Stores each CUSTOM event as a message of its own, left in progress, outside the fold."""
+
+    @classmethod
+    def event_handlers(cls) -> dict[type[BaseEvent], str]:
+        return {**super().event_handlers(), CustomEvent: "handle_note"}
+
+    async def handle_note(self, state: ConversationFold, chat: Chat, event: CustomEvent) -> None:
+        await self.message_repo.create_message(
+            MessageCreate(
+                chat_uuid=chat.chat_uuid,
+                role=Role.ASSISTANT,
+                content=f"note: {event.value}",
+                run_id=state.run_id,
+                in_progress=True,
+            )
+        )
+
+
+async def test_records_a_handler_wrote_outside_the_fold_are_finalized_with_the_run(
+    memory: Store,
+) -> None:
+    script = [run_started(), AppEvent(name="note", value="kept"), run_finished()]
+    spy = StoreSpy(memory)
+    agent = make_agent(spy, ScriptedAgent(script), cls=NotingAgent)
+
+    await collect(agent.run(run_input()))
+
+    (note,) = await history(memory)
+    assert (note.content, note.status, note.in_progress) == ("note: kept", COMPLETE, False)
+    assert spy.calls["finalize_run_records"] == 1
+
+
+async def test_a_run_only_the_fold_wrote_skips_the_sweep_of_leftover_records(
+    memory: Store,
+) -> None:
+    # The final flush writes each of the fold's records in its terminal status, so
+    # nothing of the run can be left in progress: no finalize_run_records statements.
+    spy = StoreSpy(memory)
+    agent = make_agent(spy, ScriptedAgent(full_turn(run_id="run-1")))
+
+    await collect(agent.run(run_input()))
+
+    messages = await history(memory)
+    records = [*messages, *(call for m in messages for call in m.tool_calls)]
+    assert records and all(not r.in_progress and r.status is COMPLETE for r in records)
+    assert spy.calls["finalize_run_records"] == 0
+    assert spy.calls["finish_run"] == 1
+
+
 class ShoutingAgent(StorageAgent):
     """Stores text upper-cased (the client still gets the original deltas)."""
 

@@ -278,6 +278,8 @@ class RunPersister:
         self._waiters: list[tuple[Callable[[], bool], asyncio.Future[None]]] = []
         self._handling: BaseEvent | None = None
         """The event whose overridden handler the fold task is awaiting, if any."""
+        self._custom_handled = False
+        """An overridden handler ran: it may have written records the fold does not know."""
         self._kinds: dict[type[BaseEvent], HandlerKind] = {}
         """Per event class: what its handler does (asked once per class)."""
         self.delta_kinds = frozenset(
@@ -489,6 +491,7 @@ class RunPersister:
     async def _apply(self, event: BaseEvent) -> None:
         handler = self.agent.handler(type(event))
         self._handling = event
+        self._custom_handled = True
         try:
             await handler(self.fold, self.chat, event)
         except Exception:
@@ -759,7 +762,7 @@ class RunPersister:
             exc_info=exc,
         )
         # Best effort, one write at a time: the run says why its history is short.
-        for op in self._final_ops(MessageStatus.ERRORED, RunStatus.ERRORED, reason):
+        for op in self._final_ops(MessageStatus.ERRORED, RunStatus.ERRORED, reason, sweep=True):
             try:
                 await self._commit([op])
             except Exception as final_exc:
@@ -843,13 +846,24 @@ class RunPersister:
         return ops, deferred
 
     def _final_ops(
-        self, status: MessageStatus, run_status: RunStatus, error: str | None
+        self,
+        status: MessageStatus,
+        run_status: RunStatus,
+        error: str | None,
+        *,
+        sweep: bool = False,
     ) -> list[_Op]:
+        """The writes that close the run: its leftover records (when some may be), its row.
+
+        The final flush writes every record the fold made in its terminal status, so
+        ``finalize_run_records`` (three statements on SQL stores) only runs when records
+        may be left in progress: an overridden handler ran (it may have written records
+        the fold does not know), or ``sweep`` (the run gives up on its own writes).
+        """
         chat_uuid, run_id = self.chat.chat_uuid, self.fold.run_id
         ops: list[_Op] = []
         message_repo = self.agent.message_repo
-        if capabilities_of(message_repo).run_records:
-            # Catches records of this run written outside the fold (custom handlers).
+        if capabilities_of(message_repo).run_records and (sweep or self._custom_handled):
             ops.append(_Op(message_repo, FinalizeRunRecords(chat_uuid, run_id, status), final=True))
         run_repo = self.agent.run_repo
         if run_repo is not None:
