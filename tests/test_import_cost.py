@@ -97,3 +97,11 @@ def test_an_unknown_name_is_still_an_attribute_error() -> None:
 
     with pytest.raises(AttributeError, match="NoSuchName"):
         _ = threadstore.NoSuchName
+
+
+def test_the_demo_agent_imports_without_the_web_framework(tmp_path: Path) -> None:
+    modules = loaded_after("from threadstore.server import DemoAgent", tmp_path)
+
+    assert "threadstore.server._demo_agent" in modules
+    loaded = {name.split(".", 1)[0] for name in modules}
+    assert loaded & {"fastapi", "starlette", "uvicorn", "typer", "rich"} == set()

@@ -113,7 +113,15 @@ def create_store(url: str, **options: Any) -> Store:
 
         return SQLiteStore(url, **options)
     if scheme in ("postgres", "postgresql"):
-        from threadstore.store.postgres import PostgresStore
+        try:
+            from threadstore.store.postgres import PostgresStore
+        except ModuleNotFoundError as error:
+            # The driver is an extra: a bare install runs SQLite and memory stores only.
+            if error.name != "asyncpg":
+                raise
+            raise ConfigurationError(
+                'the PostgreSQL store needs asyncpg: pip install "threadstore[postgres]"'
+            ) from None
 
         store: Store = PostgresStore(url, **options)
         return store
