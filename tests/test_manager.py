@@ -4,7 +4,6 @@ bounded buffers, heartbeat and sweep."""
 from __future__ import annotations
 
 import asyncio
-import gc
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -321,32 +320,6 @@ async def test_a_reader_takes_every_buffered_event_in_one_batch_and_loses_none()
         for event_id, event in enumerate(batch, first)
     ]
     assert flattened == list(enumerate(events, start=1))[2:]
-
-
-async def test_the_log_keeps_plain_deltas_out_of_the_collector_and_everything_else_in_it() -> None:
-    handle = RunHandle(THREAD, RUN, FedAgent(), max_buffered_events=None)
-    plain = TextMessageContentEvent(message_id="m1", delta="hi")
-    with_raw = TextMessageContentEvent(message_id="m1", delta="hi", raw_event={"chunk": [1]})
-    custom = CustomEvent(name="progress", value={"done": [1, 2]})
-    for event in (plain, with_raw, custom):
-        handle._append(event)
-    assert not gc.is_tracked(plain)
-    assert not gc.is_tracked(plain.__pydantic_fields_set__)
-    # Anything that may hold a caller's objects stays for the collector to look after.
-    assert gc.is_tracked(with_raw) and gc.is_tracked(custom)
-    assert [event async for _, batch in _one_batch(handle) for event in batch] == [
-        plain,
-        with_raw,
-        custom,
-    ]
-
-
-async def _one_batch(handle: RunHandle[Any]) -> AsyncIterator[tuple[int, list[BaseEvent]]]:
-    batches = handle.numbered_batches()
-    try:
-        yield await anext(batches)
-    finally:
-        await batches.aclose()
 
 
 async def test_a_reader_cancelled_while_waiting_leaves_the_others_undisturbed() -> None:

@@ -1,8 +1,8 @@
-"""``Store.read_history``: the shared, uncopied history the faces and runs convert at once.
+"""``Store.read_history``: the whole history the faces and runs convert at once.
 
-Its reference is ``get_chat_messages``; from the history cache it hands out the cached
-records themselves. Every test runs on every backend; what a ``get_chat_messages``
-caller gets stays a copy of its own.
+Its reference is ``get_chat_messages``; from the history cache it builds new models of
+the compact entries kept, so what any reader gets is its own. Every test runs on every
+backend.
 """
 
 from __future__ import annotations
@@ -90,8 +90,7 @@ async def test_what_get_chat_messages_hands_out_stays_apart_from_what_read_gets(
 ) -> None:
     chat = await _rich_chat(store)
     await store.get_chat_messages(chat.chat_uuid)
-    # The first read after a write fills the cache, where the backend caches: with a
-    # copy of what it hands out, or (read_history) with what it hands out itself.
+    # The first read after a write fills the cache, where the backend caches.
     await store.create_message(MessageCreate(chat_uuid=chat.chat_uuid, content="later"))
     if first == "get_chat_messages":
         reference = _dumps(await store.get_chat_messages(chat.chat_uuid))
@@ -100,9 +99,10 @@ async def test_what_get_chat_messages_hands_out_stays_apart_from_what_read_gets(
 
     one = await read(store, chat.chat_uuid, list)
     two = await read(store, chat.chat_uuid, list)
-    if store.history_cache is not None:
-        # The point of the read: the cache's own records, with no copy made per read.
-        assert all(a is b for a, b in zip(one, two, strict=True))
+    # Each read is the reader's own: changing it changes no other read.
+    assert _dumps(one) == _dumps(two)
+    assert not any(a is b for a, b in zip(one, two, strict=True))
+    one[0].metadata["nested"]["list"].append("changed by a reader")
 
     handed_out = await store.get_chat_messages(chat.chat_uuid)
     assert not any(a is b for a, b in zip(one, handed_out, strict=True))

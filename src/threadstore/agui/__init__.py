@@ -4,10 +4,11 @@ It sits on the fold and the codec below it; ``threadstore`` loads it on first us
 one of its names, so ``import threadstore`` never pulls in the AG-UI SDK.
 """
 
-from threadstore.agui._agent import AGUIAgent, AGUIStorageAgent, StorageAgent, kept_translation
+from threadstore.agui._agent import AGUIAgent, AGUIStorageAgent, StorageAgent
 from threadstore.agui._chat_persist import ChatPersistingAgent, ChatPersistOptions
 from threadstore.agui._compact import compact_events
 from threadstore.agui._distributed import DistributedRunManager
+from threadstore.agui._given import TRANSLATION, kept_translation
 from threadstore.agui._manager import (
     EventsDroppedError,
     RunHandle,
@@ -28,6 +29,7 @@ from threadstore.codec import (
 )
 
 __all__ = [
+    "TRANSLATION",
     "AGUIAgent",
     "AGUIStorageAgent",
     "ChatPersistOptions",

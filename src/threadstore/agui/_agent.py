@@ -60,7 +60,13 @@ from ag_ui.core import (
     UserMessage,
 )
 
-from threadstore.agui._given import Appended, as_stored, kept_translation, translation_after
+from threadstore.agui._given import (
+    TRANSLATION,
+    Appended,
+    as_stored,
+    kept_translation,
+    translation_after,
+)
 from threadstore.agui._window import HistoryWindow
 from threadstore.agui._writer import EventHandler, HandlerKind, PersisterConfig, RunPersister
 from threadstore.codec import (
@@ -75,7 +81,13 @@ from threadstore.codec import (
     translate_messages,
 )
 from threadstore.errors import ConflictError, InvalidInputError, RunLiveError, StoreError
-from threadstore.fold import ConversationFold, HistoryIndex, IdsAdded, StoredFacts
+from threadstore.fold import (
+    HISTORY_INDEX,
+    ConversationFold,
+    HistoryIndex,
+    IdsAdded,
+    StoredFacts,
+)
 from threadstore.models import (
     Chat,
     ChatCreate,
@@ -91,7 +103,6 @@ from threadstore.models import (
     utcnow,
 )
 from threadstore.store import (
-    OFF_LOOP_ITEMS,
     ChatRepositoryLike,
     HistoryView,
     MessageRepositoryLike,
@@ -565,7 +576,7 @@ class StorageAgent:
             if given is not whole:
                 return await off_loop(given, translate_messages, given)
         if isinstance(history, HistoryView):
-            return await translation_after(history, added)
+            return translation_after(history, added)
         return translate_messages(added) if not history else None
 
     async def _write(
@@ -706,7 +717,7 @@ class StorageAgent:
             if created is not None:
                 history = created
             elif branch is None:
-                # A store reads only what these writes changed (store/_history_cache.py).
+                # A store reads only what these writes changed (store/_history.py).
                 history = await self._history(chat)
             facts = await _facts(history)
         return history, facts
@@ -776,7 +787,7 @@ class StorageAgent:
         if isinstance(repo, Store):
             # Kept by the store and extended by what changed since its last read, not
             # copied: nothing in a run changes a stored message.
-            return await repo.read_history(chat.chat_uuid)
+            return await repo.read_history(chat.chat_uuid, HISTORY_INDEX, TRANSLATION)
         history = list(await repo.get_chat_messages(chat.chat_uuid))
         await off_loop(history, self._check_chat, chat, history)
         return history
@@ -785,7 +796,7 @@ class StorageAgent:
         """The translated history the inner agent is given (``input.messages``)."""
         given = history if self.history_window is None else self.history_window.select(history)
         if self._default_translation and isinstance(given, HistoryView):
-            return await kept_translation(given)
+            return kept_translation(given)
         # Whole-history work: off the event loop for a long chat (see store.offload).
         return await off_loop(given, self.translate, given)
 
@@ -1229,24 +1240,10 @@ def _echoed_point(
     return _last_echoed(input, find)
 
 
-_INDEX = "threadstore.agui.history_index"
-
-
 async def _facts(history: Sequence[Message]) -> StoredFacts:
-    """What ``history`` holds: from the index kept with a store's history, grown as it grows."""
-    if not isinstance(history, HistoryView):
-        built = HistoryIndex()
-        await in_steps(history, built.feed)
-        return built.at(len(history))
-    derived = history.kept.derived
-    index: HistoryIndex | None = derived.get(_INDEX)
-    if index is None or len(history) - index.count >= OFF_LOOP_ITEMS:
-        # Built (or caught up after many appends) in steps: a fresh index, kept once
-        # whole, so the one other runs may be reading never changes under them.
-        index = HistoryIndex()
-        await in_steps(history, index.feed)
-        if index.count >= getattr(derived.get(_INDEX), "count", 0):
-            derived[_INDEX] = index
-    elif index.count < len(history):
-        index.feed(history[index.count :])
-    return index.at(len(history))
+    """What ``history`` holds: from the index kept with a store's history, or built now."""
+    if isinstance(history, HistoryView):
+        return history.derived(HISTORY_INDEX).at(len(history))
+    built = HistoryIndex()
+    await in_steps(history, built.feed)
+    return built.at(len(history))

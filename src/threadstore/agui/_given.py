@@ -1,6 +1,6 @@
 """What a storage agent's inner agent is given: the translated history, kept and grown.
 
-A store keeps each chat's history between runs (``store/_history_cache.py``); the AG-UI
+A store keeps each chat's history between runs (``store/_history.py``); the AG-UI
 translation of it is kept beside it, so a run translates only what was appended since
 the last one. A run that starts before its input is stored (the storage agent's early
 start) is given the kept translation followed by its input's, worked out without
@@ -9,35 +9,28 @@ claiming the input's ids in the kept one: the input is not stored yet, and may n
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, overload
 from uuid import UUID
 
 from threadstore.codec import HistoryTranslator
 from threadstore.models import Message, MessageCreate
-from threadstore.store import OFF_LOOP_ITEMS, HistoryView, in_steps, untrack
+from threadstore.store import Derivation, HistoryView
 
 if TYPE_CHECKING:
     import ag_ui.core
 
-__all__ = ["Appended", "as_stored", "kept_translation", "translation_after"]
-
-_TRANSLATION = "threadstore.agui.translation"
+__all__ = ["TRANSLATION", "Appended", "as_stored", "kept_translation", "translation_after"]
 
 
 class _Translation:
-    """A kept history's translation, and where each message's part of it ends.
-
-    Kept as long as the history, untracked by the cyclic collector as the history is
-    (``HistoryTranslator(kept=True)``).
-    """
+    """A kept history's translation, and where each message's part of it ends."""
 
     __slots__ = ("ends", "translator")
 
     def __init__(self, translator: HistoryTranslator | None = None) -> None:
-        self.translator = translator or HistoryTranslator(kept=True)
+        self.translator = translator or HistoryTranslator()
         self.ends: list[int] = []
-        untrack(self.ends)
 
     def feed(self, messages: Sequence[Message]) -> None:
         translator, ends = self.translator, self.ends
@@ -49,48 +42,38 @@ class _Translation:
         """A new list of the translation of the first ``length`` messages."""
         return self.translator.out[: self.ends[length - 1]] if length else []
 
-    def rewinding(
-        self, length: int, dropped: Sequence[Message]
-    ) -> Generator[None, None, _Translation | None]:
-        """The translation of the first ``length`` messages, in steps (``store.Rewindable``)."""
-        fed = len(self.ends)
-        kept = min(length, fed)
-        translator = yield from self.translator.rewinding(
-            self.ends[kept - 1] if kept else 0, dropped[: fed - kept]
-        )
-        if translator is None or len(self.ends) != fed:
-            return None
-        rewound = _Translation(translator)
-        rewound.ends.extend(self.ends[:kept])
+
+class _TranslationDerivation:
+    """The AG-UI translation a store keeps with a history (``store.Derivation``)."""
+
+    def start(self) -> _Translation:
+        return _Translation()
+
+    def feed(self, value: _Translation, messages: Sequence[Message]) -> None:
+        value.feed(messages)
+
+    def rewound(self, value: _Translation, length: int, dropped: Sequence[Message]) -> _Translation:
+        kept = min(length, len(value.ends))
+        end = value.ends[kept - 1] if kept else 0
+        rewound = _Translation(value.translator.rewound(end, dropped[: len(value.ends) - kept]))
+        rewound.ends.extend(value.ends[:kept])
         return rewound
 
 
-async def _kept(history: HistoryView) -> _Translation:
-    """The kept translation of ``history``'s chat, brought at least to ``len(history)``."""
-    derived = history.kept.derived
-    kept: _Translation | None = derived.get(_TRANSLATION)
-    if kept is None or len(history) - len(kept.ends) >= OFF_LOOP_ITEMS:
-        kept = _Translation()
-        await in_steps(history, kept.feed)
-        if len(kept.ends) >= len(getattr(derived.get(_TRANSLATION), "ends", ())):
-            derived[_TRANSLATION] = kept
-    elif len(kept.ends) < len(history):
-        kept.feed(history[len(kept.ends) :])
-    return kept
+TRANSLATION: Derivation[_Translation] = _TranslationDerivation()
+"""The translation kept with a chat's history: ``read_history(chat, TRANSLATION)``."""
 
 
-async def kept_translation(history: HistoryView) -> list[ag_ui.core.Message]:
+def kept_translation(history: HistoryView) -> list[ag_ui.core.Message]:
     """``translate_messages(history)``, kept with the store's history and grown with it.
 
-    The AG-UI messages are shared between runs and readers (the list is each caller's
-    own): nobody may change them, as nobody may change the stored messages. A long
-    history is translated in steps the first time; later calls translate only what was
-    appended since.
+    ``history`` is read with :data:`TRANSLATION`. The AG-UI messages are shared between
+    runs and readers (the list is each caller's own): nobody may change them.
     """
-    return (await _kept(history)).upto(len(history))
+    return history.derived(TRANSLATION).upto(len(history))
 
 
-async def translation_after(
+def translation_after(
     history: HistoryView, added: Sequence[Message]
 ) -> list[ag_ui.core.Message] | None:
     """``translate_messages([*history, *added])`` for messages ``added`` not stored yet.
@@ -99,7 +82,7 @@ async def translation_after(
     writer appended to the chat): the ids its later messages claimed would change the
     answer, and only the stored history can say what it is then.
     """
-    kept = await _kept(history)
+    kept = history.derived(TRANSLATION)
     if len(kept.ends) != len(history):
         return None
     return kept.upto(len(history)) + kept.translator.after(added)

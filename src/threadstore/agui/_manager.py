@@ -25,21 +25,15 @@ from uuid import UUID
 from ag_ui.core import (
     BaseEvent,
     EventType,
-    ReasoningMessageChunkEvent,
-    ReasoningMessageContentEvent,
     RunAgentInput,
     RunErrorEvent,
     RunStartedEvent,
-    TextMessageChunkEvent,
-    TextMessageContentEvent,
-    ToolCallArgsEvent,
-    ToolCallChunkEvent,
 )
 from pydantic import BaseModel
 
 from threadstore.errors import ConfigurationError, ConflictError, InvalidInputError
 from threadstore.models import Chat, MessageStatus, Run, RunStatus, utcnow
-from threadstore.store import RunRepositoryLike, Store, untrack_flat
+from threadstore.store import RunRepositoryLike, Store
 
 __all__ = [
     "CANCELLED_ERROR_CODE",
@@ -74,23 +68,6 @@ _RUN_STARTED, _RUN_FINISHED, _RUN_ERROR = (
     EventType.RUN_ERROR,
 )
 _RUN_BOUNDS = frozenset((_RUN_STARTED, _RUN_FINISHED, _RUN_ERROR))
-
-_PLAIN_DELTAS: frozenset[type[BaseEvent]] = frozenset(
-    (
-        TextMessageContentEvent,
-        TextMessageChunkEvent,
-        ToolCallArgsEvent,
-        ToolCallChunkEvent,
-        ReasoningMessageContentEvent,
-        ReasoningMessageChunkEvent,
-    )
-)
-"""Events whose fields are ids, text and numbers alone once ``raw_event`` and ``metadata``
-are unset: the log takes them out of the cyclic collector's view (``store.untrack_flat``).
-
-A burst of runs keeps tens of thousands of them alive at once, and each full collection
-of the process would scan them all; nothing in them can refer back to itself.
-"""
 
 
 class AGUIAgentLike(Protocol):
@@ -438,10 +415,6 @@ class RunHandle(Generic[AgentT]):
     # --- producing -------------------------------------------------------------------
 
     def _append(self, event: BaseEvent) -> None:
-        # The log keeps every event for the run's retention; the deltas, most of them,
-        # are strings alone, which the collector need not scan (see _PLAIN_DELTAS).
-        if type(event) in _PLAIN_DELTAS and event.raw_event is None and event.metadata is None:
-            untrack_flat(event)
         events = self._events
         events.append(event)
         self._last_id += 1

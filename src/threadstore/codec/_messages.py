@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Container, Generator, Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 from typing import Any, Generic, TypeVar
 from uuid import UUID
 
@@ -30,7 +30,6 @@ from threadstore.models import (
     TextPart,
     ToolCall,
 )
-from threadstore.store import untrack
 
 __all__ = [
     "AGUI_METADATA_KEY",
@@ -276,56 +275,36 @@ class HistoryTranslator:
 
     Feeding a history's messages in any number of calls gives exactly what translating
     it at once gives (ids claimed earlier stay claimed), so a history that only grows
-    at its end is translated once, however many runs replay it.
-
-    ``kept``: a translation kept as long as the history it translates (which then is
-    one a store keeps, untracked): its containers and the AG-UI messages it makes are
-    untracked by the cyclic collector too (``threadstore.store.untrack``), so :attr:`out`
-    must stay the translator's own (hand out copies of it).
+    at its end is translated once, however many runs replay it. :attr:`out` is the
+    translator's own: hand out copies of the list.
     """
 
-    __slots__ = ("_ids", "_kept", "_seen", "out")
+    __slots__ = ("_ids", "_seen", "out")
 
-    def __init__(self, *, kept: bool = False) -> None:
+    def __init__(self) -> None:
         self._ids = _Ids()
-        self._seen: set[UUID] = set()
+        self._seen: set[int] = set()
+        """The uuids (as ints) of the messages fed."""
         self.out: list[ag.Message] = []
         """The translation of every message fed so far."""
-        self._kept = kept
-        if kept:
-            untrack(self._ids._used, self._seen, self.out)
 
     def feed(self, messages: Iterable[Message]) -> None:
         """Translate ``messages``, the ones after those fed before, onto :attr:`out`."""
-        start = len(self.out)
         _translate_onto(self.out, messages, self._ids, self._seen)
-        if self._kept:
-            untrack(*self.out[start:])
 
-    def rewinding(
-        self, length: int, dropped: Sequence[Message]
-    ) -> Generator[None, None, HistoryTranslator | None]:
-        """Steps to a new translator as this one was before ``dropped`` were fed.
+    def rewound(self, length: int, dropped: Sequence[Message]) -> HistoryTranslator:
+        """A new translator as this one was before ``dropped`` were fed; this one is unchanged.
 
         ``dropped``: the messages fed last, whose translation is :attr:`out` from
         ``length`` on. Every id a message claimed is the id of an AG-UI message it added
-        there, so taking those back out of the copies is exact; this one is unchanged.
-        Returns ``None`` if this one was fed between the steps (``store.Rewindable``).
+        there, so taking those back out of the copies is exact.
         """
-        fed = (len(self.out), len(self._seen))  # every message fed adds to one or both
         rewound = HistoryTranslator()
-        rewound._kept = self._kept
         used = set(self._ids._used)  # type: ignore[arg-type]
-        yield
-        rewound._seen = set(self._seen)
-        if (len(self.out), len(self._seen)) != fed:
-            return None
-        rewound.out = self.out[:length]
         used.difference_update(message.id for message in self.out[length:])
         rewound._ids = _Ids(used)
-        rewound._seen.difference_update(message.message_uuid for message in dropped)
-        if self._kept:
-            untrack(rewound._ids._used, rewound._seen, rewound.out)
+        rewound._seen = self._seen - {message.message_uuid.int for message in dropped}
+        rewound.out = self.out[:length]
         return rewound
 
     def after(self, messages: Iterable[Message]) -> list[ag.Message]:
@@ -343,13 +322,14 @@ def _translate_onto(
     out: list[ag.Message],
     messages: Iterable[Message],
     ids: _Ids,
-    seen: set[UUID] | IdsAdded[UUID],
+    seen: set[int] | IdsAdded[int],
 ) -> None:
     """Append the translation of ``messages`` to ``out``, claiming their ids in ``ids``."""
     for message in messages:
-        if message.message_uuid in seen:
+        key = message.message_uuid.int
+        if key in seen:
             continue
-        seen.add(message.message_uuid)
+        seen.add(key)
         # The message claims its id before its nested records: if a producer reused
         # the id, the reasoning step or tool result is the one that falls back to
         # its UUID.

@@ -13,6 +13,7 @@ from threadstore.fold._conversation import ConversationFold, StorageState, event
 from threadstore.fold._documents import apply_json_patch
 from threadstore.fold._fast import DELTA_EVENTS
 from threadstore.fold._history import (
+    HISTORY_INDEX,
     HistoryIndex,
     IdsAdded,
     StoredFacts,
@@ -23,6 +24,7 @@ from threadstore.fold._records import Changes, ContentBuffer, FoldRecord, Record
 
 __all__ = [
     "DELTA_EVENTS",
+    "HISTORY_INDEX",
     "Changes",
     "ContentBuffer",
     "ConversationFold",

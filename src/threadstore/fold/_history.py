@@ -2,14 +2,14 @@
 
 :class:`HistoryIndex` keeps the same facts for a history that grows at its end, so a
 run on a long chat does not pass over its whole history to learn them. It is kept as
-long as a store keeps the history, so it holds what the cyclic collector does not
-track: dicts of strings and ints, and a list it untracks (``threadstore.store.untrack``);
-only the few tool calls still waiting for a result are held in tracked lists.
+long as a store keeps the history (:data:`HISTORY_INDEX`), so it holds what the cyclic
+collector does not track: dicts and lists of strings and ints; only the few tool calls
+still waiting for a result are held in tracked lists.
 """
 
 from __future__ import annotations
 
-from collections.abc import Container, Generator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from typing import NamedTuple
 from uuid import UUID
 
@@ -20,9 +20,10 @@ from threadstore.codec import (
     tool_result_message_id,
 )
 from threadstore.models import Message, Role, ToolCall
-from threadstore.store import untrack
+from threadstore.store import Derivation
 
 __all__ = [
+    "HISTORY_INDEX",
     "HistoryIndex",
     "IdsAdded",
     "StoredFacts",
@@ -96,9 +97,8 @@ class HistoryIndex:
         self.assistant: dict[str, int | tuple[int, ...]] = {}
         """Where the assistant messages with each AG-UI id stand: one position, or the
         positions of several in the order they were stored."""
-        self.uuids: list[UUID] = []
-        """Each message's uuid, by position (a list the collector does not track)."""
-        untrack(self.uuids)
+        self.uuids: list[int] = []
+        """Each message's uuid (as an int), by position."""
         self.feed(messages)
 
     def feed(self, messages: Iterable[Message]) -> None:
@@ -108,7 +108,7 @@ class HistoryIndex:
         for message in messages:
             at = self.count
             self.count += 1
-            self.uuids.append(message.message_uuid)
+            self.uuids.append(message.message_uuid.int)
             for key in _echoable(message):
                 first(key, at)
             if message.agui_id:
@@ -117,7 +117,7 @@ class HistoryIndex:
                     before = assistant.get(message.agui_id)
                     if before is None:
                         assistant[message.agui_id] = at
-                    else:  # an id stored again (rare): a tuple of ints, untracked in turn
+                    else:  # an id stored again (rare): a tuple of ints
                         held = before if isinstance(before, tuple) else (before,)
                         assistant[message.agui_id] = (*held, at)
             self.messages.setdefault(str(message.message_uuid), at)
@@ -125,27 +125,21 @@ class HistoryIndex:
                 if call.content is None and call.result_message_id is None:
                     self.pending.setdefault(call.tool_call_id, []).append((at, call))
 
-    def rewinding(
-        self, length: int, dropped: Sequence[Message]
-    ) -> Generator[None, None, HistoryIndex | None]:
-        """Steps to a new index of the first ``length`` messages; this one is unchanged.
+    def rewound(self, length: int, dropped: Sequence[Message]) -> HistoryIndex:
+        """A new index of the first ``length`` messages; this one is unchanged.
 
         ``dropped``: the messages from ``length`` on, as fed. Only their entries are
         taken out of copies of the maps, so the cost is theirs, not the history's.
-        Returns ``None`` if this one was fed between the steps (``store.Rewindable``).
         """
         fed = self.count
         count = min(length, fed)
         rewound = HistoryIndex()
         rewound.count = count
         rewound.ids = dict(self.ids)
-        yield
         rewound.messages = dict(self.messages)
         rewound.assistant = dict(self.assistant)
         rewound.pending = {key: list(calls) for key, calls in self.pending.items()}
         rewound.uuids.extend(self.uuids[:count])
-        if self.count != fed:
-            return None
         for message in dropped[: fed - count]:
             keys = [*_echoable(message), str(message.message_uuid)]
             for positions in (rewound.ids, rewound.messages):
@@ -216,7 +210,7 @@ class _Assistants(_Before):
     __slots__ = ("_uuids",)
 
     def __init__(
-        self, positions: Mapping[str, int | tuple[int, ...]], length: int, uuids: list[UUID]
+        self, positions: Mapping[str, int | tuple[int, ...]], length: int, uuids: list[int]
     ) -> None:
         super().__init__(positions, length)
         self._uuids = uuids
@@ -224,7 +218,7 @@ class _Assistants(_Before):
     def get(self, key: str) -> UUID | None:  # type: ignore[override]
         """The uuid of the last stored assistant message with AG-UI id ``key``."""
         at = super().get(key)
-        return None if at is None else self._uuids[at]
+        return None if at is None else UUID(int=self._uuids[at])
 
 
 class StoredFacts(NamedTuple):
@@ -238,3 +232,20 @@ class StoredFacts(NamedTuple):
     """``get(agui_id)``: the uuid of the stored assistant message with that AG-UI id."""
     messages: _Before
     """``get(id)``: where the stored message with that AG-UI id (or uuid) stands."""
+
+
+class _IndexDerivation:
+    """:class:`HistoryIndex` as a store keeps it with a history (``store.Derivation``)."""
+
+    def start(self) -> HistoryIndex:
+        return HistoryIndex()
+
+    def feed(self, value: HistoryIndex, messages: Sequence[Message]) -> None:
+        value.feed(messages)
+
+    def rewound(self, value: HistoryIndex, length: int, dropped: Sequence[Message]) -> HistoryIndex:
+        return value.rewound(length, dropped)
+
+
+HISTORY_INDEX: Derivation[HistoryIndex] = _IndexDerivation()
+"""The history index a store keeps with a chat's history: ``read_history(chat, HISTORY_INDEX)``."""

@@ -41,6 +41,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, TypeAdapter
 
 from threadstore.agui import (
+    TRANSLATION,
     EventsDroppedError,
     RunHandle,
     event_json,
@@ -388,7 +389,7 @@ async def _history(state: ServerState, chat: Chat | None) -> Sequence[Message]:
     changed since its last read), as a run reads it."""
     if chat is None:
         return []
-    return await state.store.read_history(chat.chat_uuid)
+    return await state.store.read_history(chat.chat_uuid, TRANSLATION)
 
 
 def _live_run(state: ServerState, user: UUID, thread_id: str) -> RunHandle[Any] | None:
@@ -422,7 +423,7 @@ async def _snapshot_frames(
 async def _translated(history: Sequence[Message]) -> list[AGUIMessage]:
     """The AG-UI messages of ``history``: kept with the store's history when it is one."""
     if isinstance(history, HistoryView):
-        return await kept_translation(history)
+        return kept_translation(history)
     return await off_loop(history, translate_messages, history)
 
 

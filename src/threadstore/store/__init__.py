@@ -30,15 +30,13 @@ from threadstore.store._base import (
     capabilities_of,
 )
 from threadstore.store._copies import message_create, reasoning_create, tool_call_create
-from threadstore.store._history_cache import HistoryView, Rewindable
+from threadstore.store._history import Derivation, HistoryView
 from threadstore.store._offload import (
     OFF_LOOP_ITEMS,
     dropped_in_steps,
     in_steps,
     joined_in_steps,
     off_loop,
-    untrack,
-    untrack_flat,
 )
 from threadstore.store._ops import (
     CreateMessage,
@@ -67,13 +65,13 @@ __all__ = [
     "CreateMessage",
     "CreateReasoning",
     "CreateToolCall",
+    "Derivation",
     "EventBatch",
     "FinalizeRunRecords",
     "FinishRun",
     "HistoryView",
     "MessageRepositoryLike",
     "RenameChat",
-    "Rewindable",
     "RunEventListener",
     "RunEventLog",
     "RunRepositoryLike",
@@ -96,8 +94,6 @@ __all__ = [
     "open_store",
     "reasoning_create",
     "tool_call_create",
-    "untrack",
-    "untrack_flat",
 ]
 
 

@@ -59,12 +59,14 @@ from threadstore.models import (
 )
 from threadstore.store._copies import copy_message
 from threadstore.store._cursor import decode_chat_cursor, encode_chat_cursor
-from threadstore.store._history_cache import (
+from threadstore.store._history import (
+    STEP_MESSAGES,
+    Derivation,
     HistoryCache,
     HistoryView,
     KeptHistory,
-    copy_messages,
-    extend_history,
+    extended,
+    kept_history,
 )
 from threadstore.store._offload import off_loop
 from threadstore.store._ops import (
@@ -307,10 +309,6 @@ class BranchPage:
     after: int | None = None
     before: int | None = None
     limit: int | None = None
-    kept: bool = False
-    """The whole branch, read to be kept (``read_history``): a backend may build its
-    models untracked by the cyclic collector (see ``store/_history_cache.py``), which
-    the history does to them anyway once built."""
 
     @property
     def whole(self) -> bool:
@@ -803,10 +801,8 @@ class Store(abc.ABC):
 
         With ``limit`` and ``before`` the page is the ``limit`` messages just before
         ``before`` (still oldest first); otherwise the first ``limit`` after ``after``.
-        The messages are the caller's own copies. A whole long history copied at once
-        costs one pass of the cyclic garbage collector over every object it is made of
-        (on the interpreter's only lock: other tasks wait for it), so read a long chat in
-        pages (``iter_chat_messages``) or, read-only, through :meth:`read_history`.
+        The messages are the caller's own. A whole long history makes every model at
+        once; read a long chat in pages (``iter_chat_messages``) where that will do.
         """
         page = BranchPage(after, before, check_limit(limit, default=None))
         # Only whole histories read outside a transaction are cached: inside one, the
@@ -814,70 +810,95 @@ class Store(abc.ABC):
         if not page.whole or self.history_cache is None or self._in_transaction():
             return await self._select_branch(chat_uuid, page, None)
         view = await self.read_history(chat_uuid)
-        # The cache never hands out what it keeps (callers may change what they get):
-        # the copies of a long history are made off the event loop.
-        return await off_loop(view, copy_messages, view)
+        # New models of every message: a long history's are built off the event loop.
+        return await off_loop(view, view.__getitem__, slice(None))
 
-    async def read_history(self, chat_uuid: UUID) -> HistoryView:
-        """The chat's whole active branch, oldest first, shared and read-only (not copied).
+    async def read_history(self, chat_uuid: UUID, *derivations: Derivation[Any]) -> HistoryView:
+        """The chat's whole active branch, oldest first, and what is derived from it.
 
-        What a run replays: unlike :meth:`get_chat_messages` the messages are the ones
-        the store keeps, so a caller must not change them. With a history cache, a
-        read after appends reads only the rows written since the last read (see
-        ``store/_history_cache.py``); a chat that does not exist reads as empty.
+        What a run replays. With a history cache, a repeated read costs one indexed
+        lookup and a read after appends reads only the rows written since the last read
+        (see ``store/_history.py``); a chat that does not exist reads as empty. Each of
+        ``derivations`` is kept with the history and grown with it: ``view.derived(d)``.
         """
         cache = None if self._in_transaction() else self.history_cache
         if cache is None:
-            messages = await self._select_branch(chat_uuid, BranchPage(kept=True), None)
-            return (await off_loop(messages, KeptHistory, None, messages)).view()
+            messages = await self._select_branch(chat_uuid, BranchPage(), None)
+            return (await kept_history(None, list, messages, derivations)).view()
         for _ in range(2):
             # The version is read before the rows: a write committed in between makes
             # the history newer than its tag, never older, so it is read again next time.
             version = await self._history_version(chat_uuid)
             if version is None:
                 cache.discard(chat_uuid)
-                return KeptHistory(None, []).view()
+                return (await kept_history(None, list, [], derivations)).view()
             kept = cache.entry(chat_uuid)
             if kept is not None and kept.version == version:
                 cache.hits += 1
-                return kept.view()
+                return await self._with_derivations(chat_uuid, kept, derivations)
             if kept is not None:
                 since = kept.version
                 changed = await self._select_changed(chat_uuid, since, version)
                 if kept.version != since:
                     continue  # another read moved it meanwhile: start again from it
-                if changed is not None:
-                    extended = extend_history(kept, version, *changed)
-                    if extended is not None:
-                        await extended.settle()
+                if changed is not None and len(changed[0]) < STEP_MESSAGES:
+                    entries, leaf = changed
+                    pairs = list(zip(entries, self._build_entries(entries), strict=True))
+                    grown = extended(kept, version, pairs, leaf)
+                    if grown is not None:
                         cache.extensions += 1
-                        cache.keep(chat_uuid, extended)
-                        return extended.view()
+                        cache.keep(chat_uuid, grown)
+                        return await self._with_derivations(chat_uuid, grown, derivations)
             break
         cache.misses += 1
-        messages = await self._select_branch(chat_uuid, BranchPage(kept=True), version)
-        # Built off the event loop for a long history: positions of every message.
-        built = await off_loop(messages, KeptHistory, version, messages)
-        replaced = [] if kept is None else [kept]
-        kept = None
+        entries = await self._select_entries(chat_uuid, version)
+        built = await kept_history(version, self._build_entries, entries, derivations)
         cache.keep(chat_uuid, built)
-        if replaced:
-            # The history it replaces is freed on a worker thread (unless a run still
-            # holds it): dropping a long one's objects takes as long as building them.
-            await off_loop(replaced[0].messages, replaced.clear)
         return built.view()
+
+    async def _with_derivations(
+        self, chat_uuid: UUID, kept: KeptHistory, derivations: Sequence[Derivation[Any]]
+    ) -> HistoryView:
+        """``kept``'s view, once it holds ``derivations`` (the missing ones built now)."""
+        if all(d in kept.derived for d in derivations):
+            return kept.view()
+        grown = await kept_history(
+            kept.version,
+            kept.build,
+            kept.entries,
+            derivations,
+            derived=kept.derived,
+            positions=kept.positions,
+        )
+        if self.history_cache is not None and self.history_cache.entry(chat_uuid) is kept:
+            kept.derived = grown.derived  # the same entries: what was added serves it too
+        return grown.view()
 
     async def _select_changed(
         self, chat_uuid: UUID, since: Hashable, version: Hashable
-    ) -> tuple[list[Message], UUID | None] | None:
+    ) -> tuple[list[Any], UUID | None] | None:
         """Primitive of backends that extend kept histories: what changed after ``since``.
 
-        Every message of the chat (any branch) whose row, tool calls or reasoning were
-        written after history version ``since``, with its children, by ``seq``, and the
-        chat's active leaf at ``version``; ``None`` when the backend cannot tell (the
-        whole history is then read again).
+        The entries (as :meth:`_select_entries` makes them) of every message of the chat
+        (any branch) whose row, tool calls or reasoning were written after history
+        version ``since``, by ``seq``, and the chat's active leaf at ``version``;
+        ``None`` when the backend cannot tell (the whole history is then read again).
         """
         return None
+
+    async def _select_entries(self, chat_uuid: UUID, version: Hashable) -> list[Any]:
+        """Primitive of backends with a history cache: the active branch as compact entries.
+
+        One entry per message, oldest first, that :meth:`_build_entries` turns into the
+        models :meth:`_select_branch` would read; entries hold no object the cyclic
+        collector tracks (tuples of strings, numbers and times). ``version`` is what
+        :meth:`_history_version` just returned.
+        """
+        raise NotImplementedError(f"{type(self).__name__} keeps no history cache")
+
+    def _build_entries(self, entries: Sequence[Any]) -> list[Message]:
+        """Primitive of backends with a history cache: new models of ``entries``."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no history cache")
 
     @abc.abstractmethod
     async def _select_branch(

@@ -31,11 +31,12 @@ from pydantic import BaseModel, TypeAdapter
 from threadstore import binary_json
 from threadstore.models import ContentPart, Message, Reasoning, ToolCall
 from threadstore.store._codec import constructor
-from threadstore.store._offload import off_loop, untrack
+from threadstore.store._offload import off_loop
 from threadstore.store._records import ExtrasCodec
 
 __all__ = [
     "CONTENT_PARTS",
+    "EntryLoader",
     "RowLoader",
     "attach_children",
     "dump_json",
@@ -193,17 +194,16 @@ class RowLoader:
             _trusted_loader(model, self.columns) if model is base and not codec.names else None
         )
 
-    def load(self, rows: Iterable[Sequence[Any]], *, kept: bool = False) -> list[Any]:
-        """Build one model per row; ``kept``: for a history the store keeps, so the models
-        (and the list) are untracked by the cyclic collector before they are returned
-        (:func:`~threadstore.store._offload.untrack`)."""
+    def load(self, rows: Iterable[Sequence[Any]]) -> list[Any]:
+        """Build one model per row."""
         if self._trusted is not None:
-            built = self._trusted(rows, {})
-        else:
-            built = self._adapter.validate_python([self._record(row) for row in rows])
-        if kept:
-            untrack(built)
+            return self._trusted(rows, {})
+        built: list[Any] = self._adapter.validate_python([self._record(row) for row in rows])
         return built
+
+    def column(self, name: str) -> int:
+        """Where column ``name`` stands in a row."""
+        return self.columns.index(name)
 
     def _record(self, row: Sequence[Any]) -> dict[str, Any]:
         record = dict(zip(self.columns, row, strict=True))
@@ -251,24 +251,65 @@ async def attach_rows(
     tool_call_rows: Sequence[Sequence[Any]],
     reasonings: RowLoader,
     reasoning_rows: Sequence[Sequence[Any]],
-    *,
-    kept: bool = False,
 ) -> None:
     """Build tool calls and reasoning steps from their rows and attach them to ``messages``.
 
-    Off the event loop for a long history (:func:`~threadstore.store._offload.off_loop`);
-    ``kept`` as :meth:`RowLoader.load`'s.
+    Off the event loop for a long history (:func:`~threadstore.store._offload.off_loop`).
     """
 
     def build() -> None:
-        attach_children(
-            messages,
-            tool_calls.load(tool_call_rows, kept=kept),
-            reasonings.load(reasoning_rows, kept=kept),
-        )
-        # The rows are the caller's to drop: freeing them here keeps that off the loop too.
-        for rows in (tool_call_rows, reasoning_rows):
-            if isinstance(rows, list):
-                rows.clear()
+        attach_children(messages, tool_calls.load(tool_call_rows), reasonings.load(reasoning_rows))
 
     await off_loop(messages, build)
+
+
+class EntryLoader:
+    """A history's compact entries (``store/_history.py``) from rows, and models from them.
+
+    An entry is a message's row with its tool calls' and reasoning steps' rows: tuples
+    of strings, numbers and times, which the cyclic collector does not track.
+    """
+
+    def __init__(self, messages: RowLoader, tool_calls: RowLoader, reasonings: RowLoader) -> None:
+        self.messages, self.tool_calls, self.reasonings = messages, tool_calls, reasonings
+        self._uuid = messages.column("message_uuid")
+        self._tool_parent = tool_calls.column("message_uuid")
+        self._reasoning_parent = reasonings.column("message_uuid")
+
+    def entries(
+        self,
+        rows: Iterable[Sequence[Any]],
+        tool_rows: Iterable[Sequence[Any]],
+        reasoning_rows: Iterable[Sequence[Any]],
+    ) -> list[tuple[Any, ...]]:
+        """One entry per message row, in order, holding the child rows that name it."""
+        children: dict[Any, tuple[list[Any], list[Any]]] = {}
+        for child_rows, slot, parent in (
+            (tool_rows, 0, self._tool_parent),
+            (reasoning_rows, 1, self._reasoning_parent),
+        ):
+            for row in child_rows:
+                children.setdefault(row[parent], ([], []))[slot].append(_compact(row))
+        none: tuple[list[Any], list[Any]] = ([], [])
+        out = []
+        for row in rows:
+            tools, steps = children.get(row[self._uuid], none)
+            out.append((_compact(row), tuple(tools), tuple(steps)))
+        return out
+
+    def build(self, entries: Sequence[tuple[Any, ...]]) -> list[Message]:
+        """New models of ``entries``, one message per entry, with its children attached."""
+        messages: list[Message] = self.messages.load([entry[0] for entry in entries])
+        tools = [row for entry in entries for row in entry[1]]
+        steps = [row for entry in entries for row in entry[2]]
+        if tools or steps:
+            attach_children(messages, self.tool_calls.load(tools), self.reasonings.load(steps))
+        return messages
+
+
+def _compact(row: Sequence[Any]) -> tuple[Any, ...]:
+    """``row`` as a tuple the collector does not track: uuids as text (a driver's own
+    uuid objects are tracked), a tuple kept as it is."""
+    if type(row) is tuple:
+        return row
+    return tuple(str(value) if isinstance(value, UUID) else value for value in row)

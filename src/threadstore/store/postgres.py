@@ -29,7 +29,6 @@ run's set-up, a page read or an API write finds connections the flushes cannot h
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import AsyncIterator, Hashable, Sequence
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
@@ -54,11 +53,11 @@ from threadstore.store import _ops as ops
 from threadstore.store import _postgres_schema as sql
 from threadstore.store import _sql as shared
 from threadstore.store._base import BranchPage, ChatFilter, MessageKey, RunFilter, Store, TreeNode
-from threadstore.store._history_cache import DEFAULT_HISTORY_CACHE_MESSAGES, HistoryCache
+from threadstore.store._history import DEFAULT_HISTORY_CACHE_MESSAGES, HistoryCache
 from threadstore.store._offload import off_loop
 from threadstore.store._postgres_events import PostgresRunEvents
 from threadstore.store._records import split_update
-from threadstore.store._rows import RowLoader, attach_rows
+from threadstore.store._rows import EntryLoader, RowLoader, attach_rows
 
 __all__ = ["FOREGROUND_CONNECTIONS", "PostgresStore"]
 
@@ -181,6 +180,7 @@ class PostgresStore(Store):
         self._reasonings = RowLoader(
             self.reasoning_model, models.Reasoning, sql.REASONING_COLUMNS, self.codecs.reasoning
         )
+        self._entries = EntryLoader(self._messages, self._tool_calls, self._reasonings)
         self._run_events = PostgresRunEvents(self)
 
     def run_events(self) -> PostgresRunEvents:
@@ -345,26 +345,41 @@ class PostgresStore(Store):
         return rows
 
     async def _messages_with_children(
-        self, conn: asyncpg.Connection, rows: Sequence[asyncpg.Record], *, kept: bool = False
+        self, conn: asyncpg.Connection, rows: Sequence[asyncpg.Record]
     ) -> list[models.Message]:
         """Build messages (rows in ``MESSAGE_ROW`` order) with their tool calls and reasoning.
 
         Two more statements fetch the children by their parents' ids, only when some
-        message has any. ``kept``: a history to keep, built untracked (``RowLoader.load``).
+        message has any.
         """
-        load = functools.partial(self._messages.load, kept=kept)
-        messages: list[models.Message] = await off_loop(rows, load, rows)
-        parents = [m.message_uuid for m, row in zip(messages, rows, strict=True) if row[-1]]
+        messages: list[models.Message] = await off_loop(rows, self._messages.load, rows)
+        tool_rows, reasoning_rows = await self._child_rows(conn, rows)
+        if tool_rows or reasoning_rows:
+            await attach_rows(
+                messages, self._tool_calls, tool_rows, self._reasonings, reasoning_rows
+            )
+        return messages
+
+    async def _child_rows(
+        self, conn: asyncpg.Connection, rows: Sequence[asyncpg.Record]
+    ) -> tuple[list[asyncpg.Record], list[asyncpg.Record]]:
+        """The tool call rows and reasoning rows of the messages of ``rows`` that have any."""
+        uuid = self._entries.messages.column("message_uuid")
+        parents = [row[uuid] for row in rows if row[-1]]
         if not parents:
-            return messages
+            return [], []
         where = " WHERE message_uuid = ANY($1::uuid[])"
         iso = _iso_times(conn)
         tool_rows = await self._fetch_on(conn, sql.TOOL_CALL_SELECT[iso] + where, parents)
         reasoning_rows = await self._fetch_on(conn, sql.REASONING_SELECT[iso] + where, parents)
-        await attach_rows(
-            messages, self._tool_calls, tool_rows, self._reasonings, reasoning_rows, kept=kept
-        )
-        return messages
+        return tool_rows, reasoning_rows
+
+    async def _entries_of(
+        self, conn: asyncpg.Connection, rows: Sequence[asyncpg.Record]
+    ) -> list[Any]:
+        """The history entries of the messages of ``rows`` (``store/_history.py``)."""
+        tool_rows, reasoning_rows = await self._child_rows(conn, rows)
+        return await off_loop(rows, self._entries.entries, rows, tool_rows, reasoning_rows)
 
     async def _read_messages(self, suffix: str, *args: Any) -> list[models.Message]:
         """Messages selected by ``suffix`` (joins, WHERE...), with their children."""
@@ -624,12 +639,12 @@ class PostgresStore(Store):
 
     async def _select_changed(
         self, chat_uuid: UUID, since: Hashable, version: Hashable
-    ) -> tuple[list[models.Message], UUID | None] | None:
+    ) -> tuple[list[Any], UUID | None] | None:
         assert isinstance(since, tuple) and isinstance(version, tuple)
         async with self._connection() as conn:
             query = sql.MESSAGE_SELECT[_iso_times(conn)] + sql.CHANGED_SINCE
             rows = await self._fetch_planned(conn, query, chat_uuid, since[0])
-            return await self._messages_with_children(conn, rows), version[1]
+            return await self._entries_of(conn, rows), version[1]
 
     async def _select_branch(
         self, chat_uuid: UUID, page: BranchPage, version: Hashable | None
@@ -641,7 +656,18 @@ class PostgresStore(Store):
             rows = await self._fetch_on(conn, sql.MESSAGE_SELECT[_iso_times(conn)] + suffix, *args)
             if page.newest_first:
                 rows.reverse()
-            return await self._messages_with_children(conn, rows, kept=page.kept)
+            return await self._messages_with_children(conn, rows)
+
+    async def _select_entries(self, chat_uuid: UUID, version: Hashable) -> list[Any]:
+        suffix = " WHERE " + sql.BRANCH_FILTER + " ORDER BY m.seq"
+        async with self._connection() as conn:
+            rows = await self._fetch_on(
+                conn, sql.MESSAGE_SELECT[_iso_times(conn)] + suffix, chat_uuid
+            )
+            return await self._entries_of(conn, rows)
+
+    def _build_entries(self, entries: Sequence[Any]) -> list[models.Message]:
+        return self._entries.build(entries)
 
     async def _select_last_messages(self, chat_uuids: Sequence[UUID]) -> list[models.Message]:
         return await self._read_messages(sql.LAST_MESSAGES, list(chat_uuids))

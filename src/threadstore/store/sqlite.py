@@ -55,10 +55,10 @@ from threadstore.errors import (
 )
 from threadstore.store import _ops as ops
 from threadstore.store._base import BranchPage, ChatFilter, MessageKey, RunFilter, Store, TreeNode
-from threadstore.store._history_cache import DEFAULT_HISTORY_CACHE_MESSAGES, HistoryCache
+from threadstore.store._history import DEFAULT_HISTORY_CACHE_MESSAGES, HistoryCache
 from threadstore.store._offload import consume, off_loop
 from threadstore.store._records import WriterLock, split_update
-from threadstore.store._rows import RowLoader, attach_rows
+from threadstore.store._rows import EntryLoader, RowLoader, attach_rows
 from threadstore.store._sql import (
     CHAT_FIELD_ENCODERS,
     CHAT_INSERT,
@@ -368,6 +368,7 @@ class SQLiteStore(Store):
         self._reasonings = RowLoader(
             self.reasoning_model, models.Reasoning, REASONING_COLUMNS, self.codecs.reasoning
         )
+        self._entries = EntryLoader(self._messages, self._tool_calls, self._reasonings)
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -613,30 +614,35 @@ class SQLiteStore(Store):
         *,
         chat_uuid: UUID | None = None,
         small: bool = False,
-        kept: bool = False,
     ) -> list[models.Message]:
         """Build messages and attach their tool calls and reasoning steps (two statements).
 
         With ``chat_uuid`` (a whole branch of one chat) children are selected by chat, which
         needs no list of message ids; otherwise by the messages' ids. ``small``: the
-        children of one message, which may be read inline. ``kept``: a history to keep,
-        built untracked (``RowLoader.load``).
+        children of one message, which may be read inline.
         """
-        load = functools.partial(self._messages.load, kept=kept)
-        messages: list[models.Message] = await off_loop(rows, consume, load, rows)
+        messages: list[models.Message] = await off_loop(rows, consume, self._messages.load, rows)
         if not messages:
             return messages
+        tool_rows, reasoning_rows = await self._child_rows(
+            [str(m.message_uuid) for m in messages], chat_uuid, small=small
+        )
+        await attach_rows(messages, self._tool_calls, tool_rows, self._reasonings, reasoning_rows)
+        return messages
+
+    async def _child_rows(
+        self, message_uuids: list[str], chat_uuid: UUID | None, *, small: bool = False
+    ) -> tuple[list[Any], list[Any]]:
+        """The tool call rows and reasoning rows of some messages (of a whole chat, by
+        ``chat_uuid``: that needs no list of ids)."""
         if chat_uuid is not None:
             where, param = " WHERE chat_uuid = ?", str(chat_uuid)
         else:
             where = " WHERE message_uuid IN (SELECT value FROM json_each(?))"
-            param = json.dumps([str(m.message_uuid) for m in messages])
+            param = json.dumps(message_uuids)
         tool_rows = await self._read(_TOOL_CALL_SELECT + where, (param,), small=small)
         reasoning_rows = await self._read(_REASONING_SELECT + where, (param,), small=small)
-        await attach_rows(
-            messages, self._tool_calls, tool_rows, self._reasonings, reasoning_rows, kept=kept
-        )
-        return messages
+        return tool_rows, reasoning_rows
 
     # --- chats -----------------------------------------------------------------------------
 
@@ -926,13 +932,31 @@ class SQLiteStore(Store):
 
     async def _select_changed(
         self, chat_uuid: UUID, since: Hashable, version: Hashable
-    ) -> tuple[list[models.Message], UUID | None] | None:
+    ) -> tuple[list[Any], UUID | None] | None:
         assert isinstance(since, tuple) and isinstance(version, tuple)
         if version[0] < since[0]:  # a chat created again under the same uuid
             return None
         rows = await self._read(_CHANGED_SELECT, (str(chat_uuid), since[0]))
         leaf = None if version[1] is None else UUID(version[1])
-        return await self._load_messages(rows), leaf
+        if not rows:
+            return [], leaf
+        uuid = self._entries.messages.column("message_uuid")
+        children = await self._child_rows([row[uuid] for row in rows], None)
+        return self._entries.entries(rows, *children), leaf
+
+    async def _select_entries(self, chat_uuid: UUID, version: Hashable) -> list[Any]:
+        assert isinstance(version, tuple)
+        where = _BRANCH_FILTER if version[2] else "m.chat_uuid = ?1"
+        rows = await self._read(
+            _MESSAGE_SELECT + " WHERE " + where + " ORDER BY m.seq", [str(chat_uuid)]
+        )
+        if not rows:
+            return []
+        children = await self._child_rows([], chat_uuid)
+        return await off_loop(rows, self._entries.entries, rows, *children)
+
+    def _build_entries(self, entries: Sequence[Any]) -> list[models.Message]:
+        return self._entries.build(entries)
 
     async def _select_branch(
         self, chat_uuid: UUID, page: BranchPage, version: Hashable | None
@@ -950,9 +974,7 @@ class SQLiteStore(Store):
             rows.reverse()
         # Children by chat need no list of ids, but read all the chat's: only for the
         # whole branch. A page (a run's new tail) reads its own messages' children.
-        return await self._load_messages(
-            rows, chat_uuid=chat_uuid if page.whole else None, kept=page.kept
-        )
+        return await self._load_messages(rows, chat_uuid=chat_uuid if page.whole else None)
 
     async def _select_last_messages(self, chat_uuids: Sequence[UUID]) -> list[models.Message]:
         rows = await self._read(

@@ -325,11 +325,13 @@ def messages_of(
     message, the least the framework's constructors allow. Any other record is read
     by :func:`read_record`. ``answered`` is as in :func:`records_to_messages`.
     """
+    if len(records) != len(readings):
+        raise ValueError(f"{len(records)} records and {len(readings)} readings")
     out: list[AFMessage] = []
     append = out.append
-    for record, reading in zip(records, readings, strict=True):
-        if reading is None:
-            out.extend(read_record(record, answered))
+    for index, reading in enumerate(readings):
+        if reading is None:  # only such a record is read (a history builds it on access)
+            out.extend(read_record(records[index], answered))
             continue
         role, text, name, message_id = reading
         append(

@@ -8,8 +8,8 @@ with ``AgentSession.from_dict`` anywhere finds its history again.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, overload
 from uuid import UUID, uuid4
 
 from agent_framework import AgentSession, HistoryProvider, SessionContext, SupportsAgentRun
@@ -31,6 +31,7 @@ from threadstore.store import (
     CreateMessage,
     CreateReasoning,
     CreateToolCall,
+    Derivation,
     Store,
     UpdateToolCall,
     Write,
@@ -48,19 +49,48 @@ MessageFilter = Callable[[list[AFMessage]], list[AFMessage]]
 _TAIL_MARGIN = 4
 """Stored messages read beyond the incoming count when looking for re-sent messages."""
 
-_READINGS = "threadstore.agent_framework.readings"
-"""Key of a kept history's ``derived`` holding its messages' plain readings, in order."""
+
+class _ReadingsDerivation:
+    """Each message's plain reading, by position, kept with the store's history
+    (``store.Derivation``): a load reads the fields of only the messages new since the
+    last. It holds strings only."""
+
+    def start(self) -> list[Plain | None]:
+        return []
+
+    def feed(self, value: list[Plain | None], messages: Sequence[Message]) -> None:
+        value.extend(map(plain_reading, messages))
+
+    def rewound(
+        self, value: list[Plain | None], length: int, dropped: Sequence[Message]
+    ) -> list[Plain | None]:
+        return value[:length]
 
 
-class _Readings(list["Plain | None"]):
-    """Each kept message's plain reading, by position; kept with the store's history."""
+_READINGS: Derivation[list[Plain | None]] = _ReadingsDerivation()
 
-    def rewinding(
-        self, length: int, dropped: Sequence[Message]
-    ) -> Generator[None, None, _Readings]:
-        """The readings of the first ``length`` messages (``store.Rewindable``)."""
-        yield
-        return _Readings(self[:length])
+
+class _Span(Sequence[Message]):
+    """Messages ``start`` to ``stop`` of a history, each built when it is read."""
+
+    __slots__ = ("_history", "_start", "_stop")
+
+    def __init__(self, history: Sequence[Message], start: int, stop: int) -> None:
+        self._history, self._start, self._stop = history, start, stop
+
+    def __len__(self) -> int:
+        return self._stop - self._start
+
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Message]: ...
+    def __getitem__(self, index: int | slice) -> Message | Sequence[Message]:
+        if isinstance(index, slice):
+            return [self[at] for at in range(*index.indices(len(self)))]
+        if not 0 <= index < len(self):
+            raise IndexError("span index out of range")
+        return self._history[self._start + index]
 
 
 _NO_UPPER_BOUND = 2**62
@@ -144,12 +174,8 @@ class ThreadstoreHistoryProvider(HistoryProvider):
         chat = await self.get_chat(session_id, state)
         if chat is None:
             return []
-        history = await self.store.read_history(chat.chat_uuid)
-        # Each message's plain reading is kept with the store's history (which grows at
-        # its end, is rewound when a message changes in place, else is built anew) and
-        # extended as it grows: a load reads the fields of only the messages new since
-        # the last. It holds strings only.
-        readings: _Readings = history.kept.derived.setdefault(_READINGS, _Readings())
+        history = await self.store.read_history(chat.chat_uuid, _READINGS)
+        readings = history.derived(_READINGS)
         answered: set[str] = set()  # carried from piece to piece of a long history
         out: list[AFMessage] = []
 
@@ -157,9 +183,8 @@ class ThreadstoreHistoryProvider(HistoryProvider):
             if not span:
                 return
             start, stop = span[0], span[-1] + 1
-            if len(readings) < stop:
-                readings.extend(map(plain_reading, history[len(readings) : stop]))
-            out.extend(messages_of(history[start:stop], readings[start:stop], answered))
+            records = _Span(history, start, stop)
+            out.extend(messages_of(records, readings[start:stop], answered))
 
         await in_steps(range(len(history)), convert)
         return out
