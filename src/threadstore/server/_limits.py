@@ -138,7 +138,7 @@ def _check_date(kind: str, value: datetime) -> None:
     if not FIRST_DATE <= aware <= LAST_DATE:
         raise InvalidInputError(
             f"{kind} is {value.isoformat()}, outside the dates threadstore stores: from "
-            f"{FIRST_DATE:%Y-%m-%d} to {LAST_DATE:%Y-%m-%d} (UTC)"
+            f"{FIRST_DATE.date().isoformat()} to {LAST_DATE.date().isoformat()} (UTC)"
         )
 
 
