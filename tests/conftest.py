@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import Any, Protocol
@@ -175,3 +176,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     could not start its own loop. Moving them to the end keeps every order of files safe.
     """
     items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """End with one line saying why tests skipped: how many for each reason.
+
+    The summary's own list (``-rs``) would give each skip a line of its own, dozens of
+    them for a machine without PostgreSQL, Node or Chromium.
+    """
+    reasons: Counter[str] = Counter()
+    for report in terminalreporter.stats.get("skipped", []):
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+        reasons[reason.removeprefix("Skipped: ")] += 1
+    if reasons:
+        counts = ", ".join(f"{count} {reason}" for reason, count in reasons.most_common())
+        terminalreporter.write_line(f"skipped {reasons.total()}: {counts}")

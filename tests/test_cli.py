@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
+import math
 import os
 import signal
 import socket
@@ -194,6 +196,119 @@ def test_import_names_the_line_that_is_not_an_export(db: str, tmp_path: Path) ->
 
     assert code == 1
     assert "line 1" in output
+
+
+def _error_lines(output: str) -> list[str]:
+    assert "Traceback" not in output
+    return [line for line in output.splitlines() if line.startswith("error:")]
+
+
+def test_export_to_a_file_replaces_it_only_with_force(db: str, tmp_path: Path) -> None:
+    asyncio.run(_seed(db))
+    target = tmp_path / "chats.jsonl"
+    target.write_text("keep me\n", encoding="utf-8")
+
+    refused, refused_output = invoke("export", "--db", db, "-o", str(target))
+    kept = target.read_text(encoding="utf-8")
+    forced, _ = invoke("export", "--db", db, "-o", str(target), "--force")
+
+    assert refused == 1
+    assert _error_lines(refused_output) == [f"error: {target} already exists"]
+    assert "--force" in refused_output
+    assert kept == "keep me\n"
+    assert forced == 0
+    [line] = target.read_text(encoding="utf-8").splitlines()
+    assert json.loads(line)["chat"]["name"] == "Maths"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["chats.jsonl", "threadstore.db"]
+
+
+@pytest.mark.parametrize(
+    ("where", "says"),
+    [(".", "is a folder"), ("missing/chats.jsonl", "does not exist")],
+)
+def test_export_to_a_folder_or_into_a_missing_one_is_one_error_line(
+    db: str, tmp_path: Path, where: str, says: str
+) -> None:
+    asyncio.run(_seed(db))
+    target = tmp_path / where
+
+    for args in ((), ("--force",)):
+        code, output = invoke("export", "--db", db, "-o", str(target), *args)
+
+        assert code == 1
+        [line] = _error_lines(output)
+        assert says in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["threadstore.db"]
+
+
+def test_an_export_that_cannot_be_written_whole_leaves_the_old_file(
+    db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asyncio.run(_seed(db))
+    target = tmp_path / "chats.jsonl"
+    target.write_text("the last export\n", encoding="utf-8")
+
+    def disk_full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", disk_full)
+    code, output = invoke("export", "--db", db, "-o", str(target), "--force")
+
+    assert code == 1
+    assert _error_lines(output) == [f"error: cannot write {target}: No space left on device"]
+    assert target.read_text(encoding="utf-8") == "the last export\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["chats.jsonl", "threadstore.db"]
+
+
+def test_import_reads_a_file_that_starts_with_a_byte_order_mark(db: str, tmp_path: Path) -> None:
+    elsewhere = f"sqlite:///{tmp_path / 'elsewhere.db'}"
+    asyncio.run(_seed(elsewhere))
+    invoke("export", "--db", elsewhere, "-o", str(tmp_path / "one.jsonl"))
+    text = (tmp_path / "one.jsonl").read_text(encoding="utf-8")
+    (tmp_path / "bom.jsonl").write_text(text, encoding="utf-8-sig")
+    invoke("migrate", "--db", db)
+
+    code, output = invoke("import", str(tmp_path / "bom.jsonl"), "--db", db)
+
+    assert code == 0, output
+    assert "imported 1 chat(s)" in output
+
+
+def test_import_refuses_a_chat_it_cannot_store_whole_and_names_why(db: str, tmp_path: Path) -> None:
+    elsewhere = f"sqlite:///{tmp_path / 'elsewhere.db'}"
+    asyncio.run(_seed(elsewhere))
+    invoke("export", "--db", elsewhere, "-o", str(tmp_path / "one.jsonl"))
+    document = json.loads((tmp_path / "one.jsonl").read_text(encoding="utf-8"))
+    first = document["messages"][0]
+    invoke("migrate", "--db", db)
+    cases = {
+        "a format version it does not know": (
+            json.dumps({**document, "export_version": 999}),
+            "line 1: export_version 999 is not one this version of threadstore reads",
+        ),
+        "a message its own parent": (
+            json.dumps({**document, "messages": [{**first, "parent_uuid": first["message_uuid"]}]}),
+            "line 1: messages[0] is its own parent",
+        ),
+        "a date PostgreSQL reads back as -infinity": (
+            json.dumps({**document, "messages": [{**first, "created_at": "0001-01-01T00:00Z"}]}),
+            "line 1: document.messages[0].created_at is 0001-01-01T00:00:00+00:00, outside",
+        ),
+        "a number that is not finite": (
+            json.dumps({**document, "chat": {**document["chat"], "state": {"t": math.inf}}}),
+            "line 1: document.chat.state.t is inf, which is not a finite number",
+        ),
+    }
+
+    for case, (line, says) in cases.items():
+        (tmp_path / "bad.jsonl").write_text(line + "\n", encoding="utf-8")
+        code, output = invoke("import", str(tmp_path / "bad.jsonl"), "--db", db)
+
+        assert code == 1, case
+        [error] = _error_lines(output)
+        assert error.startswith(f"error: {says}"), (case, error)
+    _, listing = invoke("chats", "list", "--db", db, "--json")
+    assert json.loads(listing)["items"] == []
 
 
 def test_sweep_finalizes_the_runs_of_a_server_that_died(db: str) -> None:

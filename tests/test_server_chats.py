@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
+from datetime import datetime
 from typing import Any
 from uuid import uuid4
 
@@ -307,3 +309,165 @@ async def test_the_openapi_document_describes_every_route(client: httpx.AsyncCli
         "/api/chats/import",
     }
     assert "text/event-stream" in paths["/agui"]["post"]["responses"]["200"]["content"]
+
+
+# --- imports are checked whole and refused whole --------------------------------------------
+
+
+async def _exported(client: httpx.AsyncClient, make_chat: MakeChat, add_message: AddMessage) -> Any:
+    chat = await _conversation(make_chat, add_message, 2)
+    return (await client.get(f"/api/chats/{chat.chat_uuid}/export")).json()
+
+
+def _set_parent(document: Any, child: int, parent: int | None) -> None:
+    messages = document["messages"]
+    messages[child]["parent_uuid"] = None if parent is None else messages[parent]["message_uuid"]
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        (lambda d: d.update(export_version=999), "export_version 999 is not one"),
+        (lambda d: d.update(export_version=0), "export_version 0 is not one"),
+        (lambda d: d.update(format_version=999), "format_version 999 is not one"),
+        (
+            lambda d: d["messages"][2].update(format_version=7),
+            "messages[2].format_version 7 is not one",
+        ),
+        (
+            lambda d: d["messages"][1].update(parent_uuid=str(uuid4())),
+            "messages[1].parent_uuid",
+        ),
+        (lambda d: _set_parent(d, 0, 0), "messages[0] is its own parent"),
+        (lambda d: _set_parent(d, 0, 3), "the parents form a cycle"),
+        (
+            lambda d: d["messages"][3].update(message_uuid=d["messages"][1]["message_uuid"]),
+            "messages[3].message_uuid",
+        ),
+        # The first message said to come last: its children would be made before it.
+        (lambda d: d["messages"][0].update(seq=10_000), "messages[1].seq"),
+    ],
+)
+async def test_an_inconsistent_import_is_a_422_that_stores_nothing(
+    client: httpx.AsyncClient,
+    store: Store,
+    make_chat: MakeChat,
+    add_message: AddMessage,
+    change: Any,
+    says: str,
+) -> None:
+    document = await _exported(client, make_chat, add_message)
+    before = await store.get_all_chats()
+    change(document)
+
+    response = await client.post("/api/chats/import?thread_id=copy", json=document)
+
+    assert response.status_code == 422, response.text
+    assert response.json()["code"] == "invalid_input"
+    assert says in response.json()["detail"]
+    assert await store.get_all_chats() == before
+
+
+async def test_an_import_listing_its_messages_out_of_order_keeps_them_all(
+    client: httpx.AsyncClient, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    document = await _exported(client, make_chat, add_message)
+    document["messages"].reverse()
+
+    response = await client.post("/api/chats/import?thread_id=copy", json=document)
+
+    assert response.status_code == 201, response.text
+    items = (await client.get(f"/api/chats/{response.json()['chat_uuid']}/messages")).json()
+    contents = [m["content"] for m in items["items"]]
+    assert contents == ["question 0", "answer 0", "question 1", "answer 1"]
+
+
+async def test_an_import_may_start_with_a_byte_order_mark(
+    client: httpx.AsyncClient, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    document = await _exported(client, make_chat, add_message)
+
+    response = await client.post(
+        "/api/chats/import?thread_id=copy",
+        content=b"\xef\xbb\xbf" + json.dumps(document).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+
+    assert response.status_code == 201, response.text
+
+
+# Every backend stores and reads back these (docs/server.md, "Limits").
+_FIRST = "0001-01-02T00:00:00Z"
+_LAST = "9999-12-30T23:59:59.999999Z"
+
+
+@pytest.mark.parametrize(
+    ("when", "stored"),
+    [
+        (_FIRST, True),
+        (_LAST, True),
+        ("2026-05-01T12:00:00+02:00", True),
+        ("0001-01-01T00:00:00Z", False),  # PostgreSQL reads it back as -infinity
+        ("0001-01-01T23:59:59.999999Z", False),
+        ("9999-12-31T00:00:00Z", False),
+        ("9999-12-31T23:59:59.999999Z", False),  # PostgreSQL: infinity
+        ("0001-01-02T12:00:00+13:00", False),  # the day before in UTC
+    ],
+)
+async def test_an_import_dated_where_a_backend_cannot_read_it_back_is_a_422(
+    client: httpx.AsyncClient,
+    store: Store,
+    make_chat: MakeChat,
+    add_message: AddMessage,
+    when: str,
+    stored: bool,
+) -> None:
+    document = await _exported(client, make_chat, add_message)
+    document["messages"][1]["created_at"] = when
+    before = await store.get_all_chats()
+
+    response = await client.post("/api/chats/import?thread_id=copy", json=document)
+
+    if not stored:
+        assert response.status_code == 422, response.text
+        detail = response.json()["detail"]
+        assert "document.messages[1].created_at" in detail
+        assert "from 0001-01-02 to 9999-12-30 (UTC)" in detail
+        assert await store.get_all_chats() == before
+        return
+    assert response.status_code == 201, response.text
+    chat = response.json()["chat_uuid"]
+    answers = [
+        await client.get(f"/api/chats/{chat}/{route}") for route in ("messages", "ui", "export")
+    ]
+    assert [a.status_code for a in answers] == [200, 200, 200]
+    read = answers[0].json()["items"][1]["created_at"]
+    assert datetime.fromisoformat(read) == datetime.fromisoformat(when)
+    connect = await client.get("/agui/threads/copy/connect")
+    assert connect.status_code == 200
+    assert '"RUN_FINISHED"' in connect.text
+
+
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity", "1e400"])
+async def test_an_import_holding_a_number_that_is_not_finite_is_a_422(
+    client: httpx.AsyncClient,
+    store: Store,
+    make_chat: MakeChat,
+    add_message: AddMessage,
+    literal: str,
+) -> None:
+    document = await _exported(client, make_chat, add_message)
+    document["messages"][0]["metadata"] = {"score": "PLACEHOLDER"}
+    body = json.dumps(document).replace('"PLACEHOLDER"', literal)
+    before = await store.get_all_chats()
+
+    response = await client.post(
+        "/api/chats/import?thread_id=copy",
+        content=body,
+        headers={"Content-Type": "application/json"},
+    )
+
+    assert response.status_code == 422, response.text
+    assert "document.messages[0].metadata.score" in response.json()["detail"]
+    assert "not a finite number" in response.json()["detail"]
+    assert await store.get_all_chats() == before

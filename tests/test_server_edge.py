@@ -14,7 +14,7 @@ from ag_ui.core import BaseEvent, RunAgentInput
 
 from server_support import LiveServer, collect_sse, run_input, served_with_store
 from threadstore import Store, open_store
-from threadstore.server import DemoAgent, HeaderAuth, create_app
+from threadstore.server import DemoAgent, HeaderAuth, TokenAuth, create_app
 
 
 @pytest.fixture
@@ -42,6 +42,22 @@ async def test_a_repeated_identity_header_is_refused(sqlite_store: Store) -> Non
 
     assert twice.status_code == 401
     assert "X-User-Id header appears 2 times" in twice.json()["detail"]
+    assert run.status_code == 401
+    assert once.status_code == 200
+    assert await sqlite_store.get_all_chats() == []
+
+
+async def test_a_repeated_authorization_header_is_refused(sqlite_store: Store) -> None:
+    auth = TokenAuth({"token-alice": "alice", "token-bob": "bob"})
+    app = create_app(sqlite_store, agent=DemoAgent(delay=0), auth=auth)
+    twice = [("Authorization", "Bearer token-alice"), ("Authorization", "Bearer token-bob")]
+    async with LiveServer(app) as server, httpx.AsyncClient(base_url=server.url) as client:
+        listed = await client.get("/api/chats", headers=twice)
+        run = await client.post("/agui", json=run_input("hi"), headers=twice)
+        once = await client.get("/api/chats", headers={"Authorization": "Bearer token-bob"})
+
+    assert listed.status_code == 401
+    assert "Authorization header appears 2 times" in listed.json()["detail"]
     assert run.status_code == 401
     assert once.status_code == 200
     assert await sqlite_store.get_all_chats() == []
@@ -161,6 +177,71 @@ async def test_unstorable_text_and_deep_json_are_a_422_that_stores_nothing(
     assert response.json()["code"] == "invalid_input"
     assert says in response.json()["detail"]
     assert await edge.stored() == []
+
+
+@pytest.mark.parametrize(
+    ("field", "literal", "says"),
+    [
+        ("state", '{"x": NaN}', "state.x is nan"),
+        ("state", '{"x": [1, -Infinity]}', "state.x[1] is -inf"),
+        ("state", '{"x": {"y": 1e400}}', "state.x.y is inf"),
+        ("forwardedProps", '{"temperature": Infinity}', "forwardedProps.temperature is inf"),
+        ("tools", '[{"name": "t", "description": "d", "parameters": {"max": NaN}}]', "tools"),
+        ("context", '[{"description": "d", "value": "v", "weight": NaN}]', "context"),
+        ("newField", "NaN", "newField is nan"),
+    ],
+)
+async def test_a_number_that_is_not_finite_is_a_422_naming_its_field(
+    edge: Edge, field: str, literal: str, says: str
+) -> None:
+    # Python's JSON writer would refuse these: the body is written by hand, as a client
+    # whose JSON writer lets them through sends it.
+    body = json.dumps(run_input("hello"))[:-1] + f', "{field}": {literal}}}'
+
+    response = await edge.client.post(
+        "/agui", content=body, headers={"Content-Type": "application/json"}
+    )
+
+    assert response.status_code == 422, response.text
+    assert response.json()["code"] == "invalid_input"
+    assert says in response.json()["detail"]
+    assert "not a finite number" in response.json()["detail"]
+    assert await edge.stored() == []
+
+
+@pytest.mark.parametrize("depth", [1_000, 5_000, 100_000])
+async def test_json_too_deep_to_parse_is_a_422_giving_the_limit(edge: Edge, depth: int) -> None:
+    body = json.dumps(run_input("hello"))[:-1] + ', "state": ' + "[" * depth + "]" * depth + "}"
+
+    run = await edge.client.post(
+        "/agui", content=body, headers={"Content-Type": "application/json"}
+    )
+    imported = await edge.client.post(
+        "/api/chats/import",
+        content="[" * depth + "]" * depth,
+        headers={"Content-Type": "application/json"},
+    )
+
+    for response in (run, imported):
+        assert response.status_code == 422, response.text
+        assert response.json() == {
+            "detail": "request body is nested too deeply: objects and arrays may nest at most "
+            "64 levels",
+            "code": "invalid_input",
+        }
+    assert await edge.stored() == []
+
+
+async def test_a_field_this_version_does_not_know_is_ignored(edge: Edge) -> None:
+    # A newer AG-UI client may send fields this server's AG-UI version has not heard of.
+    body = {**run_input("hello"), "newField": {"a": [1, 2]}, "anotherOne": "x"}
+
+    response = await edge.post("/agui", body)
+
+    assert response.status_code == 200
+    assert [e.type for e in await collect_sse(response)][-1] == "RUN_FINISHED"
+    [(_, contents)] = await edge.stored()
+    assert contents[0] == "hello"
 
 
 async def test_state_within_the_depth_limit_is_stored(edge: Edge) -> None:

@@ -1,15 +1,17 @@
 """Hostile clients against a real server on SQLite and PostgreSQL: never a 5xx, never half-stored.
 
 Hypothesis builds ``RunAgentInput``-shaped JSON with hostile strings (NUL, lone
-surrogates, line separators, path characters, over-long ids), deep nesting, large
-messages, wrong types and wrong content types, and follows each run with chat-API
-requests carrying hostile ids, cursors and names. Every answer must be below 500 and be
-JSON or a well-formed AG-UI stream, and a rejected request must have stored nothing.
+surrogates, line separators, path characters, over-long ids), deep nesting, numbers that
+are not finite, fields AG-UI does not know, large messages, wrong types and wrong content
+types, and follows each run with chat-API requests carrying hostile ids, cursors and names.
+Every answer must be below 500 and be JSON or a well-formed AG-UI stream, and a rejected
+request must have stored nothing.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +52,7 @@ _scalar = (
     | st.booleans()
     | st.integers()
     | st.floats(allow_nan=False, allow_infinity=False)
+    | st.sampled_from([math.nan, math.inf, -math.inf])  # sent as NaN, Infinity, -Infinity
     | _hostile_text
 )
 
@@ -87,6 +90,7 @@ _run_body = st.fixed_dictionaries(
         "state": st.dictionaries(st.text(max_size=3), _value, max_size=2) | _deep,
         "forwardedProps": _value,
         "parentRunId": _id,
+        "aNewerClientsField": _value,  # unknown to this AG-UI version: kept, never a 5xx
         "context": st.lists(
             st.fixed_dictionaries({"description": _hostile_text, "value": _hostile_text}),
             max_size=2,

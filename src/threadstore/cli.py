@@ -15,11 +15,12 @@ import json
 import os
 import sqlite3
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
+from typing import IO, TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 from uuid import UUID
 
 import typer
@@ -782,11 +783,20 @@ def export_chats(
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Write here instead of stdout.")
     ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace the --output file if it exists.")
+    ] = False,
 ) -> None:
-    """Export chats as JSON lines: one chat, with its whole history, per line."""
+    """Export chats as JSON lines: one chat, with its whole history, per line.
+
+    An ``--output`` file appears whole or not at all: the export is written beside it
+    and renamed over it once complete.
+    """
     from threadstore.transfer import export_chat
 
     _check_store(db)
+    if output is not None:
+        _check_output(output, force=force)
     user_uuid = _user(user)
 
     async def work() -> int:
@@ -795,20 +805,52 @@ def export_chats(
                 selected = [await _resolve_chat(store, ref, user_uuid) for ref in chats]
             else:
                 selected = list(await store.get_all_chats(user_uuid))
-            sink = output.open("w", encoding="utf-8") if output else sys.stdout
-            try:
-                with _progress(len(selected), "exporting") as advance:
-                    for chat in selected:
-                        document = await export_chat(store, chat)
-                        sink.write(document.model_dump_json() + "\n")
-                        advance()
-            finally:
-                if output:
-                    sink.close()
+            with _sink(output) as sink, _progress(len(selected), "exporting") as advance:
+                for chat in selected:
+                    document = await export_chat(store, chat)
+                    sink.write(document.model_dump_json() + "\n")
+                    advance()
             return len(selected)
 
-    count = _run(work, db)
+    try:
+        count = _run(work, db)
+    except OSError as exc:
+        _fail(f"cannot write {output}: {exc.strerror or exc}", "nothing was written")
     err.print(f"[green]✓[/] exported {count} chat(s)" + (f" to {output}" if output else ""))
+
+
+def _check_output(path: Path, *, force: bool) -> None:
+    """Refuse an ``--output`` that is a folder, in a missing folder, or there without --force."""
+    if path.is_dir():
+        _fail(f"{path} is a folder", "give a file name, e.g. -o chats.jsonl")
+    if not path.parent.is_dir():
+        _fail(f"the folder {path.parent} does not exist", "create it, or choose another -o")
+    if path.exists() and not force:
+        _fail(f"{path} already exists", "pass --force to replace it")
+
+
+@contextmanager
+def _sink(output: Path | None) -> Iterator[IO[str]]:
+    """Stdout, or a new file beside ``output`` that replaces it once written and synced."""
+    if output is None:
+        yield sys.stdout
+        return
+    handle = tempfile.NamedTemporaryFile(
+        "w", encoding="utf-8", dir=output.parent, prefix=f".{output.name}.", delete=False
+    )
+    try:
+        with handle:
+            # A temporary file is private (0600); the export gets a new file's usual mode.
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(handle.name, 0o666 & ~umask)
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(handle.name, output)
+    except BaseException:
+        Path(handle.name).unlink(missing_ok=True)
+        raise
 
 
 @app.command(
@@ -842,12 +884,14 @@ def import_chats(
     _check_store(db)
     user_uuid = _user(user)
     if str(source) == "-":
-        lines = sys.stdin.read().splitlines()
+        text = sys.stdin.read()
     else:
         try:
-            lines = source.read_text(encoding="utf-8").splitlines()
+            text = source.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             _fail(f"cannot read {source}: {exc}")
+    # A byte order mark, as some editors write at the start of a UTF-8 file, is not data.
+    lines = text.removeprefix("\ufeff").splitlines()
     numbered = [(n, line) for n, line in enumerate(lines, start=1) if line.strip()]
     invalid: list[str] = []
 

@@ -12,6 +12,10 @@ the whole tree and writes bytes anywhere (metadata, parts) with the binary-safe 
 message of its turn. All import. Versions 1 and 2 may hold the ``role="reasoning"``
 messages older versions stored one per reasoning block: import folds them by the rule
 the database migration applies to such rows (:func:`fold_reasoning_messages`).
+
+Import checks the whole document before it writes anything (:func:`check_document`):
+versions it knows, each message once, parents that are in the document and come before
+their children (by ``seq``), no cycle. A document that fails is refused whole.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from pydantic import (
 from pydantic_core import to_json
 
 from threadstore.binary_json import decode_value, encode_value
-from threadstore.errors import ConflictError, LimitExceededError
+from threadstore.errors import ConflictError, InvalidInputError, LimitExceededError
 from threadstore.models import (
     FORMAT_VERSION,
     Chat,
@@ -59,6 +63,7 @@ __all__ = [
     "EXPORT_VERSION",
     "NESTED_REASONING_EXPORT_VERSION",
     "ChatExport",
+    "check_document",
     "export_chat",
     "export_chat_json",
     "export_chat_json_pieces",
@@ -204,12 +209,14 @@ async def import_chat(
     """Create ``document``'s chat for ``user_uuid`` (under ``thread_id`` if given).
 
     Raises :class:`~threadstore.errors.ConflictError` when the user already has a
-    chat with that thread id; nothing is written then.
+    chat with that thread id, and :class:`~threadstore.errors.InvalidInputError` when
+    :func:`check_document` refuses the document; nothing is written then.
     """
     if max_messages is not None and len(document.messages) > max_messages:
         raise LimitExceededError(
             f"the export holds {len(document.messages)} messages; the limit is {max_messages}"
         )
+    await off_loop(document.messages, check_document, document)
     if document.export_version < NESTED_REASONING_EXPORT_VERSION:
         document = fold_reasoning_messages(document)
     source = document.chat
@@ -261,6 +268,88 @@ async def import_chat(
             await store.set_active_leaf(chat.chat_uuid, leaf)
         imported = await store.get_chat(chat.chat_uuid)
     return imported or chat
+
+
+def check_document(document: ChatExport) -> None:
+    """Raise ``InvalidInputError`` naming the first thing that makes ``document`` unimportable.
+
+    Checks the versions, that each message appears once, that every parent is a message
+    of the document with a smaller ``seq`` (messages are recreated in ``seq`` order, so a
+    parent after its child would leave the child without it), that no parent chain
+    loops. (``roots`` or an active leaf naming no message of the document are ignored:
+    the chat's last message ends its branch then.)
+    """
+    if not 1 <= document.export_version <= EXPORT_VERSION:
+        raise InvalidInputError(
+            f"export_version {document.export_version} is not one this version of threadstore "
+            f"reads (1 to {EXPORT_VERSION}); import it with the version that exported it"
+        )
+    _check_format_version("format_version", document.format_version)
+    _check_format_version("chat.format_version", document.chat.format_version)
+    index_of: dict[UUID, int] = {}
+    for index, message in enumerate(document.messages):
+        where = f"messages[{index}]"
+        _check_format_version(f"{where}.format_version", message.format_version)
+        children: list[tuple[str, ToolCall | Reasoning]] = [
+            *((f"tool_calls[{n}]", call) for n, call in enumerate(message.tool_calls)),
+            *((f"reasonings[{n}]", step) for n, step in enumerate(message.reasonings)),
+        ]
+        for child_at, child in children:
+            _check_format_version(f"{where}.{child_at}.format_version", child.format_version)
+        if (first := index_of.setdefault(message.message_uuid, index)) != index:
+            raise InvalidInputError(
+                f"{where}.message_uuid {message.message_uuid} is also messages[{first}]'s"
+            )
+    messages = document.messages
+    for index, message in enumerate(messages):
+        if message.parent_uuid is None:
+            continue
+        parent = index_of.get(message.parent_uuid)
+        if parent is None:
+            raise InvalidInputError(
+                f"messages[{index}].parent_uuid {message.parent_uuid} is not a message of "
+                "the document"
+            )
+        if parent == index:
+            raise InvalidInputError(f"messages[{index}] is its own parent")
+    _check_no_cycle(messages, index_of)
+    for index, message in enumerate(messages):
+        if message.parent_uuid is None:
+            continue
+        parent = index_of[message.parent_uuid]
+        if messages[parent].seq >= message.seq:
+            raise InvalidInputError(
+                f"messages[{index}].seq {message.seq} is not after its parent's "
+                f"(messages[{parent}].seq {messages[parent].seq}); a message's seq must be "
+                "greater than its parent's"
+            )
+
+
+def _check_format_version(where: str, version: int) -> None:
+    if not 1 <= version <= FORMAT_VERSION:
+        raise InvalidInputError(
+            f"{where} {version} is not one this version of threadstore reads "
+            f"(1 to {FORMAT_VERSION}); import it with the version that exported it"
+        )
+
+
+def _check_no_cycle(messages: list[Message], index_of: dict[UUID, int]) -> None:
+    """Raise when following parents from some message comes back to it."""
+    done: set[int] = set()  # messages whose chain is known to end at a root
+    for start in range(len(messages)):
+        path: list[int] = []
+        on_path: set[int] = set()
+        current: int | None = start
+        while current is not None and current not in done:
+            if current in on_path:
+                raise InvalidInputError(
+                    f"messages[{current}]'s parents lead back to it: the parents form a cycle"
+                )
+            path.append(current)
+            on_path.add(current)
+            parent = messages[current].parent_uuid
+            current = None if parent is None else index_of[parent]
+        done.update(path)
 
 
 def _in_production_order(

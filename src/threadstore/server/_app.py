@@ -162,7 +162,7 @@ def create_app(
         summary="An AG-UI agent server with durable, typed chat history.",
         lifespan=lifespan,
     )
-    install_error_handlers(app)
+    install_error_handlers(app, max_json_depth=limits.max_json_depth)
     app.include_router(agui_router)
     app.include_router(chats_router)
     app.include_router(admin_router)

@@ -107,8 +107,12 @@ class TokenAuth:
         return cls(parse_token_pairs(raw.replace(",", "\n")))
 
     def authenticate(self, request: Request) -> UUID:
-        """Return the user of the bearer token; 401 when it is missing or unknown."""
-        header = request.headers.get("authorization")
+        """Return the user of the bearer token; 401 when it is missing, unknown or repeated."""
+        values = request.headers.getlist("authorization")
+        if len(values) > 1:
+            # Which copy counts would be up to each proxy on the way: trust none.
+            raise _unauthorized(f"Authorization header appears {len(values)} times; send it once")
+        header = values[0] if values else ""
         if not header:
             raise _unauthorized("missing Authorization: Bearer <token> header")
         scheme, _, token = header.partition(" ")

@@ -6,7 +6,7 @@ Every error response has the same shape: ``{"detail": "<what was wrong>", "code"
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request, status
@@ -109,18 +109,33 @@ async def _on_threadstore_error(request: Request, exc: Exception) -> JSONRespons
 _FASTAPI_BODY_ERROR = "There was an error parsing the body"
 
 
-async def _on_http_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, StarletteHTTPException)
-    detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
-    if exc.status_code == 400 and detail == _FASTAPI_BODY_ERROR:
-        return error_response(
-            400, "request body is not valid JSON: it must be UTF-8 JSON text", code="bad_json"
-        )
-    return error_response(exc.status_code, detail, headers=exc.headers)
+def _http_error_handler(max_json_depth: int) -> Callable[[Request, Exception], Awaitable[Any]]:
+    async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+        if exc.status_code == 400 and detail == _FASTAPI_BODY_ERROR:
+            if isinstance(exc.__cause__, RecursionError):
+                # Python's JSON parser gives up on nesting about a thousand levels deep;
+                # the body is JSON, only deeper than anything threadstore takes.
+                return error_response(
+                    422,
+                    "request body is nested too deeply: objects and arrays may nest at "
+                    f"most {max_json_depth} levels",
+                    code="invalid_input",
+                )
+            return error_response(
+                400, "request body is not valid JSON: it must be UTF-8 JSON text", code="bad_json"
+            )
+        return error_response(exc.status_code, detail, headers=exc.headers)
+
+    return on_http_error
 
 
-def install_error_handlers(app: FastAPI) -> None:
-    """Register the handlers that turn every error into the common JSON shape."""
+def install_error_handlers(app: FastAPI, *, max_json_depth: int) -> None:
+    """Register the handlers that turn every error into the common JSON shape.
+
+    ``max_json_depth`` is the nesting limit a body too deep to parse is told about.
+    """
     app.add_exception_handler(RequestValidationError, _on_validation_error)
     app.add_exception_handler(ThreadstoreError, _on_threadstore_error)
-    app.add_exception_handler(StarletteHTTPException, _on_http_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error_handler(max_json_depth))

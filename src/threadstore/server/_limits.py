@@ -9,14 +9,19 @@ Text is checked here, at the edge, the same way for every backend: a NUL charact
 (PostgreSQL's ``text`` cannot hold one) or a lone surrogate (not encodable as UTF-8)
 anywhere in an id, a name, message content, state or any other JSON value is a 422.
 So whatever one store accepted, every other store accepts too: an export from SQLite
-imports into PostgreSQL.
+imports into PostgreSQL. Likewise a number that is not finite (``NaN``, ``Infinity``, or
+``1e400``, which parses as infinity) is a 422 wherever it is: JSON cannot carry one out
+again, so a state holding one could never be sent or stored. A date outside
+:data:`FIRST_DATE` .. :data:`LAST_DATE` is a 422 too (see there).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from ag_ui.core import RunAgentInput
 from pydantic import BaseModel
@@ -27,6 +32,8 @@ from threadstore.server._errors import error_response
 
 __all__ = [
     "DEFAULT_LIMITS",
+    "FIRST_DATE",
+    "LAST_DATE",
     "MAX_CURSOR",
     "BodyLimitMiddleware",
     "Limits",
@@ -39,6 +46,16 @@ __all__ = [
 
 MAX_CURSOR = 2**63 - 1
 """The largest message or event number a query accepts (the stores' 64-bit integers)."""
+
+FIRST_DATE = datetime(1, 1, 2, tzinfo=UTC)
+"""The earliest date a request may carry (an import's ``created_at``, say).
+
+PostgreSQL reads the first and the last instant Python can hold back as ``-infinity``
+and ``infinity``, which no reader can parse; a day's margin at each end also keeps the
+local time of every date, in any time zone, within what Python can hold.
+"""
+LAST_DATE = datetime(9999, 12, 30, 23, 59, 59, 999999, tzinfo=UTC)
+"""The latest date a request may carry (see :data:`FIRST_DATE`)."""
 
 
 @dataclass(frozen=True)
@@ -106,16 +123,42 @@ def check_name(name: str, limits: Limits) -> str:
     return stripped
 
 
-def check_json(kind: str, value: object, limits: Limits) -> None:
-    """Reject JSON (or a model holding it) nested too deeply or holding unstorable text.
+def _check_number(kind: str, value: float) -> None:
+    """Reject a number that is not finite (``NaN``, ``Infinity``, ``1e400``)."""
+    if not math.isfinite(value):
+        raise InvalidInputError(
+            f"{kind} is {value!r}, which is not a finite number; JSON numbers must be finite"
+        )
 
-    Walks with an explicit stack, so no input is deep enough to exhaust Python's.
+
+def _check_date(kind: str, value: datetime) -> None:
+    """Reject a date every backend cannot store and read back (see :data:`FIRST_DATE`)."""
+    # A date without a time zone is stored as UTC.
+    aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    if not FIRST_DATE <= aware <= LAST_DATE:
+        raise InvalidInputError(
+            f"{kind} is {value.isoformat()}, outside the dates threadstore stores: from "
+            f"{FIRST_DATE.date().isoformat()} to {LAST_DATE.date().isoformat()} (UTC)"
+        )
+
+
+def check_json(kind: str, value: object, limits: Limits) -> None:
+    """Reject JSON (or a model holding it) nested too deeply or holding unstorable values.
+
+    Unstorable: text :func:`check_text` refuses, numbers that are not finite, dates out
+    of range. Walks with an explicit stack, so no input is deep enough to exhaust Python's.
     """
     stack: list[tuple[object, int, str]] = [(value, 0, kind)]
     while stack:
         item, depth, where = stack.pop()
         if isinstance(item, str):
             check_text(where, item)
+            continue
+        if isinstance(item, float):
+            _check_number(where, item)
+            continue
+        if isinstance(item, datetime):
+            _check_date(where, item)
             continue
         if isinstance(item, BaseModel):
             # Iterating a model yields its declared fields, then any extra ones.
@@ -164,7 +207,10 @@ def check_run_input(run_input: RunAgentInput, limits: Limits) -> None:
     fields = type(run_input).model_fields
     for name, value in run_input:
         if name != "messages":
-            check_json(fields[name].alias or name, value, limits)
+            # A field this version of AG-UI does not know (a newer client's) is kept under
+            # the name it came with, and checked like the rest.
+            field = fields.get(name)
+            check_json(field.alias or name if field is not None else name, value, limits)
 
 
 class BodyLimitMiddleware:
