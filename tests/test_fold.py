@@ -67,7 +67,6 @@ from threadstore.agui.legacy import (
     ThinkingTextMessageStartEvent,
 )
 from threadstore.fold import (
-    DELTA_EVENTS,
     ContentBuffer,
     ConversationFold,
     FoldRecord,
@@ -921,20 +920,18 @@ def assert_fast_path_folds_like_apply(events: Sequence[BaseEvent], history: list
     slow = ConversationFold("run-1", thread_id="thread-1", history=history)
     fast = ConversationFold("run-1", thread_id="thread-1", history=history)
     for event in events:
-        slow.apply(event)
-        if not fast.apply_deltas([event]):
-            fast.apply(event)
+        assert fast.apply(event) == slow.apply_reference(event), event
         assert fold_snapshot(fast) == fold_snapshot(slow), event
 
 
-def test_the_delta_fast_path_folds_every_pair_of_events_exactly_like_apply() -> None:
+def test_the_delta_fast_path_folds_every_pair_of_events_exactly_like_the_reference() -> None:
     history = fast_fold_history()
     for first, second in itertools.product(DELTA_ALPHABET, repeat=2):
         assert_fast_path_folds_like_apply([first, second], history)
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.sampled_from(DELTA_ALPHABET), max_size=30))
+@given(st.lists(st.sampled_from(DELTA_ALPHABET), max_size=40))
 @example(  # a chunk continuing a stored call this run answered: its arguments are not owned
     [
         ToolCallResultEvent(message_id="p-result", tool_call_id="p", content="ok"),
@@ -949,56 +946,6 @@ def test_the_delta_fast_path_folds_every_pair_of_events_exactly_like_apply() -> 
         TextMessageContentEvent(message_id="r", delta="b"),
     ]
 )
-def test_the_delta_fast_path_folds_any_stream_exactly_like_apply(events: list[BaseEvent]) -> None:
-    assert_fast_path_folds_like_apply(events, fast_fold_history())
-
-
-def fold_in_runs(fold: ConversationFold, events: Sequence[BaseEvent]) -> list[Any]:
-    """Fold as a storage agent does: deltas buffered, then folded run by run at the next
-    other event (or the end); returns the snapshot after each such point."""
-    kinds = DELTA_EVENTS
-    buffered: list[BaseEvent] = []
-    snapshots: list[Any] = []
-
-    def drain() -> None:
-        index = 0
-        while index < len(buffered):
-            taken = fold.apply_deltas(buffered, index)
-            if not taken:
-                fold.apply(buffered[index])
-            index += taken or 1
-        buffered.clear()
-
-    for event in events:
-        if type(event) in kinds:
-            buffered.append(event)
-            continue
-        drain()
-        snapshots.append(fold_snapshot(fold))
-        fold.apply(event)
-        snapshots.append(fold_snapshot(fold))
-    drain()
-    snapshots.append(fold_snapshot(fold))
-    return snapshots
-
-
-def assert_runs_fold_like_apply(events: Sequence[BaseEvent], history: list[Message]) -> None:
-    slow = ConversationFold("run-1", thread_id="thread-1", history=history)
-    fast = ConversationFold("run-1", thread_id="thread-1", history=history)
-    expected: list[Any] = []
-    kinds = DELTA_EVENTS
-    for event in events:  # a snapshot where fold_in_runs takes one: before and after others
-        if type(event) not in kinds:
-            expected.append(fold_snapshot(slow))
-        slow.apply(event)
-        if type(event) not in kinds:
-            expected.append(fold_snapshot(slow))
-    expected.append(fold_snapshot(slow))
-    assert fold_in_runs(fast, events) == expected
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.lists(st.sampled_from(DELTA_ALPHABET), max_size=40))
 @example(  # long runs of one record's deltas, of every kind, back to back
     [
         TextMessageStartEvent(message_id="m"),
@@ -1011,49 +958,58 @@ def assert_runs_fold_like_apply(events: Sequence[BaseEvent], history: list[Messa
         *[ToolCallArgsEvent(tool_call_id="p", delta=c) for c in "[]"],  # not owned
     ]
 )
-def test_deltas_folded_run_by_run_fold_exactly_like_apply(events: list[BaseEvent]) -> None:
-    assert_runs_fold_like_apply(events, fast_fold_history())
+def test_the_delta_fast_path_folds_any_stream_exactly_like_the_reference(
+    events: list[BaseEvent],
+) -> None:
+    assert_fast_path_folds_like_apply(events, fast_fold_history())
 
 
-def test_a_run_of_one_record_deltas_is_folded_in_one_call() -> None:
-    fold = fold_of(TextMessageStartEvent(message_id="m"))
-    deltas = [TextMessageContentEvent(message_id="m", delta=c) for c in "hello"]
-    other = TextMessageContentEvent(message_id="elsewhere", delta="!")
+def counted_reference(fold: ConversationFold, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The types of the events ``fold`` folds by the reference path from now on."""
+    seen: list[str] = []
+    reference = fold.apply_reference
 
-    assert fold.apply_deltas([*deltas, other]) == 5  # the last is another record's
-    assert fold.apply_deltas([other]) == 0  # an unknown id needs apply
-    assert fold.records["m:m"].content == "hello"
+    def counting(event: BaseEvent) -> bool:
+        seen.append(event.type.value)
+        return reference(event)
+
+    monkeypatch.setattr(fold, "apply_reference", counting)
+    return seen
 
 
-def test_the_deltas_of_a_well_formed_stream_all_take_the_fast_path() -> None:
-    events = [
-        *full_turn(),
-        TextMessageChunkEvent(message_id="c1", delta="a"),
-        TextMessageChunkEvent(delta="b"),
-        ToolCallChunkEvent(
-            tool_call_id="tc", tool_call_name="f", parent_message_id="c1", delta="{"
-        ),
-        ToolCallChunkEvent(delta="}"),
-        ReasoningMessageChunkEvent(message_id="rc", delta="c"),
-        ReasoningMessageChunkEvent(delta="d"),
-    ]
+def test_the_deltas_of_a_well_formed_stream_after_their_first_take_the_fast_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     fold = ConversationFold("run-1")
-    opening = {id(events[i]) for i in (-6, -4, -2)}  # a chunk naming a new id opens a record
+    seen = counted_reference(fold, monkeypatch)
+    events = full_turn(deltas=4)
 
     for event in events:
-        taken = bool(fold.apply_deltas([event]))
-        if not taken:
-            fold.apply(event)
-        is_delta = type(event) in DELTA_EVENTS
-        assert taken == (is_delta and id(event) not in opening), event
+        fold.apply(event)
+
+    # Each record's first delta establishes the fast path; the three after it take it.
+    contents = (TextMessageContentEvent, ToolCallArgsEvent, ReasoningMessageContentEvent)
+    deltas = sum(isinstance(e, contents) for e in events)
+    assert len(seen) == len(events) - (deltas - deltas // 4)
 
 
-def test_the_fast_path_declines_everything_but_deltas_and_changes_nothing() -> None:
-    fold = fold_of(TextMessageStartEvent(message_id="m"))
+def test_the_fast_path_takes_only_the_record_the_last_delta_extended(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fold = fold_of(TextMessageStartEvent(message_id="m"), TextMessageStartEvent(message_id="n"))
     fold.take_changes()
-    before = fold_snapshot(fold)
+    seen = counted_reference(fold, monkeypatch)
 
-    assert not fold.apply_deltas([TextMessageContentEvent(message_id="unknown", delta="x")])
-    assert not fold.apply_deltas([TextMessageEndEvent(message_id="m")])
-    assert not fold.apply_deltas([ThinkingTextMessageContentEvent(delta="x")])
-    assert fold_snapshot(fold) == before
+    for event in [
+        TextMessageContentEvent(message_id="m", delta="a"),
+        TextMessageContentEvent(message_id="m", delta="b"),  # fast
+        TextMessageContentEvent(message_id="n", delta="c"),  # another record: reference
+        TextMessageEndEvent(message_id="n"),  # not a delta: reference
+        TextMessageContentEvent(message_id="m", delta="d"),  # after another event: reference
+        TextMessageContentEvent(message_id="m", delta="e"),  # fast
+    ]:
+        fold.apply(event)
+
+    assert len(seen) == 4
+    assert fold.records["m:m"].content == "abde"
+    assert fold.records["m:n"].content == "c"

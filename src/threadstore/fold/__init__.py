@@ -3,15 +3,14 @@
 :class:`ConversationFold` holds the records of one run and applies events to them one
 at a time; the storage agent feeds it and writes the records it marks dirty. One
 module per event family (text, tools, reasoning, documents, snapshot) over a shared
-record table; :meth:`ConversationFold.apply` is the reference path and
-:meth:`ConversationFold.apply_deltas` (``_fast.py``) its one fast path. How each event
-becomes records is described in docs/architecture.md ("The fold").
+record table; :meth:`ConversationFold.apply_reference` is the reference path and
+``apply`` adds its one fast path (``_fast.py``). How each event becomes records is
+described in docs/architecture.md ("The fold").
 """
 
 from threadstore.codec import tool_result_text
 from threadstore.fold._conversation import ConversationFold, StorageState, event_type_name
 from threadstore.fold._documents import apply_json_patch
-from threadstore.fold._fast import DELTA_EVENTS
 from threadstore.fold._history import (
     HISTORY_INDEX,
     HistoryIndex,
@@ -23,7 +22,6 @@ from threadstore.fold._history import (
 from threadstore.fold._records import Changes, ContentBuffer, FoldRecord, RecordKind, RunInfo
 
 __all__ = [
-    "DELTA_EVENTS",
     "HISTORY_INDEX",
     "Changes",
     "ContentBuffer",

@@ -26,7 +26,7 @@ from pydantic import BaseModel
 
 from threadstore.codec import ThinkingTranslator
 from threadstore.fold._documents import DocumentFolding
-from threadstore.fold._fast import fold_deltas
+from threadstore.fold._fast import fast_target
 from threadstore.fold._history import StoredFacts
 from threadstore.fold._records import FoldRecord
 from threadstore.fold._snapshot import SnapshotFolding
@@ -69,7 +69,7 @@ class ConversationFold(SnapshotFolding, TextFolding, DocumentFolding):
     tool calls still waiting for a result), or ``facts`` what it holds, as a
     :class:`~threadstore.fold._history.HistoryIndex` answers for it; ``state`` is the
     AG-UI state the run starts from. :meth:`apply` folds one event and says whether it
-    was a boundary; :meth:`apply_deltas` is its fast path for runs of content deltas.
+    was a boundary; :meth:`apply_reference` is the same without its fast path.
     """
 
     def __init__(
@@ -93,7 +93,31 @@ class ConversationFold(SnapshotFolding, TextFolding, DocumentFolding):
         self._thinking = ThinkingTranslator(run_id)
 
     def apply(self, event: BaseEvent) -> bool:
-        """Fold one event; True if it was a boundary (a record opened or closed, the run ended)."""
+        """Fold one event; True if it was a boundary (a record opened or closed, the run ended).
+
+        The one fast path: a content delta for the record the previous event extended
+        (and only extended) is appended without the lookups, exactly as
+        :meth:`apply_reference` folds it; the tests fold streams both ways and compare.
+        """
+        fast = self._fast
+        if fast is not None and type(event) is fast.kind and getattr(event, fast.field) == fast.id:
+            self.boundary = False
+            self.current_event_timestamp = event.timestamp
+            delta: str = event.delta  # type: ignore[attr-defined]
+            if delta or not fast.skip_empty:
+                record = fast.record
+                record.text.append(delta)
+                record.version += 1
+                record.content_version += 1
+                self.dirty.add(record.key)
+            return False
+        boundary = self.apply_reference(event)
+        self._fast = fast_target(self, event) if not boundary else None
+        return boundary
+
+    def apply_reference(self, event: BaseEvent) -> bool:
+        """:meth:`apply` without its fast path: every event by its family's rules."""
+        self._fast = None
         self.boundary = False
         self.current_event_timestamp = event.timestamp
         kind = event_type_name(event)
@@ -107,17 +131,6 @@ class ConversationFold(SnapshotFolding, TextFolding, DocumentFolding):
         self.close_chunks(keep=_CHUNK_KINDS.get(kind))
         handler(self, event)
         return self.boundary
-
-    def apply_deltas(self, events: Sequence[BaseEvent], start: int = 0) -> int:
-        """Fold ``events[start]``, and the content deltas after it for the same record, at once.
-
-        Exactly what :meth:`apply` does for each of them in turn, for the runs of one
-        record's deltas a stream is mostly made of. Returns how many events it folded;
-        0 when ``events[start]`` needs :meth:`apply` (another event type, a subclass, or
-        a delta that opens or closes a record). A chunk event is folded alone. The
-        classes it may take are :data:`threadstore.fold.DELTA_EVENTS`.
-        """
-        return fold_deltas(self, events, start)
 
     def finish(self, status: MessageStatus) -> list[FoldRecord]:
         """End the run: every record it owns that is still active takes ``status``."""

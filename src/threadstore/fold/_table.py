@@ -15,6 +15,7 @@ from typing import Any
 
 from ag_ui.core import BaseEvent
 
+from threadstore.fold._fast import FastTarget
 from threadstore.fold._history import HistoryIndex, IdsAdded, StoredFacts
 from threadstore.fold._records import Changes, FoldRecord, RecordKind, RunInfo
 from threadstore.models import PARTS_METADATA_KEY, Message, MessageStatus, Role
@@ -79,6 +80,9 @@ class RecordTable:
         self._anonymous = itertools.count(1)
         self._last_message: dict[str | None, str] = {}
         self._changes = Changes()
+        self._fast: FastTarget | None = None
+        """What ``apply``'s fast path may extend; anything else that changes a record
+        clears it (a handler may change records between deltas)."""
         self._part_numbers = itertools.count()
         self.parts_tail: str | None = None
         """Key of the record whose text or reasoning segment is open (the newest element)."""
@@ -135,6 +139,11 @@ class RecordTable:
 
     # --- what the shell takes ------------------------------------------------------------
 
+    @property
+    def has_changes(self) -> bool:
+        """Whether :meth:`take_changes` has something: a record opened or closed, a warning."""
+        return self._changes.boundary or bool(self._changes.warnings)
+
     def take_changes(self) -> Changes:
         """Return what changed since the last call (opened/closed records, warnings)."""
         changes, self._changes = self._changes, Changes()
@@ -148,6 +157,7 @@ class RecordTable:
 
     def touch(self, record: FoldRecord, *, content: bool = False) -> None:
         """Mark ``record`` changed so it is written (for handlers that edit records directly)."""
+        self._fast = None
         record.version += 1
         if content:
             record.content_version += 1
@@ -260,6 +270,7 @@ class RecordTable:
 
     def add_part(self, record: FoldRecord | None, entry: dict[str, Any]) -> dict[str, Any]:
         """List a new element on ``record`` (None: the agent's next message); seals the segment."""
+        self._fast = None
         entry = {"n": next(self._part_numbers), **entry}
         self.parts_tail = None
         if record is None:
@@ -321,6 +332,7 @@ class RecordTable:
 
     def seal_segment(self, kind: str, record: FoldRecord | None = None) -> None:
         """End the open segment if it is of ``kind`` (and ``record``'s, when given)."""
+        self._fast = None
         tail = self.records.get(self.parts_tail) if self.parts_tail is not None else None
         if tail is None or (record is not None and tail is not record):
             return

@@ -53,6 +53,7 @@ from threadstore.store._ops import (
     apply_to,
 )
 from threadstore.store._run_events import EventBatch, RunEventListener, RunEventLog
+from threadstore.store._run_storage import RunStorage, run_storage
 
 __all__ = [
     "DEFAULT_DELETED_RETENTION",
@@ -75,6 +76,7 @@ __all__ = [
     "RunEventListener",
     "RunEventLog",
     "RunRepositoryLike",
+    "RunStorage",
     "Siblings",
     "Store",
     "TreeNode",
@@ -93,6 +95,7 @@ __all__ = [
     "off_loop",
     "open_store",
     "reasoning_create",
+    "run_storage",
     "tool_call_create",
 ]
 
