@@ -986,6 +986,7 @@ def test_the_deltas_of_a_well_formed_stream_after_their_first_take_the_fast_path
 
     for event in events:
         fold.apply(event)
+        fold.take_changes()  # as the storage agent does after each event
 
     # Each record's first delta establishes the fast path; the three after it take it.
     contents = (TextMessageContentEvent, ToolCallArgsEvent, ReasoningMessageContentEvent)
@@ -1009,6 +1010,7 @@ def test_the_fast_path_takes_only_the_record_the_last_delta_extended(
         TextMessageContentEvent(message_id="m", delta="e"),  # fast
     ]:
         fold.apply(event)
+        fold.take_changes()
 
     assert len(seen) == 4
     assert fold.records["m:m"].content == "abde"

@@ -303,67 +303,56 @@ class StorageAgent:
         """:meth:`run`, handing each event to ``emit`` instead of yielding it.
 
         The run manager's path: the same events, persistence and outcomes as iterating
-        :meth:`run` (a subclass's override of it included). Returns when the run's
+        :meth:`run` (through a subclass's own ``run`` when it has one), with one
+        async-generator layer fewer for every event to cross. Returns when the run's
         records are final; raises what the inner agent raised.
         """
-        async for event in self.run(input):
-            emit(event)
+        if type(self).run is not StorageAgent.run:
+            async for event in self.run(input):
+                emit(event)
+            return
+        run = _Run(self, input)
+        try:
+            async for event in run.prelude():
+                emit(event)
+            persister = run.persister
+            if persister is None:
+                return
+            # As in _events, on purpose: a step function shared by both costs a call per event.
+            take, stream = persister.take, run.stream
+            assert stream is not None
+            async for event in stream:
+                take(event)
+                if event.type is _RUN_FINISHED:
+                    event = await _finished_or_deleted(persister, event)
+                emit(event)
+        except BaseException as exc:
+            run.failed(exc)
+            raise
+        finally:
+            await run.finish()
 
     async def _events(self, input: RunAgentInput) -> AsyncGenerator[BaseEvent, None]:
         """The run's one loop: set up, then fold every event as it passes to the caller."""
-        if self._persister is not None or self.set_up.is_set():
-            raise RuntimeError("a StorageAgent runs once; build a new one per run")
-        self.storage = run_storage(self.chat_repo, self.message_repo, self.run_repo)
-        setup = self._setup(input)
+        run = _Run(self, input)
         try:
-            started = await self._start(setup)
-        except (InvalidInputError, RunLiveError) as exc:
-            for event in self._refusal(input, exc):
+            async for event in run.prelude():
                 yield event
-            return
-        finally:
-            self.set_up.set()
-        stream: AsyncIterator[BaseEvent] | None = None
-        status, error = MessageStatus.COMPLETE, None
-        try:
-            stream = self.inner_agent.run(input)
-            if isinstance(started, RunPersister):
-                persister = started
-            else:
-                # Started early: the inner agent's RUN_STARTED goes out as it comes, and
-                # every later event waits for the set-up's writes (the run's records and
-                # a refusal found by them must come first).
-                first = await anext(stream, None)
-                early = first is not None and first.type is _RUN_STARTED
-                if first is not None and early:
-                    yield first
-                try:
-                    persister = await asyncio.shield(started)
-                except (InvalidInputError, RunLiveError) as exc:
-                    refusal = self._refusal(input, exc)
-                    for event in refusal[1:] if early else refusal:  # one RUN_STARTED
-                        yield event
-                    return
-                if first is not None:
-                    persister.take(first)
-                    if first.type is _RUN_FINISHED:
-                        first = await _finished_or_deleted(persister, first)
-                    if not early:
-                        yield first
-            take = persister.take
+            persister = run.persister
+            if persister is None:
+                return
+            take, stream = persister.take, run.stream
+            assert stream is not None
             async for event in stream:
                 take(event)
                 if event.type is _RUN_FINISHED:
                     event = await _finished_or_deleted(persister, event)
                 yield event
-        except (asyncio.CancelledError, GeneratorExit):
-            status = MessageStatus.INTERRUPTED
-            raise
         except BaseException as exc:
-            status, error = MessageStatus.ERRORED, f"{type(exc).__name__}: {exc}"
+            run.failed(exc)
             raise
         finally:
-            await self._finish(stream, started, status, error)
+            await run.finish()
 
     def _setup(self, input: RunAgentInput) -> RunSetUp:
         assert self.storage is not None
@@ -487,50 +476,6 @@ class StorageAgent:
             if name in vars(klass):
                 return True
         return True
-
-    async def _finish(
-        self,
-        stream: AsyncIterator[BaseEvent] | None,
-        started: _Started,
-        status: MessageStatus,
-        error: str | None,
-    ) -> None:
-        """Close the inner stream and wait for the final flush, even through cancellation."""
-        closing = asyncio.ensure_future(self._close(stream, started, status, error))
-        cancelled = False
-        while not closing.done():
-            try:
-                await asyncio.shield(closing)
-            except asyncio.CancelledError:
-                cancelled = True
-        closing.result()
-        if cancelled and status is MessageStatus.COMPLETE:
-            raise asyncio.CancelledError
-
-    @staticmethod
-    async def _close(
-        stream: AsyncIterator[BaseEvent] | None,
-        started: _Started,
-        status: MessageStatus,
-        error: str | None,
-    ) -> None:
-        aclose = getattr(stream, "aclose", None)  # runs the inner agent's own cleanup
-        if aclose is not None:
-            try:
-                await aclose()
-            except Exception:
-                logger.exception("closing the inner agent's stream failed")
-        if isinstance(started, RunPersister):
-            persister = started
-        else:
-            # An early start ends only once its set-up writes have: what they began
-            # is finalized like any run's. Writes that failed or were refused left
-            # nothing running (and the stream said why, or the run raised).
-            try:
-                persister = await started
-            except Exception:
-                return
-        await persister.close(status, error)
 
     async def persisted(self) -> None:
         """Return when every event seen so far is durable in the store.
@@ -705,6 +650,110 @@ class StorageAgent:
 
 AGUIStorageAgent = StorageAgent
 """The seed's name for :class:`StorageAgent`."""
+
+
+class _Run:
+    """One run of a storage agent: its set-up and first events, and its end.
+
+    :meth:`prelude` sets the run up and yields what comes before the inner agent's
+    stream proper: a refusal, or, for a run started early, the inner agent's
+    ``RUN_STARTED`` (before the set-up's writes are done) and its first event. Then the
+    caller folds and passes on :attr:`stream`; :meth:`finish` closes it: normal end ->
+    complete, cancelled (or the consumer closed ``run()``) -> interrupted, anything
+    raised (:meth:`failed`) -> errored.
+    """
+
+    __slots__ = ("agent", "error", "input", "persister", "started", "status", "stream")
+
+    def __init__(self, agent: StorageAgent, input: RunAgentInput) -> None:
+        self.agent, self.input = agent, input
+        self.started: _Started | None = None
+        self.persister: RunPersister | None = None
+        self.stream: AsyncIterator[BaseEvent] | None = None
+        self.status = MessageStatus.COMPLETE
+        self.error: str | None = None
+
+    async def prelude(self) -> AsyncIterator[BaseEvent]:
+        agent, input = self.agent, self.input
+        if agent._persister is not None or agent.set_up.is_set():
+            raise RuntimeError("a StorageAgent runs once; build a new one per run")
+        agent.storage = run_storage(agent.chat_repo, agent.message_repo, agent.run_repo)
+        try:
+            started = self.started = await agent._start(agent._setup(input))
+        except (InvalidInputError, RunLiveError) as exc:
+            for event in agent._refusal(input, exc):
+                yield event
+            return
+        finally:
+            agent.set_up.set()
+        stream = self.stream = agent.inner_agent.run(input)
+        if isinstance(started, RunPersister):
+            self.persister = started
+            return
+        # Started early: the inner agent's RUN_STARTED goes out as it comes, and every
+        # later event waits for the set-up's writes (the run's records and a refusal
+        # found by them must come first).
+        first = await anext(stream, None)
+        early = first is not None and first.type is _RUN_STARTED
+        if first is not None and early:
+            yield first
+        try:
+            persister = await asyncio.shield(started)
+        except (InvalidInputError, RunLiveError) as exc:
+            refusal = agent._refusal(input, exc)
+            for event in refusal[1:] if early else refusal:  # one RUN_STARTED
+                yield event
+            return
+        if first is not None:
+            persister.take(first)
+            if first.type is _RUN_FINISHED:
+                first = await _finished_or_deleted(persister, first)
+            if not early:
+                yield first
+        self.persister = persister
+
+    def failed(self, exc: BaseException) -> None:
+        """The run ended by ``exc``: cancelled (interrupted) or anything else (errored)."""
+        if isinstance(exc, asyncio.CancelledError | GeneratorExit):
+            self.status = MessageStatus.INTERRUPTED
+        else:
+            self.status, self.error = MessageStatus.ERRORED, f"{type(exc).__name__}: {exc}"
+
+    async def finish(self) -> None:
+        """Close the inner stream and wait for the final flush, even through cancellation."""
+        if self.started is None:
+            return
+        closing = asyncio.ensure_future(self._close())
+        cancelled = False
+        while not closing.done():
+            try:
+                await asyncio.shield(closing)
+            except asyncio.CancelledError:
+                cancelled = True
+        closing.result()
+        if cancelled and self.status is MessageStatus.COMPLETE:
+            raise asyncio.CancelledError
+
+    async def _close(self) -> None:
+        aclose = getattr(self.stream, "aclose", None)  # runs the inner agent's own cleanup
+        if aclose is not None:
+            try:
+                await aclose()
+            except Exception:
+                logger.exception("closing the inner agent's stream failed")
+        started = self.started
+        if isinstance(started, RunPersister):
+            persister = started
+        else:
+            # An early start ends only once its set-up writes have: what they began is
+            # finalized like any run's. Writes that failed or were refused left nothing
+            # running (and the stream said why, or the run raised).
+            assert started is not None
+            try:
+                persister = await started
+            except Exception:
+                return
+        await persister.close(self.status, self.error)
 
 
 async def _finished_or_deleted(persister: RunPersister, finished: BaseEvent) -> BaseEvent:

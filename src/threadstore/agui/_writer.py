@@ -188,15 +188,15 @@ class RunPersister:
         An event the agent handles itself, and every event after one while any waits,
         goes to the handler task instead, to keep their order.
         """
-        if self.queued or self._handler(type(event)) is not None:
+        if self.queued or (self._handlers and self._handler(type(event)) is not None):
             self._queue(event)
             return
-        self.current = event
+        fold = self.fold
         try:
-            self.fold.apply(event)
+            fold.apply(event)
         except Exception:
             logger.exception("folding %s failed; the event was not folded", event.type)
-        if self.fold.has_changes:
+        if fold.has_changes:
             self.absorb(event)
 
     def _handler(self, event_type: type[BaseEvent]) -> EventHandler | None:

@@ -101,7 +101,7 @@ class ConversationFold(SnapshotFolding, TextFolding, DocumentFolding):
         """
         fast = self._fast
         if fast is not None and type(event) is fast.kind and getattr(event, fast.field) == fast.id:
-            self.boundary = False
+            # (``boundary`` is False already: the event before it set the target.)
             self.current_event_timestamp = event.timestamp
             delta: str = event.delta  # type: ignore[attr-defined]
             if delta or not fast.skip_empty:
@@ -112,7 +112,7 @@ class ConversationFold(SnapshotFolding, TextFolding, DocumentFolding):
                 self.dirty.add(record.key)
             return False
         boundary = self.apply_reference(event)
-        self._fast = fast_target(self, event) if not boundary else None
+        self._fast = None if self.has_changes else fast_target(self, event)
         return boundary
 
     def apply_reference(self, event: BaseEvent) -> bool:

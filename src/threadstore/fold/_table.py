@@ -80,6 +80,8 @@ class RecordTable:
         self._anonymous = itertools.count(1)
         self._last_message: dict[str | None, str] = {}
         self._changes = Changes()
+        self.has_changes = False
+        """Whether :meth:`take_changes` has something: a record opened or closed, a warning."""
         self._fast: FastTarget | None = None
         """What ``apply``'s fast path may extend; anything else that changes a record
         clears it (a handler may change records between deltas)."""
@@ -139,14 +141,10 @@ class RecordTable:
 
     # --- what the shell takes ------------------------------------------------------------
 
-    @property
-    def has_changes(self) -> bool:
-        """Whether :meth:`take_changes` has something: a record opened or closed, a warning."""
-        return self._changes.boundary or bool(self._changes.warnings)
-
     def take_changes(self) -> Changes:
         """Return what changed since the last call (opened/closed records, warnings)."""
         changes, self._changes = self._changes, Changes()
+        self.has_changes = False
         return changes
 
     def take_dirty(self) -> list[FoldRecord]:
@@ -170,10 +168,11 @@ class RecordTable:
     def warn(self, message: str) -> None:
         """Report an out-of-order or malformed event (the fold never raises on one)."""
         self._changes.warnings.append(message)
+        self.has_changes = True
 
     def mark_boundary(self) -> None:
         """Flag the current event as a boundary: the writer flushes soon after it."""
-        self.boundary = self._changes.boundary = True
+        self.boundary = self._changes.boundary = self.has_changes = True
 
     def mark_closed(self, record: FoldRecord) -> None:
         """Report ``record`` as closed again (a stored record this run answered)."""
