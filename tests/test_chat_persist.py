@@ -28,7 +28,7 @@ from agui_scripts import (
     user,
 )
 from threadstore.agui import ChatPersistingAgent, ChatPersistOptions
-from threadstore.chat import ChatRecord, InMemoryChatStore, Scope
+from threadstore.chatstore import ChatRecord, InMemoryChatStore, Scope
 
 SCOPE = Scope(user_id="u_1", tenant_id="acme")
 

@@ -17,7 +17,7 @@ from ag_ui.core import AssistantMessage, FunctionCall, ToolCall, ToolMessage, Us
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from threadstore.chat import (
+from threadstore.chatstore import (
     ChatRecord,
     InMemoryChatStore,
     JsonlChatStore,
@@ -29,7 +29,7 @@ from threadstore.chat import (
     save_chat,
     serialize_chat_record,
 )
-from threadstore.chat._codec import BYTES_TAG, decode_value, encode_value
+from threadstore.chatstore._codec import BYTES_TAG, decode_value, encode_value
 
 USER = Scope(user_id="u_1")
 
@@ -284,7 +284,7 @@ _SAVER = textwrap.dedent(
     import os
     import sys
     from ag_ui.core import UserMessage
-    from threadstore.chat import ChatRecord, JsonlChatStore, Scope
+    from threadstore.chatstore import ChatRecord, JsonlChatStore, Scope
 
     directory, kill_at = sys.argv[1], int(sys.argv[2])
     store = JsonlChatStore(directory)

@@ -38,7 +38,7 @@ from test_chat_persist import tool_run
 from test_statement_counts import count_statements
 from threadstore import InvalidInputError, Role, StorageAgent, Store
 from threadstore.agui import ChatPersistingAgent, ChatPersistOptions
-from threadstore.chat import ChatRecord, Scope, StoreChatStore, list_chats
+from threadstore.chatstore import ChatRecord, Scope, StoreChatStore, list_chats
 from threadstore.keys import user_uuid_for
 
 SCOPE = Scope(user_id="u_1", tenant_id="acme", app_id="support", agent_id="triage")

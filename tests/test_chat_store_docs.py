@@ -15,7 +15,7 @@ from agui_scripts import ScriptedAgent, collect, run_input, user
 from postgres_support import POSTGRES_URL_ENV
 from test_chat_persist import tool_run
 from threadstore.agui import ChatPersistingAgent, ChatPersistOptions
-from threadstore.chat import ChatRecord, Scope, list_chats
+from threadstore.chatstore import ChatRecord, Scope, list_chats
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "chat-store.md"
 

@@ -3,7 +3,7 @@
 :class:`ChatPersistingAgent` forwards the inner agent's events unchanged and as they
 come, folds them with the chat engine (:func:`~threadstore.chat.apply_event`), and saves
 the full canonical history — ``input.messages`` followed by what the run produced —
-through :func:`~threadstore.chat.save_chat` at each terminal boundary:
+through :func:`~threadstore.chatstore.save_chat` at each terminal boundary:
 
 - after forwarding ``RUN_FINISHED``: a completed run, or a run paused on a client-side
   tool call (its call is saved without a result; the next run's input brings it);
@@ -28,15 +28,12 @@ from ag_ui.core import BaseEvent, Message, RunAgentInput, RunErrorEvent, RunFini
 
 from threadstore.chat import (
     AssistantTurn,
-    ChatRecord,
-    ChatStore,
-    Scope,
     apply_event,
     canonical_from_ui,
     create_assistant_turn,
-    save_chat,
     seal_assistant_turn,
 )
+from threadstore.chatstore import ChatRecord, ChatStore, Scope, save_chat
 
 __all__ = ["ChatPersistOptions", "ChatPersistingAgent"]
 

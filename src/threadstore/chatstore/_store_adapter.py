@@ -34,7 +34,7 @@ from uuid import UUID, uuid4
 
 import ag_ui.core as ag
 
-from threadstore.chat._record import ChatRecord, Scope
+from threadstore.chatstore._record import ChatRecord, Scope
 
 # The one place this module takes AG-UI <-> stored-record conversion from.
 from threadstore.codec import (

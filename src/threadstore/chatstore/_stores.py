@@ -13,8 +13,8 @@ import tempfile
 from pathlib import Path
 from urllib.parse import quote
 
-from threadstore.chat._codec import deserialize_chat_record, serialize_chat_record
-from threadstore.chat._record import ChatRecord, Scope
+from threadstore.chatstore._codec import deserialize_chat_record, serialize_chat_record
+from threadstore.chatstore._record import ChatRecord, Scope
 
 __all__ = ["InMemoryChatStore", "JsonlChatStore"]
 

@@ -18,7 +18,7 @@ from ag_ui.core import Message
 from pydantic import TypeAdapter
 
 from threadstore.binary_json import BYTES_TAG, PLAIN_TAG, decode_value, encode_value
-from threadstore.chat._record import ChatRecord, Scope
+from threadstore.chatstore._record import ChatRecord, Scope
 
 __all__ = [
     "BYTES_TAG",
