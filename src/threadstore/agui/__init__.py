@@ -8,7 +8,7 @@ from threadstore.agui._agent import AGUIAgent, AGUIStorageAgent, StorageAgent
 from threadstore.agui._chat_persist import ChatPersistingAgent, ChatPersistOptions
 from threadstore.agui._compact import compact_events
 from threadstore.agui._distributed import DistributedRunManager
-from threadstore.agui._given import TRANSLATION, kept_translation
+from threadstore.agui._given import kept_translation
 from threadstore.agui._manager import (
     EventsDroppedError,
     RunHandle,
@@ -29,7 +29,6 @@ from threadstore.codec import (
 )
 
 __all__ = [
-    "TRANSLATION",
     "AGUIAgent",
     "AGUIStorageAgent",
     "ChatPersistOptions",

@@ -13,55 +13,14 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, overload
 from uuid import UUID
 
-from threadstore.codec import HistoryTranslator
+from threadstore.codec import TRANSLATION
 from threadstore.models import Message, MessageCreate
-from threadstore.store import Derivation, HistoryView
+from threadstore.store import HistoryView
 
 if TYPE_CHECKING:
     import ag_ui.core
 
 __all__ = ["TRANSLATION", "Appended", "as_stored", "kept_translation", "translation_after"]
-
-
-class _Translation:
-    """A kept history's translation, and where each message's part of it ends."""
-
-    __slots__ = ("ends", "translator")
-
-    def __init__(self, translator: HistoryTranslator | None = None) -> None:
-        self.translator = translator or HistoryTranslator()
-        self.ends: list[int] = []
-
-    def feed(self, messages: Sequence[Message]) -> None:
-        translator, ends = self.translator, self.ends
-        for message in messages:
-            translator.feed((message,))
-            ends.append(len(translator.out))
-
-    def upto(self, length: int) -> list[ag_ui.core.Message]:
-        """A new list of the translation of the first ``length`` messages."""
-        return self.translator.out[: self.ends[length - 1]] if length else []
-
-
-class _TranslationDerivation:
-    """The AG-UI translation a store keeps with a history (``store.Derivation``)."""
-
-    def start(self) -> _Translation:
-        return _Translation()
-
-    def feed(self, value: _Translation, messages: Sequence[Message]) -> None:
-        value.feed(messages)
-
-    def rewound(self, value: _Translation, length: int, dropped: Sequence[Message]) -> _Translation:
-        kept = min(length, len(value.ends))
-        end = value.ends[kept - 1] if kept else 0
-        rewound = _Translation(value.translator.rewound(end, dropped[: len(value.ends) - kept]))
-        rewound.ends.extend(value.ends[:kept])
-        return rewound
-
-
-TRANSLATION: Derivation[_Translation] = _TranslationDerivation()
-"""The translation kept with a chat's history: ``read_history(chat, TRANSLATION)``."""
 
 
 def kept_translation(history: HistoryView) -> list[ag_ui.core.Message]:

@@ -17,7 +17,6 @@ from uuid import UUID
 from ag_ui.core import RunAgentInput, ToolMessage, UserMessage
 
 from threadstore.agui._given import (
-    TRANSLATION,
     Appended,
     as_stored,
     kept_translation,
@@ -25,13 +24,21 @@ from threadstore.agui._given import (
 )
 from threadstore.agui._window import HistoryWindow
 from threadstore.codec import (
+    TRANSLATION,
     chat_name_from_messages,
     message_create_from_agui,
     tool_result_text,
     translate_messages,
 )
 from threadstore.errors import InvalidInputError
-from threadstore.fold import HISTORY_INDEX, HistoryIndex, IdsAdded, StoredFacts
+from threadstore.fold import (
+    HISTORY_INDEX,
+    HistoryIndex,
+    IdsAdded,
+    Record,
+    StoredFacts,
+    append_writes,
+)
 from threadstore.models import (
     Chat,
     ChatCreate,
@@ -41,7 +48,15 @@ from threadstore.models import (
     MessageToolCallUpdate,
     Run,
 )
-from threadstore.store import HistoryView, RunStorage, TreeNode, in_steps, off_loop
+from threadstore.store import (
+    HistoryView,
+    RunStorage,
+    TreeNode,
+    UpdateToolCall,
+    Write,
+    in_steps,
+    off_loop,
+)
 
 if TYPE_CHECKING:
     import ag_ui.core
@@ -211,7 +226,6 @@ class RunSetUp:
         input, storage = self.input, self.storage
         chat, history, facts = prepared.chat, prepared.history, prepared.facts
         creates, results = prepared.creates, prepared.results
-        fresh = False
         if chat is None:
             assert prepared.chat_create is not None
             if not results and not self.branched:
@@ -223,8 +237,7 @@ class RunSetUp:
             chat = await storage.create_chat(prepared.chat_create)
             # A chat with our uuid is the one we just created, so it is empty; any other
             # was created by a concurrent run meanwhile and may hold messages already.
-            fresh = chat.chat_uuid == prepared.chat_create.chat_uuid
-            if not fresh:
+            if chat.chat_uuid != prepared.chat_create.chat_uuid:
                 history = await self._history(chat)
                 facts = await facts_of(history)
                 if history:
@@ -235,9 +248,7 @@ class RunSetUp:
         if self.records_run:
             await storage.start_run(self.run_record(chat.chat_uuid))
         try:
-            return await self._store_input(
-                chat, history, facts, prepared.branch, creates, results, fresh
-            )
+            return await self._store_input(chat, history, facts, prepared.branch, creates, results)
         except BaseException:
             await storage.abandon_run(
                 chat.chat_uuid, input.run_id, "the run's input could not be stored"
@@ -252,12 +263,8 @@ class RunSetUp:
         branch: Branch | None,
         creates: list[MessageCreate],
         results: list[tuple[UUID, MessageToolCallUpdate]],
-        fresh: bool,
     ) -> SetUpDone:
-        """Store the run's new input messages and tool results; the history after them.
-
-        ``fresh``: the chat was created by this run, so it holds only what is stored now.
-        """
+        """Store the run's new input messages and tool results; the history after them."""
         storage = self.storage
         if branch is not None and not creates:
             # Nothing new to hang on the branch point: the run continues from it (its
@@ -266,14 +273,17 @@ class RunSetUp:
         if not creates and not results:
             chain = history[-1].message_uuid if branch is not None and history else None
             return SetUpDone(chat, history, facts, chain)
-        point = branch.point if branch is not None else None
-        stored = await storage.store_input(chat, creates, results, branch_point=point)
+        # One batch, through the one append plan: a branching run's messages hang under
+        # its branch point, each under the one before, whatever another run branching
+        # from the same message writes meanwhile.
+        records = [Record(c.model_copy(update={"chat_uuid": chat.chat_uuid})) for c in creates]
+        writes: list[Write] = append_writes(records, branch.point if branch else None)
+        writes += [UpdateToolCall(call, update) for call, update in results]
+        await storage.write(writes)
         if branch is not None:
-            # The branch ends at this run's own messages, whatever a concurrent run
-            # branching from the same message writes next.
-            history = [*branch.history, *stored]
-        elif fresh and not results:
-            history = stored  # a new chat holds only what this run stored
+            # The branch ends at this run's own messages, whatever the chat's leaf is.
+            stored = [await storage.get_message(r.message.message_uuid) for r in records]
+            history = [*branch.history, *(m for m in stored if m is not None)]
         else:
             history = await self._history(chat)  # a store reads only what changed
         chain = history[-1].message_uuid if branch is not None and history else None

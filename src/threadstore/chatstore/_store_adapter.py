@@ -8,12 +8,14 @@ its uuid5, the same mapping the server uses for its users.
 
 A save never rewrites history. The stored active branch is compared with the record,
 message by message (AG-UI id and role; text content and tool call ids where the message
-has them): what the record adds after the common prefix is written as new messages
-under the last common one, in one transaction, so saving a superset of what is stored
-writes only the new messages. When the record departs from the stored branch (an app
-replaced its history: regenerate, edit-and-resend), the old messages stay as a branch and
-the new ones become the active branch; a record that is a prefix of the stored branch
-moves the active leaf back. Nothing is deleted by a save.
+has them) through the one append plan (:func:`threadstore.fold.plan_append`, against the
+translation the store keeps with the history): what the record adds after the common
+prefix is written as new messages under the last common one, in one batch, so saving a
+superset of what is stored writes only the new messages and costs what they cost. When
+the record departs from the stored branch (an app replaced its history: regenerate,
+edit-and-resend), the old messages stay as a branch and the new ones become the active
+branch; a record that is a prefix of the stored branch moves the active leaf back.
+Nothing is deleted by a save.
 
 How AG-UI messages are stored: user, system and developer messages as the storage agent
 stores client messages; an assistant message with its tool calls nested; a tool message
@@ -27,37 +29,17 @@ tool results sent as parts (stored as text) do not round-trip exactly.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 from datetime import UTC
 from typing import Any
-from uuid import UUID, uuid4
-
-import ag_ui.core as ag
+from uuid import UUID
 
 from threadstore.chatstore._record import ChatRecord, Scope
-
-# The one place this module takes AG-UI <-> stored-record conversion from.
-from threadstore.codec import (
-    AGUI_METADATA_KEY,
-    TOOL_CALL_ID_METADATA_KEY,
-    message_create_from_agui,
-    translate_messages,
-)
+from threadstore.codec import TRANSLATION
 from threadstore.errors import InvalidInputError
-from threadstore.fold import pending_tool_calls, tool_result_text
+from threadstore.fold import HISTORY_INDEX, plan_append
 from threadstore.keys import user_uuid_for
-from threadstore.models import (
-    Chat,
-    ChatCreate,
-    Message,
-    MessageCreate,
-    MessageStatus,
-    MessageToolCallCreate,
-    MessageToolCallUpdate,
-    Role,
-    ToolCall,
-)
-from threadstore.store import MAX_PAGE_SIZE, Store
+from threadstore.models import Chat, ChatCreate
+from threadstore.store import MAX_PAGE_SIZE, CreateMessage, HistoryView, Store
 
 __all__ = ["CHAT_RECORD_METADATA_KEY", "StoreChatStore"]
 
@@ -95,20 +77,27 @@ class StoreChatStore:
                 chat = await self._create(record)
             else:
                 await self._check_owner(chat, record)
-            branch = list(await self.store.get_chat_messages(chat.chat_uuid))
-            await self._write(chat, branch, record)
+            # Kept with the store's history: a save compares and writes only what changed.
+            history = await self.store.read_history(chat.chat_uuid, TRANSLATION, HISTORY_INDEX)
+            await self._write(chat, history, record)
 
     async def load_chat(self, chat_id: str) -> ChatRecord | None:
-        """The chat's active branch as AG-UI messages, or ``None`` when there is no such chat."""
+        """The chat's active branch as AG-UI messages, or ``None`` when there is no such chat.
+
+        The messages are the translation the store keeps with the chat's history, shared
+        with later loads and saves, not copied: a record is a value, so build new messages
+        instead of changing loaded ones (a save of what was loaded then costs a pointer
+        comparison per message).
+        """
         chat = await self.store.get_chat_by_thread_id(self.user_uuid, chat_id)
         if chat is None:
             return None
-        branch = await self.store.get_chat_messages(chat.chat_uuid)
+        history = await self.store.read_history(chat.chat_uuid, TRANSLATION, HISTORY_INDEX)
         updated = chat.updated_at
         return ChatRecord(
             chat_id=chat.thread_id,
             scope=self._scope_of(chat),
-            messages=tuple(translate_messages(branch)),
+            messages=tuple(history.derived(TRANSLATION).upto(len(history))),
             parent_id=await self._parent_id(chat),
             updated_at=updated if updated.tzinfo is not None else updated.replace(tzinfo=UTC),
         )
@@ -180,10 +169,15 @@ class StoreChatStore:
             parent = await self.store.get_chat_by_thread_id(self.user_uuid, record.parent_id)
             if parent is not None:
                 # The fork point: the last message the record shares with the parent.
-                parent_branch = list(await self.store.get_chat_messages(parent.chat_uuid))
-                kept = _common_nodes(parent_branch, record.messages)[0]
+                history = await self.store.read_history(
+                    parent.chat_uuid, TRANSLATION, HISTORY_INDEX
+                )
+                translation = history.derived(TRANSLATION)
+                kept = plan_append(
+                    parent.chat_uuid, translation, len(history), record.messages
+                ).kept
                 forked_chat = parent.chat_uuid
-                forked_message = parent_branch[kept - 1].message_uuid if kept else None
+                forked_message = _uuid_at(history, kept - 1) if kept else None
         return await self.store.create_chat(
             ChatCreate(
                 user_uuid=self.user_uuid,
@@ -224,176 +218,38 @@ class StoreChatStore:
 
     # --- messages ------------------------------------------------------------------------
 
-    async def _write(self, chat: Chat, branch: list[Message], record: ChatRecord) -> None:
-        kept, start = _common_nodes(branch, record.messages)
-        tail = record.messages[start:]
-        if kept == len(branch) and not tail:
+    async def _write(self, chat: Chat, history: HistoryView, record: ChatRecord) -> None:
+        index = history.derived(HISTORY_INDEX)
+        length = len(history)
+        plan = plan_append(
+            chat.chat_uuid,
+            history.derived(TRANSLATION),
+            length,
+            record.messages,
+            lambda kept: index.at(kept).pending,
+        )
+        kept = plan.kept
+        if kept == length and not plan.records and not plan.results:
             return  # nothing new
-        if kept == 0 and branch and not tail:
+        if kept == 0 and length and not plan.records:
             raise InvalidInputError(
                 f"chat {record.chat_id!r}: the record holds no messages, and a saved chat keeps "
                 "every message it had; save it under a new chat_id"
             )
-        # Another first message starts a second root: the old history stays as a branch.
-        new_root = kept == 0 and bool(branch)
-        parent = branch[kept - 1].message_uuid if kept else None
-        plan = _Plan(chat.chat_uuid, parent, pending_tool_calls(branch[:kept]))
-        for message in tail:
-            plan.add(message)
-        for call_uuid, update in plan.results:
-            await self.store.update_message_tool_call(call_uuid, update)
-        for index, (create, calls) in enumerate(plan.nodes):
-            if index == 0 and new_root:
-                await self.store.create_root_message(create)
-            else:
-                await self.store.create_message(create)
-            for call in calls:
-                await self.store.create_message_tool_call(call)
+        parent = _uuid_at(history, kept - 1) if kept else None
+        writes = plan.writes(parent)
+        if kept == 0 and length:
+            # Another first message starts a second root: the old history stays a branch.
+            first = writes.pop(len(plan.results))
+            assert isinstance(first, CreateMessage)
+            await self.store.create_root_message(first.data)
+        if writes:
+            await self.store.apply_writes(writes)
         # Creating a message moves the active leaf to it; without one, move it back here.
-        if not plan.nodes and parent is not None and parent != chat.active_leaf_uuid:
+        if not plan.records and parent is not None and parent != chat.active_leaf_uuid:
             await self.store.set_active_leaf(chat.chat_uuid, parent)
 
 
-def _same(given: ag.Message, stored: ag.Message) -> bool:
-    """Whether a record's message is the stored one (as the store reads it back)."""
-    if given.id != stored.id or given.role != stored.role:
-        return False
-    mine: Any = getattr(given, "content", None)
-    theirs: Any = getattr(stored, "content", None)
-    if isinstance(given, ag.AssistantMessage) and isinstance(stored, ag.AssistantMessage):
-        mine, theirs = mine or "", theirs or ""
-        if [c.id for c in given.tool_calls or ()] != [c.id for c in stored.tool_calls or ()]:
-            return False
-    if isinstance(given, ag.ToolMessage) and isinstance(stored, ag.ToolMessage):
-        if given.tool_call_id != stored.tool_call_id:
-            return False
-    # Text is compared where it is text on both sides; parts are matched by id alone.
-    return not (isinstance(mine, str) and isinstance(theirs, str)) or mine == theirs
-
-
-def _common_nodes(branch: Sequence[Message], messages: Sequence[ag.Message]) -> tuple[int, int]:
-    """(stored messages the record keeps, record messages they account for).
-
-    A stored message reads back as several AG-UI messages (its reasoning steps, itself,
-    its tool results); it is kept only when the record has all of them in order.
-    """
-    kept = accounted = position = 0
-    for node in branch:
-        for expected in translate_messages([node]):
-            if position >= len(messages) or not _same(messages[position], expected):
-                return kept, accounted
-            position += 1
-        kept, accounted = kept + 1, position
-    return kept, accounted
-
-
-class _Plan:
-    """The writes that append AG-UI messages under ``parent``, built before any is sent."""
-
-    def __init__(self, chat_uuid: UUID, parent: UUID | None, pending: dict[str, ToolCall]) -> None:
-        self.chat_uuid = chat_uuid
-        self.parent = parent
-        self.nodes: list[tuple[MessageCreate, list[MessageToolCallCreate]]] = []
-        self.results: list[tuple[UUID, MessageToolCallUpdate]] = []
-        self.stored_calls: dict[str, UUID] = {
-            call_id: call.uuid for call_id, call in pending.items()
-        }
-        self.new_calls: dict[str, tuple[int, int]] = {}
-        """Calls created by this save still without a result: (node index, call index)."""
-
-    def add(self, message: ag.Message) -> None:
-        if isinstance(message, ag.ToolMessage) and self._answer(message):
-            return
-        create = _message_create(message, self.chat_uuid).model_copy(
-            update={"parent_uuid": self.parent, "message_uuid": uuid4()}
-        )
-        calls = [
-            MessageToolCallCreate(
-                message_uuid=create.message_uuid,
-                tool_call_id=call.id,
-                name=call.function.name,
-                arguments=call.function.arguments,
-                status=MessageStatus.COMPLETE,
-                in_progress=False,
-                # Where the storage agent keeps a call's encrypted value, read back from there.
-                metadata={"encrypted_value": call.encrypted_value}
-                if call.encrypted_value is not None
-                else {},
-            )
-            for call in (
-                message.tool_calls or () if isinstance(message, ag.AssistantMessage) else ()
-            )
-        ]
-        for index, call in enumerate(calls):
-            self.new_calls[call.tool_call_id] = (len(self.nodes), index)
-        self.nodes.append((create, calls))
-        self.parent = create.message_uuid
-
-    def _answer(self, message: ag.ToolMessage) -> bool:
-        """Make ``message`` the result of the call it answers, if that call awaits one."""
-        text, _ = tool_result_text(message.content)
-        result = {
-            "content": text,
-            "result_message_id": message.id,
-            "error": message.error,
-        }
-        stored = self.stored_calls.pop(message.tool_call_id, None)
-        if stored is not None:
-            update = MessageToolCallUpdate(
-                **result, status=MessageStatus.COMPLETE, in_progress=False
-            )
-            self.results.append((stored, update))
-            return True
-        new = self.new_calls.pop(message.tool_call_id, None)
-        if new is not None:
-            node, index = new
-            calls = self.nodes[node][1]
-            calls[index] = calls[index].model_copy(update=result)
-            return True
-        return False
-
-
-def _message_create(message: ag.Message, chat_uuid: UUID) -> MessageCreate:
-    """The stored form of one AG-UI message (tool calls and results aside)."""
-    if isinstance(message, ag.UserMessage | ag.SystemMessage | ag.DeveloperMessage):
-        return message_create_from_agui(message, chat_uuid, None)
-    common: dict[str, Any] = {
-        "chat_uuid": chat_uuid,
-        "agui_id": message.id,
-        "status": MessageStatus.COMPLETE,
-        "in_progress": False,
-    }
-    if isinstance(message, ag.AssistantMessage):
-        return MessageCreate(
-            **common,
-            role=Role.ASSISTANT,
-            content=message.content or "",
-            name=message.name,
-            encrypted_value=message.encrypted_value,
-            metadata={AGUI_METADATA_KEY: message.metadata} if message.metadata else {},
-        )
-    if isinstance(message, ag.ReasoningMessage):
-        return MessageCreate(
-            **common,
-            role=Role.REASONING,
-            content=message.content,
-            encrypted_value=message.encrypted_value,
-        )
-    if isinstance(message, ag.ToolMessage):
-        # A result for no call awaiting one: kept as a message naming its call.
-        text, _ = tool_result_text(message.content)
-        return MessageCreate(
-            **common,
-            role=Role.TOOL,
-            content=text,
-            encrypted_value=message.encrypted_value,
-            metadata={TOOL_CALL_ID_METADATA_KEY: message.tool_call_id},
-        )
-    if isinstance(message, ag.ActivityMessage):
-        return MessageCreate(
-            **common,
-            role=Role.ACTIVITY,
-            activity_type=message.activity_type,
-            activity_content=message.content,
-        )
-    raise InvalidInputError(f"message {message.id!r} has a role no store keeps: {message.role!r}")
+def _uuid_at(history: HistoryView, at: int) -> UUID:
+    """The uuid of the history's message at ``at`` (from its index, nothing built)."""
+    return UUID(int=history.derived(HISTORY_INDEX).uuids[at])

@@ -37,8 +37,10 @@ __all__ = [
     "SUBAGENT_METADATA_KEY",
     "SUBAGENT_NO_RESULT_ERROR",
     "TOOL_CALL_ID_METADATA_KEY",
+    "TRANSLATION",
     "HistoryTranslator",
     "IdsAdded",
+    "KeptTranslation",
     "message_create_from_agui",
     "replayed_tool_error",
     "tool_result_message_id",
@@ -481,3 +483,46 @@ def message_create_from_agui(
         run_id=run_id,
         metadata={AGUI_METADATA_KEY: message.metadata} if message.metadata else {},
     )
+
+
+class KeptTranslation:
+    """A kept history's translation, and where each message's part of it ends."""
+
+    __slots__ = ("ends", "translator")
+
+    def __init__(self, translator: HistoryTranslator | None = None) -> None:
+        self.translator = translator or HistoryTranslator()
+        self.ends: list[int] = []
+
+    def feed(self, messages: Sequence[Message]) -> None:
+        translator, ends = self.translator, self.ends
+        for message in messages:
+            translator.feed((message,))
+            ends.append(len(translator.out))
+
+    def upto(self, length: int) -> list[ag.Message]:
+        """A new list of the translation of the first ``length`` messages."""
+        return self.translator.out[: self.ends[length - 1]] if length else []
+
+
+class _TranslationDerivation:
+    """The AG-UI translation a store keeps with a history (a ``store.Derivation``)."""
+
+    def start(self) -> KeptTranslation:
+        return KeptTranslation()
+
+    def feed(self, value: KeptTranslation, messages: Sequence[Message]) -> None:
+        value.feed(messages)
+
+    def rewound(
+        self, value: KeptTranslation, length: int, dropped: Sequence[Message]
+    ) -> KeptTranslation:
+        kept = min(length, len(value.ends))
+        end = value.ends[kept - 1] if kept else 0
+        rewound = KeptTranslation(value.translator.rewound(end, dropped[: len(value.ends) - kept]))
+        rewound.ends.extend(value.ends[:kept])
+        return rewound
+
+
+TRANSLATION = _TranslationDerivation()
+"""The translation kept with a chat's history: ``read_history(chat, TRANSLATION)``."""

@@ -8,11 +8,9 @@ from typing import TypeVar
 from uuid import UUID
 
 from threadstore.errors import NotFoundError
-from threadstore.models import ChatCreate, Message, MessageCreate, MessageToolCallCreate
-from threadstore.store import CreateMessage, CreateToolCall, Store, Write, in_steps
-
-Record = tuple[MessageCreate, list[MessageToolCallCreate]]
-"""One message to create and its tool calls."""
+from threadstore.fold import Record, append_writes
+from threadstore.models import ChatCreate, Message
+from threadstore.store import Store, in_steps
 
 _T = TypeVar("_T")
 
@@ -32,14 +30,6 @@ async def load_history(
     out: list[_T] = []
     await in_steps(history, lambda piece: out.extend(convert(piece)))
     return out
-
-
-def _writes(records: Iterable[Record]) -> list[Write]:
-    writes: list[Write] = []
-    for create, calls in records:
-        writes.append(CreateMessage(create))
-        writes.extend(CreateToolCall(call) for call in calls)
-    return writes
 
 
 @dataclass
@@ -70,7 +60,7 @@ class SessionChat:
         """
         if self._known is not None:
             try:
-                await self.store.apply_writes(_writes(build(self._known)))
+                await self.store.apply_writes(append_writes(build(self._known)))
                 return
             except NotFoundError:
                 pass  # cleared by another history or process since: start a new chat
@@ -83,7 +73,7 @@ class SessionChat:
             )
         )
         self._known = chat.chat_uuid
-        await self.store.apply_writes(_writes(build(chat.chat_uuid)))
+        await self.store.apply_writes(append_writes(build(chat.chat_uuid)))
 
     async def delete(self) -> None:
         """Delete the chat and everything in it (nothing when there is none)."""

@@ -45,6 +45,7 @@ from langchain_core.messages import (
 
 from threadstore.errors import ConfigurationError
 from threadstore.faces._chat import SessionChat, load_history
+from threadstore.fold import Record
 from threadstore.models import (
     Message,
     MessageCreate,
@@ -232,9 +233,7 @@ def _text(content: str | list[str | dict[str, Any]]) -> str:
     return "\n".join(texts)
 
 
-def message_records(
-    chat_uuid: UUID, message: BaseMessage
-) -> tuple[MessageCreate, list[MessageToolCallCreate]]:
+def message_records(chat_uuid: UUID, message: BaseMessage) -> Record:
     """The threadstore message (and tool calls) that store one LangChain message."""
     # Fields left at their defaults come back by themselves; the stored copy stays small.
     data: dict[str, Any] = message.model_dump(exclude_defaults=True)
@@ -271,7 +270,7 @@ def message_records(
         # A call without an id cannot be answered or replayed; LangChain's copy keeps it.
         if call["id"] is not None
     ]
-    return create, calls
+    return Record(create, calls)
 
 
 def history_messages(messages: Sequence[Message]) -> list[BaseMessage]:

@@ -35,6 +35,7 @@ from agents.items import TResponseInputItem
 from agents.memory import SessionSettings
 
 from threadstore.faces._chat import SessionChat, load_history
+from threadstore.fold import Record
 from threadstore.models import (
     Message,
     MessageCreate,
@@ -164,9 +165,7 @@ def _str(item: Mapping[str, Any], key: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def item_records(
-    chat_uuid: UUID, item: TResponseInputItem
-) -> tuple[MessageCreate, list[MessageToolCallCreate]]:
+def item_records(chat_uuid: UUID, item: TResponseInputItem) -> Record:
     """The threadstore message (and tool call) that store one session item."""
     fields = cast(Mapping[str, Any], item)
     # As JSON text, not a JSON document: PostgreSQL's jsonb would read 1e16 back as an int.
@@ -203,7 +202,7 @@ def item_records(
         create.encrypted_value = _str(fields, "encrypted_content")
     else:
         create.role, create.activity_type = Role.ACTIVITY, str(kind)
-    return create, calls
+    return Record(create, calls)
 
 
 def history_items(messages: Sequence[Message]) -> list[TResponseInputItem]:

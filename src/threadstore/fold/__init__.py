@@ -9,6 +9,13 @@ described in docs/architecture.md ("The fold").
 """
 
 from threadstore.codec import tool_result_text
+from threadstore.fold._append import (
+    AppendPlan,
+    Record,
+    append_writes,
+    plan_append,
+    record_from_agui,
+)
 from threadstore.fold._conversation import ConversationFold, StorageState, event_type_name
 from threadstore.fold._documents import apply_json_patch
 from threadstore.fold._history import (
@@ -23,19 +30,24 @@ from threadstore.fold._records import Changes, ContentBuffer, FoldRecord, Record
 
 __all__ = [
     "HISTORY_INDEX",
+    "AppendPlan",
     "Changes",
     "ContentBuffer",
     "ConversationFold",
     "FoldRecord",
     "HistoryIndex",
     "IdsAdded",
+    "Record",
     "RecordKind",
     "RunInfo",
     "StorageState",
     "StoredFacts",
+    "append_writes",
     "apply_json_patch",
     "event_type_name",
     "pending_tool_calls",
+    "plan_append",
+    "record_from_agui",
     "stored_ids",
     "tool_result_text",
 ]

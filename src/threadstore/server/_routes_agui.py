@@ -41,14 +41,13 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, TypeAdapter
 
 from threadstore.agui import (
-    TRANSLATION,
     EventsDroppedError,
     RunHandle,
     event_json,
     kept_translation,
     wire_json,
 )
-from threadstore.codec import translate_messages
+from threadstore.codec import TRANSLATION, translate_messages
 from threadstore.errors import InvalidInputError
 from threadstore.models import Chat, Message, Role, Run, RunStatus, utcnow
 from threadstore.server._deps import AppState, CurrentUser, ServerState

@@ -821,21 +821,26 @@ class Store(abc.ABC):
         (see ``store/_history.py``); a chat that does not exist reads as empty. Each of
         ``derivations`` is kept with the history and grown with it: ``view.derived(d)``.
         """
-        cache = None if self._in_transaction() else self.history_cache
+        cache = self.history_cache
         if cache is None:
-            messages = await self._select_branch(chat_uuid, BranchPage(), None)
-            return (await kept_history(None, list, messages, derivations)).view()
+            return await self._read_whole(chat_uuid, derivations)
+        inside = self._in_transaction()
         for _ in range(2):
             # The version is read before the rows: a write committed in between makes
             # the history newer than its tag, never older, so it is read again next time.
             version = await self._history_version(chat_uuid)
             if version is None:
-                cache.discard(chat_uuid)
+                if not inside:
+                    cache.discard(chat_uuid)
                 return (await kept_history(None, list, [], derivations)).view()
             kept = cache.entry(chat_uuid)
             if kept is not None and kept.version == version:
+                # Inside a transaction too: this version was committed as it is kept.
                 cache.hits += 1
                 return await self._with_derivations(chat_uuid, kept, derivations)
+            if inside:
+                # What this transaction reads may never be committed: nothing is kept.
+                return await self._read_whole(chat_uuid, derivations)
             if kept is not None:
                 since = kept.version
                 changed = await self._select_changed(chat_uuid, since, version)
@@ -855,6 +860,13 @@ class Store(abc.ABC):
         built = await kept_history(version, self._build_entries, entries, derivations)
         cache.keep(chat_uuid, built)
         return built.view()
+
+    async def _read_whole(
+        self, chat_uuid: UUID, derivations: Sequence[Derivation[Any]]
+    ) -> HistoryView:
+        """The whole active branch, read now and kept by nobody."""
+        messages = await self._select_branch(chat_uuid, BranchPage(), None)
+        return (await kept_history(None, list, messages, derivations)).view()
 
     async def _with_derivations(
         self, chat_uuid: UUID, kept: KeptHistory, derivations: Sequence[Derivation[Any]]

@@ -22,7 +22,6 @@ from threadstore.models import (
     ChatCreate,
     Message,
     MessageCreate,
-    MessageToolCallUpdate,
     Run,
     RunStatus,
 )
@@ -109,35 +108,6 @@ class RunStorage:
         if self.run_repo is not None:
             with contextlib.suppress(Exception):
                 await self.run_repo.finish_run(chat_uuid, run_id, RunStatus.ERRORED, reason)
-
-    async def store_input(
-        self,
-        chat: Chat,
-        creates: Sequence[MessageCreate],
-        results: Sequence[tuple[UUID, MessageToolCallUpdate]],
-        *,
-        branch_point: UUID | None = None,
-    ) -> list[Message]:
-        """Store a run's new input messages and tool results, together; the messages stored.
-
-        With ``branch_point`` the messages hang under that stored message, each under the
-        one before, whatever another run branching from it writes meanwhile.
-        """
-        stored: list[Message] = []
-        together = len(creates) + len(results) > 1
-        parent = branch_point
-        # One write is atomic by itself: a transaction around it would cost trips.
-        async with self.message_repo.transaction() if together else contextlib.nullcontext():
-            for create in creates:
-                fields: dict[str, Any] = {"chat_uuid": chat.chat_uuid}
-                if parent is not None:
-                    fields["parent_uuid"], parent = parent, create.message_uuid
-                stored.append(
-                    await self.message_repo.create_message(create.model_copy(update=fields))
-                )
-            for call_uuid, update in results:
-                await self.message_repo.update_message_tool_call(call_uuid, update)
-        return stored
 
     async def set_active_leaf(self, chat_uuid: UUID, message_uuid: UUID) -> None:
         """Make ``message_uuid`` the chat's active leaf (where there is a tree)."""

@@ -28,6 +28,7 @@ from uuid import UUID, uuid4
 from agent_framework import Content
 from agent_framework import Message as AFMessage
 
+from threadstore.fold import Record
 from threadstore.models import (
     ContentPart,
     MediaPart,
@@ -44,7 +45,6 @@ __all__ = [
     "METADATA_KEY",
     "TOOL_CALL_ID_KEY",
     "Plain",
-    "RecordSet",
     "message_identity",
     "message_to_records",
     "messages_of",
@@ -74,25 +74,6 @@ _NATIVE_ROLES = {
 _ROLES = {role.value for role in Role}
 
 _MEDIA_KINDS = ("image", "audio", "video")
-
-
-class RecordSet:
-    """The threadstore writes of one framework message: the message and its nested records."""
-
-    __slots__ = ("message", "reasonings", "results", "tool_calls")
-
-    def __init__(
-        self,
-        message: MessageCreate,
-        tool_calls: list[MessageToolCallCreate],
-        reasonings: list[MessageReasoningCreate],
-        results: list[tuple[str, str]],
-    ) -> None:
-        self.message = message
-        self.tool_calls = tool_calls
-        self.reasonings = reasonings
-        self.results = results
-        """(call id, result text) of the message's ``function_result`` contents."""
 
 
 def message_identity(message: AFMessage) -> tuple[str, ...]:
@@ -152,7 +133,7 @@ def _content_parts(message: AFMessage) -> list[ContentPart] | None:
     return parts
 
 
-def message_to_records(message: AFMessage, chat_uuid: UUID) -> RecordSet:
+def message_to_records(message: AFMessage, chat_uuid: UUID) -> Record:
     """Return the records that store ``message`` in the chat ``chat_uuid``."""
     role = Role(message.role) if message.role in _ROLES else Role.ASSISTANT
     results = [
@@ -199,7 +180,7 @@ def message_to_records(message: AFMessage, chat_uuid: UUID) -> RecordSet:
         for content in message.contents
         if content.type == "text_reasoning"
     ]
-    return RecordSet(record, tool_calls, reasonings, results)
+    return Record(record, tool_calls, reasonings, results)
 
 
 def _own_form_to_keep(message: AFMessage) -> dict[str, Any] | None:

@@ -26,14 +26,11 @@ from threadstore.faces.agent_framework._convert import (
     records_to_messages,
 )
 from threadstore.faces.agent_framework._scope import ChatScope
-from threadstore.models import Chat, Message, MessageToolCallUpdate
+from threadstore.fold import append_writes
+from threadstore.models import Chat, Message
 from threadstore.store import (
-    CreateMessage,
-    CreateReasoning,
-    CreateToolCall,
     Derivation,
     Store,
-    UpdateToolCall,
     Write,
     in_steps,
 )
@@ -303,20 +300,12 @@ def unsaved(stored: Sequence[AFMessage], incoming: Sequence[AFMessage]) -> list[
 def _writes(chat_uuid: UUID, tail: Sequence[Message], new: Sequence[AFMessage]) -> list[Write]:
     """The writes that append ``new`` and put each tool result on the call it answers."""
     calls = {call.tool_call_id: call.uuid for record in tail for call in record.tool_calls}
-    writes: list[Write] = []
-    for message in new:
-        records = message_to_records(message, chat_uuid)
-        unmatched = [(call_id, text) for call_id, text in records.results if call_id not in calls]
-        if len(records.results) == 1 and unmatched:
+    records = [message_to_records(message, chat_uuid) for message in new]
+    answerable = set(calls)
+    for record in records:
+        unmatched = [call_id for call_id, _ in record.results if call_id not in answerable]
+        if len(record.results) == 1 and unmatched:
             # No call in this chat to hold it: the AG-UI replay reads it from the message.
-            records.message.metadata[TOOL_CALL_ID_KEY] = unmatched[0][0]
-        writes.append(CreateMessage(records.message))
-        writes.extend(CreateToolCall(call) for call in records.tool_calls)
-        writes.extend(CreateReasoning(step) for step in records.reasonings)
-        calls.update((call.tool_call_id, call.uuid) for call in records.tool_calls)
-        writes.extend(
-            UpdateToolCall(calls[call_id], MessageToolCallUpdate(content=text))
-            for call_id, text in records.results
-            if call_id in calls
-        )
-    return writes
+            record.message.metadata[TOOL_CALL_ID_KEY] = unmatched[0]
+        answerable.update(call.tool_call_id for call in record.calls)
+    return append_writes(records, calls=calls)
