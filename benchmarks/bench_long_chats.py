@@ -80,7 +80,7 @@ from threadstore import (
     open_store,
 )
 from threadstore.agui import StorageAgent
-from threadstore.store._ops import CreateMessage, CreateToolCall, UpdateToolCall
+from threadstore.store.ops import CreateMessage, CreateToolCall, UpdateToolCall
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine_line

@@ -31,15 +31,9 @@ import asyncpg
 
 from bench_sqlite import RUN_ID, Turn, conversation
 from common import Goal, Samples, collect_garbage, machine_line, markdown_table, rotated, timed
-from threadstore import (
-    FORMAT_VERSION,
-    ChatCreate,
-    MessageCreate,
-    MessageStatus,
-    Role,
-    chat_deduplication_key,
-    open_store,
-)
+from threadstore import ChatCreate, MessageCreate, MessageStatus, Role, open_store
+from threadstore.keys import chat_deduplication_key
+from threadstore.models import FORMAT_VERSION
 from threadstore.store._postgres_schema import INSERT_MESSAGE
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"

@@ -33,15 +33,9 @@ from uuid import UUID
 import aiosqlite
 
 from common import Goal, Samples, collect_garbage, machine_line, markdown_table, rotated, timed
-from threadstore import (
-    FORMAT_VERSION,
-    ChatCreate,
-    MessageCreate,
-    MessageStatus,
-    Role,
-    chat_deduplication_key,
-    open_store,
-)
+from threadstore import ChatCreate, MessageCreate, MessageStatus, Role, open_store
+from threadstore.keys import chat_deduplication_key
+from threadstore.models import FORMAT_VERSION
 from threadstore.store.sqlite import BUSY_TIMEOUT_MS, SQLiteStore
 
 PRAGMAS = (

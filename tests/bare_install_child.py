@@ -26,8 +26,9 @@ from ag_ui.core import (
 )
 
 import threadstore
-from threadstore import ChatCreate, ConfigurationError, MessageCreate, Role, open_store
+from threadstore import ChatCreate, MessageCreate, Role, open_store
 from threadstore.chat import apply_event, create_assistant_turn
+from threadstore.errors import ConfigurationError
 
 EXTRAS = ("fastapi", "starlette", "uvicorn", "typer", "rich", "asyncpg")
 

@@ -32,8 +32,8 @@ from threadstore import (
     Run,
     RunStatus,
     ToolCall,
-    chat_deduplication_key,
 )
+from threadstore.keys import chat_deduplication_key
 from threadstore.models import utcnow
 
 

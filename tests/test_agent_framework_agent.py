@@ -23,7 +23,8 @@ from agent_framework import (
 )
 
 from af_support import ScriptedChatClient, call, make_agent, say, texts
-from threadstore import ConfigurationError, Store
+from threadstore import Store
+from threadstore.errors import ConfigurationError
 from threadstore.faces.agent_framework import ThreadstoreHistoryProvider, keep_last_messages
 
 WEATHER_TURN = [

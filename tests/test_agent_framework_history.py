@@ -21,7 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from face_support import scramble
-from threadstore import Role, Store, translate_messages
+from threadstore import Role, Store
+from threadstore.agui import translate_messages
 from threadstore.faces.agent_framework import (
     ThreadstoreHistoryProvider,
     keep_last_messages,
@@ -294,7 +295,7 @@ async def test_a_history_written_by_another_face_loads_as_framework_messages(
 
 async def test_a_long_history_loads_in_pieces_as_it_converts_whole(store: Store) -> None:
     from threadstore import ChatCreate, MessageCreate, MessageStatus, MessageToolCallCreate
-    from threadstore.store._offload import OFF_LOOP_ITEMS, STEP_ITEMS
+    from threadstore._steps import OFF_LOOP_ITEMS, STEP_ITEMS
 
     user = uuid4()
     chat = await store.create_chat(ChatCreate(user_uuid=user, thread_id="long"))
@@ -589,8 +590,8 @@ async def test_loads_running_while_the_chat_grows_each_read_a_whole_history(
     store: Store,
 ) -> None:
     from threadstore import ChatCreate, MessageCreate
-    from threadstore.store import CreateMessage
-    from threadstore.store._offload import OFF_LOOP_ITEMS
+    from threadstore._steps import OFF_LOOP_ITEMS
+    from threadstore.store.ops import CreateMessage
 
     user = uuid4()
     chat = await store.create_chat(ChatCreate(user_uuid=user, thread_id="s"))

@@ -35,7 +35,8 @@ from ag_ui.core import PROTOCOL_VERSION
 from ag_ui.core import Message as AGUIMessage
 from pydantic import TypeAdapter
 
-from threadstore import Message, translate_messages
+from threadstore import Message
+from threadstore.agui import translate_messages
 
 PROJECT = Path(__file__).with_name("agui_client")
 DOCS = Path(__file__).parents[1] / "docs" / "server.md"

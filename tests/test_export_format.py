@@ -6,8 +6,8 @@ import json
 import uuid
 
 from threadstore import Store
+from threadstore._steps import OFF_LOOP_ITEMS
 from threadstore.models import Chat, MediaPart, Message, Role
-from threadstore.store import OFF_LOOP_ITEMS
 from threadstore.testing import AddMessage, MakeChat
 from threadstore.transfer import (
     EXPORT_VERSION,

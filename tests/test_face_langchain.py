@@ -29,16 +29,9 @@ from langchain_core.runnables import RunnableLambda
 from langchain_core.runnables.history import RunnableWithMessageHistory
 
 from face_support import json_values, on_the_store_fixture, scramble, text
-from threadstore import (
-    ChatCreate,
-    ConfigurationError,
-    MessageCreate,
-    MessageStatus,
-    MessageToolCallCreate,
-    Role,
-    Store,
-)
+from threadstore import ChatCreate, MessageCreate, MessageStatus, MessageToolCallCreate, Role, Store
 from threadstore.agui import translate_messages
+from threadstore.errors import ConfigurationError
 from threadstore.faces.langchain import (
     BackgroundStore,
     ThreadstoreChatMessageHistory,

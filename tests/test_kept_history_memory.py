@@ -34,7 +34,7 @@ from threadstore import (
     Store,
 )
 from threadstore.fold import HISTORY_INDEX
-from threadstore.store import CreateMessage, CreateReasoning, CreateToolCall, UpdateToolCall
+from threadstore.store.ops import CreateMessage, CreateReasoning, CreateToolCall, UpdateToolCall
 
 SOURCE = Path(__file__).resolve().parents[1] / "src" / "threadstore"
 

@@ -11,11 +11,11 @@ from uuid import UUID
 
 import pytest
 
-from threadstore import (
+from threadstore import participant_id
+from threadstore.keys import (
     DEDUPLICATION_KEY_LENGTH,
     chat_deduplication_key,
     normalize_participant_id,
-    participant_id,
     session_deduplication_key,
 )
 

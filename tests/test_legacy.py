@@ -363,4 +363,4 @@ def test_the_names_users_import_from_the_agui_layer_are_the_codec_ones() -> None
         assert getattr(threadstore.agui.translate, name) is getattr(threadstore.codec, name)
     for name in ("parse_event", "ThinkingStartEvent", "translate_messages"):
         assert getattr(threadstore.agui, name) is getattr(threadstore.codec, name)
-    assert threadstore.translate_messages is threadstore.codec.translate_messages
+    assert threadstore.agui.translate_messages is threadstore.codec.translate_messages

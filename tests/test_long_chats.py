@@ -42,6 +42,7 @@ from threadstore import (
     Store,
     open_store,
 )
+from threadstore._steps import OFF_LOOP_ITEMS, STEP_ITEMS, dropped_in_steps
 from threadstore.agui import StorageAgent
 from threadstore.codec import HistoryTranslator
 from threadstore.codec._messages import translate_messages
@@ -49,7 +50,6 @@ from threadstore.fold import HistoryIndex
 from threadstore.server import DemoAgent, HeaderAuth, create_app
 from threadstore.server._routes_agui import messages_snapshot_pieces
 from threadstore.server._sse import encode_frame
-from threadstore.store._offload import OFF_LOOP_ITEMS, STEP_ITEMS, dropped_in_steps
 from threadstore.store.sqlite import SQLiteStore
 
 USER = UUID("00000000-0000-4000-8000-000000000015")

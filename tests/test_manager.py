@@ -767,7 +767,7 @@ async def test_sweep_finalizes_a_dead_owners_run_and_leaves_live_runs_alone(
 
 async def test_sweep_without_a_store_is_a_configuration_error() -> None:
     manager = StreamPersistenceManager(FedAgent)
-    with pytest.raises(threadstore.ConfigurationError):
+    with pytest.raises(threadstore.errors.ConfigurationError):
         await manager.sweep()
 
 

@@ -13,11 +13,8 @@ import pytest
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from threadstore import (
-    FORMAT_VERSION,
     Chat,
     ChatCreate,
-    ContentPart,
-    MediaPart,
     Message,
     MessageCreate,
     MessageReasoningUpdate,
@@ -28,9 +25,9 @@ from threadstore import (
     Role,
     Run,
     RunStatus,
-    TextPart,
     ToolCall,
 )
+from threadstore.models import FORMAT_VERSION, ContentPart, MediaPart, TextPart
 from threadstore.store._base import update_fields
 from threadstore.store._records import ExtrasCodec, split_update
 

@@ -26,6 +26,7 @@ PUBLIC_MODULES = {
     "threadstore.faces.langchain",
     "threadstore.faces.openai_agents",
     "threadstore.store.memory",
+    "threadstore.store.ops",
     "threadstore.store.postgres",
     "threadstore.store.sqlite",
 }

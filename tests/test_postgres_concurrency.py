@@ -32,15 +32,15 @@ from threadstore import (
     MessageToolCallCreate,
     MessageToolCallUpdate,
     MessageUpdate,
-    MigrationError,
     NotFoundError,
     Run,
     RunStatus,
-    TextPart,
     ToolCall,
 )
-from threadstore.store import UpdateMessage
+from threadstore.errors import MigrationError
+from threadstore.models import TextPart
 from threadstore.store._postgres_schema import MIGRATIONS
+from threadstore.store.ops import UpdateMessage
 from threadstore.store.postgres import FOREGROUND_CONNECTIONS, PostgresStore
 
 pytestmark = pytest.mark.postgres

@@ -21,8 +21,8 @@ from threadstore import (
     MessageReasoningCreate,
     MessageToolCallCreate,
     Store,
-    TextPart,
 )
+from threadstore.models import TextPart
 
 
 async def _rich_chat(store: Store) -> Chat:

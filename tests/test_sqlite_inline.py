@@ -17,7 +17,8 @@ from uuid import UUID, uuid4
 import pytest
 
 from sqlite_support import counting_hops, sqlite_store
-from threadstore import ChatCreate, ConfigurationError, MessageCreate
+from threadstore import ChatCreate, MessageCreate
+from threadstore.errors import ConfigurationError
 from threadstore.store._records import WriterLock
 from threadstore.store.sqlite import (
     CHECKPOINT_EVERY_WRITES,

@@ -25,8 +25,8 @@ from agui_scripts import (
 from sqlite_support import counting_hops, sqlite_store, until
 from threadstore.agui._agent import StorageAgent
 from threadstore.models import ChatCreate, MessageCreate, Run
-from threadstore.store._ops import CreateMessage
 from threadstore.store._records import WriterLock
+from threadstore.store.ops import CreateMessage
 from threadstore.store.sqlite import SQLiteStore
 
 

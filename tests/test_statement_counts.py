@@ -29,7 +29,8 @@ from threadstore import (
     MessageUpdate,
     Role,
 )
-from threadstore.store import CreateMessage, CreateToolCall, UpdateMessage, Write
+from threadstore.store import Write
+from threadstore.store.ops import CreateMessage, CreateToolCall, UpdateMessage
 from threadstore.store.sqlite import SQLiteStore
 
 CHATS_PER_USER = 10

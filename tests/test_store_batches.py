@@ -22,7 +22,8 @@ from threadstore import (
     RunStatus,
     Store,
 )
-from threadstore.store import (
+from threadstore.store import Write
+from threadstore.store.ops import (
     CreateMessage,
     CreateReasoning,
     CreateToolCall,
@@ -31,7 +32,6 @@ from threadstore.store import (
     UpdateChatState,
     UpdateMessage,
     UpdateToolCall,
-    Write,
 )
 
 MakeChat = Callable[..., Awaitable[Chat]]

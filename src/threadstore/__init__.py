@@ -1,8 +1,11 @@
 """threadstore: durable, typed chat history for AI agents.
 
-The models, keys and store are imported eagerly. The AG-UI layer's names resolve on
-first use (module ``__getattr__``), only because it loads the AG-UI SDK: this keeps
-``import threadstore`` fast, not a cycle apart (nothing below ``agui`` imports it).
+The names most programs need; the rest is in the subpackages (``threadstore.models``,
+``threadstore.errors``, ``threadstore.keys``, ``threadstore.store``, ``threadstore.agui``,
+``threadstore.chat``...). The models, keys and store are imported eagerly. The AG-UI
+layer's names resolve on first use (module ``__getattr__``), only because it loads the
+AG-UI SDK: this keeps ``import threadstore`` fast, not a cycle apart (nothing below
+``agui`` imports it).
 """
 
 from __future__ import annotations
@@ -10,29 +13,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from threadstore.errors import (
-    ConfigurationError,
     ConflictError,
     InvalidInputError,
-    LimitExceededError,
-    MigrationError,
     NotFoundError,
     StoreError,
     ThreadstoreError,
 )
-from threadstore.keys import (
-    DEDUPLICATION_KEY_LENGTH,
-    chat_deduplication_key,
-    normalize_participant_id,
-    participant_id,
-    session_deduplication_key,
-)
+from threadstore.keys import participant_id
 from threadstore.models import (
-    FORMAT_VERSION,
     Chat,
     ChatCreate,
-    ChatPage,
-    ContentPart,
-    MediaPart,
     Message,
     MessageCreate,
     MessageReasoningCreate,
@@ -45,7 +35,6 @@ from threadstore.models import (
     Role,
     Run,
     RunStatus,
-    TextPart,
     ToolCall,
 )
 from threadstore.store import (
@@ -59,15 +48,12 @@ from threadstore.store import (
 
 if TYPE_CHECKING:
     from threadstore.agui import (
-        AGUIAgent,
         AGUIStorageAgent,
         ChatRepository,
         MessageRepository,
         RunHandle,
         StorageAgent,
         StreamPersistenceManager,
-        compact_events,
-        translate_messages,
     )
 
 __version__ = "0.1.0"
@@ -76,15 +62,12 @@ __version__ = "0.1.0"
 _LAZY: dict[str, str] = {
     name: "threadstore.agui"
     for name in (
-        "AGUIAgent",
         "AGUIStorageAgent",
         "ChatRepository",
         "MessageRepository",
         "RunHandle",
         "StorageAgent",
         "StreamPersistenceManager",
-        "compact_events",
-        "translate_messages",
     )
 }
 
@@ -99,21 +82,13 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "DEDUPLICATION_KEY_LENGTH",
-    "FORMAT_VERSION",
-    "AGUIAgent",
     "AGUIStorageAgent",
     "Chat",
     "ChatCreate",
-    "ChatPage",
     "ChatRepository",
     "ChatRepositoryLike",
-    "ConfigurationError",
     "ConflictError",
-    "ContentPart",
     "InvalidInputError",
-    "LimitExceededError",
-    "MediaPart",
     "Message",
     "MessageCreate",
     "MessageReasoningCreate",
@@ -124,7 +99,6 @@ __all__ = [
     "MessageToolCallCreate",
     "MessageToolCallUpdate",
     "MessageUpdate",
-    "MigrationError",
     "NotFoundError",
     "Reasoning",
     "Role",
@@ -136,16 +110,10 @@ __all__ = [
     "Store",
     "StoreError",
     "StreamPersistenceManager",
-    "TextPart",
     "ThreadstoreError",
     "ToolCall",
     "__version__",
-    "chat_deduplication_key",
-    "compact_events",
     "create_store",
-    "normalize_participant_id",
     "open_store",
     "participant_id",
-    "session_deduplication_key",
-    "translate_messages",
 ]

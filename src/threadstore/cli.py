@@ -38,7 +38,6 @@ from threadstore.errors import (
 )
 from threadstore.models import Chat, Message, utcnow
 from threadstore.store import (
-    DEFAULT_DELETED_RETENTION,
     DEFAULT_PAGE_SIZE,
     MAX_PAGE_SIZE,
     Store,
@@ -534,7 +533,7 @@ def sweep(
     deleted_retention: Annotated[
         float,
         typer.Option(min=0, help="Seconds a soft-deleted chat stays restorable (30 days)."),
-    ] = DEFAULT_DELETED_RETENTION.total_seconds(),
+    ] = Store.deleted_retention.total_seconds(),
 ) -> None:
     """Finalize runs left behind by a server that stopped (their records become interrupted).
 

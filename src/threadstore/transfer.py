@@ -35,6 +35,7 @@ from pydantic import (
 )
 from pydantic_core import to_json
 
+from threadstore._steps import dropped_in_steps, in_steps, joined_in_steps, off_loop
 from threadstore.binary_json import decode_value, encode_value
 from threadstore.errors import ConflictError, InvalidInputError, LimitExceededError
 from threadstore.models import (
@@ -47,16 +48,7 @@ from threadstore.models import (
     ToolCall,
     utcnow,
 )
-from threadstore.store import (
-    Store,
-    dropped_in_steps,
-    in_steps,
-    joined_in_steps,
-    message_create,
-    off_loop,
-    reasoning_create,
-    tool_call_create,
-)
+from threadstore.store import Store, message_create, reasoning_create, tool_call_create
 
 __all__ = [
     "EXPORT_FORMAT",

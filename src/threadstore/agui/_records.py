@@ -27,14 +27,14 @@ from threadstore.models import (
     Role,
     utcnow,
 )
-from threadstore.store import (
+from threadstore.store import Write
+from threadstore.store.ops import (
     CreateMessage,
     CreateReasoning,
     CreateToolCall,
     UpdateMessage,
     UpdateReasoning,
     UpdateToolCall,
-    Write,
 )
 
 __all__ = [

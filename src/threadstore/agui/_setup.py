@@ -16,6 +16,7 @@ from uuid import UUID
 
 from ag_ui.core import RunAgentInput, ToolMessage, UserMessage
 
+from threadstore._steps import in_steps, off_loop
 from threadstore.agui._given import (
     Appended,
     as_stored,
@@ -48,15 +49,8 @@ from threadstore.models import (
     MessageToolCallUpdate,
     Run,
 )
-from threadstore.store import (
-    HistoryView,
-    RunStorage,
-    TreeNode,
-    UpdateToolCall,
-    Write,
-    in_steps,
-    off_loop,
-)
+from threadstore.store import HistoryView, RunStorage, TreeNode, Write
+from threadstore.store.ops import UpdateToolCall
 
 if TYPE_CHECKING:
     import ag_ui.core

@@ -37,15 +37,14 @@ from threadstore.agui._records import (
 from threadstore.errors import NotFoundError, StoreError
 from threadstore.fold import ConversationFold, FoldRecord, RecordKind
 from threadstore.models import Chat, MessageCreate, MessageStatus, RunStatus
-from threadstore.store import (
+from threadstore.store import RunStorage, Write
+from threadstore.store.ops import (
     CreateMessage,
     CreateReasoning,
     CreateToolCall,
     FinalizeRunRecords,
     FinishRun,
-    RunStorage,
     UpdateChatState,
-    Write,
 )
 
 __all__ = ["BuildHooks", "EventHandler", "PersisterConfig", "RunPersister"]

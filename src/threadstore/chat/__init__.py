@@ -14,11 +14,9 @@ from threadstore.chat._branch import (
     drop_trailing_assistant,
 )
 from threadstore.chat._convert import (
-    HistoryMessage,
     assistant_message_from_turn,
     canonical_from_ui,
     tool_result_message,
-    tool_result_message_id,
     ui_from_messages,
 )
 from threadstore.chat._reducer import CITATION_EVENT_NAME, apply_event, create_assistant_turn
@@ -34,7 +32,6 @@ from threadstore.chat._types import (
     SubAgentFrame,
     TextPart,
     ToolPart,
-    ToolRunState,
     TurnError,
     UIMessage,
     UIMessagePart,
@@ -48,14 +45,12 @@ __all__ = [
     "CitationPart",
     "DataPart",
     "FilePart",
-    "HistoryMessage",
     "ReasoningPart",
     "StepInfo",
     "StepStartPart",
     "SubAgentFrame",
     "TextPart",
     "ToolPart",
-    "ToolRunState",
     "TurnError",
     "UIMessage",
     "UIMessagePart",
@@ -68,6 +63,5 @@ __all__ = [
     "drop_trailing_assistant",
     "seal_assistant_turn",
     "tool_result_message",
-    "tool_result_message_id",
     "ui_from_messages",
 ]

@@ -39,7 +39,8 @@ from threadstore.errors import InvalidInputError
 from threadstore.fold import HISTORY_INDEX, plan_append
 from threadstore.keys import user_uuid_for
 from threadstore.models import Chat, ChatCreate
-from threadstore.store import MAX_PAGE_SIZE, CreateMessage, HistoryView, Store
+from threadstore.store import MAX_PAGE_SIZE, HistoryView, Store
+from threadstore.store.ops import CreateMessage
 
 __all__ = ["CHAT_RECORD_METADATA_KEY", "StoreChatStore"]
 

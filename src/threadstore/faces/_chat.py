@@ -7,10 +7,11 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 from uuid import UUID
 
+from threadstore._steps import in_steps
 from threadstore.errors import NotFoundError
 from threadstore.fold import Record, append_writes
 from threadstore.models import ChatCreate, Message
-from threadstore.store import Store, in_steps
+from threadstore.store import Store
 
 _T = TypeVar("_T")
 
@@ -23,7 +24,7 @@ async def load_history(
     ``convert`` gets the store's own records (:meth:`Store.read_history`, no copy made
     per load), so it must neither change them nor keep anything mutable of them. It is
     fed a long history in pieces, in order, on the loop, which it gets back between
-    them (:func:`~threadstore.store._offload.in_steps`): a worker thread would compete
+    them (:func:`~threadstore._steps.in_steps`): a worker thread would compete
     with the loop for the interpreter and cost a hop.
     """
     history = await store.read_history(chat_uuid)

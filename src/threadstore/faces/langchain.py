@@ -20,7 +20,7 @@ on the store's own loop, so they need the store to run on a loop in another thre
 open it with :class:`BackgroundStore`. Then both kinds work from any thread, with or
 without a running event loop (async calls from another loop hop to the store's loop
 and back). A plain :class:`~threadstore.Store` serves the async methods only, and the
-sync ones raise a :class:`~threadstore.ConfigurationError` saying so.
+sync ones raise a :class:`~threadstore.errors.ConfigurationError` saying so.
 """
 
 from __future__ import annotations

@@ -41,13 +41,8 @@ from threadstore.models import (
     Role,
     ToolCall,
 )
-from threadstore.store import (
-    CreateMessage,
-    CreateReasoning,
-    CreateToolCall,
-    UpdateToolCall,
-    Write,
-)
+from threadstore.store import Write
+from threadstore.store.ops import CreateMessage, CreateReasoning, CreateToolCall, UpdateToolCall
 
 __all__ = ["AppendPlan", "Record", "append_writes", "plan_append", "record_from_agui"]
 

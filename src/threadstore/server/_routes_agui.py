@@ -40,6 +40,7 @@ from fastapi import APIRouter, Header, HTTPException, Query
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, TypeAdapter
 
+from threadstore._steps import joined_in_steps, off_loop
 from threadstore.agui import (
     EventsDroppedError,
     RunHandle,
@@ -55,7 +56,7 @@ from threadstore.server._errors import error_response
 from threadstore.server._limits import MAX_CURSOR, check_id, check_run_input
 from threadstore.server._run_gate import RunConflictError
 from threadstore.server._sse import close_iterator, encode_frame, event_stream_response
-from threadstore.store import HistoryView, joined_in_steps, off_loop
+from threadstore.store import HistoryView
 
 __all__ = ["CancelResult", "router"]
 

@@ -1,5 +1,7 @@
 """Storage backends behind one contract, opened from a URL.
 
+The writes ``Store.apply_writes`` takes are in :mod:`threadstore.store.ops`.
+
 ====================================  ===========================================
 URL                                   backend
 ====================================  ===========================================
@@ -16,10 +18,8 @@ from typing import Any
 
 from threadstore.errors import ConfigurationError
 from threadstore.store._base import (
-    DEFAULT_DELETED_RETENTION,
     DEFAULT_PAGE_SIZE,
     MAX_PAGE_SIZE,
-    BatchWriter,
     Capabilities,
     ChatRepositoryLike,
     MessageRepositoryLike,
@@ -31,48 +31,19 @@ from threadstore.store._base import (
 )
 from threadstore.store._copies import message_create, reasoning_create, tool_call_create
 from threadstore.store._history import Derivation, HistoryView
-from threadstore.store._offload import (
-    OFF_LOOP_ITEMS,
-    dropped_in_steps,
-    in_steps,
-    joined_in_steps,
-    off_loop,
-)
-from threadstore.store._ops import (
-    CreateMessage,
-    CreateReasoning,
-    CreateToolCall,
-    FinalizeRunRecords,
-    FinishRun,
-    RenameChat,
-    UpdateChatState,
-    UpdateMessage,
-    UpdateReasoning,
-    UpdateToolCall,
-    Write,
-    apply_to,
-)
 from threadstore.store._run_events import EventBatch, RunEventListener, RunEventLog
 from threadstore.store._run_storage import RunStorage, run_storage
+from threadstore.store.ops import Write
 
 __all__ = [
-    "DEFAULT_DELETED_RETENTION",
     "DEFAULT_PAGE_SIZE",
     "MAX_PAGE_SIZE",
-    "OFF_LOOP_ITEMS",
-    "BatchWriter",
     "Capabilities",
     "ChatRepositoryLike",
-    "CreateMessage",
-    "CreateReasoning",
-    "CreateToolCall",
     "Derivation",
     "EventBatch",
-    "FinalizeRunRecords",
-    "FinishRun",
     "HistoryView",
     "MessageRepositoryLike",
-    "RenameChat",
     "RunEventListener",
     "RunEventLog",
     "RunRepositoryLike",
@@ -80,19 +51,10 @@ __all__ = [
     "Siblings",
     "Store",
     "TreeNode",
-    "UpdateChatState",
-    "UpdateMessage",
-    "UpdateReasoning",
-    "UpdateToolCall",
     "Write",
-    "apply_to",
     "capabilities_of",
     "create_store",
-    "dropped_in_steps",
-    "in_steps",
-    "joined_in_steps",
     "message_create",
-    "off_loop",
     "open_store",
     "reasoning_create",
     "run_storage",

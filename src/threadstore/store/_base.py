@@ -38,6 +38,7 @@ from types import TracebackType
 from typing import Any, ClassVar, Literal, Protocol, Self, runtime_checkable
 from uuid import UUID, uuid4
 
+from threadstore._steps import off_loop
 from threadstore.errors import ConflictError, InvalidInputError, NotFoundError
 from threadstore.models import (
     Chat,
@@ -68,8 +69,9 @@ from threadstore.store._history import (
     extended,
     kept_history,
 )
-from threadstore.store._offload import off_loop
-from threadstore.store._ops import (
+from threadstore.store._records import Codecs
+from threadstore.store._run_events import RunEventLog
+from threadstore.store.ops import (
     WRITE_METHODS,
     WRITE_TYPES,
     CreateChat,
@@ -93,8 +95,6 @@ from threadstore.store._ops import (
     UpdateToolCall,
     Write,
 )
-from threadstore.store._records import Codecs
-from threadstore.store._run_events import RunEventLog
 
 __all__ = [
     "DEFAULT_DELETED_RETENTION",
@@ -549,7 +549,7 @@ class Store(abc.ABC):
     ) -> list[Any]:
         """Primitive: apply ``batch`` in order, all or nothing; return each one's result.
 
-        What each operation returns is listed at :data:`threadstore.store._ops.Op`.
+        What each operation returns is listed at :data:`threadstore.store.ops.Op`.
         Errors are threadstore's (``NotFoundError`` for a missing chat or parent,
         ``ConflictError`` for a taken id). With ``returning=False`` nobody reads the
         results, so the backend may skip building them. ``background``: a flush

@@ -29,9 +29,9 @@ from uuid import UUID
 from pydantic import BaseModel, TypeAdapter
 
 from threadstore import binary_json
+from threadstore._steps import off_loop
 from threadstore.models import ContentPart, Message, Reasoning, ToolCall
 from threadstore.store._codec import constructor
-from threadstore.store._offload import off_loop
 from threadstore.store._records import ExtrasCodec
 
 __all__ = [
@@ -254,7 +254,7 @@ async def attach_rows(
 ) -> None:
     """Build tool calls and reasoning steps from their rows and attach them to ``messages``.
 
-    Off the event loop for a long history (:func:`~threadstore.store._offload.off_loop`).
+    Off the event loop for a long history (:func:`~threadstore._steps.off_loop`).
     """
 
     def build() -> None:

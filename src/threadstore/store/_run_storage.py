@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 from uuid import UUID
 
+from threadstore._steps import off_loop
 from threadstore.errors import ConflictError, InvalidInputError
 from threadstore.models import (
     Chat,
@@ -34,8 +35,7 @@ from threadstore.store._base import (
     capabilities_of,
 )
 from threadstore.store._history import Derivation
-from threadstore.store._offload import off_loop
-from threadstore.store._ops import (
+from threadstore.store.ops import (
     FinishRun,
     RenameChat,
     UpdateChatState,

@@ -18,7 +18,7 @@ from uuid import UUID
 from threadstore import models
 from threadstore.errors import ConflictError, NotFoundError, RunLiveError
 from threadstore.keys import chat_deduplication_key
-from threadstore.store import _ops as ops
+from threadstore.store import ops
 from threadstore.store._base import BranchPage, ChatFilter, MessageKey, RunFilter, Store, TreeNode
 from threadstore.store._records import (
     ExtrasCodec,

@@ -40,6 +40,7 @@ from uuid import UUID
 import asyncpg
 
 from threadstore import models
+from threadstore._steps import off_loop
 from threadstore.errors import (
     ConfigurationError,
     ConflictError,
@@ -49,12 +50,11 @@ from threadstore.errors import (
     RunLiveError,
     StoreError,
 )
-from threadstore.store import _ops as ops
 from threadstore.store import _postgres_schema as sql
 from threadstore.store import _sql as shared
+from threadstore.store import ops
 from threadstore.store._base import BranchPage, ChatFilter, MessageKey, RunFilter, Store, TreeNode
 from threadstore.store._history import DEFAULT_HISTORY_CACHE_MESSAGES, HistoryCache
-from threadstore.store._offload import off_loop
 from threadstore.store._postgres_events import PostgresRunEvents
 from threadstore.store._records import split_update
 from threadstore.store._rows import EntryLoader, RowLoader, attach_rows

@@ -46,6 +46,7 @@ from urllib.parse import parse_qs
 from uuid import UUID
 
 from threadstore import models
+from threadstore._steps import consume, off_loop
 from threadstore.errors import (
     ConfigurationError,
     ConflictError,
@@ -53,10 +54,9 @@ from threadstore.errors import (
     NotFoundError,
     RunLiveError,
 )
-from threadstore.store import _ops as ops
+from threadstore.store import ops
 from threadstore.store._base import BranchPage, ChatFilter, MessageKey, RunFilter, Store, TreeNode
 from threadstore.store._history import DEFAULT_HISTORY_CACHE_MESSAGES, HistoryCache
-from threadstore.store._offload import consume, off_loop
 from threadstore.store._records import WriterLock, split_update
 from threadstore.store._rows import EntryLoader, RowLoader, attach_rows
 from threadstore.store._sql import (

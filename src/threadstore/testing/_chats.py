@@ -23,8 +23,8 @@ from threadstore import (
     Run,
     RunRepositoryLike,
     Store,
-    chat_deduplication_key,
 )
+from threadstore.keys import chat_deduplication_key
 from threadstore.models import FORMAT_VERSION
 from threadstore.store import MAX_PAGE_SIZE
 from threadstore.testing._suite import AddMessage, MakeChat, OpenStore, Repository, stored_chat

@@ -11,7 +11,6 @@ from threadstore import (
     ChatCreate,
     ConflictError,
     InvalidInputError,
-    MediaPart,
     Message,
     MessageCreate,
     MessageReasoningCreate,
@@ -24,10 +23,9 @@ from threadstore import (
     Reasoning,
     Role,
     Store,
-    TextPart,
     ToolCall,
 )
-from threadstore.models import FORMAT_VERSION
+from threadstore.models import FORMAT_VERSION, MediaPart, TextPart
 from threadstore.store import MAX_PAGE_SIZE
 from threadstore.testing._suite import AddMessage, MakeChat, OpenStore, Repository, stored_chat
 

@@ -15,6 +15,7 @@ from uuid import UUID, uuid4
 from agent_framework import AgentSession, HistoryProvider, SessionContext, SupportsAgentRun
 from agent_framework import Message as AFMessage
 
+from threadstore._steps import in_steps
 from threadstore.errors import ConfigurationError
 from threadstore.faces.agent_framework._convert import (
     TOOL_CALL_ID_KEY,
@@ -28,12 +29,7 @@ from threadstore.faces.agent_framework._convert import (
 from threadstore.faces.agent_framework._scope import ChatScope
 from threadstore.fold import append_writes
 from threadstore.models import Chat, Message
-from threadstore.store import (
-    Derivation,
-    Store,
-    Write,
-    in_steps,
-)
+from threadstore.store import Derivation, Store, Write
 
 __all__ = ["STATE_KEY", "MessageFilter", "ThreadstoreHistoryProvider"]
 
