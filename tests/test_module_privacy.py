@@ -20,6 +20,7 @@ PUBLIC_MODULES = {
     "threadstore.errors",
     "threadstore.keys",
     "threadstore.models",
+    "threadstore.seed",
     "threadstore.transfer",
     "threadstore.agui.legacy",
     "threadstore.agui.translate",

@@ -4,7 +4,8 @@
     ├── StoreError                 a backend could not do what was asked
     │   ├── NotFoundError          a referenced chat/message does not exist (also a ValueError)
     │   ├── ConflictError          a uniqueness or concurrency rule was violated
-    │   │   └── RunLiveError       the chat already has a running run
+    │   │   ├── RunLiveError       the chat already has a running run
+    │   │   └── VersionConflictError  the seed layer's lost optimistic update (never raised)
     │   └── MigrationError         the schema is missing, too new, or a migration failed
     ├── InvalidInputError          caller-supplied data was rejected (also a ValueError)
     │   └── LimitExceededError     a documented size/count limit was exceeded
@@ -13,15 +14,20 @@
 ``InvalidInputError`` and ``NotFoundError`` subclass ``ValueError`` so code written
 against the seed contract (which documents ``ValueError`` for a missing chat id or
 parent message) keeps working unchanged. Reads of an unknown record return ``None``.
+
+:class:`ErrorCodes` names the ``code`` of the ``RUN_ERROR`` events the storage layer
+emits, under the seed layer's name.
 """
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any
 
 __all__ = [
     "ConfigurationError",
     "ConflictError",
+    "ErrorCodes",
     "InvalidInputError",
     "LimitExceededError",
     "MigrationError",
@@ -29,6 +35,7 @@ __all__ = [
     "RunLiveError",
     "StoreError",
     "ThreadstoreError",
+    "VersionConflictError",
 ]
 
 
@@ -63,6 +70,16 @@ class RunLiveError(ConflictError):
         self.live_run_id = live_run_id
 
 
+class VersionConflictError(ConflictError):
+    """The seed layer's error for an update that lost an optimistic-concurrency race.
+
+    Its backend patched whole records guarded by a version and raised this once its
+    retries ran out (renaming a chat, updating a message). threadstore's backends update
+    a record in one transaction, so no threadstore call raises it; it exists so code that
+    catches it keeps importing and working.
+    """
+
+
 class MigrationError(StoreError):
     """The database schema is missing, newer than this code, or a migration failed."""
 
@@ -77,3 +94,18 @@ class LimitExceededError(InvalidInputError):
 
 class ConfigurationError(ThreadstoreError):
     """A URL, option or configuration file could not be understood."""
+
+
+class ErrorCodes(StrEnum):
+    """The ``code`` of each ``RUN_ERROR`` event the storage layer itself emits."""
+
+    INVALID_INPUT = "INVALID_INPUT"
+    """The run's input was refused (a new non-user message, another chat's message...)."""
+    INTERNAL_ERROR = "INTERNAL_ERROR"
+    """The inner agent raised; the client gets this instead of a hung stream."""
+    CANCELLED = "CANCELLED"
+    """The run was cancelled."""
+    RUN_LIVE = "RUN_LIVE"
+    """Another run already holds the chat (:class:`RunLiveError`)."""
+    CHAT_DELETED = "CHAT_DELETED"
+    """The chat was deleted while the run streamed."""

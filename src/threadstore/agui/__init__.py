@@ -16,7 +16,11 @@ from threadstore.agui._manager import (
     event_json,
     wire_json,
 )
-from threadstore.agui._repositories import ChatRepository, MessageRepository
+from threadstore.agui._repositories import (
+    ChatRepository,
+    ChatSessionRegistry,
+    MessageRepository,
+)
 from threadstore.agui._window import HistoryWindow
 from threadstore.codec import (
     ThinkingEndEvent,
@@ -35,6 +39,7 @@ __all__ = [
     "ChatPersistOptions",
     "ChatPersistingAgent",
     "ChatRepository",
+    "ChatSessionRegistry",
     "DistributedRunManager",
     "EventsDroppedError",
     "HistoryWindow",

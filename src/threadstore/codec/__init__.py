@@ -4,6 +4,7 @@ Pure functions and event classes with no store and no event loop, so the fold (w
 reads THINKING_* events and client messages) and the AG-UI layer above it share them.
 """
 
+from threadstore.codec._extended import ExtendedBaseMessage, extended_messages
 from threadstore.codec._messages import (
     AGUI_METADATA_KEY,
     DEFAULT_MIME_TYPE,
@@ -38,6 +39,7 @@ __all__ = [
     "SUBAGENT_METADATA_KEY",
     "THINKING_TITLE_METADATA_KEY",
     "TOOL_CALL_ID_METADATA_KEY",
+    "ExtendedBaseMessage",
     "HistoryTranslator",
     "IdsAdded",
     "ThinkingEndEvent",
@@ -48,6 +50,7 @@ __all__ = [
     "ThinkingTextMessageStartEvent",
     "ThinkingTranslator",
     "chat_name_from_messages",
+    "extended_messages",
     "message_create_from_agui",
     "parse_event",
     "replayed_tool_error",
