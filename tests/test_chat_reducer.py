@@ -10,6 +10,7 @@ from ag_ui.core import (
     RawEvent,
     ReasoningEncryptedValueEvent,
     ReasoningMessageChunkEvent,
+    ReasoningStartEvent,
     RunErrorEvent,
     RunFinishedEvent,
     RunFinishedInterruptOutcome,
@@ -196,6 +197,27 @@ def test_reasoning_and_its_encrypted_value_become_reasoning_parts() -> None:
         ReasoningPart(text="opaque", encrypted=True, state="done"),
     )
     assert turn.message.reasoning == "thinking"  # the opaque payload is no display text
+
+
+def test_a_lone_encrypted_value_is_not_shown_as_the_store_keeps_none() -> None:
+    lone = ReasoningEncryptedValueEvent(subtype="message", entity_id="r9", encrypted_value="x")
+
+    turn = fold([lone, *text("m", "answer"), lone])
+
+    # Before anything of the agent's: nothing to attach it to. After: a part of the answer.
+    assert kinds(turn) == ["text", "reasoning"]
+    assert turn.warnings == ("encrypted value for 'r9' with no message ignored",)
+
+
+def test_an_encrypted_value_naming_the_open_span_is_shown() -> None:
+    turn = fold(
+        [
+            ReasoningStartEvent(message_id="r9"),
+            ReasoningEncryptedValueEvent(subtype="message", entity_id="r9", encrypted_value="x"),
+        ]
+    )
+
+    assert kinds(turn) == ["reasoning"] and turn.warnings is None
 
 
 def test_reasoning_chunks_continue_the_last_chunked_reasoning_message() -> None:

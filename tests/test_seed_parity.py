@@ -625,3 +625,46 @@ async def test_renaming_never_loses_a_version_race_here(store: Store) -> None:
     assert all(r is not None for r in renamed)  # none raised: each rename is one transaction
     final = await store.get_chat(chat.chat_uuid)
     assert final is not None and final.name in {f"name {i}" for i in range(10)}
+
+
+# --- events with nothing to attach to store nothing, as in the seed -----------------------
+
+
+async def test_a_lone_encrypted_reasoning_value_stores_nothing(store: Store) -> None:
+    from ag_ui.core import ReasoningEncryptedValueEvent
+
+    lone = ReasoningEncryptedValueEvent(
+        subtype="message", entity_id="e1", encrypted_value="opaque-blob"
+    )
+
+    await collect(
+        make_agent(store, ScriptedAgent([run_started(), lone, run_finished()])).run(run_input())
+    )
+
+    assert await store.get_chat_messages((await only_chat(store)).chat_uuid) == []
+
+
+async def test_an_unregistered_custom_event_with_no_message_stores_nothing(store: Store) -> None:
+    from ag_ui.core import CustomEvent
+
+    script = [run_started(), CustomEvent(name="note", value=1), run_finished()]
+
+    await collect(make_agent(store, ScriptedAgent(script)).run(run_input()))
+
+    assert await store.get_chat_messages((await only_chat(store)).chat_uuid) == []
+
+
+async def test_a_custom_event_in_a_run_with_a_reply_stays_a_part_of_it(store: Store) -> None:
+    from ag_ui.core import CustomEvent
+
+    script = [
+        run_started(),
+        CustomEvent(name="note", value=1),
+        *text_message("a1", "Done."),
+        run_finished(),
+    ]
+
+    await collect(make_agent(store, ScriptedAgent(script)).run(run_input()))
+
+    (answer,) = await store.get_chat_messages((await only_chat(store)).chat_uuid)
+    assert [e["type"] for e in answer.metadata["parts"]] == ["data", "text"]
