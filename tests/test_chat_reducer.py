@@ -433,3 +433,48 @@ def test_unknown_and_run_scoped_state_events_are_ignored() -> None:
 
     assert after is not turn
     assert after.as_dict() == turn.as_dict()
+
+
+def test_the_seed_engine_s_channels_fill_from_their_custom_events() -> None:
+    fresh = fold([*RUN])
+    assert (fresh.plan, fresh.activity, fresh.verifications, fresh.false_finishes) == (
+        None,
+        None,
+        None,
+        None,
+    )
+    assert not {"plan", "activity", "verifications", "false_finishes"} & set(fresh.as_dict())
+
+    turn = fold(
+        [
+            *RUN,
+            CustomEvent(name="plan-update", value={"steps": ["search"]}),
+            CustomEvent(name="activity", value="searching"),
+            CustomEvent(name="verification", value={"step": 0, "ok": False}),
+            CustomEvent(name="plan-update", value={"steps": ["search", "answer"]}),
+            CustomEvent(name="false-finish", value={"reason": "no answer yet"}),
+            CustomEvent(name="verification", value={"step": 1, "ok": True}),
+            CustomEvent(name="activity", value="writing"),
+        ]
+    )
+
+    assert turn.plan == {"steps": ["search", "answer"]}  # the latest snapshot
+    assert turn.activity == "writing"
+    assert turn.verifications == ({"step": 0, "ok": False}, {"step": 1, "ok": True})
+    assert turn.false_finishes == ({"reason": "no answer yet"},)
+    assert len(turn.data_parts or ()) == 7  # each is a data part too, as stored history keeps
+    assert turn.as_dict()["false_finishes"] == [{"reason": "no answer yet"}]
+
+
+def test_a_sub_agent_s_channels_stay_in_its_frame() -> None:
+    turn = fold(
+        [
+            *RUN,
+            SubagentStartedEvent(subagent_run_id="s", name="researcher"),
+            CustomEvent(name="plan-update", value=["look"], subagent_run_id="s"),
+        ]
+    )
+
+    assert turn.plan is None
+    (frame,) = turn.sub_agents or ()
+    assert frame.turn.plan == ["look"]

@@ -34,7 +34,12 @@ from threadstore.chat._record import (
     load_chat,
     save_chat,
 )
-from threadstore.chat._reducer import CITATION_EVENT_NAME, apply_event, create_assistant_turn
+from threadstore.chat._reducer import (
+    CHANNEL_EVENTS,
+    CITATION_EVENT_NAME,
+    apply_event,
+    create_assistant_turn,
+)
 from threadstore.chat._seal import seal_assistant_turn
 from threadstore.chat._store_adapter import StoreChatStore
 from threadstore.chat._stores import InMemoryChatStore, JsonlChatStore
@@ -57,6 +62,7 @@ from threadstore.chat._types import (
 )
 
 __all__ = [
+    "CHANNEL_EVENTS",
     "CITATION_EVENT_NAME",
     "AssistantTurn",
     "ChatHistory",

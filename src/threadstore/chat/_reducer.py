@@ -69,7 +69,17 @@ from threadstore.chat._types import (
 )
 from threadstore.models import CITATION_EVENT_NAME
 
-__all__ = ["CITATION_EVENT_NAME", "apply_event", "create_assistant_turn"]
+__all__ = ["CHANNEL_EVENTS", "CITATION_EVENT_NAME", "apply_event", "create_assistant_turn"]
+
+CHANNEL_EVENTS: dict[str, tuple[str, Literal["append", "latest"]]] = {
+    "verification": ("verifications", "append"),
+    "false-finish": ("false_finishes", "append"),
+    "plan-update": ("plan", "latest"),
+    "activity": ("activity", "latest"),
+}
+"""The ``CUSTOM`` event names the seed engine folds into turn channels: each name's
+bucket, and whether a value is appended to it or replaces it. The event is a data part
+as well, as any ``CUSTOM`` event, so stored history keeps it."""
 
 _THINKING = "thinking"
 """The source id of reasoning from the deprecated ``THINKING_*`` events (they carry none)."""
@@ -431,6 +441,11 @@ def _custom_data(turn: AssistantTurn, name: str, id: str) -> DataPart | None:
 
 
 def _custom(turn: AssistantTurn, event: CustomEvent) -> AssistantTurn:
+    channel = CHANNEL_EVENTS.get(event.name)
+    if channel is not None:
+        bucket, how = channel
+        value = _appended(turn, bucket, event.value) if how == "append" else event.value
+        turn = turn.evolve(buckets=_buckets(turn, **{bucket: value}))
     if event.name == CITATION_EVENT_NAME:
         citations = _appended(turn, "citations", event.value)
         return _push(
