@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4
 
+import asyncpg
 import pytest
 from ag_ui.core import (
     BaseEvent,
@@ -30,6 +33,7 @@ from agui_scripts import (
     tool_call,
     user,
 )
+from conftest import StoreOpener
 from threadstore import (
     Chat,
     ChatCreate,
@@ -668,3 +672,69 @@ async def test_a_custom_event_in_a_run_with_a_reply_stays_a_part_of_it(store: St
 
     (answer,) = await store.get_chat_messages((await only_chat(store)).chat_uuid)
     assert [e["type"] for e in answer.metadata["parts"]] == ["data", "text"]
+
+
+# --- seed 001: a corrupt stored chat reads the same on every ChatStore -------------------
+
+
+async def corrupt_role(store_url: str, message_uuid: UUID) -> None:
+    """Write a role no model knows into a stored message row, behind the store's back."""
+    if store_url.startswith("sqlite"):
+        path = store_url.removeprefix("sqlite:///").split("?")[0]
+        with sqlite3.connect(path) as conn:
+            conn.execute(
+                "UPDATE messages SET role = 'bogus', metadata = '{not json' WHERE message_uuid = ?",
+                (str(message_uuid),),
+            )
+        return
+    conn = await asyncpg.connect(store_url)
+    try:
+        await conn.execute(
+            "UPDATE messages SET role = 'bogus' WHERE message_uuid = $1", message_uuid
+        )
+    finally:
+        await conn.close()
+
+
+async def test_a_corrupt_stored_row_is_a_typed_error_and_a_chat_store_reads_none(
+    store: Store,
+    store_url: str,
+    open_test_store: StoreOpener,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from ag_ui.core import UserMessage
+
+    from threadstore.chat import ChatRecord, Scope, StoreChatStore
+    from threadstore.errors import CorruptRecordError, StoreError
+
+    if store_url.startswith("memory"):
+        pytest.skip("the in-memory store keeps models, not rows")
+    chats = StoreChatStore(store, "u-1")
+    hello = UserMessage(id="m-1", content="hi")
+    await chats.save_chat(ChatRecord(chat_id="c-1", scope=Scope(user_id="u-1"), messages=(hello,)))
+    chat = await store.get_chat_by_thread_id(chats.user_uuid, "c-1")
+    assert chat is not None
+    (message,) = await store.get_chat_messages(chat.chat_uuid)
+    await corrupt_role(store_url, message.message_uuid)
+    reopened = await open_test_store()
+
+    with pytest.raises(CorruptRecordError) as raised:
+        await reopened.get_chat_messages(chat.chat_uuid)
+
+    assert isinstance(raised.value, StoreError)
+    assert str(message.message_uuid) in str(raised.value)
+    assert str(chat.chat_uuid) in str(raised.value)
+    assert await StoreChatStore(reopened, "u-1").load_chat("c-1") is None
+    assert "loaded as None" in caplog.text and str(message.message_uuid) in caplog.text
+
+
+def test_a_corrupt_file_reads_none_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from threadstore.chat import JsonlChatStore
+
+    chats = JsonlChatStore(tmp_path)
+    (tmp_path / "c-1.json").write_text("{not json", encoding="utf-8")
+
+    assert chats.load_chat("c-1") is None
+    assert "c-1.json: stored record cannot be read" in caplog.text

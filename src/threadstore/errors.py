@@ -6,6 +6,7 @@
     │   ├── ConflictError          a uniqueness or concurrency rule was violated
     │   │   ├── RunLiveError       the chat already has a running run
     │   │   └── VersionConflictError  the seed layer's lost optimistic update (never raised)
+    │   ├── CorruptRecordError     a stored row cannot be read back (names the record)
     │   └── MigrationError         the schema is missing, too new, or a migration failed
     ├── InvalidInputError          caller-supplied data was rejected (also a ValueError)
     │   └── LimitExceededError     a documented size/count limit was exceeded
@@ -27,6 +28,7 @@ from typing import Any
 __all__ = [
     "ConfigurationError",
     "ConflictError",
+    "CorruptRecordError",
     "ErrorCodes",
     "InvalidInputError",
     "LimitExceededError",
@@ -78,6 +80,36 @@ class VersionConflictError(ConflictError):
     a record in one transaction, so no threadstore call raises it; it exists so code that
     catches it keeps importing and working.
     """
+
+
+class CorruptRecordError(StoreError):
+    """A stored row could not be read back into its model (bad JSON, an unknown value).
+
+    ``kind`` is the model (``Message``, ``ToolCall``...), ``record_id`` the row's id and
+    ``chat_uuid`` / ``message_uuid`` where it belongs, when the row names them. A
+    ``ChatStore`` over a store reads such a chat as ``None`` with a logged warning, as a
+    corrupt file of the JSON-file store reads.
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        record_id: Any,
+        reason: str,
+        *,
+        chat_uuid: Any = None,
+        message_uuid: Any = None,
+    ) -> None:
+        where = "".join(
+            f" of {name} {value}"
+            for name, value in (("message", message_uuid), ("chat", chat_uuid))
+            if value is not None and value != record_id
+        )
+        super().__init__(f"stored {kind} {record_id}{where} cannot be read: {reason}")
+        self.kind = kind
+        self.record_id = record_id
+        self.chat_uuid = chat_uuid
+        self.message_uuid = message_uuid
 
 
 class MigrationError(StoreError):

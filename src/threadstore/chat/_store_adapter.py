@@ -27,6 +27,7 @@ tool results sent as parts (stored as text) do not round-trip exactly.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Sequence
 from datetime import UTC
 from typing import Any
@@ -43,7 +44,7 @@ from threadstore.codec import (
     message_create_from_agui,
     translate_messages,
 )
-from threadstore.errors import InvalidInputError
+from threadstore.errors import CorruptRecordError, InvalidInputError
 from threadstore.fold import pending_tool_calls, tool_result_text
 from threadstore.keys import user_uuid_for
 from threadstore.models import (
@@ -60,6 +61,8 @@ from threadstore.models import (
 from threadstore.store import MAX_PAGE_SIZE, Store
 
 __all__ = ["CHAT_RECORD_METADATA_KEY", "StoreChatStore"]
+
+logger = logging.getLogger(__name__)
 
 CHAT_RECORD_METADATA_KEY = "chat_record"
 """Key of ``Chat.metadata`` holding the record's scope and ``parent_id`` (set on creation)."""
@@ -99,7 +102,18 @@ class StoreChatStore:
             await self._write(chat, branch, record)
 
     async def load_chat(self, chat_id: str) -> ChatRecord | None:
-        """The chat's active branch as AG-UI messages, or ``None`` when there is no such chat."""
+        """The chat's active branch as AG-UI messages, or ``None`` when there is no such chat.
+
+        A chat with a stored row that cannot be read loads as ``None`` with a logged
+        warning naming it, as a corrupt file of the JSON-file store does.
+        """
+        try:
+            return await self._load(chat_id)
+        except CorruptRecordError as exc:
+            logger.warning("chat %r: %s; loaded as None", chat_id, exc)
+            return None
+
+    async def _load(self, chat_id: str) -> ChatRecord | None:
         chat = await self.store.get_chat_by_thread_id(self.user_uuid, chat_id)
         if chat is None:
             return None
