@@ -25,7 +25,11 @@ from ag_ui.core import UserMessage
 try:
     from threadstore.chatstore import ChatRecord, Scope, StoreChatStore
 except ImportError:  # an older checkout kept the seam in threadstore.chat
-    from threadstore.chat import ChatRecord, Scope, StoreChatStore  # type: ignore[attr-defined,no-redef]
+    from threadstore.chat import (  # type: ignore[attr-defined,no-redef]
+        ChatRecord,
+        Scope,
+        StoreChatStore,
+    )
 from threadstore import ChatCreate, MessageCreate, MessageStatus, Role, open_store
 from threadstore.keys import user_uuid_for
 

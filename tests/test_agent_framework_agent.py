@@ -200,6 +200,66 @@ async def test_a_run_that_raises_stores_nothing_and_a_retry_stores_once(store: S
     assert await _history(provider, session) == WEATHER_TURN
 
 
+async def test_a_failed_invocation_stores_not_even_its_request(store: Store) -> None:
+    # The seed's providers return at once when the run failed; a context with no
+    # response is how a failed invocation reaches the hook here.
+    from agent_framework import SessionContext
+
+    provider = _provider(store)
+    agent = make_agent(ScriptedChatClient([]), [provider])
+    session = agent.create_session()
+    failed = SessionContext(
+        session_id=session.session_id,
+        input_messages=[Message(role="user", contents=["Weather in Oslo?"])],
+    )
+
+    await provider.after_run(
+        agent=agent,
+        session=session,
+        context=failed,
+        state=session.state.setdefault(provider.source_id, {}),
+    )
+
+    assert await _history(provider, session) == []
+
+
+async def test_the_session_state_is_typed_and_serializes_with_the_session(store: Store) -> None:
+    from agent_framework import AgentSession
+
+    from threadstore.faces.agent_framework import ThreadstoreSessionState
+
+    provider = _provider(store)
+    agent = make_agent(ScriptedChatClient([say("Hi.")]), [provider])
+    session = agent.create_session()
+    typed = provider.session_state
+
+    state = typed.get_or_initialize_state(session)
+    await agent.run("Hello", session=session)
+
+    assert isinstance(state, ThreadstoreSessionState) and typed.state_key == "threadstore"
+    assert state.thread_id == session.session_id
+    chat = await provider.get_chat(session.session_id, session.state[provider.source_id])
+    assert chat is not None and chat.thread_id == state.thread_id
+    typed.save_state(session, ThreadstoreSessionState(thread_id="moved"))
+    restored = AgentSession.from_dict(session.to_dict())
+    assert typed.get_or_initialize_state(restored).thread_id == "moved"
+    assert restored.state["threadstore"] == {"thread_id": "moved"}  # the stored shape as before
+
+
+def test_a_state_entry_of_another_shape_is_made_anew() -> None:
+    from agent_framework import AgentSession
+
+    from threadstore.faces.agent_framework import ProviderSessionState, ThreadstoreSessionState
+
+    typed = ProviderSessionState(
+        ThreadstoreSessionState, lambda s: ThreadstoreSessionState(thread_id="new"), "k"
+    )
+    session = AgentSession(session_id="s-1")
+    session.state["k"] = {"thread_id": 42}
+
+    assert typed.get_or_initialize_state(session).thread_id == "new"
+
+
 async def test_a_service_managed_session_skips_local_history(store: Store) -> None:
     provider = _provider(store)
     client = ScriptedChatClient([say("From the service.")])

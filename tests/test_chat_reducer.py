@@ -10,6 +10,7 @@ from ag_ui.core import (
     RawEvent,
     ReasoningEncryptedValueEvent,
     ReasoningMessageChunkEvent,
+    ReasoningStartEvent,
     RunErrorEvent,
     RunFinishedEvent,
     RunFinishedInterruptOutcome,
@@ -196,6 +197,27 @@ def test_reasoning_and_its_encrypted_value_become_reasoning_parts() -> None:
         ReasoningPart(text="opaque", encrypted=True, state="done"),
     )
     assert turn.message.reasoning == "thinking"  # the opaque payload is no display text
+
+
+def test_a_lone_encrypted_value_is_not_shown_as_the_store_keeps_none() -> None:
+    lone = ReasoningEncryptedValueEvent(subtype="message", entity_id="r9", encrypted_value="x")
+
+    turn = fold([lone, *text("m", "answer"), lone])
+
+    # Before anything of the agent's: nothing to attach it to. After: a part of the answer.
+    assert kinds(turn) == ["text", "reasoning"]
+    assert turn.warnings == ("encrypted value for 'r9' with no message ignored",)
+
+
+def test_an_encrypted_value_naming_the_open_span_is_shown() -> None:
+    turn = fold(
+        [
+            ReasoningStartEvent(message_id="r9"),
+            ReasoningEncryptedValueEvent(subtype="message", entity_id="r9", encrypted_value="x"),
+        ]
+    )
+
+    assert kinds(turn) == ["reasoning"] and turn.warnings is None
 
 
 def test_reasoning_chunks_continue_the_last_chunked_reasoning_message() -> None:
@@ -411,3 +433,48 @@ def test_unknown_and_run_scoped_state_events_are_ignored() -> None:
 
     assert after is not turn
     assert after.as_dict() == turn.as_dict()
+
+
+def test_the_seed_engine_s_channels_fill_from_their_custom_events() -> None:
+    fresh = fold([*RUN])
+    assert (fresh.plan, fresh.activity, fresh.verifications, fresh.false_finishes) == (
+        None,
+        None,
+        None,
+        None,
+    )
+    assert not {"plan", "activity", "verifications", "false_finishes"} & set(fresh.as_dict())
+
+    turn = fold(
+        [
+            *RUN,
+            CustomEvent(name="plan-update", value={"steps": ["search"]}),
+            CustomEvent(name="activity", value="searching"),
+            CustomEvent(name="verification", value={"step": 0, "ok": False}),
+            CustomEvent(name="plan-update", value={"steps": ["search", "answer"]}),
+            CustomEvent(name="false-finish", value={"reason": "no answer yet"}),
+            CustomEvent(name="verification", value={"step": 1, "ok": True}),
+            CustomEvent(name="activity", value="writing"),
+        ]
+    )
+
+    assert turn.plan == {"steps": ["search", "answer"]}  # the latest snapshot
+    assert turn.activity == "writing"
+    assert turn.verifications == ({"step": 0, "ok": False}, {"step": 1, "ok": True})
+    assert turn.false_finishes == ({"reason": "no answer yet"},)
+    assert len(turn.data_parts or ()) == 7  # each is a data part too, as stored history keeps
+    assert turn.as_dict()["false_finishes"] == [{"reason": "no answer yet"}]
+
+
+def test_a_sub_agent_s_channels_stay_in_its_frame() -> None:
+    turn = fold(
+        [
+            *RUN,
+            SubagentStartedEvent(subagent_run_id="s", name="researcher"),
+            CustomEvent(name="plan-update", value=["look"], subagent_run_id="s"),
+        ]
+    )
+
+    assert turn.plan is None
+    (frame,) = turn.sub_agents or ()
+    assert frame.turn.plan == ["look"]

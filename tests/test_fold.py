@@ -354,6 +354,30 @@ def test_encrypted_values_land_on_the_reasoning_step_message_or_tool_call() -> N
     assert fold.message("r1") is None  # a reasoning step, not a message of its own
 
 
+def test_a_lone_encrypted_value_stores_nothing() -> None:
+    fold = ConversationFold("run-1")
+    fold.apply(run_started())
+    fold.apply(ReasoningEncryptedValueEvent(subtype="message", entity_id="r9", encrypted_value="E"))
+    fold.apply(run_finished())
+
+    assert fold.records == {}  # no anonymous assistant message opened for it
+    (warning,) = fold.take_changes().warnings
+    assert "encrypted value for unknown message 'r9' with no message; ignored" in warning
+
+
+def test_an_encrypted_value_after_the_agents_message_nests_in_a_reasoning_step() -> None:
+    fold = ConversationFold("run-1")
+    fold.apply(TextMessageStartEvent(message_id="m1"))
+    fold.apply(TextMessageContentEvent(message_id="m1", delta="Hi."))
+    fold.apply(ReasoningEncryptedValueEvent(subtype="message", entity_id="r9", encrypted_value="E"))
+    fold.apply(run_finished())
+
+    message = fold.message("m1")
+    assert message is not None
+    (step,) = fold.children(message)
+    assert step.encrypted_value == "E"
+
+
 def test_an_encrypted_value_alone_in_a_span_becomes_a_nested_reasoning_step() -> None:
     fold = fold_of(
         ReasoningStartEvent(message_id="r9"),
@@ -633,23 +657,28 @@ def test_custom_events_are_parts_of_the_current_message_with_their_payload() -> 
     ]
 
 
-def test_custom_parts_of_a_run_with_no_message_get_a_message_to_hold_them() -> None:
+def test_custom_parts_of_a_run_with_no_message_of_the_agents_are_not_stored() -> None:
+    # As the seed layer: an event with no message to attach it to stores nothing.
     fold = ConversationFold("run-1")
     fold.apply(StepStartedEvent(step_name="plan"))
     fold.apply(CustomEvent(name="card", value={"title": "Hi"}))
     fold.apply(run_finished())
 
-    (holder,) = fold.records.values()
-    assert (holder.role, holder.agui_id, holder.status, holder.content) == (
-        Role.ASSISTANT,
-        None,
-        COMPLETE,
-        "",
-    )
-    assert parts_of(holder) == [
-        {"n": 0, "type": "step-start", "step": 0, "name": "plan"},
-        {"n": 1, "type": "data", "name": "card", "payload": {"title": "Hi"}},
-    ]
+    assert fold.records == {}
+    assert fold.take_changes().warnings == ["1 CUSTOM part(s) not stored: the run wrote no message"]
+
+
+def test_custom_parts_after_the_agents_message_ended_stay_on_it() -> None:
+    fold = ConversationFold("run-1")
+    fold.apply(TextMessageStartEvent(message_id="m1"))
+    fold.apply(TextMessageContentEvent(message_id="m1", delta="Done."))
+    fold.apply(TextMessageEndEvent(message_id="m1"))
+    fold.apply(TextMessageStartEvent(message_id="u2", role="user"))
+    fold.apply(CustomEvent(name="card", value=1))
+    fold.apply(run_finished())
+
+    assert [e.get("payload") for e in parts_of(fold.message("m1"))] == [None, 1]
+    assert parts_of(fold.message("u2")) == []
 
 
 def test_a_user_message_in_the_run_does_not_take_the_agents_parts() -> None:

@@ -26,7 +26,7 @@ from ag_ui.core import (
 )
 
 from agui_validation import assert_valid_stream, validation_report
-from threadstore.codec._thinking import (
+from threadstore.codec.thinking import (
     THINKING_TITLE_METADATA_KEY,
     ThinkingEndEvent,
     ThinkingStartEvent,
@@ -356,11 +356,13 @@ def test_the_names_users_import_from_the_agui_layer_are_the_codec_ones() -> None
     import threadstore.agui.legacy
     import threadstore.agui.translate
     import threadstore.codec
+    import threadstore.codec.thinking
 
     for name in threadstore.agui.legacy.__all__:
-        assert getattr(threadstore.agui.legacy, name) is getattr(threadstore.codec, name)
+        assert getattr(threadstore.agui.legacy, name) is getattr(threadstore.codec.thinking, name)
     for name in threadstore.agui.translate.__all__:
         assert getattr(threadstore.agui.translate, name) is getattr(threadstore.codec, name)
-    for name in ("parse_event", "ThinkingStartEvent", "translate_messages"):
-        assert getattr(threadstore.agui, name) is getattr(threadstore.codec, name)
+    for name in ("parse_event", "ThinkingStartEvent"):
+        assert getattr(threadstore.agui, name) is getattr(threadstore.codec.thinking, name)
+    assert threadstore.agui.translate_messages is threadstore.codec.translate_messages
     assert threadstore.agui.translate_messages is threadstore.codec.translate_messages

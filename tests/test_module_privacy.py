@@ -17,9 +17,11 @@ SOURCE = Path(threadstore.__file__).parent
 PUBLIC_MODULES = {
     "threadstore.binary_json",
     "threadstore.cli",
+    "threadstore.codec.thinking",
     "threadstore.errors",
     "threadstore.keys",
     "threadstore.models",
+    "threadstore.seed",
     "threadstore.transfer",
     "threadstore.agui.legacy",
     "threadstore.agui.translate",

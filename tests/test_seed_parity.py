@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import sqlite3
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4
 
+import asyncpg
 import pytest
 from ag_ui.core import (
     BaseEvent,
@@ -29,6 +33,7 @@ from agui_scripts import (
     tool_call,
     user,
 )
+from conftest import StoreOpener
 from threadstore import (
     Chat,
     ChatCreate,
@@ -415,3 +420,321 @@ def test_a_seed_reasoning_dto_keeps_its_error() -> None:
     assert MessageReasoningCreate(message_uuid=parent, error="x").metadata == {"error": "x"}
     with pytest.raises(ValidationError, match="metadata"):
         MessageReasoningUpdate(error="x")
+
+
+# --- the seed's names: one module, placeholder codec, emitters, read views --------------
+
+
+def test_the_seed_module_names_every_switching_import_and_no_more_than_it_needs() -> None:
+    import threadstore
+    import threadstore.seed as seed
+
+    assert len(seed.__all__) <= 25
+    assert all(getattr(seed, name) is not None for name in seed.__all__)
+    assert seed.AGUIStorageAgent is StorageAgent
+    assert seed.PAYLOAD_VERSION == 1
+    assert "wire_non_empty_str" not in threadstore.__all__  # only through threadstore.seed
+
+
+def test_the_empty_text_placeholder_codec_round_trips_as_the_seed_s() -> None:
+    from threadstore.seed import app_str, wire_non_empty_str
+
+    assert wire_non_empty_str("") == wire_non_empty_str(None) == "\u200b"
+    assert wire_non_empty_str("hello") == "hello"
+    assert app_str("\u200b") == app_str("") == app_str(None) == ""
+    for value in ["", "hello", "{}", "multi\nline"]:
+        assert app_str(wire_non_empty_str(value)) == value
+
+
+def test_only_a_user_message_carries_its_emitter_s_participant_id() -> None:
+    from threadstore.seed import emitter_for_role
+
+    assert emitter_for_role("user", "pid-123") == ("user", "pid-123")
+    for role in ["assistant", "tool", "reasoning", "system", "developer"]:
+        assert emitter_for_role(role, "pid-123") == ("agent", None)
+
+
+async def test_a_chat_s_one_participant_is_its_user(store: Store) -> None:
+    from threadstore.keys import participant_id
+
+    chat = await store.create_chat(ChatCreate(user_uuid=USER, thread_id="t"))
+
+    stored = await store.get_chat(chat.chat_uuid)
+    assert stored is not None and stored.participants == [participant_id(USER)]
+
+
+def test_nested_records_build_with_the_seed_s_defaults_and_a_fixed_role() -> None:
+    from threadstore.models import Reasoning
+
+    call, step = ToolCall(), Reasoning(role="reasoning")
+
+    assert (call.role, step.role) == (Role.TOOL, Role.REASONING)
+    assert (call.status, step.status) == (MessageStatus.ACTIVE, MessageStatus.ACTIVE)
+    assert call.in_progress is True and ToolCall().uuid != call.uuid
+    assert ToolCall(name="search", arguments="{}", content="found").name == "search"
+    assert ToolCall(role="tool").role is Role.TOOL
+    with pytest.raises(ValidationError, match="role is 'tool'"):
+        ToolCall(role="user")
+
+
+async def test_a_stored_message_reads_v_and_timestamp_as_the_seed_named_them(
+    store: Store,
+) -> None:
+    chat = await store.create_chat(ChatCreate(user_uuid=USER, thread_id="t"))
+    when = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    created = await store.create_message(
+        MessageCreate(chat_id=chat.chat_uuid, timestamp=when, step="plan")
+    )
+
+    stored = await store.get_message(created.message_uuid)
+
+    assert stored is not None
+    assert (stored.v, stored.timestamp, stored.step) == (1, when, "plan")
+    assert stored.chat_id == chat.chat_uuid
+
+
+async def stored_turn(store: Store) -> list[Message]:
+    script = [
+        run_started(),
+        *reasoning("r1", "thinking"),
+        *text_message("a1", "Looking."),
+        *tool_call("c1", "search", '{"q": 1}', parent_message_id="a1", result="found"),
+        run_finished(),
+    ]
+    await collect(make_agent(store, ScriptedAgent(script)).run(run_input(messages=[user("u1")])))
+    return list(await store.get_chat_messages((await only_chat(store)).chat_uuid))
+
+
+async def test_the_public_read_view_is_flat_with_the_seed_s_field_names(store: Store) -> None:
+    from threadstore.seed import MessagePublic
+
+    answer = (await stored_turn(store))[1]
+
+    public = MessagePublic.from_message(answer)
+
+    assert (public.message_uuid, public.chat_id, public.agui_id) == (
+        answer.message_uuid,
+        answer.chat_uuid,
+        "a1",
+    )
+    assert (public.role, public.name, public.step, public.timestamp) == (
+        Role.ASSISTANT,
+        answer.name or "",
+        None,
+        answer.created_at,
+    )
+    assert [c.name for c in public.tool_calls] == ["search"]
+    assert [r.content for r in public.reasonings] == ["thinking"]
+    assert "parent_uuid" not in public.model_dump()  # no tree: flat and non-recursive
+
+
+async def test_replayed_messages_extend_into_the_seed_s_shape_with_their_record(
+    store: Store,
+) -> None:
+    from threadstore.seed import ExtendedBaseMessage, extended_messages
+
+    history = await stored_turn(store)
+
+    extended = extended_messages(history)
+
+    assert [(m.id, m.role) for m in extended] == [
+        (m.id, m.role) for m in translate_messages(history)
+    ]
+    assert all(isinstance(m, ExtendedBaseMessage) for m in extended)
+    question, step, answer, result = extended
+    assert question.uuid == str(history[0].message_uuid)
+    assert step.uuid == str(history[1].reasonings[0].uuid)
+    assert answer.uuid == str(history[1].message_uuid) and answer.id == "a1"
+    assert result.uuid == str(history[1].tool_calls[0].uuid)
+    assert result.tool_call_id == "c1" and result.content == "found"
+    assert answer.tool_calls is not None and answer.tool_calls[0].id == "c1"
+    assert {(m.in_progress, m.status, m.error) for m in extended} == {
+        (False, MessageStatus.COMPLETE, None)
+    }
+
+
+async def test_a_crashed_reply_extends_with_its_error(store: Store) -> None:
+    from threadstore.seed import extended_messages
+
+    script = [run_started(), *text_message("a1", "Half an ans")[:-1]]
+    inner = ScriptedAgent(script, fail_after=len(script), error=RuntimeError("model down"))
+    with pytest.raises(RuntimeError):
+        await collect(make_agent(store, inner).run(run_input(messages=[user("u1")])))
+
+    history = await store.get_chat_messages((await only_chat(store)).chat_uuid)
+
+    answer = extended_messages(history)[-1]
+    assert (answer.in_progress, answer.status, answer.error) == (
+        False,
+        MessageStatus.ERRORED,
+        "RuntimeError: model down",
+    )
+
+
+async def test_the_session_registry_resolves_every_stored_chat(store: Store) -> None:
+    from threadstore.seed import ChatRepository, ChatSessionRegistry, MessageRepository
+
+    registry = ChatSessionRegistry(store)
+    chats = ChatRepository(store, registry)
+    MessageRepository(store, registry)  # the seed's constructors take the registry too
+    chat = await chats.create_chat(ChatCreate(user_uuid=USER, thread_id="t"))
+
+    assert registry.get_session_id(chat.chat_uuid) == str(chat.chat_uuid)
+    cold = ChatSessionRegistry(store)  # another replica, or after a restart
+    assert cold.get_session_id(chat.chat_uuid) is None
+    assert await cold.resolve(chat.chat_uuid) == str(chat.chat_uuid)
+    assert cold.get_session_id(chat.chat_uuid) == str(chat.chat_uuid)
+    assert await cold.resolve(uuid4()) is None
+    await chats.delete_chat(chat.chat_uuid)
+    assert registry.get_session_id(chat.chat_uuid) is None
+    assert await registry.resolve(chat.chat_uuid) is None
+
+
+def test_the_session_registry_is_bounded() -> None:
+    from threadstore.seed import ChatSessionRegistry
+
+    registry = ChatSessionRegistry(object(), max_entries=2)  # type: ignore[arg-type]
+    first, *rest = [uuid4() for _ in range(3)]
+    for chat_uuid in [first, *rest]:
+        registry.register(chat_uuid)
+
+    assert registry.get_session_id(first) is None
+    assert [registry.get_session_id(c) for c in rest] == [str(c) for c in rest]
+
+
+async def test_a_refused_run_ends_with_the_seed_s_error_code(store: Store) -> None:
+    from ag_ui.core import AssistantMessage
+
+    from threadstore.seed import ErrorCodes
+
+    inner = ScriptedAgent([run_started(), run_finished()])
+    refused = [AssistantMessage(id="a-new", content="not yours to write")]
+
+    events = await collect(make_agent(store, inner).run(run_input(messages=refused)))
+
+    assert events[-1].code == ErrorCodes.INVALID_INPUT == "INVALID_INPUT"
+
+
+async def test_renaming_never_loses_a_version_race_here(store: Store) -> None:
+    from threadstore.errors import ConflictError
+    from threadstore.seed import VersionConflictError
+
+    assert issubclass(VersionConflictError, ConflictError)
+    chat = await store.create_chat(ChatCreate(user_uuid=USER, thread_id="t"))
+
+    renamed = await asyncio.gather(
+        *(store.update_chat_name(chat.chat_uuid, f"name {i}") for i in range(10))
+    )
+
+    assert all(r is not None for r in renamed)  # none raised: each rename is one transaction
+    final = await store.get_chat(chat.chat_uuid)
+    assert final is not None and final.name in {f"name {i}" for i in range(10)}
+
+
+# --- events with nothing to attach to store nothing, as in the seed -----------------------
+
+
+async def test_a_lone_encrypted_reasoning_value_stores_nothing(store: Store) -> None:
+    from ag_ui.core import ReasoningEncryptedValueEvent
+
+    lone = ReasoningEncryptedValueEvent(
+        subtype="message", entity_id="e1", encrypted_value="opaque-blob"
+    )
+
+    await collect(
+        make_agent(store, ScriptedAgent([run_started(), lone, run_finished()])).run(run_input())
+    )
+
+    assert await store.get_chat_messages((await only_chat(store)).chat_uuid) == []
+
+
+async def test_an_unregistered_custom_event_with_no_message_stores_nothing(store: Store) -> None:
+    from ag_ui.core import CustomEvent
+
+    script = [run_started(), CustomEvent(name="note", value=1), run_finished()]
+
+    await collect(make_agent(store, ScriptedAgent(script)).run(run_input()))
+
+    assert await store.get_chat_messages((await only_chat(store)).chat_uuid) == []
+
+
+async def test_a_custom_event_in_a_run_with_a_reply_stays_a_part_of_it(store: Store) -> None:
+    from ag_ui.core import CustomEvent
+
+    script = [
+        run_started(),
+        CustomEvent(name="note", value=1),
+        *text_message("a1", "Done."),
+        run_finished(),
+    ]
+
+    await collect(make_agent(store, ScriptedAgent(script)).run(run_input()))
+
+    (answer,) = await store.get_chat_messages((await only_chat(store)).chat_uuid)
+    assert [e["type"] for e in answer.metadata["parts"]] == ["data", "text"]
+
+
+# --- seed 001: a corrupt stored chat reads the same on every ChatStore -------------------
+
+
+async def corrupt_role(store_url: str, message_uuid: UUID) -> None:
+    """Write a role no model knows into a stored message row, behind the store's back."""
+    if store_url.startswith("sqlite"):
+        path = store_url.removeprefix("sqlite:///").split("?")[0]
+        with sqlite3.connect(path) as conn:
+            conn.execute(
+                "UPDATE messages SET role = 'bogus', metadata = '{not json' WHERE message_uuid = ?",
+                (str(message_uuid),),
+            )
+        return
+    conn = await asyncpg.connect(store_url)
+    try:
+        await conn.execute(
+            "UPDATE messages SET role = 'bogus' WHERE message_uuid = $1", message_uuid
+        )
+    finally:
+        await conn.close()
+
+
+async def test_a_corrupt_stored_row_is_a_typed_error_and_a_chat_store_reads_none(
+    store: Store,
+    store_url: str,
+    open_test_store: StoreOpener,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from ag_ui.core import UserMessage
+
+    from threadstore.chatstore import ChatRecord, Scope, StoreChatStore
+    from threadstore.errors import CorruptRecordError, StoreError
+
+    if store_url.startswith("memory"):
+        pytest.skip("the in-memory store keeps models, not rows")
+    chats = StoreChatStore(store, "u-1")
+    hello = UserMessage(id="m-1", content="hi")
+    await chats.save_chat(ChatRecord(chat_id="c-1", scope=Scope(user_id="u-1"), messages=(hello,)))
+    chat = await store.get_chat_by_thread_id(chats.user_uuid, "c-1")
+    assert chat is not None
+    (message,) = await store.get_chat_messages(chat.chat_uuid)
+    await corrupt_role(store_url, message.message_uuid)
+    reopened = await open_test_store()
+
+    with pytest.raises(CorruptRecordError) as raised:
+        await reopened.get_chat_messages(chat.chat_uuid)
+
+    assert isinstance(raised.value, StoreError)
+    assert str(message.message_uuid) in str(raised.value)
+    assert str(chat.chat_uuid) in str(raised.value)
+    assert await StoreChatStore(reopened, "u-1").load_chat("c-1") is None
+    assert "loaded as None" in caplog.text and str(message.message_uuid) in caplog.text
+
+
+def test_a_corrupt_file_reads_none_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from threadstore.chatstore import JsonlChatStore
+
+    chats = JsonlChatStore(tmp_path)
+    (tmp_path / "c-1.json").write_text("{not json", encoding="utf-8")
+
+    assert chats.load_chat("c-1") is None
+    assert "c-1.json: stored record cannot be read" in caplog.text

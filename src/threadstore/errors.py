@@ -4,7 +4,9 @@
     ├── StoreError                 a backend could not do what was asked
     │   ├── NotFoundError          a referenced chat/message does not exist (also a ValueError)
     │   ├── ConflictError          a uniqueness or concurrency rule was violated
-    │   │   └── RunLiveError       the chat already has a running run
+    │   │   ├── RunLiveError       the chat already has a running run
+    │   │   └── VersionConflictError  the seed layer's lost optimistic update (never raised)
+    │   ├── CorruptRecordError     a stored row cannot be read back (names the record)
     │   └── MigrationError         the schema is missing, too new, or a migration failed
     ├── InvalidInputError          caller-supplied data was rejected (also a ValueError)
     │   └── LimitExceededError     a documented size/count limit was exceeded
@@ -13,15 +15,21 @@
 ``InvalidInputError`` and ``NotFoundError`` subclass ``ValueError`` so code written
 against the seed contract (which documents ``ValueError`` for a missing chat id or
 parent message) keeps working unchanged. Reads of an unknown record return ``None``.
+
+:class:`ErrorCodes` names the ``code`` of the ``RUN_ERROR`` events the storage layer
+emits, under the seed layer's name.
 """
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any
 
 __all__ = [
     "ConfigurationError",
     "ConflictError",
+    "CorruptRecordError",
+    "ErrorCodes",
     "InvalidInputError",
     "LimitExceededError",
     "MigrationError",
@@ -29,6 +37,7 @@ __all__ = [
     "RunLiveError",
     "StoreError",
     "ThreadstoreError",
+    "VersionConflictError",
 ]
 
 
@@ -63,6 +72,46 @@ class RunLiveError(ConflictError):
         self.live_run_id = live_run_id
 
 
+class VersionConflictError(ConflictError):
+    """The seed layer's error for an update that lost an optimistic-concurrency race.
+
+    Its backend patched whole records guarded by a version and raised this once its
+    retries ran out (renaming a chat, updating a message). threadstore's backends update
+    a record in one transaction, so no threadstore call raises it; it exists so code that
+    catches it keeps importing and working.
+    """
+
+
+class CorruptRecordError(StoreError):
+    """A stored row could not be read back into its model (bad JSON, an unknown value).
+
+    ``kind`` is the model (``Message``, ``ToolCall``...), ``record_id`` the row's id and
+    ``chat_uuid`` / ``message_uuid`` where it belongs, when the row names them. A
+    ``ChatStore`` over a store reads such a chat as ``None`` with a logged warning, as a
+    corrupt file of the JSON-file store reads.
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        record_id: Any,
+        reason: str,
+        *,
+        chat_uuid: Any = None,
+        message_uuid: Any = None,
+    ) -> None:
+        where = "".join(
+            f" of {name} {value}"
+            for name, value in (("message", message_uuid), ("chat", chat_uuid))
+            if value is not None and value != record_id
+        )
+        super().__init__(f"stored {kind} {record_id}{where} cannot be read: {reason}")
+        self.kind = kind
+        self.record_id = record_id
+        self.chat_uuid = chat_uuid
+        self.message_uuid = message_uuid
+
+
 class MigrationError(StoreError):
     """The database schema is missing, newer than this code, or a migration failed."""
 
@@ -77,3 +126,18 @@ class LimitExceededError(InvalidInputError):
 
 class ConfigurationError(ThreadstoreError):
     """A URL, option or configuration file could not be understood."""
+
+
+class ErrorCodes(StrEnum):
+    """The ``code`` of each ``RUN_ERROR`` event the storage layer itself emits."""
+
+    INVALID_INPUT = "INVALID_INPUT"
+    """The run's input was refused (a new non-user message, another chat's message...)."""
+    INTERNAL_ERROR = "INTERNAL_ERROR"
+    """The inner agent raised; the client gets this instead of a hung stream."""
+    CANCELLED = "CANCELLED"
+    """The run was cancelled."""
+    RUN_LIVE = "RUN_LIVE"
+    """Another run already holds the chat (:class:`RunLiveError`)."""
+    CHAT_DELETED = "CHAT_DELETED"
+    """The chat was deleted while the run streamed."""

@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from threadstore.binary_json import encode_value
+from threadstore.keys import participant_id
 
 __all__ = [
     "CITATION_EVENT_NAME",
@@ -31,6 +32,7 @@ __all__ = [
     "MAX_DATA_NAME_CHARS",
     "MAX_DATA_PAYLOAD_BYTES",
     "MAX_DATA_PAYLOAD_DEPTH",
+    "NOT_ATTACHED",
     "PARTS_METADATA_KEY",
     "Chat",
     "ChatCreate",
@@ -41,6 +43,7 @@ __all__ = [
     "MediaPart",
     "Message",
     "MessageCreate",
+    "MessagePublic",
     "MessageReasoningCreate",
     "MessageReasoningUpdate",
     "MessageStatus",
@@ -95,6 +98,11 @@ ERROR_METADATA_KEY = "error"
 Messages written before :attr:`Message.error` had a column kept it there too; a
 migration moves it into the column, and a message built from such a dict reads it as
 the field."""
+
+
+NOT_ATTACHED = UUID(int=0)
+"""The ``message_uuid`` of a tool call or reasoning step built on its own, not yet stored
+under a message (the seed layer's nested models had no parent field; the store sets it)."""
 
 
 def utcnow() -> datetime:
@@ -184,6 +192,16 @@ def _error_from_metadata(data: Any) -> Any:
     return data
 
 
+def _fixed_role(data: Any, role: Role) -> Any:
+    """Accept the seed layer's ``role=`` on a nested record, which can only be ``role``."""
+    if isinstance(data, dict) and "role" in data:
+        data = dict(data)
+        given = data.pop("role")
+        if given is not None and given != role:
+            raise ValueError(f"a {role.value} record's role is {role.value!r}, not {given!r}")
+    return data
+
+
 def _error_of(metadata: dict[str, Any]) -> str | None:
     error = metadata.get(ERROR_METADATA_KEY)
     return error if isinstance(error, str) else None
@@ -232,14 +250,18 @@ ContentPart = Annotated[TextPart | MediaPart, Field(discriminator="type")]
 
 
 class ToolCall(_Model):
-    """A tool call made by (and nested in) an assistant message, with its result."""
+    """A tool call made by (and nested in) an assistant message, with its result.
+
+    Every field has a default, as in the seed layer, so ``ToolCall(name="search")``
+    builds one; its ``role`` is always ``tool``.
+    """
 
     format_version: int = FORMAT_VERSION
-    uuid: UUID
-    message_uuid: UUID
-    tool_call_id: str
+    uuid: UUID = Field(default_factory=uuid4)
+    message_uuid: UUID = NOT_ATTACHED
+    tool_call_id: str = ""
     """The AG-UI tool call id."""
-    name: str
+    name: str = ""
     arguments: str = ""
     content: str | None = None
     """The tool's result, once known."""
@@ -255,13 +277,23 @@ class ToolCall(_Model):
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _seed_role(cls, data: Any) -> Any:
+        return _fixed_role(data, Role.TOOL)
+
+    @property
+    def role(self) -> Role:
+        """Always :attr:`Role.TOOL` (the seed layer's field, read-only here)."""
+        return Role.TOOL
+
 
 class Reasoning(_Model):
-    """A reasoning step nested in a message."""
+    """A reasoning step nested in a message; every field has a default, as in the seed layer."""
 
     format_version: int = FORMAT_VERSION
-    uuid: UUID
-    message_uuid: UUID
+    uuid: UUID = Field(default_factory=uuid4)
+    message_uuid: UUID = NOT_ATTACHED
     agui_id: str | None = None
     """The AG-UI reasoning message id, when the producer sent one."""
     name: str | None = None
@@ -279,7 +311,12 @@ class Reasoning(_Model):
     @model_validator(mode="before")
     @classmethod
     def _seed_error(cls, data: Any) -> Any:
-        return _error_into_metadata(data)
+        return _error_into_metadata(_fixed_role(data, Role.REASONING))
+
+    @property
+    def role(self) -> Role:
+        """Always :attr:`Role.REASONING` (the seed layer's field, read-only here)."""
+        return Role.REASONING
 
     @property
     def error(self) -> str | None:
@@ -296,7 +333,7 @@ class Message(_Model):
 
     The seed layer's names are accepted on input: ``step`` (``step_name``),
     ``timestamp`` (``created_at``), ``v`` (``format_version``) and ``chat_id``
-    (``chat_uuid``).
+    (``chat_uuid``); ``v``, ``timestamp``, ``step`` and ``chat_id`` read as properties.
     """
 
     format_version: int = Field(
@@ -337,6 +374,26 @@ class Message(_Model):
     def _old_error(cls, data: Any) -> Any:
         return _error_from_metadata(data)
 
+    @property
+    def v(self) -> int:
+        """The seed layer's name for :attr:`format_version`."""
+        return self.format_version
+
+    @property
+    def timestamp(self) -> datetime:
+        """The seed layer's name for :attr:`created_at`."""
+        return self.created_at
+
+    @property
+    def step(self) -> str | None:
+        """The seed layer's name for :attr:`step_name`."""
+        return self.step_name
+
+    @property
+    def chat_id(self) -> UUID:
+        """The seed layer's name for :attr:`chat_uuid`."""
+        return self.chat_uuid
+
 
 class Chat(_Model):
     """A conversation owned by one user (optionally scoped to a tenant/app)."""
@@ -360,6 +417,14 @@ class Chat(_Model):
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
 
+    @property
+    def participants(self) -> list[str]:
+        """The chat's participants as the seed layer lists them: its user's participant id.
+
+        The agent is not a participant; see :func:`threadstore.keys.participant_id`.
+        """
+        return [participant_id(self.user_uuid)]
+
 
 class Run(_Model):
     """One agent run: who owns it and whether it is still alive."""
@@ -380,6 +445,47 @@ class Run(_Model):
     """Whether the run continues the chat's leaf, so it holds the chat: a chat has at most
     one exclusive run running (``start_run`` raises ``RunLiveError``). A run that branches
     (regenerate, edit) hangs its messages under its own branch point and is not."""
+
+
+class MessagePublic(_Model):
+    """The seed layer's read view of a message, under its field names.
+
+    Flat and non-recursive: the message's own fields and its tool calls and reasoning
+    steps as they are, nothing of the tree it hangs in (parent, branch) or its children.
+    """
+
+    message_uuid: UUID
+    chat_id: UUID
+    agui_id: str | None = None
+    role: Role = Role.USER
+    name: str = ""
+    content: str = ""
+    step: str | None = None
+    in_progress: bool = True
+    status: MessageStatus = MessageStatus.ACTIVE
+    error: str | None = None
+    timestamp: datetime = Field(default_factory=utcnow)
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    reasonings: list[Reasoning] = Field(default_factory=list)
+
+    @classmethod
+    def from_message(cls, message: Message) -> MessagePublic:
+        """Build the read view of a stored :class:`Message`."""
+        return cls(
+            message_uuid=message.message_uuid,
+            chat_id=message.chat_uuid,
+            agui_id=message.agui_id,
+            role=message.role,
+            name=message.name or "",
+            content=message.content,
+            step=message.step_name,
+            in_progress=message.in_progress,
+            status=message.status,
+            error=message.error,
+            timestamp=message.created_at,
+            tool_calls=list(message.tool_calls),
+            reasonings=list(message.reasonings),
+        )
 
 
 class ChatPage(_Model):

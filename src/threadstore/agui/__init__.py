@@ -16,16 +16,20 @@ from threadstore.agui._manager import (
     event_json,
     wire_json,
 )
-from threadstore.agui._repositories import ChatRepository, MessageRepository
+from threadstore.agui._repositories import (
+    ChatRepository,
+    ChatSessionRegistry,
+    MessageRepository,
+)
 from threadstore.agui._window import HistoryWindow
-from threadstore.codec import (
+from threadstore.codec import translate_messages
+from threadstore.codec.thinking import (
     ThinkingEndEvent,
     ThinkingStartEvent,
     ThinkingTextMessageContentEvent,
     ThinkingTextMessageEndEvent,
     ThinkingTextMessageStartEvent,
     parse_event,
-    translate_messages,
 )
 
 __all__ = [
@@ -34,6 +38,7 @@ __all__ = [
     "ChatPersistOptions",
     "ChatPersistingAgent",
     "ChatRepository",
+    "ChatSessionRegistry",
     "DistributedRunManager",
     "EventsDroppedError",
     "HistoryWindow",

@@ -65,15 +65,15 @@ from threadstore.agui._records import (
 from threadstore.agui._setup import Prepared, RunSetUp, SetUpDone
 from threadstore.agui._window import HistoryWindow
 from threadstore.agui._writer import EventHandler, PersisterConfig, RunPersister
-from threadstore.codec import (
+from threadstore.codec import translate_messages
+from threadstore.codec.thinking import (
     ThinkingEndEvent,
     ThinkingStartEvent,
     ThinkingTextMessageContentEvent,
     ThinkingTextMessageEndEvent,
     ThinkingTextMessageStartEvent,
-    translate_messages,
 )
-from threadstore.errors import InvalidInputError, RunLiveError, StoreError
+from threadstore.errors import ErrorCodes, InvalidInputError, RunLiveError, StoreError
 from threadstore.fold import ConversationFold
 from threadstore.models import (
     Chat,
@@ -106,14 +106,14 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-INVALID_INPUT_ERROR_CODE = "INVALID_INPUT"
+INVALID_INPUT_ERROR_CODE = ErrorCodes.INVALID_INPUT.value
 """``RunErrorEvent.code`` of a run refused because of its input messages."""
 
-RUN_LIVE_ERROR_CODE = "RUN_LIVE"
+RUN_LIVE_ERROR_CODE = ErrorCodes.RUN_LIVE.value
 """``RunErrorEvent.code`` of a run refused because its chat already has a running run (one
 at a time per chat; the store's ``start_run`` raises :class:`~threadstore.errors.RunLiveError`)."""
 
-CHAT_DELETED_ERROR_CODE = "CHAT_DELETED"
+CHAT_DELETED_ERROR_CODE = ErrorCodes.CHAT_DELETED.value
 """``RunErrorEvent.code`` sent instead of the inner agent's ``RUN_FINISHED`` when the run's
 chat was deleted during the run (from another process, say): its answer is not stored."""
 

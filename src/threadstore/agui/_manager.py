@@ -31,7 +31,7 @@ from ag_ui.core import (
 )
 from pydantic import BaseModel
 
-from threadstore.errors import ConfigurationError, ConflictError, InvalidInputError
+from threadstore.errors import ConfigurationError, ConflictError, ErrorCodes, InvalidInputError
 from threadstore.models import Chat, MessageStatus, Run, RunStatus, utcnow
 from threadstore.store import RunRepositoryLike, Store
 
@@ -54,10 +54,10 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-INTERNAL_ERROR_CODE = "INTERNAL_ERROR"
+INTERNAL_ERROR_CODE = ErrorCodes.INTERNAL_ERROR.value
 """``RunErrorEvent.code`` synthesized when the agent raises instead of ending its stream."""
 
-CANCELLED_ERROR_CODE = "CANCELLED"
+CANCELLED_ERROR_CODE = ErrorCodes.CANCELLED.value
 """``RunErrorEvent.code`` synthesized when a run is cancelled."""
 
 # Bound once: looking a member up on its enum class is slow next to the rest of

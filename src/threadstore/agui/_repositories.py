@@ -6,13 +6,18 @@ one store (a :class:`~threadstore.store.Store`, or any object with the repositor
 methods) and forward each call to it. Whatever else the store offers (chat state, run
 records, batched writes) stays reachable through them, so a storage agent given these
 repositories persists exactly what it persists given the store itself.
+
+:class:`ChatSessionRegistry` keeps the seed layer's chat-to-session map. A chat here is
+its own session (its id is the chat's uuid), so the map never misses a live chat on
+another replica or after a restart; the repositories take one as the seed's do.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from typing import Any, Protocol
 from uuid import UUID
 
 from threadstore.models import (
@@ -30,7 +35,50 @@ from threadstore.models import (
 )
 from threadstore.store import ChatRepositoryLike, MessageRepositoryLike
 
-__all__ = ["ChatRepository", "MessageRepository"]
+__all__ = ["ChatRepository", "ChatSessionRegistry", "MessageRepository"]
+
+
+class _ChatsByUuid(Protocol):
+    async def get_chat(self, chat_uuid: UUID) -> Chat | None: ...
+
+
+class ChatSessionRegistry:
+    """Map a chat's uuid to its session id (the seed layer's name and methods).
+
+    A chat is its own session here, so a chat's session id is ``str(chat_uuid)``. A
+    bounded in-process cache answers :meth:`get_session_id`; :meth:`resolve` asks the
+    store on a miss, an indexed primary-key read, so every replica resolves every chat.
+    """
+
+    def __init__(self, store: _ChatsByUuid, *, max_entries: int = 10_000) -> None:
+        self.store = store
+        self._max_entries = max_entries
+        self._cache: OrderedDict[UUID, str] = OrderedDict()
+
+    def register(self, chat_uuid: UUID, session_id: str | None = None) -> None:
+        """Cache the chat's session id (its own uuid unless given)."""
+        self._cache[chat_uuid] = session_id or str(chat_uuid)
+        self._cache.move_to_end(chat_uuid)
+        while len(self._cache) > self._max_entries:
+            self._cache.popitem(last=False)
+
+    def unregister(self, chat_uuid: UUID) -> None:
+        """Drop a cached mapping (after the chat is deleted)."""
+        self._cache.pop(chat_uuid, None)
+
+    def get_session_id(self, chat_uuid: UUID) -> str | None:
+        """Return the cached session id of a chat, without asking the store."""
+        return self._cache.get(chat_uuid)
+
+    async def resolve(self, chat_uuid: UUID) -> str | None:
+        """Return the chat's session id, asking the store on a cache miss; ``None`` if unknown."""
+        cached = self._cache.get(chat_uuid)
+        if cached is not None:
+            return cached
+        if await self.store.get_chat(chat_uuid) is None:
+            return None
+        self.register(chat_uuid)
+        return str(chat_uuid)
 
 
 class _OverStore:
@@ -47,16 +95,26 @@ class _OverStore:
 
 
 class ChatRepository(_OverStore):
-    """Chat persistence over ``store`` (a ``Store`` or any ``ChatRepositoryLike``)."""
+    """Chat persistence over ``store`` (a ``Store`` or any ``ChatRepositoryLike``).
+
+    A ``registry`` given, as the seed layer's repositories take one, learns each chat
+    created and forgets each one deleted.
+    """
 
     store: ChatRepositoryLike
 
-    def __init__(self, store: ChatRepositoryLike) -> None:
+    def __init__(
+        self, store: ChatRepositoryLike, registry: ChatSessionRegistry | None = None
+    ) -> None:
         super().__init__(store)
+        self.registry = registry
 
     async def create_chat(self, chat_data: ChatCreate) -> Chat:
         """Create a chat, idempotent by (user, thread): a repeat returns the existing one."""
-        return await self.store.create_chat(chat_data)
+        chat = await self.store.create_chat(chat_data)
+        if self.registry is not None:
+            self.registry.register(chat.chat_uuid)
+        return chat
 
     async def get_chat_by_thread_id(self, user_uuid: UUID, thread_id: str) -> Chat | None:
         """Return the chat for a (user, thread_id) pair, or ``None``."""
@@ -72,6 +130,8 @@ class ChatRepository(_OverStore):
 
     async def delete_chat(self, chat_uuid: UUID) -> Chat | None:
         """Delete a chat and every row it owns; return it, or ``None`` when unknown."""
+        if self.registry is not None:
+            self.registry.unregister(chat_uuid)
         return await self.store.delete_chat(chat_uuid)
 
 
@@ -80,8 +140,12 @@ class MessageRepository(_OverStore):
 
     store: MessageRepositoryLike
 
-    def __init__(self, store: MessageRepositoryLike) -> None:
+    def __init__(
+        self, store: MessageRepositoryLike, registry: ChatSessionRegistry | None = None
+    ) -> None:
         super().__init__(store)
+        self.registry = registry
+        """The registry the seed layer's constructor takes (a chat needs no lookup here)."""
 
     def transaction(self) -> AbstractAsyncContextManager[None]:
         """Group the writes inside it atomically (as the store does)."""

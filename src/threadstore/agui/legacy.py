@@ -1,6 +1,6 @@
 """THINKING_* events AG-UI 1.0 dropped, importable here as before (see threadstore.codec)."""
 
-from threadstore.codec import (
+from threadstore.codec.thinking import (
     THINKING_TITLE_METADATA_KEY,
     ThinkingEndEvent,
     ThinkingEvent,

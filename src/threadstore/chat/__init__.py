@@ -19,7 +19,12 @@ from threadstore.chat._convert import (
     tool_result_message,
     ui_from_messages,
 )
-from threadstore.chat._reducer import CITATION_EVENT_NAME, apply_event, create_assistant_turn
+from threadstore.chat._reducer import (
+    CHANNEL_EVENTS,
+    CITATION_EVENT_NAME,
+    apply_event,
+    create_assistant_turn,
+)
 from threadstore.chat._seal import seal_assistant_turn
 from threadstore.chat._types import (
     AssistantTurn,
@@ -27,7 +32,6 @@ from threadstore.chat._types import (
     DataPart,
     FilePart,
     ReasoningPart,
-    StepInfo,
     StepStartPart,
     SubAgentFrame,
     TextPart,
@@ -39,6 +43,7 @@ from threadstore.chat._types import (
 )
 
 __all__ = [
+    "CHANNEL_EVENTS",
     "CITATION_EVENT_NAME",
     "AssistantTurn",
     "ChatHistory",
@@ -46,7 +51,6 @@ __all__ = [
     "DataPart",
     "FilePart",
     "ReasoningPart",
-    "StepInfo",
     "StepStartPart",
     "SubAgentFrame",
     "TextPart",

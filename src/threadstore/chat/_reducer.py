@@ -24,6 +24,8 @@ from ag_ui.core import (
     ReasoningMessageChunkEvent,
     ReasoningMessageContentEvent,
     ReasoningMessageEndEvent,
+    ReasoningMessageStartEvent,
+    ReasoningStartEvent,
     RunErrorEvent,
     RunFinishedEvent,
     StepFinishedEvent,
@@ -53,11 +55,13 @@ from threadstore.chat._types import (
     StepStartPart,
     SubAgentFrame,
     Tail,
+    TextPart,
     ToolPart,
     TurnError,
     UIMessagePart,
     UIToolCall,
     chain_find,
+    chain_items,
     chain_replace,
     chain_text,
     parse_arguments,
@@ -65,7 +69,17 @@ from threadstore.chat._types import (
 )
 from threadstore.models import CITATION_EVENT_NAME
 
-__all__ = ["CITATION_EVENT_NAME", "apply_event", "create_assistant_turn"]
+__all__ = ["CHANNEL_EVENTS", "CITATION_EVENT_NAME", "apply_event", "create_assistant_turn"]
+
+CHANNEL_EVENTS: dict[str, tuple[str, Literal["append", "latest"]]] = {
+    "verification": ("verifications", "append"),
+    "false-finish": ("false_finishes", "append"),
+    "plan-update": ("plan", "latest"),
+    "activity": ("activity", "latest"),
+}
+"""The ``CUSTOM`` event names the seed engine folds into turn channels: each name's
+bucket, and whether a value is appended to it or replaces it. The event is a data part
+as well, as any ``CUSTOM`` event, so stored history keeps it."""
 
 _THINKING = "thinking"
 """The source id of reasoning from the deprecated ``THINKING_*`` events (they carry none)."""
@@ -200,7 +214,9 @@ def _text_chunk(turn: AssistantTurn, event: TextMessageChunkEvent) -> AssistantT
 
 
 def _reasoning_content(turn: AssistantTurn, event: ReasoningMessageContentEvent) -> AssistantTurn:
-    return _delta(turn, "reasoning", event.message_id, event.delta)
+    return _delta(
+        _noted_reasoning(turn, event.message_id), "reasoning", event.message_id, event.delta
+    )
 
 
 def _reasoning_message_end(turn: AssistantTurn, event: ReasoningMessageEndEvent) -> AssistantTurn:
@@ -208,18 +224,54 @@ def _reasoning_message_end(turn: AssistantTurn, event: ReasoningMessageEndEvent)
 
 
 def _reasoning_end(turn: AssistantTurn, event: Any) -> AssistantTurn:
+    if isinstance(event, ReasoningEndEvent) and turn.notes.get("span") == event.message_id:
+        turn = turn.evolve(notes={k: v for k, v in turn.notes.items() if k != "span"})
     return _seal_tail(turn, "reasoning")
 
 
 def _reasoning_chunk(turn: AssistantTurn, event: ReasoningMessageChunkEvent) -> AssistantTurn:
     message_id = event.message_id or turn.notes.get("reasoning_chunk")
     if event.message_id is not None and event.message_id != turn.notes.get("reasoning_chunk"):
+        turn = _noted_reasoning(turn, event.message_id)
         turn = turn.evolve(notes={**turn.notes, "reasoning_chunk": event.message_id})
     return _delta(turn, "reasoning", message_id, event.delta or "")
 
 
+def _noted_reasoning(turn: AssistantTurn, message_id: str | None) -> AssistantTurn:
+    """Remember a reasoning message the stream opened (a later encrypted value may name it)."""
+    seen = turn.notes.get("reasoning_ids", frozenset())
+    if message_id is None or message_id in seen:
+        return turn
+    return turn.evolve(notes={**turn.notes, "reasoning_ids": seen | {message_id}})
+
+
+def _reasoning_message_start(
+    turn: AssistantTurn, event: ReasoningMessageStartEvent
+) -> AssistantTurn:
+    return _noted_reasoning(turn, event.message_id).evolve()
+
+
+def _reasoning_start(turn: AssistantTurn, event: ReasoningStartEvent) -> AssistantTurn:
+    return turn.evolve(notes={**turn.notes, "span": event.message_id})
+
+
+def _agent_wrote(turn: AssistantTurn) -> bool:
+    """Whether the stream opened anything the store keeps as a message of the agent's."""
+    notes = turn.notes
+    if notes.get("adopted") or notes.get("reasoning_ids") or notes.get("activities"):
+        return True
+    if turn.calls or turn.tail is not None:
+        return True
+    return any(isinstance(part, TextPart | ReasoningPart) for part in chain_items(turn.part_chain))
+
+
 def _encrypted_value(turn: AssistantTurn, event: ReasoningEncryptedValueEvent) -> AssistantTurn:
     if event.subtype == "message":
+        entity = event.entity_id
+        known = entity in turn.notes.get("reasoning_ids", ()) or entity == turn.notes.get("span")
+        if not known and not _agent_wrote(turn):
+            # Nothing to attach it to (the store keeps no message for it): not shown either.
+            return _warn(turn, f"encrypted value for {entity!r} with no message ignored")
         part = ReasoningPart(text=event.encrypted_value, encrypted=True, state="done")
         return _push(turn, part)
     call = turn.calls.get(event.entity_id)
@@ -234,6 +286,10 @@ def _thinking_content(turn: AssistantTurn, event: Any) -> AssistantTurn:
 
 def _thinking_end(turn: AssistantTurn, event: Any) -> AssistantTurn:
     return _seal_tail(turn, "reasoning", _THINKING)
+
+
+def _thinking_start(turn: AssistantTurn, event: Any) -> AssistantTurn:
+    return _thinking_end(_noted_reasoning(turn, _THINKING), event)
 
 
 # --- tool calls ----------------------------------------------------------------------
@@ -385,6 +441,11 @@ def _custom_data(turn: AssistantTurn, name: str, id: str) -> DataPart | None:
 
 
 def _custom(turn: AssistantTurn, event: CustomEvent) -> AssistantTurn:
+    channel = CHANNEL_EVENTS.get(event.name)
+    if channel is not None:
+        bucket, how = channel
+        value = _appended(turn, bucket, event.value) if how == "append" else event.value
+        turn = turn.evolve(buckets=_buckets(turn, **{bucket: value}))
     if event.name == CITATION_EVENT_NAME:
         citations = _appended(turn, "citations", event.value)
         return _push(
@@ -532,15 +593,15 @@ _HANDLERS_BY_NAME: dict[str, Handler] = {
     "TOOL_CALL_END": _tool_end,
     "TOOL_CALL_CHUNK": _tool_chunk,
     "TOOL_CALL_RESULT": _tool_result,
-    "REASONING_START": _ignore,
-    "REASONING_MESSAGE_START": _ignore,
+    "REASONING_START": _reasoning_start,
+    "REASONING_MESSAGE_START": _reasoning_message_start,
     "REASONING_MESSAGE_CONTENT": _reasoning_content,
     "REASONING_MESSAGE_END": _reasoning_message_end,
     "REASONING_MESSAGE_CHUNK": _reasoning_chunk,
     "REASONING_END": _reasoning_end,
     "REASONING_ENCRYPTED_VALUE": _encrypted_value,
     "THINKING_START": _ignore,
-    "THINKING_TEXT_MESSAGE_START": _thinking_end,
+    "THINKING_TEXT_MESSAGE_START": _thinking_start,
     "THINKING_TEXT_MESSAGE_CONTENT": _thinking_content,
     "THINKING_TEXT_MESSAGE_END": _thinking_end,
     "THINKING_END": _thinking_end,

@@ -300,7 +300,11 @@ class AssistantTurn:
     - ``error``: the ``RUN_ERROR``; ``usage``, ``finish_reason``, ``result``: ``RUN_FINISHED``;
     - ``steps``: ``STEP_STARTED``/``STEP_FINISHED``; ``warnings``: events that could not
       be applied as they were (an unknown call's result, a patch that does not apply);
-    - ``sub_agents``: one :class:`SubAgentFrame` per sub-agent invocation.
+    - ``sub_agents``: one :class:`SubAgentFrame` per sub-agent invocation;
+    - the seed engine's channels, from ``CUSTOM`` events of their names
+      (:data:`~threadstore.chat.CHANNEL_EVENTS`; each is a data part too):
+      ``verifications`` and ``false_finishes`` in arrival order, ``plan`` and
+      ``activity`` the latest value.
 
     ``evolve`` and the state properties (``part_chain``, ``tail``, ``calls``...) are
     the reducer's working view; renderers read ``message`` and the buckets.
@@ -319,7 +323,17 @@ class AssistantTurn:
         "_tail",
     )
 
-    LISTED = frozenset({"server_results", "data_parts", "citations", "steps", "warnings"})
+    LISTED = frozenset(
+        {
+            "server_results",
+            "data_parts",
+            "citations",
+            "steps",
+            "warnings",
+            "verifications",
+            "false_finishes",
+        }
+    )
     """The buckets that grow by appending: kept as chains, read as tuples."""
 
     BUCKETS = (
@@ -334,6 +348,10 @@ class AssistantTurn:
         "steps",
         "warnings",
         "sub_agents",
+        "plan",
+        "activity",
+        "verifications",
+        "false_finishes",
     )
     """The optional readouts, in the order :meth:`as_dict` lists them."""
 
@@ -486,6 +504,26 @@ class AssistantTurn:
     def warnings(self) -> tuple[str, ...] | None:
         """Events that could not be applied as they were, described."""
         return self._listed("warnings")
+
+    @property
+    def plan(self) -> Any:
+        """The latest ``plan-update`` value (the seed engine's ``plan``)."""
+        return self._buckets.get("plan")
+
+    @property
+    def activity(self) -> Any:
+        """The latest ``activity`` value (the seed engine's ``activity``)."""
+        return self._buckets.get("activity")
+
+    @property
+    def verifications(self) -> tuple[Any, ...] | None:
+        """``verification`` values (verdicts on a step) in arrival order."""
+        return self._listed("verifications")
+
+    @property
+    def false_finishes(self) -> tuple[Any, ...] | None:
+        """``false-finish`` values in arrival order (the seed engine's ``falseFinishes``)."""
+        return self._listed("false_finishes")
 
     @property
     def sub_agents(self) -> tuple[SubAgentFrame, ...] | None:

@@ -29,13 +29,14 @@ tool results sent as parts (stored as text) do not round-trip exactly.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from datetime import UTC
 from typing import Any
 from uuid import UUID
 
 from threadstore.chatstore._record import ChatRecord, Scope
 from threadstore.codec import TRANSLATION
-from threadstore.errors import InvalidInputError
+from threadstore.errors import CorruptRecordError, InvalidInputError
 from threadstore.fold import HISTORY_INDEX, plan_append
 from threadstore.keys import user_uuid_for
 from threadstore.models import Chat, ChatCreate
@@ -43,6 +44,8 @@ from threadstore.store import MAX_PAGE_SIZE, HistoryView, Store
 from threadstore.store.ops import CreateMessage
 
 __all__ = ["CHAT_RECORD_METADATA_KEY", "StoreChatStore"]
+
+logger = logging.getLogger(__name__)
 
 CHAT_RECORD_METADATA_KEY = "chat_record"
 """Key of ``Chat.metadata`` holding the record's scope and ``parent_id`` (set on creation)."""
@@ -88,8 +91,17 @@ class StoreChatStore:
         The messages are the translation the store keeps with the chat's history, shared
         with later loads and saves, not copied: a record is a value, so build new messages
         instead of changing loaded ones (a save of what was loaded then costs a pointer
-        comparison per message).
+        comparison per message). A chat with a stored row that cannot be read loads as
+        ``None`` with a logged warning naming it, as a corrupt file of the JSON-file
+        store does.
         """
+        try:
+            return await self._load(chat_id)
+        except CorruptRecordError as exc:
+            logger.warning("chat %r: %s; loaded as None", chat_id, exc)
+            return None
+
+    async def _load(self, chat_id: str) -> ChatRecord | None:
         chat = await self.store.get_chat_by_thread_id(self.user_uuid, chat_id)
         if chat is None:
             return None

@@ -1,13 +1,15 @@
 """Reference ``ChatStore``s: in memory, and one JSON file per chat in a directory.
 
 Both implement the optional ``delete_chat`` and ``list_chats`` too. They depend on
-nothing beyond the standard library and the codec.
+nothing beyond the standard library and the codec. A stored record that cannot be read
+loads as ``None`` with a logged warning, as on every ``ChatStore`` here.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import tempfile
 from pathlib import Path
@@ -17,6 +19,8 @@ from threadstore.chatstore._codec import deserialize_chat_record, serialize_chat
 from threadstore.chatstore._record import ChatRecord, Scope
 
 __all__ = ["InMemoryChatStore", "JsonlChatStore"]
+
+logger = logging.getLogger(__name__)
 
 _SUFFIX = ".json"
 _MAX_NAME = 200
@@ -38,9 +42,17 @@ class InMemoryChatStore:
         self._chats[record.chat_id] = serialize_chat_record(record)
 
     def load_chat(self, chat_id: str) -> ChatRecord | None:
-        """Return a copy of the stored record, or ``None``."""
+        """Return a copy of the stored record, or ``None`` (missing, or unreadable: logged)."""
         text = self._chats.get(chat_id)
-        return None if text is None else deserialize_chat_record(text)
+        if text is None:
+            return None
+        try:
+            return deserialize_chat_record(text)
+        except ValueError as exc:
+            logger.warning(
+                "chat %r: stored record cannot be read (%s); loaded as None", chat_id, exc
+            )
+            return None
 
     def delete_chat(self, chat_id: str) -> None:
         """Forget the chat; a missing one is not an error."""
@@ -95,7 +107,10 @@ class JsonlChatStore:
     def _read(self, path: Path) -> ChatRecord | None:
         try:
             return deserialize_chat_record(path.read_text(encoding="utf-8", errors="surrogatepass"))
-        except (OSError, ValueError):
+        except OSError:
+            return None  # missing (or not readable by this process)
+        except ValueError as exc:  # not UTF-8, not JSON, not a record
+            logger.warning("%s: stored record cannot be read (%s); loaded as None", path, exc)
             return None
 
     def load_chat(self, chat_id: str) -> ChatRecord | None:

@@ -41,11 +41,13 @@ __all__ = [
     "HistoryTranslator",
     "IdsAdded",
     "KeptTranslation",
+    "Record",
     "message_create_from_agui",
     "replayed_tool_error",
     "tool_result_message_id",
     "tool_result_text",
     "translate_messages",
+    "translate_with_records",
 ]
 
 AGUI_METADATA_KEY = "agui"
@@ -272,6 +274,14 @@ def translate_messages(messages: Sequence[Message]) -> list[ag.Message]:
     return translator.out
 
 
+def translate_with_records(messages: Sequence[Message]) -> tuple[list[ag.Message], list[Record]]:
+    """:func:`translate_messages`, and beside it the stored record each message comes from."""
+    out: list[ag.Message] = []
+    sources: list[Record] = []
+    _translate_onto(out, messages, _Ids(), set(), sources)
+    return out, sources
+
+
 class HistoryTranslator:
     """:func:`translate_messages`, fed a history in pieces: the next messages at a time.
 
@@ -320,13 +330,21 @@ class HistoryTranslator:
         return out
 
 
+Record = Message | ToolCall | Reasoning
+"""A stored record an AG-UI message of the translation comes from."""
+
+
 def _translate_onto(
     out: list[ag.Message],
     messages: Iterable[Message],
     ids: _Ids,
     seen: set[int] | IdsAdded[int],
+    sources: list[Record] | None = None,
 ) -> None:
-    """Append the translation of ``messages`` to ``out``, claiming their ids in ``ids``."""
+    """Append the translation of ``messages`` to ``out``, claiming their ids in ``ids``.
+
+    With ``sources``, the record each appended message comes from is appended to it too.
+    """
     for message in messages:
         key = message.message_uuid.int
         if key in seen:
@@ -343,11 +361,13 @@ def _translate_onto(
         subagent = message.metadata.get(SUBAGENT_METADATA_KEY)
         before, after = _reasoning_sides(message)
         for step in before:
-            _append_reasoning(out, ids, step, subagent)
+            _append_reasoning(out, ids, step, subagent, sources)
         if message_id is not None:
             out.append(_own_message(message, message_id))
+            if sources is not None:
+                sources.append(message)
         for step in after:
-            _append_reasoning(out, ids, step, subagent)
+            _append_reasoning(out, ids, step, subagent, sources)
         for call in _by_seq(message.tool_calls):
             error = replayed_tool_error(call, subagent)
             if call.content is None and error is None:
@@ -366,6 +386,8 @@ def _translate_onto(
                         subagent_run_id=subagent,
                     )
                 )
+                if sources is not None:
+                    sources.append(call)
 
 
 def _first_place(metadata: dict[str, Any], kind: str) -> int | None:
@@ -395,7 +417,11 @@ def _reasoning_sides(message: Message) -> tuple[list[Reasoning], list[Reasoning]
 
 
 def _append_reasoning(
-    out: list[ag.Message], ids: _Ids, step: Reasoning, subagent: str | None
+    out: list[ag.Message],
+    ids: _Ids,
+    step: Reasoning,
+    subagent: str | None,
+    sources: list[Record] | None,
 ) -> None:
     step_id = ids.claim(step.agui_id or str(step.uuid), step.uuid)
     if step_id is not None:
@@ -407,6 +433,8 @@ def _append_reasoning(
                 subagent_run_id=subagent,
             )
         )
+        if sources is not None:
+            sources.append(step)
 
 
 # --- client -> store -----------------------------------------------------------------

@@ -24,7 +24,7 @@ from ag_ui.core import (
 )
 from pydantic import BaseModel
 
-from threadstore.codec import ThinkingTranslator
+from threadstore.codec.thinking import ThinkingTranslator
 from threadstore.fold._documents import DocumentFolding
 from threadstore.fold._fast import fast_target
 from threadstore.fold._history import StoredFacts

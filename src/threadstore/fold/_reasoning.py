@@ -6,8 +6,10 @@ opened to hold it that the next assistant message of the stream then takes as it
 (its AG-UI id, text and tool calls), so reasoning that comes before any text belongs
 to the answer it precedes. The step carries the text, the encrypted value and, as
 ``name``, the title of the span (REASONING_START ... REASONING_END) it is in. The
-span's end closes its steps. A MESSAGES_SNAPSHOT's reasoning message stays a message
-of role ``reasoning``, as the snapshot lists it.
+span's end closes its steps. An encrypted value for no known step, message or span,
+in a run that has opened no message of the agent's, is not stored (as the seed layer).
+A MESSAGES_SNAPSHOT's reasoning message stays a message of role ``reasoning``, as the
+snapshot lists it.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from ag_ui.core import (
     ReasoningStartEvent,
 )
 
-from threadstore.codec import THINKING_TITLE_METADATA_KEY
+from threadstore.codec.thinking import THINKING_TITLE_METADATA_KEY
 from threadstore.fold._records import FoldRecord, RecordKind
 from threadstore.fold._table import RecordTable
 from threadstore.models import Role
@@ -137,9 +139,15 @@ class ReasoningFolding(RecordTable):
             self.touch(call)
             return
         target = self.reasoning(entity) or self.message(entity)
+        if target is None and entity != self._span:
+            if self.agent_message(getattr(event, "subagent_run_id", None)) is None:
+                # Nothing to attach it to: an opaque value alone is not a conversation.
+                self.warn(
+                    f"encrypted value for unknown message {entity!r} with no message; ignored"
+                )
+                return
+            self.warn(f"encrypted value for unknown message {entity!r}; opened as reasoning")
         if target is None:
-            if entity != self._span:
-                self.warn(f"encrypted value for unknown message {entity!r}; opened as reasoning")
             target = self.open_reasoning(entity, event)
         target.encrypted_value = value
         self.touch(target)

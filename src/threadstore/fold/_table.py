@@ -344,25 +344,39 @@ class RecordTable:
         self.add_part(None, entry)
         self._step_count += 1
 
+    def agent_message(self, scope: str | None) -> FoldRecord | None:
+        """The last message of the agent's (``scope``: a subagent's) this run opened, if any.
+
+        A user, system or developer message the run carried is not the agent's.
+        """
+        for record in reversed(self.records.values()):
+            if (
+                record.kind is RecordKind.MESSAGE
+                and record.owned
+                and record.subagent_run_id == scope
+                and record.role not in _NOT_THE_AGENTS
+            ):
+                return record
+        return None
+
     def list_pending_parts(self) -> None:
         """At the run's end: parts no message followed are listed on the agent's last message.
 
-        A run that opened no message of the agent's keeps its step starts nowhere, but
-        its CUSTOM parts are what it showed: a message with no AG-UI id is opened to
-        hold them (and the steps), as the live turn shows them.
+        A run that opened no message of the agent's stores them nowhere: its step starts,
+        and its CUSTOM parts too (as the seed layer stores nothing for an event it has no
+        message for), with a warning naming how many were dropped.
         """
         pending, self._pending_parts = self._pending_parts, []
         if not pending:
             return
-        last = self.current_message()
-        if last is None and any(entry["type"] != "step-start" for entry in pending):
-            self._pending_parts = pending
-            self.message_for(None, Role.ASSISTANT, None)  # it takes the pending parts
+        last = self.current_message() or self.agent_message(None)
+        if last is None:
+            dropped = sum(entry["type"] != "step-start" for entry in pending)
+            if dropped:
+                self.warn(f"{dropped} CUSTOM part(s) not stored: the run wrote no message")
             return
-        last = last or self.last_message_of(None)
-        if last is not None and last.owned:
-            self._list(last, pending)
-            self.touch(last)
+        self._list(last, pending)
+        self.touch(last)
 
     # --- messages by id ------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from pydantic import BaseModel, TypeAdapter
 
 from threadstore import binary_json
 from threadstore._steps import off_loop
+from threadstore.errors import CorruptRecordError
 from threadstore.models import ContentPart, Message, Reasoning, ToolCall
 from threadstore.store._codec import constructor
 from threadstore.store._records import ExtrasCodec
@@ -195,11 +196,37 @@ class RowLoader:
         )
 
     def load(self, rows: Iterable[Sequence[Any]]) -> list[Any]:
-        """Build one model per row."""
+        """Build one model per row; a row that cannot be read raises :class:`CorruptRecordError`."""
+        try:
+            return self._load(rows)
+        except (ValueError, TypeError, KeyError) as exc:  # JSON, validation, unknown enum value
+            raise self._corrupt(rows, exc) from exc
+
+    def _load(self, rows: Iterable[Sequence[Any]]) -> list[Any]:
         if self._trusted is not None:
             return self._trusted(rows, {})
         built: list[Any] = self._adapter.validate_python([self._record(row) for row in rows])
         return built
+
+    def _corrupt(self, rows: Iterable[Sequence[Any]], exc: Exception) -> CorruptRecordError:
+        """The error naming the first row that does not load (the rows loaded are a list)."""
+        bad: Sequence[Any] | None = None
+        for row in rows if isinstance(rows, Sequence) else ():
+            try:
+                self._load([row])
+            except (ValueError, TypeError, KeyError):
+                bad = row
+                break
+        named = dict(zip(self.columns, bad, strict=True)) if bad is not None else {}
+        kind = self.model.__name__
+        record_id = named.get("uuid") or named.get("message_uuid") or named.get("chat_uuid")
+        return CorruptRecordError(
+            kind,
+            record_id,
+            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+            chat_uuid=named.get("chat_uuid"),
+            message_uuid=named.get("message_uuid"),
+        )
 
     def column(self, name: str) -> int:
         """Where column ``name`` stands in a row."""

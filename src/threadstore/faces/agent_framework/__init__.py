@@ -8,10 +8,13 @@ from threadstore.faces.agent_framework._convert import message_to_records, recor
 from threadstore.faces.agent_framework._filters import keep_last_messages
 from threadstore.faces.agent_framework._history import MessageFilter, ThreadstoreHistoryProvider
 from threadstore.faces.agent_framework._sessions import ThreadstoreSessionStore
+from threadstore.faces.agent_framework._state import ProviderSessionState, ThreadstoreSessionState
 
 __all__ = [
     "MessageFilter",
+    "ProviderSessionState",
     "ThreadstoreHistoryProvider",
+    "ThreadstoreSessionState",
     "ThreadstoreSessionStore",
     "keep_last_messages",
     "message_to_records",

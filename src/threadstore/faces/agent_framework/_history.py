@@ -27,6 +27,7 @@ from threadstore.faces.agent_framework._convert import (
     records_to_messages,
 )
 from threadstore.faces.agent_framework._scope import ChatScope
+from threadstore.faces.agent_framework._state import ProviderSessionState, ThreadstoreSessionState
 from threadstore.fold import append_writes
 from threadstore.models import Chat, Message
 from threadstore.store import Derivation, Store, Write
@@ -132,15 +133,27 @@ class ThreadstoreHistoryProvider(HistoryProvider):
 
     # --- the session's storage key --------------------------------------------------------
 
+    @property
+    def session_state(self) -> ProviderSessionState[ThreadstoreSessionState]:
+        """The provider's typed state in a session (``session.state[source_id]``)."""
+        return ProviderSessionState(
+            ThreadstoreSessionState,
+            lambda session: ThreadstoreSessionState(
+                thread_id=(session.session_id if session else None) or str(uuid4())
+            ),
+            self.source_id,
+        )
+
     def thread_id(self, session_id: str | None, state: dict[str, Any] | None) -> str | None:
         """Return the session's thread id, recording it in ``state`` on first use."""
         if state is None:
             return session_id
-        key = state.get(STATE_KEY)
-        if isinstance(key, str):
-            return key
+        typed = self.session_state
+        kept = typed.read(state)
+        if kept is not None and kept.thread_id is not None:
+            return kept.thread_id
         key = session_id or str(uuid4())
-        state[STATE_KEY] = key
+        typed.write(state, ThreadstoreSessionState(thread_id=key))
         return key
 
     async def get_chat(self, session_id: str | None, state: dict[str, Any] | None) -> Chat | None:
@@ -241,8 +254,12 @@ class ThreadstoreHistoryProvider(HistoryProvider):
         context: SessionContext,
         state: dict[str, Any],
     ) -> None:
-        """Store the run's new messages, unless the service keeps this session's history."""
-        if _service_managed(session, context):
+        """Store the run's new messages, unless the service keeps this session's history.
+
+        A run that failed (it has no response) stores nothing, not even its request, as
+        the seed's providers skip a run with an invocation exception.
+        """
+        if _service_managed(session, context) or context.response is None:
             return
         await super().after_run(agent=agent, session=session, context=context, state=state)
 
