@@ -593,16 +593,16 @@ async def run_catalog(args: argparse.Namespace, root: Path) -> None:
     try:
         for _ in range(args.calls):
             user = rng.choice(user_ids)
-            page = await store.list_chats(user)
+            page = await store.chats.list_chats(user)
             if len(page.items) != min(per_user, 50):
                 raise SystemExit(f"list_chats returned {len(page.items)} chats")
-            samples.add("list", await timed(partial(store.list_chats, user)))
+            samples.add("list", await timed(partial(store.chats.list_chats, user)))
             chosen = rng.sample(chat_ids, 100)
             samples.add("last", await timed(partial(store.get_last_messages, chosen)))
         if len(await store.get_last_messages(chosen)) != 100:
             raise SystemExit("get_last_messages did not return one message per chat")
         log = StatementLog()
-        listed = await log.count(store, partial(store.list_chats, user))
+        listed = await log.count(store, partial(store.chats.list_chats, user))
         last = await log.count(store, partial(store.get_last_messages, chosen))
     finally:
         await store.close()

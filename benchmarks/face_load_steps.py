@@ -70,7 +70,7 @@ async def main() -> None:
             "threadstore load (get_messages)": lambda: ours.get_messages("s", state=state),
             "FileHistoryProvider load": lambda: file.get_messages("s", state=file_state),
             "chat lookup": lambda: ours.get_chat("s", state),
-            "store read alone (read_history)": lambda: store.read_history(chat.chat_uuid),
+            "store read alone (read_history)": lambda: store.messages.read_history(chat.chat_uuid),
             "the records' plain readings": lambda: [plain_reading(r) for r in records],
             "building framework messages from the readings": lambda: messages_of(
                 records, readings, set()

@@ -362,6 +362,8 @@ class StoreSpy:
 
     def __getattr__(self, name: str) -> Any:
         target = getattr(self.store, name)
+        if name in ("chats", "messages", "runs", "branches"):
+            return _SpiedGroup(self, target)  # their calls are counted by method name too
         if not callable(target):
             return target
 
@@ -374,6 +376,22 @@ class StoreSpy:
                 if self.fail_every and self.writes % self.fail_every == 0:
                     self.failures += 1
                     raise StoreError(f"injected failure of {name}")
+            return await target(*args, **kwargs)
+
+        return call
+
+
+class _SpiedGroup:
+    """A store's group of methods (``store.branches``...) as a :class:`StoreSpy` sees it."""
+
+    def __init__(self, spy: StoreSpy, group: Any) -> None:
+        self._spy, self._group = spy, group
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self._group, name)
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            self._spy.calls[name] += 1
             return await target(*args, **kwargs)
 
         return call

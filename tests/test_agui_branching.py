@@ -70,7 +70,7 @@ async def test_resending_a_prefix_with_a_new_user_message_branches(store: Store)
     u2 = await store.get_message_by_agui_id(chat.chat_uuid, "u2")
     edited_u2 = await store.get_message_by_agui_id(chat.chat_uuid, "u2-edited")
     assert u2 is not None and edited_u2 is not None
-    siblings = await store.get_siblings(chat.chat_uuid, edited_u2.message_uuid)
+    siblings = await store.branches.get_siblings(chat.chat_uuid, edited_u2.message_uuid)
     assert siblings.siblings == (u2.message_uuid, edited_u2.message_uuid)
 
 
@@ -133,7 +133,7 @@ async def test_two_runs_branching_from_one_message_at_once_both_land_as_siblings
     edits = [await store.get_message_by_agui_id(chat.chat_uuid, f"edit-{n}") for n in (1, 2)]
     assert answer is not None and all(edit is not None for edit in edits)
     assert all(edit.parent_uuid == answer.message_uuid for edit in edits if edit is not None)
-    siblings = await store.get_siblings(chat.chat_uuid, edits[0].message_uuid)  # type: ignore[union-attr]
+    siblings = await store.branches.get_siblings(chat.chat_uuid, edits[0].message_uuid)  # type: ignore[union-attr]
     assert siblings.count == 3  # u2 and the two edits
 
     # Each run's answer follows its own edit, not whichever message was newest.
@@ -147,13 +147,13 @@ async def test_only_runs_naming_another_branch_read_the_whole_tree(
 ) -> None:
     held = await _two_turns(store)
     reads: list[UUID] = []
-    whole_tree = store.get_message_tree
+    whole_tree = store.branches.get_message_tree
 
     async def counted(chat_uuid: UUID) -> Any:
         reads.append(chat_uuid)
         return await whole_tree(chat_uuid)
 
-    monkeypatch.setattr(store, "get_message_tree", counted)
+    monkeypatch.setattr(store.branches, "get_message_tree", counted)
 
     # Continuing the leaf, and editing on the active branch: the branch read suffices.
     await _run(store, run_input(run_id="run-3", messages=[*held, user_message("u3")]))

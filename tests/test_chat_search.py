@@ -28,12 +28,12 @@ async def test_listing_keeps_chats_whose_name_contains_the_text_in_any_case(
     await make_chat(user_uuid=user)  # no name: never a match
     await make_chat(user_uuid=uuid4(), name="someone else's budget")
 
-    page = await store.list_chats(user, name_contains="budget")
+    page = await store.chats.list_chats(user, name_contains="budget")
     everyone = await store.get_all_chats(name_contains="bUdGeT")
 
     assert [c.chat_uuid for c in page.items] == [review.chat_uuid, budget.chat_uuid]
     assert len(everyone) == 3
-    assert len((await store.list_chats(user, name_contains="")).items) == 4
+    assert len((await store.chats.list_chats(user, name_contains="")).items) == 4
 
 
 async def test_percent_and_underscore_in_the_search_are_plain_characters(
@@ -44,7 +44,7 @@ async def test_percent_and_underscore_in_the_search_are_plain_characters(
     await make_chat(user_uuid=user, name="100 percent doneXok")
 
     for text in ("100%", "done_ok", "0% d", "\\ back", "%", "_"):
-        page = await store.list_chats(user, name_contains=text)
+        page = await store.chats.list_chats(user, name_contains=text)
         assert [c.chat_uuid for c in page.items] == [exact.chat_uuid], text
 
 
@@ -56,7 +56,7 @@ async def test_a_search_pages_with_the_cursor(store: Store, make_chat: MakeChat)
     seen = []
     cursor = None
     while True:
-        page = await store.list_chats(user, limit=2, cursor=cursor, name_contains="REPORT")
+        page = await store.chats.list_chats(user, limit=2, cursor=cursor, name_contains="REPORT")
         seen += [c.chat_uuid for c in page.items]
         cursor = page.next_cursor
         if cursor is None:

@@ -207,7 +207,7 @@ async def test_a_replaced_history_keeps_the_old_one_as_a_branch(store: Store) ->
     assert chat is not None
     old_leaf = await store.get_message_by_agui_id(chat.chat_uuid, "m3")
     assert old_leaf is not None
-    await store.set_active_leaf(chat.chat_uuid, old_leaf.message_uuid)
+    await store.branches.set_active_leaf(chat.chat_uuid, old_leaf.message_uuid)
     old = await chats.load_chat("chat-42")
     assert old is not None and [m.id for m in old.messages] == ["m0", "m1", "m2", "m3"]
 
@@ -224,7 +224,7 @@ async def test_an_edited_text_with_the_same_id_is_a_new_branch_too(store: Store)
 
     loaded = await chats.load_chat("chat-42")
     assert loaded is not None and dumps(loaded.messages) == dumps([*chain(1), reworded])
-    await store.set_active_leaf(chat.chat_uuid, original.message_uuid)
+    await store.branches.set_active_leaf(chat.chat_uuid, original.message_uuid)
     old = await chats.load_chat("chat-42")
     assert old is not None and dumps(old.messages) == dumps(chain(2))
 
@@ -262,7 +262,7 @@ async def test_a_history_with_another_first_message_becomes_a_second_root(
     old_first = await store.get_message_by_agui_id(chat.chat_uuid, "m0")
     assert old_first is not None and old_first.parent_uuid is None
     # Nothing was deleted: the old history is one switch away.
-    await store.switch_branch(chat.chat_uuid, old_first.message_uuid)
+    await store.branches.switch_branch(chat.chat_uuid, old_first.message_uuid)
     loaded = await chats.load_chat("chat-42")
     assert loaded is not None and [m.id for m in loaded.messages] == ["m0", "m1"]
 

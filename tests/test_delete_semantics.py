@@ -43,11 +43,11 @@ AddMessage = Callable[..., Awaitable[Message]]
 
 async def assert_gone(store: Store, chat: Chat, messages: list[UUID]) -> None:
     """Nothing of ``chat`` is readable any more, by any read."""
-    assert await store.get_chat(chat.chat_uuid) is None
+    assert await store.chats.get_chat(chat.chat_uuid) is None
     assert await store.get_chat_by_thread_id(chat.user_uuid, chat.thread_id) is None
     assert chat.chat_uuid not in {c.chat_uuid for c in await store.get_all_chats()}
     assert list(await store.get_all_chats(chat.user_uuid)) == []
-    assert (await store.list_chats(chat.user_uuid)).items == []
+    assert (await store.chats.list_chats(chat.user_uuid)).items == []
     assert list(await store.get_chat_messages(chat.chat_uuid)) == []
     assert await store.get_last_messages([chat.chat_uuid]) == {}
     for message_uuid in messages:
@@ -95,7 +95,7 @@ async def test_late_creates_after_delete_raise_not_found(
         with pytest.raises(NotFoundError):
             await create
     with pytest.raises(ValueError):
-        await store.set_active_leaf(chat.chat_uuid, question.message_uuid)
+        await store.branches.set_active_leaf(chat.chat_uuid, question.message_uuid)
     await assert_gone(store, chat, [question.message_uuid, answer.message_uuid])
 
 
@@ -195,7 +195,7 @@ async def test_a_delete_racing_a_busy_writer_stays_deleted(
 
     assert "create refused" in outcomes
     await assert_gone(store, chat, created)
-    assert await store.get_chat(other.chat_uuid) == other
+    assert await store.chats.get_chat(other.chat_uuid) == other
 
 
 async def test_a_run_still_streaming_when_its_chat_is_deleted_never_brings_it_back(

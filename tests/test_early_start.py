@@ -46,6 +46,7 @@ from threadstore import Store
 from threadstore.agui import HistoryWindow, StorageAgent, translate_messages
 from threadstore.errors import StoreError
 from threadstore.models import Role, RunStatus
+from threadstore.store._groups import Chats, Runs
 from threadstore.store.sqlite import SQLiteStore
 
 USER = UUID(int=31)
@@ -62,7 +63,7 @@ def answer(run: RunAgentInput) -> list[BaseEvent]:
 class Gate:
     """Holds one store method until released; ``entered`` is set once a call waits in it."""
 
-    def __init__(self, store: Store, name: str, *, error: Exception | None = None) -> None:
+    def __init__(self, store: Any, name: str, *, error: Exception | None = None) -> None:
         self.entered = asyncio.Event()
         self.release = asyncio.Event()
         self.error = error
@@ -97,7 +98,7 @@ async def test_run_started_reaches_the_client_before_the_set_up_writes(
     if thread == "existing":
         await collect(storage_agent(store).run(run_input("t", "r0", [user("u0", "Before.")])))
     # A new thread's set-up is one write (open_chat); an existing one's starts with its run.
-    gate = Gate(store, "open_chat" if thread == "new" else "start_run")
+    gate = Gate(store.chats, "open_chat") if thread == "new" else Gate(store, "start_run")
     agent = storage_agent(store)
     events = agent.run(run_input("t", "r1", [user("u1", "Hello?")]))
 
@@ -153,7 +154,7 @@ async def test_a_run_closed_before_its_writes_end_is_finalized_once_they_do(
 async def test_set_up_writes_that_fail_after_run_started_fail_the_run_and_hold_nothing(
     store: Store,
 ) -> None:
-    gate = Gate(store, "open_chat", error=StoreError("the disk is full"))
+    gate = Gate(store.chats, "open_chat", error=StoreError("the disk is full"))
     agent = storage_agent(store)
     events = agent.run(run_input("t", "r1", [user("u1", "Hello?")]))
     assert (await anext(events)).type == "RUN_STARTED"
@@ -287,17 +288,22 @@ async def test_a_post_reads_its_threads_chat_once_before_the_agent_starts(
 ) -> None:
     reads: list[str] = []  # the store's chat and run reads, in the server's thread too
 
-    def counted(name: str) -> None:
-        original = getattr(SQLiteStore, name)
+    def counted(owner: type, name: str) -> None:
+        original = getattr(owner, name)
 
-        async def read(self: SQLiteStore, *args: Any, **kwargs: Any) -> Any:
+        async def read(self: Any, *args: Any, **kwargs: Any) -> Any:
             reads.append(name)
             return await original(self, *args, **kwargs)
 
-        monkeypatch.setattr(SQLiteStore, name, read)
+        monkeypatch.setattr(owner, name, read)
 
-    for name in ("get_chat_by_thread_id", "get_chat", "get_run", "get_running_runs"):
-        counted(name)
+    for owner, name in (
+        (SQLiteStore, "get_chat_by_thread_id"),
+        (Chats, "get_chat"),
+        (SQLiteStore, "get_run"),
+        (Runs, "get_running_runs"),
+    ):
+        counted(owner, name)
     before_start: list[list[str]] = []
 
     def script(run: RunAgentInput) -> list[BaseEvent]:

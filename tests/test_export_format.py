@@ -116,10 +116,10 @@ async def test_the_served_export_reads_the_kept_history_and_writes_the_same_docu
     chat = await make_chat()
     question = await add_message(chat, "Hi", role=Role.USER)
     await add_message(chat, "Hello!", role=Role.ASSISTANT)
-    await store.branch_for_regenerate(chat.chat_uuid, question.message_uuid)
+    await store.branches.branch_for_regenerate(chat.chat_uuid, question.message_uuid)
     await add_message(chat, "Hello again", role=Role.ASSISTANT, metadata={"raw": PNG})
-    chat = await store.get_chat(chat.chat_uuid) or chat
-    kept_before = [m.model_dump() for m in await store.read_history(chat.chat_uuid)]
+    chat = await store.chats.get_chat(chat.chat_uuid) or chat
+    kept_before = [m.model_dump() for m in await store.messages.read_history(chat.chat_uuid)]
 
     served = json.loads(await export_chat_json(store, chat))
     reference = json.loads((await export_chat(store, chat)).model_dump_json(by_alias=True))
@@ -127,7 +127,9 @@ async def test_the_served_export_reads_the_kept_history_and_writes_the_same_docu
     assert served.pop("exported_at") and reference.pop("exported_at")
     assert served == reference
     assert len(served["messages"]) == 3  # both answers: every branch
-    assert [m.model_dump() for m in await store.read_history(chat.chat_uuid)] == kept_before
+    assert [
+        m.model_dump() for m in await store.messages.read_history(chat.chat_uuid)
+    ] == kept_before
 
 
 async def test_the_export_of_a_chat_that_never_branched_reads_no_tree(
@@ -137,19 +139,19 @@ async def test_the_export_of_a_chat_that_never_branched_reads_no_tree(
     for n in range(4):
         await add_message(chat, f"m{n}", role=Role.USER if n % 2 == 0 else Role.ASSISTANT)
     trees: list[object] = []
-    read_tree = store.get_message_tree
+    read_tree = store.branches.get_message_tree
 
     async def counted(chat_uuid: uuid.UUID) -> object:
         trees.append(chat_uuid)
         return await read_tree(chat_uuid)
 
-    store.get_message_tree = counted  # type: ignore[method-assign]
+    store.branches.get_message_tree = counted  # type: ignore[method-assign]
     served = json.loads(await export_chat_json(store, chat))
     reference = json.loads((await export_chat(store, chat)).model_dump_json(by_alias=True))
 
     assert served.pop("exported_at") and reference.pop("exported_at")
     assert served == reference and len(served["messages"]) == 4
     # SQLite and PostgreSQL know the chat never branched; the in-memory store does not.
-    linear = await store.is_linear(chat.chat_uuid)
+    linear = await store.branches.is_linear(chat.chat_uuid)
     assert linear is (type(store).__name__ != "MemoryStore")
     assert len(trees) == (0 if linear else 2)

@@ -188,7 +188,7 @@ async def test_a_kept_history_follows_every_kind_of_change_made_elsewhere(
     assert isinstance(cache, HistoryCache)
 
     async def check(kind: str) -> None:
-        got = list(await store.read_history(chat.chat_uuid))
+        got = list(await store.messages.read_history(chat.chat_uuid))
         assert got == await _truth(store_url, chat), kind
         assert list(await store.get_chat_messages(chat.chat_uuid)) == got, kind
 
@@ -215,14 +215,14 @@ async def test_a_kept_history_follows_every_kind_of_change_made_elsewhere(
     await check("an earlier message changed in place")
 
     misses = cache.misses
-    await writer.edit_message(
+    await writer.branches.edit_message(
         created[2].message_uuid,
         MessageCreate(chat_uuid=chat.chat_uuid, content="m2, edited", agui_id="m2b"),
     )
     await check("an edit: a new branch")
-    await writer.switch_branch(chat.chat_uuid, created[2].message_uuid)
+    await writer.branches.switch_branch(chat.chat_uuid, created[2].message_uuid)
     await check("back to the first branch")
-    await writer.edit_message(
+    await writer.branches.edit_message(
         created[0].message_uuid,
         MessageCreate(chat_uuid=chat.chat_uuid, content="first, edited", agui_id="m0b"),
     )
@@ -230,7 +230,7 @@ async def test_a_kept_history_follows_every_kind_of_change_made_elsewhere(
     assert cache.misses >= misses + 3
 
     await writer.delete_chat(chat.chat_uuid)
-    assert list(await store.read_history(chat.chat_uuid)) == []
+    assert list(await store.messages.read_history(chat.chat_uuid)) == []
 
 
 @settings(max_examples=200, deadline=None)

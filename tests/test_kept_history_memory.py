@@ -99,7 +99,7 @@ async def test_a_store_keeps_a_history_as_entries_the_collector_does_not_track(
                 agent = storage_agent(store, run)
                 await collect(agent.run(run_input("long", run, [user(f"{run}-q")])))
                 await agent.persisted()
-            view = await store.read_history(chat.chat_uuid, HISTORY_INDEX)
+            view = await store.messages.read_history(chat.chat_uuid, HISTORY_INDEX)
             assert len(view) > length  # and what the runs stored
             assert store.history_cache is not None
             kept = store.history_cache.entry(chat.chat_uuid)
@@ -143,7 +143,7 @@ async def test_a_dropped_stream_in_a_cycle_is_still_finalized_while_histories_ar
         await anext(live)
         holder: dict[str, Any] = {"stream": live}
         holder["self"] = holder  # only the cyclic collector can free it
-        await store.read_history(chat.chat_uuid, HISTORY_INDEX)
+        await store.messages.read_history(chat.chat_uuid, HISTORY_INDEX)
         del live, holder
 
         gc.collect()

@@ -198,10 +198,10 @@ async def test_a_database_without_the_schema_asks_for_migration(fresh_pg_url: st
         assert isinstance(store, PostgresStore)
         assert await store.schema_version() == 0
         with pytest.raises(MigrationError, match="setup"):
-            await store.get_chat(uuid.uuid4())
+            await store.chats.get_chat(uuid.uuid4())
         await store.setup()
         assert await store.schema_version() == len(MIGRATIONS)
-        assert await store.get_chat(uuid.uuid4()) is None
+        assert await store.chats.get_chat(uuid.uuid4()) is None
 
 
 # --- pools and transactions --------------------------------------------------------------------
@@ -216,7 +216,7 @@ async def test_an_apps_own_pool_serves_the_store_and_stays_open(pg_url: str) -> 
 
         assert await pool.fetchval("SELECT count(*) FROM chats") == 1
         async with await threadstore.open_store(pg_url, pool=pool) as again:
-            assert await again.get_chat(chat.chat_uuid) == chat
+            assert await again.chats.get_chat(chat.chat_uuid) == chat
     finally:
         await pool.close()
 
@@ -236,7 +236,9 @@ async def test_a_session_in_another_time_zone_reads_the_same_records(
     try:
         other = await threadstore.open_store(pg_url, pool=pool)
 
-        assert await other.get_chat(chat.chat_uuid) == await store.get_chat(chat.chat_uuid)
+        assert await other.chats.get_chat(chat.chat_uuid) == await store.chats.get_chat(
+            chat.chat_uuid
+        )
         assert list(await other.get_all_chats(chat.user_uuid)) == list(
             await store.get_all_chats(chat.user_uuid)
         )
@@ -275,7 +277,7 @@ async def test_a_transaction_runs_every_call_of_its_task_on_its_one_connection(
 async def test_connections_the_server_drops_are_replaced(pg_url: str, open_pg: OpenStore) -> None:
     store = await open_pg()
     chat = await store.create_chat(ChatCreate(user_uuid=uuid.uuid4(), thread_id="t"))
-    await asyncio.gather(*(store.get_chat(chat.chat_uuid) for _ in range(4)))  # several kept
+    await asyncio.gather(*(store.chats.get_chat(chat.chat_uuid) for _ in range(4)))  # several kept
     admin = await asyncpg.connect(pg_url)
     try:
         await admin.execute(
@@ -287,7 +289,7 @@ async def test_connections_the_server_drops_are_replaced(pg_url: str, open_pg: O
     await asyncio.sleep(0.1)  # let the client see the sockets close
 
     for _ in range(3):
-        assert await store.get_chat(chat.chat_uuid) is not None
+        assert await store.chats.get_chat(chat.chat_uuid) is not None
 
 
 async def test_text_postgresql_cannot_hold_is_refused_as_invalid_input(
@@ -431,7 +433,7 @@ async def test_concurrent_renames_end_with_one_of_the_names_and_none_fails(
     )
 
     assert [c.name if c else None for c in renamed] == names  # each saw its own rename
-    final = await stores[0].get_chat(chat.chat_uuid)
+    final = await stores[0].chats.get_chat(chat.chat_uuid)
     assert final is not None and final.name in names
     assert final.thread_id == chat.thread_id
 
@@ -581,7 +583,7 @@ async def test_deleting_a_chat_while_connections_write_to_it_never_deadlocks(
 
     await asyncio.wait_for(asyncio.gather(*(writer(i) for i in range(4)), deleter()), 60)
 
-    assert await stores[0].get_chat(chat.chat_uuid) is None
+    assert await stores[0].chats.get_chat(chat.chat_uuid) is None
     assert list(await stores[1].get_chat_messages(chat.chat_uuid)) == []
 
 
@@ -633,7 +635,7 @@ async def edit_reasoning(store: PostgresStore, chat_uuid: uuid.UUID) -> object:
 
 async def switch_branch(store: PostgresStore, chat_uuid: uuid.UUID) -> object:
     first = (await store.get_chat_messages(chat_uuid))[0]
-    return await store.set_active_leaf(chat_uuid, first.message_uuid)
+    return await store.branches.set_active_leaf(chat_uuid, first.message_uuid)
 
 
 async def finalize(store: PostgresStore, chat_uuid: uuid.UUID) -> object:
@@ -796,7 +798,7 @@ async def test_flushes_leave_connections_for_other_calls(pg_url: str, open_pg: O
 
         # A burst of flushes holds only its share of the pool: other calls do not wait on
         # them, and no more flushes reach the database than their share.
-        found = await asyncio.wait_for(store.get_chat(chat.chat_uuid), 30)
+        found = await asyncio.wait_for(store.chats.get_chat(chat.chat_uuid), 30)
         assert found is not None and found.chat_uuid == chat.chat_uuid
         other = ChatCreate(user_uuid=chat.user_uuid, thread_id="another")
         created = await asyncio.wait_for(store.create_chat(other), 30)

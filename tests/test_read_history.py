@@ -61,7 +61,7 @@ def _dumps(messages: Sequence[Message]) -> list[dict[str, Any]]:
 
 
 async def read(store: Store, chat_uuid: Any, convert: Any) -> Any:
-    return convert(await store.read_history(chat_uuid))
+    return convert(await store.messages.read_history(chat_uuid))
 
 
 async def test_a_read_equals_converting_what_get_chat_messages_returns(store: Store) -> None:

@@ -187,7 +187,7 @@ async def test_no_reasoning_message_holding_a_step_is_left(migrated: Store) -> N
     for thread_id in EXPECTED:
         chat = await migrated.get_chat_by_thread_id(USER, thread_id)
         assert chat is not None
-        tree = await migrated.get_message_tree(chat.chat_uuid)
+        tree = await migrated.branches.get_message_tree(chat.chat_uuid)
         assert all(node.role != Role.REASONING for node in tree), thread_id
 
 
@@ -196,17 +196,17 @@ async def test_the_branched_chat_keeps_both_answers_and_its_active_branch(
 ) -> None:
     chat = await migrated.get_chat_by_thread_id(USER, "branched")
     assert chat is not None
-    tree = await migrated.get_message_tree(chat.chat_uuid)
+    tree = await migrated.branches.get_message_tree(chat.chat_uuid)
     by_id = {node.agui_id: node for node in tree}
     assert sorted(by_id) == ["b-u1", "b1-a", "b2-a"]
     question = by_id["b-u1"].message_uuid
     # Each answer hangs where its reasoning message hung: under the question.
     assert by_id["b1-a"].parent_uuid == question and by_id["b2-a"].parent_uuid == question
     assert chat.active_leaf_uuid == by_id["b2-a"].message_uuid
-    siblings = await migrated.get_siblings(chat.chat_uuid, by_id["b2-a"].message_uuid)
+    siblings = await migrated.branches.get_siblings(chat.chat_uuid, by_id["b2-a"].message_uuid)
     assert list(siblings.siblings) == [by_id["b1-a"].message_uuid, by_id["b2-a"].message_uuid]
 
-    await migrated.switch_branch(chat.chat_uuid, by_id["b1-a"].message_uuid)
+    await migrated.branches.switch_branch(chat.chat_uuid, by_id["b1-a"].message_uuid)
 
     assert shape(await branch(migrated, "branched")) == [
         ("user", "b-u1", "Tell me a joke.", [], []),
@@ -220,7 +220,7 @@ async def test_a_fork_made_at_a_reasoning_message_points_at_the_answer_holding_i
     source = await migrated.get_chat_by_thread_id(USER, "branched")
     fork = await migrated.get_chat_by_thread_id(USER, "forked")
     assert source is not None and fork is not None
-    tree = await migrated.get_message_tree(source.chat_uuid)
+    tree = await migrated.branches.get_message_tree(source.chat_uuid)
     answer = next(node for node in tree if node.agui_id == "b1-a")
     assert fork.forked_from_chat_uuid == source.chat_uuid
     assert fork.forked_from_message_uuid == answer.message_uuid
@@ -242,16 +242,16 @@ async def test_a_reasoning_message_a_branch_or_the_leaf_starts_from_stays_in_the
     split = await migrated.get_chat_by_thread_id(USER, "split")
     pinned = await migrated.get_chat_by_thread_id(USER, "pinned")
     assert split is not None and pinned is not None
-    tree = await migrated.get_message_tree(split.chat_uuid)
+    tree = await migrated.branches.get_message_tree(split.chat_uuid)
     holder = next(node for node in tree if node.agui_id is None)
     children = sorted(n.agui_id or "" for n in tree if n.parent_uuid == holder.message_uuid)
     assert children == ["s-u2", "s1-a"]
-    await migrated.switch_branch(
+    await migrated.branches.switch_branch(
         split.chat_uuid, next(n for n in tree if n.agui_id == "s1-a").message_uuid
     )
     assert [m.agui_id for m in await branch(migrated, "split")] == ["s-u1", None, "s1-a"]
 
-    tree = await migrated.get_message_tree(pinned.chat_uuid)
+    tree = await migrated.branches.get_message_tree(pinned.chat_uuid)
     holder = next(node for node in tree if node.agui_id is None)
     assert pinned.active_leaf_uuid == holder.message_uuid
     answer = next(node for node in tree if node.agui_id == "n1-a")
@@ -476,7 +476,7 @@ async def tree_of(store: Store, user_uuid: UUID, thread_id: str) -> dict[str, An
     chat = await store.get_chat_by_thread_id(user_uuid, thread_id)
     assert chat is not None
     messages = []
-    for node in await store.get_message_tree(chat.chat_uuid):
+    for node in await store.branches.get_message_tree(chat.chat_uuid):
         found = await store.get_message(node.message_uuid)
         assert found is not None
         messages.append(found)

@@ -459,7 +459,7 @@ async def test_a_chat_s_one_participant_is_its_user(store: Store) -> None:
 
     chat = await store.create_chat(ChatCreate(user_uuid=USER, thread_id="t"))
 
-    stored = await store.get_chat(chat.chat_uuid)
+    stored = await store.chats.get_chat(chat.chat_uuid)
     assert stored is not None and stored.participants == [participant_id(USER)]
 
 
@@ -627,7 +627,7 @@ async def test_renaming_never_loses_a_version_race_here(store: Store) -> None:
     )
 
     assert all(r is not None for r in renamed)  # none raised: each rename is one transaction
-    final = await store.get_chat(chat.chat_uuid)
+    final = await store.chats.get_chat(chat.chat_uuid)
     assert final is not None and final.name in {f"name {i}" for i in range(10)}
 
 

@@ -194,8 +194,10 @@ async def test_export_and_import_over_http_keep_every_branch_and_bytes(
     client: httpx.AsyncClient, store: Store, make_chat: MakeChat, add_message: AddMessage
 ) -> None:
     chat, (first, *_) = await _chat(make_chat, add_message)
-    await store.update_chat_metadata(chat.chat_uuid, {"icon": b"\x89PNG\x00\xff"})
-    await store.edit_message(first.message_uuid, MessageCreate(content="Hi", role=Role.USER))
+    await store.chats.update_chat_metadata(chat.chat_uuid, {"icon": b"\x89PNG\x00\xff"})
+    await store.branches.edit_message(
+        first.message_uuid, MessageCreate(content="Hi", role=Role.USER)
+    )
 
     document = (await client.get(f"/api/chats/{chat.chat_uuid}/export")).json()
     assert document["export_version"] == 3
@@ -203,7 +205,7 @@ async def test_export_and_import_over_http_keep_every_branch_and_bytes(
     imported = await client.post("/api/chats/import", json=document, params={"thread_id": "copy"})
 
     assert imported.status_code == 201, imported.text
-    copy = await store.get_chat(UUID(imported.json()["chat_uuid"]))
+    copy = await store.chats.get_chat(UUID(imported.json()["chat_uuid"]))
     assert copy is not None and copy.metadata == {"icon": b"\x89PNG\x00\xff"}
     page = await _page(client, copy)
     assert [item["content"] for item in page["items"]] == ["Hi"]
@@ -233,11 +235,11 @@ async def test_two_regenerates_at_once_each_answer_under_the_turn(
     for response in started:
         assert (await _follow(client, response))[-1] == "RUN_FINISHED"
 
-    tree = await store.get_message_tree(chat.chat_uuid)
+    tree = await store.branches.get_message_tree(chat.chat_uuid)
     for response in started:
         run = [node for node in tree if node.run_id == response.json()["run_id"]]
         assert run, "the run wrote its answer"
         parents = [node.parent_uuid for node in run]
         assert parents == [question.message_uuid, *(node.message_uuid for node in run[:-1])]
-    siblings = await store.get_siblings(chat.chat_uuid, answer.message_uuid)
+    siblings = await store.branches.get_siblings(chat.chat_uuid, answer.message_uuid)
     assert siblings.count == 3

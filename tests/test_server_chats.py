@@ -203,7 +203,7 @@ async def test_delete_removes_the_chat_and_its_messages(
 
     assert deleted.status_code == 204
     assert again.status_code == 404
-    assert await store.get_chat(chat.chat_uuid) is None
+    assert await store.chats.get_chat(chat.chat_uuid) is None
     assert (await client.get(f"/api/chats/{chat.chat_uuid}/messages")).status_code == 404
 
 

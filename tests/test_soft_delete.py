@@ -30,9 +30,9 @@ async def test_a_soft_deleted_chat_is_hidden_from_every_read(
     deleted = await store.delete_chat(chat.chat_uuid, soft=True)
 
     assert deleted is not None and deleted.chat_uuid == chat.chat_uuid
-    assert await store.get_chat(chat.chat_uuid) is None
+    assert await store.chats.get_chat(chat.chat_uuid) is None
     assert await store.get_chat_by_thread_id(chat.user_uuid, chat.thread_id) is None
-    listed = await store.list_chats(chat.user_uuid)
+    listed = await store.chats.list_chats(chat.user_uuid)
     assert [c.chat_uuid for c in listed.items] == [kept.chat_uuid]
     assert [c.chat_uuid for c in await store.get_all_chats()] == [kept.chat_uuid]
     assert await store.get_chat_messages(chat.chat_uuid) == []
@@ -53,15 +53,15 @@ async def test_a_restored_chat_comes_back_whole(
     assert await store.get_chat_messages(chat.chat_uuid)  # a cached history, on SQLite
     await store.delete_chat(chat.chat_uuid, soft=True)
 
-    stranger = await store.restore_chat(chat.chat_uuid, user_uuid=uuid4())
-    restored = await store.restore_chat(chat.chat_uuid, user_uuid=chat.user_uuid)
+    stranger = await store.chats.restore_chat(chat.chat_uuid, user_uuid=uuid4())
+    restored = await store.chats.restore_chat(chat.chat_uuid, user_uuid=chat.user_uuid)
 
     assert stranger is None
     assert restored is not None and restored.name == "Back"
-    assert await store.get_chat(chat.chat_uuid) == restored
+    assert await store.chats.get_chat(chat.chat_uuid) == restored
     history = await store.get_chat_messages(chat.chat_uuid)
     assert [m.content for m in history] == ["question", "answer"]
-    assert await store.restore_chat(chat.chat_uuid) is None  # it is no longer deleted
+    assert await store.chats.restore_chat(chat.chat_uuid) is None  # it is no longer deleted
 
 
 async def test_a_chat_cannot_be_restored_after_its_retention(
@@ -71,7 +71,7 @@ async def test_a_chat_cannot_be_restored_after_its_retention(
     await store.delete_chat(chat.chat_uuid, soft=True)
     store.deleted_retention = timedelta(0)
 
-    assert await store.restore_chat(chat.chat_uuid) is None
+    assert await store.chats.restore_chat(chat.chat_uuid) is None
 
 
 async def test_purge_deletes_for_good_only_chats_past_their_retention(
@@ -85,13 +85,13 @@ async def test_purge_deletes_for_good_only_chats_past_their_retention(
     cutoff = utcnow()
     await store.delete_chat(recent.chat_uuid, soft=True)
 
-    purged = await store.purge_deleted_chats(older_than=cutoff)
+    purged = await store.chats.purge_deleted_chats(older_than=cutoff)
 
     assert purged == 1
-    assert await store.restore_chat(old.chat_uuid) is None
-    assert await store.restore_chat(recent.chat_uuid) is not None
-    assert await store.get_chat(live.chat_uuid) is not None
-    assert await store.purge_deleted_chats(older_than=utcnow()) == 0
+    assert await store.chats.restore_chat(old.chat_uuid) is None
+    assert await store.chats.restore_chat(recent.chat_uuid) is not None
+    assert await store.chats.get_chat(live.chat_uuid) is not None
+    assert await store.chats.purge_deleted_chats(older_than=utcnow()) == 0
 
 
 async def test_hard_delete_stays_the_default_and_is_final(
@@ -105,8 +105,8 @@ async def test_hard_delete_stays_the_default_and_is_final(
     assert await store.delete_chat(soft_deleted.chat_uuid) is not None  # emptying the bin
 
     for gone in (chat, soft_deleted):
-        assert await store.restore_chat(gone.chat_uuid) is None
-        assert await store.get_chat(gone.chat_uuid) is None
+        assert await store.chats.restore_chat(gone.chat_uuid) is None
+        assert await store.chats.get_chat(gone.chat_uuid) is None
 
 
 async def test_a_soft_deleted_thread_is_free_for_a_new_chat(
@@ -127,7 +127,7 @@ async def test_a_soft_deleted_thread_is_free_for_a_new_chat(
     found = await store.get_chat_by_thread_id(chat.user_uuid, chat.thread_id)
     assert found is not None and found.chat_uuid == fresh.chat_uuid
     assert [m.content for m in await store.get_chat_messages(fresh.chat_uuid)] == ["new start"]
-    assert await store.restore_chat(chat.chat_uuid) is None  # the old one was purged
+    assert await store.chats.restore_chat(chat.chat_uuid) is None  # the old one was purged
 
 
 @pytest.fixture
@@ -192,7 +192,7 @@ def test_sweep_purges_chats_deleted_longer_ago_than_the_retention(tmp_path: Path
 
     async def restorable(chat_id: str) -> bool:
         async with await open_store(db) as store:
-            return await store.restore_chat(UUID(chat_id)) is not None
+            return await store.chats.restore_chat(UUID(chat_id)) is not None
 
     chat_id = asyncio.run(soft_deleted_chat())
     runner = CliRunner()

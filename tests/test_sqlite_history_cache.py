@@ -124,7 +124,7 @@ async def _edit_reasoning(store: SQLiteStore, chat: Chat) -> object:
 
 async def _switch_branch(store: SQLiteStore, chat: Chat) -> object:
     first = (await store.get_chat_messages(chat.chat_uuid))[0]
-    return await store.set_active_leaf(chat.chat_uuid, first.message_uuid)
+    return await store.branches.set_active_leaf(chat.chat_uuid, first.message_uuid)
 
 
 async def _finalize(store: SQLiteStore, chat: Chat) -> object:

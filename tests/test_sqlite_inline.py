@@ -54,7 +54,7 @@ async def test_small_calls_run_inline_and_are_committed_when_they_return(tmp_pat
             message = await store.create_message(MessageCreate(chat_uuid=chat_uuid, content="hi"))
             on_disk = stored_contents(path, chat_uuid)  # another connection sees it already
             found = await store.get_message(message.message_uuid)
-            chat = await store.get_chat(chat_uuid)
+            chat = await store.chats.get_chat(chat_uuid)
 
     assert hops == [0]
     assert on_disk == ["hi"]
@@ -68,7 +68,7 @@ async def test_inline_off_sends_every_call_to_the_thread(tmp_path: Path, query: 
         chat_uuid = await new_chat(store)
         with counting_hops(store) as hops:
             await store.create_message(MessageCreate(chat_uuid=chat_uuid, content="hi"))
-            await store.get_chat(chat_uuid)
+            await store.chats.get_chat(chat_uuid)
 
     assert store.inline is False
     assert hops == [2]

@@ -108,10 +108,10 @@ async def test_listing_a_users_chats_is_one_statement_with_200_or_2000_chats_sto
     for size, catalog in catalogs.items():
         async with sqlite_store(catalog.path) as store:
             user = catalog.users[-1]
-            page = await store.list_chats(user)
+            page = await store.chats.list_chats(user)
             assert len(page.items) == CHATS_PER_USER
             assert {chat.user_uuid for chat in page.items} == {user}
-            counts[size] = await count_statements(store, partial(store.list_chats, user))
+            counts[size] = await count_statements(store, partial(store.chats.list_chats, user))
 
     assert counts[200] == counts[2000] == 1
 

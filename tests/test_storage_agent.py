@@ -216,14 +216,14 @@ async def test_a_thread_whose_chat_appears_during_set_up_continues_that_chat(
 ) -> None:
     # Another run creates the thread's chat between this run's lookup and its write:
     # the one-write set-up stores nothing, and the run goes on in the other's chat.
-    opened = store.open_chat
+    opened = store.chats.open_chat
 
     async def racing(chat_data: Any, **kw: Any) -> Any:
         other = await store.create_chat(chat_data.model_copy(update={"chat_uuid": uuid4()}))
         await store.create_message(MessageCreate(chat_uuid=other.chat_uuid, agui_id="x1"))
         return await opened(chat_data, **kw)
 
-    monkeypatch.setattr(store, "open_chat", racing)
+    monkeypatch.setattr(store.chats, "open_chat", racing)
     await collect(
         make_agent(store, ScriptedAgent(full_turn())).run(run_input(messages=[user("u1")]))
     )
@@ -328,7 +328,7 @@ async def every_message(store: Any, thread_id: str = "thread-1") -> dict[str | N
     """Every message of the chat, on every branch, by AG-UI id."""
     chat = await chat_of(store, thread_id)
     found = {}
-    for node in await store.get_message_tree(chat.chat_uuid):
+    for node in await store.branches.get_message_tree(chat.chat_uuid):
         message = await store.get_message(node.message_uuid)
         found[message.agui_id] = message
     return found

@@ -79,7 +79,7 @@ async def test_a_batch_lands_in_order_as_its_calls_would(store: Store, make_chat
     (call,) = message.tool_calls
     assert (call.arguments, call.content, call.status) == ("{}", "result", MessageStatus.COMPLETE)
     assert [r.content for r in message.reasonings] == ["thinking"]
-    reloaded = await store.get_chat(chat.chat_uuid)
+    reloaded = await store.chats.get_chat(chat.chat_uuid)
     assert reloaded is not None and reloaded.state == {"step": 2}
 
 
@@ -150,7 +150,7 @@ async def test_an_unknown_write_is_refused_before_anything_is_written(
         )
 
     assert await store.get_chat_messages(chat.chat_uuid) == []
-    assert await store.get_chat(chat.chat_uuid) is not None
+    assert await store.chats.get_chat(chat.chat_uuid) is not None
 
 
 async def test_an_empty_batch_writes_nothing(store: Store) -> None:

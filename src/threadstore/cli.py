@@ -194,7 +194,7 @@ def _user(user: str | None) -> UUID | None:
 
 async def _resolve_chat(store: Store, ref: str, user: UUID | None) -> Chat:
     try:
-        chat = await store.get_chat(UUID(ref))
+        chat = await store.chats.get_chat(UUID(ref))
     except ValueError:
         chat = None
     if chat is not None and (user is None or chat.user_uuid == user):
@@ -554,7 +554,7 @@ def sweep(
             async with manager:
                 swept = await manager.sweep(stale_after)
             cutoff = utcnow() - timedelta(seconds=deleted_retention)
-            return swept, await store.purge_deleted_chats(older_than=cutoff)
+            return swept, await store.chats.purge_deleted_chats(older_than=cutoff)
 
     swept, purged = _run(work, db)
     out.print(f"[green]✓[/] finalized {swept} stale run(s)")
@@ -584,7 +584,7 @@ def chats_list(
     async def work() -> tuple[list[Chat], dict[UUID, Message], str | None]:
         async with _store(db) as store:
             # Without --user: every user's chats, still one page at a time.
-            page = await store.list_chats(
+            page = await store.chats.list_chats(
                 user_uuid, limit=limit, cursor=cursor, name_contains=search
             )
             chats, next_cursor = page.items, page.next_cursor

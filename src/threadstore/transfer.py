@@ -111,7 +111,7 @@ class ChatExport(BaseModel):
 
 async def export_chat(store: Store, chat: Chat) -> ChatExport:
     """Return the export document of ``chat``: every branch, the active one marked by the leaf."""
-    active = [message async for message in store.iter_chat_messages(chat.chat_uuid)]
+    active = [message async for message in store.messages.iter_chat_messages(chat.chat_uuid)]
     return await _export(store, chat, active)
 
 
@@ -129,17 +129,17 @@ async def export_chat_json(store: Store, chat: Chat) -> bytes:
 async def export_chat_json_pieces(store: Store, chat: Chat) -> AsyncIterator[bytes]:
     """:func:`export_chat_json` in pieces, once the document is read: what ``GET .../export``
     streams, so no step of it joins the whole text."""
-    active = list(await store.read_history(chat.chat_uuid))
+    active = list(await store.messages.read_history(chat.chat_uuid))
     return export_json_pieces(await _export(store, chat, active))
 
 
 async def _export(store: Store, chat: Chat, active: list[Message]) -> ChatExport:
     off_branch: list[UUID] = []
-    if not await store.is_linear(chat.chat_uuid):  # else every message is on the branch
+    if not await store.branches.is_linear(chat.chat_uuid):  # else every message is on the branch
         # By the uuids' ints, in steps: hashing 50,000 UUID objects at once holds the loop.
         on_branch: set[int] = set()
         await in_steps(active, lambda step: on_branch.update(m.message_uuid.int for m in step))
-        tree = await store.get_message_tree(chat.chat_uuid)
+        tree = await store.branches.get_message_tree(chat.chat_uuid)
         await in_steps(
             tree,
             lambda step: off_branch.extend(
@@ -240,7 +240,7 @@ async def import_chat(
                 parent = new_uuids.get(record.parent_uuid) if record.parent_uuid else None
                 data = message_create(record, chat.chat_uuid, parent)
                 if parent is None and record.message_uuid in roots:
-                    created = await store.create_root_message(data)
+                    created = await store.branches.create_root_message(data)
                 else:
                     created = await store.create_message(data)
                 new_uuids[record.message_uuid] = created.message_uuid
@@ -257,8 +257,8 @@ async def import_chat(
         if leaf is None:
             leaf = last  # a version 1 export: its last message ends the branch
         if leaf is not None:
-            await store.set_active_leaf(chat.chat_uuid, leaf)
-        imported = await store.get_chat(chat.chat_uuid)
+            await store.branches.set_active_leaf(chat.chat_uuid, leaf)
+        imported = await store.chats.get_chat(chat.chat_uuid)
     return imported or chat
 
 

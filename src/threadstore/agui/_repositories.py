@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol
+from typing import Any
 from uuid import UUID
 
 from threadstore.models import (
@@ -33,13 +33,9 @@ from threadstore.models import (
     Reasoning,
     ToolCall,
 )
-from threadstore.store import ChatRepositoryLike, MessageRepositoryLike
+from threadstore.store import ChatRepositoryLike, MessageRepositoryLike, Store
 
 __all__ = ["ChatRepository", "ChatSessionRegistry", "MessageRepository"]
-
-
-class _ChatsByUuid(Protocol):
-    async def get_chat(self, chat_uuid: UUID) -> Chat | None: ...
 
 
 class ChatSessionRegistry:
@@ -50,7 +46,7 @@ class ChatSessionRegistry:
     store on a miss, an indexed primary-key read, so every replica resolves every chat.
     """
 
-    def __init__(self, store: _ChatsByUuid, *, max_entries: int = 10_000) -> None:
+    def __init__(self, store: Store, *, max_entries: int = 10_000) -> None:
         self.store = store
         self._max_entries = max_entries
         self._cache: OrderedDict[UUID, str] = OrderedDict()
@@ -75,7 +71,7 @@ class ChatSessionRegistry:
         cached = self._cache.get(chat_uuid)
         if cached is not None:
             return cached
-        if await self.store.get_chat(chat_uuid) is None:
+        if await self.store.chats.get_chat(chat_uuid) is None:
             return None
         self.register(chat_uuid)
         return str(chat_uuid)

@@ -82,7 +82,9 @@ class StoreChatStore:
             else:
                 await self._check_owner(chat, record)
             # Kept with the store's history: a save compares and writes only what changed.
-            history = await self.store.read_history(chat.chat_uuid, TRANSLATION, HISTORY_INDEX)
+            history = await self.store.messages.read_history(
+                chat.chat_uuid, TRANSLATION, HISTORY_INDEX
+            )
             await self._write(chat, history, record)
 
     async def load_chat(self, chat_id: str) -> ChatRecord | None:
@@ -105,7 +107,7 @@ class StoreChatStore:
         chat = await self.store.get_chat_by_thread_id(self.user_uuid, chat_id)
         if chat is None:
             return None
-        history = await self.store.read_history(chat.chat_uuid, TRANSLATION, HISTORY_INDEX)
+        history = await self.store.messages.read_history(chat.chat_uuid, TRANSLATION, HISTORY_INDEX)
         updated = chat.updated_at
         return ChatRecord(
             chat_id=chat.thread_id,
@@ -129,7 +131,7 @@ class StoreChatStore:
         found: list[str] = []
         cursor: str | None = None
         while True:
-            page = await self.store.list_chats(
+            page = await self.store.chats.list_chats(
                 self.user_uuid,
                 limit=MAX_PAGE_SIZE,
                 cursor=cursor,
@@ -169,7 +171,7 @@ class StoreChatStore:
             return parent if isinstance(parent, str) else None
         if chat.forked_from_chat_uuid is None:
             return None
-        parent_chat = await self.store.get_chat(chat.forked_from_chat_uuid)
+        parent_chat = await self.store.chats.get_chat(chat.forked_from_chat_uuid)
         if parent_chat is None or parent_chat.user_uuid != self.user_uuid:
             return None
         return parent_chat.thread_id
@@ -182,7 +184,7 @@ class StoreChatStore:
             parent = await self.store.get_chat_by_thread_id(self.user_uuid, record.parent_id)
             if parent is not None:
                 # The fork point: the last message the record shares with the parent.
-                history = await self.store.read_history(
+                history = await self.store.messages.read_history(
                     parent.chat_uuid, TRANSLATION, HISTORY_INDEX
                 )
                 translation = history.derived(TRANSLATION)
@@ -255,12 +257,12 @@ class StoreChatStore:
             # Another first message starts a second root: the old history stays a branch.
             first = writes.pop(len(plan.results))
             assert isinstance(first, CreateMessage)
-            await self.store.create_root_message(first.data)
+            await self.store.branches.create_root_message(first.data)
         if writes:
             await self.store.apply_writes(writes)
         # Creating a message moves the active leaf to it; without one, move it back here.
         if not plan.records and parent is not None and parent != chat.active_leaf_uuid:
-            await self.store.set_active_leaf(chat.chat_uuid, parent)
+            await self.store.branches.set_active_leaf(chat.chat_uuid, parent)
 
 
 def _uuid_at(history: HistoryView, at: int) -> UUID:

@@ -27,7 +27,7 @@ async def load_history(
     them (:func:`~threadstore._steps.in_steps`): a worker thread would compete
     with the loop for the interpreter and cost a hop.
     """
-    history = await store.read_history(chat_uuid)
+    history = await store.messages.read_history(chat_uuid)
     out: list[_T] = []
     await in_steps(history, lambda piece: out.extend(convert(piece)))
     return out

@@ -120,7 +120,7 @@ class ThreadstoreSession:
                 if message.parent_uuid is None:
                     await self.store.delete_chat(chat_uuid)
                 else:
-                    await self.store.set_active_leaf(chat_uuid, message.parent_uuid)
+                    await self.store.branches.set_active_leaf(chat_uuid, message.parent_uuid)
                 items = session_items(message)
                 if items:
                     return items[-1]

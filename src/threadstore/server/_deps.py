@@ -64,7 +64,7 @@ CurrentUser = Annotated[UUID, Depends(current_user)]
 
 async def owned_chat(state: ServerState, user: UUID, chat_uuid: UUID) -> Chat:
     """Return the caller's chat; 404 when it does not exist or belongs to someone else."""
-    chat = await state.store.get_chat(chat_uuid)
+    chat = await state.store.chats.get_chat(chat_uuid)
     if chat is None or chat.user_uuid != user:
         # The same answer either way, so a caller cannot probe other users' chat ids.
         raise HTTPException(404, detail=f"chat {chat_uuid} not found")

@@ -389,7 +389,7 @@ async def _history(state: ServerState, chat: Chat | None) -> Sequence[Message]:
     changed since its last read), as a run reads it."""
     if chat is None:
         return []
-    return await state.store.read_history(chat.chat_uuid, TRANSLATION)
+    return await state.store.messages.read_history(chat.chat_uuid, TRANSLATION)
 
 
 def _live_run(state: ServerState, user: UUID, thread_id: str) -> RunHandle[Any] | None:

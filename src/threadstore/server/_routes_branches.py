@@ -79,7 +79,7 @@ async def switch_branch(
     Pass a sibling from a page's ``branches`` to show that version of the turn.
     """
     await owned_chat(state, user, chat_uuid)
-    return await state.store.switch_branch(chat_uuid, body.message_uuid)
+    return await state.store.branches.switch_branch(chat_uuid, body.message_uuid)
 
 
 async def _start_run(state: ServerState, user: UUID, chat: Chat, branch_from: UUID) -> str:
@@ -117,7 +117,7 @@ async def regenerate(
     ``message_uuid`` is the user message, or an answer to it (its user turn is used).
     """
     chat = await owned_chat(state, user, chat_uuid)
-    turn = await state.store.user_turn_of(chat_uuid, body.message_uuid)
+    turn = await state.store.branches.user_turn_of(chat_uuid, body.message_uuid)
     run_id = await _start_run(state, user, chat, turn)
     return BranchRun(thread_id=chat.thread_id, run_id=run_id)
 
@@ -144,7 +144,7 @@ async def edit(chat_uuid: UUID, body: EditRequest, state: AppState, user: Curren
     old = await _message_of(state, chat, body.message_uuid)
     if old.role != Role.USER:
         raise InvalidInputError(f"message {body.message_uuid} is not a user message")
-    created = await state.store.edit_message(
+    created = await state.store.branches.edit_message(
         body.message_uuid,
         MessageCreate(role=Role.USER, content=body.content, agui_id=f"user-{uuid4().hex}"),
     )
@@ -171,6 +171,6 @@ async def fork(chat_uuid: UUID, body: ForkRequest, state: AppState, user: Curren
     if body.thread_id is not None:
         check_id("thread_id", body.thread_id, state.limits)
     await owned_chat(state, user, chat_uuid)
-    return await state.store.fork_chat(
+    return await state.store.branches.fork_chat(
         chat_uuid, body.message_uuid, thread_id=body.thread_id, user_uuid=user
     )

@@ -143,7 +143,7 @@ async def list_all_chats(
 async def _chat_list(
     state: AppState, user: UUID | None, limit: int, cursor: str | None, q: str | None
 ) -> ChatList:
-    page = await state.store.list_chats(user, limit=limit, cursor=cursor, name_contains=q)
+    page = await state.store.chats.list_chats(user, limit=limit, cursor=cursor, name_contains=q)
     last = await state.store.get_last_messages([chat.chat_uuid for chat in page.items])
     items = [
         ChatSummary.model_validate({**chat.model_dump(), "last_message": last.get(chat.chat_uuid)})
@@ -222,7 +222,7 @@ async def list_messages(
     await owned_chat(state, user, chat_uuid)
     page = await _message_page(state.store, chat_uuid, query)
     if page.items:
-        points = await state.store.get_branch_points(
+        points = await state.store.branches.get_branch_points(
             chat_uuid, [message.message_uuid for message in page.items]
         )
         page.branches = {
@@ -369,7 +369,7 @@ async def delete_chat(
 )
 async def restore_chat(chat_uuid: UUID, state: AppState, user: CurrentUser) -> Chat:
     """Bring back a chat soft-deleted within the store's retention, as it was."""
-    chat = await state.store.restore_chat(chat_uuid, user_uuid=user)
+    chat = await state.store.chats.restore_chat(chat_uuid, user_uuid=user)
     if chat is None:
         raise HTTPException(
             404,

@@ -95,7 +95,7 @@ class RunGate:
         if chat is None:
             return None
         # One read: this run id's record, if any, and the chat's running runs.
-        runs = await state.store.get_running_runs(chat.chat_uuid, with_run=run_id)
+        runs = await state.store.runs.get_running_runs(chat.chat_uuid, with_run=run_id)
         fresh_since = utcnow() - timedelta(seconds=self.fresh_within)
         run = next((run for run in runs if run.run_id == run_id), None)
         if run is not None:

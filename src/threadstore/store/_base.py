@@ -30,20 +30,19 @@ of a backend leaves such chats, and their messages, out.
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, ClassVar, Literal, Protocol, Self, runtime_checkable
-from uuid import UUID, uuid4
+from uuid import UUID
 
 from threadstore._steps import off_loop
-from threadstore.errors import ConflictError, InvalidInputError, NotFoundError
+from threadstore.errors import InvalidInputError, NotFoundError
 from threadstore.models import (
     Chat,
     ChatCreate,
-    ChatPage,
     Message,
     MessageCreate,
     MessageReasoningCreate,
@@ -58,17 +57,7 @@ from threadstore.models import (
     ToolCall,
     utcnow,
 )
-from threadstore.store._copies import copy_message
-from threadstore.store._cursor import decode_chat_cursor, encode_chat_cursor
-from threadstore.store._history import (
-    STEP_MESSAGES,
-    Derivation,
-    HistoryCache,
-    HistoryView,
-    KeptHistory,
-    extended,
-    kept_history,
-)
+from threadstore.store._history import HistoryCache
 from threadstore.store._records import Codecs
 from threadstore.store._run_events import RunEventLog
 from threadstore.store.ops import (
@@ -82,13 +71,10 @@ from threadstore.store.ops import (
     FinalizeRunRecords,
     FinishRun,
     HeartbeatRuns,
-    MakeRoot,
     Op,
     RenameChat,
-    SetActiveLeaf,
     SetDeletedAt,
     StartRun,
-    UpdateChatMetadata,
     UpdateChatState,
     UpdateMessage,
     UpdateReasoning,
@@ -427,39 +413,6 @@ class Siblings:
         return len(self.siblings)
 
 
-def _siblings_in(tree: Sequence[TreeNode], wanted: set[UUID]) -> dict[UUID, Siblings]:
-    """Where each wanted message stands among the messages sharing its parent."""
-    by_parent: dict[UUID | None, list[UUID]] = {}
-    parents: dict[UUID, UUID | None] = {}
-    for node in tree:  # by seq: creation order
-        by_parent.setdefault(node.parent_uuid, []).append(node.message_uuid)
-        parents[node.message_uuid] = node.parent_uuid
-    found: dict[UUID, Siblings] = {}
-    for uuid in wanted:
-        if uuid in parents:
-            group = tuple(by_parent[parents[uuid]])
-            found[uuid] = Siblings(group.index(uuid), group)
-    return found
-
-
-def _newest_leaf_under(tree: Sequence[TreeNode], top: UUID) -> UUID:
-    """The most recently created message without children in ``top``'s subtree."""
-    children: dict[UUID | None, list[UUID]] = {}
-    seq: dict[UUID, int] = {}
-    for node in tree:
-        children.setdefault(node.parent_uuid, []).append(node.message_uuid)
-        seq[node.message_uuid] = node.seq
-    leaves, stack = [], [top]
-    while stack:
-        current = stack.pop()
-        below = children.get(current)
-        if below:
-            stack.extend(below)
-        else:
-            leaves.append(current)
-    return max(leaves, key=seq.__getitem__)
-
-
 def _given(**values: Any) -> list[tuple[str, Any]]:
     return [(name, value) for name, value in values.items() if value is not None]
 
@@ -499,6 +452,17 @@ class Store(abc.ABC):
         self.tool_call_model = tool_call_model
         self.reasoning_model = reasoning_model
         self.codecs = Codecs(chat_model, message_model, tool_call_model, reasoning_model)
+        # The groups are built on this module's primitives (a cycle kept to run time).
+        from threadstore.store._groups import Branches, Chats, Messages, Runs
+
+        self.chats = Chats(self)
+        """Chats by concern: find, list, open with a run, state, metadata, restore, purge."""
+        self.messages = Messages(self)
+        """Messages by concern: the kept history (``read_history``) and pages of a branch."""
+        self.runs = Runs(self)
+        """Runs by concern: those running, and the records a run left in progress."""
+        self.branches = Branches(self)
+        """A chat as a tree: regenerate, edit-and-resend, versions of a turn, forks."""
 
     # --- lifecycle -----------------------------------------------------------------
 
@@ -567,49 +531,6 @@ class Store(abc.ABC):
         chat: Chat = await self._apply_one(CreateChat(chat_data))
         return chat
 
-    async def open_chat(
-        self,
-        chat_data: ChatCreate,
-        *,
-        run: Run | None = None,
-        messages: Sequence[MessageCreate] = (),
-    ) -> tuple[Chat, list[Message]]:
-        """Create a chat with its first run and messages in one write; what was stored.
-
-        A run's set-up on a new thread (the storage agent's): the chat, the run
-        record (``run.chat_uuid`` is set to the chat's) and the messages, each under
-        the one before, all or nothing. The chat comes back as created (its active
-        leaf and ``updated_at`` as before the messages), the messages as stored.
-        Unlike :meth:`create_chat` it is not idempotent: when the (user, thread) chat
-        exists already, nothing is written and ``ConflictError`` says so (create or
-        look up that chat instead).
-        """
-        require_chat_identity(chat_data)
-        chat_uuid = chat_data.chat_uuid
-        batch: list[Op] = [CreateChat(chat_data)]
-        if run is not None:
-            batch.append(StartRun(run.model_copy(update={"chat_uuid": chat_uuid})))
-        batch += [
-            CreateMessage(message.model_copy(update={"chat_uuid": chat_uuid}))
-            for message in messages
-        ]
-        try:
-            results = await self._apply(batch)
-        except NotFoundError:
-            # The (user, thread) chat was there: its create returned it and the run or
-            # messages meant for ours found no chat of ours, so nothing was written.
-            results = None
-        if results is None or results[0].chat_uuid != chat_uuid:
-            raise ConflictError(
-                f"thread {chat_data.thread_id!r} of user {chat_data.user_uuid} has a chat already"
-            )
-        return results[0], results[len(batch) - len(messages) :]
-
-    async def get_chat(self, chat_uuid: UUID) -> Chat | None:
-        """Return a chat by uuid, or ``None``."""
-        chats = await self._select_chats(ChatFilter(chat_uuid=chat_uuid))
-        return chats[0] if chats else None
-
     async def get_chat_by_thread_id(self, user_uuid: UUID, thread_id: str) -> Chat | None:
         """Return the chat for a (user, thread_id) pair, or ``None``."""
         chats = await self._select_chats(ChatFilter(user_uuid, thread_id=thread_id))
@@ -626,40 +547,6 @@ class Store(abc.ABC):
         """
         return await self._select_chats(ChatFilter(user_uuid, name_contains=name_contains or None))
 
-    async def list_chats(
-        self,
-        user_uuid: UUID | None,
-        *,
-        limit: int | None = None,
-        cursor: str | None = None,
-        tenant_id: str | None = None,
-        app_id: str | None = None,
-        name_contains: str | None = None,
-    ) -> ChatPage:
-        """Return one page of a user's chats, newest activity first, with a cursor to the next.
-
-        ``user_uuid=None`` pages through every user's chats (an admin read).
-        ``name_contains`` keeps only chats whose name contains that text, ignoring case
-        (SQLite folds the case of ASCII letters only).
-        """
-        size = check_limit(limit)
-        assert size is not None
-        after = None if cursor is None else decode_chat_cursor(cursor)
-        # One more than the page: whether it exists says whether there is a next page.
-        chats = await self._select_chats(
-            ChatFilter(
-                user_uuid,
-                tenant_id=tenant_id,
-                app_id=app_id,
-                after=after,
-                limit=size + 1,
-                name_contains=name_contains or None,
-            )
-        )
-        items = list(chats[:size])
-        next_cursor = encode_chat_cursor(items[-1]) if len(chats) > size else None
-        return ChatPage(items=items, next_cursor=next_cursor)
-
     @abc.abstractmethod
     async def _select_chats(self, where: ChatFilter) -> Sequence[Chat]:
         """Primitive: the chats ``where`` wants, by (updated_at, chat_uuid) descending."""
@@ -672,16 +559,6 @@ class Store(abc.ABC):
     async def update_chat_state(self, chat_uuid: UUID, state: Any) -> Chat | None:
         """Replace the chat's latest AG-UI state; ``None`` when it is unknown."""
         chat: Chat | None = await self._apply_one(UpdateChatState(chat_uuid, state))
-        return chat
-
-    async def update_chat_metadata(self, chat_uuid: UUID, metadata: dict[str, Any]) -> Chat | None:
-        """Replace the chat's metadata whole; ``None`` when it is unknown."""
-        chat: Chat | None = await self._apply_one(UpdateChatMetadata(chat_uuid, dict(metadata)))
-        return chat
-
-    async def set_active_leaf(self, chat_uuid: UUID, message_uuid: UUID) -> Chat | None:
-        """Make ``message_uuid`` (a message of this chat) the end of the active branch."""
-        chat: Chat | None = await self._apply_one(SetActiveLeaf(chat_uuid, message_uuid))
         return chat
 
     async def delete_chat(self, chat_uuid: UUID, *, soft: bool = False) -> Chat | None:
@@ -706,30 +583,6 @@ class Store(abc.ABC):
         if self.history_cache is not None:
             self.history_cache.discard(chat_uuid)
         return chat
-
-    async def restore_chat(self, chat_uuid: UUID, *, user_uuid: UUID | None = None) -> Chat | None:
-        """Undo a soft delete made within :attr:`deleted_retention`; ``None`` when none is.
-
-        ``user_uuid``: only if the chat is that user's.
-        """
-        since = utcnow() - self.deleted_retention
-        where = ChatFilter(user_uuid, chat_uuid=chat_uuid, deleted=True, deleted_after=since)
-        return await self._set_deleted_at(where, None)
-
-    async def purge_deleted_chats(self, older_than: datetime | None = None) -> int:
-        """Hard-delete the chats soft-deleted before ``older_than``; return how many.
-
-        ``older_than`` defaults to :attr:`deleted_retention` ago.
-        """
-        cutoff = utcnow() - self.deleted_retention if older_than is None else older_than
-        expired = await self._select_chats(ChatFilter(deleted=True, deleted_before=cutoff))
-        purged = 0
-        for chat in expired:
-            if await self._delete_chat(chat.chat_uuid) is not None:
-                purged += 1
-        return purged
-
-    # --- messages --------------------------------------------------------------------
 
     async def create_message(self, message_data: MessageCreate) -> Message:
         """Persist a new message; ``ValueError`` if ``chat_uuid`` is missing or unknown."""
@@ -809,82 +662,9 @@ class Store(abc.ABC):
         # version may belong to writes that are never committed.
         if not page.whole or self.history_cache is None or self._in_transaction():
             return await self._select_branch(chat_uuid, page, None)
-        view = await self.read_history(chat_uuid)
+        view = await self.messages.read_history(chat_uuid)
         # New models of every message: a long history's are built off the event loop.
         return await off_loop(view, view.__getitem__, slice(None))
-
-    async def read_history(self, chat_uuid: UUID, *derivations: Derivation[Any]) -> HistoryView:
-        """The chat's whole active branch, oldest first, and what is derived from it.
-
-        What a run replays. With a history cache, a repeated read costs one indexed
-        lookup and a read after appends reads only the rows written since the last read
-        (see ``store/_history.py``); a chat that does not exist reads as empty. Each of
-        ``derivations`` is kept with the history and grown with it: ``view.derived(d)``.
-        """
-        cache = self.history_cache
-        if cache is None:
-            return await self._read_whole(chat_uuid, derivations)
-        inside = self._in_transaction()
-        for _ in range(2):
-            # The version is read before the rows: a write committed in between makes
-            # the history newer than its tag, never older, so it is read again next time.
-            version = await self._history_version(chat_uuid)
-            if version is None:
-                if not inside:
-                    cache.discard(chat_uuid)
-                return (await kept_history(None, list, [], derivations)).view()
-            kept = cache.entry(chat_uuid)
-            if kept is not None and kept.version == version:
-                # Inside a transaction too: this version was committed as it is kept.
-                cache.hits += 1
-                return await self._with_derivations(chat_uuid, kept, derivations)
-            if inside:
-                # What this transaction reads may never be committed: nothing is kept.
-                return await self._read_whole(chat_uuid, derivations)
-            if kept is not None:
-                since = kept.version
-                changed = await self._select_changed(chat_uuid, since, version)
-                if kept.version != since:
-                    continue  # another read moved it meanwhile: start again from it
-                if changed is not None and len(changed[0]) < STEP_MESSAGES:
-                    entries, leaf = changed
-                    pairs = list(zip(entries, self._build_entries(entries), strict=True))
-                    grown = extended(kept, version, pairs, leaf)
-                    if grown is not None:
-                        cache.extensions += 1
-                        cache.keep(chat_uuid, grown)
-                        return await self._with_derivations(chat_uuid, grown, derivations)
-            break
-        cache.misses += 1
-        entries = await self._select_entries(chat_uuid, version)
-        built = await kept_history(version, self._build_entries, entries, derivations)
-        cache.keep(chat_uuid, built)
-        return built.view()
-
-    async def _read_whole(
-        self, chat_uuid: UUID, derivations: Sequence[Derivation[Any]]
-    ) -> HistoryView:
-        """The whole active branch, read now and kept by nobody."""
-        messages = await self._select_branch(chat_uuid, BranchPage(), None)
-        return (await kept_history(None, list, messages, derivations)).view()
-
-    async def _with_derivations(
-        self, chat_uuid: UUID, kept: KeptHistory, derivations: Sequence[Derivation[Any]]
-    ) -> HistoryView:
-        """``kept``'s view, once it holds ``derivations`` (the missing ones built now)."""
-        if all(d in kept.derived for d in derivations):
-            return kept.view()
-        grown = await kept_history(
-            kept.version,
-            kept.build,
-            kept.entries,
-            derivations,
-            derived=kept.derived,
-            positions=kept.positions,
-        )
-        if self.history_cache is not None and self.history_cache.entry(chat_uuid) is kept:
-            kept.derived = grown.derived  # the same entries: what was added serves it too
-        return grown.view()
 
     async def _select_changed(
         self, chat_uuid: UUID, since: Hashable, version: Hashable
@@ -970,167 +750,12 @@ class Store(abc.ABC):
         parents = {node.parent_uuid for node in tree if node.message_uuid in wanted}
         return [node for node in tree if node.parent_uuid in parents]
 
-    async def get_message_tree(self, chat_uuid: UUID) -> list[TreeNode]:
-        """Every message of the chat (every branch) without content, oldest first."""
-        return await self._select_tree(chat_uuid)
-
-    async def is_linear(self, chat_uuid: UUID) -> bool:
-        """True when the chat is known never to have branched: its messages are one line.
-
-        Every message is then on the active branch, and nothing needs the tree to find
-        others. ``False`` says only that it may have branched (a backend that does not
-        track it always answers ``False``).
-        """
-        return await self._never_branched(chat_uuid)
-
     async def _never_branched(self, chat_uuid: UUID) -> bool:
         """Read: whether the chat is known never to have branched (see :meth:`is_linear`).
 
         Optional: this default does not know.
         """
         return False
-
-    async def create_root_message(self, message_data: MessageCreate) -> Message:
-        """Create a message with no parent, whatever the active leaf: a new first message.
-
-        This is how the first message of a chat is edited: the new version is a second
-        root, and the active branch starts from it. ``parent_uuid`` must not be given.
-        """
-        if message_data.parent_uuid is not None:
-            raise InvalidInputError("a root message has no parent_uuid")
-        async with self.transaction():
-            created = await self.create_message(message_data)
-            if created.parent_uuid is not None:
-                assert created.chat_uuid is not None
-                await self._apply_one(MakeRoot(created.chat_uuid, created.message_uuid))
-        return created.model_copy(update={"parent_uuid": None})
-
-    async def get_siblings(self, chat_uuid: UUID, message_uuid: UUID) -> Siblings:
-        """The versions of ``message_uuid``'s turn: the messages sharing its parent."""
-        found = _siblings_in(await self._select_tree(chat_uuid), {message_uuid})
-        if message_uuid not in found:
-            raise NotFoundError(f"message {message_uuid} is not in chat {chat_uuid}")
-        return found[message_uuid]
-
-    async def get_branch_points(
-        self, chat_uuid: UUID, message_uuids: Sequence[UUID]
-    ) -> dict[UUID, Siblings]:
-        """For each given message that has siblings, where it stands among them (one read)."""
-        if not message_uuids:
-            return {}
-        nodes = await self._select_siblings(chat_uuid, message_uuids)
-        found = _siblings_in(nodes, set(message_uuids))
-        return {uuid: place for uuid, place in found.items() if place.count > 1}
-
-    async def switch_branch(self, chat_uuid: UUID, message_uuid: UUID) -> Chat:
-        """Make the branch through ``message_uuid`` active: its newest leaf becomes the leaf.
-
-        Switching to a sibling shows that version of the turn and everything after it.
-        """
-        tree = await self._select_tree(chat_uuid)
-        if not any(node.message_uuid == message_uuid for node in tree):
-            raise NotFoundError(f"message {message_uuid} is not in chat {chat_uuid}")
-        chat = await self.set_active_leaf(chat_uuid, _newest_leaf_under(tree, message_uuid))
-        if chat is None:
-            raise NotFoundError(f"chat {chat_uuid} does not exist")
-        return chat
-
-    async def branch_for_regenerate(self, chat_uuid: UUID, message_uuid: UUID) -> UUID:
-        """Move the active leaf to the user turn of ``message_uuid`` and return that turn.
-
-        ``message_uuid`` is a user message or a message answering one; the next message
-        appended (the new answer) is then a sibling of the answers before it.
-        """
-        turn = await self.user_turn_of(chat_uuid, message_uuid)
-        await self.set_active_leaf(chat_uuid, turn)
-        return turn
-
-    async def user_turn_of(self, chat_uuid: UUID, message_uuid: UUID) -> UUID:
-        """The user message ``message_uuid`` is (or answers): what a regenerate answers again."""
-        tree = {node.message_uuid: node for node in await self._select_tree(chat_uuid)}
-        node = tree.get(message_uuid)
-        if node is None:
-            raise NotFoundError(f"message {message_uuid} is not in chat {chat_uuid}")
-        while node.role != "user":
-            if node.parent_uuid is None:
-                raise InvalidInputError(f"message {message_uuid} answers no user message")
-            node = tree[node.parent_uuid]
-        return node.message_uuid
-
-    async def edit_message(self, message_uuid: UUID, message_data: MessageCreate) -> Message:
-        """Create ``message_data`` as a new version of the user message ``message_uuid``.
-
-        The new message is its sibling (a new root when it is the first message) and
-        becomes the active leaf; the old version and everything after it stay as a branch.
-        """
-        old = await self.get_message(message_uuid)
-        if old is None:
-            raise NotFoundError(f"message {message_uuid} does not exist")
-        if old.role != "user":
-            raise InvalidInputError(
-                f"message {message_uuid} is a {old.role} message, not a user one"
-            )
-        data = message_data.model_copy(
-            update={"chat_uuid": old.chat_uuid, "parent_uuid": old.parent_uuid}
-        )
-        if old.parent_uuid is None:
-            return await self.create_root_message(data)
-        return await self.create_message(data)
-
-    async def fork_chat(
-        self,
-        chat_uuid: UUID,
-        at_message_uuid: UUID,
-        *,
-        thread_id: str | None = None,
-        user_uuid: UUID | None = None,
-    ) -> Chat:
-        """A new chat holding a copy of the branch from the root to ``at_message_uuid``.
-
-        The copy has fresh uuids (the two chats never share rows, so either can be
-        deleted alone) and records its lineage in ``forked_from_chat_uuid`` and
-        ``forked_from_message_uuid``. It belongs to ``user_uuid`` (default: the
-        source's owner) under ``thread_id`` (default: a new one).
-        """
-        source = await self.get_chat(chat_uuid)
-        if source is None:
-            raise NotFoundError(f"chat {chat_uuid} does not exist")
-        tree = {node.message_uuid: node for node in await self._select_tree(chat_uuid)}
-        if at_message_uuid not in tree:
-            raise NotFoundError(f"message {at_message_uuid} is not in chat {chat_uuid}")
-        path: list[UUID] = []
-        current: UUID | None = at_message_uuid
-        while current is not None:
-            path.append(current)
-            current = tree[current].parent_uuid
-        path.reverse()
-        async with self.transaction():
-            owner = user_uuid or source.user_uuid
-            thread = thread_id or f"fork-{uuid4()}"
-            if await self.get_chat_by_thread_id(owner, thread) is not None:
-                raise ConflictError(f"a chat with thread id {thread!r} already exists")
-            fork = await self.create_chat(
-                ChatCreate(
-                    user_uuid=owner,
-                    thread_id=thread,
-                    name=source.name,
-                    tenant_id=source.tenant_id,
-                    app_id=source.app_id,
-                    forked_from_chat_uuid=chat_uuid,
-                    forked_from_message_uuid=at_message_uuid,
-                    state=source.state,
-                    metadata=source.metadata,
-                )
-            )
-            parent: UUID | None = None
-            for uuid in path:
-                message = await self.get_message(uuid)
-                assert message is not None
-                parent = await copy_message(self, message, fork.chat_uuid, parent)
-            found = await self.get_chat(fork.chat_uuid)
-        return found or fork
-
-    # --- runs --------------------------------------------------------------------------
 
     async def start_run(self, run: Run) -> Run:
         """Record a run as running (idempotent by (chat, run_id))."""
@@ -1157,17 +782,6 @@ class Store(abc.ABC):
     async def get_stale_runs(self, older_than: datetime) -> Sequence[Run]:
         """Return running runs whose heartbeat is older than ``older_than``."""
         return await self._select_runs(RunFilter(stale_before=older_than))
-
-    async def get_running_runs(
-        self, chat_uuid: UUID, *, with_run: str | None = None
-    ) -> Sequence[Run]:
-        """Return the chat's runs recorded running, whatever their heartbeat (oldest first).
-
-        With ``with_run``, also the chat's run of that id whatever its status, in the
-        same read (what a run's start checks: is this id taken, is the chat busy).
-        Reads that chat's runs only, however many run elsewhere in the store.
-        """
-        return await self._select_runs(RunFilter(chat_uuid, with_run, running=True))
 
     @abc.abstractmethod
     async def _select_runs(self, where: RunFilter) -> list[Run]:
@@ -1198,16 +812,3 @@ class Store(abc.ABC):
                 raise NotFoundError("MessageCreate.chat_uuid is required")
         if writes:
             await self._apply(writes, returning=False, background=True)
-
-    async def iter_chat_messages(
-        self, chat_uuid: UUID, *, page_size: int = 500
-    ) -> AsyncIterator[Message]:
-        """Yield the whole active branch oldest first, one page at a time."""
-        after: int | None = None
-        while True:
-            page = await self.get_chat_messages(chat_uuid, after=after, limit=page_size)
-            for message in page:
-                yield message
-            if len(page) < page_size:
-                return
-            after = page[-1].seq

@@ -71,7 +71,7 @@ async def copy_message(
     """
     data = message_create(message, chat_uuid, parent_uuid)
     if parent_uuid is None:
-        created = await store.create_root_message(data)
+        created = await store.branches.create_root_message(data)
     else:
         created = await store.create_message(data)
     children: list[ToolCall | Reasoning] = [*message.tool_calls, *message.reasonings]

@@ -168,10 +168,10 @@ class StoreStorage(RunStorage):
         self.store = store
 
     async def history(self, chat: Chat, *derivations: Derivation[Any]) -> Sequence[Message]:
-        return await self.store.read_history(chat.chat_uuid, *derivations)
+        return await self.store.messages.read_history(chat.chat_uuid, *derivations)
 
     async def tree(self, chat_uuid: UUID) -> Sequence[TreeNode]:
-        return await self.store.get_message_tree(chat_uuid)
+        return await self.store.branches.get_message_tree(chat_uuid)
 
     async def open_chat(
         self, chat: ChatCreate, run: Run | None, messages: Sequence[MessageCreate]
@@ -181,12 +181,12 @@ class StoreStorage(RunStorage):
         if self.run_repo not in (None, self.store):
             return None
         try:
-            return await self.store.open_chat(chat, run=run, messages=messages)
+            return await self.store.chats.open_chat(chat, run=run, messages=messages)
         except ConflictError:
             return None  # another run created the thread's chat meanwhile
 
     async def set_active_leaf(self, chat_uuid: UUID, message_uuid: UUID) -> None:
-        await self.store.set_active_leaf(chat_uuid, message_uuid)
+        await self.store.branches.set_active_leaf(chat_uuid, message_uuid)
 
     async def write(self, writes: Sequence[Write]) -> None:
         if any(isinstance(w, FinishRun) for w in writes) and self.run_repo is not self.store:

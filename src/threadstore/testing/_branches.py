@@ -36,12 +36,12 @@ async def _three_branches(
     chat = await make_chat()
     q1 = await add_message(chat, "Hi", role=Role.USER)
     a1 = await add_message(chat, "Hello!", role=Role.ASSISTANT)
-    q2 = await store.edit_message(
+    q2 = await store.branches.edit_message(
         q1.message_uuid, MessageCreate(content="Hi there", role=Role.USER)
     )
     answers = [await add_message(chat, "Answer 1", role=Role.ASSISTANT)]
     for text in ("Answer 2", "Answer 3"):
-        turn = await store.branch_for_regenerate(chat.chat_uuid, answers[-1].message_uuid)
+        turn = await store.branches.branch_for_regenerate(chat.chat_uuid, answers[-1].message_uuid)
         assert turn == q2.message_uuid
         answers.append(await add_message(chat, text, role=Role.ASSISTANT))
     return {"chat": chat, "q1": q1, "a1": a1, "q2": q2, "answers": answers}
@@ -54,16 +54,16 @@ async def test_editing_the_first_message_starts_a_second_root(
     first = await add_message(chat, "Hi", role=Role.USER)
     await add_message(chat, "Hello!", role=Role.ASSISTANT)
 
-    edited = await store.edit_message(
+    edited = await store.branches.edit_message(
         first.message_uuid, MessageCreate(content="Hi there", role=Role.USER)
     )
 
     assert edited.parent_uuid is None
     assert await _contents(store, chat.chat_uuid) == ["Hi there"]
-    siblings = await store.get_siblings(chat.chat_uuid, edited.message_uuid)
+    siblings = await store.branches.get_siblings(chat.chat_uuid, edited.message_uuid)
     assert (siblings.index, siblings.siblings) == (1, (first.message_uuid, edited.message_uuid))
     # The old version and its answer are still there, one switch away.
-    await store.switch_branch(chat.chat_uuid, first.message_uuid)
+    await store.branches.switch_branch(chat.chat_uuid, first.message_uuid)
     assert await _contents(store, chat.chat_uuid) == ["Hi", "Hello!"]
 
 
@@ -74,7 +74,7 @@ async def test_edit_regenerate_twice_and_switch_between_three_branches(
     chat_uuid, answers = tree["chat"].chat_uuid, tree["answers"]
 
     assert await _contents(store, chat_uuid) == ["Hi there", "Answer 3"]
-    points = await store.get_branch_points(
+    points = await store.branches.get_branch_points(
         chat_uuid, [tree["q2"].message_uuid, answers[2].message_uuid]
     )
     assert points[answers[2].message_uuid].siblings == tuple(a.message_uuid for a in answers)
@@ -82,13 +82,13 @@ async def test_edit_regenerate_twice_and_switch_between_three_branches(
     assert points[tree["q2"].message_uuid].count == 2
 
     for index, answer in enumerate(answers):
-        chat = await store.switch_branch(chat_uuid, answer.message_uuid)
+        chat = await store.branches.switch_branch(chat_uuid, answer.message_uuid)
         assert chat.active_leaf_uuid == answer.message_uuid
         assert await _contents(store, chat_uuid) == ["Hi there", f"Answer {index + 1}"]
     # Switching to a turn shows its newest continuation.
-    await store.switch_branch(chat_uuid, tree["q2"].message_uuid)
+    await store.branches.switch_branch(chat_uuid, tree["q2"].message_uuid)
     assert await _contents(store, chat_uuid) == ["Hi there", "Answer 3"]
-    await store.switch_branch(chat_uuid, tree["q1"].message_uuid)
+    await store.branches.switch_branch(chat_uuid, tree["q1"].message_uuid)
     assert await _contents(store, chat_uuid) == ["Hi", "Hello!"]
 
 
@@ -103,16 +103,18 @@ async def test_a_chat_that_branched_is_never_linear(
         questions[chat.chat_uuid] = await add_message(chat, "Hi", role=Role.USER)
         await add_message(chat, "Hello!", role=Role.ASSISTANT)
     turn = questions[regenerated.chat_uuid].message_uuid
-    await store.branch_for_regenerate(regenerated.chat_uuid, turn)
+    await store.branches.branch_for_regenerate(regenerated.chat_uuid, turn)
     await add_message(regenerated, "Hello again", role=Role.ASSISTANT)
-    await store.edit_message(
+    await store.branches.edit_message(
         questions[edited.chat_uuid].message_uuid, MessageCreate(content="Hey", role=Role.USER)
     )
-    await store.set_active_leaf(switched.chat_uuid, questions[switched.chat_uuid].message_uuid)
+    await store.branches.set_active_leaf(
+        switched.chat_uuid, questions[switched.chat_uuid].message_uuid
+    )
 
     for chat in (regenerated, edited, switched):
-        assert not await store.is_linear(chat.chat_uuid)
-    assert not await store.is_linear(uuid.uuid4())
+        assert not await store.branches.is_linear(chat.chat_uuid)
+    assert not await store.branches.is_linear(uuid.uuid4())
 
 
 async def test_a_message_without_siblings_is_no_branch_point(
@@ -121,8 +123,8 @@ async def test_a_message_without_siblings_is_no_branch_point(
     chat = await make_chat()
     only = await add_message(chat, "Hi", role=Role.USER)
 
-    assert await store.get_branch_points(chat.chat_uuid, [only.message_uuid]) == {}
-    siblings = await store.get_siblings(chat.chat_uuid, only.message_uuid)
+    assert await store.branches.get_branch_points(chat.chat_uuid, [only.message_uuid]) == {}
+    siblings = await store.branches.get_siblings(chat.chat_uuid, only.message_uuid)
     assert (siblings.index, siblings.count) == (0, 1)
 
 
@@ -133,9 +135,9 @@ async def test_branch_points_of_any_messages_agree_with_the_whole_tree(
     chat_uuid = tree["chat"].chat_uuid
     # A later turn under the newest answer, and a fourth answer on the first branch.
     await add_message(tree["chat"], "And then?", role=Role.USER)
-    await store.branch_for_regenerate(chat_uuid, tree["a1"].message_uuid)
+    await store.branches.branch_for_regenerate(chat_uuid, tree["a1"].message_uuid)
     await add_message(tree["chat"], "Hello again!", role=Role.ASSISTANT)
-    nodes = await store.get_message_tree(chat_uuid)
+    nodes = await store.branches.get_message_tree(chat_uuid)
     groups: dict[uuid.UUID | None, list[uuid.UUID]] = {}
     for node in nodes:
         groups.setdefault(node.parent_uuid, []).append(node.message_uuid)
@@ -147,7 +149,7 @@ async def test_branch_points_of_any_messages_agree_with_the_whole_tree(
     every = [node.message_uuid for node in nodes]
 
     for wanted in (every, every[:2], every[-2:], [every[3]], []):
-        points = await store.get_branch_points(chat_uuid, wanted)
+        points = await store.branches.get_branch_points(chat_uuid, wanted)
         assert {u: p.siblings for u, p in points.items()} == {
             u: expected[u] for u in wanted if u in expected
         }
@@ -163,7 +165,9 @@ async def test_fork_copies_the_prefix_into_a_new_chat_with_its_lineage(
         MessageToolCallCreate(message_uuid=answers[1].message_uuid, tool_call_id="c1", name="f")
     )
 
-    fork = await store.fork_chat(source.chat_uuid, answers[1].message_uuid, thread_id="forked")
+    fork = await store.branches.fork_chat(
+        source.chat_uuid, answers[1].message_uuid, thread_id="forked"
+    )
 
     assert fork.chat_uuid != source.chat_uuid and fork.thread_id == "forked"
     assert fork.user_uuid == source.user_uuid
@@ -188,15 +192,15 @@ async def test_branch_operations_refuse_foreign_and_unsuitable_messages(
     elsewhere = await add_message(other, "x", role=Role.USER)
 
     with pytest.raises(NotFoundError):
-        await store.switch_branch(chat.chat_uuid, elsewhere.message_uuid)
+        await store.branches.switch_branch(chat.chat_uuid, elsewhere.message_uuid)
     with pytest.raises(NotFoundError):
-        await store.fork_chat(chat.chat_uuid, elsewhere.message_uuid)
+        await store.branches.fork_chat(chat.chat_uuid, elsewhere.message_uuid)
     with pytest.raises(NotFoundError):
-        await store.get_siblings(chat.chat_uuid, elsewhere.message_uuid)
+        await store.branches.get_siblings(chat.chat_uuid, elsewhere.message_uuid)
     with pytest.raises(InvalidInputError):
-        await store.edit_message(answer.message_uuid, MessageCreate(content="no"))
+        await store.branches.edit_message(answer.message_uuid, MessageCreate(content="no"))
     with pytest.raises(InvalidInputError):
-        await store.create_root_message(
+        await store.branches.create_root_message(
             MessageCreate(chat_uuid=chat.chat_uuid, parent_uuid=question.message_uuid)
         )
     assert await _contents(store, chat.chat_uuid) == ["Hi", "Hello"]
@@ -205,12 +209,12 @@ async def test_branch_operations_refuse_foreign_and_unsuitable_messages(
 async def test_update_chat_metadata_replaces_it_whole(store: Store, make_chat: MakeChat) -> None:
     chat = await make_chat(metadata={"a": 1, "b": 2})
 
-    updated = await store.update_chat_metadata(chat.chat_uuid, {"b": 3, "blob": NOT_UTF8})
+    updated = await store.chats.update_chat_metadata(chat.chat_uuid, {"b": 3, "blob": NOT_UTF8})
 
     assert updated is not None and updated.metadata == {"b": 3, "blob": NOT_UTF8}
-    stored = await store.get_chat(chat.chat_uuid)
+    stored = await store.chats.get_chat(chat.chat_uuid)
     assert stored is not None and stored.metadata == {"b": 3, "blob": NOT_UTF8}
-    assert await store.update_chat_metadata(uuid.uuid4(), {}) is None
+    assert await store.chats.update_chat_metadata(uuid.uuid4(), {}) is None
 
 
 async def test_bytes_anywhere_in_json_fields_read_back_as_bytes(
@@ -239,7 +243,7 @@ async def test_bytes_anywhere_in_json_fields_read_back_as_bytes(
     )
     await store.update_chat_state(chat.chat_uuid, {"snapshot": NOT_UTF8, "x": look_alike})
 
-    stored_chat = await store.get_chat(chat.chat_uuid)
+    stored_chat = await store.chats.get_chat(chat.chat_uuid)
     assert stored_chat is not None
     assert stored_chat.metadata == {"icon": NOT_UTF8}
     assert stored_chat.state == {"snapshot": NOT_UTF8, "x": look_alike}
@@ -256,15 +260,15 @@ async def test_export_then_import_reproduces_every_branch_and_the_lineage(
 
     tree = await _three_branches(store, make_chat, add_message)
     answers = tree["answers"]
-    fork = await store.fork_chat(tree["chat"].chat_uuid, answers[1].message_uuid)
-    await store.switch_branch(fork.chat_uuid, fork.active_leaf_uuid or uuid.uuid4())
+    fork = await store.branches.fork_chat(tree["chat"].chat_uuid, answers[1].message_uuid)
+    await store.branches.switch_branch(fork.chat_uuid, fork.active_leaf_uuid or uuid.uuid4())
     await add_message(fork, "Follow-up", role=Role.USER, metadata={"blob": NOT_UTF8})
-    await store.switch_branch(tree["chat"].chat_uuid, answers[0].message_uuid)
+    await store.branches.switch_branch(tree["chat"].chat_uuid, answers[0].message_uuid)
     other = await open_test_store()
     owner = uuid.uuid4()
 
     for source in (tree["chat"], fork):
-        chat = await store.get_chat(source.chat_uuid)
+        chat = await store.chats.get_chat(source.chat_uuid)
         assert chat is not None
         text = (await export_chat(store, chat)).model_dump_json()
         imported = await import_chat(other, ChatExport.model_validate_json(text), user_uuid=owner)
@@ -281,15 +285,15 @@ async def test_export_then_import_reproduces_every_branch_and_the_lineage(
     imported_chat = await other.get_chat_by_thread_id(owner, tree["chat"].thread_id)
     assert imported_chat is not None
     (_, answer) = await other.get_chat_messages(imported_chat.chat_uuid)
-    siblings = await other.get_siblings(imported_chat.chat_uuid, answer.message_uuid)
+    siblings = await other.branches.get_siblings(imported_chat.chat_uuid, answer.message_uuid)
     assert (siblings.index, siblings.count) == (0, 3)
-    await other.switch_branch(imported_chat.chat_uuid, siblings.siblings[2])
+    await other.branches.switch_branch(imported_chat.chat_uuid, siblings.siblings[2])
     assert await _contents(other, imported_chat.chat_uuid) == ["Hi there", "Answer 3"]
 
 
 async def _shape(store: Store, chat_uuid: uuid.UUID) -> list[tuple[str | None, str | None]]:
     """(content, parent's content) of every message, in creation order."""
-    nodes = await store.get_message_tree(chat_uuid)
+    nodes = await store.branches.get_message_tree(chat_uuid)
     content = {}
     for node in nodes:
         message = await store.get_message(node.message_uuid)

@@ -129,7 +129,7 @@ async def test_same_thread_id_for_two_users_creates_two_chats(repo: Repository) 
 
 async def test_get_chat_of_unknown_uuid_returns_none(store: Store, make_chat: MakeChat) -> None:
     await make_chat()
-    assert await store.get_chat(uuid.uuid4()) is None
+    assert await store.chats.get_chat(uuid.uuid4()) is None
 
 
 async def test_get_chat_by_thread_id_finds_only_the_owners_chat(
@@ -163,7 +163,7 @@ async def test_list_chats_never_includes_another_users_chats(
     alices = [await make_chat(alice) for _ in range(3)]
     await make_chat(bob)
 
-    page = await store.list_chats(alice)
+    page = await store.chats.list_chats(alice)
 
     assert {c.chat_uuid for c in page.items} == {c.chat_uuid for c in alices}
     assert all(c.user_uuid == alice for c in page.items)
@@ -176,9 +176,9 @@ async def test_list_chats_filters_by_tenant_and_app(store: Store, make_chat: Mak
     acme_cli = await make_chat(user, tenant_id="acme", app_id="cli")
     other = await make_chat(user, tenant_id="other", app_id="web")
 
-    by_tenant = await store.list_chats(user, tenant_id="acme")
-    by_app = await store.list_chats(user, app_id="web")
-    by_both = await store.list_chats(user, tenant_id="acme", app_id="cli")
+    by_tenant = await store.chats.list_chats(user, tenant_id="acme")
+    by_app = await store.chats.list_chats(user, app_id="web")
+    by_both = await store.chats.list_chats(user, tenant_id="acme", app_id="cli")
 
     assert {c.chat_uuid for c in by_tenant.items} == {acme_web.chat_uuid, acme_cli.chat_uuid}
     assert {c.chat_uuid for c in by_app.items} == {acme_web.chat_uuid, other.chat_uuid}
@@ -194,7 +194,7 @@ async def test_chats_are_listed_newest_first(store: Store, make_chat: MakeChat) 
     newest_first = [c.chat_uuid for c in reversed(created)]
 
     assert [c.chat_uuid for c in await store.get_all_chats(user)] == newest_first
-    assert [c.chat_uuid for c in (await store.list_chats(user)).items] == newest_first
+    assert [c.chat_uuid for c in (await store.chats.list_chats(user)).items] == newest_first
 
 
 async def test_appending_a_message_moves_its_chat_to_the_front(
@@ -207,7 +207,7 @@ async def test_appending_a_message_moves_its_chat_to_the_front(
 
     expected = [oldest.chat_uuid, newest.chat_uuid, middle.chat_uuid]
     assert [c.chat_uuid for c in await store.get_all_chats(user)] == expected
-    assert [c.chat_uuid for c in (await store.list_chats(user)).items] == expected
+    assert [c.chat_uuid for c in (await store.chats.list_chats(user)).items] == expected
 
 
 @pytest.mark.parametrize("page_size", [1, 2, 7])
@@ -223,7 +223,7 @@ async def test_list_chats_cursor_visits_every_chat_exactly_once(
     seen: list[uuid.UUID] = []
     cursor: str | None = None
     for _ in range(expected_pages):
-        page = await store.list_chats(user, limit=page_size, cursor=cursor)
+        page = await store.chats.list_chats(user, limit=page_size, cursor=cursor)
         assert 0 < len(page.items) <= page_size
         seen.extend(c.chat_uuid for c in page.items)
         cursor = page.next_cursor
@@ -241,14 +241,14 @@ async def test_list_chats_default_page_holds_a_small_listing(
     for _ in range(3):
         await make_chat(user)
 
-    page = await store.list_chats(user)
+    page = await store.chats.list_chats(user)
 
     assert len(page.items) == 3
     assert page.next_cursor is None
 
 
 async def test_list_chats_of_a_user_without_chats_is_empty(store: Store) -> None:
-    page = await store.list_chats(uuid.uuid4())
+    page = await store.chats.list_chats(uuid.uuid4())
     assert page.items == []
     assert page.next_cursor is None
 
@@ -256,7 +256,7 @@ async def test_list_chats_of_a_user_without_chats_is_empty(store: Store) -> None
 @pytest.mark.parametrize("limit", [0, -1, MAX_PAGE_SIZE + 1])
 async def test_list_chats_rejects_an_invalid_limit(store: Store, limit: int) -> None:
     with pytest.raises(InvalidInputError):
-        await store.list_chats(uuid.uuid4(), limit=limit)
+        await store.chats.list_chats(uuid.uuid4(), limit=limit)
 
 
 @pytest.mark.parametrize(
@@ -274,7 +274,7 @@ async def test_list_chats_rejects_an_invalid_cursor(
     user = uuid.uuid4()
     await make_chat(user)
     with pytest.raises(ValueError):
-        await store.list_chats(user, cursor=cursor)
+        await store.chats.list_chats(user, cursor=cursor)
 
 
 # --- rename and state ------------------------------------------------------------------------
@@ -312,7 +312,7 @@ async def test_update_chat_state_replaces_the_state(
     updated = await store.update_chat_state(chat.chat_uuid, state)
 
     assert updated is not None and updated.state == state
-    stored = await store.get_chat(chat.chat_uuid)
+    stored = await store.chats.get_chat(chat.chat_uuid)
     assert stored is not None and stored.state == state
 
 
@@ -447,10 +447,10 @@ async def test_set_active_leaf_rejects_a_message_of_another_chat(
     foreign = await add_message(other, "foreign")
 
     with pytest.raises(ValueError):
-        await store.set_active_leaf(chat.chat_uuid, foreign.message_uuid)
+        await store.branches.set_active_leaf(chat.chat_uuid, foreign.message_uuid)
     with pytest.raises(NotFoundError):
-        await store.set_active_leaf(chat.chat_uuid, uuid.uuid4())
-    stored = await store.get_chat(chat.chat_uuid)
+        await store.branches.set_active_leaf(chat.chat_uuid, uuid.uuid4())
+    stored = await store.chats.get_chat(chat.chat_uuid)
     assert stored is not None and stored.active_leaf_uuid == mine.message_uuid
 
 
@@ -482,7 +482,7 @@ async def test_a_chat_subclass_keeps_its_own_fields(open_test_store: OpenStore) 
 
     assert isinstance(created, TeamChat)
     assert (created.team, created.avatar) == ("core", avatar)
-    stored = await store.get_chat(created.chat_uuid)
+    stored = await store.chats.get_chat(created.chat_uuid)
     assert isinstance(stored, TeamChat)
     assert (stored.team, stored.avatar) == ("core", avatar)
     renamed = await store.update_chat_name(created.chat_uuid, "renamed")

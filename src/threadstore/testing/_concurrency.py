@@ -172,14 +172,14 @@ async def test_an_exception_inside_a_transaction_rolls_back_every_write(
             await store.update_message(kept.message_uuid, MessageUpdate(content="changed"))
             await store.update_chat_name(existing.chat_uuid, "after")
             await store.update_chat_state(existing.chat_uuid, {"v": 2})
-            await store.set_active_leaf(existing.chat_uuid, kept.message_uuid)
+            await store.branches.set_active_leaf(existing.chat_uuid, kept.message_uuid)
             await store.start_run(Run(chat_uuid=new.chat_uuid, thread_id="new", run_id="run-1"))
             await store.delete_chat(doomed.chat_uuid)
             raise raised
 
     assert caught.value is raised
     assert await snapshot(store) == before
-    assert await store.get_chat(new.chat_uuid) is None
+    assert await store.chats.get_chat(new.chat_uuid) is None
     assert await store.get_message(added.message_uuid) is None
 
 

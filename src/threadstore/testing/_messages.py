@@ -734,7 +734,7 @@ async def test_walking_pages_with_after_returns_every_message_once(
 
     assert seen == [str(i) for i in range(7)]
     iterated: list[str] = []
-    async for message in store.iter_chat_messages(chat.chat_uuid, page_size=2):
+    async for message in store.messages.iter_chat_messages(chat.chat_uuid, page_size=2):
         iterated.append(message.content)
         if len(iterated) > len(seen):
             break
@@ -814,7 +814,7 @@ async def test_set_active_leaf_switches_the_branch_the_history_follows(
     old_leaf = await add_message(chat, "a2")
     new_leaf = await add_message(chat, "b1", parent_uuid=root.message_uuid)
 
-    switched = await store.set_active_leaf(chat.chat_uuid, old_leaf.message_uuid)
+    switched = await store.branches.set_active_leaf(chat.chat_uuid, old_leaf.message_uuid)
 
     assert switched is not None and switched.active_leaf_uuid == old_leaf.message_uuid
     assert contents(await store.get_chat_messages(chat.chat_uuid)) == ["root", "a1", "a2"]
@@ -822,7 +822,7 @@ async def test_set_active_leaf_switches_the_branch_the_history_follows(
     appended = await add_message(chat, "a3")
     assert appended.parent_uuid == old_leaf.message_uuid
 
-    await store.set_active_leaf(chat.chat_uuid, new_leaf.message_uuid)
+    await store.branches.set_active_leaf(chat.chat_uuid, new_leaf.message_uuid)
     assert contents(await store.get_chat_messages(chat.chat_uuid)) == ["root", "b1"]
 
 
@@ -833,7 +833,7 @@ async def test_set_active_leaf_to_an_inner_message_shortens_the_history(
     first = await add_message(chat, "1")
     await add_message(chat, "2")
 
-    await store.set_active_leaf(chat.chat_uuid, first.message_uuid)
+    await store.branches.set_active_leaf(chat.chat_uuid, first.message_uuid)
 
     assert contents(await store.get_chat_messages(chat.chat_uuid)) == ["1"]
 

@@ -220,21 +220,21 @@ async def test_running_runs_of_a_chat_are_its_own_whatever_their_heartbeat(
     await store.start_run(run_of(chat, "branch", owner="me", exclusive=False))
     await store.start_run(run_of(other, "elsewhere", owner="me"))
 
-    running = await store.get_running_runs(chat.chat_uuid)
+    running = await store.runs.get_running_runs(chat.chat_uuid)
 
     assert [r.run_id for r in running] == ["stale", "branch"]  # oldest heartbeat first
     assert all(r.status == RunStatus.RUNNING for r in running)
-    assert list(await store.get_running_runs(uuid.uuid4())) == []
+    assert list(await store.runs.get_running_runs(uuid.uuid4())) == []
     # With a run id: that run of the chat too, whatever its status, in the same read.
-    with_done = await store.get_running_runs(chat.chat_uuid, with_run="done")
+    with_done = await store.runs.get_running_runs(chat.chat_uuid, with_run="done")
     assert {(r.run_id, r.status) for r in with_done} == {
         ("done", RunStatus.COMPLETE),
         ("stale", RunStatus.RUNNING),
         ("branch", RunStatus.RUNNING),
     }
-    with_running = await store.get_running_runs(chat.chat_uuid, with_run="branch")
+    with_running = await store.runs.get_running_runs(chat.chat_uuid, with_run="branch")
     assert [r.run_id for r in with_running] == ["stale", "branch"]
-    with_other = await store.get_running_runs(chat.chat_uuid, with_run="elsewhere")
+    with_other = await store.runs.get_running_runs(chat.chat_uuid, with_run="elsewhere")
     assert [r.run_id for r in with_other] == ["stale", "branch"]  # another chat's run
 
 
@@ -341,7 +341,7 @@ async def test_open_chat_stores_the_chat_its_run_and_its_messages_as_one_chain(
     store: Store,
 ) -> None:
     user = uuid.uuid4()
-    chat, messages = await store.open_chat(
+    chat, messages = await store.chats.open_chat(
         ChatCreate(user_uuid=user, thread_id="t-open", name="First question"),
         run=Run(chat_uuid=uuid.uuid4(), thread_id="t-open", run_id="r1", owner="host:1:abc"),
         messages=[
@@ -379,8 +379,8 @@ async def test_open_chat_on_a_thread_that_has_a_chat_writes_nothing(
         ),
     ):
         with pytest.raises(ConflictError, match="has a chat already"):
-            await store.open_chat(create, run=run, messages=messages)
+            await store.chats.open_chat(create, run=run, messages=messages)
 
-    assert await store.get_chat(create.chat_uuid) is None
+    assert await store.chats.get_chat(create.chat_uuid) is None
     assert await store.get_run(existing.chat_uuid, "r1") is None
     assert await store.get_chat_messages(existing.chat_uuid) == []

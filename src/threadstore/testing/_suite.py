@@ -75,7 +75,7 @@ async def stored_chat(repo: Repository, chat: Chat) -> Chat | None:
     if found is not None and found.chat_uuid != chat.chat_uuid:
         found = None  # the thread was deleted and started again as another chat
     if isinstance(repo, Store):
-        assert await repo.get_chat(chat.chat_uuid) == found
+        assert await repo.chats.get_chat(chat.chat_uuid) == found
     return found
 
 

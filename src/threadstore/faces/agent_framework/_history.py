@@ -180,7 +180,7 @@ class ThreadstoreHistoryProvider(HistoryProvider):
         chat = await self.get_chat(session_id, state)
         if chat is None:
             return []
-        history = await self.store.read_history(chat.chat_uuid, _READINGS)
+        history = await self.store.messages.read_history(chat.chat_uuid, _READINGS)
         readings = history.derived(_READINGS)
         answered: set[str] = set()  # carried from piece to piece of a long history
         out: list[AFMessage] = []
