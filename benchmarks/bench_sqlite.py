@@ -140,7 +140,7 @@ class Threadstore:
         self.store = await open_store(f"sqlite:///{path}{self.query}", **self.options)
         assert isinstance(self.store, SQLiteStore)
         for pragma in extra_pragmas:
-            await self.store.thread.call(sqlite3.Connection.execute, pragma)
+            await self.store.executor.thread.call(sqlite3.Connection.execute, pragma)
         chat = await self.store.create_chat(
             ChatCreate(user_uuid=uuid.uuid4(), thread_id="bench", name="bench")
         )
@@ -418,7 +418,7 @@ async def wal_pages(root: Path, turns: Sequence[Turn]) -> dict[str, float]:
         await racer.open(path, extra_pragmas=("PRAGMA wal_autocheckpoint = 0",))
         store = getattr(racer, "store", None)
         if isinstance(store, SQLiteStore):
-            store.checkpoint_every_writes = 0  # the inline path's own checkpoints too
+            store.executor.checkpoint_every_writes = 0  # the inline path's own checkpoints too
         try:
             await racer.append(turns[:1])
             probe = sqlite3.connect(path)

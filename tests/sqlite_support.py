@@ -43,8 +43,8 @@ async def sqlite_store(path: Path, query: str = "") -> AsyncIterator[SQLiteStore
 def counting_hops(store: SQLiteStore) -> Iterator[list[int]]:
     """Count the calls the store makes to its database threads (writer and reader) in the block."""
     hops = [0]
-    before = store.thread.calls + store.reader.calls
+    before = store.executor.thread.calls + store.executor.reader.calls
     try:
         yield hops
     finally:
-        hops[0] = store.thread.calls + store.reader.calls - before
+        hops[0] = store.executor.thread.calls + store.executor.reader.calls - before

@@ -133,9 +133,10 @@ class RowCounter:
         self.statements = self.rows = 0
         # The backends' own statement helpers, wrapped on this one instance.
         sqlite = isinstance(store, SQLiteStore)
-        names = ("_fetch", "_run") if sqlite else ("_fetch_on", "_fetch_planned")
+        target: Any = store.executor if isinstance(store, SQLiteStore) else store
+        names = ("fetch", "run") if sqlite else ("_fetch_on", "_fetch_planned")
         for name in names:
-            setattr(store, name, self._counting(getattr(store, name), name == "_run"))
+            setattr(target, name, self._counting(getattr(target, name), name == "run"))
 
     def _counting(self, method: Callable[..., Awaitable[Any]], batch: bool) -> Any:
         async def counted(*args: Any, **kwargs: Any) -> Any:

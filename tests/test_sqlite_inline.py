@@ -70,7 +70,7 @@ async def test_inline_off_sends_every_call_to_the_thread(tmp_path: Path, query: 
             await store.create_message(MessageCreate(chat_uuid=chat_uuid, content="hi"))
             await store.chats.get_chat(chat_uuid)
 
-    assert store.inline is False
+    assert store.executor.inline is False
     assert hops == [2]
 
 
@@ -102,7 +102,7 @@ async def test_a_write_meeting_another_process_lock_waits_for_it(tmp_path: Path)
     async with sqlite_store(path) as store:
         chat_uuid = await new_chat(store)
         # Called on the thread that runs a statement, as the statement starts.
-        await store.thread.call(
+        await store.executor.thread.call(
             lambda conn: conn.set_trace_callback(lambda _: loop.call_soon_threadsafe(running.set))
         )
         other = sqlite3.connect(path, isolation_level=None)
@@ -202,11 +202,11 @@ async def test_a_loop_of_inline_calls_lets_other_tasks_run(tmp_path: Path) -> No
 async def wal_after_writes(path: Path, writes: int, every: int) -> tuple[int, int]:
     """(checkpoints run, WAL file bytes) after ``writes`` inline appends to a new chat."""
     async with sqlite_store(path) as store:
-        store.checkpoint_every_writes = every
+        store.executor.checkpoint_every_writes = every
         chat_uuid = await new_chat(store)
         for index in range(writes):
             await store.create_message(MessageCreate(chat_uuid=chat_uuid, content=f"{index:>500}"))
-        checkpoints = store.checkpoints
+        checkpoints = store.executor.checkpoints
         wal_bytes = Path(f"{path}-wal").stat().st_size  # closing the store removes it
     assert len(stored_contents(path, chat_uuid)) == writes
     return checkpoints, wal_bytes

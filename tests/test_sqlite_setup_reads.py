@@ -39,7 +39,7 @@ async def _hold_transaction(
         inside.set()
         # Ends as soon as anything waits for the lock: a read that queued fails the
         # test by its order instead of hanging it.
-        while not release.is_set() and store.writer_lock.waiting == 0:
+        while not release.is_set() and store.executor.lock.waiting == 0:
             await asyncio.sleep(0)
 
 
@@ -72,7 +72,7 @@ async def test_reads_complete_while_another_task_holds_a_transaction_open(tmp_pa
     # The reads see the last commit, not the open transaction's write.
     assert [m.content for m in history] == ["hi"]
     assert message is not None and run is not None
-    assert store.reader.calls >= 1 and hops[0] >= 1
+    assert store.executor.reader.calls >= 1 and hops[0] >= 1
 
 
 async def test_a_queued_write_goes_before_queued_flushes(tmp_path: Path) -> None:
@@ -89,7 +89,7 @@ async def test_a_queued_write_goes_before_queued_flushes(tmp_path: Path) -> None
             )
             for n in range(3)
         ]
-        await until(lambda: len(store.write_queue) >= 3, "the three flushes queue")
+        await until(lambda: len(store.executor.write_queue) >= 3, "the three flushes queue")
         setup = asyncio.ensure_future(
             store.create_message(MessageCreate(chat_uuid=chat.chat_uuid, content="set-up"))
         )
@@ -105,7 +105,7 @@ async def test_a_queued_write_goes_before_queued_flushes(tmp_path: Path) -> None
         "flush 2",
     ]
     # They waited together, so they committed together, the set-up write first.
-    assert store.write_queue.groups == 1
+    assert store.executor.write_queue.groups == 1
 
 
 async def test_the_writer_lock_serves_foreground_turns_first_and_survives_cancels() -> None:
@@ -174,7 +174,7 @@ async def test_a_small_write_goes_ahead_of_flushes_inline_but_not_of_a_transacti
 ) -> None:
     async with sqlite_store(tmp_path / "ahead.db") as store:
         chat = await store.create_chat(ChatCreate(user_uuid=uuid4(), thread_id="t"))
-        lock = store.writer_lock
+        lock = store.executor.lock
         holding, release = asyncio.Event(), asyncio.Event()
 
         async def hold(background: bool) -> None:

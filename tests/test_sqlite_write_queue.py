@@ -25,10 +25,10 @@ async def _hold_the_writer(store: SQLiteStore, until_queued: int) -> asyncio.Fut
 
     async def hold() -> None:
         async with store.transaction():
-            await until(lambda: len(store.write_queue) >= until_queued, "the writes queue")
+            await until(lambda: len(store.executor.write_queue) >= until_queued, "the writes queue")
 
     holder = asyncio.ensure_future(hold())
-    await until(lambda: not store.writer_lock.idle, "the transaction holds the writer")
+    await until(lambda: not store.executor.lock.idle, "the transaction holds the writer")
     return holder
 
 
@@ -42,14 +42,14 @@ async def test_writes_queued_behind_a_transaction_commit_in_one_trip(tmp_path: P
             )
             for n in range(20)
         ]
-        await until(lambda: len(store.write_queue) >= 20, "twenty writes queue")
+        await until(lambda: len(store.executor.write_queue) >= 20, "twenty writes queue")
         with counting_hops(store) as hops:
             await holder
             stored = await asyncio.gather(*writes)
         history = await store.get_chat_messages(chat.chat_uuid)
 
     # The transaction's COMMIT, then one trip for the 20 writes.
-    assert hops[0] == 2 and store.write_queue.groups == 1
+    assert hops[0] == 2 and store.executor.write_queue.groups == 1
     assert [m.content for m in stored] == [f"m{n}" for n in range(20)]
     # Each under the one before, in the order they asked.
     assert [m.content for m in history] == [f"m{n}" for n in range(20)]
@@ -83,7 +83,7 @@ async def test_a_write_that_fails_in_a_group_fails_alone(tmp_path: Path) -> None
         history = await store.get_chat_messages(chat.chat_uuid)
         refused_run = await store.get_run(chat.chat_uuid, "r1")
 
-    assert store.write_queue.groups == 1
+    assert store.executor.write_queue.groups == 1
     assert isinstance(outcomes[1], RunLiveError) and outcomes[1].live_run_id == "r0"
     assert isinstance(outcomes[2], NotFoundError)
     assert [m.content for m in history] == ["before", "after"]
@@ -100,7 +100,7 @@ async def test_a_write_whose_caller_gave_up_before_it_ran_is_not_written(tmp_pat
             )
             for text in ("kept", "dropped")
         ]
-        await until(lambda: len(store.write_queue) >= 2, "two writes queue")
+        await until(lambda: len(store.executor.write_queue) >= 2, "two writes queue")
         writes[1].cancel()
         await holder
         await asyncio.gather(*writes, return_exceptions=True)

@@ -1,77 +1,33 @@
-"""The SQLite backend (the embedded default), on sqlite3 and its database threads.
+"""The SQLite backend (the embedded default): statements for every primitive of the Store.
 
-The writer connection lives on the store's database thread, in WAL mode with foreign
-keys on. A transaction holds the store's writer lock for its whole body, so no other
-task's statement can land in the middle of it. Writes that wait for the writer are
-committed together, each atomic on its own, the flushes a storage agent runs in the
-background (``apply_writes``) after every other write (``_sqlite_writes.py``), so a new
-run's set-up never waits for the flushes of the runs already streaming. Several
-processes may share one file: SQLite serializes their writers and ``busy_timeout``
-makes them wait instead of failing.
-
-Reads never take the writer lock: WAL lets readers run beside the writer, so a
-query outside the caller's own transaction runs on a reader connection (its own
-thread), or inline when it reads one record, and sees what was committed when it
-started. Inside a transaction a read goes to the transaction's connection.
-
-Small calls run inline. A round trip to the database thread costs more than a small
-write itself (on a 2-core VM 100 to 180 µs against about 60), so a write of at most
-:data:`INLINE_MAX_STATEMENTS` statements and :data:`INLINE_MAX_BYTES` of text runs
-on the event loop's thread on a second connection when no other task of the store
-holds or waits for the writer lock (or, a foreground write, when only flushes do); so
-does a lookup of one record, at any time. That connection never waits:
-``busy_timeout`` is 0 on it, so a write that meets a lock (another process's, or a
-flush the thread is running) goes to the thread and waits there instead. It never
-checkpoints during a commit: every :data:`CHECKPOINT_EVERY_WRITES` inline writes a
-checkpoint runs on the thread, holding the writer lock as SQLite's automatic
-checkpoint would. Each inline call yields to the event loop once before returning, so
-a loop of them cannot starve other tasks. ``inline=False`` (or ``?inline=off`` in the
-URL) sends every statement to a thread (reads to the reader's).
+What SQL each read and write is, built here; how it runs (the database threads, the
+writer lock, writes committed together, small calls on the event loop's thread) is the
+executor's (``store/_sqlite_executor.py``), chosen when the store opens. Several
+processes may share one file.
 """
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import json
-import logging
 import secrets
-import sqlite3
-import threading
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Any
-from urllib.parse import parse_qs
 from uuid import UUID
 
 from threadstore import models
 from threadstore._steps import consume, off_loop
-from threadstore.errors import (
-    ConfigurationError,
-    ConflictError,
-    MigrationError,
-    NotFoundError,
-    RunLiveError,
-)
+from threadstore.errors import ConflictError, RunLiveError
+from threadstore.store import _sqlite_sql as queries
 from threadstore.store import ops
 from threadstore.store._base import BranchPage, ChatFilter, MessageKey, RunFilter, Store, TreeNode
 from threadstore.store._history import DEFAULT_HISTORY_CACHE_MESSAGES, HistoryCache
-from threadstore.store._records import WriterLock, split_update
+from threadstore.store._records import split_update
 from threadstore.store._rows import EntryLoader, RowLoader, attach_rows
 from threadstore.store._sql import (
     CHAT_FIELD_ENCODERS,
-    CHAT_INSERT,
-    JSON_ENCODERS,
-    MESSAGE_INSERT,
-    REASONING_INSERT,
-    RUN_INSERT,
-    TOOL_CALL_INSERT,
     UPDATABLE,
-    Encoder,
-    InsertColumns,
-    InsertPlans,
-    Kind,
     Plan,
     branch_page,
     chat_values,
@@ -82,241 +38,37 @@ from threadstore.store._sql import (
     record_values,
     update_value,
 )
+from threadstore.store._sqlite_executor import (
+    BUSY_TIMEOUT_MS,
+    CHECKPOINT_EVERY_WRITES,
+    INLINE_MAX_BYTES,
+    INLINE_MAX_STATEMENTS,
+    SQLiteExecutor,
+    sqlite_options,
+    sqlite_path,
+)
 from threadstore.store._sqlite_schema import (
     CHAT_COLUMNS,
     MESSAGE_COLUMNS,
-    MIGRATIONS,
     REASONING_COLUMNS,
     RUN_COLUMNS,
     TOOL_CALL_COLUMNS,
 )
-from threadstore.store._sqlite_thread import DatabaseThread
-from threadstore.store._sqlite_writes import Statement, WriteQueue, run_statements
+from threadstore.store._sqlite_sql import key_param, ts
+from threadstore.store._sqlite_writes import Statement
 
-__all__ = ["SQLiteStore", "sqlite_options", "sqlite_path"]
-
-BUSY_TIMEOUT_MS = 10_000
-"""How long a writer waits for another process's write lock before failing."""
-
-INLINE_MAX_STATEMENTS = 4
-"""The most statements a write may have and still run inline on the event loop."""
-
-INLINE_MAX_BYTES = 64 * 1024
-"""The most characters or bytes of text and blob parameters an inline write may carry."""
-
-CHECKPOINT_EVERY_WRITES = 100
-"""Inline writes between two WAL checkpoints (about 700 pages of a typical append)."""
-
-_CHAT_FIELD_SET = {"name": "name = ?", "state": "state = ?", "metadata": "metadata = ?"}
-"""The assignment of each directly set chat field (column names are only taken from here)."""
-
-_BUSY_CODES = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
-
-logger = logging.getLogger(__name__)
-
-_CHAT_SELECT = "SELECT " + ", ".join(CHAT_COLUMNS) + " FROM chats"
-_SELECT_SIBLINGS = """
-WITH wanted(parent) AS (
-    SELECT parent_uuid FROM messages
-    WHERE chat_uuid = ?1 AND message_uuid IN (SELECT value FROM json_each(?2))
-)
-SELECT message_uuid, parent_uuid, role, seq, agui_id, run_id FROM messages
-WHERE chat_uuid = ?1
-  AND (SELECT has_branches FROM chats WHERE chat_uuid = ?1)
-  AND (parent_uuid IN (SELECT parent FROM wanted)
-       OR (parent_uuid IS NULL AND EXISTS (SELECT 1 FROM wanted WHERE parent IS NULL)))
-ORDER BY seq
-"""
-"""The messages sharing a parent with one of a list of messages (``_select_siblings``)."""
-
-_MESSAGE_SELECT = "SELECT " + ", ".join(f"m.{c}" for c in MESSAGE_COLUMNS) + " FROM messages m"
-_TOOL_CALL_SELECT = "SELECT " + ", ".join(TOOL_CALL_COLUMNS) + " FROM tool_calls"
-_REASONING_SELECT = "SELECT " + ", ".join(REASONING_COLUMNS) + " FROM reasonings"
-_RUN_SELECT = "SELECT " + ", ".join(RUN_COLUMNS) + " FROM runs"
-
-
-def _numbered(columns: InsertColumns, **instead: str) -> str:
-    """``?1, ?2, ...`` for ``columns``, with an expression ``instead`` of some of them."""
-    return ", ".join(instead.get(name, f"?{i}") for i, name in enumerate(columns.names, 1))
-
-
-def _names(columns: InsertColumns) -> str:
-    return ", ".join(columns.names)
-
-
-_CREATED = {
-    table: f"?{columns.position('created_at')}"
-    for table, columns in (
-        ("chats", CHAT_INSERT),
-        ("messages", MESSAGE_INSERT),
-        ("tool_calls", TOOL_CALL_INSERT),
-        ("reasonings", REASONING_INSERT),
-    )
-}
-
-_INSERT_CHAT = (
-    f"INSERT INTO chats ({_names(CHAT_INSERT)}, updated_at, version)"
-    f" VALUES ({_numbered(CHAT_INSERT)}, {_CREATED['chats']}, ?{len(CHAT_INSERT.names) + 1})"
-    # A no-op update makes RETURNING yield the existing row when (user, thread) exists;
-    # a soft-deleted one yields nothing (create_chat then purges it).
-    " ON CONFLICT (user_uuid, thread_id) DO UPDATE SET thread_id = excluded.thread_id"
-    " WHERE chats.deleted_at IS NULL"
-    " RETURNING " + ", ".join(CHAT_COLUMNS)
-)
-
-_INSERT_MESSAGE = (
-    f"INSERT INTO messages ({_names(MESSAGE_INSERT)}, updated_at) VALUES ("
-    + _numbered(
-        MESSAGE_INSERT,
-        # No parent given: the chat's active leaf.
-        parent_uuid="COALESCE(?3, (SELECT active_leaf_uuid FROM chats WHERE chat_uuid = ?2))",
-    )
-    + f", {_CREATED['messages']}) RETURNING seq, parent_uuid"
-)
-assert MESSAGE_INSERT.names[1:3] == ("chat_uuid", "parent_uuid")
-
-# The next position among a message's tool calls and reasoning steps, so the order
-# in which they were produced survives across the two tables.
-_NEXT_CHILD_SEQ = (
-    "(SELECT COALESCE(MAX(seq), 0) + 1 FROM ("
-    " SELECT seq FROM tool_calls WHERE message_uuid = ?1"
-    " UNION ALL SELECT seq FROM reasonings WHERE message_uuid = ?1))"
-)
-
-
-def _child_insert_sql(table: str, columns: InsertColumns) -> str:
-    """A tool call's or reasoning step's insert: its chat from the parent, the next ``seq``."""
-    assert columns.names[0] == "message_uuid"
-    return (
-        f"INSERT INTO {table} ({_names(columns)}, chat_uuid, seq, updated_at)"
-        f" SELECT {_numbered(columns)}, m.chat_uuid, {_NEXT_CHILD_SEQ}, {_CREATED[table]}"
-        " FROM messages m WHERE m.message_uuid = ?1 RETURNING seq"
-    )
-
-
-_INSERT_TOOL_CALL = _child_insert_sql("tool_calls", TOOL_CALL_INSERT)
-_INSERT_REASONING = _child_insert_sql("reasonings", REASONING_INSERT)
-
-_INSERT_RUN = (
-    f"INSERT INTO runs ({_names(RUN_INSERT)}) VALUES ({_numbered(RUN_INSERT)})"
-    " ON CONFLICT (chat_uuid, run_id) DO UPDATE SET run_id = excluded.run_id"
-    " RETURNING " + ", ".join(RUN_COLUMNS)
-)
-
-# How SQLite names a violation of the index runs_one_running_per_chat.
-_ONE_RUNNING_RUN = "UNIQUE constraint failed: runs.chat_uuid"
-
-# The creates of a batch, whose results nobody reads: without RETURNING, SQLite need
-# not collect the new rows (about 3.5 µs a statement).
-_UNRETURNED = {
-    sql: sql.partition(" RETURNING ")[0]
-    for sql in (_INSERT_MESSAGE, _INSERT_TOOL_CALL, _INSERT_REASONING)
-}
-
-# The active branch of a chat that has branches: the path from the active leaf to the
-# root. A chat that never branched reads every message instead (one index range scan).
-# The messages written after a chat version, or whose tool calls or reasoning were.
-_CHANGED_SELECT = (
-    _MESSAGE_SELECT + " WHERE m.message_uuid IN ("
-    " SELECT message_uuid FROM messages WHERE chat_uuid = ?1 AND chat_version > ?2"
-    " UNION SELECT message_uuid FROM tool_calls WHERE chat_uuid = ?1 AND chat_version > ?2"
-    " UNION SELECT message_uuid FROM reasonings WHERE chat_uuid = ?1 AND chat_version > ?2)"
-    " ORDER BY m.seq"
-)
-
-_BRANCH_FILTER = (
-    "m.chat_uuid = ?1 AND m.message_uuid IN ("
-    " WITH RECURSIVE branch(uuid) AS ("
-    "  SELECT active_leaf_uuid FROM chats WHERE chat_uuid = ?1"
-    "  UNION ALL SELECT p.parent_uuid FROM messages p JOIN branch b ON p.message_uuid = b.uuid"
-    "  WHERE p.parent_uuid IS NOT NULL)"
-    " SELECT uuid FROM branch)"
-)
-
-
-_CHAT_IS_LIVE = (
-    "NOT EXISTS (SELECT 1 FROM chats c WHERE c.chat_uuid = m.chat_uuid"
-    " AND c.deleted_at IS NOT NULL)"
-)
-"""A message's chat is not soft-deleted."""
-
-
-def sqlite_path(url: str) -> str:
-    """Return the filesystem path (or ``:memory:``) named by a ``sqlite://`` URL."""
-    prefix = "sqlite://"
-    if not url.startswith(prefix):
-        raise ConfigurationError(f"not a sqlite URL: {url!r}")
-    rest = url[len(prefix) :].partition("?")[0]
-    if rest in (":memory:", "/:memory:"):
-        return ":memory:"
-    if not rest.startswith("/") or rest == "/":
-        raise ConfigurationError(
-            f"invalid sqlite URL {url!r}: use sqlite:///relative/path.db or sqlite:////abs/path.db"
-        )
-    return rest[1:]
-
-
-_URL_OPTIONS = ("inline",)
-_TRUE, _FALSE = ("1", "true", "on", "yes"), ("0", "false", "off", "no")
-
-
-def sqlite_options(url: str) -> dict[str, bool]:
-    """The options in a ``sqlite://`` URL's query (``?inline=off``), checked."""
-    query = url.partition("?")[2]
-    options: dict[str, bool] = {}
-    for name, values in parse_qs(query, keep_blank_values=True).items():
-        if name not in _URL_OPTIONS:
-            raise ConfigurationError(
-                f"unknown option {name!r} in sqlite URL {url!r}; known: {', '.join(_URL_OPTIONS)}"
-            )
-        value = values[-1].lower()
-        if value not in _TRUE + _FALSE:
-            raise ConfigurationError(f"option {name}={values[-1]!r} in {url!r}: use on or off")
-        options[name] = value in _TRUE
-    return options
-
-
-def _ts(value: datetime) -> str:
-    """Store times as fixed-width UTC ISO text so they sort as text."""
-    return value.isoformat(timespec="microseconds")
-
-
-def _u(value: UUID | None) -> str | None:
-    return None if value is None else str(value)
-
-
-def _param(value: Any) -> Any:
-    """A key value as SQLite takes it (uuids as text)."""
-    return str(value) if isinstance(value, UUID) else value
-
-
-_ENCODERS: dict[Kind, Encoder] = {**JSON_ENCODERS, Kind.UUID: str, Kind.TIME: _ts, Kind.BOOL: int}
-_PLANS = InsertPlans(_ENCODERS)
-
+__all__ = [
+    "BUSY_TIMEOUT_MS",
+    "CHECKPOINT_EVERY_WRITES",
+    "INLINE_MAX_BYTES",
+    "INLINE_MAX_STATEMENTS",
+    "SQLiteStore",
+    "sqlite_options",
+    "sqlite_path",
+]
 
 _Finish = Callable[[list[list[Any]]], Awaitable[Any]]
 """Turns the rows of an operation's statements into its result."""
-
-
-def _fits_inline(statements: Sequence[Statement]) -> bool:
-    """Whether a write is small enough to run on the event loop's thread."""
-    if len(statements) > INLINE_MAX_STATEMENTS:
-        return False
-    size = 0
-    for statement in statements:
-        if not statement.inline:
-            return False
-        for param in statement.params:
-            if param.__class__ is str or param.__class__ is bytes:
-                size += len(param)
-    return size <= INLINE_MAX_BYTES
-
-
-def _tree_nodes(rows: list[Any]) -> list[TreeNode]:
-    return [
-        TreeNode(UUID(uuid), None if parent is None else UUID(parent), role, seq, agui, run)
-        for uuid, parent, role, seq, agui, run in rows
-    ]
 
 
 class SQLiteStore(Store):
@@ -335,25 +87,9 @@ class SQLiteStore(Store):
         self.path = sqlite_path(url)
         if inline is None:
             inline = sqlite_options(url).get("inline", True)
-        self.inline = inline and self.path != ":memory:"
-        """Whether small calls run on the event loop's thread (see the module docstring).
-
-        ``inline=False`` or ``?inline=off`` in the URL turns it off. Always off for
-        ``:memory:``: a second connection would open another, empty database.
-        """
-        self._thread = DatabaseThread()
-        self._reader = DatabaseThread("threadstore-sqlite-read")
-        self._inline: sqlite3.Connection | None = None
-        self._inline_thread = 0
-        self._inline_changes = 0
-        self._writes_since_checkpoint = 0
-        self._checkpointing: asyncio.Task[None] | None = None
-        self._lock = WriterLock()
-        self._writes = WriteQueue(self._thread, self._lock)
-        self.checkpoint_every_writes = CHECKPOINT_EVERY_WRITES
-        """Inline writes between two checkpoints; 0 turns these checkpoints off."""
-        self.checkpoints = 0
-        """Checkpoints run for inline writes so far."""
+        self.executor = SQLiteExecutor(self.path, inline=inline)
+        """How the store's statements run (``store/_sqlite_executor.py``); ``inline=False``
+        or ``?inline=off`` in the URL sends every statement to a thread."""
         self.history_cache: HistoryCache | None = (
             HistoryCache(history_cache_messages) if history_cache_messages else None
         )
@@ -372,238 +108,30 @@ class SQLiteStore(Store):
 
     # --- lifecycle ---------------------------------------------------------------------
 
-    @property
-    def thread(self) -> DatabaseThread:
-        """The database thread and its writer connection (for tracing and diagnostics)."""
-        return self._thread
-
-    @property
-    def writer_lock(self) -> WriterLock:
-        """The lock writes and transactions queue in (for tests and diagnostics)."""
-        return self._lock
-
-    @property
-    def write_queue(self) -> WriteQueue:
-        """The writes waiting for the writer, committed together (for tests and diagnostics)."""
-        return self._writes
-
-    @property
-    def reader(self) -> DatabaseThread:
-        """The reader thread and its connection (not opened for ``:memory:``)."""
-        return self._reader
-
     async def connect(self) -> None:
         """Open the database file and set the pragmas every connection needs."""
-        if self._thread.is_open:
-            return
-        await self._thread.open(self.path, _set_pragmas)
-        if self.path != ":memory:":  # another connection would open another database
-            try:
-                await self._reader.open(self.path, _set_reader_pragmas)
-            except BaseException:
-                await self._thread.close()
-                raise
-        if self.inline:
-            self._open_inline()
-
-    def _open_inline(self) -> None:
-        """Open the event loop thread's connection (after the thread's, which set WAL)."""
-        inline = sqlite3.connect(self.path, isolation_level=None)
-        try:
-            inline.execute("PRAGMA synchronous = NORMAL")
-            inline.execute("PRAGMA foreign_keys = ON")
-            inline.execute("PRAGMA busy_timeout = 0")  # a busy write goes to the thread
-            inline.execute("PRAGMA wal_autocheckpoint = 0")  # see _after_inline_write
-        except BaseException:
-            inline.close()
-            raise
-        self._inline = inline
-        self._inline_thread = threading.get_ident()
-        self._inline_changes = inline.total_changes
+        await self.executor.open()
 
     async def close(self) -> None:
-        await self._writes.wait()
-        if self._checkpointing is not None:
-            await asyncio.gather(self._checkpointing, return_exceptions=True)
-        if self._inline is not None:
-            inline, self._inline = self._inline, None
-            inline.close()
-        await self._reader.close()
-        await self._thread.close()
+        await self.executor.close()
 
     async def set_trace_callback(self, callback: Callable[[str], object] | None) -> None:
         """Call ``callback`` with the text of every statement the store runs (None: stop).
 
-        Covers both connections; SQLite also reports each trigger body it starts.
+        Covers every connection; SQLite also reports each trigger body it starts.
         """
-        if self._inline is not None:
-            self._inline.set_trace_callback(callback)
-        if self._reader.is_open:
-            await self._reader.call(sqlite3.Connection.set_trace_callback, callback)
-        await self._thread.call(sqlite3.Connection.set_trace_callback, callback)
+        await self.executor.set_trace_callback(callback)
 
     async def setup(self) -> None:
         """Apply pending migrations in order, each recorded in ``threadstore_migrations``."""
-        async with self._lock.hold():
-            await self._thread.call(_migrate)
+        await self.executor.migrate()
 
     async def schema_version(self) -> int:
         """Return the highest applied migration (0 for an empty database)."""
-        async with self._lock.hold():
-            return await self._thread.call(_applied_version)
+        return await self.executor.applied_version()
 
     def transaction(self) -> AbstractAsyncContextManager[None]:
-        return self._lock.transaction(
-            functools.partial(self._thread.call, _fetch_all, "BEGIN IMMEDIATE"),
-            functools.partial(self._thread.call, _commit),
-            functools.partial(self._thread.call, _fetch_all, "ROLLBACK"),
-        )
-
-    # --- statement helpers ---------------------------------------------------------------
-
-    async def _fetch(self, sql: str, params: Sequence[Any], *, small: bool = False) -> list[Any]:
-        """Run one statement and return its rows (after any open transaction of another task).
-
-        ``small``: the statement touches at most a few rows, so it may run inline.
-        """
-        if small and (rows := await self._run_small((Statement(sql, params),))) is not None:
-            return rows[0]
-        if self._lock.held:
-            return await self._fetch_now(sql, params)
-        async with self._lock.turn():
-            return await self._fetch_now(sql, params)
-
-    async def _read(self, sql: str, params: Sequence[Any], *, small: bool = False) -> list[Any]:
-        """Run one query without waiting for the writer lock; return its rows.
-
-        Inside this task's transaction it runs there (it must see the transaction's
-        writes). Otherwise on the reader connection, or inline when ``small`` (one
-        record): WAL readers see the last commit and never block the writer.
-        """
-        if self._lock.held or not self._reader.is_open:
-            return await self._fetch(sql, params, small=small)
-        if small and self._inline is not None and threading.get_ident() == self._inline_thread:
-            rows = self._inline_read(sql, params)
-            if rows is not None:
-                await asyncio.sleep(0)  # as a trip to the thread would, let others run
-                return rows
-        try:
-            return await self._reader.call(_fetch_all, sql, params)
-        except sqlite3.Error as exc:
-            raise _translate(exc) from exc
-
-    def _inline_read(self, sql: str, params: Sequence[Any]) -> list[Any] | None:
-        """One query on the inline connection; None when SQLite answered busy."""
-        inline = self._inline
-        assert inline is not None
-        try:
-            return inline.execute(sql, params).fetchall()
-        except sqlite3.Error as exc:
-            if (exc.sqlite_errorcode or 0) & 0xFF in _BUSY_CODES:
-                return None
-            raise _translate(exc) from exc
-
-    async def _fetch_now(self, sql: str, params: Sequence[Any]) -> list[Any]:
-        try:
-            return await self._thread.call(_fetch_all, sql, params)
-        except sqlite3.Error as exc:
-            raise _translate(exc) from exc
-
-    async def _run(self, *statements: Statement, background: bool = False) -> list[list[Any]]:
-        """Run write statements in one hop to the database thread; return each one's rows.
-
-        Several statements form one transaction (or join the caller's). Handing the
-        thread one function for all of them, rather than a call per statement, is what
-        makes a write, or a whole batch of them, cost one thread round trip.
-        ``background``: a flush nobody waits for; it lets every other waiting write go first.
-        """
-        if (results := await self._run_small(statements, background)) is not None:
-            return results
-        try:
-            if self._lock.held:  # inside this task's transaction
-                return await self._thread.call(run_statements, statements, False)
-            return await self._writes.run(statements, background=background)
-        except sqlite3.Error as exc:
-            raise _translate(exc) from exc
-
-    async def _run_small(
-        self, statements: Sequence[Statement], background: bool = False
-    ) -> list[list[Any]] | None:
-        """Run ``statements`` inline if they may (module docstring); None: use the thread.
-
-        A foreground write may also run while only flushes hold or wait for the lock:
-        it would go before them anyway, and SQLite's own lock keeps it out of a flush
-        the thread is running (it then answers busy, and the write queues).
-        """
-        if not (self._inline_ready(overtake=not background) and _fits_inline(statements)):
-            return None
-        results = self._inline_run(statements)
-        if results is not None:
-            await asyncio.sleep(0)  # as a trip to the thread would, let others run
-        return results
-
-    def _inline_ready(self, *, overtake: bool = False) -> bool:
-        """Whether a small call may run inline now (module docstring: "Small calls").
-
-        ``overtake``: a foreground write, which may go ahead of flushes.
-        """
-        lock, writes = self._lock, self._writes
-        return (
-            self._inline is not None
-            # Nobody's transaction is open, nobody queues ahead (but flushes).
-            and (
-                (lock.idle and writes.empty)
-                or (overtake and not lock.held and lock.background_only and writes.background_only)
-            )
-            and threading.get_ident() == self._inline_thread
-        )
-
-    def _inline_run(self, statements: Sequence[Statement]) -> list[list[Any]] | None:
-        """Run ``statements`` on the inline connection; None if the file's lock was busy.
-
-        Several statements share one ``BEGIN IMMEDIATE`` transaction, so a busy lock
-        shows before anything is written and the thread can run them all again.
-        """
-        inline = self._inline
-        assert inline is not None
-        try:
-            results = run_statements(inline, statements, len(statements) > 1)
-        except sqlite3.Error as exc:
-            if (exc.sqlite_errorcode or 0) & 0xFF in _BUSY_CODES:
-                return None
-            raise _translate(exc) from exc
-        finally:
-            if inline.total_changes != self._inline_changes:
-                self._inline_changes = inline.total_changes
-                self._after_inline_write()
-        return results
-
-    def _after_inline_write(self) -> None:
-        """Start a checkpoint every ``checkpoint_every_writes`` inline writes.
-
-        The inline connection never checkpoints itself (that would write the database
-        file and sync it on the event loop); without this its WAL would only grow.
-        """
-        self._writes_since_checkpoint += 1
-        every = self.checkpoint_every_writes
-        if not every or self._writes_since_checkpoint < every or self._checkpointing:
-            return
-        self._writes_since_checkpoint = 0
-        self._checkpointing = asyncio.get_running_loop().create_task(self._run_checkpoint())
-
-    async def _run_checkpoint(self) -> None:
-        # On the thread's connection, holding the writer lock as SQLite's own automatic
-        # checkpoint holds its connection: writes of this store wait the few
-        # milliseconds it takes, so it copies the whole WAL and the next write starts
-        # the WAL over instead of making it longer.
-        try:
-            async with self._lock.turn():
-                await self._thread.call(_fetch_all, "PRAGMA wal_checkpoint(PASSIVE)")
-            self.checkpoints += 1
-        except Exception:
-            logger.warning("WAL checkpoint of %s failed", self.path, exc_info=True)
-        finally:
-            self._checkpointing = None
+        return self.executor.transaction()
 
     def _load_chats(self, rows: Iterable[Sequence[Any]]) -> list[models.Chat]:
         return self._chats.load(rows)
@@ -640,8 +168,12 @@ class SQLiteStore(Store):
         else:
             where = " WHERE message_uuid IN (SELECT value FROM json_each(?))"
             param = json.dumps(message_uuids)
-        tool_rows = await self._read(_TOOL_CALL_SELECT + where, (param,), small=small)
-        reasoning_rows = await self._read(_REASONING_SELECT + where, (param,), small=small)
+        tool_rows = await self.executor.read(
+            queries.TOOL_CALL_SELECT + where, (param,), small=small
+        )
+        reasoning_rows = await self.executor.read(
+            queries.REASONING_SELECT + where, (param,), small=small
+        )
         return tool_rows, reasoning_rows
 
     # --- chats -----------------------------------------------------------------------------
@@ -650,7 +182,9 @@ class SQLiteStore(Store):
         values = chat_values(chat_data)
         # A random starting version: a chat deleted and created again under the
         # same uuid can never match a history cached for the one before.
-        insert = Statement(_INSERT_CHAT, [*params(_PLANS.chat, values), secrets.randbits(62)])
+        insert = Statement(
+            queries.INSERT_CHAT, [*params(queries.PLANS.chat, values), secrets.randbits(62)]
+        )
 
         async def finish(results: list[list[Any]]) -> models.Chat:
             (rows,) = results
@@ -660,7 +194,7 @@ class SQLiteStore(Store):
                     " AND deleted_at IS NOT NULL",
                     (str(values["user_uuid"]), values["thread_id"]),
                 )
-                rows = (await self._run(purge, insert))[1]
+                rows = (await self.executor.run(purge, insert))[1]
             return self._load_chats(rows)[0]
 
         return [insert], finish
@@ -672,15 +206,15 @@ class SQLiteStore(Store):
         params: list[Any] = []
         for column, value in where.equalities():
             conditions.append(f"{column} = ?")
-            params.append(_param(value))
+            params.append(key_param(value))
         conditions.append("deleted_at IS NOT NULL" if where.deleted else "deleted_at IS NULL")
         for bound, op in ((where.deleted_after, ">="), (where.deleted_before, "<")):
             if bound is not None:
                 conditions.append(f"deleted_at {op} ?")
-                params.append(_ts(bound))
+                params.append(ts(bound))
         if where.after is not None:
             conditions.append("(updated_at, chat_uuid) < (?, ?)")
-            params += [_ts(where.after[0]), where.after[1]]
+            params += [ts(where.after[0]), where.after[1]]
         if (pattern := where.name_like()) is not None:
             # LIKE ignores the case of ASCII letters.
             conditions.append("name LIKE ? ESCAPE '\\'")
@@ -689,20 +223,20 @@ class SQLiteStore(Store):
 
     async def _select_chats(self, where: ChatFilter) -> Sequence[models.Chat]:
         conditions, params = self._chat_conditions(where)
-        sql = _CHAT_SELECT + " WHERE " + " AND ".join(conditions)
+        sql = queries.CHAT_SELECT + " WHERE " + " AND ".join(conditions)
         sql += " ORDER BY updated_at DESC, chat_uuid DESC"
         if where.limit is not None:
             sql += " LIMIT ?"
             params.append(where.limit)
         # A lookup by key reads one row: small enough to run inline.
         small = where.chat_uuid is not None or where.thread_id is not None
-        return self._load_chats(await self._read(sql, params, small=small))
+        return self._load_chats(await self.executor.read(sql, params, small=small))
 
     def _chat_update(self, chat_uuid: UUID, assignments: str, params: Sequence[Any]) -> Statement:
         return Statement(
             "UPDATE chats SET " + assignments + ", updated_at = ? WHERE chat_uuid = ?"
             " RETURNING " + ", ".join(CHAT_COLUMNS),
-            (*params, _ts(models.utcnow()), str(chat_uuid)),
+            (*params, ts(models.utcnow()), str(chat_uuid)),
         )
 
     async def _last_chat(self, results: list[list[Any]]) -> models.Chat | None:
@@ -712,7 +246,7 @@ class SQLiteStore(Store):
 
     def _chat_field_update(self, chat_uuid: UUID, field: str, value: Any) -> list[Statement]:
         encoded = CHAT_FIELD_ENCODERS[field](value)
-        return [self._chat_update(chat_uuid, _CHAT_FIELD_SET[field], (encoded,))]
+        return [self._chat_update(chat_uuid, queries.CHAT_FIELD_SET[field], (encoded,))]
 
     def _active_leaf_update(self, chat_uuid: UUID, message_uuid: UUID) -> list[Statement]:
         check = Statement(
@@ -730,16 +264,16 @@ class SQLiteStore(Store):
         return [check, update]
 
     async def _select_tree(self, chat_uuid: UUID) -> list[TreeNode]:
-        rows = await self._read(
+        rows = await self.executor.read(
             "SELECT message_uuid, parent_uuid, role, seq, agui_id, run_id FROM messages"
             " WHERE chat_uuid = ? ORDER BY seq",
             (str(chat_uuid),),
         )
         # A long chat's tree is tens of thousands of nodes: built off the event loop.
-        return await off_loop(rows, consume, _tree_nodes, rows)
+        return await off_loop(rows, consume, queries.tree_nodes, rows)
 
     async def _never_branched(self, chat_uuid: UUID) -> bool:
-        rows = await self._read(
+        rows = await self.executor.read(
             "SELECT has_branches FROM chats WHERE chat_uuid = ?", (str(chat_uuid),), small=True
         )
         return bool(rows) and not rows[0][0]
@@ -750,10 +284,10 @@ class SQLiteStore(Store):
         # A chat that never branched has no siblings (has_branches, as the branch read
         # relies on); otherwise SQLite scans the chat's rows for the wanted parents, on
         # the reader thread, instead of the loop building the whole tree.
-        rows = await self._read(
-            _SELECT_SIBLINGS, (str(chat_uuid), json.dumps([str(u) for u in message_uuids]))
+        rows = await self.executor.read(
+            queries.SELECT_SIBLINGS, (str(chat_uuid), json.dumps([str(u) for u in message_uuids]))
         )
-        return _tree_nodes(rows)
+        return queries.tree_nodes(rows)
 
     @staticmethod
     def _root_update(chat_uuid: UUID, message_uuid: UUID) -> list[Statement]:
@@ -774,7 +308,7 @@ class SQLiteStore(Store):
             + " AND ".join(conditions)
             + " RETURNING "
             + ", ".join(CHAT_COLUMNS),
-            (None if deleted_at is None else _ts(deleted_at), *params),
+            (None if deleted_at is None else ts(deleted_at), *params),
         )
 
     @staticmethod
@@ -808,7 +342,7 @@ class SQLiteStore(Store):
         chat_uuid, parent_uuid = fields["chat_uuid"], fields["parent_uuid"]
         created = fields["created_at"] or models.utcnow()
         values = record_values(data, created)
-        insert = Statement(_INSERT_MESSAGE, params(_PLANS.message, values))
+        insert = Statement(queries.INSERT_MESSAGE, params(queries.PLANS.message, values))
         chat = str(chat_uuid)
         if parent_uuid is None:
             return [insert], created
@@ -828,7 +362,7 @@ class SQLiteStore(Store):
         for column, value in base.items():
             if column in UPDATABLE[table]:
                 assignments.append(f"{column} = ?")
-                params.append(update_value(column, value, _ENCODERS))
+                params.append(update_value(column, value, queries.ENCODERS))
         if extra:
             # Replace each extra field whole (json_set), as the in-memory backend does.
             values = json.loads(extra)
@@ -838,7 +372,7 @@ class SQLiteStore(Store):
             for name, value in values.items():
                 params += [f'$."{name}"', json.dumps(value)]
         assignments.append("updated_at = ?")
-        params.append(_ts(models.utcnow()))
+        params.append(ts(models.utcnow()))
         sql = (
             f"UPDATE {table} SET {', '.join(assignments)} WHERE {key} = ?"
             f" RETURNING {', '.join(columns)}"
@@ -898,18 +432,23 @@ class SQLiteStore(Store):
         params: list[Any] = []
         for column, value in key.equalities():
             conditions.append(f"m.{column} = ?")
-            params.append(_param(value))
-        conditions.append(_CHAT_IS_LIVE)
-        sql = _MESSAGE_SELECT + " WHERE " + " AND ".join(conditions) + " ORDER BY m.seq LIMIT 1"
-        rows = await self._read(sql, params, small=True)
+            params.append(key_param(value))
+        conditions.append(queries.CHAT_IS_LIVE)
+        sql = (
+            queries.MESSAGE_SELECT
+            + " WHERE "
+            + " AND ".join(conditions)
+            + " ORDER BY m.seq LIMIT 1"
+        )
+        rows = await self.executor.read(sql, params, small=True)
         messages = await self._load_messages(rows, small=True)
         return messages[0] if messages else None
 
     async def _find_tool_call(
         self, message_uuid: UUID, tool_call_id: str
     ) -> models.ToolCall | None:
-        rows = await self._read(
-            _TOOL_CALL_SELECT + " WHERE message_uuid = ? AND tool_call_id = ? LIMIT 1",
+        rows = await self.executor.read(
+            queries.TOOL_CALL_SELECT + " WHERE message_uuid = ? AND tool_call_id = ? LIMIT 1",
             (str(message_uuid), tool_call_id),
             small=True,
         )
@@ -917,12 +456,12 @@ class SQLiteStore(Store):
         return loaded[0] if loaded else None
 
     def _in_transaction(self) -> bool:
-        return self._lock.held
+        return self.executor.held
 
     async def _history_version(self, chat_uuid: UUID) -> Hashable | None:
         # The leaf too: moving it changes the branch without a new version. Whether the
         # chat ever branched tells the read which query it needs.
-        flags = await self._read(
+        flags = await self.executor.read(
             "SELECT version, active_leaf_uuid, has_branches FROM chats"
             " WHERE chat_uuid = ? AND deleted_at IS NULL",
             (str(chat_uuid),),
@@ -936,7 +475,7 @@ class SQLiteStore(Store):
         assert isinstance(since, tuple) and isinstance(version, tuple)
         if version[0] < since[0]:  # a chat created again under the same uuid
             return None
-        rows = await self._read(_CHANGED_SELECT, (str(chat_uuid), since[0]))
+        rows = await self.executor.read(queries.CHANGED_SELECT, (str(chat_uuid), since[0]))
         leaf = None if version[1] is None else UUID(version[1])
         if not rows:
             return [], leaf
@@ -946,9 +485,9 @@ class SQLiteStore(Store):
 
     async def _select_entries(self, chat_uuid: UUID, version: Hashable) -> list[Any]:
         assert isinstance(version, tuple)
-        where = _BRANCH_FILTER if version[2] else "m.chat_uuid = ?1"
-        rows = await self._read(
-            _MESSAGE_SELECT + " WHERE " + where + " ORDER BY m.seq", [str(chat_uuid)]
+        where = queries.BRANCH_FILTER if version[2] else "m.chat_uuid = ?1"
+        rows = await self.executor.read(
+            queries.MESSAGE_SELECT + " WHERE " + where + " ORDER BY m.seq", [str(chat_uuid)]
         )
         if not rows:
             return []
@@ -966,10 +505,12 @@ class SQLiteStore(Store):
             if version is None:
                 return []
         assert isinstance(version, tuple)
-        where = _BRANCH_FILTER if version[2] else "m.chat_uuid = ?1"
+        where = queries.BRANCH_FILTER if version[2] else "m.chat_uuid = ?1"
         params: list[Any] = [str(chat_uuid)]
         bounds, tail = branch_page(page, params, "?{}".format)
-        rows = await self._read(_MESSAGE_SELECT + " WHERE " + where + bounds + tail, params)
+        rows = await self.executor.read(
+            queries.MESSAGE_SELECT + " WHERE " + where + bounds + tail, params
+        )
         if page.newest_first:
             rows.reverse()
         # Children by chat need no list of ids, but read all the chat's: only for the
@@ -977,8 +518,8 @@ class SQLiteStore(Store):
         return await self._load_messages(rows, chat_uuid=chat_uuid if page.whole else None)
 
     async def _select_last_messages(self, chat_uuids: Sequence[UUID]) -> list[models.Message]:
-        rows = await self._read(
-            _MESSAGE_SELECT + " JOIN chats c ON c.active_leaf_uuid = m.message_uuid"
+        rows = await self.executor.read(
+            queries.MESSAGE_SELECT + " JOIN chats c ON c.active_leaf_uuid = m.message_uuid"
             " WHERE c.chat_uuid IN (SELECT value FROM json_each(?)) AND c.deleted_at IS NULL",
             (json.dumps([str(u) for u in chat_uuids]),),
         )
@@ -989,7 +530,7 @@ class SQLiteStore(Store):
     @staticmethod
     def _run_insert(run: models.Run) -> Statement:
         values = {**run.__dict__, "format_version": models.FORMAT_VERSION}
-        return Statement(_INSERT_RUN, params(_PLANS.run, values))
+        return Statement(queries.INSERT_RUN, params(queries.PLANS.run, values))
 
     @staticmethod
     def _heartbeat(owner: str, run_ids: Sequence[tuple[UUID, str]]) -> Statement:
@@ -998,7 +539,7 @@ class SQLiteStore(Store):
             "UPDATE runs SET heartbeat_at = ? WHERE owner = ? AND status = 'running'"
             " AND (chat_uuid, run_id) IN"
             " (SELECT value ->> 0, value ->> 1 FROM json_each(?))",
-            (_ts(models.utcnow()), owner, keys),
+            (ts(models.utcnow()), owner, keys),
         )
 
     @staticmethod
@@ -1008,26 +549,26 @@ class SQLiteStore(Store):
         return Statement(
             "UPDATE runs SET status = ?, error = ?, updated_at = ?"
             " WHERE chat_uuid = ? AND run_id = ? RETURNING " + ", ".join(RUN_COLUMNS),
-            (status.value, error, _ts(models.utcnow()), str(chat_uuid), run_id),
+            (status.value, error, ts(models.utcnow()), str(chat_uuid), run_id),
         )
 
     async def _select_runs(self, where: RunFilter) -> list[models.Run]:
         if where.run_id is not None:
             condition = "(status = 'running' OR run_id = ?)" if where.running else "run_id = ?"
-            rows = await self._read(
-                _RUN_SELECT + f" WHERE chat_uuid = ? AND {condition} ORDER BY heartbeat_at",
+            rows = await self.executor.read(
+                queries.RUN_SELECT + f" WHERE chat_uuid = ? AND {condition} ORDER BY heartbeat_at",
                 (str(where.chat_uuid), where.run_id),
                 small=True,
             )
             return [load_run(row) for row in rows]
-        sql, args = _RUN_SELECT + " WHERE status = 'running'", list[str]()
+        sql, args = queries.RUN_SELECT + " WHERE status = 'running'", list[str]()
         if where.chat_uuid is not None:
             sql += " AND chat_uuid = ?"
             args.append(str(where.chat_uuid))
         if where.stale_before is not None:
             sql += " AND heartbeat_at < ?"
-            args.append(_ts(where.stale_before))
-        rows = await self._read(
+            args.append(ts(where.stale_before))
+        rows = await self.executor.read(
             sql + " ORDER BY heartbeat_at", tuple(args), small=where.chat_uuid is not None
         )
         return [load_run(row) for row in rows]
@@ -1036,7 +577,7 @@ class SQLiteStore(Store):
     def _run_records_finalize(
         chat_uuid: UUID, run_id: str, status: models.MessageStatus
     ) -> list[Statement]:
-        params = (status.value, _ts(models.utcnow()), str(chat_uuid), run_id)
+        params = (status.value, ts(models.utcnow()), str(chat_uuid), run_id)
         set_ = " SET status = ?1, in_progress = 0, updated_at = ?2"
         children = [
             Statement(
@@ -1067,13 +608,13 @@ class SQLiteStore(Store):
                 return self._message_update(message_uuid, update), self._updated_message
             case ops.CreateToolCall(data):
                 return self._create_child(
-                    _INSERT_TOOL_CALL, _PLANS.tool_call, self.tool_call_model, data
+                    queries.INSERT_TOOL_CALL, queries.PLANS.tool_call, self.tool_call_model, data
                 )
             case ops.UpdateToolCall(uuid, update):
                 return self._tool_call_update(uuid, update), self._updated_tool_call
             case ops.CreateReasoning(data):
                 return self._create_child(
-                    _INSERT_REASONING, _PLANS.reasoning, self.reasoning_model, data
+                    queries.INSERT_REASONING, queries.PLANS.reasoning, self.reasoning_model, data
                 )
             case ops.UpdateReasoning(uuid, update):
                 return self._reasoning_update(uuid, update), self._updated_reasoning
@@ -1111,11 +652,13 @@ class SQLiteStore(Store):
         statements = [statement for planned, _ in plans for statement in planned]
         if not returning:
             for statement in statements:
-                statement.sql = _UNRETURNED.get(statement.sql, statement.sql)
+                statement.sql = queries.UNRETURNED.get(statement.sql, statement.sql)
         try:
-            results = await self._run(*statements, background=background) if statements else []
+            results = (
+                await self.executor.run(*statements, background=background) if statements else []
+            )
         except ConflictError as exc:
-            if _ONE_RUNNING_RUN not in str(exc):
+            if queries.ONE_RUNNING_RUN not in str(exc):
                 raise
             raise await self._run_live(batch) from exc
         if not returning:
@@ -1131,7 +674,7 @@ class SQLiteStore(Store):
         """The refusal of a ``StartRun`` whose chat already has an exclusive running run."""
         chat_uuid = next(op.run.chat_uuid for op in batch if isinstance(op, ops.StartRun))
         # (Only a run's insert can break that index: no other write sets a run running.)
-        live = await self._fetch(
+        live = await self.executor.fetch(
             "SELECT run_id FROM runs WHERE chat_uuid = ? AND status = 'running' AND exclusive = 1",
             (str(chat_uuid),),
             small=True,
@@ -1150,104 +693,3 @@ async def _first_run(results: list[list[Any]]) -> models.Run | None:
 
 async def _row_count(results: list[list[Any]]) -> int:
     return sum(len(rows) for rows in results)
-
-
-def _set_pragmas(conn: sqlite3.Connection) -> None:
-    """The settings of the thread's connection (the first one: it turns WAL on)."""
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("PRAGMA synchronous = NORMAL")
-    conn.execute("PRAGMA foreign_keys = ON")
-    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-
-
-def _set_reader_pragmas(conn: sqlite3.Connection) -> None:
-    """The settings of the reader thread's connection: it only reads."""
-    conn.execute("PRAGMA query_only = ON")
-    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-
-
-def _fetch_all(conn: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-    """Run one statement; return its rows."""
-    return conn.execute(sql, params).fetchall()
-
-
-def _commit(conn: sqlite3.Connection) -> None:
-    try:
-        conn.execute("COMMIT")
-    except sqlite3.Error:
-        if conn.in_transaction:  # a failed COMMIT leaves the transaction open
-            conn.execute("ROLLBACK")
-        raise
-
-
-def _applied_version(conn: sqlite3.Connection) -> int:
-    """The highest applied migration, 0 when none is (on the database thread)."""
-    exists = conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'threadstore_migrations'"
-    ).fetchone()
-    if exists is None:
-        return 0
-    row = conn.execute("SELECT COALESCE(MAX(version), 0) FROM threadstore_migrations").fetchone()
-    return int(row[0])
-
-
-def _migrate(conn: sqlite3.Connection) -> None:
-    """Apply the pending migrations in one transaction (on the database thread)."""
-    conn.execute(
-        "CREATE TABLE IF NOT EXISTS threadstore_migrations"
-        " (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"
-    )
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        row = conn.execute(
-            "SELECT COALESCE(MAX(version), 0) FROM threadstore_migrations"
-        ).fetchone()
-        current = int(row[0])
-        if current > len(MIGRATIONS):
-            raise MigrationError(
-                f"database schema version {current} is newer than this threadstore"
-                f" ({len(MIGRATIONS)}); upgrade threadstore"
-            )
-        for version in range(current + 1, len(MIGRATIONS) + 1):
-            for statement in _split_script(MIGRATIONS[version - 1]):
-                conn.execute(statement)
-            conn.execute(
-                "INSERT INTO threadstore_migrations (version, applied_at) VALUES (?, ?)",
-                (version, _ts(models.utcnow())),
-            )
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-
-
-def _split_script(script: str) -> list[str]:
-    """Split a migration into statements, keeping trigger bodies whole."""
-    statements: list[str] = []
-    buffer: list[str] = []
-    for line in script.splitlines():
-        if line.strip().startswith("--"):
-            continue
-        buffer.append(line)
-        candidate = "\n".join(buffer).strip()
-        if candidate.endswith(";") and sqlite3.complete_statement(candidate):
-            statements.append(candidate)
-            buffer = []
-    if "\n".join(buffer).strip():
-        statements.append("\n".join(buffer).strip())
-    return statements
-
-
-def _translate(exc: sqlite3.Error) -> Exception:
-    """Map a driver error to threadstore's error tree."""
-    text = str(exc)
-    if "no such table" in text:
-        return MigrationError(
-            f"{text}: the schema is missing; run `threadstore migrate` or setup()"
-        )
-    if isinstance(exc, sqlite3.IntegrityError):
-        if "FOREIGN KEY" in text or "NOT NULL constraint failed: messages.chat_uuid" in text:
-            return NotFoundError(f"a referenced chat or message does not exist ({text})")
-        if "UNIQUE" in text:
-            return ConflictError(f"a record with this id already exists ({text})")
-    return exc
