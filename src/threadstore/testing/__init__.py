@@ -20,6 +20,7 @@ pytest.register_assert_rewrite(
     "threadstore.testing._chats",
     "threadstore.testing._concurrency",
     "threadstore.testing._messages",
+    "threadstore.testing._nested",
     "threadstore.testing._runs",
 )
 
@@ -28,6 +29,7 @@ from threadstore.testing import (  # noqa: E402
     _chats,
     _concurrency,
     _messages,
+    _nested,
     _runs,
 )
 from threadstore.testing._suite import (  # noqa: E402
@@ -45,7 +47,7 @@ from threadstore.testing._suite import (  # noqa: E402
     message_adder,
 )
 
-gather_tests(ContractSuite, [_chats, _messages, _runs, _concurrency, _branches])
+gather_tests(ContractSuite, [_chats, _messages, _nested, _runs, _concurrency, _branches])
 
 __all__ = [
     "AddMessage",

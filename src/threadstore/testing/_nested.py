@@ -1,0 +1,460 @@
+"""Contract: the tool calls and reasoning steps nested in a message, and model subclasses."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from threadstore import (
+    ChatCreate,
+    Message,
+    MessageCreate,
+    MessageReasoningCreate,
+    MessageReasoningUpdate,
+    MessageStatus,
+    MessageToolCallCreate,
+    MessageToolCallUpdate,
+    MessageUpdate,
+    Reasoning,
+    ToolCall,
+)
+from threadstore.models import FORMAT_VERSION
+from threadstore.testing._suite import AddMessage, MakeChat, OpenStore, Repository
+
+NOT_UTF8 = b"\xff\xfe\x00\x80binary\xc3"
+
+
+# --- tool calls ------------------------------------------------------------------------------
+
+
+async def test_create_tool_call_returns_every_given_field(
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    message = await add_message(await make_chat(), "")
+    tool_uuid = uuid.uuid4()
+
+    tool_call = await repo.create_message_tool_call(
+        MessageToolCallCreate(
+            uuid=tool_uuid,
+            message_uuid=message.message_uuid,
+            tool_call_id="call-1",
+            name="get_weather",
+            arguments='{"city": "Oslo"}',
+            content="sunny",
+            result_message_id="tool-msg-1",
+            error=None,
+            status=MessageStatus.COMPLETE,
+            in_progress=False,
+            step_name="tools",
+            metadata={"latency_ms": 12},
+        )
+    )
+
+    assert tool_call.uuid == tool_uuid
+    assert tool_call.message_uuid == message.message_uuid
+    assert (tool_call.tool_call_id, tool_call.name) == ("call-1", "get_weather")
+    assert tool_call.arguments == '{"city": "Oslo"}'
+    assert (tool_call.content, tool_call.result_message_id) == ("sunny", "tool-msg-1")
+    assert tool_call.error is None
+    assert (tool_call.status, tool_call.in_progress) == (MessageStatus.COMPLETE, False)
+    assert tool_call.step_name == "tools"
+    assert tool_call.metadata == {"latency_ms": 12}
+    assert tool_call.format_version == FORMAT_VERSION
+    assert await repo.get_tool_call_by_agui_id(message.message_uuid, "call-1") == tool_call
+
+
+async def test_create_tool_call_for_an_unknown_message_raises_value_error(repo: Repository) -> None:
+    with pytest.raises(ValueError):
+        await repo.create_message_tool_call(
+            MessageToolCallCreate(message_uuid=uuid.uuid4(), tool_call_id="t", name="f")
+        )
+
+
+async def test_tool_calls_are_nested_in_their_message_in_creation_order(
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    chat = await make_chat()
+    message = await add_message(chat, "")
+    other = await add_message(chat, "")
+    created = [
+        await repo.create_message_tool_call(
+            MessageToolCallCreate(message_uuid=message.message_uuid, tool_call_id=f"c{i}", name="f")
+        )
+        for i in range(3)
+    ]
+    await repo.create_message_tool_call(
+        MessageToolCallCreate(message_uuid=other.message_uuid, tool_call_id="c0", name="g")
+    )
+
+    stored = await repo.get_message(message.message_uuid)
+    assert stored is not None and stored.tool_calls == created
+    branch = await repo.get_chat_messages(chat.chat_uuid)
+    assert branch[0].tool_calls == created
+    assert [tc.name for tc in branch[1].tool_calls] == ["g"]
+
+
+async def test_get_tool_call_by_agui_id_is_scoped_to_its_message(
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    chat = await make_chat()
+    first, second = await add_message(chat, ""), await add_message(chat, "")
+    a = await repo.create_message_tool_call(
+        MessageToolCallCreate(message_uuid=first.message_uuid, tool_call_id="same", name="a")
+    )
+    b = await repo.create_message_tool_call(
+        MessageToolCallCreate(message_uuid=second.message_uuid, tool_call_id="same", name="b")
+    )
+
+    assert await repo.get_tool_call_by_agui_id(first.message_uuid, "same") == a
+    assert await repo.get_tool_call_by_agui_id(second.message_uuid, "same") == b
+    assert await repo.get_tool_call_by_agui_id(first.message_uuid, "other") is None
+    assert await repo.get_tool_call_by_agui_id(uuid.uuid4(), "same") is None
+
+
+async def test_update_tool_call_applies_only_explicitly_set_non_none_fields(
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    message = await add_message(await make_chat(), "")
+    tool_call = await repo.create_message_tool_call(
+        MessageToolCallCreate(
+            message_uuid=message.message_uuid,
+            tool_call_id="call",
+            name="search",
+            arguments='{"q":',
+            step_name="s",
+            metadata={"k": 1},
+        )
+    )
+
+    updated = await repo.update_message_tool_call(
+        tool_call.uuid,
+        MessageToolCallUpdate(
+            arguments='{"q": "x"}', content="result", name=None, status=MessageStatus.COMPLETE
+        ),
+    )
+
+    assert updated is not None
+    assert updated.arguments == '{"q": "x"}'
+    assert updated.content == "result"
+    assert updated.status == MessageStatus.COMPLETE
+    assert updated.name == "search"
+    assert updated.step_name == "s"
+    assert updated.metadata == {"k": 1}
+    assert updated.in_progress is True
+    assert await repo.get_tool_call_by_agui_id(message.message_uuid, "call") == updated
+    stored = await repo.get_message(message.message_uuid)
+    assert stored is not None and stored.tool_calls == [updated]
+
+
+async def test_update_tool_call_can_set_every_patchable_field(
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    message = await add_message(await make_chat(), "")
+    tool_call = await repo.create_message_tool_call(
+        MessageToolCallCreate(message_uuid=message.message_uuid, tool_call_id="c", name="f")
+    )
+
+    await repo.update_message_tool_call(
+        tool_call.uuid,
+        MessageToolCallUpdate(
+            name="g",
+            arguments="{}",
+            content="out",
+            result_message_id="r1",
+            error="boom",
+            status=MessageStatus.ERRORED,
+            in_progress=False,
+            step_name="st",
+            metadata={"x": [1]},
+        ),
+    )
+
+    stored = await repo.get_tool_call_by_agui_id(message.message_uuid, "c")
+    assert stored is not None
+    assert (stored.name, stored.arguments, stored.content) == ("g", "{}", "out")
+    assert (stored.result_message_id, stored.error) == ("r1", "boom")
+    assert (stored.status, stored.in_progress) == (MessageStatus.ERRORED, False)
+    assert (stored.step_name, stored.metadata) == ("st", {"x": [1]})
+
+
+async def test_update_tool_call_of_unknown_uuid_returns_none(repo: Repository) -> None:
+    assert (
+        await repo.update_message_tool_call(uuid.uuid4(), MessageToolCallUpdate(name="x")) is None
+    )
+
+
+# --- reasoning -------------------------------------------------------------------------------
+
+
+async def test_create_reasoning_returns_every_given_field(
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    message = await add_message(await make_chat(), "")
+    reasoning_uuid = uuid.uuid4()
+
+    reasoning = await repo.create_message_reasoning(
+        MessageReasoningCreate(
+            uuid=reasoning_uuid,
+            message_uuid=message.message_uuid,
+            agui_id="r-1",
+            name="think",
+            content="Let me see",
+            encrypted_value="opaque",
+            status=MessageStatus.COMPLETE,
+            in_progress=False,
+            step_name="plan",
+            metadata={"tokens": 5},
+        )
+    )
+
+    assert reasoning.uuid == reasoning_uuid
+    assert reasoning.message_uuid == message.message_uuid
+    assert (reasoning.agui_id, reasoning.name) == ("r-1", "think")
+    assert (reasoning.content, reasoning.encrypted_value) == ("Let me see", "opaque")
+    assert (reasoning.status, reasoning.in_progress) == (MessageStatus.COMPLETE, False)
+    assert (reasoning.step_name, reasoning.metadata) == ("plan", {"tokens": 5})
+    assert reasoning.format_version == FORMAT_VERSION
+    stored = await repo.get_message(message.message_uuid)
+    assert stored is not None and stored.reasonings == [reasoning]
+
+
+async def test_create_reasoning_for_an_unknown_message_raises_value_error(repo: Repository) -> None:
+    with pytest.raises(ValueError):
+        await repo.create_message_reasoning(MessageReasoningCreate(message_uuid=uuid.uuid4()))
+
+
+async def test_update_reasoning_applies_only_explicitly_set_non_none_fields(
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    message = await add_message(await make_chat(), "")
+    reasoning = await repo.create_message_reasoning(
+        MessageReasoningCreate(
+            message_uuid=message.message_uuid, content="Let", name="r", metadata={"a": 1}
+        )
+    )
+
+    updated = await repo.update_message_reasoning(
+        reasoning.uuid,
+        MessageReasoningUpdate(content="Let me think", name=None, in_progress=False),
+    )
+
+    assert updated is not None
+    assert updated.content == "Let me think"
+    assert updated.in_progress is False
+    assert updated.name == "r"
+    assert updated.metadata == {"a": 1}
+    assert updated.status == MessageStatus.ACTIVE
+    stored = await repo.get_message(message.message_uuid)
+    assert stored is not None and stored.reasonings == [updated]
+
+
+async def test_update_reasoning_can_set_every_patchable_field(
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    message = await add_message(await make_chat(), "")
+    reasoning = await repo.create_message_reasoning(
+        MessageReasoningCreate(message_uuid=message.message_uuid)
+    )
+
+    await repo.update_message_reasoning(
+        reasoning.uuid,
+        MessageReasoningUpdate(
+            name="n",
+            content="c",
+            encrypted_value="e",
+            status=MessageStatus.INTERRUPTED,
+            in_progress=False,
+            step_name="s",
+            metadata={"m": None},
+        ),
+    )
+
+    stored = await repo.get_message(message.message_uuid)
+    assert stored is not None
+    (only,) = stored.reasonings
+    assert (only.name, only.content, only.encrypted_value) == ("n", "c", "e")
+    assert (only.status, only.in_progress) == (MessageStatus.INTERRUPTED, False)
+    assert (only.step_name, only.metadata) == ("s", {"m": None})
+
+
+async def test_update_reasoning_of_unknown_uuid_returns_none(repo: Repository) -> None:
+    assert (
+        await repo.update_message_reasoning(uuid.uuid4(), MessageReasoningUpdate(content="x"))
+        is None
+    )
+
+
+async def test_reasoning_and_tool_calls_keep_their_production_order(
+    repo: Repository, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    message = await add_message(await make_chat(), "")
+    first = await repo.create_message_reasoning(
+        MessageReasoningCreate(message_uuid=message.message_uuid, content="think 1")
+    )
+    call = await repo.create_message_tool_call(
+        MessageToolCallCreate(message_uuid=message.message_uuid, tool_call_id="c", name="f")
+    )
+    second = await repo.create_message_reasoning(
+        MessageReasoningCreate(message_uuid=message.message_uuid, content="think 2")
+    )
+
+    stored = await repo.get_message(message.message_uuid)
+    assert stored is not None
+    assert [r.content for r in stored.reasonings] == ["think 1", "think 2"]
+    positions = {r.uuid: r.seq for r in stored.reasonings} | {
+        tc.uuid: tc.seq for tc in stored.tool_calls
+    }
+    assert positions[first.uuid] < positions[call.uuid] < positions[second.uuid]
+
+
+# --- subclassed models -----------------------------------------------------------------------
+
+
+class TeamMessage(Message):
+    """A message with app-specific fields the base schema has no column for."""
+
+    team: str = ""
+    blob: bytes | None = None
+
+
+class TeamMessageCreate(MessageCreate):
+    """The create DTO matching :class:`TeamMessage`."""
+
+    team: str = ""
+    blob: bytes | None = None
+
+
+class TeamMessageUpdate(MessageUpdate):
+    """The update DTO matching :class:`TeamMessage`."""
+
+    team: str | None = None
+    blob: bytes | None = None
+
+
+class TracedToolCall(ToolCall):
+    """A tool call carrying a trace id and a raw payload."""
+
+    trace_id: str = ""
+    payload: bytes | None = None
+
+
+class TracedToolCallCreate(MessageToolCallCreate):
+    """The create DTO matching :class:`TracedToolCall`."""
+
+    trace_id: str = ""
+    payload: bytes | None = None
+
+
+class TracedToolCallUpdate(MessageToolCallUpdate):
+    """The update DTO matching :class:`TracedToolCall`."""
+
+    trace_id: str | None = None
+
+
+class ScoredReasoning(Reasoning):
+    """A reasoning step with a score."""
+
+    score: float = 0.0
+
+
+class ScoredReasoningCreate(MessageReasoningCreate):
+    """The create DTO matching :class:`ScoredReasoning`."""
+
+    score: float = 0.0
+
+
+async def test_a_message_subclass_keeps_its_own_fields_through_create_update_and_read(
+    open_test_store: OpenStore,
+) -> None:
+    store = await open_test_store(message_model=TeamMessage)
+    chat = await store.create_chat(ChatCreate(user_uuid=uuid.uuid4(), thread_id="t"))
+
+    created = await store.create_message(
+        TeamMessageCreate(
+            chat_uuid=chat.chat_uuid, agui_id="m1", content="hi", team="core", blob=NOT_UTF8
+        )
+    )
+    assert isinstance(created, TeamMessage)
+    assert (created.team, created.blob) == ("core", NOT_UTF8)
+
+    updated = await store.update_message(
+        created.message_uuid, TeamMessageUpdate(team="platform", content="hi!")
+    )
+    assert isinstance(updated, TeamMessage)
+    assert (updated.team, updated.blob, updated.content) == ("platform", NOT_UTF8, "hi!")
+
+    reads = [
+        await store.get_message(created.message_uuid),
+        await store.get_message_by_agui_id(chat.chat_uuid, "m1"),
+        (await store.get_chat_messages(chat.chat_uuid))[0],
+        (await store.get_last_messages([chat.chat_uuid]))[chat.chat_uuid],
+    ]
+    for read in reads:
+        assert isinstance(read, TeamMessage)
+        assert (read.team, read.blob, read.content) == ("platform", NOT_UTF8, "hi!")
+
+    # A base update leaves the subclass fields alone.
+    await store.update_message(created.message_uuid, MessageUpdate(status=MessageStatus.COMPLETE))
+    stored = await store.get_message(created.message_uuid)
+    assert isinstance(stored, TeamMessage)
+    assert (stored.team, stored.blob) == ("platform", NOT_UTF8)
+
+    replaced = await store.update_message(
+        created.message_uuid, TeamMessageUpdate(blob=NOT_UTF8[::-1])
+    )
+    assert isinstance(replaced, TeamMessage)
+    assert (replaced.team, replaced.blob) == ("platform", NOT_UTF8[::-1])
+    assert await store.get_message(created.message_uuid) == replaced
+
+
+async def test_a_plain_create_in_a_subclassed_store_gets_the_subclass_defaults(
+    open_test_store: OpenStore,
+) -> None:
+    store = await open_test_store(message_model=TeamMessage)
+    chat = await store.create_chat(ChatCreate(user_uuid=uuid.uuid4(), thread_id="t"))
+
+    message = await store.create_message(MessageCreate(chat_uuid=chat.chat_uuid, content="x"))
+
+    stored = await store.get_message(message.message_uuid)
+    assert isinstance(stored, TeamMessage)
+    assert (stored.team, stored.blob) == ("", None)
+
+
+async def test_tool_call_and_reasoning_subclasses_keep_their_own_fields(
+    open_test_store: OpenStore,
+) -> None:
+    store = await open_test_store(tool_call_model=TracedToolCall, reasoning_model=ScoredReasoning)
+    chat = await store.create_chat(ChatCreate(user_uuid=uuid.uuid4(), thread_id="t"))
+    message = await store.create_message(MessageCreate(chat_uuid=chat.chat_uuid))
+
+    call = await store.create_message_tool_call(
+        TracedToolCallCreate(
+            message_uuid=message.message_uuid,
+            tool_call_id="c",
+            name="f",
+            trace_id="trace-1",
+            payload=NOT_UTF8,
+        )
+    )
+    reasoning = await store.create_message_reasoning(
+        ScoredReasoningCreate(message_uuid=message.message_uuid, score=0.75)
+    )
+    assert isinstance(call, TracedToolCall)
+    assert (call.trace_id, call.payload) == ("trace-1", NOT_UTF8)
+    assert isinstance(reasoning, ScoredReasoning) and reasoning.score == 0.75
+
+    updated = await store.update_message_tool_call(
+        call.uuid, TracedToolCallUpdate(trace_id="trace-2", arguments="{}")
+    )
+    assert isinstance(updated, TracedToolCall)
+    assert (updated.trace_id, updated.payload, updated.arguments) == ("trace-2", NOT_UTF8, "{}")
+
+    by_id = await store.get_tool_call_by_agui_id(message.message_uuid, "c")
+    stored = await store.get_message(message.message_uuid)
+    assert stored is not None
+    for read in (by_id, stored.tool_calls[0]):
+        assert isinstance(read, TracedToolCall)
+        assert (read.trace_id, read.payload) == ("trace-2", NOT_UTF8)
+    assert isinstance(stored.reasonings[0], ScoredReasoning)
+    assert stored.reasonings[0].score == 0.75
