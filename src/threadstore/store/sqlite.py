@@ -7,7 +7,9 @@ committed together, each atomic on its own, the flushes a storage agent runs in 
 background (``apply_writes``) after every other write (``_sqlite_writes.py``), so a new
 run's set-up never waits for the flushes of the runs already streaming. Several
 processes may share one file: SQLite serializes their writers and ``busy_timeout``
-makes them wait instead of failing.
+makes them wait instead of failing, for the store's ``timeout`` (``_timeouts.py``): a
+write that waits longer for another process's lock, or for this store's writer, raises
+:class:`~threadstore.errors.StoreUnavailableError`.
 
 Reads never take the writer lock: WAL lets readers run beside the writer, so a
 query outside the caller's own transaction runs on a reader connection (its own
@@ -41,7 +43,7 @@ import threading
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qs
 from uuid import UUID
 
@@ -53,6 +55,7 @@ from threadstore.errors import (
     MigrationError,
     NotFoundError,
     RunLiveError,
+    StoreUnavailableError,
 )
 from threadstore.store import ops
 from threadstore.store._base import BranchPage, ChatFilter, MessageKey, RunFilter, Store, TreeNode
@@ -91,12 +94,14 @@ from threadstore.store._sqlite_schema import (
     TOOL_CALL_COLUMNS,
 )
 from threadstore.store._sqlite_thread import DatabaseThread
-from threadstore.store._sqlite_writes import Statement, WriteQueue, run_statements
+from threadstore.store._sqlite_writes import BUSY_CODES, Statement, WriteQueue, run_statements
+from threadstore.store._timeouts import DEFAULT_TIMEOUT, split_timeout
 
 __all__ = ["SQLiteStore", "sqlite_options", "sqlite_path"]
 
-BUSY_TIMEOUT_MS = 10_000
-"""How long a writer waits for another process's write lock before failing."""
+BUSY_TIMEOUT_MS = int(DEFAULT_TIMEOUT * 1000)
+"""How long a writer waits for another process's write lock before failing, at the
+default store timeout (a store's own is its ``timeout``)."""
 
 INLINE_MAX_STATEMENTS = 4
 """The most statements a write may have and still run inline on the event loop."""
@@ -109,8 +114,6 @@ CHECKPOINT_EVERY_WRITES = 100
 
 _CHAT_FIELD_SET = {"name": "name = ?", "state": "state = ?", "metadata": "metadata = ?"}
 """The assignment of each directly set chat field (column names are only taken from here)."""
-
-_BUSY_CODES = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 logger = logging.getLogger(__name__)
 
@@ -294,6 +297,8 @@ _ENCODERS: dict[Kind, Encoder] = {**JSON_ENCODERS, Kind.UUID: str, Kind.TIME: _t
 _PLANS = InsertPlans(_ENCODERS)
 
 
+_T = TypeVar("_T")
+
 _Finish = Callable[[list[list[Any]]], Awaitable[Any]]
 """Turns the rows of an operation's statements into its result."""
 
@@ -322,16 +327,23 @@ def _tree_nodes(rows: list[Any]) -> list[TreeNode]:
 class SQLiteStore(Store):
     """Store backed by one SQLite database file."""
 
+    timeout: float
+
     def __init__(
         self,
         url: str = "sqlite:///./threadstore.db",
         *,
         history_cache_messages: int = DEFAULT_HISTORY_CACHE_MESSAGES,
         inline: bool | None = None,
+        timeout: float | None = None,
         **model_classes: Any,
     ) -> None:
         super().__init__(**model_classes)
-        self.url = url
+        self.url, self.timeout = split_timeout(url, timeout)
+        """The URL, and the seconds a call may wait for another process's write lock or
+        for this store's writer before :class:`StoreUnavailableError` (the ``timeout``
+        keyword, else ``?timeout=`` in the URL, else 5)."""
+        url = self.url
         self.path = sqlite_path(url)
         if inline is None:
             inline = sqlite_options(url).get("inline", True)
@@ -341,14 +353,14 @@ class SQLiteStore(Store):
         ``inline=False`` or ``?inline=off`` in the URL turns it off. Always off for
         ``:memory:``: a second connection would open another, empty database.
         """
-        self._thread = DatabaseThread()
-        self._reader = DatabaseThread("threadstore-sqlite-read")
+        self._thread = DatabaseThread(timeout=self.timeout)
+        self._reader = DatabaseThread("threadstore-sqlite-read", timeout=self.timeout)
         self._inline: sqlite3.Connection | None = None
         self._inline_thread = 0
         self._inline_changes = 0
         self._writes_since_checkpoint = 0
         self._checkpointing: asyncio.Task[None] | None = None
-        self._lock = WriterLock()
+        self._lock = WriterLock(self.timeout)
         self._writes = WriteQueue(self._thread, self._lock)
         self.checkpoint_every_writes = CHECKPOINT_EVERY_WRITES
         """Inline writes between two checkpoints; 0 turns these checkpoints off."""
@@ -396,10 +408,13 @@ class SQLiteStore(Store):
         """Open the database file and set the pragmas every connection needs."""
         if self._thread.is_open:
             return
-        await self._thread.open(self.path, _set_pragmas)
+        busy_ms = int(self.timeout * 1000)
+        await self._thread.open(self.path, functools.partial(_set_pragmas, busy_ms=busy_ms))
         if self.path != ":memory:":  # another connection would open another database
             try:
-                await self._reader.open(self.path, _set_reader_pragmas)
+                await self._reader.open(
+                    self.path, functools.partial(_set_reader_pragmas, busy_ms=busy_ms)
+                )
             except BaseException:
                 await self._thread.close()
                 raise
@@ -445,19 +460,34 @@ class SQLiteStore(Store):
     async def setup(self) -> None:
         """Apply pending migrations in order, each recorded in ``threadstore_migrations``."""
         async with self._lock.hold():
-            await self._thread.call(_migrate)
+            await self._call(_migrate)
 
     async def schema_version(self) -> int:
         """Return the highest applied migration (0 for an empty database)."""
         async with self._lock.hold():
-            return await self._thread.call(_applied_version)
+            return await self._call(_applied_version)
 
     def transaction(self) -> AbstractAsyncContextManager[None]:
         return self._lock.transaction(
-            functools.partial(self._thread.call, _fetch_all, "BEGIN IMMEDIATE"),
-            functools.partial(self._thread.call, _commit),
-            functools.partial(self._thread.call, _fetch_all, "ROLLBACK"),
+            functools.partial(self._call, _fetch_all, "BEGIN IMMEDIATE"),
+            functools.partial(self._call, _commit),
+            functools.partial(self._call, _fetch_all, "ROLLBACK"),
         )
+
+    async def _call(self, fn: Callable[..., _T], *args: Any) -> _T:
+        """``fn(connection, *args)`` on the database thread, its errors translated."""
+        try:
+            return await self._thread.call(fn, *args)
+        except sqlite3.Error as exc:
+            raise self._writer_error(exc) from exc
+
+    def _writer_error(self, exc: sqlite3.Error) -> Exception:
+        """``exc`` of the writer's connection, translated; past the busy timeout, the
+        writes waiting behind this one give up too (``WriterLock.give_up_waiting``)."""
+        error = _translate(exc)
+        if isinstance(error, StoreUnavailableError):
+            self._lock.give_up_waiting()
+        return error
 
     # --- statement helpers ---------------------------------------------------------------
 
@@ -499,15 +529,12 @@ class SQLiteStore(Store):
         try:
             return inline.execute(sql, params).fetchall()
         except sqlite3.Error as exc:
-            if (exc.sqlite_errorcode or 0) & 0xFF in _BUSY_CODES:
+            if (exc.sqlite_errorcode or 0) & 0xFF in BUSY_CODES:
                 return None
             raise _translate(exc) from exc
 
     async def _fetch_now(self, sql: str, params: Sequence[Any]) -> list[Any]:
-        try:
-            return await self._thread.call(_fetch_all, sql, params)
-        except sqlite3.Error as exc:
-            raise _translate(exc) from exc
+        return await self._call(_fetch_all, sql, params)
 
     async def _run(self, *statements: Statement, background: bool = False) -> list[list[Any]]:
         """Run write statements in one hop to the database thread; return each one's rows.
@@ -524,7 +551,7 @@ class SQLiteStore(Store):
                 return await self._thread.call(run_statements, statements, False)
             return await self._writes.run(statements, background=background)
         except sqlite3.Error as exc:
-            raise _translate(exc) from exc
+            raise self._writer_error(exc) from exc
 
     async def _run_small(
         self, statements: Sequence[Statement], background: bool = False
@@ -569,7 +596,7 @@ class SQLiteStore(Store):
         try:
             results = run_statements(inline, statements, len(statements) > 1)
         except sqlite3.Error as exc:
-            if (exc.sqlite_errorcode or 0) & 0xFF in _BUSY_CODES:
+            if (exc.sqlite_errorcode or 0) & 0xFF in BUSY_CODES:
                 return None
             raise _translate(exc) from exc
         finally:
@@ -1152,18 +1179,18 @@ async def _row_count(results: list[list[Any]]) -> int:
     return sum(len(rows) for rows in results)
 
 
-def _set_pragmas(conn: sqlite3.Connection) -> None:
+def _set_pragmas(conn: sqlite3.Connection, busy_ms: int = BUSY_TIMEOUT_MS) -> None:
     """The settings of the thread's connection (the first one: it turns WAL on)."""
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA synchronous = NORMAL")
     conn.execute("PRAGMA foreign_keys = ON")
-    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    conn.execute(f"PRAGMA busy_timeout = {int(busy_ms)}")
 
 
-def _set_reader_pragmas(conn: sqlite3.Connection) -> None:
+def _set_reader_pragmas(conn: sqlite3.Connection, busy_ms: int = BUSY_TIMEOUT_MS) -> None:
     """The settings of the reader thread's connection: it only reads."""
     conn.execute("PRAGMA query_only = ON")
-    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    conn.execute(f"PRAGMA busy_timeout = {int(busy_ms)}")
 
 
 def _fetch_all(conn: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> list[Any]:
@@ -1241,6 +1268,11 @@ def _split_script(script: str) -> list[str]:
 def _translate(exc: sqlite3.Error) -> Exception:
     """Map a driver error to threadstore's error tree."""
     text = str(exc)
+    if (exc.sqlite_errorcode or 0) & 0xFF in BUSY_CODES:
+        # Past busy_timeout: another process holds the database's lock.
+        return StoreUnavailableError(
+            f"the store is unavailable: the database is locked by another process ({text})"
+        )
     if "no such table" in text:
         return MigrationError(
             f"{text}: the schema is missing; run `threadstore migrate` or setup()"
