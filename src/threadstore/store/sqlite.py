@@ -484,7 +484,7 @@ class SQLiteStore(Store):
     def _writer_error(self, exc: sqlite3.Error) -> Exception:
         """``exc`` of the writer's connection, translated; past the busy timeout, the
         writes waiting behind this one give up too (``WriterLock.give_up_waiting``)."""
-        error = _translate(exc)
+        error = _translate(exc, self.timeout)
         if isinstance(error, StoreUnavailableError):
             self._lock.give_up_waiting()
         return error
@@ -520,7 +520,7 @@ class SQLiteStore(Store):
         try:
             return await self._reader.call(_fetch_all, sql, params)
         except sqlite3.Error as exc:
-            raise _translate(exc) from exc
+            raise _translate(exc, self.timeout) from exc
 
     def _inline_read(self, sql: str, params: Sequence[Any]) -> list[Any] | None:
         """One query on the inline connection; None when SQLite answered busy."""
@@ -1265,13 +1265,14 @@ def _split_script(script: str) -> list[str]:
     return statements
 
 
-def _translate(exc: sqlite3.Error) -> Exception:
-    """Map a driver error to threadstore's error tree."""
+def _translate(exc: sqlite3.Error, timeout: float | None = None) -> Exception:
+    """Map a driver error to threadstore's error tree (``timeout``: the store's)."""
     text = str(exc)
     if (exc.sqlite_errorcode or 0) & 0xFF in BUSY_CODES:
         # Past busy_timeout: another process holds the database's lock.
         return StoreUnavailableError(
-            f"the store is unavailable: the database is locked by another process ({text})"
+            f"the store is unavailable: the database is locked by another process ({text})",
+            timeout=timeout,
         )
     if "no such table" in text:
         return MigrationError(
