@@ -51,6 +51,7 @@ __all__ = ["app", "main"]
 
 DEFAULT_DB = "sqlite:///./threadstore.db"
 CORS_ENV_VAR = "THREADSTORE_CORS_ORIGINS"
+STORE_TIMEOUT_ENV_VAR = "THREADSTORE_STORE_TIMEOUT"
 T = TypeVar("T")
 
 app = typer.Typer(
@@ -307,6 +308,16 @@ def serve(
         float, typer.Option(help="Seconds between the demo agent's streamed chunks.")
     ] = 0.03,
     migrate: Annotated[bool, typer.Option(help="Create or upgrade the schema at start-up.")] = True,
+    store_timeout: Annotated[
+        float | None,
+        typer.Option(
+            envvar=STORE_TIMEOUT_ENV_VAR,
+            min=0.001,
+            help="Seconds a store call waits for the database before the API answers 503 "
+            "(default: the --db URL's ?timeout=, else 5).",
+            show_default=False,
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
     workers: Annotated[
         int,
@@ -341,6 +352,7 @@ def serve(
         "trust_user_header": trust_user_header,
         "cors_origins": cors_origin or [],
         "admins": admin or [],
+        "store_timeout": store_timeout,
     }
     try:
         # Built here even for workers, so a bad option is one error line before the
@@ -413,6 +425,7 @@ def _serve_app(options: dict[str, Any], *, migrate: bool) -> Any:
         migrate=migrate,
         cors_origins=options["cors_origins"],
         admins=options["admins"],
+        store_timeout=options.get("store_timeout"),
     )
 
 

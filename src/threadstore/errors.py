@@ -7,6 +7,7 @@
     │   │   ├── RunLiveError       the chat already has a running run
     │   │   └── VersionConflictError  the seed layer's lost optimistic update (never raised)
     │   ├── CorruptRecordError     a stored row cannot be read back (names the record)
+    │   ├── StoreUnavailableError  the database did not answer in time or cannot be reached
     │   └── MigrationError         the schema is missing, too new, or a migration failed
     ├── InvalidInputError          caller-supplied data was rejected (also a ValueError)
     │   └── LimitExceededError     a documented size/count limit was exceeded
@@ -36,6 +37,7 @@ __all__ = [
     "NotFoundError",
     "RunLiveError",
     "StoreError",
+    "StoreUnavailableError",
     "ThreadstoreError",
     "VersionConflictError",
 ]
@@ -112,6 +114,21 @@ class CorruptRecordError(StoreError):
         self.message_uuid = message_uuid
 
 
+class StoreUnavailableError(StoreError):
+    """The database did not answer within the store's timeout, or cannot be reached.
+
+    Nothing is known to have been written by the call that raised it; store writes are
+    idempotent, so it may be retried. ``code`` is stable (``STORE_UNAVAILABLE``);
+    ``timeout`` is the store's timeout in seconds, when one was in force.
+    """
+
+    code = "STORE_UNAVAILABLE"
+
+    def __init__(self, message: str, *, timeout: float | None = None) -> None:
+        super().__init__(message)
+        self.timeout = timeout
+
+
 class MigrationError(StoreError):
     """The database schema is missing, newer than this code, or a migration failed."""
 
@@ -141,3 +158,5 @@ class ErrorCodes(StrEnum):
     """Another run already holds the chat (:class:`RunLiveError`)."""
     CHAT_DELETED = "CHAT_DELETED"
     """The chat was deleted while the run streamed."""
+    STORE_UNAVAILABLE = "STORE_UNAVAILABLE"
+    """The store did not answer in time (:class:`StoreUnavailableError`)."""

@@ -13,7 +13,10 @@
   thread and run id (:class:`~threadstore.errors.ConflictError`), as the
   in-process manager does for its own runs;
 - deletes relayed events of finished runs after ``event_retention`` seconds, in
-  :meth:`~DistributedRunManager.sweep`.
+  :meth:`~DistributedRunManager.sweep`;
+- settles at once, in :meth:`~DistributedRunManager.sweep`, the runs of an owner whose
+  process is gone (:func:`~threadstore.agui._owners.owner_gone`: same host, its pid no
+  longer runs), and never takes such a run for live, whatever its heartbeat.
 
 Every lookup is scoped by the run's owner. Thread ids are chosen by clients and
 unique only per user, so the methods that take them (:meth:`resume`,
@@ -42,6 +45,7 @@ from threadstore.agui._manager import (
     StreamPersistenceManager,
     UserScopedAgent,
 )
+from threadstore.agui._owners import owner_gone, process_owner
 from threadstore.errors import ConflictError, InvalidInputError
 from threadstore.models import Chat, Run, RunStatus, utcnow
 from threadstore.store import Store
@@ -74,6 +78,8 @@ class DistributedRunManager(StreamPersistenceManager[AgentT]):
         refuse_live_elsewhere: bool = True,
         **options: Any,
     ) -> None:
+        if options.get("owner") is None:
+            options["owner"] = process_owner()  # one whose death other processes can see
         super().__init__(agent_factory, store=store, **options)
         if event_retention < 0:
             raise InvalidInputError(f"event_retention must be >= 0, got {event_retention}")
@@ -174,9 +180,22 @@ class DistributedRunManager(StreamPersistenceManager[AgentT]):
         return run.owner
 
     def beating(self, run: Run) -> bool:
-        """Whether ``run`` is recorded running with a heartbeat fresh enough to be live."""
+        """Whether ``run`` is recorded running with a heartbeat fresh enough to be live
+        (and an owner not known to be gone: :meth:`gone`)."""
         fresh_since = utcnow() - timedelta(seconds=self._fresh_within)
-        return run.status == RunStatus.RUNNING and run.heartbeat_at >= fresh_since
+        return (
+            run.status == RunStatus.RUNNING
+            and run.heartbeat_at >= fresh_since
+            and not self.gone(run)
+        )
+
+    def gone(self, run: Run) -> bool:
+        """Whether ``run`` is recorded running by a process that is surely gone."""
+        return (
+            run.status == RunStatus.RUNNING
+            and owner_gone(run.owner)
+            and self._local_chat_run(run.chat_uuid, run.run_id) is None
+        )
 
     async def _relay_events(self, handle: RunHandle[AgentT]) -> None:
         from threadstore.agui._relay import EventPump
@@ -322,11 +341,23 @@ class DistributedRunManager(StreamPersistenceManager[AgentT]):
     # --- upkeep ----------------------------------------------------------------------------
 
     async def sweep(self, stale_after: float = 30.0) -> int:
-        """Sweep stale runs as the base manager does, then prune old relayed events."""
+        """Sweep stale runs as the base manager does, and the runs of gone owners however
+        fresh their heartbeat (:meth:`gone`); then prune old relayed events."""
         swept = await super().sweep(stale_after)
+        swept += await self.settle_gone()
         if self.relay is not None:
             await self.relay.prune(self.event_retention)
         return swept
+
+    async def settle_gone(self) -> int:
+        """Finalize as interrupted, now, every run whose owner's process is gone; how many."""
+        store = self._require_store()
+        settled = 0
+        for run in await store.get_stale_runs(utcnow()):  # every run recorded running
+            if self.gone(run):
+                await self.end_stale_run(run)
+                settled += 1
+        return settled
 
     async def close(self) -> None:
         """Cancel live runs, finish relaying their events, and stop listening."""

@@ -23,6 +23,7 @@ from threadstore.server._demo_agent import DEFAULT_DEMO_DELAY
 from threadstore.server._deps import ServerState
 from threadstore.server._errors import install_error_handlers
 from threadstore.server._limits import DEFAULT_LIMITS, BodyLimitMiddleware, Limits
+from threadstore.server._readiness import router as readiness_router
 from threadstore.server._routes_agui import router as agui_router
 from threadstore.server._routes_branches import router as branches_router
 from threadstore.server._routes_chats import admin_router
@@ -60,6 +61,7 @@ def create_app(
     cors_origins: Sequence[str] = (),
     history_window: HistoryWindow | None = None,
     admins: Collection[str | UUID] = (),
+    store_timeout: float | None = None,
 ) -> FastAPI:
     """Build the threadstore server app.
 
@@ -80,6 +82,8 @@ def create_app(
     ``history_window=``; by default it gets the whole stored history.
     ``admins`` (user ids or UUIDs, as the authenticator resolves them) may page through
     every user's chats at ``GET /api/admin/chats``; nobody may by default.
+    ``store_timeout`` is the seconds a store call waits for a store opened from a URL
+    (default: the URL's ``?timeout=``, else 5); past it the API answers ``503``.
 
     On PostgreSQL the runs go through a
     :class:`~threadstore.agui._distributed.DistributedRunManager`, so several server
@@ -96,7 +100,11 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        opened = await open_store(store, setup=migrate) if isinstance(store, str) else store
+        if isinstance(store, str):
+            timeout = {} if store_timeout is None else {"timeout": store_timeout}
+            opened = await open_store(store, setup=migrate, **timeout)
+        else:
+            opened = store
 
         # Only a window that is set is passed: a custom factory need not take one.
         window = {} if history_window is None else {"history_window": history_window}
@@ -167,11 +175,12 @@ def create_app(
     app.include_router(chats_router)
     app.include_router(admin_router)
     app.include_router(branches_router)
+    app.include_router(readiness_router)
     install_web(app)
 
     @app.get("/healthz", tags=["server"], summary="Liveness")
     async def healthz() -> dict[str, str]:
-        """Return ``{"status": "ok"}`` while the server is up."""
+        """Return ``{"status": "ok"}`` while the server is up (the store is ``/readyz``'s)."""
         return {"status": "ok"}
 
     def body_limit(scope: Scope) -> int:

@@ -1,11 +1,15 @@
 """The one place that maps errors to HTTP statuses and JSON error bodies.
 
 Every error response has the same shape: ``{"detail": "<what was wrong>", "code":
-"<machine-readable code>"}`` (plus ``errors`` for request-validation failures).
+"<machine-readable code>"}`` (plus ``errors`` for request-validation failures). A store
+that is away answers ``503`` with code ``store_unavailable`` and a ``Retry-After``
+header; an error nothing here expected is a JSON ``500``, never a plain-text one.
 """
 
 from __future__ import annotations
 
+import logging
+import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -21,10 +25,22 @@ from threadstore.errors import (
     LimitExceededError,
     MigrationError,
     NotFoundError,
+    StoreUnavailableError,
     ThreadstoreError,
 )
 
-__all__ = ["error_response", "install_error_handlers", "status_for"]
+__all__ = [
+    "DEFAULT_RETRY_AFTER",
+    "error_response",
+    "install_error_handlers",
+    "status_for",
+    "unavailable_response",
+]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_RETRY_AFTER = 5
+"""``Retry-After`` seconds of a 503 when the store names no timeout of its own."""
 
 # Most specific first: the first class the error is an instance of wins.
 _STATUS: tuple[tuple[type[ThreadstoreError], int, str], ...] = (
@@ -32,6 +48,7 @@ _STATUS: tuple[tuple[type[ThreadstoreError], int, str], ...] = (
     (InvalidInputError, status.HTTP_422_UNPROCESSABLE_CONTENT, "invalid_input"),
     (NotFoundError, status.HTTP_404_NOT_FOUND, "not_found"),
     (ConflictError, status.HTTP_409_CONFLICT, "conflict"),
+    (StoreUnavailableError, status.HTTP_503_SERVICE_UNAVAILABLE, "store_unavailable"),
     (MigrationError, status.HTTP_503_SERVICE_UNAVAILABLE, "schema_not_ready"),
     (ConfigurationError, status.HTTP_500_INTERNAL_SERVER_ERROR, "configuration_error"),
     (ThreadstoreError, status.HTTP_500_INTERNAL_SERVER_ERROR, "internal_error"),
@@ -97,11 +114,32 @@ async def _on_validation_error(request: Request, exc: Exception) -> JSONResponse
     return error_response(422, detail, code="invalid_input", errors=slim)
 
 
+def unavailable_response(exc: StoreUnavailableError, **extra: Any) -> JSONResponse:
+    """The ``503`` for a store that is away: what happened, and when to try again."""
+    # About one store timeout: a retry sooner would likely wait out the same outage.
+    wait = DEFAULT_RETRY_AFTER if exc.timeout is None else max(1, math.ceil(exc.timeout))
+    return error_response(
+        503,
+        f"{exc}; try again later",
+        code="store_unavailable",
+        headers={"Retry-After": str(wait)},
+        **extra,
+    )
+
+
 async def _on_threadstore_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ThreadstoreError)
+    if isinstance(exc, StoreUnavailableError):
+        logger.warning("%s %s: %s", request.method, request.url.path, exc)
+        return unavailable_response(exc)
     status_code, code = status_for(exc)
     detail = str(exc) if status_code < 500 else "internal server error"
     return error_response(status_code, detail, code=code)
+
+
+async def _on_unexpected_error(request: Request, exc: Exception) -> JSONResponse:
+    # The server's last resort (Starlette logs the traceback after this answer).
+    return error_response(500, "internal server error", code="internal_error")
 
 
 # FastAPI's answer to a body its JSON parser raised on other than with a decode error
@@ -138,4 +176,5 @@ def install_error_handlers(app: FastAPI, *, max_json_depth: int) -> None:
     """
     app.add_exception_handler(RequestValidationError, _on_validation_error)
     app.add_exception_handler(ThreadstoreError, _on_threadstore_error)
+    app.add_exception_handler(Exception, _on_unexpected_error)
     app.add_exception_handler(StarletteHTTPException, _http_error_handler(max_json_depth))

@@ -27,6 +27,7 @@ from ag_ui.core import (
     ReasoningMessageChunkEvent,
     ReasoningMessageStartEvent,
     RunAgentInput,
+    RunErrorEvent,
     RunFinishedEvent,
     RunStartedEvent,
     StateSnapshotEvent,
@@ -49,7 +50,7 @@ from threadstore.agui import (
     wire_json,
 )
 from threadstore.codec import TRANSLATION, translate_messages
-from threadstore.errors import InvalidInputError
+from threadstore.errors import ErrorCodes, InvalidInputError
 from threadstore.models import Chat, Message, Role, Run, RunStatus, utcnow
 from threadstore.server._deps import AppState, CurrentUser, ServerState
 from threadstore.server._errors import error_response
@@ -280,6 +281,8 @@ async def resume_run(
         point = _resume_point(after, last_event_id)
         frames = await _run_frames(state, user, thread_id, run_id, point)
     if frames is None:
+        frames = await _settled_run(state, user, thread_id, run_id)
+    if frames is None:
         raise HTTPException(
             404,
             detail=f"run {run_id} of thread {thread_id} is not live or recently finished; "
@@ -315,16 +318,62 @@ async def cancel_run(thread_id: str, run_id: str, state: AppState, user: Current
     if chat is None or run is None:
         raise HTTPException(404, detail=f"run {run_id} of thread {thread_id} not found")
     cancelled = False
-    if run.status == RunStatus.RUNNING:
+    if run.status == RunStatus.RUNNING and manager.gone(run):
+        # Its process is gone: nothing runs it, so settling it is the whole cancel.
+        await manager.end_stale_run(run)
+        run = await state.store.get_run(chat.chat_uuid, run_id) or run
+        cancelled = run.status == RunStatus.INTERRUPTED
+    elif run.status == RunStatus.RUNNING:
         if not manager.beating(run):
             raise HTTPException(409, detail=_stale_run_detail(state, run))
         if manager.relay is None:
             raise HTTPException(
                 409, detail=f"run {run_id} is live in another server process; cancel it there"
             )
-        cancelled = await manager.cancel_chat_run(chat.chat_uuid, run_id, wait=True)
+        asked = await manager.cancel_chat_run(chat.chat_uuid, run_id, wait=True)
         run = await state.store.get_run(chat.chat_uuid, run_id) or run
+        # True only when the run did stop: a request its owner never acted on cancels nothing.
+        cancelled = asked and run.status != RunStatus.RUNNING
     return CancelResult(thread_id=thread_id, run_id=run_id, cancelled=cancelled, status=run.status)
+
+
+async def _settled_run(
+    state: ServerState, user: UUID, thread_id: str, run_id: str
+) -> _RunFrames | None:
+    """A run the store knows but no process streams any more, as one whole AG-UI run.
+
+    ``RUN_STARTED``, the thread's snapshots (what was stored of it), then the end its
+    record gives: so the events URL of a run whose process is gone still answers. A run
+    recorded running elsewhere and live gives ``None``: its events are that process's.
+    """
+    chat = await state.store.get_chat_by_thread_id(user, thread_id)
+    run = None if chat is None else await state.store.get_run(chat.chat_uuid, run_id)
+    if chat is None or run is None:
+        return None
+    if run.status == RunStatus.RUNNING and state.manager.gone(run):
+        await state.manager.end_stale_run(run)
+        run = await state.store.get_run(chat.chat_uuid, run_id) or run
+    if run.status == RunStatus.RUNNING:
+        return None
+    started = RunStartedEvent(
+        thread_id=thread_id, run_id=run_id, protocol_version=PROTOCOL_VERSION, timestamp=_now_ms()
+    )
+    end: BaseEvent = (
+        RunFinishedEvent(thread_id=thread_id, run_id=run_id, timestamp=_now_ms())
+        if run.status == RunStatus.COMPLETE
+        else RunErrorEvent(
+            message=f"run {run_id} ended {run.status}" + (f": {run.error}" if run.error else ""),
+            code=_END_CODES.get(run.status, ErrorCodes.INTERNAL_ERROR),
+            timestamp=_now_ms(),
+        )
+    )
+    history = await _history(state, chat)
+    frames = [encode_frame(started), *await _snapshot_frames(chat, history), encode_frame(end)]
+    return _RunFrames(frames)
+
+
+_END_CODES = {RunStatus.INTERRUPTED: ErrorCodes.CANCELLED}
+"""The ``RUN_ERROR`` code replayed for a settled run's status (else ``INTERNAL_ERROR``)."""
 
 
 def _stale_run_detail(state: ServerState, run: Run) -> str:

@@ -13,8 +13,10 @@ a 409 when its set-up writes come before its stream (a run that stores tool resu
 else in its stream, as ``RUN_STARTED`` then ``RUN_ERROR`` with code
 ``RUN_LIVE`` (the storage agent starts such a run while its writes go on). Either way its
 run id stays free.
-A run left running by an owner that stopped heartbeating does not hold the thread: it
-is finalized as interrupted, as the sweep would, and the new run starts.
+A run left running by an owner that stopped heartbeating, or whose process is gone
+(same host, its pid no longer runs), does not hold the thread: it is finalized as
+interrupted, as the sweep would, and the new run starts. Posting such a run's own id
+again answers that it ran (interrupted), with where its events and messages are.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from ag_ui.core import RunAgentInput
 
 from threadstore.agui import RunHandle, StorageAgent
 from threadstore.errors import ConflictError
-from threadstore.models import Chat, RunStatus, utcnow
+from threadstore.models import Chat, Run, RunStatus, utcnow
 from threadstore.server._deps import ServerState
 
 __all__ = ["RunConflictError", "RunGate"]
@@ -96,18 +98,26 @@ class RunGate:
             return None
         # One read: this run id's record, if any, and the chat's running runs.
         runs = await state.store.runs.get_running_runs(chat.chat_uuid, with_run=run_id)
-        fresh_since = utcnow() - timedelta(seconds=self.fresh_within)
         run = next((run for run in runs if run.run_id == run_id), None)
         if run is not None:
-            if run.status == RunStatus.RUNNING and run.heartbeat_at >= fresh_since:
-                raise self._live(thread_id, run_id, run_id)
+            if run.status == RunStatus.RUNNING:
+                if self._beating(state, run):
+                    raise self._live(thread_id, run_id, run_id)
+                if state.manager.gone(run):  # settled now, not by a sweep later
+                    await state.manager.end_stale_run(run)
+                    run = await state.store.get_run(chat.chat_uuid, run_id) or run
             raise self._ran(thread_id, run_id, run.status, chat.chat_uuid)
         for other in runs:
-            if other.heartbeat_at >= fresh_since:
+            if self._beating(state, other):
                 raise self._live(thread_id, other.run_id, run_id)
-            # Its owner stopped heartbeating: it would hold the chat until a sweep.
+            # Its owner stopped heartbeating or is gone: it would hold the chat until a sweep.
             await state.manager.end_stale_run(other)
         return chat
+
+    def _beating(self, state: ServerState, run: Run) -> bool:
+        """Whether ``run``'s heartbeat is fresh and its owner not known to be gone."""
+        fresh_since = utcnow() - timedelta(seconds=self.fresh_within)
+        return run.heartbeat_at >= fresh_since and not state.manager.gone(run)
 
     async def _claimed(
         self, state: ServerState, handle: RunHandle[Any], run_input: RunAgentInput

@@ -438,6 +438,9 @@ class Store(abc.ABC):
     """Whole histories read before, reused while their chat's history version is unchanged."""
     deleted_retention: timedelta = DEFAULT_DELETED_RETENTION
     """How long a soft-deleted chat can be restored; after it ``purge_deleted_chats`` may."""
+    timeout: float | None = None
+    """Seconds a call waits for the database before it raises
+    :class:`~threadstore.errors.StoreUnavailableError`; ``None``: nothing to wait for."""
 
     def __init__(
         self,

@@ -10,6 +10,7 @@ in :mod:`threadstore.store._postgres_schema`. Two channels carry notifications:
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
@@ -18,6 +19,7 @@ from uuid import UUID
 
 import asyncpg
 
+from threadstore.errors import StoreUnavailableError
 from threadstore.models import utcnow
 from threadstore.store._run_events import EventBatch, RunEventListener, RunLog, RunStanding
 
@@ -143,8 +145,10 @@ class _Listener:
             broken = exc  # lost just now: given back as failed, the pool replaces it
         finally:
             if conn is not None:
-                # Given back as failed when it broke, so the pool replaces it.
-                await self._lease.__aexit__(type(broken) if broken else None, broken, None)
+                # Given back as failed when it broke, so the pool replaces it; the lease
+                # then reports the store unavailable, which a lost listener knows.
+                with contextlib.suppress(StoreUnavailableError):
+                    await self._lease.__aexit__(type(broken) if broken else None, broken, None)
 
 
 class PostgresRunEvents:

@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import json
+import math
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -23,6 +25,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, create_model
 
 from threadstore import binary_json
+from threadstore.store._timeouts import bounded, unavailable
 
 __all__ = ["Codecs", "ExtrasCodec", "WriterLock", "merge_extra", "split_create", "split_update"]
 
@@ -114,10 +117,16 @@ class WriterLock:
     the tasks holding or waiting for it: a statement may skip the queue only when
     nobody is in it (:attr:`idle`), which keeps statements in the order they asked.
     Waiters are served in order, except that a ``background`` turn (a flush nobody
-    waits for) lets every waiting foreground one go first.
+    waits for) lets every waiting foreground one go first. With ``timeout``, a task
+    that waited that many seconds gives up with
+    :class:`~threadstore.errors.StoreUnavailableError` (the holder is stuck on its
+    database); so does every task that was waiting when a holder gave up on its
+    database (:meth:`give_up_waiting`), instead of waiting as long again.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, timeout: float | None = None) -> None:
+        self.timeout = timeout
+        self._gave_up_at = -math.inf
         self._locked = False
         self._background_holds = False  # the holder took a background turn
         self._foreground: deque[asyncio.Future[None]] = deque()
@@ -149,6 +158,17 @@ class WriterLock:
         """How many tasks wait for the lock."""
         return len(self._foreground) + len(self._background)
 
+    def give_up_waiting(self) -> None:
+        """The holder's database did not answer in time: every task waiting now gives up.
+
+        Each would otherwise wait the whole timeout again behind the same outage.
+        """
+        self._gave_up_at = time.monotonic()
+
+    def gave_up_since(self, moment: float) -> bool:
+        """Whether a holder gave up on its database after ``moment`` (``time.monotonic()``)."""
+        return self._gave_up_at >= moment
+
     def turn(self, *, background: bool = False) -> _Turn:
         """``async with`` the lock for one statement that takes no other lock while it runs."""
         return _Turn(self, background)
@@ -161,15 +181,23 @@ class WriterLock:
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         queue = self._background if background else self._foreground
         queue.append(waiter)
+        asked = time.monotonic()
         try:
-            await waiter
-            self._background_holds = background
+            if self.timeout is None:
+                await waiter
+            else:
+                async with bounded(self.timeout):
+                    await waiter
         except BaseException:
             if waiter.done() and not waiter.cancelled():
                 self._release()  # handed the lock as it was cancelled: pass it on
             else:
                 queue.remove(waiter)
             raise
+        if self.gave_up_since(asked):
+            self._release()  # the next waiter decides for itself
+            raise unavailable(self.timeout)
+        self._background_holds = background
 
     def _release(self) -> None:
         # The lock passes straight to the next waiter, so nobody can slip in between.

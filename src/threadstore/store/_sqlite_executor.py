@@ -7,7 +7,9 @@ committed together, each atomic on its own, the flushes a storage agent runs in 
 background (``apply_writes``) after every other write (``_sqlite_writes.py``), so a new
 run's set-up never waits for the flushes of the runs already streaming. Several
 processes may share one file: SQLite serializes their writers and ``busy_timeout``
-makes them wait instead of failing.
+makes them wait instead of failing, for the store's ``timeout`` (``_timeouts.py``): a
+write that waits longer for another process's lock, or for this store's writer, raises
+:class:`~threadstore.errors.StoreUnavailableError`, and so do the writes queued behind it.
 
 Reads never take the writer lock: WAL lets readers run beside the writer, so a query
 outside the caller's own transaction runs on a reader connection (its own thread), or
@@ -39,15 +41,22 @@ import sqlite3
 import threading
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qs
 
 from threadstore import models
-from threadstore.errors import ConfigurationError, ConflictError, MigrationError, NotFoundError
+from threadstore.errors import (
+    ConfigurationError,
+    ConflictError,
+    MigrationError,
+    NotFoundError,
+    StoreUnavailableError,
+)
 from threadstore.store._records import WriterLock
 from threadstore.store._sqlite_schema import MIGRATIONS
 from threadstore.store._sqlite_thread import DatabaseThread
-from threadstore.store._sqlite_writes import Statement, WriteQueue, run_statements
+from threadstore.store._sqlite_writes import BUSY_CODES, Statement, WriteQueue, run_statements
+from threadstore.store._timeouts import DEFAULT_TIMEOUT
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
@@ -62,8 +71,9 @@ __all__ = [
 
 logger = logging.getLogger("threadstore.store.sqlite")
 
-BUSY_TIMEOUT_MS = 10_000
-"""How long a writer waits for another process's write lock before failing."""
+BUSY_TIMEOUT_MS = int(DEFAULT_TIMEOUT * 1000)
+"""How long a writer waits for another process's write lock before failing, at the
+default store timeout (a store's own is its ``timeout``)."""
 
 INLINE_MAX_STATEMENTS = 4
 """The most statements a write may have and still run inline on the event loop."""
@@ -74,7 +84,7 @@ INLINE_MAX_BYTES = 64 * 1024
 CHECKPOINT_EVERY_WRITES = 100
 """Inline writes between two WAL checkpoints (about 700 pages of a typical append)."""
 
-_BUSY_CODES = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+_T = TypeVar("_T")
 
 
 def _fits_inline(statements: Sequence[Statement]) -> bool:
@@ -129,18 +139,21 @@ def sqlite_options(url: str) -> dict[str, bool]:
 class SQLiteExecutor:
     """The connections, threads, writer lock and write queue of one SQLite store."""
 
-    def __init__(self, path: str, *, inline: bool) -> None:
+    def __init__(self, path: str, *, inline: bool, timeout: float = DEFAULT_TIMEOUT) -> None:
         self.path = path
+        self.timeout = timeout
+        """Seconds a call waits for another process's write lock, or for this store's
+        writer or threads, before :class:`StoreUnavailableError`."""
         self.inline = inline and path != ":memory:"
         """Whether small calls run on the event loop's thread (see the module docstring).
 
         Always off for ``:memory:``: a second connection would open another, empty database.
         """
-        self.thread = DatabaseThread()
+        self.thread = DatabaseThread(timeout=timeout)
         """The database thread and its writer connection."""
-        self.reader = DatabaseThread("threadstore-sqlite-read")
+        self.reader = DatabaseThread("threadstore-sqlite-read", timeout=timeout)
         """The reader thread and its connection (not opened for ``:memory:``)."""
-        self.lock = WriterLock()
+        self.lock = WriterLock(timeout)
         """The lock writes and transactions queue in."""
         self.write_queue = WriteQueue(self.thread, self.lock)
         """The writes waiting for the writer, committed together."""
@@ -163,10 +176,13 @@ class SQLiteExecutor:
         """Open the database file and set the pragmas every connection needs."""
         if self.thread.is_open:
             return
-        await self.thread.open(self.path, _set_pragmas)
+        busy_ms = int(self.timeout * 1000)
+        await self.thread.open(self.path, functools.partial(_set_pragmas, busy_ms=busy_ms))
         if self.path != ":memory:":  # another connection would open another database
             try:
-                await self.reader.open(self.path, _set_reader_pragmas)
+                await self.reader.open(
+                    self.path, functools.partial(_set_reader_pragmas, busy_ms=busy_ms)
+                )
             except BaseException:
                 await self.thread.close()
                 raise
@@ -213,20 +229,35 @@ class SQLiteExecutor:
     async def migrate(self) -> None:
         """Apply pending migrations in order, each recorded in ``threadstore_migrations``."""
         async with self.lock.hold():
-            await self.thread.call(_migrate)
+            await self._call(_migrate)
 
     async def applied_version(self) -> int:
         """Return the highest applied migration (0 for an empty database)."""
         async with self.lock.hold():
-            return await self.thread.call(_applied_version)
+            return await self._call(_applied_version)
 
     def transaction(self) -> AbstractAsyncContextManager[None]:
         """Hold the writer lock and one ``BEGIN IMMEDIATE`` transaction for the block."""
         return self.lock.transaction(
-            functools.partial(self.thread.call, _fetch_all, "BEGIN IMMEDIATE"),
-            functools.partial(self.thread.call, _commit),
-            functools.partial(self.thread.call, _fetch_all, "ROLLBACK"),
+            functools.partial(self._call, _fetch_all, "BEGIN IMMEDIATE"),
+            functools.partial(self._call, _commit),
+            functools.partial(self._call, _fetch_all, "ROLLBACK"),
         )
+
+    async def _call(self, fn: Callable[..., _T], *args: Any) -> _T:
+        """``fn(connection, *args)`` on the database thread, its errors translated."""
+        try:
+            return await self.thread.call(fn, *args)
+        except sqlite3.Error as exc:
+            raise self._writer_error(exc) from exc
+
+    def _writer_error(self, exc: sqlite3.Error) -> Exception:
+        """``exc`` of the writer's connection, translated; past the busy timeout, the
+        writes waiting behind this one give up too (``WriterLock.give_up_waiting``)."""
+        error = translate_error(exc, self.timeout)
+        if isinstance(error, StoreUnavailableError):
+            self.lock.give_up_waiting()
+        return error
 
     # --- statements ----------------------------------------------------------------------
 
@@ -259,7 +290,7 @@ class SQLiteExecutor:
         try:
             return await self.reader.call(_fetch_all, sql, params)
         except sqlite3.Error as exc:
-            raise translate_error(exc) from exc
+            raise translate_error(exc, self.timeout) from exc
 
     def _inline_read(self, sql: str, params: Sequence[Any]) -> list[Any] | None:
         """One query on the inline connection; None when SQLite answered busy."""
@@ -268,15 +299,12 @@ class SQLiteExecutor:
         try:
             return inline.execute(sql, params).fetchall()
         except sqlite3.Error as exc:
-            if (exc.sqlite_errorcode or 0) & 0xFF in _BUSY_CODES:
+            if (exc.sqlite_errorcode or 0) & 0xFF in BUSY_CODES:
                 return None
             raise translate_error(exc) from exc
 
     async def _fetch_now(self, sql: str, params: Sequence[Any]) -> list[Any]:
-        try:
-            return await self.thread.call(_fetch_all, sql, params)
-        except sqlite3.Error as exc:
-            raise translate_error(exc) from exc
+        return await self._call(_fetch_all, sql, params)
 
     async def run(self, *statements: Statement, background: bool = False) -> list[list[Any]]:
         """Run write statements in one hop to the database thread; return each one's rows.
@@ -293,7 +321,7 @@ class SQLiteExecutor:
                 return await self.thread.call(run_statements, statements, False)
             return await self.write_queue.run(statements, background=background)
         except sqlite3.Error as exc:
-            raise translate_error(exc) from exc
+            raise self._writer_error(exc) from exc
 
     async def _run_small(
         self, statements: Sequence[Statement], background: bool = False
@@ -338,7 +366,7 @@ class SQLiteExecutor:
         try:
             results = run_statements(inline, statements, len(statements) > 1)
         except sqlite3.Error as exc:
-            if (exc.sqlite_errorcode or 0) & 0xFF in _BUSY_CODES:
+            if (exc.sqlite_errorcode or 0) & 0xFF in BUSY_CODES:
                 return None
             raise translate_error(exc) from exc
         finally:
@@ -375,18 +403,18 @@ class SQLiteExecutor:
             self._checkpointing = None
 
 
-def _set_pragmas(conn: sqlite3.Connection) -> None:
+def _set_pragmas(conn: sqlite3.Connection, busy_ms: int = BUSY_TIMEOUT_MS) -> None:
     """The settings of the thread's connection (the first one: it turns WAL on)."""
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA synchronous = NORMAL")
     conn.execute("PRAGMA foreign_keys = ON")
-    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    conn.execute(f"PRAGMA busy_timeout = {int(busy_ms)}")
 
 
-def _set_reader_pragmas(conn: sqlite3.Connection) -> None:
+def _set_reader_pragmas(conn: sqlite3.Connection, busy_ms: int = BUSY_TIMEOUT_MS) -> None:
     """The settings of the reader thread's connection: it only reads."""
     conn.execute("PRAGMA query_only = ON")
-    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    conn.execute(f"PRAGMA busy_timeout = {int(busy_ms)}")
 
 
 def _fetch_all(conn: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> list[Any]:
@@ -461,9 +489,15 @@ def _split_script(script: str) -> list[str]:
     return statements
 
 
-def translate_error(exc: sqlite3.Error) -> Exception:
-    """Map a driver error to threadstore's error tree."""
+def translate_error(exc: sqlite3.Error, timeout: float | None = None) -> Exception:
+    """Map a driver error to threadstore's error tree (``timeout``: the store's)."""
     text = str(exc)
+    if (exc.sqlite_errorcode or 0) & 0xFF in BUSY_CODES:
+        # Past busy_timeout: another process holds the database's lock.
+        return StoreUnavailableError(
+            f"the store is unavailable: the database is locked by another process ({text})",
+            timeout=timeout,
+        )
     if "no such table" in text:
         return MigrationError(
             f"{text}: the schema is missing; run `threadstore migrate` or setup()"

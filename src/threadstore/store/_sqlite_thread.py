@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from threadstore.errors import ConfigurationError
+from threadstore.store._timeouts import unavailable
 
 __all__ = ["DatabaseThread"]
 
@@ -25,8 +26,16 @@ _T = TypeVar("_T")
 class DatabaseThread:
     """A sqlite3 connection used only from its own worker thread."""
 
-    def __init__(self, name: str = "threadstore-sqlite") -> None:
+    def __init__(self, name: str = "threadstore-sqlite", *, timeout: float | None = None) -> None:
         self._name = name
+        self.timeout = timeout
+        """Seconds a call waits for the thread to take it up (``None``: no bound).
+
+        A call the thread has not begun by then never runs and raises
+        :class:`~threadstore.errors.StoreUnavailableError`; one it has begun is waited
+        for, so what it did is what the caller learns (a busy database bounds it by
+        the connection's ``busy_timeout``).
+        """
         self._executor: ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None
         self.calls = 0
@@ -63,7 +72,17 @@ class DatabaseThread:
         if conn is None or executor is None:
             raise ConfigurationError("the store is not connected: use open_store() or connect()")
         self.calls += 1
-        return await asyncio.get_running_loop().run_in_executor(executor, fn, conn, *args)
+        loop = asyncio.get_running_loop()
+        if self.timeout is None:
+            return await loop.run_in_executor(executor, fn, conn, *args)
+        job = executor.submit(fn, conn, *args)
+        try:
+            async with asyncio.timeout(self.timeout):
+                return await asyncio.wrap_future(job, loop=loop)
+        except TimeoutError as exc:
+            if job.cancel():  # it never began, and now never will: nothing was done
+                raise unavailable(self.timeout) from exc
+        return await asyncio.wrap_future(job, loop=loop)
 
     async def close(self) -> None:
         """Close the connection on its thread and let the thread end."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,11 +29,15 @@ from typing import Any
 from threadstore.errors import NotFoundError
 from threadstore.store._records import WriterLock
 from threadstore.store._sqlite_thread import DatabaseThread
+from threadstore.store._timeouts import unavailable
 
-__all__ = ["Statement", "WriteQueue", "run_group", "run_statements"]
+__all__ = ["BUSY_CODES", "Statement", "WriteQueue", "run_group", "run_statements"]
 
 Rows = list[list[Any]]
 """What a write returns: each statement's rows."""
+
+BUSY_CODES = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+"""The primary result codes of SQLite giving up on another connection's lock."""
 
 
 @dataclass(slots=True)
@@ -94,11 +99,21 @@ def run_group(
         return [_alone(conn, writes[0])]
     try:
         outcomes = _together(conn, writes)
-    except Exception:  # the transaction itself failed (its BEGIN or COMMIT)
+    except Exception as exc:  # the transaction itself failed (its BEGIN or COMMIT)
+        if _busy(exc):
+            # Another process held the database past busy_timeout: each write alone
+            # would wait as long again, and nothing was written.
+            return [exc] * len(writes)
         return [_alone(conn, statements) for statements in writes]
     if outcomes is None:  # a write failed and nothing was committed: find which
         return _in_savepoints(conn, writes)
     return outcomes
+
+
+def _busy(exc: Exception) -> bool:
+    """Whether SQLite gave up waiting for another connection's lock."""
+    code = getattr(exc, "sqlite_errorcode", None) or 0
+    return isinstance(exc, sqlite3.OperationalError) and code & 0xFF in BUSY_CODES
 
 
 def _together(
@@ -152,6 +167,7 @@ class _Queued:
     statements: Sequence[Statement]
     background: bool
     future: asyncio.Future[Rows]
+    queued_at: float
 
 
 def _flush_last(queued: _Queued) -> bool:
@@ -187,7 +203,7 @@ class WriteQueue:
     async def run(self, statements: Sequence[Statement], *, background: bool) -> Rows:
         """Queue one write (atomic by itself) and return its rows once it committed."""
         future: asyncio.Future[Rows] = asyncio.get_running_loop().create_future()
-        self._queued.append(_Queued(statements, background, future))
+        self._queued.append(_Queued(statements, background, future, time.monotonic()))
         if not background:
             self._foreground += 1
         if self._drainer is None:
@@ -199,6 +215,17 @@ class WriteQueue:
         """Return once every queued write has run (before the store closes)."""
         while self._drainer is not None:
             await asyncio.shield(self._drainer)
+
+    def _give_up_late(self, batch: list[_Queued]) -> list[_Queued]:
+        """The writes of ``batch`` queued since the database last failed to answer in time;
+        the others fail now, as they would after waiting as long again."""
+        kept: list[_Queued] = []
+        for queued in batch:
+            if self._lock.gave_up_since(queued.queued_at):
+                queued.future.set_exception(unavailable(self._lock.timeout))
+            else:
+                kept.append(queued)
+        return kept
 
     async def _drain(self) -> None:
         batch: list[_Queued] = []
@@ -213,10 +240,13 @@ class WriteQueue:
                     )
                     self._queued.clear()
                     self._foreground = 0
+                    batch = self._give_up_late(batch)
                     if not batch:
                         continue
                     writes = [queued.statements for queued in batch]
                     outcomes = await self._thread.call(run_group, writes)
+                    if any(isinstance(o, Exception) and _busy(o) for o in outcomes):
+                        self._lock.give_up_waiting()
                 self.groups += len(batch) > 1
                 for queued, outcome in zip(batch, outcomes, strict=True):
                     if queued.future.done():

@@ -80,9 +80,12 @@ def _writable(table: dict[_K, _R], key: _K) -> _R | None:
 class MemoryStore(Store):
     """A store held in process memory; everything is lost when the process exits."""
 
-    def __init__(self, url: str = "memory://", **model_classes: Any) -> None:
+    def __init__(
+        self, url: str = "memory://", *, timeout: float | None = None, **model_classes: Any
+    ) -> None:
         super().__init__(**model_classes)
         self.url = url
+        self.timeout = timeout  # accepted as the SQL stores take it; nothing here waits
         self._live = _State()
         self._committed: _State | None = None
         self._seq = itertools.count(1)

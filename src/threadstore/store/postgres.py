@@ -29,6 +29,7 @@ run's set-up, a page read or an API write finds connections the flushes cannot h
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Hashable, Sequence
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
@@ -49,6 +50,7 @@ from threadstore.errors import (
     NotFoundError,
     RunLiveError,
     StoreError,
+    StoreUnavailableError,
 )
 from threadstore.store import _postgres_schema as sql
 from threadstore.store import _sql as shared
@@ -58,6 +60,7 @@ from threadstore.store._history import DEFAULT_HISTORY_CACHE_MESSAGES, HistoryCa
 from threadstore.store._postgres_events import PostgresRunEvents
 from threadstore.store._records import split_update
 from threadstore.store._rows import EntryLoader, RowLoader, attach_rows
+from threadstore.store._timeouts import caused_by, split_timeout, unavailable
 
 __all__ = ["FOREGROUND_CONNECTIONS", "PostgresStore"]
 
@@ -74,6 +77,19 @@ _CREATE_ATTEMPTS = 5
 """How often create_chat retries when the chat it conflicted with is deleted meanwhile."""
 
 _Held = tuple[asyncpg.Connection, "asyncio.Task[Any] | None"]
+
+_LOST: tuple[type[BaseException], ...] = (
+    OSError,  # refused, reset, and TimeoutError: a statement past ``command_timeout``
+    asyncpg.exceptions.ConnectionDoesNotExistError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.exceptions.OperatorInterventionError,  # shutting down, starting up, cancelled
+    asyncpg.exceptions.InsufficientResourcesError,  # too many connections, disk full
+    StoreUnavailableError,
+)
+"""Errors that mean the database is away, not that the call was wrong."""
+
+_SETUP_TIMEOUT = 3600.0
+"""Seconds a migration statement may take (the store's timeout is for ordinary calls)."""
 
 
 async def _keep_session(connection: asyncpg.Connection) -> None:
@@ -105,6 +121,17 @@ def _iso_times(conn: asyncpg.Connection) -> bool:
 _PLANS = shared.InsertPlans(shared.JSON_ENCODERS)
 
 
+async def _discard(pool: asyncpg.Pool, conn: asyncpg.Connection) -> None:
+    """Give back a connection that lost its server; the pool opens a new one when needed.
+
+    Closed at once: a stalled connection would hold its release until the cancel of
+    its statement got through.
+    """
+    with contextlib.suppress(asyncpg.InterfaceError):  # the pool may have taken it back
+        conn.terminate()
+        await pool.release(conn)
+
+
 class _Lease:
     """``async with`` a connection of a store (see ``PostgresStore._connection``).
 
@@ -124,8 +151,12 @@ class _Lease:
             held = store._held.get()
             if held is not None and held[1] is asyncio.current_task():
                 return held[0]
-        self._pool = pool = store.pool
-        self._conn: asyncpg.Connection = await store._checkout(pool)
+        pool = store.pool
+        try:
+            self._conn: asyncpg.Connection = await store._checkout(pool)
+        except _LOST as exc:
+            raise unavailable(store.timeout, exc) from exc
+        self._pool = pool
         return self._conn
 
     async def __aexit__(
@@ -134,12 +165,21 @@ class _Lease:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        lost = exc is not None and caused_by(exc, _LOST)
         if self._pool is not None:
-            await self._store._give_back(self._pool, self._conn, clean=exc_type is None)
+            if lost:
+                await _discard(self._pool, self._conn)
+            else:
+                await self._store._give_back(self._pool, self._conn, clean=exc_type is None)
+        if lost and not isinstance(exc, StoreUnavailableError):
+            assert exc is not None
+            raise unavailable(self._store.timeout, exc) from exc
 
 
 class PostgresStore(Store):
     """Store backed by a PostgreSQL database through an asyncpg pool."""
+
+    timeout: float
 
     def __init__(
         self,
@@ -149,12 +189,16 @@ class PostgresStore(Store):
         min_size: int = 1,
         max_size: int = 10,
         history_cache_messages: int = DEFAULT_HISTORY_CACHE_MESSAGES,
+        timeout: float | None = None,
         **model_classes: Any,
     ) -> None:
         super().__init__(**model_classes)
         if not url.lower().startswith(("postgres://", "postgresql://")):
             raise ConfigurationError(f"not a PostgreSQL URL: {url!r}")
-        self.url = url
+        self.url, self.timeout = split_timeout(url, timeout)
+        """The URL the pool connects to, and the seconds any one statement, connection or
+        wait for a connection may take before :class:`StoreUnavailableError` (the
+        ``timeout`` keyword, else ``?timeout=`` in the URL, else 5)."""
         self._pool = pool
         self._owns_pool = pool is None
         self._idle: list[asyncpg.Connection] = []
@@ -207,6 +251,8 @@ class PostgresStore(Store):
                 max_size=self._max_size,
                 reset=_keep_session,
                 server_settings=_SESSION,
+                timeout=self.timeout,  # to connect
+                command_timeout=self.timeout,
             )
         except (OSError, asyncpg.PostgresError) as exc:
             raise ConfigurationError(f"cannot connect to {self.url!r}: {exc}") from exc
@@ -229,19 +275,20 @@ class PostgresStore(Store):
         An advisory lock serializes concurrent calls (several processes starting at
         once); each one after the first finds nothing left to do.
         """
+        wait = _SETUP_TIMEOUT  # another process's migrations, then ours, may take long
         async with self.borrow() as conn, conn.transaction():
-            await conn.execute(sql.LOCK_MIGRATIONS, sql.MIGRATION_LOCK_KEY)
-            if not await conn.fetchval(sql.MIGRATIONS_TABLE_EXISTS):
-                await conn.execute(sql.CREATE_MIGRATIONS_TABLE)
-            current = int(await conn.fetchval(sql.SCHEMA_VERSION))
+            await conn.execute(sql.LOCK_MIGRATIONS, sql.MIGRATION_LOCK_KEY, timeout=wait)
+            if not await conn.fetchval(sql.MIGRATIONS_TABLE_EXISTS, timeout=wait):
+                await conn.execute(sql.CREATE_MIGRATIONS_TABLE, timeout=wait)
+            current = int(await conn.fetchval(sql.SCHEMA_VERSION, timeout=wait))
             if current > len(sql.MIGRATIONS):
                 raise MigrationError(
                     f"database schema version {current} is newer than this threadstore"
                     f" ({len(sql.MIGRATIONS)}); upgrade threadstore"
                 )
             for version in range(current + 1, len(sql.MIGRATIONS) + 1):
-                await conn.execute(sql.MIGRATIONS[version - 1])
-                await conn.execute(sql.RECORD_MIGRATION, version, models.utcnow())
+                await conn.execute(sql.MIGRATIONS[version - 1], timeout=wait)
+                await conn.execute(sql.RECORD_MIGRATION, version, models.utcnow(), timeout=wait)
 
     async def schema_version(self) -> int:
         """Return the highest applied migration (0 for an empty database)."""
@@ -308,7 +355,7 @@ class PostgresStore(Store):
             await pool.release(conn)
         self._waiting += 1
         try:
-            conn = await pool.acquire()
+            conn = await pool.acquire(timeout=self.timeout)
         finally:
             self._waiting -= 1
         return conn

@@ -56,6 +56,7 @@ from threadstore.store._sqlite_schema import (
 )
 from threadstore.store._sqlite_sql import key_param, ts
 from threadstore.store._sqlite_writes import Statement
+from threadstore.store._timeouts import split_timeout
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
@@ -74,20 +75,26 @@ _Finish = Callable[[list[list[Any]]], Awaitable[Any]]
 class SQLiteStore(Store):
     """Store backed by one SQLite database file."""
 
+    timeout: float
+
     def __init__(
         self,
         url: str = "sqlite:///./threadstore.db",
         *,
         history_cache_messages: int = DEFAULT_HISTORY_CACHE_MESSAGES,
         inline: bool | None = None,
+        timeout: float | None = None,
         **model_classes: Any,
     ) -> None:
         super().__init__(**model_classes)
-        self.url = url
-        self.path = sqlite_path(url)
+        self.url, self.timeout = split_timeout(url, timeout)
+        """The URL, and the seconds a call may wait for another process's write lock or
+        for this store's writer before :class:`~threadstore.errors.StoreUnavailableError`
+        (the ``timeout`` keyword, else ``?timeout=`` in the URL, else 5)."""
+        self.path = sqlite_path(self.url)
         if inline is None:
-            inline = sqlite_options(url).get("inline", True)
-        self.executor = SQLiteExecutor(self.path, inline=inline)
+            inline = sqlite_options(self.url).get("inline", True)
+        self.executor = SQLiteExecutor(self.path, inline=inline, timeout=self.timeout)
         """How the store's statements run (``store/_sqlite_executor.py``); ``inline=False``
         or ``?inline=off`` in the URL sends every statement to a thread."""
         self.history_cache: HistoryCache | None = (
