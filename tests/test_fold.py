@@ -160,11 +160,14 @@ def test_text_chunks_open_continue_and_close_messages() -> None:
     assert second.status is COMPLETE
 
 
-def test_a_chunk_without_any_id_opens_an_anonymous_message_and_warns() -> None:
+def test_a_chunk_without_any_id_opens_a_message_named_for_the_run_and_warns() -> None:
+    # The stream's one reading names it, so the live turn and the reconnect snapshot
+    # refer to the same message the store keeps.
     fold = fold_of(TextMessageChunkEvent(delta="orphan"))
     (message,) = messages(fold)
-    assert (message.agui_id, message.content) == (None, "orphan")
-    assert fold.take_changes().warnings
+    assert (message.agui_id, message.content) == ("text-run-1-1", "orphan")
+    (warning,) = fold.take_changes().warnings
+    assert "without an id" in warning
 
 
 # --- tool calls -------------------------------------------------------------------------------

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from enum import Enum
 from typing import Any, Literal
 
 import jsonpatch
@@ -67,6 +66,7 @@ from threadstore.chat._types import (
     parse_arguments,
     wire_json,
 )
+from threadstore.codec import StreamReader, event_kind
 from threadstore.models import CITATION_EVENT_NAME
 
 __all__ = ["CHANNEL_EVENTS", "CITATION_EVENT_NAME", "apply_event", "create_assistant_turn"]
@@ -81,9 +81,6 @@ CHANNEL_EVENTS: dict[str, tuple[str, Literal["append", "latest"]]] = {
 bucket, and whether a value is appended to it or replaces it. The event is a data part
 as well, as any ``CUSTOM`` event, so stored history keeps it."""
 
-_THINKING = "thinking"
-"""The source id of reasoning from the deprecated ``THINKING_*`` events (they carry none)."""
-
 Handler = Callable[[AssistantTurn, Any], AssistantTurn]
 
 
@@ -95,11 +92,34 @@ def create_assistant_turn(id: str) -> AssistantTurn:
 def apply_event(turn: AssistantTurn, event: BaseEvent) -> AssistantTurn:
     """Fold ``event`` into ``turn`` and return the new turn; ``turn`` is unchanged.
 
-    An event attributed to a sub-agent (``subagent_run_id``) is folded into that
-    sub-agent's frame, by this same reducer, and never into the turn's own parts.
+    The event is read as the stream's one reading reads it (chunks and ``THINKING_*``
+    events in their explicit form, :class:`~threadstore.codec.stream.StreamReader`,
+    kept in the turn). An event attributed to a sub-agent (``subagent_run_id``) is
+    folded into that sub-agent's frame, by this same reducer, and never into the
+    turn's own parts.
     """
+    reader = turn.notes.get("reader", _READER)
+    if reader.passes(event):
+        return _apply(turn, event)
+    after, events = reader.read(event)
+    if after is not reader:
+        turn = turn.evolve(notes={**turn.notes, "reader": after})
+        if after.warning is not None:
+            turn = _warn(turn, after.warning)
+    elif len(events) != 1:
+        turn = turn.evolve()
+    for one in events:
+        turn = _apply(turn, one)
+    return turn
+
+
+_READER = StreamReader()
+
+
+def _apply(turn: AssistantTurn, event: Any) -> AssistantTurn:
+    """Fold one explicit event (the stream's reading made chunks and THINKING_* explicit)."""
     if type(event) not in _HANDLERS:  # the deltas (most of a stream) skip the name lookup
-        lifecycle = _SUBAGENT_HANDLERS.get(_kind(event))
+        lifecycle = _SUBAGENT_HANDLERS.get(event_kind(event))
         if lifecycle is not None:
             return lifecycle(turn, event)
     subagent = getattr(event, "subagent_run_id", None)
@@ -109,13 +129,8 @@ def apply_event(turn: AssistantTurn, event: BaseEvent) -> AssistantTurn:
 
 
 def _fold(turn: AssistantTurn, event: Any) -> AssistantTurn:
-    handler = _HANDLERS.get(type(event)) or _HANDLERS_BY_NAME.get(_kind(event))
+    handler = _HANDLERS.get(type(event)) or _HANDLERS_BY_NAME.get(event_kind(event))
     return handler(turn, event) if handler is not None else turn.evolve()
-
-
-def _kind(event: Any) -> str:
-    kind = getattr(event, "type", "")
-    return str(kind.value) if isinstance(kind, Enum) else str(kind)
 
 
 # --- building blocks -----------------------------------------------------------------
@@ -200,16 +215,6 @@ def _text_end(turn: AssistantTurn, event: TextMessageEndEvent) -> AssistantTurn:
     return _seal_tail(turn, "text", event.message_id)
 
 
-def _text_chunk(turn: AssistantTurn, event: TextMessageChunkEvent) -> AssistantTurn:
-    message_id = event.message_id or turn.notes.get("text_chunk")
-    if event.message_id is not None and event.message_id != turn.notes.get("text_chunk"):
-        turn = _foreign(turn, event.message_id, event.role)
-        turn = turn.evolve(notes={**turn.notes, "text_chunk": event.message_id})
-    if message_id in turn.notes.get("foreign", ()):
-        return turn.evolve()
-    return _delta(turn, "text", message_id, event.delta or "")
-
-
 # --- reasoning -----------------------------------------------------------------------
 
 
@@ -227,14 +232,6 @@ def _reasoning_end(turn: AssistantTurn, event: Any) -> AssistantTurn:
     if isinstance(event, ReasoningEndEvent) and turn.notes.get("span") == event.message_id:
         turn = turn.evolve(notes={k: v for k, v in turn.notes.items() if k != "span"})
     return _seal_tail(turn, "reasoning")
-
-
-def _reasoning_chunk(turn: AssistantTurn, event: ReasoningMessageChunkEvent) -> AssistantTurn:
-    message_id = event.message_id or turn.notes.get("reasoning_chunk")
-    if event.message_id is not None and event.message_id != turn.notes.get("reasoning_chunk"):
-        turn = _noted_reasoning(turn, event.message_id)
-        turn = turn.evolve(notes={**turn.notes, "reasoning_chunk": event.message_id})
-    return _delta(turn, "reasoning", message_id, event.delta or "")
 
 
 def _noted_reasoning(turn: AssistantTurn, message_id: str | None) -> AssistantTurn:
@@ -278,18 +275,6 @@ def _encrypted_value(turn: AssistantTurn, event: ReasoningEncryptedValueEvent) -
     if call is None:
         return _warn(turn, f"encrypted value for unknown tool call {event.entity_id!r} ignored")
     return _set_call(turn, call.model_copy(update={"encrypted_value": event.encrypted_value}))
-
-
-def _thinking_content(turn: AssistantTurn, event: Any) -> AssistantTurn:
-    return _delta(turn, "reasoning", _THINKING, str(getattr(event, "delta", "") or ""))
-
-
-def _thinking_end(turn: AssistantTurn, event: Any) -> AssistantTurn:
-    return _seal_tail(turn, "reasoning", _THINKING)
-
-
-def _thinking_start(turn: AssistantTurn, event: Any) -> AssistantTurn:
-    return _thinking_end(_noted_reasoning(turn, _THINKING), event)
 
 
 # --- tool calls ----------------------------------------------------------------------
@@ -336,20 +321,6 @@ def _tool_args(turn: AssistantTurn, event: ToolCallArgsEvent) -> AssistantTurn:
     if event.tool_call_id not in turn.calls:
         turn = _open_call(turn, event.tool_call_id, "", None)
     return _grow_args(turn, event.tool_call_id, event.delta)
-
-
-def _tool_chunk(turn: AssistantTurn, event: ToolCallChunkEvent) -> AssistantTurn:
-    tool_call_id = event.tool_call_id or turn.notes.get("tool_chunk")
-    if tool_call_id is None:
-        return _warn(turn, "TOOL_CALL_CHUNK without a tool call id ignored")
-    if event.tool_call_id is not None and event.tool_call_id != turn.notes.get("tool_chunk"):
-        turn = turn.evolve(notes={**turn.notes, "tool_chunk": event.tool_call_id})
-    call = turn.calls.get(tool_call_id)
-    if call is None:
-        turn = _open_call(turn, tool_call_id, event.tool_call_name or "", event.parent_message_id)
-    elif event.tool_call_name and not call.tool_name:
-        turn = _set_call(turn, call.model_copy(update={"tool_name": event.tool_call_name}))
-    return _grow_args(turn, tool_call_id, event.delta or "")
 
 
 def _frozen_args(turn: AssistantTurn, call: UIToolCall) -> tuple[UIToolCall, dict[str, Chain]]:
@@ -508,6 +479,11 @@ def _run_finished(turn: AssistantTurn, event: RunFinishedEvent) -> AssistantTurn
     turn = _sealed_all(turn)
     outcome = event.outcome
     reason = outcome.type if outcome is not None else "success"
+    if reason != "cancelled":
+        # A run that ended well ended its calls' arguments too, as the store records them.
+        for call in list(turn.calls.values()):
+            if call.run_state == "input-streaming":
+                turn = _tool_end(turn, ToolCallEndEvent(tool_call_id=call.tool_call_id))
     items: dict[str, Any] = {"finish_reason": reason, **_usage(event)}
     if event.result is not None:
         items["result"] = event.result
@@ -528,6 +504,13 @@ def _run_finished(turn: AssistantTurn, event: RunFinishedEvent) -> AssistantTurn
 
 def _run_error(turn: AssistantTurn, event: RunErrorEvent) -> AssistantTurn:
     turn = _sealed_all(turn)
+    # A call still streaming its arguments failed with the run, as the store records it.
+    for call in list(turn.calls.values()):
+        if call.run_state == "input-streaming":
+            call, args = _frozen_args(turn, call)
+            failed = {"output": "", "is_error": True, "state": "result"}
+            call = call.model_copy(update={**failed, "run_state": "output-available"})
+            turn = _set_call(turn, call, args=args)
     error = TurnError(message=event.message, code=event.code)
     return turn.evolve(buckets=_buckets(turn, error=error, **_usage(event)))
 
@@ -579,32 +562,23 @@ def _subagent_error(turn: AssistantTurn, event: SubagentErrorEvent) -> Assistant
     return _with_frame(turn, frame.with_turn(child.evolve(buckets=_buckets(child, error=error))))
 
 
-def _ignore(turn: AssistantTurn, event: Any) -> AssistantTurn:
-    return turn.evolve()
-
-
 _HANDLERS_BY_NAME: dict[str, Handler] = {
     "TEXT_MESSAGE_START": _text_start,
     "TEXT_MESSAGE_CONTENT": _text_content,
+    "TEXT_MESSAGE_CHUNK": _text_content,  # the delta of its run (codec.READING)
     "TEXT_MESSAGE_END": _text_end,
-    "TEXT_MESSAGE_CHUNK": _text_chunk,
     "TOOL_CALL_START": _tool_start,
     "TOOL_CALL_ARGS": _tool_args,
+    "TOOL_CALL_CHUNK": _tool_args,
     "TOOL_CALL_END": _tool_end,
-    "TOOL_CALL_CHUNK": _tool_chunk,
     "TOOL_CALL_RESULT": _tool_result,
     "REASONING_START": _reasoning_start,
     "REASONING_MESSAGE_START": _reasoning_message_start,
     "REASONING_MESSAGE_CONTENT": _reasoning_content,
+    "REASONING_MESSAGE_CHUNK": _reasoning_content,
     "REASONING_MESSAGE_END": _reasoning_message_end,
-    "REASONING_MESSAGE_CHUNK": _reasoning_chunk,
     "REASONING_END": _reasoning_end,
     "REASONING_ENCRYPTED_VALUE": _encrypted_value,
-    "THINKING_START": _ignore,
-    "THINKING_TEXT_MESSAGE_START": _thinking_start,
-    "THINKING_TEXT_MESSAGE_CONTENT": _thinking_content,
-    "THINKING_TEXT_MESSAGE_END": _thinking_end,
-    "THINKING_END": _thinking_end,
     "STEP_STARTED": _step_started,
     "STEP_FINISHED": _step_finished,
     "CUSTOM": _custom,
@@ -613,15 +587,15 @@ _HANDLERS_BY_NAME: dict[str, Handler] = {
     "RUN_FINISHED": _run_finished,
     "RUN_ERROR": _run_error,
 }
-"""Every rule, by the event's wire type (the deprecated THINKING_* events included)."""
+"""Every rule, by the event's wire type (explicit events only: see ``apply_event``)."""
 
 _HANDLERS: dict[type, Handler] = {
     TextMessageContentEvent: _text_content,
-    TextMessageChunkEvent: _text_chunk,
+    TextMessageChunkEvent: _text_content,
     ToolCallArgsEvent: _tool_args,
-    ToolCallChunkEvent: _tool_chunk,
+    ToolCallChunkEvent: _tool_args,
     ReasoningMessageContentEvent: _reasoning_content,
-    ReasoningMessageChunkEvent: _reasoning_chunk,
+    ReasoningMessageChunkEvent: _reasoning_content,
     ReasoningEndEvent: _reasoning_end,
 }
 """The delta events by exact class: most of a stream, looked up without its type name."""

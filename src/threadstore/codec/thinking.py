@@ -170,44 +170,21 @@ class ThinkingTranslator:
     """Translate one run's THINKING_* events to REASONING_* events with synthesized ids.
 
     Feed it every event of the run in order; anything that is not a THINKING_* event
-    comes back unchanged. See the module docstring for the id scheme.
+    comes back unchanged. The ids are those the stream's one reading
+    (:class:`~threadstore.codec._stream.StreamReader`) gives: ``thinking-<run id>-<n>``.
     """
 
     def __init__(self, run_id: str | None = None) -> None:
-        self._run_id = run_id if run_id is not None else uuid.uuid4().hex
-        self._counter = 0
-        self._block_id: str | None = None
-        self._message_id: str | None = None
+        # Imported here: the reader's module imports this one's event classes.
+        from threadstore.codec._stream import StreamReader
 
-    def _next_id(self) -> str:
-        self._counter += 1
-        return f"thinking-{self._run_id}-{self._counter}"
+        self._reader = StreamReader(run_id if run_id is not None else uuid.uuid4().hex)
 
     def __call__(self, event: BaseEvent) -> BaseEvent:
         """Return ``event`` translated if it is a THINKING_* event, else ``event`` itself."""
-        if isinstance(event, RunStartedEvent):
-            # A new run restarts the id sequence under its own run id.
-            self._run_id = event.run_id
-            self._counter = 0
-            self._block_id = self._message_id = None
-            return event
-        if isinstance(event, ThinkingStartEvent):
-            self._block_id = self._next_id()
-            return to_reasoning_event(event, self._block_id)
-        if isinstance(event, ThinkingEndEvent):
-            block_id, self._block_id = self._block_id or self._next_id(), None
-            return to_reasoning_event(event, block_id)
-        if isinstance(event, ThinkingTextMessageStartEvent):
-            self._message_id = self._next_id()
-            return to_reasoning_event(event, self._message_id)
-        if isinstance(event, ThinkingTextMessageContentEvent):
-            if self._message_id is None:
-                # Content without a start: give it a message of its own.
-                self._message_id = self._next_id()
-            return to_reasoning_event(event, self._message_id)
-        if isinstance(event, ThinkingTextMessageEndEvent):
-            message_id, self._message_id = self._message_id or self._next_id(), None
-            return to_reasoning_event(event, message_id)
+        if isinstance(event, (RunStartedEvent, *_THINKING_CLASSES)):
+            # (A new run restarts the id sequence under its own run id.)
+            self._reader, (event,) = self._reader.read(event)
         return event
 
 

@@ -16,7 +16,7 @@ from threadstore.fold._append import (
     plan_append,
     record_from_agui,
 )
-from threadstore.fold._conversation import ConversationFold, StorageState, event_type_name
+from threadstore.fold._conversation import ConversationFold, StorageState
 from threadstore.fold._documents import apply_json_patch
 from threadstore.fold._history import (
     HISTORY_INDEX,
@@ -44,7 +44,6 @@ __all__ = [
     "StoredFacts",
     "append_writes",
     "apply_json_patch",
-    "event_type_name",
     "pending_tool_calls",
     "plan_append",
     "record_from_agui",

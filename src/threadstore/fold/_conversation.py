@@ -8,7 +8,6 @@ the run as a whole: RUN_* lifecycle, steps and subagents.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from enum import Enum
 from typing import Any, ClassVar
 
 from ag_ui.core import (
@@ -24,7 +23,7 @@ from ag_ui.core import (
 )
 from pydantic import BaseModel
 
-from threadstore.codec.thinking import ThinkingTranslator
+from threadstore.codec import StreamReader, event_kind
 from threadstore.fold._documents import DocumentFolding
 from threadstore.fold._fast import fast_target
 from threadstore.fold._history import StoredFacts
@@ -33,25 +32,13 @@ from threadstore.fold._snapshot import SnapshotFolding
 from threadstore.fold._text import TextFolding
 from threadstore.models import Message, MessageStatus, RunStatus
 
-__all__ = ["ConversationFold", "StorageState", "event_type_name"]
+__all__ = ["ConversationFold", "StorageState"]
 
 _TERMINAL_RUN = {
     MessageStatus.COMPLETE: RunStatus.COMPLETE,
     MessageStatus.INTERRUPTED: RunStatus.INTERRUPTED,
     MessageStatus.ERRORED: RunStatus.ERRORED,
 }
-
-_CHUNK_KINDS = {
-    "TEXT_MESSAGE_CHUNK": "text_chunk",
-    "TOOL_CALL_CHUNK": "tool_chunk",
-    "REASONING_MESSAGE_CHUNK": "reasoning_chunk",
-}
-
-
-def event_type_name(event: BaseEvent) -> str:
-    """Return an event's wire type (``"TEXT_MESSAGE_START"``...), enum or plain string."""
-    kind: Any = event.type
-    return str(kind.value) if isinstance(kind, Enum) else str(kind)
 
 
 def _dump(value: Any) -> Any:
@@ -90,7 +77,9 @@ class ConversationFold(SnapshotFolding, TextFolding, DocumentFolding):
             state=state,
             facts=facts,
         )
-        self._thinking = ThinkingTranslator(run_id)
+        self.reader = StreamReader(run_id)
+        """The stream's one reading: chunks and THINKING_* events come to the handlers in
+        their explicit form (``threadstore.codec.StreamReader``)."""
 
     def apply(self, event: BaseEvent) -> bool:
         """Fold one event; True if it was a boundary (a record opened or closed, the run ended).
@@ -112,7 +101,7 @@ class ConversationFold(SnapshotFolding, TextFolding, DocumentFolding):
                 self.dirty.add(record.key)
             return False
         boundary = self.apply_reference(event)
-        self._fast = None if self.has_changes else fast_target(self, event)
+        self._fast = None if self.has_changes else fast_target(self, event, self.reader)
         return boundary
 
     def apply_reference(self, event: BaseEvent) -> bool:
@@ -120,21 +109,23 @@ class ConversationFold(SnapshotFolding, TextFolding, DocumentFolding):
         self._fast = None
         self.boundary = False
         self.current_event_timestamp = event.timestamp
-        kind = event_type_name(event)
-        if kind.startswith("THINKING_") or kind == "RUN_STARTED":
-            # THINKING_* fold exactly as their REASONING_* twins, with deterministic ids.
-            event = self._thinking(event)
-            kind = event_type_name(event)
-        handler = self._HANDLERS.get(kind)
-        if handler is None:
-            return False  # RAW and unknown types: nothing of the conversation, a chunk run goes on
-        self.close_chunks(keep=_CHUNK_KINDS.get(kind))
-        handler(self, event)
+        if self.reader.passes(event):
+            events: tuple[BaseEvent, ...] = (event,)
+        else:
+            self.reader, events = self.reader.read(event)
+            if self.reader.warning is not None:
+                self.warn(self.reader.warning)
+        for one in events:
+            handler = self._HANDLERS.get(event_kind(one))
+            if handler is not None:  # RAW and unknown types: nothing of the conversation
+                handler(self, one)
         return self.boundary
 
     def finish(self, status: MessageStatus) -> list[FoldRecord]:
         """End the run: every record it owns that is still active takes ``status``."""
-        self.close_chunks()
+        self.reader, ends = self.reader.close()
+        for end in ends:  # a run of chunks still open ends as its END would end it
+            self._HANDLERS[event_kind(end)](self, end)
         self.list_pending_parts()
         closed = [r for r in list(self.records.values()) if r.owned and r.in_progress]
         for record in closed:

@@ -12,15 +12,19 @@ compare.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ag_ui.core import (
     BaseEvent,
+    ReasoningMessageChunkEvent,
     ReasoningMessageContentEvent,
+    TextMessageChunkEvent,
     TextMessageContentEvent,
     ToolCallArgsEvent,
+    ToolCallChunkEvent,
 )
 
+from threadstore.codec import StreamReader
 from threadstore.fold._records import FoldRecord
 from threadstore.models import Role
 
@@ -42,28 +46,47 @@ class FastTarget:
     """An empty delta changes nothing (the reference ignores it: no version bump)."""
 
 
-def fast_target(fold: RecordTable, event: BaseEvent) -> FastTarget | None:
-    """The target the deltas after ``event`` may take, just folded by the reference path."""
+_DELTAS: dict[type[BaseEvent], tuple[str, int | None]] = {
+    TextMessageContentEvent: ("message_id", None),
+    ToolCallArgsEvent: ("tool_call_id", None),
+    ReasoningMessageContentEvent: ("message_id", None),
+    TextMessageChunkEvent: ("message_id", 0),
+    ToolCallChunkEvent: ("tool_call_id", 1),
+    ReasoningMessageChunkEvent: ("message_id", 2),
+}
+"""The delta events: the field naming their record, and for a chunk its reader slot."""
+
+
+def fast_target(fold: RecordTable, event: BaseEvent, reader: StreamReader) -> FastTarget | None:
+    """The target the deltas after ``event`` may take, just folded by the reference path.
+
+    A chunk qualifies when it names the run of chunks ``reader`` has open (the reading
+    then makes it exactly the delta of that run, and an empty one nothing).
+    """
     kind = type(event)
-    record: FoldRecord | None
-    event_any: Any = event
-    if kind is TextMessageContentEvent:
-        record = fold.find(event_any.message_id, Role.ASSISTANT)
-        # Its next non-empty delta grows no other parts-order segment.
-        if record is None or not _segment_open(fold, record, text=True):
+    known = _DELTAS.get(kind)
+    if known is None:
+        return None
+    field, slot = known
+    target: str | None = getattr(event, field)
+    if target is None:
+        return None
+    if slot is not None:
+        open_ = reader.chunks[slot]
+        if open_ is None or open_.id != target:
             return None
-        return FastTarget(kind, "message_id", event_any.message_id, record, False)
-    if kind is ToolCallArgsEvent:
-        record = fold.tool_call(event_any.tool_call_id)
+    record: FoldRecord | None
+    if field == "tool_call_id":
+        record = fold.tool_call(target)
         if record is None or not record.owned:
             return None
-        return FastTarget(kind, "tool_call_id", event_any.tool_call_id, record, False)
-    if kind is ReasoningMessageContentEvent:
-        record = fold.reasoning(event_any.message_id)
-        if record is None or not _segment_open(fold, record, text=False):
-            return None
-        return FastTarget(kind, "message_id", event_any.message_id, record, True)
-    return None
+        return FastTarget(kind, field, target, record, slot is not None)
+    text = kind is TextMessageContentEvent or kind is TextMessageChunkEvent
+    record = fold.find(target, Role.ASSISTANT) if text else fold.reasoning(target)
+    # Its next non-empty delta grows no other parts-order segment.
+    if record is None or not _segment_open(fold, record, text=text):
+        return None
+    return FastTarget(kind, field, target, record, not text or slot is not None)
 
 
 def _segment_open(fold: RecordTable, record: FoldRecord, *, text: bool) -> bool:

@@ -21,7 +21,6 @@ from ag_ui.core import (
     BaseEvent,
     ReasoningEncryptedValueEvent,
     ReasoningEndEvent,
-    ReasoningMessageChunkEvent,
     ReasoningMessageContentEvent,
     ReasoningMessageEndEvent,
     ReasoningMessageStartEvent,
@@ -104,19 +103,6 @@ class ReasoningFolding(RecordTable):
         self.seal_segment("reasoning", step)
         self.close(step)
 
-    def _on_reasoning_chunk(self, event: ReasoningMessageChunkEvent) -> None:
-        agui_id = event.message_id
-        current = self.records.get(self.reasoning_chunk) if self.reasoning_chunk else None
-        if agui_id is not None and (current is None or current.agui_id != agui_id):
-            self.close_chunk("reasoning_chunk")
-            current = self.reasoning(agui_id) or self.open_reasoning(agui_id, event)
-            self.reasoning_chunk = current.key
-        elif current is None:
-            self.warn("REASONING_MESSAGE_CHUNK without an id opened an anonymous reasoning step")
-            current = self.open_reasoning(None, event)
-            self.reasoning_chunk = current.key
-        self._append_reasoning(current, event.delta)
-
     def _on_reasoning_end(self, event: ReasoningEndEvent) -> None:
         self.seal_segment("reasoning")
         keys = self._spans.pop(event.message_id, None)
@@ -158,8 +144,8 @@ class ReasoningFolding(RecordTable):
         "REASONING_START": _on_reasoning_start,
         "REASONING_MESSAGE_START": _on_reasoning_message_start,
         "REASONING_MESSAGE_CONTENT": _on_reasoning_content,
+        "REASONING_MESSAGE_CHUNK": _on_reasoning_content,  # the delta of its run (READING)
         "REASONING_MESSAGE_END": _on_reasoning_message_end,
-        "REASONING_MESSAGE_CHUNK": _on_reasoning_chunk,
         "REASONING_END": _on_reasoning_end,
         "REASONING_ENCRYPTED_VALUE": _on_encrypted_value,
     }

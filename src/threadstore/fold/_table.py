@@ -20,11 +20,7 @@ from threadstore.fold._history import HistoryIndex, IdsAdded, StoredFacts
 from threadstore.fold._records import Changes, FoldRecord, RecordKind, RunInfo
 from threadstore.models import PARTS_METADATA_KEY, Message, MessageStatus, Role
 
-__all__ = ["CHUNK_SLOTS", "PARTS_METADATA_KEY", "RecordTable", "family"]
-
-
-CHUNK_SLOTS = ("text_chunk", "tool_chunk", "reasoning_chunk")
-"""The attributes naming the record a run of ``*_CHUNK`` events of each kind extends."""
+__all__ = ["PARTS_METADATA_KEY", "RecordTable", "family"]
 
 
 _NOT_THE_AGENTS = (Role.USER, Role.SYSTEM, Role.DEVELOPER)
@@ -71,9 +67,6 @@ class RecordTable:
         """The stack of steps started and not finished yet."""
         self.subagents: dict[str, dict[str, Any]] = {}
         """Subagents announced by SUBAGENT_STARTED: name and description by run id."""
-        self.text_chunk: str | None = None
-        self.tool_chunk: str | None = None
-        self.reasoning_chunk: str | None = None
         self.boundary = False
         """Whether the event being folded opened or closed a record (or ended the run)."""
         self._order = itertools.count()
@@ -245,22 +238,6 @@ class RecordTable:
             ):
                 self.close(parent, status)
         return True
-
-    def close_chunk(self, slot: str) -> None:
-        """Close the record a run of chunks of ``slot`` (one of :data:`CHUNK_SLOTS`) extended."""
-        key = getattr(self, slot)
-        if key is None:
-            return
-        setattr(self, slot, None)
-        record = self.records.get(key)
-        if record is not None:
-            self.close(record)
-
-    def close_chunks(self, keep: str | None = None) -> None:
-        """Close every open chunk run but the one in slot ``keep``."""
-        for slot in CHUNK_SLOTS:
-            if slot != keep:
-                self.close_chunk(slot)
 
     # --- the parts order -----------------------------------------------------------------
     # The agent's own elements (not a subagent's) are listed on the record they belong to

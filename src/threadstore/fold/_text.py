@@ -7,7 +7,6 @@ from typing import Any, ClassVar
 
 from ag_ui.core import (
     BaseEvent,
-    TextMessageChunkEvent,
     TextMessageContentEvent,
     TextMessageEndEvent,
     TextMessageStartEvent,
@@ -60,30 +59,9 @@ class TextFolding(RecordTable):
         self.seal_segment("text", record)
         self.close(record)
 
-    def _on_text_chunk(self, event: TextMessageChunkEvent) -> None:
-        current = self.records.get(self.text_chunk) if self.text_chunk else None
-        agui_id = event.message_id
-        if agui_id is not None and (current is None or current.agui_id != agui_id):
-            self.close_chunk("text_chunk")
-            current, _ = self.message_for(agui_id, Role(event.role or "assistant"), event)
-            current.implicit = False
-            self.text_chunk = current.key
-        elif current is None:
-            self.warn("TEXT_MESSAGE_CHUNK without a message id opened an anonymous message")
-            current, _ = self.message_for(None, Role(event.role or "assistant"), event)
-            self.text_chunk = current.key
-        if event.name is not None and current.name is None:
-            current.name = event.name
-            self.touch(current)
-        if event.delta:
-            if self.parts_tail != current.key:
-                self.grow_segment("text", current)
-            current.text.append(event.delta)
-            self.touch(current, content=True)
-
     TEXT_HANDLERS: ClassVar[dict[str, Callable[[Any, Any], None]]] = {
         "TEXT_MESSAGE_START": _on_text_start,
         "TEXT_MESSAGE_CONTENT": _on_text_content,
+        "TEXT_MESSAGE_CHUNK": _on_text_content,  # the delta of its run (codec.READING)
         "TEXT_MESSAGE_END": _on_text_end,
-        "TEXT_MESSAGE_CHUNK": _on_text_chunk,
     }

@@ -14,7 +14,6 @@ from uuid import UUID
 from ag_ui.core import (
     BaseEvent,
     ToolCallArgsEvent,
-    ToolCallChunkEvent,
     ToolCallEndEvent,
     ToolCallResultEvent,
     ToolCallStartEvent,
@@ -143,22 +142,6 @@ class ToolFolding(RecordTable):
             return
         self.close(record)
 
-    def _on_tool_chunk(self, event: ToolCallChunkEvent) -> None:
-        current = self.records.get(self.tool_chunk) if self.tool_chunk else None
-        call_id = event.tool_call_id
-        if call_id is not None and (current is None or current.agui_id != call_id):
-            self.close_chunk("tool_chunk")
-            current = self.tool_call(call_id) or self._open_call(
-                call_id, event.tool_call_name, event.parent_message_id, event
-            )
-            self.tool_chunk = current.key if current is not None else None
-        elif current is None:
-            self.warn("TOOL_CALL_CHUNK without a tool call id and no open call; ignored")
-            return
-        if current is not None and current.owned and event.delta:
-            current.text.append(event.delta)
-            self.touch(current, content=True)
-
     def _on_tool_result(self, event: ToolCallResultEvent) -> None:
         record = self.tool_call(event.tool_call_id) or self.adopt_call(event.tool_call_id)
         if record is None:
@@ -172,7 +155,7 @@ class ToolFolding(RecordTable):
     TOOL_HANDLERS: ClassVar[dict[str, Callable[[Any, Any], None]]] = {
         "TOOL_CALL_START": _on_tool_start,
         "TOOL_CALL_ARGS": _on_tool_args,
+        "TOOL_CALL_CHUNK": _on_tool_args,  # the delta of its run (codec.READING)
         "TOOL_CALL_END": _on_tool_end,
-        "TOOL_CALL_CHUNK": _on_tool_chunk,
         "TOOL_CALL_RESULT": _on_tool_result,
     }

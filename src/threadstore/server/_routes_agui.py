@@ -24,16 +24,13 @@ from ag_ui.core import (
     BaseEvent,
     EventType,
     MessagesSnapshotEvent,
-    ReasoningMessageChunkEvent,
     ReasoningMessageStartEvent,
     RunAgentInput,
     RunErrorEvent,
     RunFinishedEvent,
     RunStartedEvent,
     StateSnapshotEvent,
-    TextMessageChunkEvent,
     TextMessageStartEvent,
-    ToolCallChunkEvent,
     ToolCallStartEvent,
 )
 from ag_ui.core import Message as AGUIMessage
@@ -49,7 +46,7 @@ from threadstore.agui import (
     kept_translation,
     wire_json,
 )
-from threadstore.codec import TRANSLATION, translate_messages
+from threadstore.codec import TRANSLATION, StreamReader, translate_messages
 from threadstore.errors import ErrorCodes, InvalidInputError
 from threadstore.models import Chat, Message, Role, Run, RunStatus, utcnow
 from threadstore.server._deps import AppState, CurrentUser, ServerState
@@ -532,35 +529,39 @@ def _opened_messages(events: Sequence[BaseEvent]) -> list[AGUIMessage]:
     and AG-UI clients append to a message whose START names an id they hold, and keep
     reasoning messages a snapshot does not name when it names none. Named empty in the
     snapshot, each is reset there and filled by the replayed events as a new one would
-    be, at the place the client would have created it.
+    be, at the place the client would have created it. The events are read as the
+    store read them (``codec.StreamReader``); an id only that reading made up is one the
+    client never saw, so it names none.
     """
     opened: dict[str, dict[str, Any]] = {}
-    calls: set[str] = set()
+    named = {i for event in events for i in _message_ids(event)}
+    named |= {c for event in events if isinstance(c := getattr(event, "tool_call_id", None), str)}
 
     def open_once(message_id: str, event: BaseEvent, **fields: Any) -> None:
-        if message_id not in opened:
+        if message_id not in opened and message_id in named:
             subagent = getattr(event, "subagent_run_id", None)
             owner = {"subagentRunId": subagent} if subagent is not None else {}
             opened[message_id] = {"id": message_id, **fields, **owner}
 
-    for event in events:
-        if isinstance(event, TextMessageStartEvent | TextMessageChunkEvent) and event.message_id:
-            named = {"name": event.name} if event.name is not None else {}
-            open_once(event.message_id, event, role=event.role or "assistant", content="", **named)
-        elif isinstance(event, ReasoningMessageStartEvent | ReasoningMessageChunkEvent):
-            if event.message_id:
+    reader = StreamReader()
+    calls: set[str] = set()
+    for raw in events:
+        reader, read = reader.read(raw)
+        for event in read:
+            if isinstance(event, TextMessageStartEvent):
+                named_ = {"name": event.name} if event.name is not None else {}
+                open_once(event.message_id, event, role=event.role, content="", **named_)
+            elif isinstance(event, ReasoningMessageStartEvent):
                 open_once(event.message_id, event, role="reasoning", content="")
-        elif isinstance(event, ToolCallStartEvent | ToolCallChunkEvent) and event.tool_call_id:
-            if event.tool_call_id in calls:
-                continue
-            calls.add(event.tool_call_id)
-            parent = event.parent_message_id
-            holder = opened.get(parent) if parent else None
-            if holder is None:
-                # A client makes the named parent, or one named for the call.
-                open_once(parent or event.tool_call_id, event, role="assistant", toolCalls=[])
-            elif holder["role"] != "assistant":
-                open_once(event.tool_call_id, event, role="assistant", toolCalls=[])
+            elif isinstance(event, ToolCallStartEvent) and event.tool_call_id not in calls:
+                calls.add(event.tool_call_id)
+                parent = event.parent_message_id
+                holder = opened.get(parent) if parent else None
+                if holder is None:
+                    # A client makes the named parent, or one named for the call.
+                    open_once(parent or event.tool_call_id, event, role="assistant", toolCalls=[])
+                elif holder["role"] != "assistant":
+                    open_once(event.tool_call_id, event, role="assistant", toolCalls=[])
     return [_MESSAGE.validate_python(message) for message in opened.values()]
 
 
