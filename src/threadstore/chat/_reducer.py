@@ -600,6 +600,10 @@ _HANDLERS: dict[type, Handler] = {
 }
 """The delta events by exact class: most of a stream, looked up without its type name."""
 
+NOT_IN_THE_TURN = frozenset({"RUN_STARTED", "STATE_SNAPSHOT", "STATE_DELTA", "MESSAGES_SNAPSHOT"})
+"""What the stream's reading lets through that a turn does not show: the run's start,
+its shared state and the agent's view of the whole conversation."""
+
 _SUBAGENT_HANDLERS: dict[str, Handler] = {
     "SUBAGENT_STARTED": _subagent_started,
     "SUBAGENT_FINISHED": _subagent_finished,

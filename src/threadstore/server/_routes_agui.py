@@ -550,7 +550,9 @@ def _opened_messages(events: Sequence[BaseEvent]) -> list[AGUIMessage]:
         for event in read:
             if isinstance(event, TextMessageStartEvent):
                 named_ = {"name": event.name} if event.name is not None else {}
-                open_once(event.message_id, event, role=event.role, content="", **named_)
+                open_once(
+                    event.message_id, event, role=event.role or "assistant", content="", **named_
+                )
             elif isinstance(event, ReasoningMessageStartEvent):
                 open_once(event.message_id, event, role="reasoning", content="")
             elif isinstance(event, ToolCallStartEvent) and event.tool_call_id not in calls:
