@@ -172,11 +172,12 @@ class StreamReader:
     def passes(self, event: BaseEvent) -> bool:
         """Whether ``event`` reads as itself and leaves the reader as it is: most events,
         and a chunk that continues the only run open. :meth:`read` is its oracle."""
-        if self.warning is not None:
+        kind = type(event)
+        if self.chunks is _NOTHING_OPEN and self.warning is None:
+            return kind not in _READ  # (no chunk passes with no run open)
+        chunk = _CHUNKS.get(kind)
+        if chunk is None or self.warning is not None:
             return False
-        chunk = _CHUNKS.get(type(event))
-        if chunk is None:
-            return self.chunks is _NOTHING_OPEN and type(event) not in _READ
         slot, field, _ = chunk
         current = self.chunks[slot]
         return (
