@@ -13,14 +13,21 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, overload
 from uuid import UUID
 
-from threadstore.codec import TRANSLATION
-from threadstore.models import Message, MessageCreate
+from threadstore.codec import TRANSLATION, summary_message
+from threadstore.models import Message, MessageCreate, Summary
 from threadstore.store import HistoryView
 
 if TYPE_CHECKING:
     import ag_ui.core
 
-__all__ = ["TRANSLATION", "Appended", "as_stored", "kept_translation", "translation_after"]
+__all__ = [
+    "TRANSLATION",
+    "Appended",
+    "as_stored",
+    "compacted_translation",
+    "kept_translation",
+    "translation_after",
+]
 
 
 def kept_translation(history: HistoryView) -> list[ag_ui.core.Message]:
@@ -45,6 +52,24 @@ def translation_after(
     if len(kept.ends) != len(history):
         return None
     return kept.upto(len(history)) + kept.translator.after(added)
+
+
+def compacted_translation(
+    history: HistoryView, summary: Summary, last: int, added: Sequence[Message] = ()
+) -> list[ag_ui.core.Message] | None:
+    """What an agent is given of a compacted chat: the summary, then the kept translation of
+    the messages after ``history[last]`` (its last message), then of ``added``.
+
+    A slice of the translation kept with the history: its cost is the tail's, whatever
+    the summary covers. ``None`` as :func:`translation_after` (only with ``added``).
+    """
+    kept = history.derived(TRANSLATION)
+    end = len(history)
+    if added and len(kept.ends) != end:
+        return None
+    tail = kept.translator.out[kept.ends[last] : kept.ends[end - 1]]
+    after = kept.translator.after(added) if added else []
+    return [summary_message(summary), *tail, *after]
 
 
 def as_stored(create: MessageCreate, chat_uuid: UUID) -> Message:

@@ -58,6 +58,7 @@ from threadstore.models import (
     utcnow,
 )
 from threadstore.store._history import HistoryCache
+from threadstore.store._lifecycle import LifecycleBackend
 from threadstore.store._records import Codecs
 from threadstore.store._run_events import RunEventLog
 from threadstore.store.ops import (
@@ -438,6 +439,8 @@ class Store(abc.ABC):
     """Whole histories read before, reused while their chat's history version is unchanged."""
     deleted_retention: timedelta = DEFAULT_DELETED_RETENTION
     """How long a soft-deleted chat can be restored; after it ``purge_deleted_chats`` may."""
+    _lifecycle: LifecycleBackend | None = None
+    """The backend's primitives of summaries, erasure and retention (``store/_lifecycle.py``)."""
 
     def __init__(
         self,

@@ -9,11 +9,21 @@ methods of its concern too, so ``store.chats.create_chat`` is ``store.create_cha
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from uuid import UUID, uuid4
 
-from threadstore.errors import ConflictError, InvalidInputError, NotFoundError
+from threadstore.errors import ConfigurationError, ConflictError, InvalidInputError, NotFoundError
+from threadstore.lifecycle import (
+    CompactionPolicy,
+    Summarizer,
+    applicable_summary,
+    deterministic_summary,
+    plan_compaction,
+    summarize,
+    summarizer_name,
+)
 from threadstore.models import (
     Chat,
     ChatCreate,
@@ -21,6 +31,7 @@ from threadstore.models import (
     Message,
     MessageCreate,
     Run,
+    Summary,
     utcnow,
 )
 from threadstore.store._base import (
@@ -42,6 +53,7 @@ from threadstore.store._history import (
     extended,
     kept_history,
 )
+from threadstore.store._lifecycle import LifecycleBackend
 from threadstore.store.ops import (
     CreateChat,
     CreateMessage,
@@ -55,7 +67,15 @@ from threadstore.store.ops import (
 if TYPE_CHECKING:
     from threadstore.store._base import Store
 
-__all__ = ["Branches", "Chats", "Messages", "Runs"]
+__all__ = ["AgentHistory", "Branches", "Chats", "Messages", "Runs"]
+
+
+@dataclass(frozen=True, slots=True)
+class AgentHistory:
+    """What an agent is given of a chat: the summary that applies, then the messages after it."""
+
+    summary: Summary | None
+    messages: Sequence[Message]
 
 
 class Chats:
@@ -477,6 +497,102 @@ class Branches:
                 parent = await copy_message(self._store, message, fork.chat_uuid, parent)
             found = await self._store.chats.get_chat(fork.chat_uuid)
         return found or fork
+
+    # --- compaction: summaries that agents get instead of a span -----------------------
+
+    def _lifecycle(self) -> LifecycleBackend:
+        backend = self._store._lifecycle
+        if backend is None:
+            raise ConfigurationError(f"{type(self._store).__name__} keeps no summaries")
+        return backend
+
+    async def summaries(self, chat_uuid: UUID) -> list[Summary]:
+        """The chat's summaries, newest first (whichever branch they were made on)."""
+        return await self._lifecycle().select_summaries(chat_uuid)
+
+    async def remove_summary(self, chat_uuid: UUID, summary_uuid: UUID) -> bool:
+        """Undo a compaction: agents get the messages it covered again; whether it existed."""
+        removed = await self._lifecycle().delete_summary(chat_uuid, summary_uuid)
+        return removed
+
+    async def agent_history(self, chat_uuid: UUID) -> AgentHistory:
+        """The summary that applies to the active branch and the messages after it.
+
+        What a framework face gives its agent. Without a summary: the whole history. A
+        chat that never branched reads only the messages after the summary.
+        """
+        summaries = await self.summaries(chat_uuid) if self._store._lifecycle else []
+        if summaries and await self.is_linear(chat_uuid):
+            summary = summaries[0]
+            tail = await self._store.get_chat_messages(chat_uuid, after=summary.last_seq)
+            return AgentHistory(summary, tail)
+        history = await self._store.messages.read_history(chat_uuid)
+        found = applicable_summary(summaries, history.position)
+        if found is None:
+            return AgentHistory(None, history)
+        summary, last = found
+        return AgentHistory(summary, history[last + 1 :])
+
+    async def compact(
+        self,
+        chat_uuid: UUID,
+        summarizer: Summarizer = deterministic_summary,
+        *,
+        keep_messages: int | None = 20,
+        keep_tokens: int | None = None,
+        name: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> Summary | None:
+        """Summarize the active branch up to a safe cut; ``None`` when nothing new would be.
+
+        At least ``keep_messages`` messages (and ``keep_tokens`` tokens) stay out of the
+        summary; a cut never separates a tool call from its result or a reasoning block
+        from its message (:mod:`threadstore.lifecycle`). A chat with a summary already
+        gets one covering both: the summarizer reads the earlier summary and the
+        messages after it. No message changes; :meth:`remove_summary` undoes it.
+        """
+        if await self._store.chats.get_chat(chat_uuid) is None:
+            raise NotFoundError(f"chat {chat_uuid} does not exist")
+        summaries = await self.summaries(chat_uuid)
+        history = await self._store.messages.read_history(chat_uuid)
+        plan = await plan_compaction(
+            history, summaries, keep_messages=keep_messages, keep_tokens=keep_tokens
+        )
+        if plan is None:
+            return None
+        covered = history[plan.new : plan.cut]
+        text = await summarize(summarizer, covered, plan.previous)
+        first, last = history[plan.first], history[plan.cut - 1]
+        summary = Summary(
+            chat_uuid=chat_uuid,
+            first_message_uuid=first.message_uuid,
+            last_message_uuid=last.message_uuid,
+            last_seq=last.seq,
+            message_count=plan.cut - plan.first,
+            content=text,
+            summarizer=name or summarizer_name(summarizer),
+            metadata=dict(metadata or {}),
+        )
+        await self._lifecycle().insert_summary(summary)
+        return summary
+
+    async def compact_over_budget(
+        self, chat_uuid: UUID, policy: CompactionPolicy
+    ) -> Summary | None:
+        """Compact the chat when what its agent is given is over ``policy``'s budget."""
+        chosen = policy.for_chat(chat_uuid)
+        if chosen.max_messages is None and chosen.max_tokens is None:
+            return None
+        given = await self.agent_history(chat_uuid)
+        if not await chosen.over_budget(given.messages):
+            return None
+        return await self.compact(
+            chat_uuid,
+            chosen.summarizer,
+            keep_messages=chosen.keep_messages,
+            keep_tokens=chosen.keep_tokens,
+            name=chosen.summarizer_name,
+        )
 
     # --- runs --------------------------------------------------------------------------
 

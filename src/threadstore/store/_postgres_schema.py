@@ -332,6 +332,24 @@ MIGRATIONS: list[str] = [
     CREATE TRIGGER reasonings_stamp_chat_version BEFORE INSERT OR UPDATE ON reasonings
         FOR EACH ROW EXECUTE FUNCTION threadstore_stamp_chat_version();
     """,
+    # Non-destructive compaction: a summary stands for a span of a chat's active branch in
+    # what agents are given; the messages stay as they are. Found by chat, newest first.
+    """
+    CREATE TABLE summaries (
+        summary_uuid uuid PRIMARY KEY,
+        chat_uuid uuid NOT NULL REFERENCES chats (chat_uuid) ON DELETE CASCADE,
+        first_message_uuid uuid NOT NULL,
+        last_message_uuid uuid NOT NULL,
+        last_seq bigint NOT NULL,
+        message_count integer NOT NULL,
+        content text NOT NULL,
+        summarizer text,
+        metadata jsonb,
+        format_version integer NOT NULL,
+        created_at timestamptz NOT NULL
+    );
+    CREATE INDEX summaries_by_chat ON summaries (chat_uuid, created_at);
+    """,
 ]
 
 # --- migrations bookkeeping ------------------------------------------------------------------

@@ -356,4 +356,22 @@ MIGRATIONS: list[str] = [
          WHERE rowid = NEW.rowid;
     END;
     """,
+    # Non-destructive compaction: a summary stands for a span of a chat's active branch in
+    # what agents are given; the messages stay as they are. Found by chat, newest first.
+    """
+    CREATE TABLE summaries (
+        summary_uuid TEXT PRIMARY KEY,
+        chat_uuid TEXT NOT NULL REFERENCES chats (chat_uuid) ON DELETE CASCADE,
+        first_message_uuid TEXT NOT NULL,
+        last_message_uuid TEXT NOT NULL,
+        last_seq INTEGER NOT NULL,
+        message_count INTEGER NOT NULL,
+        content TEXT NOT NULL,
+        summarizer TEXT,
+        metadata TEXT,
+        format_version INTEGER NOT NULL,
+        created_at TEXT NOT NULL
+    );
+    CREATE INDEX summaries_by_chat ON summaries (chat_uuid, created_at);
+    """,
 ]

@@ -20,6 +20,7 @@ from threadstore.errors import ConflictError, NotFoundError, RunLiveError
 from threadstore.keys import chat_deduplication_key
 from threadstore.store import ops
 from threadstore.store._base import BranchPage, ChatFilter, MessageKey, RunFilter, Store, TreeNode
+from threadstore.store._memory_lifecycle import MemoryLifecycle
 from threadstore.store._records import (
     ExtrasCodec,
     WriterLock,
@@ -54,6 +55,8 @@ class _State:
         self.runs: dict[tuple[UUID, str], models.Run] = {}
         self.deleted: dict[UUID, datetime] = {}
         """The soft-deleted chats and when they were deleted."""
+        self.summaries: dict[UUID, models.Summary] = {}
+        """Every chat's summaries by uuid (``store/_memory_lifecycle.py``)."""
 
     def live_chat(self, chat_uuid: UUID) -> dict[str, Any] | None:
         """The chat's row, unless it does not exist or is soft-deleted."""
@@ -87,6 +90,7 @@ class MemoryStore(Store):
         self._committed: _State | None = None
         self._seq = itertools.count(1)
         self._lock = WriterLock()
+        self._lifecycle = MemoryLifecycle(self)
 
     @property
     def _state(self) -> _State:
@@ -286,6 +290,7 @@ class MemoryStore(Store):
             k: v for k, v in state.reasonings.items() if v["message_uuid"] not in owned
         }
         state.runs = {k: v for k, v in state.runs.items() if k[0] != chat_uuid}
+        state.summaries = {k: v for k, v in state.summaries.items() if v.chat_uuid != chat_uuid}
         return row
 
     def _create_message(self, message_data: models.MessageCreate) -> models.Message:

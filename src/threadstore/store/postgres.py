@@ -56,6 +56,7 @@ from threadstore.store import ops
 from threadstore.store._base import BranchPage, ChatFilter, MessageKey, RunFilter, Store, TreeNode
 from threadstore.store._history import DEFAULT_HISTORY_CACHE_MESSAGES, HistoryCache
 from threadstore.store._postgres_events import PostgresRunEvents
+from threadstore.store._postgres_lifecycle import PostgresLifecycle
 from threadstore.store._records import split_update
 from threadstore.store._rows import EntryLoader, RowLoader, attach_rows
 
@@ -182,6 +183,7 @@ class PostgresStore(Store):
         )
         self._entries = EntryLoader(self._messages, self._tool_calls, self._reasonings)
         self._run_events = PostgresRunEvents(self)
+        self._lifecycle = PostgresLifecycle(self)
 
     def run_events(self) -> PostgresRunEvents:
         """The relayed run-events log in this database (shared by every process using it)."""

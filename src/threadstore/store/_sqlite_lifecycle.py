@@ -1,0 +1,90 @@
+"""The SQLite backend's primitives of a conversation's life: summaries, erasure, retention.
+
+SQL as module constants with placeholders only; statements run through the store's
+executor like every other write (one transaction per call, on the database thread),
+reads on the reader connection.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from threadstore import binary_json
+from threadstore.models import FORMAT_VERSION, Summary
+from threadstore.store._lifecycle import LifecycleBackend
+from threadstore.store._sqlite_sql import ts
+from threadstore.store._sqlite_writes import Statement
+
+if TYPE_CHECKING:
+    from threadstore.store.sqlite import SQLiteStore
+
+__all__ = ["SQLiteLifecycle"]
+
+_SUMMARY_COLUMNS = (
+    "summary_uuid",
+    "chat_uuid",
+    "first_message_uuid",
+    "last_message_uuid",
+    "last_seq",
+    "message_count",
+    "content",
+    "summarizer",
+    "metadata",
+    "created_at",
+)
+
+# Only onto a live chat: a summary of a deleted chat would outlive it.
+INSERT_SUMMARY = (
+    "INSERT INTO summaries (" + ", ".join(_SUMMARY_COLUMNS) + ", format_version)"
+    " SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11"
+    " WHERE EXISTS (SELECT 1 FROM chats WHERE chat_uuid = ?2 AND deleted_at IS NULL)"
+)
+SELECT_SUMMARIES = (
+    "SELECT " + ", ".join("s." + c for c in _SUMMARY_COLUMNS) + " FROM summaries s"
+    " JOIN chats c ON c.chat_uuid = s.chat_uuid AND c.deleted_at IS NULL"
+    " WHERE s.chat_uuid = ? ORDER BY s.created_at DESC, s.rowid DESC"
+)
+DELETE_SUMMARY = "DELETE FROM summaries WHERE chat_uuid = ? AND summary_uuid = ? RETURNING 1"
+
+
+def _summary(row: Any) -> Summary:
+    fields = dict(zip(_SUMMARY_COLUMNS, row, strict=True))
+    fields["metadata"] = binary_json.loads(fields["metadata"]) if fields["metadata"] else {}
+    fields["created_at"] = datetime.fromisoformat(fields["created_at"])
+    return Summary.model_validate(fields)
+
+
+class SQLiteLifecycle(LifecycleBackend):
+    """Summaries, erasure and retention of one :class:`~threadstore.store.sqlite.SQLiteStore`."""
+
+    def __init__(self, store: SQLiteStore) -> None:
+        self.executor = store.executor
+
+    async def insert_summary(self, summary: Summary) -> None:
+        params = (
+            str(summary.summary_uuid),
+            str(summary.chat_uuid),
+            str(summary.first_message_uuid),
+            str(summary.last_message_uuid),
+            summary.last_seq,
+            summary.message_count,
+            summary.content,
+            summary.summarizer,
+            binary_json.dumps(summary.metadata),
+            ts(summary.created_at),
+            FORMAT_VERSION,
+        )
+        missing = f"chat {summary.chat_uuid} does not exist"
+        await self.executor.run(Statement(INSERT_SUMMARY, params, missing=missing))
+
+    async def select_summaries(self, chat_uuid: UUID) -> list[Summary]:
+        rows = await self.executor.read(SELECT_SUMMARIES, (str(chat_uuid),), small=True)
+        return [_summary(row) for row in rows]
+
+    async def delete_summary(self, chat_uuid: UUID, summary_uuid: UUID) -> bool:
+        (rows,) = await self.executor.run(
+            Statement(DELETE_SUMMARY, (str(chat_uuid), str(summary_uuid)))
+        )
+        return bool(rows)
