@@ -462,3 +462,23 @@ def test_the_deterministic_summary_is_the_same_for_the_same_messages() -> None:
     assert text == deterministic_summary(messages, None)
     assert text.splitlines()[0] == "Summary of 2 earlier message(s):"
     assert len(text.splitlines()[1]) < 200
+
+
+def test_the_deterministic_summary_stays_small_however_much_it_covers() -> None:
+    messages = [
+        Message(message_uuid=uuid4(), chat_uuid=CHAT, role=Role.USER, content=f"m{n}")
+        for n in range(5000)
+    ]
+    first = deterministic_summary(messages, None)
+    previous = Summary(
+        chat_uuid=CHAT,
+        first_message_uuid=messages[0].message_uuid,
+        last_message_uuid=messages[-1].message_uuid,
+        last_seq=5000,
+        message_count=5000,
+        content=first * 10,
+    )
+
+    assert len(first) < 4000 and "4960 older message(s) not quoted" in first
+    assert first.endswith("- user: m4999")
+    assert len(deterministic_summary(messages, previous)) < 7000

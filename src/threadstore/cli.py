@@ -36,7 +36,7 @@ from threadstore.errors import (
     MigrationError,
     ThreadstoreError,
 )
-from threadstore.models import Chat, Message, utcnow
+from threadstore.models import Chat, Message, Summary, utcnow
 from threadstore.store import (
     DEFAULT_PAGE_SIZE,
     MAX_PAGE_SIZE,
@@ -316,6 +316,18 @@ def serve(
             "PostgreSQL, where every process resumes, cancels and connects to every run.",
         ),
     ] = 1,
+    compact_after: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Compact a chat after a run once its agent would get more than N messages "
+            "(a summary of the older ones, the deterministic summarizer). Off by default.",
+            show_default=False,
+        ),
+    ] = None,
+    compact_keep: Annotated[
+        int, typer.Option(min=0, help="Newest messages a compaction keeps out of the summary.")
+    ] = 20,
 ) -> None:
     """Run the AG-UI server with its chat-history API (stop with Ctrl-C; history stays)."""
     import uvicorn
@@ -341,7 +353,14 @@ def serve(
         "trust_user_header": trust_user_header,
         "cors_origins": cors_origin or [],
         "admins": admin or [],
+        "compact_after": compact_after,
+        "compact_keep": compact_keep,
     }
+    if compact_after is not None and compact_after <= compact_keep:
+        _fail(
+            f"--compact-after {compact_after} must be more than --compact-keep {compact_keep}:"
+            " every compaction must leave the agent fewer messages"
+        )
     try:
         # Built here even for workers, so a bad option is one error line before the
         # banner; each worker then builds its own app (its own store, manager and relay),
@@ -413,7 +432,15 @@ def _serve_app(options: dict[str, Any], *, migrate: bool) -> Any:
         migrate=migrate,
         cors_origins=options["cors_origins"],
         admins=options["admins"],
+        compaction=_compaction(options.get("compact_after"), options.get("compact_keep", 20)),
     )
+
+
+def _compaction(after: int | None, keep: int) -> Any:
+    """The server's compaction policy from ``--compact-after`` and ``--compact-keep``."""
+    from threadstore.lifecycle import CompactionPolicy
+
+    return None if after is None else CompactionPolicy(max_messages=after, keep_messages=keep)
 
 
 def worker_app() -> Any:
@@ -653,8 +680,10 @@ def chats_show(
             earlier = bool(page) and bool(
                 await store.get_chat_messages(found.chat_uuid, before=page[0].seq, limit=1)
             )
+            summaries.extend(await store.branches.summaries(found.chat_uuid))
             return found, page, earlier, None
 
+    summaries: list[Summary] = []
     found, messages, earlier, exported = _run(work, db)
     if exported is not None:
         print(exported)
@@ -668,8 +697,17 @@ def chats_show(
         out.print(f"[dim]state {escape(json.dumps(found.state)[:200])}[/]")
     if earlier:
         out.print(f"[dim]earlier messages not shown: --last {MAX_PAGE_SIZE} or --json[/]")
+    ends = {summary.last_message_uuid: summary for summary in reversed(summaries)}
     for message in messages:
         _print_message(message)
+        if message.message_uuid in ends:
+            summary = ends[message.message_uuid]
+            out.print(
+                f"\n[bold yellow]── summary {str(summary.summary_uuid)[:8]}[/] [dim]the agent gets"
+                f" this instead of the {summary.message_count} message(s) up to here[/]",
+                soft_wrap=True,
+            )
+            out.print(f"[yellow]{escape(_short(summary.content, 400))}[/]")
 
 
 _ROLE_STYLE = {"user": "bold green", "assistant": "bold cyan", "tool": "bold magenta"}
@@ -764,6 +802,90 @@ def chats_delete(
 
     _run(delete, db)
     out.print(f"[green]✓[/] deleted {found.chat_uuid}")
+
+
+@chats_app.command("compact")
+def chats_compact(
+    chat: ChatArgument,
+    db: DbOption = DEFAULT_DB,
+    user: UserOption = None,
+    keep: Annotated[int, typer.Option(min=0, help="Newest messages kept out of the summary.")] = 20,
+    summarizer: Annotated[
+        str | None,
+        typer.Option(
+            help="module:attribute of a summarizer(messages, previous) -> str (sync or "
+            "async). Default: the deterministic one.",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Summarize a chat's older messages for its agent; every message stays stored and shown."""
+    from threadstore.lifecycle import deterministic_summary
+
+    _check_store(db)
+    chosen = deterministic_summary if summarizer is None else _load_summarizer(summarizer)
+
+    async def work() -> Summary | None:
+        async with _store(db) as store:
+            found = await _resolve_chat(store, chat, _user(user))
+            return await store.branches.compact(found.chat_uuid, chosen, keep_messages=keep)
+
+    made = _run(work, db)
+    if made is None:
+        out.print(
+            f"nothing to compact: fewer than {keep} message(s) past the last summary",
+            soft_wrap=True,
+        )
+        return
+    out.print(
+        f"[green]✓[/] summary {made.summary_uuid}: the agent gets it instead of"
+        f" {made.message_count} message(s); undo with: threadstore chats uncompact {chat}",
+        soft_wrap=True,
+    )
+
+
+@chats_app.command("uncompact")
+def chats_uncompact(
+    chat: ChatArgument,
+    db: DbOption = DEFAULT_DB,
+    user: UserOption = None,
+    summary: Annotated[
+        str | None,
+        typer.Option(help="The summary's uuid (default: the chat's newest).", show_default=False),
+    ] = None,
+) -> None:
+    """Remove a chat's summary: its agent gets the messages it covered again."""
+    _check_store(db)
+
+    async def work() -> UUID | None:
+        async with _store(db) as store:
+            found = await _resolve_chat(store, chat, _user(user))
+            summaries = await store.branches.summaries(found.chat_uuid)
+            chosen = [s for s in summaries if summary is None or str(s.summary_uuid) == summary]
+            if not chosen:
+                return None
+            await store.branches.remove_summary(found.chat_uuid, chosen[0].summary_uuid)
+            return chosen[0].summary_uuid
+
+    removed = _run(work, db)
+    if removed is None:
+        _fail(
+            f"chat {chat!r} has no summary {summary or ''}".rstrip(), "see: threadstore chats show"
+        )
+    out.print(f"[green]✓[/] removed summary {removed}")
+
+
+def _load_summarizer(spec: str) -> Any:
+    """The object ``module:attribute`` names (a summarizer)."""
+    import importlib
+
+    module, _, attribute = spec.partition(":")
+    if not module or not attribute:
+        _fail(f"--summarizer {spec!r} is not module:attribute")
+    try:
+        return getattr(importlib.import_module(module), attribute)
+    except (ImportError, AttributeError) as exc:
+        _fail(f"cannot load the summarizer {spec!r}: {exc}")
 
 
 # --- export / import -------------------------------------------------------------------------

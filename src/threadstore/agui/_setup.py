@@ -22,6 +22,7 @@ from threadstore.agui._given import (
     as_stored,
     compacted_translation,
     kept_translation,
+    tail_translation,
     translation_after,
 )
 from threadstore.agui._window import HistoryWindow
@@ -162,9 +163,9 @@ class RunSetUp:
             chat = await self.storage.find_chat(self.user_uuid, input.thread_id)
         else:
             chat = looked_up[0]
-        history = await self._history(chat)
         if chat is not None:
             self.summaries = await self.storage.summaries(chat)
+        history = await self._history(chat)
         facts = await facts_of(history)
         branch = await self._branch_point(chat, history, facts)
         if branch is not None:
@@ -202,7 +203,16 @@ class RunSetUp:
     async def _history(self, chat: Chat | None) -> Sequence[Message]:
         if chat is None:
             return []
-        return await self.storage.history(chat, HISTORY_INDEX, TRANSLATION)
+        if not self.summaries:
+            return await self.storage.history(chat, HISTORY_INDEX, TRANSLATION)
+        # A compacted chat's agent gets what follows its summary: that is translated and
+        # kept, not the whole history (tens of thousands of models the collector scans).
+        history = await self.storage.history(
+            chat, HISTORY_INDEX, tail_translation(self.summaries[0])
+        )
+        if self._summary_of(history) is None:  # none on this branch: the whole history
+            history = await self.storage.history(chat, HISTORY_INDEX, TRANSLATION)
+        return history
 
     async def foreseen(self, prepared: Prepared) -> list[ag_ui.core.Message] | None:
         """What the inner agent is given once the run's input is stored, told before it is.
@@ -259,7 +269,7 @@ class RunSetUp:
                 and self.translate is None
                 and isinstance(history, HistoryView)
             ):
-                return compacted_translation(history, summary, last) or []
+                return compacted_translation(history, summary, last)
             tail = history[last + 1 :]
             if self.history_window is not None:
                 tail = self.history_window.select(tail)

@@ -239,23 +239,36 @@ async def summarize(
 _QUOTE_CHARS = 160
 """Characters of each message the deterministic summary quotes."""
 
+_QUOTED_MESSAGES = 40
+"""Messages the deterministic summary quotes (the newest of those it covers)."""
+
+_PREVIOUS_CHARS = 2_000
+"""Characters of the earlier summary the deterministic summary keeps."""
+
 
 def deterministic_summary(messages: Sequence[Message], previous: Summary | None) -> str:
     """A summary without a model, the same for the same messages: for tests and demos.
 
-    The previous summary's text, then one line per message: its role, the start of its
-    text, and the tools it called.
+    The start of the previous summary's text, then one line for each of the newest
+    :data:`_QUOTED_MESSAGES` messages: its role, the start of its text, and the tools it
+    called. Its size is bounded, however many messages it covers.
     """
-    lines = [previous.content] if previous is not None else []
+    lines = []
+    if previous is not None:
+        lines.append(_clipped(previous.content, _PREVIOUS_CHARS))
     lines.append(f"Summary of {len(messages)} earlier message(s):")
-    for message in messages:
-        text = " ".join(message.content.split())
-        if len(text) > _QUOTE_CHARS:
-            text = text[: _QUOTE_CHARS - 1] + "…"
+    if len(messages) > _QUOTED_MESSAGES:
+        lines.append(f"- ({len(messages) - _QUOTED_MESSAGES} older message(s) not quoted)")
+    for message in messages[-_QUOTED_MESSAGES:]:
         calls = ", ".join(call.name for call in message.tool_calls)
         tools = f" [called {calls}]" if calls else ""
+        text = _clipped(" ".join(message.content.split()), _QUOTE_CHARS)
         lines.append(f"- {message.role}: {text}{tools}")
     return "\n".join(lines)
+
+
+def _clipped(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,8 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.types import Scope
 
 import threadstore
-from threadstore.agui import DistributedRunManager, HistoryWindow, StorageAgent
+from threadstore.agui import BackgroundCompactor, DistributedRunManager, HistoryWindow, StorageAgent
+from threadstore.lifecycle import CompactionPolicy
 from threadstore.models import Chat
 from threadstore.server._agents import InnerAgent, load_agent
 from threadstore.server._auth import Authenticator, LocalUserAuth, user_uuid_for
@@ -27,6 +28,7 @@ from threadstore.server._routes_agui import router as agui_router
 from threadstore.server._routes_branches import router as branches_router
 from threadstore.server._routes_chats import admin_router
 from threadstore.server._routes_chats import router as chats_router
+from threadstore.server._routes_lifecycle import router as lifecycle_router
 from threadstore.server._routes_web import install_web
 from threadstore.server._run_gate import RunGate
 from threadstore.server._shutdown import stop_runs_on_exit_signal
@@ -60,6 +62,7 @@ def create_app(
     cors_origins: Sequence[str] = (),
     history_window: HistoryWindow | None = None,
     admins: Collection[str | UUID] = (),
+    compaction: CompactionPolicy | None = None,
 ) -> FastAPI:
     """Build the threadstore server app.
 
@@ -80,6 +83,9 @@ def create_app(
     ``history_window=``; by default it gets the whole stored history.
     ``admins`` (user ids or UUIDs, as the authenticator resolves them) may page through
     every user's chats at ``GET /api/admin/chats``; nobody may by default.
+    ``compaction`` (a :class:`~threadstore.lifecycle.CompactionPolicy`): chats whose agent
+    input is over its budget are summarized after their runs, in the background; its
+    summarizer also serves ``POST /api/chats/{id}/compact`` (default: the deterministic one).
 
     On PostgreSQL the runs go through a
     :class:`~threadstore.agui._distributed.DistributedRunManager`, so several server
@@ -101,11 +107,14 @@ def create_app(
         # Only a window that is set is passed: a custom factory need not take one.
         window = {} if history_window is None else {"history_window": history_window}
 
+        compactor = None if compaction is None else BackgroundCompactor(opened, compaction)
+
         def per_run(user_uuid: UUID, chat: Chat | None, branch_from: UUID | None = None) -> Any:
             """A run's agent; ``chat``: its thread's chat as the route just looked it up."""
             agent = wrap(agent_name, user_uuid, opened, opened, inner, run_repo=opened, **window)
             if isinstance(agent, StorageAgent):
                 agent.use_chat(chat)  # not read again
+                agent.compactor = compactor
             if branch_from is not None:
                 agent.branch_from = branch_from  # regenerate and edit: see routes_branches
             return agent
@@ -141,6 +150,8 @@ def create_app(
                 stale_after=stale_after,
                 sweep_interval=sweep_interval,
                 admins=frozenset(a if isinstance(a, UUID) else user_uuid_for(a) for a in admins),
+                compaction=compaction,
+                compactor=compactor,
             )
             with stop_runs_on_exit_signal(manager):
                 yield
@@ -151,6 +162,8 @@ def create_app(
                 with contextlib.suppress(asyncio.CancelledError):
                     await sweeper
             await manager.close()
+            if compactor is not None:
+                await compactor.close()
             if owns_agent:
                 await _close_agent(inner)
             if isinstance(store, str):
@@ -167,6 +180,7 @@ def create_app(
     app.include_router(chats_router)
     app.include_router(admin_router)
     app.include_router(branches_router)
+    app.include_router(lifecycle_router)
     install_web(app)
 
     @app.get("/healthz", tags=["server"], summary="Liveness")

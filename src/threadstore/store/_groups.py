@@ -510,6 +510,11 @@ class Branches:
         """The chat's summaries, newest first (whichever branch they were made on)."""
         return await self._lifecycle().select_summaries(chat_uuid)
 
+    async def add_summary(self, summary: Summary) -> Summary:
+        """Store a summary made elsewhere (an import); ``NotFoundError`` without its chat."""
+        await self._lifecycle().insert_summary(summary)
+        return summary
+
     async def remove_summary(self, chat_uuid: UUID, summary_uuid: UUID) -> bool:
         """Undo a compaction: agents get the messages it covered again; whether it existed."""
         removed = await self._lifecycle().delete_summary(chat_uuid, summary_uuid)
@@ -574,6 +579,9 @@ class Branches:
             metadata=dict(metadata or {}),
         )
         await self._lifecycle().insert_summary(summary)
+        if self._store.history_cache is not None:
+            # What was kept for agents given the whole history (its translation) goes.
+            self._store.history_cache.discard(chat_uuid)
         return summary
 
     async def compact_over_budget(
