@@ -888,6 +888,42 @@ def _load_summarizer(spec: str) -> Any:
         _fail(f"cannot load the summarizer {spec!r}: {exc}")
 
 
+# --- erasure -----------------------------------------------------------------------------------
+
+
+@app.command(epilog="Example:  threadstore forget bob --yes --by admin@example.com")
+def forget(
+    user: Annotated[
+        str, typer.Argument(help="The user id (as the server's auth names it) or UUID.")
+    ],
+    db: DbOption = DEFAULT_DB,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    by: Annotated[
+        str | None, typer.Option(help="Who asks for the erasure (kept in its receipt).")
+    ] = None,
+) -> None:
+    """Remove everything of a user, for good, and print the erasure's receipt (JSON).
+
+    Their chats, messages, tool calls, reasoning, runs, relayed events and summaries go;
+    a tombstone keeps anything of theirs from being stored again. The receipt (counts
+    per kind, when, by whom; no content) is kept in the store. A running server drops
+    the runs it keeps of theirs within its retention (or: DELETE /api/admin/users/ID).
+    """
+    from threadstore.keys import user_uuid_for
+
+    _check_store(db)
+    user_uuid = user_uuid_for(user)
+    if not yes and not typer.confirm(f"Remove everything of user {user} ({user_uuid}) for good?"):
+        raise typer.Exit(1)
+
+    async def work() -> str:
+        async with _store(db) as store:
+            receipt = await store.chats.forget_user(user_uuid, requested_by=by)
+            return receipt.model_dump_json(indent=2)
+
+    print(_run(work, db))
+
+
 # --- export / import -------------------------------------------------------------------------
 
 

@@ -133,6 +133,8 @@ def create_app(
             refuse_live_elsewhere=False,
         )
         sweeper: asyncio.Task[None] | None = None
+        # An erasure also ends the user's runs here and drops the events kept for resumes.
+        opened.chats.add_erasure_hook("live_runs", manager.forget_user)
         try:
             await manager.start()
             swept = await manager.sweep(stale_after)
@@ -157,6 +159,7 @@ def create_app(
                 yield
         finally:
             app.state.threadstore = None
+            opened.chats.remove_erasure_hook("live_runs")
             if sweeper is not None:
                 sweeper.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

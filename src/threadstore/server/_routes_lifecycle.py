@@ -9,12 +9,14 @@ from __future__ import annotations
 from typing import Annotated, Any
 from uuid import UUID
 
-from fastapi import APIRouter, Body, HTTPException, Response, status
+from fastapi import APIRouter, Body, HTTPException, Query, Response, status
 from pydantic import BaseModel, Field
 
+from threadstore.keys import user_uuid_for
 from threadstore.lifecycle import CompactionPolicy
-from threadstore.models import Summary
-from threadstore.server._deps import AppState, CurrentUser, owned_chat
+from threadstore.models import ErasureReceipt, Summary
+from threadstore.server._deps import AppState, CurrentUser, ServerState, owned_chat
+from threadstore.server._limits import check_id
 
 __all__ = ["CompactRequest", "CompactResult", "router"]
 
@@ -107,3 +109,44 @@ async def remove_summary(
     if not await state.store.branches.remove_summary(chat_uuid, summary_uuid):
         raise HTTPException(404, detail=f"summary {summary_uuid} not found in chat {chat_uuid}")
     return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+# --- erasure (admins) -------------------------------------------------------------------
+
+
+def _admin(state: ServerState, caller: UUID, what: str) -> None:
+    if caller not in state.admins:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, detail=f"only admins may {what}")
+
+
+@router.delete(
+    "/admin/users/{user_id}",
+    response_model=ErasureReceipt,
+    summary="Forget a user: remove everything of theirs (admins)",
+    responses={403: {"description": "The caller is not one of the server's admins."}},
+)
+async def forget_user(user_id: str, state: AppState, caller: CurrentUser) -> ErasureReceipt:
+    """Remove every chat, message, tool call, reasoning step, run, relayed event and summary
+    of the user, and the runs this server keeps of theirs; a tombstone keeps a run still
+    streaming from writing anything back. ``user_id`` as the authenticator names users (or
+    their UUID). Returns the receipt (counts per kind, when, by whom), which is kept.
+    """
+    _admin(state, caller, "forget users")
+    check_id("user_id", user_id, state.limits)
+    return await state.store.chats.forget_user(user_uuid_for(user_id), requested_by=str(caller))
+
+
+@router.get(
+    "/admin/erasures",
+    response_model=list[ErasureReceipt],
+    summary="Receipts of past erasures (admins)",
+    responses={403: {"description": "The caller is not one of the server's admins."}},
+)
+async def list_erasures(
+    state: AppState,
+    caller: CurrentUser,
+    user: Annotated[str | None, Query(description="Only this user's (id or UUID).")] = None,
+) -> list[ErasureReceipt]:
+    """Every erasure's receipt, newest first: what went, when, by whom; never content."""
+    _admin(state, caller, "read erasure receipts")
+    return await state.store.chats.erasure_receipts(None if user is None else user_uuid_for(user))

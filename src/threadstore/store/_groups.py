@@ -8,7 +8,9 @@ methods of its concern too, so ``store.chats.create_chat`` is ``store.create_cha
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+import inspect
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -28,6 +30,7 @@ from threadstore.models import (
     Chat,
     ChatCreate,
     ChatPage,
+    ErasureReceipt,
     Message,
     MessageCreate,
     Run,
@@ -53,7 +56,7 @@ from threadstore.store._history import (
     extended,
     kept_history,
 )
-from threadstore.store._lifecycle import LifecycleBackend
+from threadstore.store._lifecycle import ERASED_KINDS, LifecycleBackend
 from threadstore.store.ops import (
     CreateChat,
     CreateMessage,
@@ -67,7 +70,13 @@ from threadstore.store.ops import (
 if TYPE_CHECKING:
     from threadstore.store._base import Store
 
-__all__ = ["AgentHistory", "Branches", "Chats", "Messages", "Runs"]
+__all__ = ["ERASE_BATCH", "AgentHistory", "Branches", "Chats", "ErasureHook", "Messages", "Runs"]
+
+ERASE_BATCH = 50
+"""Chats an erasure deletes per transaction: writers wait for one batch at most."""
+
+ErasureHook = Callable[[UUID], int | Awaitable[int]]
+"""Removes a user's data kept outside the store; returns how many items went."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +93,7 @@ class Chats:
 
     def __init__(self, store: Store) -> None:
         self._store = store
+        self._erasure_hooks: dict[str, ErasureHook] = {}
         self.create_chat = store.create_chat
         self.get_chat_by_thread_id = store.get_chat_by_thread_id
         self.get_all_chats = store.get_all_chats
@@ -196,6 +206,70 @@ class Chats:
             if await self._store._delete_chat(chat.chat_uuid) is not None:
                 purged += 1
         return purged
+
+    # --- erasure --------------------------------------------------------------------
+
+    def add_erasure_hook(self, name: str, hook: ErasureHook) -> None:
+        """Have ``hook(user_uuid)`` remove what else keeps a user's data (sync or async).
+
+        For copies the store does not hold: a run manager's event logs, an outbox's
+        entries, files written for the user. It returns how many it removed, which an
+        erasure's receipt counts under ``name``; a second hook of one name replaces the first.
+        """
+        self._erasure_hooks[name] = hook
+
+    def remove_erasure_hook(self, name: str) -> None:
+        """Stop calling the erasure hook ``name`` (nothing when there is none)."""
+        self._erasure_hooks.pop(name, None)
+
+    async def forget_user(
+        self, user_uuid: UUID, *, requested_by: str | None = None, batch: int = ERASE_BATCH
+    ) -> ErasureReceipt:
+        """Remove everything of a user; return a receipt of what went (counts, no content).
+
+        First a tombstone: from then on no chat of the user can be created, so a run
+        still streaming writes nothing back (its flushes find their chat gone). Then the
+        user's chats (live and soft-deleted) with their messages, tool calls, reasoning,
+        runs, relayed run events and summaries, ``batch`` chats per transaction; the
+        histories this store keeps of them; and what each erasure hook removes. The
+        receipt is kept (``erasure_receipts``). Running it again finds nothing more.
+        """
+        backend = self._lifecycle()
+        started = utcnow()
+        await backend.tombstone(user_uuid, started)
+        counts: Counter[str] = Counter(dict.fromkeys(ERASED_KINDS, 0))
+        cache = self._store.history_cache
+        while True:
+            removed, chats = await backend.erase_chats(user_uuid, batch)
+            if not chats:
+                break
+            counts.update(removed)
+            for chat_uuid in chats:
+                if cache is not None and cache.entry(chat_uuid) is not None:
+                    cache.discard(chat_uuid)
+                    counts["cached_histories"] += 1
+        for name, hook in list(self._erasure_hooks.items()):
+            done = hook(user_uuid)
+            counts[name] += int(await done if inspect.isawaitable(done) else done)
+        receipt = ErasureReceipt(
+            user_uuid=user_uuid,
+            requested_by=requested_by,
+            started_at=started,
+            finished_at=utcnow(),
+            counts=dict(counts),
+        )
+        await backend.save_receipt(receipt)
+        return receipt
+
+    async def erasure_receipts(self, user_uuid: UUID | None = None) -> list[ErasureReceipt]:
+        """Receipts of past erasures (of one user, or every one), newest first."""
+        return await self._lifecycle().select_receipts(user_uuid)
+
+    def _lifecycle(self) -> LifecycleBackend:
+        backend = self._store._lifecycle
+        if backend is None:
+            raise ConfigurationError(f"{type(self._store).__name__} cannot erase users")
+        return backend
 
     # --- messages --------------------------------------------------------------------
 

@@ -10,11 +10,30 @@ A backend without one (a custom store) answers those operations with
 from __future__ import annotations
 
 import abc
+from datetime import datetime
 from uuid import UUID
 
-from threadstore.models import Summary
+from threadstore.models import ErasureReceipt, Summary
 
-__all__ = ["LifecycleBackend"]
+__all__ = [
+    "ERASED_KINDS",
+    "ERASED_USER",
+    "ERASED_USER_DETAIL",
+    "ERASED_USER_STATE",
+    "LifecycleBackend",
+]
+
+ERASED_USER = "threadstore: this user was erased"
+"""What the database says when a chat of an erased user is created (its tombstone)."""
+
+ERASED_USER_STATE = "TS001"
+"""PostgreSQL's error code for it."""
+
+ERASED_USER_DETAIL = "this user was erased (forget_user): nothing of theirs can be stored again"
+"""The ``ConflictError`` a write for an erased user gets."""
+
+ERASED_KINDS = ("chats", "messages", "tool_calls", "reasonings", "runs", "summaries", "run_events")
+"""The rows an erasure counts, per kind, in what it removes from the database."""
 
 
 class LifecycleBackend(abc.ABC):
@@ -33,3 +52,23 @@ class LifecycleBackend(abc.ABC):
     @abc.abstractmethod
     async def delete_summary(self, chat_uuid: UUID, summary_uuid: UUID) -> bool:
         """Remove one summary of the chat; whether there was one."""
+
+    # --- erasure ---------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def tombstone(self, user_uuid: UUID, at: datetime) -> None:
+        """Refuse every chat of ``user_uuid`` created from now on (idempotent)."""
+
+    @abc.abstractmethod
+    async def erase_chats(self, user_uuid: UUID, limit: int) -> tuple[dict[str, int], list[UUID]]:
+        """Delete up to ``limit`` chats of the user (live or soft-deleted) with every row they
+        own, in one transaction; the rows removed per kind (:data:`ERASED_KINDS`), and the
+        chats removed."""
+
+    @abc.abstractmethod
+    async def save_receipt(self, receipt: ErasureReceipt) -> None:
+        """Keep an erasure's receipt."""
+
+    @abc.abstractmethod
+    async def select_receipts(self, user_uuid: UUID | None) -> list[ErasureReceipt]:
+        """Receipts of erasures (of one user, or all), newest first."""

@@ -6,11 +6,12 @@ changing them (a transaction's snapshot may share them); reads see what was comm
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING
 from uuid import UUID
 
 from threadstore.errors import NotFoundError
-from threadstore.models import Summary
+from threadstore.models import ErasureReceipt, Summary
 from threadstore.store._lifecycle import LifecycleBackend
 
 if TYPE_CHECKING:
@@ -49,3 +50,43 @@ class MemoryLifecycle(LifecycleBackend):
                 return False
             del store._state.summaries[summary_uuid]
             return True
+
+    async def tombstone(self, user_uuid: UUID, at: datetime) -> None:
+        store = self.store
+        async with store._lock.hold():
+            store._state.erased.setdefault(user_uuid, at)
+
+    async def erase_chats(self, user_uuid: UUID, limit: int) -> tuple[dict[str, int], list[UUID]]:
+        store = self.store
+        async with store._lock.hold():
+            state = store._state
+            chats = sorted(
+                (u for u, row in state.chats.items() if row["user_uuid"] == user_uuid), key=str
+            )[:limit]
+            owned = set(chats)
+            messages = {u for u, m in state.messages.items() if m["chat_uuid"] in owned}
+            counts = {
+                "chats": len(chats),
+                "messages": len(messages),
+                "tool_calls": sum(t["message_uuid"] in messages for t in state.tool_calls.values()),
+                "reasonings": sum(r["message_uuid"] in messages for r in state.reasonings.values()),
+                "runs": sum(key[0] in owned for key in state.runs),
+                "summaries": sum(s.chat_uuid in owned for s in state.summaries.values()),
+                "run_events": 0,
+            }
+            for chat_uuid in chats:
+                store._drop_chat(chat_uuid)
+        return counts, chats
+
+    async def save_receipt(self, receipt: ErasureReceipt) -> None:
+        store = self.store
+        async with store._lock.hold():
+            store._state.receipts[receipt.receipt_uuid] = receipt.model_copy(deep=True)
+
+    async def select_receipts(self, user_uuid: UUID | None) -> list[ErasureReceipt]:
+        found = [
+            r.model_copy(deep=True)
+            for r in self.store._state.receipts.values()
+            if user_uuid is None or r.user_uuid == user_uuid
+        ]
+        return sorted(found, key=lambda r: r.started_at, reverse=True)

@@ -350,6 +350,34 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX summaries_by_chat ON summaries (chat_uuid, created_at);
     """,
+    # Erasure: a user forgotten is tombstoned (no chat of theirs can be created again, so a
+    # run still flushing writes nothing back), and a receipt of what went is kept, with
+    # counts only.
+    """
+    CREATE TABLE erased_users (
+        user_uuid uuid PRIMARY KEY,
+        erased_at timestamptz NOT NULL
+    );
+    CREATE FUNCTION threadstore_refuse_erased_user() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF EXISTS (SELECT 1 FROM erased_users WHERE user_uuid = NEW.user_uuid) THEN
+            RAISE EXCEPTION 'threadstore: this user was erased' USING ERRCODE = 'TS001';
+        END IF;
+        RETURN NEW;
+    END
+    $$;
+    CREATE TRIGGER chats_refuse_erased_user BEFORE INSERT ON chats
+        FOR EACH ROW EXECUTE FUNCTION threadstore_refuse_erased_user();
+    CREATE TABLE erasure_receipts (
+        receipt_uuid uuid PRIMARY KEY,
+        user_uuid uuid NOT NULL,
+        requested_by text,
+        started_at timestamptz NOT NULL,
+        finished_at timestamptz NOT NULL,
+        counts jsonb NOT NULL
+    );
+    CREATE INDEX erasure_receipts_by_user ON erasure_receipts (user_uuid, started_at);
+    """,
 ]
 
 # --- migrations bookkeeping ------------------------------------------------------------------

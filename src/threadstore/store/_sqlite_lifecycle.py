@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from threadstore import binary_json
-from threadstore.models import FORMAT_VERSION, Summary
+from threadstore.models import FORMAT_VERSION, ErasureReceipt, Summary
 from threadstore.store._lifecycle import LifecycleBackend
 from threadstore.store._sqlite_sql import ts
 from threadstore.store._sqlite_writes import Statement
@@ -47,6 +47,26 @@ SELECT_SUMMARIES = (
     " WHERE s.chat_uuid = ? ORDER BY s.created_at DESC, s.rowid DESC"
 )
 DELETE_SUMMARY = "DELETE FROM summaries WHERE chat_uuid = ? AND summary_uuid = ? RETURNING 1"
+
+TOMBSTONE = "INSERT INTO erased_users (user_uuid, erased_at) VALUES (?, ?) ON CONFLICT DO NOTHING"
+# The same chats for every statement of one erasure batch: its transaction holds the
+# writer, and the order is fixed.
+_BATCH = "SELECT chat_uuid FROM chats WHERE user_uuid = ?1 ORDER BY chat_uuid LIMIT ?2"
+COUNT_ERASED = {
+    kind: f"SELECT count(*) FROM {kind} WHERE chat_uuid IN ({_BATCH})"
+    for kind in ("messages", "tool_calls", "reasonings", "runs", "summaries")
+}
+ERASE_CHATS = f"DELETE FROM chats WHERE chat_uuid IN ({_BATCH}) RETURNING chat_uuid"
+INSERT_RECEIPT = (
+    "INSERT INTO erasure_receipts"
+    " (receipt_uuid, user_uuid, requested_by, started_at, finished_at, counts)"
+    " VALUES (?, ?, ?, ?, ?, ?)"
+)
+SELECT_RECEIPTS = (
+    "SELECT receipt_uuid, user_uuid, requested_by, started_at, finished_at, counts"
+    " FROM erasure_receipts WHERE ?1 IS NULL OR user_uuid = ?1"
+    " ORDER BY started_at DESC, rowid DESC"
+)
 
 
 def _summary(row: Any) -> Summary:
@@ -88,3 +108,41 @@ class SQLiteLifecycle(LifecycleBackend):
             Statement(DELETE_SUMMARY, (str(chat_uuid), str(summary_uuid)))
         )
         return bool(rows)
+
+    async def tombstone(self, user_uuid: UUID, at: datetime) -> None:
+        await self.executor.run(Statement(TOMBSTONE, (str(user_uuid), ts(at))))
+
+    async def erase_chats(self, user_uuid: UUID, limit: int) -> tuple[dict[str, int], list[UUID]]:
+        params = (str(user_uuid), limit)
+        # Cascades to many rows: never inline on the event loop's thread.
+        counts = [Statement(sql, params, inline=False) for sql in COUNT_ERASED.values()]
+        results = await self.executor.run(*counts, Statement(ERASE_CHATS, params, inline=False))
+        erased = [UUID(row[0]) for row in results[-1]]
+        found = {kind: rows[0][0] for kind, rows in zip(COUNT_ERASED, results, strict=False)}
+        return {"chats": len(erased), **found, "run_events": 0}, erased
+
+    async def save_receipt(self, receipt: ErasureReceipt) -> None:
+        params = (
+            str(receipt.receipt_uuid),
+            str(receipt.user_uuid),
+            receipt.requested_by,
+            ts(receipt.started_at),
+            ts(receipt.finished_at),
+            binary_json.dumps(receipt.counts),
+        )
+        await self.executor.run(Statement(INSERT_RECEIPT, params))
+
+    async def select_receipts(self, user_uuid: UUID | None) -> list[ErasureReceipt]:
+        key = None if user_uuid is None else str(user_uuid)
+        rows = await self.executor.read(SELECT_RECEIPTS, (key,))
+        return [
+            ErasureReceipt(
+                receipt_uuid=row[0],
+                user_uuid=row[1],
+                requested_by=row[2],
+                started_at=datetime.fromisoformat(row[3]),
+                finished_at=datetime.fromisoformat(row[4]),
+                counts=binary_json.loads(row[5]),
+            )
+            for row in rows
+        ]

@@ -374,4 +374,26 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX summaries_by_chat ON summaries (chat_uuid, created_at);
     """,
+    # Erasure: a user forgotten is tombstoned (no chat of theirs can be created again, so a
+    # run still flushing writes nothing back), and a receipt of what went is kept, with
+    # counts only.
+    """
+    CREATE TABLE erased_users (
+        user_uuid TEXT PRIMARY KEY,
+        erased_at TEXT NOT NULL
+    );
+    CREATE TRIGGER chats_refuse_erased_user BEFORE INSERT ON chats
+    WHEN EXISTS (SELECT 1 FROM erased_users WHERE user_uuid = NEW.user_uuid) BEGIN
+        SELECT RAISE(ABORT, 'threadstore: this user was erased');
+    END;
+    CREATE TABLE erasure_receipts (
+        receipt_uuid TEXT PRIMARY KEY,
+        user_uuid TEXT NOT NULL,
+        requested_by TEXT,
+        started_at TEXT NOT NULL,
+        finished_at TEXT NOT NULL,
+        counts TEXT NOT NULL
+    );
+    CREATE INDEX erasure_receipts_by_user ON erasure_receipts (user_uuid, started_at);
+    """,
 ]

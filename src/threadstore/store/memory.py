@@ -20,6 +20,7 @@ from threadstore.errors import ConflictError, NotFoundError, RunLiveError
 from threadstore.keys import chat_deduplication_key
 from threadstore.store import ops
 from threadstore.store._base import BranchPage, ChatFilter, MessageKey, RunFilter, Store, TreeNode
+from threadstore.store._lifecycle import ERASED_USER_DETAIL
 from threadstore.store._memory_lifecycle import MemoryLifecycle
 from threadstore.store._records import (
     ExtrasCodec,
@@ -57,6 +58,10 @@ class _State:
         """The soft-deleted chats and when they were deleted."""
         self.summaries: dict[UUID, models.Summary] = {}
         """Every chat's summaries by uuid (``store/_memory_lifecycle.py``)."""
+        self.erased: dict[UUID, datetime] = {}
+        """Users forgotten, and when: no chat of theirs is created again."""
+        self.receipts: dict[UUID, models.ErasureReceipt] = {}
+        """Erasure receipts by uuid."""
 
     def live_chat(self, chat_uuid: UUID) -> dict[str, Any] | None:
         """The chat's row, unless it does not exist or is soft-deleted."""
@@ -234,6 +239,8 @@ class MemoryStore(Store):
     def _create_chat(self, chat_data: models.ChatCreate) -> models.Chat:
         user_uuid, thread_id = chat_data.user_uuid, chat_data.thread_id
         assert user_uuid is not None and thread_id is not None  # Store.create_chat checks
+        if user_uuid in self._state.erased:
+            raise ConflictError(ERASED_USER_DETAIL)
         existing = self._state.threads.get((user_uuid, thread_id))
         if existing is not None and existing in self._state.deleted:
             self._drop_chat(existing)  # a deleted chat's thread is free

@@ -55,6 +55,7 @@ from threadstore.store import _sql as shared
 from threadstore.store import ops
 from threadstore.store._base import BranchPage, ChatFilter, MessageKey, RunFilter, Store, TreeNode
 from threadstore.store._history import DEFAULT_HISTORY_CACHE_MESSAGES, HistoryCache
+from threadstore.store._lifecycle import ERASED_USER_DETAIL, ERASED_USER_STATE
 from threadstore.store._postgres_events import PostgresRunEvents
 from threadstore.store._postgres_lifecycle import PostgresLifecycle
 from threadstore.store._records import split_update
@@ -815,6 +816,8 @@ def _translate(exc: asyncpg.PostgresError) -> Exception:
     """Map a server error to threadstore's error tree."""
     if isinstance(exc, asyncpg.UndefinedTableError):
         return MigrationError(f"{exc}: the schema is missing; run `threadstore migrate` or setup()")
+    if exc.sqlstate == ERASED_USER_STATE:
+        return ConflictError(ERASED_USER_DETAIL)
     if isinstance(exc, asyncpg.ForeignKeyViolationError):
         return NotFoundError(f"a referenced chat or message does not exist ({exc})")
     if isinstance(exc, asyncpg.UniqueViolationError):
