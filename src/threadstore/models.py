@@ -39,6 +39,7 @@ __all__ = [
     "ChatPage",
     "ContentPart",
     "ErasureReceipt",
+    "ExpiredChat",
     "JsonObject",
     "JsonValue",
     "MediaPart",
@@ -56,7 +57,9 @@ __all__ = [
     "Role",
     "Run",
     "RunStatus",
+    "ScopedPolicy",
     "Summary",
+    "SweepReport",
     "TextPart",
     "ToolCall",
     "utcnow",
@@ -722,3 +725,31 @@ class ErasureReceipt(_Model):
     finished_at: datetime = Field(default_factory=utcnow)
     counts: dict[str, int] = Field(default_factory=dict)
     """Rows (and kept copies) removed, by kind: chats, messages, tool_calls, ..."""
+
+
+class ScopedPolicy(_Model):
+    """A stored retention policy and whom it is for (``global``: ``scope_uuid`` is nil)."""
+
+    scope: Literal["global", "user", "chat"]
+    scope_uuid: UUID
+    policy: RetentionPolicy
+
+
+class ExpiredChat(_Model):
+    """A chat a retention sweep deletes, and why."""
+
+    chat_uuid: UUID
+    user_uuid: UUID
+    reason: Literal["idle", "absolute", "deleted"]
+
+
+class SweepReport(_Model):
+    """What a retention sweep removed (or, dry, would remove)."""
+
+    chats: int = 0
+    messages: int = 0
+    run_events: int = 0
+    reasons: dict[str, int] = Field(default_factory=dict)
+    """Chats by why they expired: ``idle``, ``absolute``, ``deleted``."""
+    started_at: datetime = Field(default_factory=utcnow)
+    finished_at: datetime = Field(default_factory=utcnow)

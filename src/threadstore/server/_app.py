@@ -33,7 +33,7 @@ from threadstore.server._routes_web import install_web
 from threadstore.server._run_gate import RunGate
 from threadstore.server._shutdown import stop_runs_on_exit_signal
 from threadstore.server._sse import DEFAULT_KEEPALIVE_INTERVAL
-from threadstore.store import Store, open_store
+from threadstore.store import SWEEP_BATCH, Store, open_store
 
 __all__ = ["DEFAULT_DB_URL", "create_app"]
 
@@ -63,6 +63,9 @@ def create_app(
     history_window: HistoryWindow | None = None,
     admins: Collection[str | UUID] = (),
     compaction: CompactionPolicy | None = None,
+    retention_interval: float | None = None,
+    retention_batch: int = SWEEP_BATCH,
+    retention_pause: float = 0.05,
 ) -> FastAPI:
     """Build the threadstore server app.
 
@@ -86,6 +89,9 @@ def create_app(
     ``compaction`` (a :class:`~threadstore.lifecycle.CompactionPolicy`): chats whose agent
     input is over its budget are summarized after their runs, in the background; its
     summarizer also serves ``POST /api/chats/{id}/compact`` (default: the deterministic one).
+    ``retention_interval``: every so many seconds the store's retention policies are applied
+    in the background (``store.chats.sweep_expired``), ``retention_batch`` chats per
+    transaction with ``retention_pause`` seconds between batches; off (``None``) by default.
 
     On PostgreSQL the runs go through a
     :class:`~threadstore.agui._distributed.DistributedRunManager`, so several server
@@ -133,6 +139,7 @@ def create_app(
             refuse_live_elsewhere=False,
         )
         sweeper: asyncio.Task[None] | None = None
+        retainer: asyncio.Task[None] | None = None
         # An erasure also ends the user's runs here and drops the events kept for resumes.
         opened.chats.add_erasure_hook("live_runs", manager.forget_user)
         try:
@@ -142,6 +149,10 @@ def create_app(
                 logger.info("finalized %d run(s) left over by a stopped server", swept)
             if sweep_interval is not None:
                 sweeper = asyncio.create_task(_sweep_forever(manager, stale_after, sweep_interval))
+            if retention_interval is not None:
+                retainer = asyncio.create_task(
+                    _retain_forever(opened, retention_interval, retention_batch, retention_pause)
+                )
             app.state.threadstore = ServerState(
                 store=opened,
                 manager=manager,
@@ -160,10 +171,11 @@ def create_app(
         finally:
             app.state.threadstore = None
             opened.chats.remove_erasure_hook("live_runs")
-            if sweeper is not None:
-                sweeper.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await sweeper
+            for task in (sweeper, retainer):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
             await manager.close()
             if compactor is not None:
                 await compactor.close()
@@ -219,6 +231,22 @@ async def _sweep_forever(
             await manager.sweep(stale_after)
         except Exception:
             logger.warning("periodic run sweep failed; retrying next interval", exc_info=True)
+
+
+async def _retain_forever(store: Store, interval: float, batch: int, pause: float) -> None:
+    while True:
+        try:
+            report = await store.chats.sweep_expired(batch=batch, pause=pause)
+            if report.chats or report.run_events:
+                logger.info(
+                    "retention: deleted %d chat(s), %d message(s), %d run event(s)",
+                    report.chats,
+                    report.messages,
+                    report.run_events,
+                )
+        except Exception:
+            logger.warning("retention sweep failed; retrying next interval", exc_info=True)
+        await asyncio.sleep(interval)
 
 
 async def _close_agent(agent: InnerAgent) -> None:

@@ -8,6 +8,7 @@ methods of its concern too, so ``store.chats.create_chat`` is ``store.create_cha
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -31,10 +32,14 @@ from threadstore.models import (
     ChatCreate,
     ChatPage,
     ErasureReceipt,
+    ExpiredChat,
     Message,
     MessageCreate,
+    RetentionPolicy,
     Run,
+    ScopedPolicy,
     Summary,
+    SweepReport,
     utcnow,
 )
 from threadstore.store._base import (
@@ -56,7 +61,7 @@ from threadstore.store._history import (
     extended,
     kept_history,
 )
-from threadstore.store._lifecycle import ERASED_KINDS, LifecycleBackend
+from threadstore.store._lifecycle import ERASED_KINDS, GLOBAL_SCOPE, LifecycleBackend, Scope
 from threadstore.store.ops import (
     CreateChat,
     CreateMessage,
@@ -70,10 +75,25 @@ from threadstore.store.ops import (
 if TYPE_CHECKING:
     from threadstore.store._base import Store
 
-__all__ = ["ERASE_BATCH", "AgentHistory", "Branches", "Chats", "ErasureHook", "Messages", "Runs"]
+__all__ = [
+    "ERASE_BATCH",
+    "SWEEP_BATCH",
+    "AgentHistory",
+    "Branches",
+    "Chats",
+    "ErasureHook",
+    "Messages",
+    "Runs",
+]
 
 ERASE_BATCH = 50
 """Chats an erasure deletes per transaction: writers wait for one batch at most."""
+
+SWEEP_BATCH = 10
+"""Chats a retention sweep deletes per transaction."""
+
+SWEEP_PAGE = 500
+"""Expired chats a sweep looks up at a time."""
 
 ErasureHook = Callable[[UUID], int | Awaitable[int]]
 """Removes a user's data kept outside the store; returns how many items went."""
@@ -268,8 +288,93 @@ class Chats:
     def _lifecycle(self) -> LifecycleBackend:
         backend = self._store._lifecycle
         if backend is None:
-            raise ConfigurationError(f"{type(self._store).__name__} cannot erase users")
+            raise ConfigurationError(f"{type(self._store).__name__} keeps no lifecycle records")
         return backend
+
+    # --- retention ------------------------------------------------------------------
+
+    async def set_retention_policy(
+        self,
+        policy: RetentionPolicy,
+        *,
+        user_uuid: UUID | None = None,
+        chat_uuid: UUID | None = None,
+    ) -> None:
+        """Set the retention policy of one chat, of a user's chats, or (neither) of all.
+
+        A chat's policy is its own fields, else its user's, else the global one's; a
+        legal hold on the chat or the user exempts it. Replaces that scope's policy whole.
+        """
+        scope, scope_uuid = _scope(user_uuid, chat_uuid)
+        await self._lifecycle().upsert_policy(scope, scope_uuid, policy, utcnow())
+
+    async def clear_retention_policy(
+        self, *, user_uuid: UUID | None = None, chat_uuid: UUID | None = None
+    ) -> bool:
+        """Remove the policy of a chat, a user, or (neither) the global one; whether there was."""
+        scope, scope_uuid = _scope(user_uuid, chat_uuid)
+        return await self._lifecycle().delete_policy(scope, scope_uuid)
+
+    async def retention_policies(self) -> list[ScopedPolicy]:
+        """Every retention policy set, global, per user and per chat."""
+        return await self._lifecycle().select_policies()
+
+    async def expired_chats(
+        self, *, now: datetime | None = None, limit: int | None = None
+    ) -> list[ExpiredChat]:
+        """The chats a sweep would delete now, and why (read only, a page at a time)."""
+        backend, found = self._lifecycle(), list[ExpiredChat]()
+        at, window = now or utcnow(), self._store.deleted_retention.total_seconds()
+        after: UUID | None = None
+        while limit is None or len(found) < limit:
+            page = await backend.select_expired(at, window, after, SWEEP_PAGE)
+            found += page
+            if len(page) < SWEEP_PAGE:
+                break
+            after = page[-1].chat_uuid
+        return found[:limit]
+
+    async def sweep_expired(
+        self,
+        *,
+        now: datetime | None = None,
+        batch: int = SWEEP_BATCH,
+        pause: float = 0.0,
+    ) -> SweepReport:
+        """Delete the chats whose retention has passed, ``batch`` chats per transaction.
+
+        Chats are found without waiting for writers; each batch is checked again as it
+        is deleted (a chat written to meanwhile stays) and ``pause`` seconds pass between
+        batches, so writers never wait long and the event loop is never held. Then the
+        relayed events of runs beyond each chat's ``keep_run_logs`` go (PostgreSQL).
+        """
+        if batch < 1:
+            raise InvalidInputError(f"batch must be at least 1, got {batch}")
+        backend, report = self._lifecycle(), SweepReport()
+        at, window = now or utcnow(), self._store.deleted_retention.total_seconds()
+        cache = self._store.history_cache
+        after: UUID | None = None
+        reasons: Counter[str] = Counter()
+        while True:
+            page = await backend.select_expired(at, window, after, SWEEP_PAGE)
+            why = {expired.chat_uuid: expired.reason for expired in page}
+            for start in range(0, len(page), batch):
+                chunk = [expired.chat_uuid for expired in page[start : start + batch]]
+                gone, messages = await backend.delete_expired(chunk, at, window)
+                report.chats += len(gone)
+                report.messages += messages
+                reasons.update(why[chat_uuid] for chat_uuid in gone)
+                for chat_uuid in gone:
+                    if cache is not None:
+                        cache.discard(chat_uuid)
+                await asyncio.sleep(pause)
+            if len(page) < SWEEP_PAGE:
+                break
+            after = page[-1].chat_uuid
+        report.run_events = await backend.prune_run_logs()
+        report.reasons = dict(reasons)
+        report.finished_at = utcnow()
+        return report
 
     # --- messages --------------------------------------------------------------------
 
@@ -677,6 +782,17 @@ class Branches:
         )
 
     # --- runs --------------------------------------------------------------------------
+
+
+def _scope(user_uuid: UUID | None, chat_uuid: UUID | None) -> tuple[Scope, UUID]:
+    """The scope a retention policy is for: one chat, one user, or (neither) every chat."""
+    if user_uuid is not None and chat_uuid is not None:
+        raise InvalidInputError("a retention policy is for a chat or a user, not both")
+    if chat_uuid is not None:
+        return "chat", chat_uuid
+    if user_uuid is not None:
+        return "user", user_uuid
+    return "global", GLOBAL_SCOPE
 
 
 def _siblings_in(tree: Sequence[TreeNode], wanted: set[UUID]) -> dict[UUID, Siblings]:

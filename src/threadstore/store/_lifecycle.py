@@ -10,18 +10,29 @@ A backend without one (a custom store) answers those operations with
 from __future__ import annotations
 
 import abc
+from collections.abc import Sequence
 from datetime import datetime
+from typing import Literal
 from uuid import UUID
 
-from threadstore.models import ErasureReceipt, Summary
+from threadstore.models import ErasureReceipt, ExpiredChat, RetentionPolicy, ScopedPolicy, Summary
 
 __all__ = [
     "ERASED_KINDS",
     "ERASED_USER",
     "ERASED_USER_DETAIL",
     "ERASED_USER_STATE",
+    "GLOBAL_SCOPE",
     "LifecycleBackend",
+    "Scope",
 ]
+
+Scope = Literal["global", "user", "chat"]
+"""Whom a retention policy is for: every chat, a user's chats, or one chat."""
+
+GLOBAL_SCOPE = UUID(int=0)
+"""The ``scope_uuid`` of the global policy."""
+
 
 ERASED_USER = "threadstore: this user was erased"
 """What the database says when a chat of an erased user is created (its tombstone)."""
@@ -72,3 +83,41 @@ class LifecycleBackend(abc.ABC):
     @abc.abstractmethod
     async def select_receipts(self, user_uuid: UUID | None) -> list[ErasureReceipt]:
         """Receipts of erasures (of one user, or all), newest first."""
+
+    # --- retention -------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def upsert_policy(
+        self, scope: Scope, scope_uuid: UUID, policy: RetentionPolicy, at: datetime
+    ) -> None:
+        """Set the policy of a scope, replacing the one it had."""
+
+    @abc.abstractmethod
+    async def delete_policy(self, scope: Scope, scope_uuid: UUID) -> bool:
+        """Remove the policy of a scope; whether it had one."""
+
+    @abc.abstractmethod
+    async def select_policies(self) -> list[ScopedPolicy]:
+        """Every stored policy."""
+
+    @abc.abstractmethod
+    async def select_expired(
+        self, now: datetime, window: float, after: UUID | None, limit: int
+    ) -> list[ExpiredChat]:
+        """Up to ``limit`` expired chats past ``after``, by chat uuid (no write is waited for).
+
+        ``window``: seconds a soft-deleted chat stays restorable without a policy saying.
+        """
+
+    @abc.abstractmethod
+    async def delete_expired(
+        self, chats: Sequence[UUID], now: datetime, window: float
+    ) -> tuple[list[UUID], int]:
+        """Delete those of ``chats`` still expired, in one transaction; them and their messages."""
+
+    async def prune_run_logs(self) -> int:
+        """Delete the relayed events of runs beyond each chat's ``keep_run_logs``; how many.
+
+        Only a backend that relays run events (PostgreSQL) has any.
+        """
+        return 0

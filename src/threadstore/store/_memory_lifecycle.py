@@ -6,13 +6,24 @@ changing them (a transaction's snapshot may share them); reads see what was comm
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from threadstore.errors import NotFoundError
-from threadstore.models import ErasureReceipt, Summary
-from threadstore.store._lifecycle import LifecycleBackend
+from threadstore.models import (
+    ErasureReceipt,
+    ExpiredChat,
+    RetentionPolicy,
+    ScopedPolicy,
+    Summary,
+)
+from threadstore.store._lifecycle import (
+    GLOBAL_SCOPE,
+    LifecycleBackend,
+    Scope,
+)
 
 if TYPE_CHECKING:
     from threadstore.store.memory import MemoryStore
@@ -90,3 +101,82 @@ class MemoryLifecycle(LifecycleBackend):
             if user_uuid is None or r.user_uuid == user_uuid
         ]
         return sorted(found, key=lambda r: r.started_at, reverse=True)
+
+    async def upsert_policy(
+        self, scope: Scope, scope_uuid: UUID, policy: RetentionPolicy, at: datetime
+    ) -> None:
+        store = self.store
+        async with store._lock.hold():
+            store._state.policies[(scope, scope_uuid)] = policy.model_copy()
+
+    async def delete_policy(self, scope: Scope, scope_uuid: UUID) -> bool:
+        store = self.store
+        async with store._lock.hold():
+            return store._state.policies.pop((scope, scope_uuid), None) is not None
+
+    async def select_policies(self) -> list[ScopedPolicy]:
+        found = sorted(self.store._state.policies.items(), key=lambda item: str(item[0]))
+        return [
+            ScopedPolicy(scope=scope, scope_uuid=uuid, policy=p.model_copy())
+            for (scope, uuid), p in found
+        ]
+
+    def _reason(self, row: dict[str, Any], now: datetime, window: float) -> str | None:
+        """Why the chat of ``row`` expired, or ``None`` (held, or not expired)."""
+        policies = self.store._state.policies
+        policy = RetentionPolicy()
+        for key in (
+            ("global", GLOBAL_SCOPE),
+            ("user", row["user_uuid"]),
+            ("chat", row["chat_uuid"]),
+        ):
+            if key in policies:
+                policy = policies[key].over(policy)
+        if policy.legal_hold:
+            return None
+        deleted = self.store._state.deleted.get(row["chat_uuid"])
+        if deleted is not None:
+            limit = policy.deleted_window if policy.deleted_window is not None else window
+            return "deleted" if (now - deleted).total_seconds() > limit else None
+        if policy.absolute_ttl is not None:
+            if (now - row["created_at"]).total_seconds() > policy.absolute_ttl:
+                return "absolute"
+        if policy.idle_ttl is not None:
+            if (now - row["updated_at"]).total_seconds() > policy.idle_ttl:
+                return "idle"
+        return None
+
+    async def select_expired(
+        self, now: datetime, window: float, after: UUID | None, limit: int
+    ) -> list[ExpiredChat]:
+        found: list[ExpiredChat] = []
+        state = self.store._state
+        for chat_uuid in sorted(state.chats, key=str):
+            if after is not None and str(chat_uuid) <= str(after):
+                continue
+            row = state.chats[chat_uuid]
+            reason = self._reason(row, now, window)
+            if reason is not None:
+                found.append(
+                    ExpiredChat(chat_uuid=chat_uuid, user_uuid=row["user_uuid"], reason=reason)
+                )
+                if len(found) == limit:
+                    break
+        return found
+
+    async def delete_expired(
+        self, chats: Sequence[UUID], now: datetime, window: float
+    ) -> tuple[list[UUID], int]:
+        store = self.store
+        async with store._lock.hold():
+            state = store._state
+            gone = [
+                c
+                for c in chats
+                if c in state.chats and self._reason(state.chats[c], now, window) is not None
+            ]
+            owned = set(gone)
+            messages = sum(m["chat_uuid"] in owned for m in state.messages.values())
+            for chat_uuid in gone:
+                store._drop_chat(chat_uuid)
+        return gone, messages

@@ -378,6 +378,21 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX erasure_receipts_by_user ON erasure_receipts (user_uuid, started_at);
     """,
+    # Retention: policies for every chat (global), a user's chats, or one chat; each field
+    # unset inherits. A sweep deletes what expired, a few chats per transaction.
+    """
+    CREATE TABLE retention_policies (
+        scope text NOT NULL,
+        scope_uuid uuid NOT NULL,
+        idle_ttl double precision,
+        absolute_ttl double precision,
+        keep_run_logs integer,
+        deleted_window double precision,
+        legal_hold boolean NOT NULL DEFAULT false,
+        updated_at timestamptz NOT NULL,
+        PRIMARY KEY (scope, scope_uuid)
+    );
+    """,
 ]
 
 # --- migrations bookkeeping ------------------------------------------------------------------

@@ -7,13 +7,26 @@ reads on the reader connection.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from uuid import UUID
 
 from threadstore import binary_json
-from threadstore.models import FORMAT_VERSION, ErasureReceipt, Summary
-from threadstore.store._lifecycle import LifecycleBackend
+from threadstore.models import (
+    FORMAT_VERSION,
+    ErasureReceipt,
+    ExpiredChat,
+    RetentionPolicy,
+    ScopedPolicy,
+    Summary,
+)
+from threadstore.store._lifecycle import (
+    GLOBAL_SCOPE,
+    LifecycleBackend,
+    Scope,
+)
 from threadstore.store._sqlite_sql import ts
 from threadstore.store._sqlite_writes import Statement
 
@@ -57,6 +70,55 @@ COUNT_ERASED = {
     for kind in ("messages", "tool_calls", "reasonings", "runs", "summaries")
 }
 ERASE_CHATS = f"DELETE FROM chats WHERE chat_uuid IN ({_BATCH}) RETURNING chat_uuid"
+# Each chat's policy: its own fields, else its user's, else the global policy's.
+_POLICIES = (
+    " LEFT JOIN retention_policies pc ON pc.scope = 'chat' AND pc.scope_uuid = c.chat_uuid"
+    " LEFT JOIN retention_policies pu ON pu.scope = 'user' AND pu.scope_uuid = c.user_uuid"
+    " LEFT JOIN retention_policies pg ON pg.scope = 'global' AND pg.scope_uuid = ?3"
+)
+_HELD = "(COALESCE(pc.legal_hold, 0) OR COALESCE(pu.legal_hold, 0) OR COALESCE(pg.legal_hold, 0))"
+
+
+def _older(column: str, field: str, fallback: str = "") -> str:
+    """Whether ``column`` is older (at ?1) than the chat's policy's ``field`` seconds."""
+    limit = f"COALESCE(pc.{field}, pu.{field}, pg.{field}{fallback})"
+    return f"(julianday(?1) - julianday(c.{column})) * 86400.0 > {limit}"
+
+
+# Why a chat expired (NULL: it has not). ?1 now, ?2 the default restorable window.
+_REASON = (
+    "CASE WHEN c.deleted_at IS NOT NULL THEN"
+    f" CASE WHEN {_older('deleted_at', 'deleted_window', ', ?2')} THEN 'deleted' END"
+    f" WHEN {_older('created_at', 'absolute_ttl')} THEN 'absolute'"
+    f" WHEN {_older('updated_at', 'idle_ttl')} THEN 'idle' END"
+)
+# Walks the chats by primary key, so a page stops once it has ``limit`` (?5) of them.
+SELECT_EXPIRED = (
+    f"SELECT c.chat_uuid, c.user_uuid, {_REASON} AS reason FROM chats c{_POLICIES}"
+    f" WHERE c.chat_uuid > ?4 AND NOT {_HELD} AND reason IS NOT NULL"
+    " ORDER BY c.chat_uuid LIMIT ?5"
+)
+_STILL_EXPIRED = (
+    f"SELECT c.chat_uuid FROM chats c{_POLICIES}"
+    " WHERE c.chat_uuid IN (SELECT value FROM json_each(?4))"
+    f" AND NOT {_HELD} AND ({_REASON}) IS NOT NULL"
+)
+COUNT_EXPIRED_MESSAGES = f"SELECT count(*) FROM messages WHERE chat_uuid IN ({_STILL_EXPIRED})"
+DELETE_EXPIRED = f"DELETE FROM chats WHERE chat_uuid IN ({_STILL_EXPIRED}) RETURNING chat_uuid"
+UPSERT_POLICY = (
+    "INSERT INTO retention_policies (scope, scope_uuid, idle_ttl, absolute_ttl,"
+    " keep_run_logs, deleted_window, legal_hold, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT (scope, scope_uuid) DO UPDATE SET idle_ttl = excluded.idle_ttl,"
+    " absolute_ttl = excluded.absolute_ttl, keep_run_logs = excluded.keep_run_logs,"
+    " deleted_window = excluded.deleted_window, legal_hold = excluded.legal_hold,"
+    " updated_at = excluded.updated_at"
+)
+DELETE_POLICY = "DELETE FROM retention_policies WHERE scope = ? AND scope_uuid = ? RETURNING 1"
+SELECT_POLICIES = (
+    "SELECT scope, scope_uuid, idle_ttl, absolute_ttl, keep_run_logs, deleted_window,"
+    " legal_hold FROM retention_policies ORDER BY scope, scope_uuid"
+)
+
 INSERT_RECEIPT = (
     "INSERT INTO erasure_receipts"
     " (receipt_uuid, user_uuid, requested_by, started_at, finished_at, counts)"
@@ -146,3 +208,57 @@ class SQLiteLifecycle(LifecycleBackend):
             )
             for row in rows
         ]
+
+    async def upsert_policy(
+        self, scope: Scope, scope_uuid: UUID, policy: RetentionPolicy, at: datetime
+    ) -> None:
+        params = (
+            scope,
+            str(scope_uuid),
+            policy.idle_ttl,
+            policy.absolute_ttl,
+            policy.keep_run_logs,
+            policy.deleted_window,
+            int(policy.legal_hold),
+            ts(at),
+        )
+        await self.executor.run(Statement(UPSERT_POLICY, params))
+
+    async def delete_policy(self, scope: Scope, scope_uuid: UUID) -> bool:
+        (rows,) = await self.executor.run(Statement(DELETE_POLICY, (scope, str(scope_uuid))))
+        return bool(rows)
+
+    async def select_policies(self) -> list[ScopedPolicy]:
+        rows = await self.executor.read(SELECT_POLICIES, ())
+        return [
+            ScopedPolicy(
+                scope=cast(Scope, row[0]),
+                scope_uuid=UUID(row[1]),
+                policy=RetentionPolicy(
+                    idle_ttl=row[2],
+                    absolute_ttl=row[3],
+                    keep_run_logs=row[4],
+                    deleted_window=row[5],
+                    legal_hold=bool(row[6]),
+                ),
+            )
+            for row in rows
+        ]
+
+    async def select_expired(
+        self, now: datetime, window: float, after: UUID | None, limit: int
+    ) -> list[ExpiredChat]:
+        params = (ts(now), window, str(GLOBAL_SCOPE), "" if after is None else str(after), limit)
+        rows = await self.executor.read(SELECT_EXPIRED, params)
+        return [ExpiredChat(chat_uuid=row[0], user_uuid=row[1], reason=row[2]) for row in rows]
+
+    async def delete_expired(
+        self, chats: Sequence[UUID], now: datetime, window: float
+    ) -> tuple[list[UUID], int]:
+        params = (ts(now), window, str(GLOBAL_SCOPE), json.dumps([str(c) for c in chats]))
+        # Each chat is checked again as it goes: one written to since it was found stays.
+        counted, deleted = await self.executor.run(
+            Statement(COUNT_EXPIRED_MESSAGES, params, inline=False),
+            Statement(DELETE_EXPIRED, params, inline=False),
+        )
+        return [UUID(row[0]) for row in deleted], counted[0][0]

@@ -396,4 +396,19 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX erasure_receipts_by_user ON erasure_receipts (user_uuid, started_at);
     """,
+    # Retention: policies for every chat (global), a user's chats, or one chat; each field
+    # unset inherits. A sweep deletes what expired, a few chats per transaction.
+    """
+    CREATE TABLE retention_policies (
+        scope TEXT NOT NULL,
+        scope_uuid TEXT NOT NULL,
+        idle_ttl REAL,
+        absolute_ttl REAL,
+        keep_run_logs INTEGER,
+        deleted_window REAL,
+        legal_hold INTEGER NOT NULL DEFAULT 0,
+        updated_at TEXT NOT NULL,
+        PRIMARY KEY (scope, scope_uuid)
+    );
+    """,
 ]

@@ -62,6 +62,8 @@ class _State:
         """Users forgotten, and when: no chat of theirs is created again."""
         self.receipts: dict[UUID, models.ErasureReceipt] = {}
         """Erasure receipts by uuid."""
+        self.policies: dict[tuple[Any, UUID], models.RetentionPolicy] = {}
+        """Retention policies by (scope, scope uuid)."""
 
     def live_chat(self, chat_uuid: UUID) -> dict[str, Any] | None:
         """The chat's row, unless it does not exist or is soft-deleted."""
