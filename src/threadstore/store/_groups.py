@@ -92,8 +92,8 @@ ERASE_BATCH = 50
 SWEEP_BATCH = 10
 """Chats a retention sweep deletes per transaction."""
 
-SWEEP_PAGE = 500
-"""Expired chats a sweep looks up at a time."""
+SWEEP_PAGE = 100
+"""Expired chats a sweep looks up at a time: each lookup reads a few hundred chats."""
 
 ErasureHook = Callable[[UUID], int | Awaitable[int]]
 """Removes a user's data kept outside the store; returns how many items went."""
