@@ -659,3 +659,53 @@ def test_regenerate_switch_edit_the_first_message_and_fork(server: Server, page:
     forked = page.evaluate("decodeURIComponent(location.hash.slice(4))")
     assert forked != thread
     assert [m["content"] for m in _stored(server, forked)] == [m["content"] for m in stored]
+
+
+def test_compact_summarizes_older_messages_for_the_agent_and_undo_removes_it(
+    server: Server, page: Page
+) -> None:
+    thread = _thread("compact")
+    chat = Chat(chat_uuid=uuid4(), user_uuid=uuid4(), thread_id=thread, name="Long", dedup_key="-")
+    turns = [
+        ("user", f"question {n}") if i == 0 else ("assistant", f"answer {n}")
+        for n in range(13)
+        for i in range(2)
+    ]
+    document = {
+        "format": "threadstore.chat",
+        "format_version": 1,
+        "chat": chat.model_dump(mode="json"),
+        "messages": [
+            Message(
+                message_uuid=uuid4(), chat_uuid=chat.chat_uuid, seq=seq, role=role, content=text
+            ).model_dump(mode="json")
+            for seq, (role, text) in enumerate(turns, start=1)
+        ],
+    }
+    with server.client() as client:
+        assert client.post("/api/chats/import", json=document).status_code == 201
+    page.goto(f"{server.url}/#/t/{thread}")
+    expect(page.locator("article.message")).to_have_count(26)
+
+    page.get_by_role("button", name="Compact").click()
+
+    # The server keeps the newest 20 messages out of the summary; the six before them are
+    # summarized, and every message is still on the page.
+    expect(page.locator("#toast")).to_contain_text("Summarized 6 message(s)")
+    summary = page.get_by_role("complementary", name="Summary")
+    expect(summary).to_have_count(1)
+    expect(summary).to_contain_text("Summary of the 6 message(s) above")
+    expect(page.locator("article.message")).to_have_count(26)
+    placed = page.evaluate(
+        "() => document.querySelector('aside.summary').previousElementSibling.textContent"
+    )
+    assert "answer 2" in placed
+    with server.client() as client:
+        info = client.get(f"/api/threads/{thread}").json()
+        (stored,) = client.get(f"/api/chats/{info['chat']['chat_uuid']}/summaries").json()
+    assert stored["message_count"] == 6
+
+    summary.get_by_role("button", name="Undo").click()
+    expect(page.locator("aside.summary")).to_have_count(0)
+    with server.client() as client:
+        assert client.get(f"/api/chats/{info['chat']['chat_uuid']}/summaries").json() == []

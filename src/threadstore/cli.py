@@ -36,10 +36,20 @@ from threadstore.errors import (
     MigrationError,
     ThreadstoreError,
 )
-from threadstore.models import Chat, Message, utcnow
+from threadstore.models import (
+    Chat,
+    ExpiredChat,
+    Message,
+    RetentionPolicy,
+    ScopedPolicy,
+    Summary,
+    SweepReport,
+    utcnow,
+)
 from threadstore.store import (
     DEFAULT_PAGE_SIZE,
     MAX_PAGE_SIZE,
+    SWEEP_BATCH,
     Store,
     open_store,
 )
@@ -327,6 +337,27 @@ def serve(
             "PostgreSQL, where every process resumes, cancels and connects to every run.",
         ),
     ] = 1,
+    compact_after: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Compact a chat after a run once its agent would get more than N messages "
+            "(a summary of the older ones, the deterministic summarizer). Off by default.",
+            show_default=False,
+        ),
+    ] = None,
+    compact_keep: Annotated[
+        int, typer.Option(min=0, help="Newest messages a compaction keeps out of the summary.")
+    ] = 20,
+    retention_interval: Annotated[
+        float | None,
+        typer.Option(
+            min=0.1,
+            help="Apply the retention policies every N seconds in the background (small "
+            "batches, a pause between them). Off by default: threadstore sweep applies them.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run the AG-UI server with its chat-history API (stop with Ctrl-C; history stays)."""
     import uvicorn
@@ -353,7 +384,15 @@ def serve(
         "cors_origins": cors_origin or [],
         "admins": admin or [],
         "store_timeout": store_timeout,
+        "compact_after": compact_after,
+        "compact_keep": compact_keep,
+        "retention_interval": retention_interval,
     }
+    if compact_after is not None and compact_after <= compact_keep:
+        _fail(
+            f"--compact-after {compact_after} must be more than --compact-keep {compact_keep}:"
+            " every compaction must leave the agent fewer messages"
+        )
     try:
         # Built here even for workers, so a bad option is one error line before the
         # banner; each worker then builds its own app (its own store, manager and relay),
@@ -426,7 +465,16 @@ def _serve_app(options: dict[str, Any], *, migrate: bool) -> Any:
         cors_origins=options["cors_origins"],
         admins=options["admins"],
         store_timeout=options.get("store_timeout"),
+        compaction=_compaction(options.get("compact_after"), options.get("compact_keep", 20)),
+        retention_interval=options.get("retention_interval"),
     )
+
+
+def _compaction(after: int | None, keep: int) -> Any:
+    """The server's compaction policy from ``--compact-after`` and ``--compact-keep``."""
+    from threadstore.lifecycle import CompactionPolicy
+
+    return None if after is None else CompactionPolicy(max_messages=after, keep_messages=keep)
 
 
 def worker_app() -> Any:
@@ -547,12 +595,17 @@ def sweep(
         float,
         typer.Option(min=0, help="Seconds a soft-deleted chat stays restorable (30 days)."),
     ] = Store.deleted_retention.total_seconds(),
+    batch: Annotated[
+        int, typer.Option(min=1, help="Expired chats deleted per transaction.")
+    ] = SWEEP_BATCH,
 ) -> None:
-    """Finalize runs left behind by a server that stopped (their records become interrupted).
+    """Finalize runs left behind by a server that stopped, and apply the retention policies.
 
     On PostgreSQL it also deletes the relayed events of runs that ended more than
     --event-retention seconds ago, as a running server does periodically. Chats
-    soft-deleted more than --deleted-retention seconds ago are deleted for good.
+    soft-deleted more than --deleted-retention seconds ago are deleted for good. Then
+    the chats whose retention policy has passed (threadstore retention show) go, a few
+    per transaction.
     """
     from threadstore.agui import DistributedRunManager
 
@@ -561,17 +614,25 @@ def sweep(
     def no_agent() -> Any:
         raise RuntimeError("sweep starts no runs")
 
-    async def work() -> tuple[int, int]:
+    async def work() -> tuple[int, int, SweepReport]:
         async with _store(db) as store:
             manager = DistributedRunManager(no_agent, store=store, event_retention=event_retention)
             async with manager:
                 swept = await manager.sweep(stale_after)
             cutoff = utcnow() - timedelta(seconds=deleted_retention)
-            return swept, await store.chats.purge_deleted_chats(older_than=cutoff)
+            purged = await store.chats.purge_deleted_chats(older_than=cutoff)
+            store.deleted_retention = timedelta(seconds=deleted_retention)
+            return swept, purged, await store.chats.sweep_expired(batch=batch)
 
-    swept, purged = _run(work, db)
+    swept, purged, report = _run(work, db)
     out.print(f"[green]✓[/] finalized {swept} stale run(s)")
     out.print(f"[green]✓[/] purged {purged} soft-deleted chat(s)")
+    reasons = ", ".join(f"{n} {why}" for why, n in sorted(report.reasons.items())) or "none"
+    out.print(
+        f"[green]✓[/] retention: deleted {report.chats} chat(s) ({reasons}),"
+        f" {report.messages} message(s), {report.run_events} run event(s)",
+        soft_wrap=True,
+    )
 
 
 # --- chats ---------------------------------------------------------------------------------
@@ -666,8 +727,10 @@ def chats_show(
             earlier = bool(page) and bool(
                 await store.get_chat_messages(found.chat_uuid, before=page[0].seq, limit=1)
             )
+            summaries.extend(await store.branches.summaries(found.chat_uuid))
             return found, page, earlier, None
 
+    summaries: list[Summary] = []
     found, messages, earlier, exported = _run(work, db)
     if exported is not None:
         print(exported)
@@ -681,8 +744,17 @@ def chats_show(
         out.print(f"[dim]state {escape(json.dumps(found.state)[:200])}[/]")
     if earlier:
         out.print(f"[dim]earlier messages not shown: --last {MAX_PAGE_SIZE} or --json[/]")
+    ends = {summary.last_message_uuid: summary for summary in reversed(summaries)}
     for message in messages:
         _print_message(message)
+        if message.message_uuid in ends:
+            summary = ends[message.message_uuid]
+            out.print(
+                f"\n[bold yellow]── summary {str(summary.summary_uuid)[:8]}[/] [dim]the agent gets"
+                f" this instead of the {summary.message_count} message(s) up to here[/]",
+                soft_wrap=True,
+            )
+            out.print(f"[yellow]{escape(_short(summary.content, 400))}[/]")
 
 
 _ROLE_STYLE = {"user": "bold green", "assistant": "bold cyan", "tool": "bold magenta"}
@@ -777,6 +849,295 @@ def chats_delete(
 
     _run(delete, db)
     out.print(f"[green]✓[/] deleted {found.chat_uuid}")
+
+
+@chats_app.command("compact")
+def chats_compact(
+    chat: ChatArgument,
+    db: DbOption = DEFAULT_DB,
+    user: UserOption = None,
+    keep: Annotated[int, typer.Option(min=0, help="Newest messages kept out of the summary.")] = 20,
+    summarizer: Annotated[
+        str | None,
+        typer.Option(
+            help="module:attribute of a summarizer(messages, previous) -> str (sync or "
+            "async). Default: the deterministic one.",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Summarize a chat's older messages for its agent; every message stays stored and shown."""
+    from threadstore.lifecycle import deterministic_summary
+
+    _check_store(db)
+    chosen = deterministic_summary if summarizer is None else _load_summarizer(summarizer)
+
+    async def work() -> Summary | None:
+        async with _store(db) as store:
+            found = await _resolve_chat(store, chat, _user(user))
+            return await store.branches.compact(found.chat_uuid, chosen, keep_messages=keep)
+
+    made = _run(work, db)
+    if made is None:
+        out.print(
+            f"nothing to compact: fewer than {keep} message(s) past the last summary",
+            soft_wrap=True,
+        )
+        return
+    out.print(
+        f"[green]✓[/] summary {made.summary_uuid}: the agent gets it instead of"
+        f" {made.message_count} message(s); undo with: threadstore chats uncompact {chat}",
+        soft_wrap=True,
+    )
+
+
+@chats_app.command("uncompact")
+def chats_uncompact(
+    chat: ChatArgument,
+    db: DbOption = DEFAULT_DB,
+    user: UserOption = None,
+    summary: Annotated[
+        str | None,
+        typer.Option(help="The summary's uuid (default: the chat's newest).", show_default=False),
+    ] = None,
+) -> None:
+    """Remove a chat's summary: its agent gets the messages it covered again."""
+    _check_store(db)
+
+    async def work() -> UUID | None:
+        async with _store(db) as store:
+            found = await _resolve_chat(store, chat, _user(user))
+            summaries = await store.branches.summaries(found.chat_uuid)
+            chosen = [s for s in summaries if summary is None or str(s.summary_uuid) == summary]
+            if not chosen:
+                return None
+            await store.branches.remove_summary(found.chat_uuid, chosen[0].summary_uuid)
+            return chosen[0].summary_uuid
+
+    removed = _run(work, db)
+    if removed is None:
+        _fail(
+            f"chat {chat!r} has no summary {summary or ''}".rstrip(), "see: threadstore chats show"
+        )
+    out.print(f"[green]✓[/] removed summary {removed}")
+
+
+def _load_summarizer(spec: str) -> Any:
+    """The object ``module:attribute`` names (a summarizer)."""
+    import importlib
+
+    module, _, attribute = spec.partition(":")
+    if not module or not attribute:
+        _fail(f"--summarizer {spec!r} is not module:attribute")
+    try:
+        return getattr(importlib.import_module(module), attribute)
+    except (ImportError, AttributeError) as exc:
+        _fail(f"cannot load the summarizer {spec!r}: {exc}")
+
+
+# --- retention -----------------------------------------------------------------------------------
+
+retention_app = typer.Typer(
+    help="Retention policies: how long chats are kept, and what a sweep would delete.",
+    no_args_is_help=True,
+)
+app.add_typer(retention_app, name="retention")
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _seconds(text: str | None, option: str) -> float | None:
+    """A duration given as seconds or with a unit (90s, 15m, 12h, 30d); ``None`` stays."""
+    if text is None:
+        return None
+    number, unit = (text[:-1], text[-1]) if text and text[-1] in _UNITS else (text, "s")
+    try:
+        value = float(number) * _UNITS[unit]
+    except ValueError:
+        _fail(f"{option} {text!r} is not a duration", "use seconds or 90s, 15m, 12h, 30d")
+    if not value > 0:
+        _fail(f"{option} must be more than 0, got {text!r}")
+    return value
+
+
+ScopeUser = Annotated[
+    str | None, typer.Option("--user", help="For this user's chats.", show_default=False)
+]
+ScopeChat = Annotated[
+    str | None,
+    typer.Option("--chat", help="For this chat (UUID, prefix or thread id).", show_default=False),
+]
+
+
+async def _scope_of(store: Store, user: str | None, chat: str | None) -> dict[str, UUID | None]:
+    if user is not None and chat is not None:
+        _fail("pass --user or --chat, not both")
+    if chat is not None:
+        return {"chat_uuid": (await _resolve_chat(store, chat, None)).chat_uuid}
+    return {"user_uuid": _user(user)}
+
+
+def _scope_label(user: str | None, chat: str | None) -> str:
+    return f"chat {chat}" if chat else f"user {user}" if user else "every chat"
+
+
+@retention_app.command("set")
+def retention_set(
+    db: DbOption = DEFAULT_DB,
+    user: ScopeUser = None,
+    chat: ScopeChat = None,
+    idle_ttl: Annotated[
+        str | None, typer.Option(help="Delete chats idle this long (30d, 12h, seconds).")
+    ] = None,
+    absolute_ttl: Annotated[
+        str | None, typer.Option(help="Delete chats this long after they were created.")
+    ] = None,
+    keep_run_logs: Annotated[
+        int | None, typer.Option(min=0, help="Relayed event logs kept: the newest N runs'.")
+    ] = None,
+    deleted_window: Annotated[
+        str | None, typer.Option(help="How long a soft-deleted chat stays restorable.")
+    ] = None,
+) -> None:
+    """Set the retention policy of every chat, a user's (--user) or one chat's (--chat).
+
+    Fields left out inherit (a chat's from its user's, a user's from the global policy);
+    the policy replaces the one the scope had. A legal hold is kept as it was.
+    """
+    _check_store(db)
+    fields = {
+        "idle_ttl": _seconds(idle_ttl, "--idle-ttl"),
+        "absolute_ttl": _seconds(absolute_ttl, "--absolute-ttl"),
+        "keep_run_logs": keep_run_logs,
+        "deleted_window": _seconds(deleted_window, "--deleted-window"),
+    }
+
+    async def work() -> None:
+        async with _store(db) as store:
+            scope = await _scope_of(store, user, chat)
+            held = any(
+                p.policy.legal_hold
+                for p in await store.chats.retention_policies()
+                if p.scope_uuid == (scope.get("chat_uuid") or scope.get("user_uuid"))
+            )
+            policy = RetentionPolicy(**fields, legal_hold=held)
+            await store.chats.set_retention_policy(policy, **scope)
+
+    _run(work, db)
+    out.print(f"[green]✓[/] retention policy set for {escape(_scope_label(user, chat))}")
+
+
+def _hold(db: str, user: str | None, chat: str | None, hold: bool) -> None:
+    _check_store(db)
+    if user is None and chat is None:
+        _fail("a legal hold is for a user (--user) or a chat (--chat)")
+
+    async def work() -> None:
+        async with _store(db) as store:
+            scope = await _scope_of(store, user, chat)
+            key = scope.get("chat_uuid") or scope.get("user_uuid")
+            current = next(
+                (p.policy for p in await store.chats.retention_policies() if p.scope_uuid == key),
+                RetentionPolicy(),
+            )
+            updated = current.model_copy(update={"legal_hold": hold})
+            await store.chats.set_retention_policy(updated, **scope)
+
+    _run(work, db)
+    what = "placed on" if hold else "released from"
+    out.print(f"[green]✓[/] legal hold {what} {escape(_scope_label(user, chat))}")
+
+
+@retention_app.command("hold")
+def retention_hold(
+    db: DbOption = DEFAULT_DB, user: ScopeUser = None, chat: ScopeChat = None
+) -> None:
+    """Place a legal hold: nothing of the user (or the chat) expires until it is released."""
+    _hold(db, user, chat, True)
+
+
+@retention_app.command("release")
+def retention_release(
+    db: DbOption = DEFAULT_DB, user: ScopeUser = None, chat: ScopeChat = None
+) -> None:
+    """Release a legal hold."""
+    _hold(db, user, chat, False)
+
+
+@retention_app.command("show")
+def retention_show(
+    db: DbOption = DEFAULT_DB,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    limit: Annotated[int, typer.Option(min=0, help="Expired chats listed.")] = 20,
+) -> None:
+    """Show the policies, and what a sweep would delete now (nothing is deleted)."""
+    _check_store(db)
+
+    async def work() -> tuple[list[ScopedPolicy], list[ExpiredChat]]:
+        async with _store(db) as store:
+            return await store.chats.retention_policies(), await store.chats.expired_chats()
+
+    policies, expired = _run(work, db)
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "policies": [p.model_dump(mode="json") for p in policies],
+                    "expired": [e.model_dump(mode="json") for e in expired],
+                },
+                indent=2,
+            )
+        )
+        return
+    if not policies:
+        out.print("no retention policies: nothing expires (soft deletes are purged by sweep)")
+    for scoped in policies:
+        fields = scoped.policy.model_dump(exclude_none=True, exclude_defaults=True)
+        who = "every chat" if scoped.scope == "global" else f"{scoped.scope} {scoped.scope_uuid}"
+        out.print(f"{escape(who)}: {escape(json.dumps(fields)) if fields else '(inherits)'}")
+    reasons: dict[str, int] = {}
+    for item in expired:
+        reasons[item.reason] = reasons.get(item.reason, 0) + 1
+    summary = ", ".join(f"{n} {why}" for why, n in sorted(reasons.items())) or "nothing"
+    out.print(f"a sweep would delete {len(expired)} chat(s) now: {summary}", soft_wrap=True)
+    for item in expired[:limit]:
+        out.print(f"  {item.chat_uuid}  user {item.user_uuid}  {item.reason}", soft_wrap=True)
+
+
+# --- erasure -----------------------------------------------------------------------------------
+
+
+@app.command(epilog="Example:  threadstore forget bob --yes --by admin@example.com")
+def forget(
+    user: Annotated[
+        str, typer.Argument(help="The user id (as the server's auth names it) or UUID.")
+    ],
+    db: DbOption = DEFAULT_DB,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    by: Annotated[
+        str | None, typer.Option(help="Who asks for the erasure (kept in its receipt).")
+    ] = None,
+) -> None:
+    """Remove everything of a user, for good, and print the erasure's receipt (JSON).
+
+    Their chats, messages, tool calls, reasoning, runs, relayed events and summaries go;
+    a tombstone keeps anything of theirs from being stored again. The receipt (counts
+    per kind, when, by whom; no content) is kept in the store. A running server drops
+    the runs it keeps of theirs within its retention (or: DELETE /api/admin/users/ID).
+    """
+    from threadstore.keys import user_uuid_for
+
+    _check_store(db)
+    user_uuid = user_uuid_for(user)
+    if not yes and not typer.confirm(f"Remove everything of user {user} ({user_uuid}) for good?"):
+        raise typer.Exit(1)
+
+    async def work() -> str:
+        async with _store(db) as store:
+            receipt = await store.chats.forget_user(user_uuid, requested_by=by)
+            return receipt.model_dump_json(indent=2)
+
+    print(_run(work, db))
 
 
 # --- export / import -------------------------------------------------------------------------

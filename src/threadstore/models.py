@@ -38,6 +38,8 @@ __all__ = [
     "ChatCreate",
     "ChatPage",
     "ContentPart",
+    "ErasureReceipt",
+    "ExpiredChat",
     "JsonObject",
     "JsonValue",
     "MediaPart",
@@ -51,9 +53,13 @@ __all__ = [
     "MessageToolCallUpdate",
     "MessageUpdate",
     "Reasoning",
+    "RetentionPolicy",
     "Role",
     "Run",
     "RunStatus",
+    "ScopedPolicy",
+    "Summary",
+    "SweepReport",
     "TextPart",
     "ToolCall",
     "utcnow",
@@ -644,3 +650,106 @@ class MessageReasoningUpdate(_Model):
     @classmethod
     def _seed_error(cls, data: Any) -> Any:
         return _error_into_metadata(data, update=True)
+
+
+# --- a conversation's life: summaries, retention, erasure --------------------------------
+
+
+class Summary(_Model):
+    """What an agent is given instead of a span of a chat's active branch.
+
+    Compaction never changes a message: the summary is a record of its own, covering the
+    messages from ``first_message_uuid`` to ``last_message_uuid`` (both on the branch it
+    was made on). Agents get the newest summary whose span is on the active branch, then
+    the messages after it; people still see every message. Removing the summary (or
+    switching to a branch it is not on) undoes it.
+    """
+
+    format_version: int = FORMAT_VERSION
+    summary_uuid: UUID = Field(default_factory=uuid4)
+    chat_uuid: UUID
+    first_message_uuid: UUID
+    """The oldest message the summary stands for."""
+    last_message_uuid: UUID
+    """The newest message the summary stands for; agents get the messages after it."""
+    last_seq: int
+    """``seq`` of the newest message covered: the tail is the branch after it."""
+    message_count: int
+    """How many messages of the branch the span holds."""
+    content: str
+    summarizer: str | None = None
+    """Which summarizer wrote it (its name), for audit."""
+    metadata: JsonObject = Field(default_factory=dict)
+    created_at: datetime = Field(default_factory=utcnow)
+
+    @property
+    def agui_id(self) -> str:
+        """The id of the AG-UI message an agent is given for it."""
+        return f"summary-{self.summary_uuid}"
+
+
+class RetentionPolicy(_Model):
+    """How long chats are kept: global, or for one user or one chat (``None`` inherits).
+
+    A chat's policy is its own fields, else its user's, else the global policy's. A
+    legal hold on the chat or on its user exempts it from every expiry and purge.
+    """
+
+    idle_ttl: float | None = Field(default=None, gt=0)
+    """Seconds without activity (``updated_at``) after which a chat is deleted."""
+    absolute_ttl: float | None = Field(default=None, gt=0)
+    """Seconds after its creation after which a chat is deleted, active or not."""
+    keep_run_logs: int | None = Field(default=None, ge=0)
+    """Relayed event logs kept per chat: those of its newest N runs (PostgreSQL)."""
+    deleted_window: float | None = Field(default=None, gt=0)
+    """Seconds a soft-deleted chat stays restorable before it is purged."""
+    legal_hold: bool = False
+    """Nothing of the chat (or of the user's chats) expires while set."""
+
+    def over(self, fallback: RetentionPolicy) -> RetentionPolicy:
+        """This policy, each unset field taken from ``fallback``; a hold from either."""
+        fields = {
+            name: value if value is not None else getattr(fallback, name)
+            for name, value in self.model_dump(exclude={"legal_hold"}).items()
+        }
+        return RetentionPolicy(**fields, legal_hold=self.legal_hold or fallback.legal_hold)
+
+
+class ErasureReceipt(_Model):
+    """What ``forget_user`` removed: counts per kind, when and by whom; never content."""
+
+    receipt_uuid: UUID = Field(default_factory=uuid4)
+    user_uuid: UUID
+    requested_by: str | None = None
+    started_at: datetime = Field(default_factory=utcnow)
+    finished_at: datetime = Field(default_factory=utcnow)
+    counts: dict[str, int] = Field(default_factory=dict)
+    """Rows (and kept copies) removed, by kind: chats, messages, tool_calls, ..."""
+
+
+class ScopedPolicy(_Model):
+    """A stored retention policy and whom it is for (``global``: ``scope_uuid`` is nil)."""
+
+    scope: Literal["global", "user", "chat"]
+    scope_uuid: UUID
+    policy: RetentionPolicy
+
+
+class ExpiredChat(_Model):
+    """A chat a retention sweep deletes, and why."""
+
+    chat_uuid: UUID
+    user_uuid: UUID
+    reason: Literal["idle", "absolute", "deleted"]
+
+
+class SweepReport(_Model):
+    """What a retention sweep removed (or, dry, would remove)."""
+
+    chats: int = 0
+    messages: int = 0
+    run_events: int = 0
+    reasons: dict[str, int] = Field(default_factory=dict)
+    """Chats by why they expired: ``idle``, ``absolute``, ``deleted``."""
+    started_at: datetime = Field(default_factory=utcnow)
+    finished_at: datetime = Field(default_factory=utcnow)

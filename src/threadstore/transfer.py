@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterable
 from datetime import datetime
 from typing import Any, Literal
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from pydantic import (
     BaseModel,
@@ -45,6 +45,7 @@ from threadstore.models import (
     Message,
     Reasoning,
     Role,
+    Summary,
     ToolCall,
     utcnow,
 )
@@ -95,6 +96,9 @@ class ChatExport(BaseModel):
     A message without a parent that is not listed continues the one before it, as in
     version 1, where this field is absent.
     """
+    summaries: list[Summary] = Field(default_factory=list)
+    """The chat's summaries (compaction), newest first; an import keeps those whose
+    messages it holds. Absent from documents made before compaction."""
 
     @model_serializer(mode="wrap")
     def _tag_bytes(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
@@ -150,14 +154,21 @@ async def _export(store: Store, chat: Chat, active: list[Message]) -> ChatExport
     # The active branch is read by pages; the (usually few) messages off it one by one.
     others = [found for uuid in off_branch if (found := await store.get_message(uuid)) is not None]
     messages = [*active, *others]
+    summaries = await store.branches.summaries(chat.chat_uuid) if store._lifecycle else []
     # Validating a long chat's document holds the thread for as long: not the loop's.
-    return await off_loop(messages, _document, chat, messages)
+    return await off_loop(messages, _document, chat, messages, summaries)
 
 
-def _document(chat: Chat, messages: list[Message]) -> ChatExport:
+def _document(chat: Chat, messages: list[Message], summaries: list[Summary]) -> ChatExport:
     messages.sort(key=lambda message: message.seq)
     roots = [message.message_uuid for message in messages if message.parent_uuid is None]
-    return ChatExport(export_version=EXPORT_VERSION, chat=chat, messages=messages, roots=roots)
+    return ChatExport(
+        export_version=EXPORT_VERSION,
+        chat=chat,
+        messages=messages,
+        roots=roots,
+        summaries=summaries,
+    )
 
 
 async def export_json(document: ChatExport) -> bytes:
@@ -233,6 +244,7 @@ async def import_chat(
         )
         roots = set(document.roots or ())
         new_uuids: dict[UUID, UUID] = {}  # exported message uuid -> imported one
+        new_seqs: dict[UUID, int] = {}
         created_by_index: dict[int, UUID] = {}
         last: UUID | None = None
         for index, record in _in_production_order(document.messages):
@@ -244,6 +256,7 @@ async def import_chat(
                 else:
                     created = await store.create_message(data)
                 new_uuids[record.message_uuid] = created.message_uuid
+                new_seqs[created.message_uuid] = created.seq
                 created_by_index[index] = last = created.message_uuid
             elif isinstance(record, ToolCall):
                 await store.create_message_tool_call(
@@ -258,6 +271,21 @@ async def import_chat(
             leaf = last  # a version 1 export: its last message ends the branch
         if leaf is not None:
             await store.branches.set_active_leaf(chat.chat_uuid, leaf)
+        for summary in reversed(document.summaries):  # oldest first, as they were made
+            first = new_uuids.get(summary.first_message_uuid)
+            end = new_uuids.get(summary.last_message_uuid)
+            if first is not None and end is not None and store._lifecycle is not None:
+                await store.branches.add_summary(
+                    summary.model_copy(
+                        update={
+                            "summary_uuid": uuid4(),
+                            "chat_uuid": chat.chat_uuid,
+                            "first_message_uuid": first,
+                            "last_message_uuid": end,
+                            "last_seq": new_seqs[end],
+                        }
+                    )
+                )
         imported = await store.chats.get_chat(chat.chat_uuid)
     return imported or chat
 

@@ -7,6 +7,7 @@ one of its names, so ``import threadstore`` never pulls in the AG-UI SDK.
 from threadstore.agui._agent import AGUIAgent, AGUIStorageAgent, StorageAgent
 from threadstore.agui._chat_persist import ChatPersistingAgent, ChatPersistOptions
 from threadstore.agui._compact import compact_events
+from threadstore.agui._compactor import BackgroundCompactor
 from threadstore.agui._distributed import DistributedRunManager
 from threadstore.agui._given import kept_translation
 from threadstore.agui._manager import (
@@ -35,6 +36,7 @@ from threadstore.codec.thinking import (
 __all__ = [
     "AGUIAgent",
     "AGUIStorageAgent",
+    "BackgroundCompactor",
     "ChatPersistOptions",
     "ChatPersistingAgent",
     "ChatRepository",

@@ -57,6 +57,7 @@ from ag_ui.core import (
     ToolCallStartEvent,
 )
 
+from threadstore.agui._compactor import BackgroundCompactor
 from threadstore.agui._records import (
     default_message_create,
     default_reasoning_create,
@@ -222,6 +223,7 @@ class StorageAgent:
         app_id: str | None = None,
         chat_name: str | None = None,
         history_window: HistoryWindow | None = None,
+        compactor: BackgroundCompactor | None = None,
     ) -> None:
         if not checkpoint_interval > 0:
             raise InvalidInputError(f"checkpoint_interval must be > 0, got {checkpoint_interval}")
@@ -244,6 +246,8 @@ class StorageAgent:
         """The name a chat this agent creates gets; by default its first user message's text."""
         self.history_window = history_window
         """Which stored turns the inner agent is given; ``None``: the whole history."""
+        self.compactor = compactor
+        """Asked to look at the run's chat once its records are final (compaction by budget)."""
         self.chat: Chat | None = None
         """The chat of the run, once resolved or created."""
         self._translate = translate
@@ -432,7 +436,7 @@ class StorageAgent:
             thread_id=input.thread_id,
             parent_run_id=input.parent_run_id,
             state=input.state,
-            facts=done.facts,
+            facts=setup.known(done.facts),
         )
         config = PersisterConfig(
             checkpoint_interval=self.checkpoint_interval,
@@ -754,6 +758,9 @@ class _Run:
             except Exception:
                 return
         await persister.close(self.status, self.error)
+        compactor, chat = self.agent.compactor, self.agent.chat
+        if compactor is not None and chat is not None and not persister.chat_deleted:
+            compactor.request(chat.chat_uuid)
 
 
 async def _finished_or_deleted(persister: RunPersister, finished: BaseEvent) -> BaseEvent:

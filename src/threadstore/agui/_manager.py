@@ -669,6 +669,21 @@ class StreamPersistenceManager(Generic[AgentT]):
         """Return the handles of the runs still producing."""
         return list(self._live.values())
 
+    async def forget_user(self, user_uuid: UUID) -> int:
+        """Cancel the user's live runs and drop every run of theirs kept for resumes.
+
+        An erasure's hook (``store.chats.add_erasure_hook``): afterwards no event of theirs
+        is served from this process. Returns how many runs it dropped.
+        """
+        handles = [handle for key, handle in self._runs.items() if key[0] == user_uuid]
+        for handle in handles:
+            handle.cancel()
+        await asyncio.gather(*(handle.wait() for handle in handles))
+        for handle in handles:
+            self._cancel_forget_timer(handle.key)
+            self._forget(handle.key, handle)
+        return len(handles)
+
     def _run_finished(self, handle: RunHandle[AgentT]) -> None:
         key = handle.key
         if self._live.get(key) is handle:

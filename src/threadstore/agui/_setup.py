@@ -20,7 +20,9 @@ from threadstore._steps import in_steps, off_loop
 from threadstore.agui._given import (
     Appended,
     as_stored,
+    compacted_translation,
     kept_translation,
+    tail_translation,
     translation_after,
 )
 from threadstore.agui._window import HistoryWindow
@@ -28,6 +30,7 @@ from threadstore.codec import (
     TRANSLATION,
     chat_name_from_messages,
     message_create_from_agui,
+    summary_message,
     tool_result_text,
     translate_messages,
 )
@@ -40,6 +43,7 @@ from threadstore.fold import (
     StoredFacts,
     append_writes,
 )
+from threadstore.lifecycle import applicable_summary
 from threadstore.models import (
     Chat,
     ChatCreate,
@@ -48,6 +52,7 @@ from threadstore.models import (
     MessageStatus,
     MessageToolCallUpdate,
     Run,
+    Summary,
 )
 from threadstore.store import HistoryView, RunStorage, TreeNode, Write
 from threadstore.store.ops import UpdateToolCall
@@ -74,6 +79,9 @@ class Prepared:
     """The client's messages (``input.messages`` is then replaced with the history)."""
     creates: list[MessageCreate]
     results: list[tuple[UUID, MessageToolCallUpdate]]
+    summaries: Sequence[Summary] = ()
+    """The chat's summaries, newest first: what the agent is given starts at the one
+    that applies (:mod:`threadstore.lifecycle`)."""
 
     @property
     def chat_uuid(self) -> UUID:
@@ -137,6 +145,8 @@ class RunSetUp:
         self.records_run = records_run
         self.branched = False
         """Whether the run branches off the chat's leaf (see :meth:`_branch_point`)."""
+        self.summaries: Sequence[Summary] = ()
+        """The chat's summaries, as :meth:`prepare` read them."""
 
     # --- reading -------------------------------------------------------------------------
 
@@ -153,6 +163,8 @@ class RunSetUp:
             chat = await self.storage.find_chat(self.user_uuid, input.thread_id)
         else:
             chat = looked_up[0]
+        if chat is not None:
+            self.summaries = await self.storage.summaries(chat)
         history = await self._history(chat)
         facts = await facts_of(history)
         branch = await self._branch_point(chat, history, facts)
@@ -161,7 +173,7 @@ class RunSetUp:
             facts = await facts_of(history)
             self.branched = True
         inbound = list(input.messages)
-        creates, results = screen(inbound, input.run_id, facts)
+        creates, results = screen(inbound, input.run_id, self.known(facts))
         chat_create = None
         if chat is None:
             chat_create = ChatCreate(
@@ -171,12 +183,36 @@ class RunSetUp:
                 tenant_id=self.tenant_id,
                 app_id=self.app_id,
             )
-        return Prepared(chat, chat_create, history, facts, branch, inbound, creates, results)
+        return Prepared(
+            chat, chat_create, history, facts, branch, inbound, creates, results, self.summaries
+        )
+
+    def known(self, facts: StoredFacts) -> StoredFacts:
+        """``facts`` with the ids of the chat's summaries known too.
+
+        An agent given a summary may send it back (a ``MESSAGES_SNAPSHOT``), and a client
+        echo it: it is stored already, as what it stands for.
+        """
+        if not self.summaries:
+            return facts
+        ids = IdsAdded(facts.ids)
+        for summary in self.summaries:
+            ids.add(summary.agui_id)
+        return facts._replace(ids=ids)
 
     async def _history(self, chat: Chat | None) -> Sequence[Message]:
         if chat is None:
             return []
-        return await self.storage.history(chat, HISTORY_INDEX, TRANSLATION)
+        if not self.summaries:
+            return await self.storage.history(chat, HISTORY_INDEX, TRANSLATION)
+        # A compacted chat's agent gets what follows its summary: that is translated and
+        # kept, not the whole history (tens of thousands of models the collector scans).
+        history = await self.storage.history(
+            chat, HISTORY_INDEX, tail_translation(self.summaries[0])
+        )
+        if self._summary_of(history) is None:  # none on this branch: the whole history
+            history = await self.storage.history(chat, HISTORY_INDEX, TRANSLATION)
+        return history
 
     async def foreseen(self, prepared: Prepared) -> list[ag_ui.core.Message] | None:
         """What the inner agent is given once the run's input is stored, told before it is.
@@ -196,6 +232,12 @@ class RunSetUp:
             return None
         history = prepared.history
         added = [as_stored(create, prepared.chat_uuid) for create in prepared.creates]
+        found = self._summary_of(history)
+        if found is not None:
+            summary, last = found
+            if self.history_window is None and isinstance(history, HistoryView):
+                return compacted_translation(history, summary, last, added)
+            return None  # from the stored history: few runs of a compacted chat have a window
         whole = Appended(history, added)
         if self.history_window is not None:
             given = self.history_window.select(whole)
@@ -205,8 +247,33 @@ class RunSetUp:
             return translation_after(history, added)
         return translate_messages(added) if not history else None
 
+    def _summary_of(self, history: Sequence[Message]) -> tuple[Summary, int] | None:
+        """The summary that applies to ``history`` and where its last message stands."""
+        if not self.summaries:
+            return None
+        if isinstance(history, HistoryView):
+            return applicable_summary(self.summaries, history.position)
+        positions = {message.message_uuid: at for at, message in enumerate(history)}
+        return applicable_summary(self.summaries, positions.get)
+
     async def given(self, history: Sequence[Message]) -> list[ag_ui.core.Message]:
-        """The translated history the inner agent is given (``input.messages``)."""
+        """The translated history the inner agent is given (``input.messages``).
+
+        A compacted chat's: the summary that applies, then what follows it.
+        """
+        found = self._summary_of(history)
+        if found is not None:
+            summary, last = found
+            if (
+                self.history_window is None
+                and self.translate is None
+                and isinstance(history, HistoryView)
+            ):
+                return compacted_translation(history, summary, last)
+            tail = history[last + 1 :]
+            if self.history_window is not None:
+                tail = self.history_window.select(tail)
+            return [summary_message(summary), *(self.translate or translate_messages)(tail)]
         given = history if self.history_window is None else self.history_window.select(history)
         if self.translate is None and isinstance(given, HistoryView):
             return kept_translation(given)

@@ -16,21 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from threadstore.errors import InvalidInputError
+from threadstore.lifecycle import message_chars
 from threadstore.models import Message, Role
 
 __all__ = ["HistoryWindow", "message_chars"]
-
-
-def message_chars(message: Message) -> int:
-    """Characters a stored message puts before the model: text, tool calls, reasoning."""
-    size = len(message.content or "")
-    for part in message.content_parts or ():
-        size += len(getattr(part, "text", None) or "")
-    for call in message.tool_calls:
-        size += len(call.name) + len(call.arguments or "") + len(call.content or "")
-    for step in message.reasonings:
-        size += len(step.content or "")
-    return size
 
 
 @dataclass(frozen=True, slots=True)

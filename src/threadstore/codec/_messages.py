@@ -27,6 +27,7 @@ from threadstore.models import (
     MessageStatus,
     Reasoning,
     Role,
+    Summary,
     TextPart,
     ToolCall,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "Record",
     "message_create_from_agui",
     "replayed_tool_error",
+    "summary_message",
     "tool_result_message_id",
     "tool_result_text",
     "translate_messages",
@@ -265,6 +267,11 @@ def _own_message(message: Message, message_id: str) -> ag.Message:
         activity_type=message.activity_type or "",
         content=message.activity_content or {},
     )
+
+
+def summary_message(summary: Summary) -> ag.SystemMessage:
+    """The AG-UI message an agent is given in place of the messages ``summary`` covers."""
+    return ag.SystemMessage(id=summary.agui_id, content=summary.content)
 
 
 def translate_messages(messages: Sequence[Message]) -> list[ag.Message]:

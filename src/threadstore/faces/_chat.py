@@ -10,14 +10,17 @@ from uuid import UUID
 from threadstore._steps import in_steps
 from threadstore.errors import NotFoundError
 from threadstore.fold import Record, append_writes
-from threadstore.models import ChatCreate, Message
+from threadstore.models import ChatCreate, Message, Summary
 from threadstore.store import Store
 
 _T = TypeVar("_T")
 
 
 async def load_history(
-    store: Store, chat_uuid: UUID, convert: Callable[[Sequence[Message]], Iterable[_T]]
+    store: Store,
+    chat_uuid: UUID,
+    convert: Callable[[Sequence[Message]], Iterable[_T]],
+    summary_form: Callable[[Summary], Iterable[_T]] | None = None,
 ) -> list[_T]:
     """The framework objects ``convert`` makes of the chat's history, oldest first.
 
@@ -25,10 +28,19 @@ async def load_history(
     per load), so it must neither change them nor keep anything mutable of them. It is
     fed a long history in pieces, in order, on the loop, which it gets back between
     them (:func:`~threadstore._steps.in_steps`): a worker thread would compete
-    with the loop for the interpreter and cost a hop.
+    with the loop for the interpreter and cost a hop. With ``summary_form``, what an
+    agent is given of a compacted chat: the summary's objects, then the messages after
+    it (``store.branches.agent_history``).
     """
-    history = await store.messages.read_history(chat_uuid)
     out: list[_T] = []
+    history: Sequence[Message]
+    if summary_form is None:
+        history = await store.messages.read_history(chat_uuid)
+    else:
+        given = await store.branches.agent_history(chat_uuid)
+        if given.summary is not None:
+            out.extend(summary_form(given.summary))
+        history = given.messages
     await in_steps(history, lambda piece: out.extend(convert(piece)))
     return out
 

@@ -52,6 +52,7 @@ from threadstore.models import (
     MessageStatus,
     MessageToolCallCreate,
     Role,
+    Summary,
 )
 from threadstore.store import Store, open_store
 
@@ -161,7 +162,7 @@ class ThreadstoreChatMessageHistory(BaseChatMessageHistory):
 
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
-        """The session's messages, oldest first."""
+        """The session's messages, oldest first (a compacted chat's: its summary, then the rest)."""
         return self._wait(self._load)
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
@@ -208,7 +209,7 @@ class ThreadstoreChatMessageHistory(BaseChatMessageHistory):
         chat_uuid = await self._chat.find()
         if chat_uuid is None:
             return []
-        return await load_history(self.store, chat_uuid, history_messages)
+        return await load_history(self.store, chat_uuid, history_messages, summary_messages)
 
     async def _append(self, messages: Sequence[BaseMessage]) -> None:
         if messages:
@@ -271,6 +272,11 @@ def message_records(chat_uuid: UUID, message: BaseMessage) -> Record:
         if call["id"] is not None
     ]
     return Record(create, calls)
+
+
+def summary_messages(summary: Summary) -> list[BaseMessage]:
+    """What a compacted chat's summary reads as: one system message, before what follows it."""
+    return [SystemMessage(content=summary.content, id=summary.agui_id)]
 
 
 def history_messages(messages: Sequence[Message]) -> list[BaseMessage]:

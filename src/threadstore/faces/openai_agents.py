@@ -4,7 +4,8 @@ Install with ``pip install "threadstore[openai-agents]"``.
 
 :class:`ThreadstoreSession` behaves as the SDK's ``SQLiteSession``: items come back
 in the order they were added, ``get_items(limit)`` returns the latest ``limit`` items
-oldest first (``0`` none, a negative limit all; ``None`` the session settings' limit),
+oldest first (``0`` none, a negative limit all; ``None`` the session settings' limit;
+a compacted chat's items are its summary, as a system message, and the items after it),
 ``pop_item`` removes and returns the newest item, ``clear_session`` removes them all.
 
 One item is one threadstore message on the chat of ``(user_uuid, session_id)``, so
@@ -42,6 +43,7 @@ from threadstore.models import (
     MessageStatus,
     MessageToolCallCreate,
     Role,
+    Summary,
 )
 from threadstore.store import Store
 
@@ -99,7 +101,11 @@ class ThreadstoreSession:
         if chat_uuid is None:
             return []
         if size is None or size < 0:  # SQLite reads a negative LIMIT as no limit
-            return await load_history(self.store, chat_uuid, history_items)
+            return await load_history(self.store, chat_uuid, history_items, summary_items)
+        if await self.store.branches.summaries(chat_uuid):
+            # A compacted chat: the latest items of what its agent is given.
+            given = await load_history(self.store, chat_uuid, history_items, summary_items)
+            return given[-size:]
         return await self._latest(chat_uuid, size)
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
@@ -203,6 +209,11 @@ def item_records(chat_uuid: UUID, item: TResponseInputItem) -> Record:
     else:
         create.role, create.activity_type = Role.ACTIVITY, str(kind)
     return Record(create, calls)
+
+
+def summary_items(summary: Summary) -> list[TResponseInputItem]:
+    """What a compacted chat's summary reads as: one system message, before what follows it."""
+    return [cast(TResponseInputItem, {"role": "system", "content": summary.content})]
 
 
 def history_items(messages: Sequence[Message]) -> list[TResponseInputItem]:

@@ -15,7 +15,8 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.types import Scope
 
 import threadstore
-from threadstore.agui import DistributedRunManager, HistoryWindow, StorageAgent
+from threadstore.agui import BackgroundCompactor, DistributedRunManager, HistoryWindow, StorageAgent
+from threadstore.lifecycle import CompactionPolicy
 from threadstore.models import Chat
 from threadstore.server._agents import InnerAgent, load_agent
 from threadstore.server._auth import Authenticator, LocalUserAuth, user_uuid_for
@@ -28,11 +29,12 @@ from threadstore.server._routes_agui import router as agui_router
 from threadstore.server._routes_branches import router as branches_router
 from threadstore.server._routes_chats import admin_router
 from threadstore.server._routes_chats import router as chats_router
+from threadstore.server._routes_lifecycle import router as lifecycle_router
 from threadstore.server._routes_web import install_web
 from threadstore.server._run_gate import RunGate
 from threadstore.server._shutdown import stop_runs_on_exit_signal
 from threadstore.server._sse import DEFAULT_KEEPALIVE_INTERVAL
-from threadstore.store import Store, open_store
+from threadstore.store import SWEEP_BATCH, Store, open_store
 
 __all__ = ["DEFAULT_DB_URL", "create_app"]
 
@@ -62,6 +64,10 @@ def create_app(
     history_window: HistoryWindow | None = None,
     admins: Collection[str | UUID] = (),
     store_timeout: float | None = None,
+    compaction: CompactionPolicy | None = None,
+    retention_interval: float | None = None,
+    retention_batch: int = SWEEP_BATCH,
+    retention_pause: float = 0.05,
 ) -> FastAPI:
     """Build the threadstore server app.
 
@@ -84,6 +90,12 @@ def create_app(
     every user's chats at ``GET /api/admin/chats``; nobody may by default.
     ``store_timeout`` is the seconds a store call waits for a store opened from a URL
     (default: the URL's ``?timeout=``, else 5); past it the API answers ``503``.
+    ``compaction`` (a :class:`~threadstore.lifecycle.CompactionPolicy`): chats whose agent
+    input is over its budget are summarized after their runs, in the background; its
+    summarizer also serves ``POST /api/chats/{id}/compact`` (default: the deterministic one).
+    ``retention_interval``: every so many seconds the store's retention policies are applied
+    in the background (``store.chats.sweep_expired``), ``retention_batch`` chats per
+    transaction with ``retention_pause`` seconds between batches; off (``None``) by default.
 
     On PostgreSQL the runs go through a
     :class:`~threadstore.agui._distributed.DistributedRunManager`, so several server
@@ -109,11 +121,14 @@ def create_app(
         # Only a window that is set is passed: a custom factory need not take one.
         window = {} if history_window is None else {"history_window": history_window}
 
+        compactor = None if compaction is None else BackgroundCompactor(opened, compaction)
+
         def per_run(user_uuid: UUID, chat: Chat | None, branch_from: UUID | None = None) -> Any:
             """A run's agent; ``chat``: its thread's chat as the route just looked it up."""
             agent = wrap(agent_name, user_uuid, opened, opened, inner, run_repo=opened, **window)
             if isinstance(agent, StorageAgent):
                 agent.use_chat(chat)  # not read again
+                agent.compactor = compactor
             if branch_from is not None:
                 agent.branch_from = branch_from  # regenerate and edit: see routes_branches
             return agent
@@ -132,6 +147,9 @@ def create_app(
             refuse_live_elsewhere=False,
         )
         sweeper: asyncio.Task[None] | None = None
+        retainer: asyncio.Task[None] | None = None
+        # An erasure also ends the user's runs here and drops the events kept for resumes.
+        opened.chats.add_erasure_hook("live_runs", manager.forget_user)
         try:
             await manager.start()
             swept = await manager.sweep(stale_after)
@@ -139,6 +157,10 @@ def create_app(
                 logger.info("finalized %d run(s) left over by a stopped server", swept)
             if sweep_interval is not None:
                 sweeper = asyncio.create_task(_sweep_forever(manager, stale_after, sweep_interval))
+            if retention_interval is not None:
+                retainer = asyncio.create_task(
+                    _retain_forever(opened, retention_interval, retention_batch, retention_pause)
+                )
             app.state.threadstore = ServerState(
                 store=opened,
                 manager=manager,
@@ -149,16 +171,22 @@ def create_app(
                 stale_after=stale_after,
                 sweep_interval=sweep_interval,
                 admins=frozenset(a if isinstance(a, UUID) else user_uuid_for(a) for a in admins),
+                compaction=compaction,
+                compactor=compactor,
             )
             with stop_runs_on_exit_signal(manager):
                 yield
         finally:
             app.state.threadstore = None
-            if sweeper is not None:
-                sweeper.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await sweeper
+            opened.chats.remove_erasure_hook("live_runs")
+            for task in (sweeper, retainer):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
             await manager.close()
+            if compactor is not None:
+                await compactor.close()
             if owns_agent:
                 await _close_agent(inner)
             if isinstance(store, str):
@@ -176,6 +204,7 @@ def create_app(
     app.include_router(admin_router)
     app.include_router(branches_router)
     app.include_router(readiness_router)
+    app.include_router(lifecycle_router)
     install_web(app)
 
     @app.get("/healthz", tags=["server"], summary="Liveness")
@@ -211,6 +240,22 @@ async def _sweep_forever(
             await manager.sweep(stale_after)
         except Exception:
             logger.warning("periodic run sweep failed; retrying next interval", exc_info=True)
+
+
+async def _retain_forever(store: Store, interval: float, batch: int, pause: float) -> None:
+    while True:
+        try:
+            report = await store.chats.sweep_expired(batch=batch, pause=pause)
+            if report.chats or report.run_events:
+                logger.info(
+                    "retention: deleted %d chat(s), %d message(s), %d run event(s)",
+                    report.chats,
+                    report.messages,
+                    report.run_events,
+                )
+        except Exception:
+            logger.warning("retention sweep failed; retrying next interval", exc_info=True)
+        await asyncio.sleep(interval)
 
 
 async def _close_agent(agent: InnerAgent) -> None:

@@ -8,7 +8,8 @@ from uuid import UUID
 
 from fastapi import Depends, HTTPException, Request
 
-from threadstore.agui import DistributedRunManager
+from threadstore.agui import BackgroundCompactor, DistributedRunManager
+from threadstore.lifecycle import CompactionPolicy
 from threadstore.models import Chat
 from threadstore.server._auth import Authenticator
 from threadstore.server._limits import Limits
@@ -38,6 +39,11 @@ class ServerState:
     """Seconds between two sweeps of this server (``None``: only at start-up)."""
     admins: frozenset[UUID] = frozenset()
     """Users who may list every user's chats (``GET /api/admin/chats``)."""
+    compaction: CompactionPolicy | None = None
+    """When chats are compacted after their runs, and with which summarizer (also the
+    summarizer of ``POST /api/chats/{id}/compact``)."""
+    compactor: BackgroundCompactor | None = None
+    """Compacts chats over the policy's budget after their runs (with ``compaction``)."""
 
 
 # Both dependencies are ``async def`` although they never await: FastAPI runs a plain

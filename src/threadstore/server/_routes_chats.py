@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 
 from threadstore.chat import UIMessage, ui_from_messages
 from threadstore.errors import InvalidInputError
-from threadstore.models import Chat, Message, Role
+from threadstore.models import Chat, Message, Role, Summary
 from threadstore.server._deps import AppState, CurrentUser, owned_chat
 from threadstore.server._limits import MAX_CURSOR, check_id, check_json, check_name
 from threadstore.store import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, Store
@@ -79,6 +79,12 @@ class MessagePage(_HistoryPage):
         default_factory=dict,
         description="For each message of the page that has siblings, where it stands among "
         "them: enough to draw a '2/3' switcher (switch with `POST .../switch`).",
+    )
+    summaries: list[Summary] = Field(
+        default_factory=list,
+        description="The chat's summaries whose span ends at a message of the page, newest "
+        "first: the agent is given the newest one of the active branch instead of the "
+        "messages it covers (undo with `DELETE .../summaries/{id}`).",
     )
 
 
@@ -229,6 +235,12 @@ async def list_messages(
             uuid: BranchPoint(index=point.index, count=point.count, siblings=list(point.siblings))
             for uuid, point in points.items()
         }
+        shown = {message.message_uuid for message in page.items}
+        page.summaries = [
+            summary
+            for summary in await state.store.branches.summaries(chat_uuid)
+            if summary.last_message_uuid in shown
+        ]
     return page
 
 

@@ -30,6 +30,7 @@ from threadstore.store._base import (
     capabilities_of,
 )
 from threadstore.store._copies import message_create, reasoning_create, tool_call_create
+from threadstore.store._groups import SWEEP_BATCH
 from threadstore.store._history import Derivation, HistoryView
 from threadstore.store._run_events import EventBatch, RunEventListener, RunEventLog
 from threadstore.store._run_storage import RunStorage, run_storage
@@ -38,6 +39,7 @@ from threadstore.store.ops import Write
 __all__ = [
     "DEFAULT_PAGE_SIZE",
     "MAX_PAGE_SIZE",
+    "SWEEP_BATCH",
     "Capabilities",
     "ChatRepositoryLike",
     "Derivation",

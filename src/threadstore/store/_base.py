@@ -58,6 +58,7 @@ from threadstore.models import (
     utcnow,
 )
 from threadstore.store._history import HistoryCache
+from threadstore.store._lifecycle import LifecycleBackend
 from threadstore.store._records import Codecs
 from threadstore.store._run_events import RunEventLog
 from threadstore.store.ops import (
@@ -441,6 +442,8 @@ class Store(abc.ABC):
     timeout: float | None = None
     """Seconds a call waits for the database before it raises
     :class:`~threadstore.errors.StoreUnavailableError`; ``None``: nothing to wait for."""
+    _lifecycle: LifecycleBackend | None = None
+    """The backend's primitives of summaries, erasure and retention (``store/_lifecycle.py``)."""
 
     def __init__(
         self,

@@ -8,19 +8,38 @@ methods of its concern too, so ``store.chats.create_chat`` is ``store.create_cha
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+import asyncio
+import inspect
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from uuid import UUID, uuid4
 
-from threadstore.errors import ConflictError, InvalidInputError, NotFoundError
+from threadstore.errors import ConfigurationError, ConflictError, InvalidInputError, NotFoundError
+from threadstore.lifecycle import (
+    CompactionPolicy,
+    Summarizer,
+    applicable_summary,
+    deterministic_summary,
+    plan_compaction,
+    summarize,
+    summarizer_name,
+)
 from threadstore.models import (
     Chat,
     ChatCreate,
     ChatPage,
+    ErasureReceipt,
+    ExpiredChat,
     Message,
     MessageCreate,
+    RetentionPolicy,
     Run,
+    ScopedPolicy,
+    Summary,
+    SweepReport,
     utcnow,
 )
 from threadstore.store._base import (
@@ -42,6 +61,7 @@ from threadstore.store._history import (
     extended,
     kept_history,
 )
+from threadstore.store._lifecycle import ERASED_KINDS, GLOBAL_SCOPE, LifecycleBackend, Scope
 from threadstore.store.ops import (
     CreateChat,
     CreateMessage,
@@ -55,7 +75,36 @@ from threadstore.store.ops import (
 if TYPE_CHECKING:
     from threadstore.store._base import Store
 
-__all__ = ["Branches", "Chats", "Messages", "Runs"]
+__all__ = [
+    "ERASE_BATCH",
+    "SWEEP_BATCH",
+    "AgentHistory",
+    "Branches",
+    "Chats",
+    "ErasureHook",
+    "Messages",
+    "Runs",
+]
+
+ERASE_BATCH = 50
+"""Chats an erasure deletes per transaction: writers wait for one batch at most."""
+
+SWEEP_BATCH = 10
+"""Chats a retention sweep deletes per transaction."""
+
+SWEEP_PAGE = 100
+"""Expired chats a sweep looks up at a time: each lookup reads a few hundred chats."""
+
+ErasureHook = Callable[[UUID], int | Awaitable[int]]
+"""Removes a user's data kept outside the store; returns how many items went."""
+
+
+@dataclass(frozen=True, slots=True)
+class AgentHistory:
+    """What an agent is given of a chat: the summary that applies, then the messages after it."""
+
+    summary: Summary | None
+    messages: Sequence[Message]
 
 
 class Chats:
@@ -64,6 +113,7 @@ class Chats:
 
     def __init__(self, store: Store) -> None:
         self._store = store
+        self._erasure_hooks: dict[str, ErasureHook] = {}
         self.create_chat = store.create_chat
         self.get_chat_by_thread_id = store.get_chat_by_thread_id
         self.get_all_chats = store.get_all_chats
@@ -176,6 +226,155 @@ class Chats:
             if await self._store._delete_chat(chat.chat_uuid) is not None:
                 purged += 1
         return purged
+
+    # --- erasure --------------------------------------------------------------------
+
+    def add_erasure_hook(self, name: str, hook: ErasureHook) -> None:
+        """Have ``hook(user_uuid)`` remove what else keeps a user's data (sync or async).
+
+        For copies the store does not hold: a run manager's event logs, an outbox's
+        entries, files written for the user. It returns how many it removed, which an
+        erasure's receipt counts under ``name``; a second hook of one name replaces the first.
+        """
+        self._erasure_hooks[name] = hook
+
+    def remove_erasure_hook(self, name: str) -> None:
+        """Stop calling the erasure hook ``name`` (nothing when there is none)."""
+        self._erasure_hooks.pop(name, None)
+
+    async def forget_user(
+        self, user_uuid: UUID, *, requested_by: str | None = None, batch: int = ERASE_BATCH
+    ) -> ErasureReceipt:
+        """Remove everything of a user; return a receipt of what went (counts, no content).
+
+        First a tombstone: from then on no chat of the user can be created, so a run
+        still streaming writes nothing back (its flushes find their chat gone). Then the
+        user's chats (live and soft-deleted) with their messages, tool calls, reasoning,
+        runs, relayed run events and summaries, ``batch`` chats per transaction; the
+        histories this store keeps of them; and what each erasure hook removes. The
+        receipt is kept (``erasure_receipts``). Running it again finds nothing more.
+        """
+        backend = self._lifecycle()
+        started = utcnow()
+        await backend.tombstone(user_uuid, started)
+        counts: Counter[str] = Counter(dict.fromkeys(ERASED_KINDS, 0))
+        cache = self._store.history_cache
+        while True:
+            removed, chats = await backend.erase_chats(user_uuid, batch)
+            if not chats:
+                break
+            counts.update(removed)
+            for chat_uuid in chats:
+                if cache is not None and cache.entry(chat_uuid) is not None:
+                    cache.discard(chat_uuid)
+                    counts["cached_histories"] += 1
+        for name, hook in list(self._erasure_hooks.items()):
+            done = hook(user_uuid)
+            counts[name] += int(await done if inspect.isawaitable(done) else done)
+        receipt = ErasureReceipt(
+            user_uuid=user_uuid,
+            requested_by=requested_by,
+            started_at=started,
+            finished_at=utcnow(),
+            counts=dict(counts),
+        )
+        await backend.save_receipt(receipt)
+        return receipt
+
+    async def erasure_receipts(self, user_uuid: UUID | None = None) -> list[ErasureReceipt]:
+        """Receipts of past erasures (of one user, or every one), newest first."""
+        return await self._lifecycle().select_receipts(user_uuid)
+
+    def _lifecycle(self) -> LifecycleBackend:
+        backend = self._store._lifecycle
+        if backend is None:
+            raise ConfigurationError(f"{type(self._store).__name__} keeps no lifecycle records")
+        return backend
+
+    # --- retention ------------------------------------------------------------------
+
+    async def set_retention_policy(
+        self,
+        policy: RetentionPolicy,
+        *,
+        user_uuid: UUID | None = None,
+        chat_uuid: UUID | None = None,
+    ) -> None:
+        """Set the retention policy of one chat, of a user's chats, or (neither) of all.
+
+        A chat's policy is its own fields, else its user's, else the global one's; a
+        legal hold on the chat or the user exempts it. Replaces that scope's policy whole.
+        """
+        scope, scope_uuid = _scope(user_uuid, chat_uuid)
+        await self._lifecycle().upsert_policy(scope, scope_uuid, policy, utcnow())
+
+    async def clear_retention_policy(
+        self, *, user_uuid: UUID | None = None, chat_uuid: UUID | None = None
+    ) -> bool:
+        """Remove the policy of a chat, a user, or (neither) the global one; whether there was."""
+        scope, scope_uuid = _scope(user_uuid, chat_uuid)
+        return await self._lifecycle().delete_policy(scope, scope_uuid)
+
+    async def retention_policies(self) -> list[ScopedPolicy]:
+        """Every retention policy set, global, per user and per chat."""
+        return await self._lifecycle().select_policies()
+
+    async def expired_chats(
+        self, *, now: datetime | None = None, limit: int | None = None
+    ) -> list[ExpiredChat]:
+        """The chats a sweep would delete now, and why (read only, a page at a time)."""
+        backend, found = self._lifecycle(), list[ExpiredChat]()
+        at, window = now or utcnow(), self._store.deleted_retention.total_seconds()
+        after: UUID | None = None
+        while limit is None or len(found) < limit:
+            page = await backend.select_expired(at, window, after, SWEEP_PAGE)
+            found += page
+            if len(page) < SWEEP_PAGE:
+                break
+            after = page[-1].chat_uuid
+        return found[:limit]
+
+    async def sweep_expired(
+        self,
+        *,
+        now: datetime | None = None,
+        batch: int = SWEEP_BATCH,
+        pause: float = 0.0,
+    ) -> SweepReport:
+        """Delete the chats whose retention has passed, ``batch`` chats per transaction.
+
+        Chats are found without waiting for writers; each batch is checked again as it
+        is deleted (a chat written to meanwhile stays) and ``pause`` seconds pass between
+        batches, so writers never wait long and the event loop is never held. Then the
+        relayed events of runs beyond each chat's ``keep_run_logs`` go (PostgreSQL).
+        """
+        if batch < 1:
+            raise InvalidInputError(f"batch must be at least 1, got {batch}")
+        backend, report = self._lifecycle(), SweepReport()
+        at, window = now or utcnow(), self._store.deleted_retention.total_seconds()
+        cache = self._store.history_cache
+        after: UUID | None = None
+        reasons: Counter[str] = Counter()
+        while True:
+            page = await backend.select_expired(at, window, after, SWEEP_PAGE)
+            why = {expired.chat_uuid: expired.reason for expired in page}
+            for start in range(0, len(page), batch):
+                chunk = [expired.chat_uuid for expired in page[start : start + batch]]
+                gone, messages = await backend.delete_expired(chunk, at, window)
+                report.chats += len(gone)
+                report.messages += messages
+                reasons.update(why[chat_uuid] for chat_uuid in gone)
+                for chat_uuid in gone:
+                    if cache is not None:
+                        cache.discard(chat_uuid)
+                await asyncio.sleep(pause)
+            if len(page) < SWEEP_PAGE:
+                break
+            after = page[-1].chat_uuid
+        report.run_events = await backend.prune_run_logs()
+        report.reasons = dict(reasons)
+        report.finished_at = utcnow()
+        return report
 
     # --- messages --------------------------------------------------------------------
 
@@ -478,7 +677,122 @@ class Branches:
             found = await self._store.chats.get_chat(fork.chat_uuid)
         return found or fork
 
+    # --- compaction: summaries that agents get instead of a span -----------------------
+
+    def _lifecycle(self) -> LifecycleBackend:
+        backend = self._store._lifecycle
+        if backend is None:
+            raise ConfigurationError(f"{type(self._store).__name__} keeps no summaries")
+        return backend
+
+    async def summaries(self, chat_uuid: UUID) -> list[Summary]:
+        """The chat's summaries, newest first (whichever branch they were made on)."""
+        return await self._lifecycle().select_summaries(chat_uuid)
+
+    async def add_summary(self, summary: Summary) -> Summary:
+        """Store a summary made elsewhere (an import); ``NotFoundError`` without its chat."""
+        await self._lifecycle().insert_summary(summary)
+        return summary
+
+    async def remove_summary(self, chat_uuid: UUID, summary_uuid: UUID) -> bool:
+        """Undo a compaction: agents get the messages it covered again; whether it existed."""
+        removed = await self._lifecycle().delete_summary(chat_uuid, summary_uuid)
+        return removed
+
+    async def agent_history(self, chat_uuid: UUID) -> AgentHistory:
+        """The summary that applies to the active branch and the messages after it.
+
+        What a framework face gives its agent. Without a summary: the whole history. A
+        chat that never branched reads only the messages after the summary.
+        """
+        summaries = await self.summaries(chat_uuid) if self._store._lifecycle else []
+        if summaries and await self.is_linear(chat_uuid):
+            summary = summaries[0]
+            tail = await self._store.get_chat_messages(chat_uuid, after=summary.last_seq)
+            return AgentHistory(summary, tail)
+        history = await self._store.messages.read_history(chat_uuid)
+        found = applicable_summary(summaries, history.position)
+        if found is None:
+            return AgentHistory(None, history)
+        summary, last = found
+        return AgentHistory(summary, history[last + 1 :])
+
+    async def compact(
+        self,
+        chat_uuid: UUID,
+        summarizer: Summarizer = deterministic_summary,
+        *,
+        keep_messages: int | None = 20,
+        keep_tokens: int | None = None,
+        name: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> Summary | None:
+        """Summarize the active branch up to a safe cut; ``None`` when nothing new would be.
+
+        At least ``keep_messages`` messages (and ``keep_tokens`` tokens) stay out of the
+        summary; a cut never separates a tool call from its result or a reasoning block
+        from its message (:mod:`threadstore.lifecycle`). A chat with a summary already
+        gets one covering both: the summarizer reads the earlier summary and the
+        messages after it. No message changes; :meth:`remove_summary` undoes it.
+        """
+        if await self._store.chats.get_chat(chat_uuid) is None:
+            raise NotFoundError(f"chat {chat_uuid} does not exist")
+        summaries = await self.summaries(chat_uuid)
+        history = await self._store.messages.read_history(chat_uuid)
+        plan = await plan_compaction(
+            history, summaries, keep_messages=keep_messages, keep_tokens=keep_tokens
+        )
+        if plan is None:
+            return None
+        covered = history[plan.new : plan.cut]
+        text = await summarize(summarizer, covered, plan.previous)
+        first, last = history[plan.first], history[plan.cut - 1]
+        summary = Summary(
+            chat_uuid=chat_uuid,
+            first_message_uuid=first.message_uuid,
+            last_message_uuid=last.message_uuid,
+            last_seq=last.seq,
+            message_count=plan.cut - plan.first,
+            content=text,
+            summarizer=name or summarizer_name(summarizer),
+            metadata=dict(metadata or {}),
+        )
+        await self._lifecycle().insert_summary(summary)
+        if self._store.history_cache is not None:
+            # What was kept for agents given the whole history (its translation) goes.
+            self._store.history_cache.discard(chat_uuid)
+        return summary
+
+    async def compact_over_budget(
+        self, chat_uuid: UUID, policy: CompactionPolicy
+    ) -> Summary | None:
+        """Compact the chat when what its agent is given is over ``policy``'s budget."""
+        chosen = policy.for_chat(chat_uuid)
+        if chosen.max_messages is None and chosen.max_tokens is None:
+            return None
+        given = await self.agent_history(chat_uuid)
+        if not await chosen.over_budget(given.messages):
+            return None
+        return await self.compact(
+            chat_uuid,
+            chosen.summarizer,
+            keep_messages=chosen.keep_messages,
+            keep_tokens=chosen.keep_tokens,
+            name=chosen.summarizer_name,
+        )
+
     # --- runs --------------------------------------------------------------------------
+
+
+def _scope(user_uuid: UUID | None, chat_uuid: UUID | None) -> tuple[Scope, UUID]:
+    """The scope a retention policy is for: one chat, one user, or (neither) every chat."""
+    if user_uuid is not None and chat_uuid is not None:
+        raise InvalidInputError("a retention policy is for a chat or a user, not both")
+    if chat_uuid is not None:
+        return "chat", chat_uuid
+    if user_uuid is not None:
+        return "user", user_uuid
+    return "global", GLOBAL_SCOPE
 
 
 def _siblings_in(tree: Sequence[TreeNode], wanted: set[UUID]) -> dict[UUID, Siblings]:

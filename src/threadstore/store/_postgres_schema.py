@@ -332,6 +332,67 @@ MIGRATIONS: list[str] = [
     CREATE TRIGGER reasonings_stamp_chat_version BEFORE INSERT OR UPDATE ON reasonings
         FOR EACH ROW EXECUTE FUNCTION threadstore_stamp_chat_version();
     """,
+    # Non-destructive compaction: a summary stands for a span of a chat's active branch in
+    # what agents are given; the messages stay as they are. Found by chat, newest first.
+    """
+    CREATE TABLE summaries (
+        summary_uuid uuid PRIMARY KEY,
+        chat_uuid uuid NOT NULL REFERENCES chats (chat_uuid) ON DELETE CASCADE,
+        first_message_uuid uuid NOT NULL,
+        last_message_uuid uuid NOT NULL,
+        last_seq bigint NOT NULL,
+        message_count integer NOT NULL,
+        content text NOT NULL,
+        summarizer text,
+        metadata jsonb,
+        format_version integer NOT NULL,
+        created_at timestamptz NOT NULL
+    );
+    CREATE INDEX summaries_by_chat ON summaries (chat_uuid, created_at);
+    """,
+    # Erasure: a user forgotten is tombstoned (no chat of theirs can be created again, so a
+    # run still flushing writes nothing back), and a receipt of what went is kept, with
+    # counts only.
+    """
+    CREATE TABLE erased_users (
+        user_uuid uuid PRIMARY KEY,
+        erased_at timestamptz NOT NULL
+    );
+    CREATE FUNCTION threadstore_refuse_erased_user() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF EXISTS (SELECT 1 FROM erased_users WHERE user_uuid = NEW.user_uuid) THEN
+            RAISE EXCEPTION 'threadstore: this user was erased' USING ERRCODE = 'TS001';
+        END IF;
+        RETURN NEW;
+    END
+    $$;
+    CREATE TRIGGER chats_refuse_erased_user BEFORE INSERT ON chats
+        FOR EACH ROW EXECUTE FUNCTION threadstore_refuse_erased_user();
+    CREATE TABLE erasure_receipts (
+        receipt_uuid uuid PRIMARY KEY,
+        user_uuid uuid NOT NULL,
+        requested_by text,
+        started_at timestamptz NOT NULL,
+        finished_at timestamptz NOT NULL,
+        counts jsonb NOT NULL
+    );
+    CREATE INDEX erasure_receipts_by_user ON erasure_receipts (user_uuid, started_at);
+    """,
+    # Retention: policies for every chat (global), a user's chats, or one chat; each field
+    # unset inherits. A sweep deletes what expired, a few chats per transaction.
+    """
+    CREATE TABLE retention_policies (
+        scope text NOT NULL,
+        scope_uuid uuid NOT NULL,
+        idle_ttl double precision,
+        absolute_ttl double precision,
+        keep_run_logs integer,
+        deleted_window double precision,
+        legal_hold boolean NOT NULL DEFAULT false,
+        updated_at timestamptz NOT NULL,
+        PRIMARY KEY (scope, scope_uuid)
+    );
+    """,
 ]
 
 # --- migrations bookkeeping ------------------------------------------------------------------

@@ -25,6 +25,7 @@ from threadstore.models import (
     MessageCreate,
     Run,
     RunStatus,
+    Summary,
 )
 from threadstore.store._base import (
     ChatRepositoryLike,
@@ -78,6 +79,10 @@ class RunStorage:
         history = list(await self.message_repo.get_chat_messages(chat.chat_uuid))
         await off_loop(history, _check_chat, chat, history)
         return history
+
+    async def summaries(self, chat: Chat) -> Sequence[Summary]:
+        """The chat's summaries, newest first (none where the storage keeps none)."""
+        return ()
 
     async def tree(self, chat_uuid: UUID) -> Sequence[TreeNode]:
         """Every message of the chat without content (where :attr:`branches`)."""
@@ -169,6 +174,11 @@ class StoreStorage(RunStorage):
 
     async def history(self, chat: Chat, *derivations: Derivation[Any]) -> Sequence[Message]:
         return await self.store.messages.read_history(chat.chat_uuid, *derivations)
+
+    async def summaries(self, chat: Chat) -> Sequence[Summary]:
+        if self.store._lifecycle is None:
+            return ()
+        return await self.store.branches.summaries(chat.chat_uuid)
 
     async def tree(self, chat_uuid: UUID) -> Sequence[TreeNode]:
         return await self.store.branches.get_message_tree(chat_uuid)

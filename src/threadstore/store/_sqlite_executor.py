@@ -52,6 +52,7 @@ from threadstore.errors import (
     NotFoundError,
     StoreUnavailableError,
 )
+from threadstore.store._lifecycle import ERASED_USER, ERASED_USER_DETAIL
 from threadstore.store._records import WriterLock
 from threadstore.store._sqlite_schema import MIGRATIONS
 from threadstore.store._sqlite_thread import DatabaseThread
@@ -503,6 +504,8 @@ def translate_error(exc: sqlite3.Error, timeout: float | None = None) -> Excepti
             f"{text}: the schema is missing; run `threadstore migrate` or setup()"
         )
     if isinstance(exc, sqlite3.IntegrityError):
+        if ERASED_USER in text:
+            return ConflictError(ERASED_USER_DETAIL)
         if "FOREIGN KEY" in text or "NOT NULL constraint failed: messages.chat_uuid" in text:
             return NotFoundError(f"a referenced chat or message does not exist ({text})")
         if "UNIQUE" in text:

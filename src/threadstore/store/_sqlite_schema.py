@@ -356,4 +356,59 @@ MIGRATIONS: list[str] = [
          WHERE rowid = NEW.rowid;
     END;
     """,
+    # Non-destructive compaction: a summary stands for a span of a chat's active branch in
+    # what agents are given; the messages stay as they are. Found by chat, newest first.
+    """
+    CREATE TABLE summaries (
+        summary_uuid TEXT PRIMARY KEY,
+        chat_uuid TEXT NOT NULL REFERENCES chats (chat_uuid) ON DELETE CASCADE,
+        first_message_uuid TEXT NOT NULL,
+        last_message_uuid TEXT NOT NULL,
+        last_seq INTEGER NOT NULL,
+        message_count INTEGER NOT NULL,
+        content TEXT NOT NULL,
+        summarizer TEXT,
+        metadata TEXT,
+        format_version INTEGER NOT NULL,
+        created_at TEXT NOT NULL
+    );
+    CREATE INDEX summaries_by_chat ON summaries (chat_uuid, created_at);
+    """,
+    # Erasure: a user forgotten is tombstoned (no chat of theirs can be created again, so a
+    # run still flushing writes nothing back), and a receipt of what went is kept, with
+    # counts only.
+    """
+    CREATE TABLE erased_users (
+        user_uuid TEXT PRIMARY KEY,
+        erased_at TEXT NOT NULL
+    );
+    CREATE TRIGGER chats_refuse_erased_user BEFORE INSERT ON chats
+    WHEN EXISTS (SELECT 1 FROM erased_users WHERE user_uuid = NEW.user_uuid) BEGIN
+        SELECT RAISE(ABORT, 'threadstore: this user was erased');
+    END;
+    CREATE TABLE erasure_receipts (
+        receipt_uuid TEXT PRIMARY KEY,
+        user_uuid TEXT NOT NULL,
+        requested_by TEXT,
+        started_at TEXT NOT NULL,
+        finished_at TEXT NOT NULL,
+        counts TEXT NOT NULL
+    );
+    CREATE INDEX erasure_receipts_by_user ON erasure_receipts (user_uuid, started_at);
+    """,
+    # Retention: policies for every chat (global), a user's chats, or one chat; each field
+    # unset inherits. A sweep deletes what expired, a few chats per transaction.
+    """
+    CREATE TABLE retention_policies (
+        scope TEXT NOT NULL,
+        scope_uuid TEXT NOT NULL,
+        idle_ttl REAL,
+        absolute_ttl REAL,
+        keep_run_logs INTEGER,
+        deleted_window REAL,
+        legal_hold INTEGER NOT NULL DEFAULT 0,
+        updated_at TEXT NOT NULL,
+        PRIMARY KEY (scope, scope_uuid)
+    );
+    """,
 ]

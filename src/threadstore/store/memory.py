@@ -20,6 +20,8 @@ from threadstore.errors import ConflictError, NotFoundError, RunLiveError
 from threadstore.keys import chat_deduplication_key
 from threadstore.store import ops
 from threadstore.store._base import BranchPage, ChatFilter, MessageKey, RunFilter, Store, TreeNode
+from threadstore.store._lifecycle import ERASED_USER_DETAIL
+from threadstore.store._memory_lifecycle import MemoryLifecycle
 from threadstore.store._records import (
     ExtrasCodec,
     WriterLock,
@@ -54,6 +56,14 @@ class _State:
         self.runs: dict[tuple[UUID, str], models.Run] = {}
         self.deleted: dict[UUID, datetime] = {}
         """The soft-deleted chats and when they were deleted."""
+        self.summaries: dict[UUID, models.Summary] = {}
+        """Every chat's summaries by uuid (``store/_memory_lifecycle.py``)."""
+        self.erased: dict[UUID, datetime] = {}
+        """Users forgotten, and when: no chat of theirs is created again."""
+        self.receipts: dict[UUID, models.ErasureReceipt] = {}
+        """Erasure receipts by uuid."""
+        self.policies: dict[tuple[Any, UUID], models.RetentionPolicy] = {}
+        """Retention policies by (scope, scope uuid)."""
 
     def live_chat(self, chat_uuid: UUID) -> dict[str, Any] | None:
         """The chat's row, unless it does not exist or is soft-deleted."""
@@ -90,6 +100,7 @@ class MemoryStore(Store):
         self._committed: _State | None = None
         self._seq = itertools.count(1)
         self._lock = WriterLock()
+        self._lifecycle = MemoryLifecycle(self)
 
     @property
     def _state(self) -> _State:
@@ -233,6 +244,8 @@ class MemoryStore(Store):
     def _create_chat(self, chat_data: models.ChatCreate) -> models.Chat:
         user_uuid, thread_id = chat_data.user_uuid, chat_data.thread_id
         assert user_uuid is not None and thread_id is not None  # Store.create_chat checks
+        if user_uuid in self._state.erased:
+            raise ConflictError(ERASED_USER_DETAIL)
         existing = self._state.threads.get((user_uuid, thread_id))
         if existing is not None and existing in self._state.deleted:
             self._drop_chat(existing)  # a deleted chat's thread is free
@@ -289,6 +302,7 @@ class MemoryStore(Store):
             k: v for k, v in state.reasonings.items() if v["message_uuid"] not in owned
         }
         state.runs = {k: v for k, v in state.runs.items() if k[0] != chat_uuid}
+        state.summaries = {k: v for k, v in state.summaries.items() if v.chat_uuid != chat_uuid}
         return row
 
     def _create_message(self, message_data: models.MessageCreate) -> models.Message:

@@ -57,7 +57,9 @@ from threadstore.store import _sql as shared
 from threadstore.store import ops
 from threadstore.store._base import BranchPage, ChatFilter, MessageKey, RunFilter, Store, TreeNode
 from threadstore.store._history import DEFAULT_HISTORY_CACHE_MESSAGES, HistoryCache
+from threadstore.store._lifecycle import ERASED_USER_DETAIL, ERASED_USER_STATE
 from threadstore.store._postgres_events import PostgresRunEvents
+from threadstore.store._postgres_lifecycle import PostgresLifecycle
 from threadstore.store._records import split_update
 from threadstore.store._rows import EntryLoader, RowLoader, attach_rows
 from threadstore.store._timeouts import caused_by, split_timeout, unavailable
@@ -226,6 +228,7 @@ class PostgresStore(Store):
         )
         self._entries = EntryLoader(self._messages, self._tool_calls, self._reasonings)
         self._run_events = PostgresRunEvents(self)
+        self._lifecycle = PostgresLifecycle(self)
 
     def run_events(self) -> PostgresRunEvents:
         """The relayed run-events log in this database (shared by every process using it)."""
@@ -860,6 +863,8 @@ def _translate(exc: asyncpg.PostgresError) -> Exception:
     """Map a server error to threadstore's error tree."""
     if isinstance(exc, asyncpg.UndefinedTableError):
         return MigrationError(f"{exc}: the schema is missing; run `threadstore migrate` or setup()")
+    if exc.sqlstate == ERASED_USER_STATE:
+        return ConflictError(ERASED_USER_DETAIL)
     if isinstance(exc, asyncpg.ForeignKeyViolationError):
         return NotFoundError(f"a referenced chat or message does not exist ({exc})")
     if isinstance(exc, asyncpg.UniqueViolationError):

@@ -47,6 +47,7 @@ from threadstore.store._sqlite_executor import (
     sqlite_options,
     sqlite_path,
 )
+from threadstore.store._sqlite_lifecycle import SQLiteLifecycle
 from threadstore.store._sqlite_schema import (
     CHAT_COLUMNS,
     MESSAGE_COLUMNS,
@@ -112,6 +113,7 @@ class SQLiteStore(Store):
             self.reasoning_model, models.Reasoning, REASONING_COLUMNS, self.codecs.reasoning
         )
         self._entries = EntryLoader(self._messages, self._tool_calls, self._reasonings)
+        self._lifecycle = SQLiteLifecycle(self)
 
     # --- lifecycle ---------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ Install with ``pip install "threadstore[agent-framework]"``. ``import threadstor
 does not import this package or the framework.
 """
 
+from threadstore.faces.agent_framework._compaction import strategy_summarizer
 from threadstore.faces.agent_framework._convert import message_to_records, records_to_messages
 from threadstore.faces.agent_framework._filters import keep_last_messages
 from threadstore.faces.agent_framework._history import MessageFilter, ThreadstoreHistoryProvider
@@ -19,4 +20,5 @@ __all__ = [
     "keep_last_messages",
     "message_to_records",
     "records_to_messages",
+    "strategy_summarizer",
 ]

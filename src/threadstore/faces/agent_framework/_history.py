@@ -29,7 +29,7 @@ from threadstore.faces.agent_framework._convert import (
 from threadstore.faces.agent_framework._scope import ChatScope
 from threadstore.faces.agent_framework._state import ProviderSessionState, ThreadstoreSessionState
 from threadstore.fold import append_writes
-from threadstore.models import Chat, Message
+from threadstore.models import Chat, Message, Summary
 from threadstore.store import Derivation, Store, Write
 
 __all__ = ["STATE_KEY", "MessageFilter", "ThreadstoreHistoryProvider"]
@@ -166,8 +166,12 @@ class ThreadstoreHistoryProvider(HistoryProvider):
     async def get_messages(
         self, session_id: str | None, *, state: dict[str, Any] | None = None, **kwargs: Any
     ) -> list[AFMessage]:
-        """Return the session's history, oldest first, after ``message_filter``."""
-        messages = await self._stored(session_id, state)
+        """Return the session's history, oldest first, after ``message_filter``.
+
+        A compacted chat's history is its summary (a system message), then the messages
+        after it (``store.branches.agent_history``).
+        """
+        messages = await self._given(session_id, state)
         return self.message_filter(messages) if self.message_filter else messages
 
     async def get_session_messages(self, session: AgentSession) -> list[AFMessage]:
@@ -175,9 +179,9 @@ class ThreadstoreHistoryProvider(HistoryProvider):
         return await self._stored(session.session_id, session.state.get(self.source_id))
 
     async def _stored(
-        self, session_id: str | None, state: dict[str, Any] | None
+        self, session_id: str | None, state: dict[str, Any] | None, chat: Chat | None = None
     ) -> list[AFMessage]:
-        chat = await self.get_chat(session_id, state)
+        chat = chat or await self.get_chat(session_id, state)
         if chat is None:
             return []
         history = await self.store.messages.read_history(chat.chat_uuid, _READINGS)
@@ -193,6 +197,23 @@ class ThreadstoreHistoryProvider(HistoryProvider):
             out.extend(messages_of(records, readings[start:stop], answered))
 
         await in_steps(range(len(history)), convert)
+        return out
+
+    async def _given(self, session_id: str | None, state: dict[str, Any] | None) -> list[AFMessage]:
+        """What the agent is given: the stored history, or a compacted chat's summary and tail."""
+        chat = await self.get_chat(session_id, state)
+        if chat is None:
+            return []
+        if not await self.store.branches.summaries(chat.chat_uuid):
+            return await self._stored(session_id, state, chat)
+        given = await self.store.branches.agent_history(chat.chat_uuid)
+        out = [] if given.summary is None else [summary_message(given.summary)]
+        answered: set[str] = set()
+
+        def convert(piece: Sequence[Message]) -> None:
+            out.extend(messages_of(piece, [plain_reading(m) for m in piece], answered))
+
+        await in_steps(given.messages, convert)
         return out
 
     async def save_messages(
@@ -276,6 +297,11 @@ class ThreadstoreHistoryProvider(HistoryProvider):
                 f"only one history provider may load messages; {self.source_id!r} and "
                 f"{', '.join(map(repr, others))} both do (set load_messages=False on the others)"
             )
+
+
+def summary_message(summary: Summary) -> AFMessage:
+    """What a compacted chat's summary reads as: one system message, before what follows it."""
+    return AFMessage("system", [summary.content], message_id=summary.agui_id)
 
 
 def _service_managed(session: AgentSession, context: SessionContext) -> bool:

@@ -561,6 +561,7 @@ const page = {
   run: null, // { runId, lastId, controller }
   following: null, // the promise of the run openThread follows, if any
   branches: {}, // message uuid -> { index, count, siblings } of the loaded pages
+  summaries: [], // the chat's summaries whose span ends in a loaded page, newest first
   generation: 0, // bumped whenever another chat opens, so stale work is dropped
 };
 
@@ -709,9 +710,34 @@ function sentinelVisible() {
 
 function renderConversation() {
   const box = $("messages");
-  const nodes = page.conversation.messages().filter((m) => m.role !== "system").map(renderMessage);
+  const nodes = [];
+  // A summary sits after the last message it stands for: the agent gets it instead of them.
+  const ends = new Map(page.summaries.map((s) => [s.last_message_uuid, s]).reverse());
+  for (const message of page.conversation.messages()) {
+    if (message.role !== "system") nodes.push(renderMessage(message));
+    const summary = message.uuid && ends.get(message.uuid);
+    if (summary) nodes.push(renderSummary(summary));
+  }
   box.replaceChildren(...nodes);
   renderRunError();
+}
+
+function renderSummary(summary) {
+  return el(
+    "aside",
+    { class: "summary", "data-summary": summary.summary_uuid, "aria-label": "Summary" },
+    el("details", {},
+      el("summary", { text: `Summary of the ${summary.message_count} message(s) above: what the agent now gets instead of them` }),
+      el("p", { class: "summary-text", text: summary.content }),
+    ),
+    el("button", { type: "button", class: "uncompact", onclick: () => removeSummary(summary), text: "Undo" }),
+  );
+}
+
+function addSummaries(found) {
+  const known = new Set(page.summaries.map((s) => s.summary_uuid));
+  page.summaries.push(...(found || []).filter((s) => !known.has(s.summary_uuid)));
+  page.summaries.sort((a, b) => (a.created_at < b.created_at ? 1 : -1));
 }
 
 function renderRunError() {
@@ -752,7 +778,7 @@ function updateMessages(ids) {
 
 function setChatHeader() {
   $("chat-title").textContent = chatTitle(page.chat || (page.thread ? { thread_id: page.thread } : null));
-  for (const id of ["rename", "export", "delete"]) $(id).disabled = !page.chat;
+  for (const id of ["rename", "compact", "export", "delete"]) $(id).disabled = !page.chat;
   const lineage = $("lineage");
   const from = page.chat && page.chat.forked_from_chat_uuid;
   lineage.hidden = !from;
@@ -772,6 +798,7 @@ async function openThread(threadId) {
   page.conversation = new Conversation();
   page.before = null;
   page.branches = {};
+  page.summaries = [];
   page.following = null;
   $("app").dataset.view = "chat";
   setRunning(false);
@@ -792,6 +819,7 @@ async function openThread(threadId) {
     const result = await api("GET", `/api/chats/${page.chat.chat_uuid}/messages?newest=true&limit=${PAGE_SIZE}`);
     if (generation !== page.generation) return;
     Object.assign(page.branches, result.branches || {});
+    addSummaries(result.summaries);
     page.conversation.prepend(result.items.map(messageFromStored));
     page.before = result.prev_cursor;
     renderConversation();
@@ -814,6 +842,7 @@ async function loadOlder() {
     const box = $("messages");
     const fromBottom = box.scrollHeight - box.scrollTop;
     Object.assign(page.branches, result.branches || {});
+    addSummaries(result.summaries);
     page.conversation.prepend(result.items.map(messageFromStored));
     page.before = result.prev_cursor;
     renderConversation();
@@ -1054,6 +1083,36 @@ async function renameChat() {
   }
 }
 
+async function compactChat() {
+  if (!page.chat) return;
+  try {
+    const result = await api("POST", `/api/chats/${page.chat.chat_uuid}/compact`, {});
+    toast(result.summary ? `Summarized ${result.summary.message_count} message(s) for the agent; every message stays here.` : "Nothing to compact yet.");
+    await loadSummaries();
+  } catch (error) {
+    report(error);
+  }
+}
+
+async function removeSummary(summary) {
+  if (!page.chat) return;
+  try {
+    await api("DELETE", `/api/chats/${page.chat.chat_uuid}/summaries/${summary.summary_uuid}`);
+    toast("Summary removed: the agent gets those messages again.");
+    await loadSummaries();
+  } catch (error) {
+    report(error);
+  }
+}
+
+async function loadSummaries() {
+  const generation = page.generation;
+  const found = await api("GET", `/api/chats/${page.chat.chat_uuid}/summaries`);
+  if (generation !== page.generation) return;
+  page.summaries = found;
+  renderConversation();
+}
+
 async function deleteChat() {
   if (!page.chat) return;
   const ok = await confirmAction(`Delete “${chatTitle(page.chat)}” and all its messages? This cannot be undone.`, "Delete");
@@ -1135,6 +1194,7 @@ function start() {
   });
   $("back").addEventListener("click", () => ($("app").dataset.view = "list"));
   $("rename").addEventListener("click", renameChat);
+  $("compact").addEventListener("click", compactChat);
   $("delete").addEventListener("click", deleteChat);
   $("export").addEventListener("click", exportChat);
   $("import").addEventListener("click", () => $("import-file").click());
