@@ -9,7 +9,10 @@ chat, screens the input messages against the stored history and replays that his
 the inner agent (``agui/_setup.py``); when what its set-up writes will store is known
 from what it read, the inner agent starts while they go on (its ``RUN_STARTED`` waits for
 no write, its later events wait for them). How the run ends decides the status of its
-records. The whole write path is in docs/architecture.md.
+records. The run's ``RUN_FINISHED`` goes out only once its records are durable: committed,
+or journaled in the outbox when it has one (``agui/_outbox.py``); when neither can be
+done within ``final_flush_deadline`` the client gets ``RUN_ERROR`` (``STORE_UNAVAILABLE``)
+instead. The whole write path is in docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ from ag_ui.core import (
 )
 
 from threadstore.agui._compactor import BackgroundCompactor
+from threadstore.agui._outbox import Outbox
 from threadstore.agui._records import (
     default_message_create,
     default_reasoning_create,
@@ -100,6 +104,7 @@ __all__ = [
     "CHAT_DELETED_ERROR_CODE",
     "INVALID_INPUT_ERROR_CODE",
     "RUN_LIVE_ERROR_CODE",
+    "STORE_UNAVAILABLE_ERROR_CODE",
     "AGUIAgent",
     "AGUIStorageAgent",
     "StorageAgent",
@@ -113,6 +118,10 @@ INVALID_INPUT_ERROR_CODE = ErrorCodes.INVALID_INPUT.value
 RUN_LIVE_ERROR_CODE = ErrorCodes.RUN_LIVE.value
 """``RunErrorEvent.code`` of a run refused because its chat already has a running run (one
 at a time per chat; the store's ``start_run`` raises :class:`~threadstore.errors.RunLiveError`)."""
+
+STORE_UNAVAILABLE_ERROR_CODE = ErrorCodes.STORE_UNAVAILABLE.value
+"""``RunErrorEvent.code`` sent instead of ``RUN_FINISHED`` when the run's records could not
+be made durable (stored, or journaled in the outbox) within ``final_flush_deadline``."""
 
 CHAT_DELETED_ERROR_CODE = ErrorCodes.CHAT_DELETED.value
 """``RunErrorEvent.code`` sent instead of the inner agent's ``RUN_FINISHED`` when the run's
@@ -265,6 +274,9 @@ class StorageAgent:
         self.refused_by: RunLiveError | None = None
         """Why the run was refused, when its chat already had a running run; its run id
         is still free."""
+        self.outbox: Outbox | None = None
+        """Where the run's writes wait while the store is away (the run manager's, if it
+        has one): with it, a run ends ``RUN_FINISHED`` once its writes are journaled."""
         self._looked_up: tuple[Chat | None] | None = None
         self._persister: RunPersister | None = None
         self.storage: RunStorage | None = None
@@ -328,8 +340,14 @@ class StorageAgent:
             async for event in stream:
                 take(event)
                 if event.type is _RUN_FINISHED:
-                    event = await _finished_or_deleted(persister, event)
+                    run.held = event  # goes out once the run is durable
+                    continue
+                if run.held is not None:  # the stream goes on after its end
+                    emit(await run.release())
                 emit(event)
+            if run.held is not None:
+                await run.finish()
+                emit(await run.release())
         except BaseException as exc:
             run.failed(exc)
             raise
@@ -350,8 +368,14 @@ class StorageAgent:
             async for event in stream:
                 take(event)
                 if event.type is _RUN_FINISHED:
-                    event = await _finished_or_deleted(persister, event)
+                    run.held = event  # goes out once the run is durable
+                    continue
+                if run.held is not None:  # the stream goes on after its end
+                    yield await run.release()
                 yield event
+            if run.held is not None:
+                await run.finish()
+                yield await run.release()
         except BaseException as exc:
             run.failed(exc)
             raise
@@ -448,6 +472,7 @@ class StorageAgent:
         handlers = self._handlers()
         persister = RunPersister(setup.storage, self, handlers, config, done.chat, fold)
         persister.chain = done.chain
+        persister.outbox, persister.owner = self.outbox, self.owner
         self._persister = persister
         return persister
 
@@ -667,7 +692,17 @@ class _Run:
     raised (:meth:`failed`) -> errored.
     """
 
-    __slots__ = ("agent", "error", "input", "persister", "started", "status", "stream")
+    __slots__ = (
+        "agent",
+        "closed",
+        "error",
+        "held",
+        "input",
+        "persister",
+        "started",
+        "status",
+        "stream",
+    )
 
     def __init__(self, agent: StorageAgent, input: RunAgentInput) -> None:
         self.agent, self.input = agent, input
@@ -676,6 +711,9 @@ class _Run:
         self.stream: AsyncIterator[BaseEvent] | None = None
         self.status = MessageStatus.COMPLETE
         self.error: str | None = None
+        self.held: BaseEvent | None = None
+        """The inner agent's ``RUN_FINISHED``, held until the run is durable."""
+        self.closed = False
 
     async def prelude(self) -> AsyncIterator[BaseEvent]:
         agent, input = self.agent, self.input
@@ -711,8 +749,8 @@ class _Run:
         if first is not None:
             persister.take(first)
             if first.type is _RUN_FINISHED:
-                first = await _finished_or_deleted(persister, first)
-            if not early:
+                self.held = first
+            elif not early:
                 yield first
         self.persister = persister
 
@@ -723,10 +761,29 @@ class _Run:
         else:
             self.status, self.error = MessageStatus.ERRORED, f"{type(exc).__name__}: {exc}"
 
+    async def release(self) -> BaseEvent:
+        """The held ``RUN_FINISHED`` once the run is durable; else a ``RUN_ERROR`` saying why.
+
+        After :meth:`finish` the final flush has told; before it (a stream that goes on
+        after its end) everything folded so far must become durable within the deadline.
+        """
+        held, self.held = self.held, None
+        persister = self.persister
+        assert held is not None and persister is not None
+        durable = persister.failed is None if self.closed else await persister.settled()
+        if not durable:
+            return RunErrorEvent(
+                message="The run's answer could not be stored: the store is unavailable. "
+                "It was streamed, but it is not saved.",
+                code=STORE_UNAVAILABLE_ERROR_CODE,
+            )
+        return await _finished_or_deleted(persister, held)
+
     async def finish(self) -> None:
         """Close the inner stream and wait for the final flush, even through cancellation."""
-        if self.started is None:
+        if self.started is None or self.closed:
             return
+        self.closed = True
         closing = asyncio.ensure_future(self._close())
         cancelled = False
         while not closing.done():
@@ -735,7 +792,9 @@ class _Run:
             except asyncio.CancelledError:
                 cancelled = True
         closing.result()
-        if cancelled and self.status is MessageStatus.COMPLETE:
+        # A run whose RUN_FINISHED is held has ended: a cancel during its final flush
+        # comes too late to interrupt it, and the held end still goes out.
+        if cancelled and self.status is MessageStatus.COMPLETE and self.held is None:
             raise asyncio.CancelledError
 
     async def _close(self) -> None:
@@ -765,7 +824,8 @@ class _Run:
 
 async def _finished_or_deleted(persister: RunPersister, finished: BaseEvent) -> BaseEvent:
     """``finished``, or a ``RUN_ERROR`` when the run's chat is gone: its answer is not stored."""
-    if not await persister.check_chat_deleted():
+    # A journaling run's store is away: asking it would only wait for its timeout.
+    if persister.journaling or not await persister.check_chat_deleted():
         return finished
     return RunErrorEvent(
         message="The chat was deleted during the run; its answer is not stored.",

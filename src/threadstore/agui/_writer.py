@@ -9,7 +9,9 @@ boundary flushes start at least ``min_flush_interval`` apart so a burst of them 
 one batch, and at a checkpoint (``checkpoint_interval``) while text streams, so a crash
 loses at most that much text. A failed flush is retried with backoff, in ever smaller
 batches; a create counts as done once its batch committed, and a retried create first
-checks whether it landed, so a retry never duplicates anything.
+checks whether it landed, so a retry never duplicates anything. With an outbox, a flush
+that fails because the store is away goes to the outbox instead (``agui/_outbox.py``),
+and so does every later write of the run, to keep their order.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any, Protocol
 from ag_ui.core import BaseEvent
 from pydantic import BaseModel
 
+from threadstore.agui._outbox import Outbox, OutboxFullError, is_outage, landed
 from threadstore.agui._records import (
     Entry,
     as_update,
@@ -39,9 +42,6 @@ from threadstore.fold import ConversationFold, FoldRecord, RecordKind
 from threadstore.models import Chat, MessageCreate, MessageStatus, RunStatus
 from threadstore.store import RunStorage, Write
 from threadstore.store.ops import (
-    CreateMessage,
-    CreateReasoning,
-    CreateToolCall,
     FinalizeRunRecords,
     FinishRun,
     UpdateChatState,
@@ -176,6 +176,12 @@ class RunPersister:
         Such a run names each message's parent instead of appending to the chat's leaf,
         so runs branching from the same message at once each keep their own branch.
         """
+        self.outbox: Outbox | None = None
+        """Where writes go while the store is away (``None``: they are retried in memory)."""
+        self.owner: str | None = None
+        """The run's owner, journaled with its writes."""
+        self.journaling = False
+        """A write of this run went to the outbox: every later one does too, in order."""
         self._waiters: list[tuple[Callable[[], bool], asyncio.Future[None]]] = []
         self._writer_task = asyncio.create_task(self._write_loop(), name="threadstore-writer")
 
@@ -374,6 +380,19 @@ class RunPersister:
                 f"{self.config.final_flush_deadline} s"
             ) from None
 
+    async def settled(self) -> bool:
+        """Wait until everything taken so far is durable (stored or journaled).
+
+        False when it could not be made so within ``final_flush_deadline`` (or the
+        writer gave up): the run's end must then not be announced as finished.
+        """
+        try:
+            async with asyncio.timeout(self.config.final_flush_deadline):
+                await self.durable()
+        except TimeoutError:
+            return False
+        return self.failed is None
+
     def barrier(self) -> Callable[[], bool]:
         """A predicate that holds once everything folded so far is written."""
         pending = {
@@ -493,6 +512,9 @@ class RunPersister:
                 if isinstance(exc, NotFoundError) and await self.storage.chat_gone(self.chat):
                     self._give_up_deleted_chat()
                     return
+                if self._journal_from_now(exc):
+                    limit = None
+                    continue
                 if len(batch) > 1:
                     limit = len(batch) // 2  # a piece may go through where the whole did not
                     continue
@@ -539,9 +561,23 @@ class RunPersister:
         )
         self._notify()
 
+    def _journal_from_now(self, exc: Exception) -> bool:
+        """Send this run's writes to the outbox from now on, if ``exc`` says the store is away.
+
+        Only a failure switches: a healthy store never pays for the journal. Once
+        switched, the run stays on it, so its writes reach the store in order.
+        """
+        if self.outbox is None or self.journaling or not is_outage(exc):
+            return False
+        self.journaling = True
+        logger.warning("run %s: the store is away (%s); journaling", self.fold.run_id, exc)
+        return True
+
     def _retry(self, exc: Exception, final: bool, failing_for: float) -> bool:
         if final and failing_for >= self.config.final_flush_deadline:
             return False
+        if final and isinstance(exc, OutboxFullError):
+            return False  # the client learns at once that its answer is not stored
         if not final and self.final is not None:
             return False  # the run ended meanwhile: the final flush takes over
         logger.warning("run %s: flush failed (%s); retrying", self.fold.run_id, exc)
@@ -590,6 +626,12 @@ class RunPersister:
         self._notify()
 
     async def _commit(self, ops: list[_Op]) -> None:
+        if self.journaling:
+            assert self.outbox is not None
+            # A create that may have landed is checked when the entry is drained.
+            run = (self.chat.chat_uuid, self.fold.run_id, self.owner)
+            await self.outbox.append(*run, [op.write for op in ops])
+            return
         writes: list[Write] = []
         for op in ops:
             write = op.write
@@ -695,13 +737,4 @@ class RunPersister:
 
     async def _exists(self, op: _Op) -> bool:
         """Whether the record ``op`` creates is in the store already."""
-        assert op.entry is not None and op.entry.uuid is not None
-        uuid, write = op.entry.uuid, op.write
-        if isinstance(write, CreateMessage):
-            return await self.storage.get_message(uuid) is not None
-        assert isinstance(write, CreateToolCall | CreateReasoning)
-        parent = await self.storage.get_message(write.data.message_uuid)
-        if parent is None:
-            return False
-        children = parent.tool_calls if isinstance(write, CreateToolCall) else parent.reasonings
-        return any(child.uuid == uuid for child in children)
+        return await landed(self.storage, op.write)
