@@ -182,6 +182,7 @@ class Outbox:
         self._db: sqlite3.Connection | None = None
         self._bytes = 0
         self._depth = 0
+        self._refused = False  # an append did not fit: full until a drain makes room
         self._pending: dict[tuple[UUID, str], str | None] = {}
         self._appended = asyncio.Event()
         self._drainer: asyncio.Task[None] | None = None
@@ -203,7 +204,7 @@ class Outbox:
     @property
     def full(self) -> bool:
         """Whether the outbox holds as much as it may: new runs are refused meanwhile."""
-        return self._bytes >= self.max_bytes
+        return self._refused or self._bytes >= self.max_bytes
 
     def pending_runs(self) -> dict[tuple[UUID, str], str | None]:
         """``(chat_uuid, run_id)`` of every run with writes waiting, to its owner."""
@@ -273,6 +274,7 @@ class Outbox:
         """Journal one flush of a run; on disk when this returns (:class:`OutboxFullError`)."""
         payload = encode_writes(writes)
         if self._bytes + len(payload) > self.max_bytes:
+            self._refused = True
             raise OutboxFullError(
                 f"the store is unavailable and the outbox is full ({self._bytes} of "
                 f"{self.max_bytes} bytes waiting)"
@@ -316,6 +318,7 @@ class Outbox:
                 await self._call(self._delete, seq)
                 self._depth -= 1
                 self._bytes -= len(payload)
+                self._refused = False
                 applied += 1
                 key = (UUID(chat), run_id)
                 if not await self._call(self._has_run, chat, run_id):

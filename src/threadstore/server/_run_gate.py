@@ -31,7 +31,7 @@ from uuid import UUID
 from ag_ui.core import RunAgentInput
 
 from threadstore.agui import RunHandle, StorageAgent
-from threadstore.errors import ConflictError
+from threadstore.errors import ConflictError, StoreUnavailableError
 from threadstore.models import Chat, Run, RunStatus, utcnow
 from threadstore.server._deps import ServerState
 
@@ -87,6 +87,13 @@ class RunGate:
     async def _check(self, state: ServerState, user: UUID, run_input: RunAgentInput) -> Chat | None:
         """Refuse the run as the module doc says; the thread's chat, as read for that."""
         thread_id, run_id = run_input.thread_id, run_input.run_id
+        outbox = state.manager.outbox
+        if outbox is not None and outbox.full:
+            # The store is away and nothing more can wait for it here: fail fast (503).
+            raise StoreUnavailableError(
+                f"the store is unavailable and the outbox is full ({outbox.size} of "
+                f"{outbox.max_bytes} bytes waiting); try again once it drains"
+            )
         for handle in state.manager.live_runs():
             if handle.user_uuid == user and handle.thread_id == thread_id:
                 raise self._live(thread_id, handle.run_id, run_id)
