@@ -306,6 +306,8 @@ class Outbox:
         assert storage is not None, "the outbox is not open"
         applied = 0
         async with self._drain_lock:
+            if self._depth:
+                await self._heartbeat(storage)
             while self._depth:
                 seq, chat, run_id, payload = await self._call(self._oldest)
                 writes = decode_writes(payload)
@@ -324,6 +326,21 @@ class Outbox:
                 if not await self._call(self._has_run, chat, run_id):
                     self._pending.pop(key, None)
         return applied
+
+    async def _heartbeat(self, storage: RunStorage) -> None:
+        """Refresh the heartbeat of every run with writes waiting, as their owner.
+
+        Their end is on its way: no sweep of any process may take them for dead while
+        the drain stores it.
+        """
+        if storage.run_repo is None:
+            return
+        by_owner: dict[str, list[tuple[UUID, str]]] = {}
+        for key, owner in self._pending.items():
+            if owner is not None:
+                by_owner.setdefault(owner, []).append(key)
+        for owner, keys in by_owner.items():
+            await storage.run_repo.heartbeat_runs(owner, keys)
 
     async def _apply_one_by_one(
         self, storage: RunStorage, writes: Sequence[Write], first: Exception
