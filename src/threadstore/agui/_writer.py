@@ -21,13 +21,14 @@ import collections
 import contextlib
 import copy
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from ag_ui.core import BaseEvent
 from pydantic import BaseModel
 
+from threadstore.agui._hooks import BuildHooks, EventHandler, PersisterConfig
 from threadstore.agui._outbox import Outbox, OutboxFullError, is_outage, landed
 from threadstore.agui._records import (
     Entry,
@@ -47,7 +48,7 @@ from threadstore.store.ops import (
     UpdateChatState,
 )
 
-__all__ = ["BuildHooks", "EventHandler", "PersisterConfig", "RunPersister"]
+__all__ = ["BuildHooks", "EventHandler", "PersisterConfig", "RunPersister"]  # re-exported
 
 logger = logging.getLogger("threadstore.agui._agent")
 
@@ -57,54 +58,6 @@ _RUN_STATUS = {
     MessageStatus.ERRORED: RunStatus.ERRORED,
 }
 _RECORD_STATUS = {run: record for record, run in _RUN_STATUS.items()}
-
-EventHandler = Callable[[ConversationFold, Chat, BaseEvent], Awaitable[None]]
-"""A storage agent's own handler of an event class, awaited instead of the default fold."""
-
-
-class BuildHooks(Protocol):
-    """What the persister asks its storage agent when a record opens or a message ends."""
-
-    def build_message_create(
-        self, state: ConversationFold, chat: Chat, agui_id: str | None, role: Any
-    ) -> MessageCreate: ...
-
-    def build_tool_call_create(
-        self, state: ConversationFold, chat: Chat, message_uuid: Any, tool_call_id: str, name: str
-    ) -> BaseModel: ...
-
-    def build_reasoning_create(
-        self,
-        state: ConversationFold,
-        chat: Chat,
-        message_uuid: Any,
-        agui_id: str | None,
-        name: str | None,
-    ) -> BaseModel: ...
-
-    def message_update_fields(
-        self, state: ConversationFold, event: BaseEvent | None
-    ) -> dict[str, Any]: ...
-
-
-@dataclass(frozen=True, slots=True)
-class PersisterConfig:
-    """When a persister flushes and how it retries (see ``StorageAgent``'s attributes)."""
-
-    checkpoint_interval: float = 1.0
-    min_flush_interval: float = 0.25
-    retry_base_delay: float = 0.05
-    retry_max_delay: float = 2.0
-    final_flush_deadline: float = 30.0
-    """Seconds the final flush retries a write that fails on its own before giving up."""
-
-    def backoff(self, failures: int) -> float:
-        """Seconds to wait before the retry that follows ``failures`` failures in a row.
-
-        Capped before it is computed, so an outage of any length never overflows it.
-        """
-        doublings = min(max(failures - 1, 0), 64)
-        return float(min(self.retry_max_delay, self.retry_base_delay * 2.0**doublings))
 
 
 @dataclass(slots=True)
@@ -635,7 +588,7 @@ class RunPersister:
         writes: list[Write] = []
         for op in ops:
             write = op.write
-            if op.check_exists and op.entry is not None and await self._exists(op):
+            if op.check_exists and op.entry is not None and await landed(self.storage, op.write):
                 # An earlier attempt's create landed although its flush failed.
                 assert op.entry.uuid is not None
                 write = as_update(write, op.entry.uuid)
@@ -734,7 +687,3 @@ class RunPersister:
         if run.error is not None:
             return f"[{run.error_code}] {run.error}" if run.error_code else run.error
         return self.final[2] if self.final is not None else None
-
-    async def _exists(self, op: _Op) -> bool:
-        """Whether the record ``op`` creates is in the store already."""
-        return await landed(self.storage, op.write)
