@@ -25,7 +25,7 @@ from chaos_proxy import ChaosProxy
 from postgres_support import clean_database, server_url
 from server_support import GatedAgent, LiveServer, read_sse, run_input
 from test_server_processes import start_replica, stop_replica
-from test_store_outage import through
+from test_store_outage import through, write_locked
 from threadstore import open_store
 from threadstore.agui import Outbox
 from threadstore.agui._outbox import decode_writes, encode_writes
@@ -154,6 +154,36 @@ async def test_a_run_ending_while_postgres_stalls_finishes_once_journaled_and_is
     proxied: tuple[str, str, ChaosProxy], tmp_path: Path
 ) -> None:
     await run_across(*proxied, tmp_path, "stall")
+
+
+async def test_a_run_ending_while_another_process_holds_the_sqlite_lock_is_journaled_then_stored(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'threadstore.db'}"
+    agent = GatedAgent()
+    app = create_app(
+        url,
+        agent=agent,
+        sweep_interval=None,
+        store_timeout=STORE_TIMEOUT,
+        outbox=tmp_path / "outbox.sqlite3",
+    )
+    body = run_input()
+    async with contextlib.AsyncExitStack() as lock:
+
+        async def outage() -> None:
+            await lock.enter_async_context(write_locked(tmp_path / "threadstore.db"))
+
+        async with (
+            LiveServer(app) as server,
+            httpx.AsyncClient(base_url=server.url, timeout=30) as client,
+        ):
+            types = await stream_around_an_outage(client, body, agent, outage)
+            assert types[-1] == "RUN_FINISHED"
+            assert await outbox_depth(client) > 0
+            await lock.aclose()  # the other process lets go
+            await drained(client)
+    await assert_stored_whole(url, LOCAL_USER_UUID, body, {"phase": "first"})
 
 
 async def test_a_full_outbox_ends_the_run_with_store_unavailable_and_refuses_new_runs(
