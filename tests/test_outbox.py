@@ -25,7 +25,7 @@ from chaos_proxy import ChaosProxy
 from postgres_support import clean_database, server_url
 from server_support import GatedAgent, LiveServer, read_sse, run_input
 from test_server_processes import start_replica, stop_replica
-from test_store_outage import through, write_locked
+from test_store_outage import run_to_end, through, write_locked
 from threadstore import open_store
 from threadstore.agui import Outbox
 from threadstore.agui._outbox import decode_writes, encode_writes
@@ -184,6 +184,55 @@ async def test_a_run_ending_while_another_process_holds_the_sqlite_lock_is_journ
             await lock.aclose()  # the other process lets go
             await drained(client)
     await assert_stored_whole(url, LOCAL_USER_UUID, body, {"phase": "first"})
+
+
+async def test_a_run_started_while_postgres_is_cut_runs_on_the_clients_messages_and_is_stored_later(
+    proxied: tuple[str, str, ChaosProxy], tmp_path: Path
+) -> None:
+    url, proxied_url, proxy = proxied
+    agent = GatedAgent()
+    agent.gate.set()  # the answer streams straight through
+    app = create_app(
+        proxied_url,
+        agent=agent,
+        sweep_interval=None,
+        store_timeout=STORE_TIMEOUT,
+        outbox=tmp_path / "outbox.sqlite3",
+    )
+    first = run_input()
+    second = run_input("And now?", thread_id=first["threadId"])
+    async with (
+        LiveServer(app) as server,
+        httpx.AsyncClient(base_url=server.url, timeout=30) as client,
+    ):
+        assert (await run_to_end(client, first))[-1] == "RUN_FINISHED"
+        await proxy.cut()
+        async with client.stream("POST", "/agui", json=second) as response:
+            assert response.status_code == 200, await response.aread()
+            frames = [f async for f in read_sse(response) if f.data is not None]
+        types = [f.type for f in frames]
+        assert types[:2] == ["RUN_STARTED", "CUSTOM"] and types[-1] == "RUN_FINISHED"
+        notice = frames[1].data
+        assert notice is not None
+        assert notice["name"] == "threadstore.history_skipped"
+        assert await outbox_depth(client) > 0
+        await proxy.restore()
+        await drained(client)
+    store = await open_store(url, setup=False)
+    try:
+        chat = await store.get_chat_by_thread_id(LOCAL_USER_UUID, first["threadId"])
+        assert chat is not None
+        messages = await store.get_chat_messages(chat.chat_uuid)
+        run = await store.get_run(chat.chat_uuid, second["runId"])
+    finally:
+        await store.close()
+    assert [(m.role, m.content, m.status) for m in messages] == [
+        (Role.USER, "What is 12 * 7 + 3?", MessageStatus.COMPLETE),
+        (Role.ASSISTANT, ANSWER, MessageStatus.COMPLETE),
+        (Role.USER, "And now?", MessageStatus.COMPLETE),
+        (Role.ASSISTANT, ANSWER, MessageStatus.COMPLETE),
+    ]
+    assert run is not None and run.status is RunStatus.COMPLETE
 
 
 async def test_a_full_outbox_ends_the_run_with_store_unavailable_and_refuses_new_runs(

@@ -22,13 +22,14 @@ import copy
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from ag_ui.core import (
     PROTOCOL_VERSION,
     ActivityDeltaEvent,
     ActivitySnapshotEvent,
     BaseEvent,
+    CustomEvent,
     EventType,
     MessagesSnapshotEvent,
     ReasoningEncryptedValueEvent,
@@ -61,13 +62,13 @@ from ag_ui.core import (
 )
 
 from threadstore.agui._compactor import BackgroundCompactor
-from threadstore.agui._outbox import Outbox
+from threadstore.agui._outbox import Outbox, is_outage
 from threadstore.agui._records import (
     default_message_create,
     default_reasoning_create,
     default_tool_call_create,
 )
-from threadstore.agui._setup import Prepared, RunSetUp, SetUpDone
+from threadstore.agui._setup import Prepared, RunSetUp, SetUpDone, facts_of
 from threadstore.agui._window import HistoryWindow
 from threadstore.agui._writer import EventHandler, PersisterConfig, RunPersister
 from threadstore.codec import translate_messages
@@ -80,6 +81,7 @@ from threadstore.codec.thinking import (
 )
 from threadstore.errors import ErrorCodes, InvalidInputError, RunLiveError, StoreError
 from threadstore.fold import ConversationFold
+from threadstore.keys import chat_deduplication_key
 from threadstore.models import (
     Chat,
     Message,
@@ -102,6 +104,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHAT_DELETED_ERROR_CODE",
+    "HISTORY_SKIPPED_EVENT",
     "INVALID_INPUT_ERROR_CODE",
     "RUN_LIVE_ERROR_CODE",
     "STORE_UNAVAILABLE_ERROR_CODE",
@@ -126,6 +129,11 @@ be made durable (stored, or journaled in the outbox) within ``final_flush_deadli
 CHAT_DELETED_ERROR_CODE = ErrorCodes.CHAT_DELETED.value
 """``RunErrorEvent.code`` sent instead of the inner agent's ``RUN_FINISHED`` when the run's
 chat was deleted during the run (from another process, say): its answer is not stored."""
+
+HISTORY_SKIPPED_EVENT = "threadstore.history_skipped"
+"""``CustomEvent.name`` of the event that follows ``RUN_STARTED`` in a run that started while
+the store was away: the inner agent got the client's messages, not the stored history, and
+the run's writes wait in the outbox. Its ``value``: ``{"reason": "..."}``."""
 
 _RUN_FINISHED = EventType.RUN_FINISHED  # bound once: compared for every event
 _RUN_STARTED = EventType.RUN_STARTED
@@ -277,6 +285,9 @@ class StorageAgent:
         self.outbox: Outbox | None = None
         """Where the run's writes wait while the store is away (the run manager's, if it
         has one): with it, a run ends ``RUN_FINISHED`` once its writes are journaled."""
+        self.history_skipped = False
+        """The run started while the store was away: on the client's messages, its set-up
+        journaled (see ``HISTORY_SKIPPED_EVENT``)."""
         self._looked_up: tuple[Chat | None] | None = None
         self._persister: RunPersister | None = None
         self.storage: RunStorage | None = None
@@ -401,15 +412,23 @@ class StorageAgent:
     async def _start(self, setup: RunSetUp) -> _Started:
         """Set the run up: its persister, or the task that makes it (an early start)."""
         input = setup.input
-        prepared = await setup.prepare(self._looked_up)
+        inbound = list(input.messages)
+        try:
+            prepared = await setup.prepare(self._looked_up)
+        except Exception as exc:
+            if self.outbox is None or not is_outage(exc):
+                raise
+            return self._persister_for(setup, await self._journal_set_up(setup, inbound, exc))
         given = await setup.foreseen(prepared)
         if given is not None:
             # What the writes will store is known: the inner agent need not wait for them.
             input.messages = given
             self._give_state(input, prepared.chat)
             return asyncio.ensure_future(self._written(setup, prepared))
-        done = await setup.write(prepared)
+        done = await self._write_set_up(setup, prepared)
         self.chat = done.chat
+        if self.history_skipped:
+            return self._persister_for(setup, done)  # on the client's messages
         try:
             input.messages = await setup.given(done.history)
             self._give_state(input, done.chat)
@@ -422,7 +441,7 @@ class StorageAgent:
 
     async def _written(self, setup: RunSetUp, prepared: Prepared) -> RunPersister:
         """An early start's set-up writes, then the run's persister."""
-        done = await setup.write(prepared)
+        done = await self._write_set_up(setup, prepared)
         self.chat = done.chat
         try:
             return self._persister_for(setup, done)
@@ -431,6 +450,57 @@ class StorageAgent:
                 done.chat.chat_uuid, setup.input.run_id, "the run could not be set up"
             )
             raise
+
+    async def _write_set_up(self, setup: RunSetUp, prepared: Prepared) -> SetUpDone:
+        """The set-up's writes; journaled instead when the store is away and there is an outbox."""
+        try:
+            return await setup.write(prepared)
+        except Exception as exc:
+            if self.outbox is None or not is_outage(exc):
+                raise
+            return await self._journal_set_up(setup, prepared.inbound, exc)
+
+    async def _journal_set_up(
+        self, setup: RunSetUp, inbound: list[ag_ui.core.Message], exc: Exception
+    ) -> SetUpDone:
+        """Start without the store: journal the set-up, run on the client's messages.
+
+        Its writes name a provisional chat until the outbox's drain sets the run up and
+        finds (or creates) the thread's chat.
+        """
+        assert self.outbox is not None
+        input = setup.input
+        chat = Chat(
+            chat_uuid=uuid4(),
+            user_uuid=self.user_uuid,
+            thread_id=input.thread_id,
+            dedup_key=chat_deduplication_key(self.user_uuid, input.thread_id),
+        )
+        spec = {
+            "input": input.model_copy(update={"messages": inbound}).model_dump(
+                mode="json", by_alias=True
+            ),
+            "user_uuid": str(self.user_uuid),
+            "owner": self.owner,
+            "chat_name": self.chat_name,
+            "tenant_id": self.tenant_id,
+            "app_id": self.app_id,
+            "records_run": self.run_repo is not None,
+        }
+        await self.outbox.append_set_up(chat.chat_uuid, input.run_id, self.owner, spec)
+        logger.warning("run %s starts while the store is away (%s)", input.run_id, exc)
+        input.messages = inbound
+        self.history_skipped = True
+        return SetUpDone(chat, [], await facts_of([]), None)
+
+    def _skipped(self) -> CustomEvent:
+        return CustomEvent(
+            name=HISTORY_SKIPPED_EVENT,
+            value={
+                "reason": "the store is unavailable: the run started on the client's "
+                "messages without the stored history; its writes wait in the outbox"
+            },
+        )
 
     def _refusal(
         self, input: RunAgentInput, exc: InvalidInputError | RunLiveError
@@ -473,6 +543,7 @@ class StorageAgent:
         persister = RunPersister(setup.storage, self, handlers, config, done.chat, fold)
         persister.chain = done.chain
         persister.outbox, persister.owner = self.outbox, self.owner
+        persister.journaling = self.history_skipped  # after its set-up, in the outbox
         self._persister = persister
         return persister
 
@@ -731,6 +802,15 @@ class _Run:
         stream = self.stream = agent.inner_agent.run(input)
         if isinstance(started, RunPersister):
             self.persister = started
+            if agent.history_skipped:  # its RUN_STARTED, then the notice
+                first = await anext(stream, None)
+                if first is not None:
+                    started.take(first)
+                    if first.type is _RUN_FINISHED:
+                        self.held = first
+                    else:
+                        yield first
+                yield agent._skipped()
             return
         # Started early: the inner agent's RUN_STARTED goes out as it comes, and every
         # later event waits for the set-up's writes (the run's records and a refusal
@@ -752,6 +832,8 @@ class _Run:
                 self.held = first
             elif not early:
                 yield first
+        if agent.history_skipped:
+            yield agent._skipped()
         self.persister = persister
 
     def failed(self, exc: BaseException) -> None:

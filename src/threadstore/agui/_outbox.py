@@ -16,6 +16,12 @@ one is refused at open, and a killed process's lock goes with it). Its size is b
 predecessor left: call :meth:`Outbox.drain` before sweeping runs, so a run whose end is
 journaled is not taken for one whose owner died.
 
+A run that starts while the store is away journals its set-up first (``append_set_up``:
+the client's input and who runs it); the drain sets it up then, as it would have been
+(the chat found or created, the run recorded, the input screened against the stored
+history and appended), and the run's later entries, written for a provisional chat, go
+to the chat that set-up found (``aliases`` in the file, so a crash in between keeps it).
+
 Healthy stores never touch it: only a run whose write failed journals, which keeps the
 common path exactly as fast as without an outbox.
 """
@@ -38,7 +44,8 @@ from uuid import UUID
 from pydantic import BaseModel
 
 from threadstore.agui._records import as_update, dto_with_fields
-from threadstore.errors import StoreError, StoreUnavailableError
+from threadstore.agui._setup import RunSetUp
+from threadstore.errors import InvalidInputError, RunLiveError, StoreError, StoreUnavailableError
 from threadstore.store import RunStorage, Write
 from threadstore.store.ops import WRITE_TYPES, CreateMessage, CreateReasoning, CreateToolCall
 
@@ -63,6 +70,7 @@ _SCHEMA = (
     " chat_uuid TEXT NOT NULL, run_id TEXT NOT NULL, owner TEXT,"
     " payload TEXT NOT NULL)"
 )
+_ALIASES = "CREATE TABLE IF NOT EXISTS aliases (provisional TEXT PRIMARY KEY, real TEXT)"
 _BY_TYPE = {cls.method: cls for cls in WRITE_TYPES}
 
 
@@ -150,6 +158,57 @@ async def landed(storage: RunStorage, write: Write) -> bool:
     return any(child.uuid == write.data.uuid for child in children)
 
 
+def _aliased(write: Write, aliases: dict[UUID, UUID | None]) -> Write | None:
+    """``write`` for the chat its provisional chat turned out to be (``None``: no chat)."""
+    if isinstance(write, CreateMessage):
+        if write.data.chat_uuid not in aliases:
+            return write
+        real = aliases[write.data.chat_uuid]
+        return (
+            None
+            if real is None
+            else CreateMessage(write.data.model_copy(update={"chat_uuid": real}))
+        )
+    chat = getattr(write, "chat_uuid", None)
+    if chat is None or chat not in aliases:
+        return write
+    real = aliases[chat]
+    return None if real is None else dataclasses.replace(write, chat_uuid=real)  # type: ignore[arg-type]
+
+
+async def _set_up(storage: RunStorage, spec: dict[str, Any]) -> UUID | None:
+    """Set a run up as it would have been when it started: its chat's uuid (``None``: none)."""
+    from ag_ui.core import RunAgentInput
+
+    setup = RunSetUp(
+        storage,
+        RunAgentInput.model_validate(spec["input"]),
+        user_uuid=UUID(spec["user_uuid"]),
+        owner=spec["owner"],
+        chat_name=spec["chat_name"],
+        tenant_id=spec["tenant_id"],
+        app_id=spec["app_id"],
+        history_window=None,
+        translate=None,
+        branch_from=None,
+        records_run=spec["records_run"],
+    )
+    prepared = None
+    try:
+        prepared = await setup.prepare(None)
+        return (await setup.write(prepared)).chat.chat_uuid
+    except (InvalidInputError, RunLiveError) as exc:
+        found = prepared.chat if prepared is not None else None
+        logger.error(
+            "run %s, started while the store was away, could not be set up (%s): its input "
+            "is not stored%s",
+            setup.input.run_id,
+            exc,
+            "" if found is not None else ", nor its answer",
+        )
+        return None if found is None else found.chat_uuid
+
+
 async def _replayable(storage: RunStorage, writes: Sequence[Write]) -> list[Write]:
     """``writes`` with every create that already landed turned into an update."""
     out: list[Write] = []
@@ -184,6 +243,7 @@ class Outbox:
         self._depth = 0
         self._refused = False  # an append did not fit: full until a drain makes room
         self._pending: dict[tuple[UUID, str], str | None] = {}
+        self._aliases: dict[UUID, UUID | None] = {}
         self._appended = asyncio.Event()
         self._drainer: asyncio.Task[None] | None = None
         self._storage: RunStorage | None = None
@@ -225,6 +285,7 @@ class Outbox:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=FULL")
             db.execute(_SCHEMA)
+            db.execute(_ALIASES)
             # Takes the exclusive lock now: a second process on this file fails here.
             db.execute("BEGIN IMMEDIATE")
             db.execute("COMMIT")
@@ -236,6 +297,10 @@ class Outbox:
         rows = db.execute(
             "SELECT chat_uuid, run_id, owner, length(payload) FROM entries ORDER BY seq"
         ).fetchall()
+        self._aliases = {
+            UUID(provisional): None if real is None else UUID(real)
+            for provisional, real in db.execute("SELECT provisional, real FROM aliases")
+        }
         self._db = db
         self._depth = len(rows)
         self._bytes = sum(row[3] for row in rows)
@@ -272,7 +337,16 @@ class Outbox:
         self, chat_uuid: UUID, run_id: str, owner: str | None, writes: Sequence[Write]
     ) -> None:
         """Journal one flush of a run; on disk when this returns (:class:`OutboxFullError`)."""
-        payload = encode_writes(writes)
+        await self._append(chat_uuid, run_id, owner, encode_writes(writes))
+
+    async def append_set_up(
+        self, chat_uuid: UUID, run_id: str, owner: str | None, spec: dict[str, Any]
+    ) -> None:
+        """Journal the set-up of a run started while the store is away (``chat_uuid``: the
+        provisional chat its later writes name); see the module docstring."""
+        await self._append(chat_uuid, run_id, owner, json.dumps({"set_up": spec}))
+
+    async def _append(self, chat_uuid: UUID, run_id: str, owner: str | None, payload: str) -> None:
         if self._bytes + len(payload) > self.max_bytes:
             self._refused = True
             raise OutboxFullError(
@@ -310,14 +384,13 @@ class Outbox:
                 await self._heartbeat(storage)
             while self._depth:
                 seq, chat, run_id, payload = await self._call(self._oldest)
-                writes = decode_writes(payload)
-                try:
-                    await storage.write(await _replayable(storage, writes))
-                except Exception as exc:
-                    if is_outage(exc):
-                        raise
-                    await self._apply_one_by_one(storage, writes, exc)
-                await self._call(self._delete, seq)
+                if payload.startswith("{"):  # a run's set-up
+                    real = await _set_up(storage, json.loads(payload)["set_up"])
+                    await self._call(self._settle_set_up, seq, chat, real)
+                    self._aliases[UUID(chat)] = real
+                else:
+                    await self._apply(storage, decode_writes(payload))
+                    await self._call(self._delete, seq)
                 self._depth -= 1
                 self._bytes -= len(payload)
                 self._refused = False
@@ -341,6 +414,28 @@ class Outbox:
                 by_owner.setdefault(owner, []).append(key)
         for owner, keys in by_owner.items():
             await storage.run_repo.heartbeat_runs(owner, keys)
+
+    async def _apply(self, storage: RunStorage, journaled: list[Write]) -> None:
+        aliases = self._aliases
+        writes = [w for w in (_aliased(w, aliases) for w in journaled) if w is not None]
+        if not writes:
+            return
+        try:
+            await storage.write(await _replayable(storage, writes))
+        except Exception as exc:
+            if is_outage(exc):
+                raise
+            await self._apply_one_by_one(storage, writes, exc)
+
+    def _settle_set_up(self, seq: int, provisional: str, real: UUID | None) -> None:
+        assert self._db is not None
+        with self._db:  # one transaction: the alias is kept exactly when the entry is gone
+            self._db.execute("BEGIN")
+            self._db.execute(
+                "INSERT OR REPLACE INTO aliases VALUES (?, ?)",
+                (provisional, None if real is None else str(real)),
+            )
+            self._db.execute("DELETE FROM entries WHERE seq = ?", (seq,))
 
     async def _apply_one_by_one(
         self, storage: RunStorage, writes: Sequence[Write], first: Exception

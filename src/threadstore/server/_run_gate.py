@@ -73,7 +73,14 @@ class RunGate:
         self._locks[key] = (lock, users + 1)
         try:
             async with lock:
-                chat = await self._check(state, user, run_input)
+                try:
+                    chat = await self._check(state, user, run_input)
+                except StoreUnavailableError:
+                    if state.manager.outbox is None or state.manager.outbox.full:
+                        raise
+                    # The run starts on the client's messages; its set-up and writes wait
+                    # in the outbox, and its stream says so (threadstore.history_skipped).
+                    chat = None
                 handle = await state.manager.run(run_input, user, chat)
                 await self._claimed(state, handle, run_input)
                 return handle
