@@ -152,9 +152,6 @@ def create_app(
         # Outside PostgreSQL it is the in-process manager. Streams of this process's runs
         # come from memory, never waiting for the relay: the client goes first.
         journal = None if outbox is None else Outbox(outbox, max_bytes=outbox_max_bytes)
-        if journal is not None:
-            await journal.open(run_storage(opened, opened, opened))
-            await _drain_at_start(journal)
         manager: DistributedRunManager[Any] = DistributedRunManager(
             per_run,
             outbox=journal,
@@ -174,6 +171,8 @@ def create_app(
         try:
             await manager.start()
             if journal is not None:
+                await journal.open(run_storage(opened, opened, opened))
+                await _drain_at_start(journal)  # before any sweep looks at its runs
                 journal.start()
             swept = await manager.sweep(stale_after)
             if swept:
