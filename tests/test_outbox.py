@@ -333,3 +333,30 @@ async def test_a_second_process_cannot_open_an_outbox_in_use(tmp_path: Path) -> 
         await first.close()
         await second.close()
         await store.close()
+
+
+async def test_an_outbox_entry_drained_twice_stores_its_records_once(tmp_path: Path) -> None:
+    from threadstore.models import ChatCreate
+    from threadstore.store import run_storage
+
+    store = await open_store(f"sqlite:///{tmp_path / 'threadstore.db'}")
+    outbox = Outbox(tmp_path / "outbox.sqlite3")
+    try:
+        chat = await store.create_chat(ChatCreate(user_uuid=uuid4(), thread_id="t"))
+        data = MessageCreate(chat_uuid=chat.chat_uuid, message_uuid=uuid4(), role=Role.ASSISTANT)
+        flush = [
+            CreateMessage(data),
+            UpdateMessage(data.message_uuid, MessageUpdate(content="hello")),
+        ]
+        await outbox.open(run_storage(store, store, store))
+        await outbox.append(chat.chat_uuid, "run-1", None, flush)
+        assert await outbox.drain() == 1
+        # What a crash between the store's commit and the entry's delete leaves behind.
+        await outbox.append(chat.chat_uuid, "run-1", None, flush)
+        assert await outbox.drain() == 1
+        assert outbox.depth == 0
+        messages = await store.get_chat_messages(chat.chat_uuid)
+        assert [(m.message_uuid, m.content) for m in messages] == [(data.message_uuid, "hello")]
+    finally:
+        await outbox.close()
+        await store.close()
