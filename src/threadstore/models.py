@@ -58,6 +58,8 @@ __all__ = [
     "Run",
     "RunStatus",
     "ScopedPolicy",
+    "SearchHit",
+    "SearchPage",
     "Summary",
     "SweepReport",
     "TextPart",
@@ -753,3 +755,29 @@ class SweepReport(_Model):
     """Chats by why they expired: ``idle``, ``absolute``, ``deleted``."""
     started_at: datetime = Field(default_factory=utcnow)
     finished_at: datetime = Field(default_factory=utcnow)
+
+
+class SearchHit(_Model):
+    """A message that matched a search: where it is, what matched, and a snippet of it."""
+
+    chat_uuid: UUID
+    chat_name: str | None = None
+    message_uuid: UUID
+    role: str
+    kind: Literal["text", "tool", "reasoning"]
+    """What matched: the message's text, one of its tool calls (name, arguments, result),
+    or its reasoning."""
+    snippet: str
+    """A short excerpt of what matched, around the matching words."""
+    highlights: list[tuple[int, int]] = Field(default_factory=list)
+    """``(start, end)`` character offsets in ``snippet`` of each matching word."""
+    score: float
+    """How well it matched (higher is better); comparable within one search only."""
+    created_at: datetime
+
+
+class SearchPage(_Model):
+    """One page of search hits; pass ``next_cursor`` back (same query) for the next page."""
+
+    items: list[SearchHit]
+    next_cursor: str | None = None

@@ -411,4 +411,79 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (scope, scope_uuid)
     );
     """,
+    # Full-text search: one FTS5 entry per message (rowid = its seq) holding its owner's
+    # word (u + the user's uuid in hex, which every search asks for, so a search reads
+    # that user's entries only), its text, its tool calls (name, arguments, result) and
+    # its reasoning, written by triggers in the transaction of each write. A chat's
+    # delete cascades to its messages, whose entries go with them. Messages stored
+    # before this migration are indexed in the background, newest first, a batch per
+    # transaction (search_backlog: the seqs still waiting, low..high).
+    """
+    CREATE VIRTUAL TABLE search_index USING fts5 (
+        owner, body, tools, reasoning, tokenize = 'unicode61 remove_diacritics 2'
+    );
+    CREATE VIEW search_sources (seq, owner, body, tools, reasoning) AS
+    SELECT m.seq, 'u' || replace(c.user_uuid, '-', ''), m.content,
+           (SELECT group_concat(t.name || ' ' || t.arguments || ' ' || COALESCE(t.content, ''),
+                                ' ')
+              FROM tool_calls t WHERE t.message_uuid = m.message_uuid),
+           (SELECT group_concat(r.content, ' ') FROM reasonings r
+             WHERE r.message_uuid = m.message_uuid)
+      FROM messages m JOIN chats c ON c.chat_uuid = m.chat_uuid;
+    CREATE TRIGGER messages_search_insert AFTER INSERT ON messages
+    WHEN NEW.content <> '' BEGIN
+        INSERT INTO search_index (rowid, owner, body)
+        SELECT NEW.seq, 'u' || replace(user_uuid, '-', ''), NEW.content
+          FROM chats WHERE chat_uuid = NEW.chat_uuid;
+    END;
+    CREATE TRIGGER messages_search_update AFTER UPDATE OF content ON messages
+    WHEN NEW.content IS NOT OLD.content BEGIN
+        DELETE FROM search_index WHERE rowid = NEW.seq;
+        INSERT INTO search_index (rowid, owner, body, tools, reasoning)
+        SELECT * FROM search_sources WHERE seq = NEW.seq;
+    END;
+    CREATE TRIGGER messages_search_delete AFTER DELETE ON messages BEGIN
+        DELETE FROM search_index WHERE rowid = OLD.seq;
+    END;
+    CREATE TRIGGER tool_calls_search_insert AFTER INSERT ON tool_calls BEGIN
+        DELETE FROM search_index
+         WHERE rowid = (SELECT seq FROM messages WHERE message_uuid = NEW.message_uuid);
+        INSERT INTO search_index (rowid, owner, body, tools, reasoning)
+        SELECT * FROM search_sources
+         WHERE seq = (SELECT seq FROM messages WHERE message_uuid = NEW.message_uuid);
+    END;
+    CREATE TRIGGER tool_calls_search_update AFTER UPDATE OF name, arguments, content
+    ON tool_calls WHEN NEW.name IS NOT OLD.name OR NEW.arguments IS NOT OLD.arguments
+                       OR NEW.content IS NOT OLD.content BEGIN
+        DELETE FROM search_index
+         WHERE rowid = (SELECT seq FROM messages WHERE message_uuid = NEW.message_uuid);
+        INSERT INTO search_index (rowid, owner, body, tools, reasoning)
+        SELECT * FROM search_sources
+         WHERE seq = (SELECT seq FROM messages WHERE message_uuid = NEW.message_uuid);
+    END;
+    CREATE TRIGGER reasonings_search_insert AFTER INSERT ON reasonings
+    WHEN NEW.content <> '' BEGIN
+        DELETE FROM search_index
+         WHERE rowid = (SELECT seq FROM messages WHERE message_uuid = NEW.message_uuid);
+        INSERT INTO search_index (rowid, owner, body, tools, reasoning)
+        SELECT * FROM search_sources
+         WHERE seq = (SELECT seq FROM messages WHERE message_uuid = NEW.message_uuid);
+    END;
+    CREATE TRIGGER reasonings_search_update AFTER UPDATE OF content ON reasonings
+    WHEN NEW.content IS NOT OLD.content BEGIN
+        DELETE FROM search_index
+         WHERE rowid = (SELECT seq FROM messages WHERE message_uuid = NEW.message_uuid);
+        INSERT INTO search_index (rowid, owner, body, tools, reasoning)
+        SELECT * FROM search_sources
+         WHERE seq = (SELECT seq FROM messages WHERE message_uuid = NEW.message_uuid);
+    END;
+    CREATE TABLE search_backlog (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        low INTEGER NOT NULL,
+        high INTEGER NOT NULL,
+        cut INTEGER
+    );
+    INSERT INTO search_backlog (id, low, high)
+    SELECT 1, min(seq), max(seq) FROM messages HAVING count(*) > 0;
+    """,
 ]

@@ -48,6 +48,7 @@ from threadstore.store._sqlite_executor import (
     sqlite_path,
 )
 from threadstore.store._sqlite_lifecycle import SQLiteLifecycle
+from threadstore.store._sqlite_search import SQLiteSearch
 from threadstore.store._sqlite_schema import (
     CHAT_COLUMNS,
     MESSAGE_COLUMNS,
@@ -114,6 +115,7 @@ class SQLiteStore(Store):
         )
         self._entries = EntryLoader(self._messages, self._tool_calls, self._reasonings)
         self._lifecycle = SQLiteLifecycle(self)
+        self._search = SQLiteSearch(self)
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -122,6 +124,7 @@ class SQLiteStore(Store):
         await self.executor.open()
 
     async def close(self) -> None:
+        await self._search.stop()
         await self.executor.close()
 
     async def set_trace_callback(self, callback: Callable[[str], object] | None) -> None:
@@ -134,6 +137,7 @@ class SQLiteStore(Store):
     async def setup(self) -> None:
         """Apply pending migrations in order, each recorded in ``threadstore_migrations``."""
         await self.executor.migrate()
+        await self._search.start()
 
     async def schema_version(self) -> int:
         """Return the highest applied migration (0 for an empty database)."""

@@ -1,0 +1,240 @@
+"""Full-text search over a user's messages: what every backend shares.
+
+A search finds the messages of one user whose text, tool calls (name, arguments and
+result) or reasoning contain every word of the query. The query is plain words: they
+are taken out of the user's text (``\\w+``) and each is quoted before it reaches the
+database, so no input is ever read as an operator and none is a syntax error there.
+
+Each backend keeps one index entry per message (its text, its tool calls and its
+reasoning), written by triggers in the transaction of the write, and answers
+:meth:`SearchBackend.select`; paging, limits, cursors, snippets' highlights and the
+hits' kinds are decided here, once.
+"""
+
+from __future__ import annotations
+
+import abc
+import base64
+import binascii
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+from uuid import UUID
+
+from threadstore.errors import InvalidInputError
+from threadstore.models import SearchHit, SearchPage
+
+__all__ = [
+    "DEFAULT_SEARCH_LIMIT",
+    "HIGHLIGHT_START",
+    "HIGHLIGHT_STOP",
+    "INDEX_BATCH",
+    "KINDS",
+    "MAX_QUERY_CHARS",
+    "MAX_QUERY_WORDS",
+    "MAX_SEARCH_LIMIT",
+    "SearchBackend",
+    "SearchCursor",
+    "SearchOrder",
+    "SearchQuery",
+    "SearchRow",
+    "owner_token",
+    "query_words",
+    "search",
+]
+
+MAX_QUERY_CHARS = 500
+"""Longest query text accepted."""
+
+MAX_QUERY_WORDS = 16
+"""Most words a query may hold."""
+
+DEFAULT_SEARCH_LIMIT = 20
+"""Hits per page when no limit is given."""
+
+MAX_SEARCH_LIMIT = 100
+"""Largest page of hits."""
+
+INDEX_BATCH = 500
+"""Messages the background indexing of existing data writes per transaction."""
+
+HIGHLIGHT_START = "\ue000"
+HIGHLIGHT_STOP = "\ue001"
+"""What a backend puts around each matching word of a snippet (private-use characters)."""
+
+KINDS: tuple[Literal["text", "tool", "reasoning"], ...] = ("text", "tool", "reasoning")
+"""The parts of a message a search reads, in the order of :attr:`SearchRow.snippets`."""
+
+SearchOrder = Literal["newest", "best"]
+
+_WORD = re.compile(r"\w+")
+
+
+def query_words(text: str) -> tuple[str, ...]:
+    """The words of a query, lower-cased and without repeats; ``InvalidInputError`` if none."""
+    if len(text) > MAX_QUERY_CHARS:
+        raise InvalidInputError(f"a search query is at most {MAX_QUERY_CHARS} characters")
+    words = tuple(dict.fromkeys(word.lower() for word in _WORD.findall(text)))
+    if not words:
+        raise InvalidInputError("a search query needs at least one word (letters or digits)")
+    if len(words) > MAX_QUERY_WORDS:
+        raise InvalidInputError(f"a search query has at most {MAX_QUERY_WORDS} words")
+    return words
+
+
+def owner_token(user_uuid: UUID) -> str:
+    """The word an index entry carries for its owner: a search matches it with the query."""
+    return "u" + user_uuid.hex
+
+
+@dataclass(frozen=True, slots=True)
+class SearchCursor:
+    """Where the previous page ended: its last hit's score, time and ``Message.seq``."""
+
+    order: SearchOrder
+    score: float
+    created_at: datetime
+    seq: int
+
+    def encode(self) -> str:
+        raw = f"{self.order}|{self.score.hex()}|{self.created_at.isoformat()}|{self.seq}"
+        return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+    @staticmethod
+    def decode(cursor: str, order: SearchOrder) -> SearchCursor:
+        """The cursor :meth:`encode` made for a search of the same ``order``."""
+        try:
+            padded = cursor + "=" * (-len(cursor) % 4)
+            raw = base64.urlsafe_b64decode(padded.encode()).decode()
+            made_for, score, at, seq = raw.split("|")
+            found = SearchCursor(
+                order, float.fromhex(score), datetime.fromisoformat(at), int(seq)
+            )
+        except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
+            raise InvalidInputError(f"invalid cursor {cursor!r}") from exc
+        if made_for != order:
+            raise InvalidInputError(f"cursor {cursor!r} belongs to a search by {made_for}")
+        return found
+
+
+@dataclass(frozen=True, slots=True)
+class SearchQuery:
+    """What a backend is asked: one user's messages holding every word, one page of them."""
+
+    user_uuid: UUID
+    words: tuple[str, ...]
+    order: SearchOrder
+    all_branches: bool
+    after: SearchCursor | None
+    limit: int
+    """Rows wanted: the page and one more (whether there is a next page)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SearchRow:
+    """A backend's answer for one message; ``snippets`` by :data:`KINDS`, marked with
+    :data:`HIGHLIGHT_START` and :data:`HIGHLIGHT_STOP` (``None``: that part is empty)."""
+
+    seq: int
+    message_uuid: UUID
+    chat_uuid: UUID
+    chat_name: str | None
+    role: str
+    created_at: datetime
+    score: float
+    snippets: tuple[str | None, str | None, str | None]
+
+
+class SearchBackend(abc.ABC):
+    """A backend's index of its messages' words, and its reads."""
+
+    @abc.abstractmethod
+    async def select(self, query: SearchQuery) -> list[SearchRow]:
+        """Up to ``query.limit`` rows of the user's live chats, in ``query.order`` after
+        ``query.after``: by score then ``(created_at, seq)`` descending for ``best``, by
+        ``(created_at, seq)`` descending for ``newest``; only the active branch of each
+        chat unless ``all_branches``."""
+
+    @abc.abstractmethod
+    async def backlog(self) -> int:
+        """How many existing messages still wait to be indexed (0: every one is)."""
+
+    async def start(self) -> None:  # noqa: B027 - optional hook
+        """Begin indexing existing messages in the background, if any wait."""
+
+    async def stop(self) -> None:  # noqa: B027 - optional hook
+        """Stop the background indexing (it resumes at the next ``start``)."""
+
+
+async def search(
+    backend: SearchBackend,
+    user_uuid: UUID,
+    text: str,
+    *,
+    order: SearchOrder = "newest",
+    all_branches: bool = False,
+    limit: int | None = None,
+    cursor: str | None = None,
+) -> SearchPage:
+    """One page of ``user_uuid``'s messages matching every word of ``text``."""
+    if order not in ("newest", "best"):
+        raise InvalidInputError(f"order must be 'newest' or 'best', got {order!r}")
+    size = DEFAULT_SEARCH_LIMIT if limit is None else limit
+    if not 1 <= size <= MAX_SEARCH_LIMIT:
+        raise InvalidInputError(f"limit must be between 1 and {MAX_SEARCH_LIMIT}, got {size}")
+    after = None if cursor is None else SearchCursor.decode(cursor, order)
+    words = query_words(text)
+    rows = await backend.select(
+        SearchQuery(user_uuid, words, order, all_branches, after, size + 1)
+    )
+    items = [_hit(row) for row in rows[:size]]
+    next_cursor = None
+    if len(rows) > size:
+        last = rows[size - 1]
+        next_cursor = SearchCursor(order, last.score, last.created_at, last.seq).encode()
+    return SearchPage(items=items, next_cursor=next_cursor)
+
+
+def _hit(row: SearchRow) -> SearchHit:
+    """The hit of ``row``: the part with the most highlighted words is what matched."""
+    best = max(
+        range(len(KINDS)),
+        key=lambda i: ((row.snippets[i] or "").count(HIGHLIGHT_START), -i),
+    )
+    snippet, highlights = _unmark(row.snippets[best] or "")
+    return SearchHit(
+        chat_uuid=row.chat_uuid,
+        chat_name=row.chat_name,
+        message_uuid=row.message_uuid,
+        role=row.role,
+        kind=KINDS[best],
+        snippet=snippet,
+        highlights=highlights,
+        score=row.score,
+        created_at=row.created_at,
+    )
+
+
+def _unmark(marked: str) -> tuple[str, list[tuple[int, int]]]:
+    """``marked`` without its highlight marks, and the spans they enclosed."""
+    text: list[str] = []
+    spans: list[tuple[int, int]] = []
+    length, start = 0, None
+    for piece in re.split(f"([{HIGHLIGHT_START}{HIGHLIGHT_STOP}])", marked):
+        if piece == HIGHLIGHT_START:
+            start = length
+        elif piece == HIGHLIGHT_STOP:
+            if start is not None and length > start:
+                spans.append((start, length))
+            start = None
+        else:
+            text.append(piece)
+            length += len(piece)
+    return "".join(text).strip(), _shifted(spans, "".join(text))
+
+
+def _shifted(spans: list[tuple[int, int]], text: str) -> list[tuple[int, int]]:
+    """``spans`` of ``text`` moved left by the whitespace :meth:`str.strip` takes off."""
+    lead = len(text) - len(text.lstrip())
+    return [(start - lead, end - lead) for start, end in spans]

@@ -1,0 +1,165 @@
+"""The SQLite backend's full-text search: an FTS5 table kept by triggers (see the schema).
+
+A search's MATCH asks for the owner's word and every query word (each quoted: plain
+words only), so FTS5 intersects the user's entries with the words' and reads no other
+user's. The active branch of a chat that ever branched is walked from its leaf.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from threadstore.errors import StoreError
+from threadstore.store._search import (
+    HIGHLIGHT_START,
+    HIGHLIGHT_STOP,
+    INDEX_BATCH,
+    SearchBackend,
+    SearchQuery,
+    SearchRow,
+    owner_token,
+)
+from threadstore.store._sqlite_sql import ts
+from threadstore.store._sqlite_writes import Statement
+
+if TYPE_CHECKING:
+    from threadstore.store.sqlite import SQLiteStore
+
+__all__ = ["SQLiteSearch", "match_expression"]
+
+_log = logging.getLogger("threadstore.store")
+
+_AFTER = {
+    "newest": "(created_at, seq) < (?5, ?6)",
+    "best": "(score < ?7 OR (score = ?7 AND (created_at, seq) < (?5, ?6)))",
+}
+_ORDER = {
+    "newest": "created_at DESC, seq DESC",
+    "best": "score DESC, created_at DESC, seq DESC",
+}
+# ?1 the MATCH, ?2 the user, ?3 every branch, ?4 the limit, ?5-?7 the cursor.
+_SELECT = """
+WITH hits AS (
+    SELECT m.seq, m.message_uuid, m.chat_uuid, c.name, m.role, m.created_at,
+           -bm25(search_index, 0.0, 1.0, 1.0, 1.0) AS score,
+           c.has_branches, c.active_leaf_uuid
+      FROM search_index s
+      JOIN messages m ON m.seq = s.rowid
+      JOIN chats c ON c.chat_uuid = m.chat_uuid
+     WHERE search_index MATCH ?1 AND c.user_uuid = ?2 AND c.deleted_at IS NULL
+),
+active (uuid) AS (
+    SELECT DISTINCT active_leaf_uuid FROM hits
+     WHERE has_branches AND NOT ?3 AND active_leaf_uuid IS NOT NULL
+    UNION
+    SELECT m.parent_uuid FROM messages m JOIN active a ON m.message_uuid = a.uuid
+     WHERE m.parent_uuid IS NOT NULL
+)
+SELECT seq, message_uuid, chat_uuid, name, role, created_at, score FROM hits
+ WHERE (NOT has_branches OR ?3 OR message_uuid IN (SELECT uuid FROM active)) AND {after}
+ ORDER BY {order} LIMIT ?4
+"""
+SELECT = {
+    (order, cursor): _SELECT.format(after=_AFTER[order] if cursor else "1", order=_ORDER[order])
+    for order in ("newest", "best")
+    for cursor in (False, True)
+}
+SNIPPETS = (
+    "SELECT rowid, "
+    + ", ".join(f"snippet(search_index, {column}, ?2, ?3, '…', 16)" for column in (1, 2, 3))
+    + " FROM search_index WHERE search_index MATCH ?1"
+    " AND rowid IN (SELECT value FROM json_each(?4))"
+)
+BACKLOG = "SELECT count(*) FROM messages, search_backlog WHERE seq BETWEEN low AND high"
+# One batch of the background indexing: the newest ?1 messages still waiting.
+INDEX_STEPS = (
+    "UPDATE search_backlog SET cut = COALESCE((SELECT seq FROM messages"
+    " WHERE seq BETWEEN low AND high ORDER BY seq DESC LIMIT 1 OFFSET ?1 - 1), low)",
+    "DELETE FROM search_index WHERE rowid BETWEEN (SELECT cut FROM search_backlog)"
+    " AND (SELECT high FROM search_backlog)",
+    "INSERT INTO search_index (rowid, owner, body, tools, reasoning) SELECT * FROM search_sources"
+    " WHERE seq BETWEEN (SELECT cut FROM search_backlog) AND (SELECT high FROM search_backlog)",
+    "UPDATE search_backlog SET high = cut - 1",
+    "DELETE FROM search_backlog WHERE high < low",
+    "SELECT count(*) FROM search_backlog",
+)
+
+
+def match_expression(user_uuid: UUID, words: tuple[str, ...]) -> str:
+    """The FTS5 query: the owner's word and every word, each quoted (never an operator)."""
+    quoted = " AND ".join('"' + word.replace('"', '""') + '"' for word in words)
+    return f'owner : "{owner_token(user_uuid)}" AND {{body tools reasoning}} : ({quoted})'
+
+
+class SQLiteSearch(SearchBackend):
+    """Search over one :class:`~threadstore.store.sqlite.SQLiteStore`."""
+
+    def __init__(self, store: SQLiteStore) -> None:
+        self.executor = store.executor
+        self._indexing: asyncio.Task[None] | None = None
+
+    async def select(self, query: SearchQuery) -> list[SearchRow]:
+        match = match_expression(query.user_uuid, query.words)
+        after = query.after
+        params: list[Any] = [match, str(query.user_uuid), query.all_branches, query.limit]
+        if after is not None:
+            params += [ts(after.created_at), after.seq, after.score]
+        sql = SELECT[(query.order, after is not None)]
+        rows = await self.executor.read(sql, params)
+        if not rows:
+            return []
+        wanted = "[" + ",".join(str(row[0]) for row in rows) + "]"
+        found = await self.executor.read(
+            SNIPPETS, (match, HIGHLIGHT_START, HIGHLIGHT_STOP, wanted)
+        )
+        snippets = {row[0]: (row[1], row[2], row[3]) for row in found}
+        return [
+            SearchRow(
+                seq=seq,
+                message_uuid=UUID(message_uuid),
+                chat_uuid=UUID(chat_uuid),
+                chat_name=name,
+                role=role,
+                created_at=datetime.fromisoformat(created_at),
+                score=score,
+                snippets=snippets.get(seq, (None, None, None)),
+            )
+            for seq, message_uuid, chat_uuid, name, role, created_at, score in rows
+        ]
+
+    async def backlog(self) -> int:
+        rows = await self.executor.read(BACKLOG, ())
+        return int(rows[0][0])
+
+    async def start(self) -> None:
+        if self._indexing is None and await self.backlog():
+            self._indexing = asyncio.create_task(self._index_existing())
+
+    async def stop(self) -> None:
+        task, self._indexing = self._indexing, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _index_existing(self) -> None:
+        """Index the messages stored before search existed, a batch per transaction."""
+        steps = [
+            Statement(sql, (INDEX_BATCH,) if i == 0 else (), inline=False)
+            for i, sql in enumerate(INDEX_STEPS)
+        ]
+        try:
+            while True:
+                # A flush's priority: every other waiting write goes first.
+                results = await self.executor.run(*steps, background=True)
+                if not results[-1][0][0]:
+                    return
+                await asyncio.sleep(0)
+        except StoreError as exc:
+            # The next start (the store's next setup) resumes where this one stopped.
+            _log.warning("indexing existing messages for search stopped: %s", exc)
