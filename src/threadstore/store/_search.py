@@ -68,7 +68,8 @@ KINDS: tuple[Literal["text", "tool", "reasoning"], ...] = ("text", "tool", "reas
 
 SearchOrder = Literal["newest", "best"]
 
-_WORD = re.compile(r"\w+")
+_WORD = re.compile(r"[^\W_]+")
+"""A word: letters and digits (as the databases' tokenizers read them)."""
 
 
 def query_words(text: str) -> tuple[str, ...]:

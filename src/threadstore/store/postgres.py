@@ -60,6 +60,7 @@ from threadstore.store._history import DEFAULT_HISTORY_CACHE_MESSAGES, HistoryCa
 from threadstore.store._lifecycle import ERASED_USER_DETAIL, ERASED_USER_STATE
 from threadstore.store._postgres_events import PostgresRunEvents
 from threadstore.store._postgres_lifecycle import PostgresLifecycle
+from threadstore.store._postgres_search import PostgresSearch
 from threadstore.store._records import split_update
 from threadstore.store._rows import EntryLoader, RowLoader, attach_rows
 from threadstore.store._timeouts import caused_by, split_timeout, unavailable
@@ -192,6 +193,7 @@ class PostgresStore(Store):
         max_size: int = 10,
         history_cache_messages: int = DEFAULT_HISTORY_CACHE_MESSAGES,
         timeout: float | None = None,
+        search_language: str | None = None,
         **model_classes: Any,
     ) -> None:
         super().__init__(**model_classes)
@@ -229,6 +231,9 @@ class PostgresStore(Store):
         self._entries = EntryLoader(self._messages, self._tool_calls, self._reasonings)
         self._run_events = PostgresRunEvents(self)
         self._lifecycle = PostgresLifecycle(self)
+        self._search = PostgresSearch(self, search_language)
+        """Full-text search; ``search_language``: its text search configuration (``setup``
+        sets it; ``None`` keeps the database's, ``simple`` at first)."""
 
     def run_events(self) -> PostgresRunEvents:
         """The relayed run-events log in this database (shared by every process using it)."""
@@ -262,6 +267,7 @@ class PostgresStore(Store):
 
     async def close(self) -> None:
         """Close the pool if the store created it; an app's own pool stays open."""
+        await self._search.stop()
         pool, self._pool = self._pool, None
         idle, self._idle = self._idle, []
         self._flush_slots = None
@@ -292,6 +298,7 @@ class PostgresStore(Store):
             for version in range(current + 1, len(sql.MIGRATIONS) + 1):
                 await conn.execute(sql.MIGRATIONS[version - 1], timeout=wait)
                 await conn.execute(sql.RECORD_MIGRATION, version, models.utcnow(), timeout=wait)
+        await self._search.start()
 
     async def schema_version(self) -> int:
         """Return the highest applied migration (0 for an empty database)."""
