@@ -405,7 +405,10 @@ MIGRATIONS: list[str] = [
         id boolean PRIMARY KEY DEFAULT true CHECK (id),
         language regconfig NOT NULL
     );
-    INSERT INTO search_settings (language) VALUES ('simple');
+    -- No row (a fresh database, or its rows deleted): 'simple'.
+    CREATE FUNCTION threadstore_search_language() RETURNS regconfig LANGUAGE sql STABLE AS $$
+        SELECT COALESCE((SELECT language FROM search_settings), 'simple'::regconfig)
+    $$;
     CREATE TABLE search_docs (
         message_uuid uuid PRIMARY KEY REFERENCES messages (message_uuid) ON DELETE CASCADE,
         doc tsvector NOT NULL
@@ -428,8 +431,8 @@ MIGRATIONS: list[str] = [
     CREATE FUNCTION threadstore_search_index() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
         INSERT INTO search_docs (message_uuid, doc)
-        SELECT s.message_uuid, threadstore_search_doc(g.language, s)
-          FROM search_sources s, search_settings g WHERE s.message_uuid = NEW.message_uuid
+        SELECT s.message_uuid, threadstore_search_doc(threadstore_search_language(), s)
+          FROM search_sources s WHERE s.message_uuid = NEW.message_uuid
         ON CONFLICT (message_uuid) DO UPDATE SET doc = EXCLUDED.doc;
         RETURN NULL;
     END
@@ -478,8 +481,8 @@ MIGRATIONS: list[str] = [
                  ORDER BY chat_uuid LIMIT chats) b;
         n := COALESCE(cardinality(batch), 0);
         INSERT INTO search_docs (message_uuid, doc)
-        SELECT s.message_uuid, threadstore_search_doc(g.language, s)
-          FROM search_sources s, search_settings g WHERE s.chat_uuid = ANY (batch)
+        SELECT s.message_uuid, threadstore_search_doc(threadstore_search_language(), s)
+          FROM search_sources s WHERE s.chat_uuid = ANY (batch)
         ON CONFLICT (message_uuid) DO UPDATE SET doc = EXCLUDED.doc;
         IF n < chats THEN
             DELETE FROM search_backlog;

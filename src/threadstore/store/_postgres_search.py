@@ -88,11 +88,12 @@ SNIPPETS = (
     + " FROM search_sources s, plainto_tsquery($1::regconfig, $2) q"
     " WHERE s.message_uuid = ANY ($4::uuid[])"
 )
-LANGUAGE = "SELECT language::text FROM search_settings"
+LANGUAGE = "SELECT threadstore_search_language()::text"
 # A new configuration: every message is indexed again, in the background.
 SET_LANGUAGE = (
-    "WITH changed AS (UPDATE search_settings SET language = $1::regconfig"
-    " WHERE language <> $1::regconfig RETURNING 1)"
+    "WITH changed AS (INSERT INTO search_settings (language) SELECT $1::regconfig"
+    " WHERE threadstore_search_language() <> $1::regconfig"
+    " ON CONFLICT (id) DO UPDATE SET language = EXCLUDED.language RETURNING 1)"
     " INSERT INTO search_backlog (after_chat) SELECT NULL FROM changed"
     " ON CONFLICT (id) DO UPDATE SET after_chat = NULL"
 )
@@ -133,7 +134,9 @@ class PostgresSearch(SearchBackend):
             None if after is None else after.created_at,
         ]
         if after is not None:
-            params += [after.seq, after.score]
+            params.append(after.seq)
+            if query.order == "best":
+                params.append(after.score)
         rows = await self.store._fetch(SELECT[(query.order, after is not None)], *params)
         if not rows:
             return []

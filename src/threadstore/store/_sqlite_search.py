@@ -108,7 +108,9 @@ class SQLiteSearch(SearchBackend):
         after = query.after
         params: list[Any] = [match, str(query.user_uuid), query.all_branches, query.limit]
         if after is not None:
-            params += [ts(after.created_at), after.seq, after.score]
+            params += [ts(after.created_at), after.seq]
+            if query.order == "best":
+                params.append(after.score)
         sql = SELECT[(query.order, after is not None)]
         rows = await self.executor.read(sql, params)
         if not rows:
