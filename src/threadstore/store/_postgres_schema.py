@@ -459,9 +459,9 @@ MIGRATIONS: list[str] = [
         after_chat uuid
     );
     INSERT INTO search_backlog (after_chat) SELECT NULL WHERE EXISTS (SELECT 1 FROM messages);
-    -- One batch of the background indexing: the next ``chats`` chats by uuid. true: more
+    -- One batch of the background indexing: the next ``per_batch`` chats by uuid. true: more
     -- wait; false: none; NULL: another process holds the backlog.
-    CREATE FUNCTION threadstore_search_backfill(chats integer) RETURNS boolean
+    CREATE FUNCTION threadstore_search_backfill(per_batch integer) RETURNS boolean
     LANGUAGE plpgsql AS $$
     DECLARE
         start uuid;
@@ -478,13 +478,13 @@ MIGRATIONS: list[str] = [
         END IF;
         SELECT array_agg(chat_uuid ORDER BY chat_uuid) INTO batch
           FROM (SELECT chat_uuid FROM chats WHERE start IS NULL OR chat_uuid > start
-                 ORDER BY chat_uuid LIMIT chats) b;
+                 ORDER BY chat_uuid LIMIT per_batch) b;
         n := COALESCE(cardinality(batch), 0);
         INSERT INTO search_docs (message_uuid, doc)
         SELECT s.message_uuid, threadstore_search_doc(threadstore_search_language(), s)
           FROM search_sources s WHERE s.chat_uuid = ANY (batch)
         ON CONFLICT (message_uuid) DO UPDATE SET doc = EXCLUDED.doc;
-        IF n < chats THEN
+        IF n < per_batch THEN
             DELETE FROM search_backlog;
             RETURN false;
         END IF;

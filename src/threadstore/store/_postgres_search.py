@@ -15,6 +15,8 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
+import asyncpg
+
 from threadstore.errors import ConfigurationError, StoreError
 from threadstore.store._search import (
     HIGHLIGHT_START,
@@ -166,7 +168,7 @@ class PostgresSearch(SearchBackend):
         if self.wanted is not None:
             try:
                 await self.store._fetch(SET_LANGUAGE, self.wanted)
-            except StoreError as exc:
+            except (StoreError, asyncpg.PostgresError) as exc:
                 raise ConfigurationError(
                     f"search_language {self.wanted!r} is not a text search configuration"
                     " of this database (SELECT cfgname FROM pg_ts_config)"
