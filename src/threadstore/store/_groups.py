@@ -38,8 +38,8 @@ from threadstore.models import (
     RetentionPolicy,
     Run,
     ScopedPolicy,
-    Summary,
     SearchPage,
+    Summary,
     SweepReport,
     utcnow,
 )

@@ -109,9 +109,7 @@ class SearchCursor:
             padded = cursor + "=" * (-len(cursor) % 4)
             raw = base64.urlsafe_b64decode(padded.encode()).decode()
             made_for, score, at, seq = raw.split("|")
-            found = SearchCursor(
-                order, float.fromhex(score), datetime.fromisoformat(at), int(seq)
-            )
+            found = SearchCursor(order, float.fromhex(score), datetime.fromisoformat(at), int(seq))
         except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
             raise InvalidInputError(f"invalid cursor {cursor!r}") from exc
         if made_for != order:
@@ -186,9 +184,7 @@ async def search(
         raise InvalidInputError(f"limit must be between 1 and {MAX_SEARCH_LIMIT}, got {size}")
     after = None if cursor is None else SearchCursor.decode(cursor, order)
     words = query_words(text)
-    rows = await backend.select(
-        SearchQuery(user_uuid, words, order, all_branches, after, size + 1)
-    )
+    rows = await backend.select(SearchQuery(user_uuid, words, order, all_branches, after, size + 1))
     items = [_hit(row) for row in rows[:size]]
     next_cursor = None
     if len(rows) > size:

@@ -116,9 +116,7 @@ class SQLiteSearch(SearchBackend):
         if not rows:
             return []
         wanted = "[" + ",".join(str(row[0]) for row in rows) + "]"
-        found = await self.executor.read(
-            SNIPPETS, (match, HIGHLIGHT_START, HIGHLIGHT_STOP, wanted)
-        )
+        found = await self.executor.read(SNIPPETS, (match, HIGHLIGHT_START, HIGHLIGHT_STOP, wanted))
         snippets = {row[0]: (row[1], row[2], row[3]) for row in found}
         return [
             SearchRow(

@@ -183,6 +183,7 @@ class PostgresStore(Store):
     """Store backed by a PostgreSQL database through an asyncpg pool."""
 
     timeout: float
+    _search: PostgresSearch
 
     def __init__(
         self,

@@ -48,7 +48,6 @@ from threadstore.store._sqlite_executor import (
     sqlite_path,
 )
 from threadstore.store._sqlite_lifecycle import SQLiteLifecycle
-from threadstore.store._sqlite_search import SQLiteSearch
 from threadstore.store._sqlite_schema import (
     CHAT_COLUMNS,
     MESSAGE_COLUMNS,
@@ -56,6 +55,7 @@ from threadstore.store._sqlite_schema import (
     RUN_COLUMNS,
     TOOL_CALL_COLUMNS,
 )
+from threadstore.store._sqlite_search import SQLiteSearch
 from threadstore.store._sqlite_sql import key_param, ts
 from threadstore.store._sqlite_writes import Statement
 from threadstore.store._timeouts import split_timeout
@@ -78,6 +78,7 @@ class SQLiteStore(Store):
     """Store backed by one SQLite database file."""
 
     timeout: float
+    _search: SQLiteSearch
 
     def __init__(
         self,
