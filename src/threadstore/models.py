@@ -761,6 +761,7 @@ class SearchHit(_Model):
     """A message that matched a search: where it is, what matched, and a snippet of it."""
 
     chat_uuid: UUID
+    thread_id: str
     chat_name: str | None = None
     message_uuid: UUID
     role: str

@@ -55,6 +55,7 @@ class MemorySearch(SearchBackend):
                         seq=message["seq"],
                         message_uuid=message["message_uuid"],
                         chat_uuid=chat_uuid,
+                        thread_id=chat["thread_id"],
                         chat_name=chat["name"],
                         role=str(message["role"]),
                         created_at=message["created_at"],

@@ -49,7 +49,7 @@ _ORDER = {
 # branch, $6 the limit, $7-$9 the cursor.
 _SELECT = """
 WITH RECURSIVE hits AS (
-    SELECT m.seq, m.message_uuid, m.chat_uuid, c.name, m.role, m.created_at,
+    SELECT m.seq, m.message_uuid, m.chat_uuid, c.thread_id, c.name, m.role, m.created_at,
            ts_rank(d.doc, plainto_tsquery($1::regconfig, $2))::float8 AS score,
            c.has_branches, c.active_leaf_uuid
       FROM search_docs d
@@ -66,7 +66,7 @@ active (uuid) AS (
     SELECT m.parent_uuid FROM messages m JOIN active a ON m.message_uuid = a.uuid
      WHERE m.parent_uuid IS NOT NULL
 )
-SELECT seq, message_uuid, chat_uuid, name, role, created_at, score FROM hits
+SELECT seq, message_uuid, chat_uuid, thread_id, name, role, created_at, score FROM hits
  WHERE (NOT has_branches OR $5 OR message_uuid IN (SELECT uuid FROM active)) AND {after}
  ORDER BY {order} LIMIT $6
 """
@@ -151,10 +151,11 @@ class PostgresSearch(SearchBackend):
                 seq=row[0],
                 message_uuid=row[1],
                 chat_uuid=row[2],
-                chat_name=row[3],
-                role=row[4],
-                created_at=row[5],
-                score=row[6],
+                thread_id=row[3],
+                chat_name=row[4],
+                role=row[5],
+                created_at=row[6],
+                score=row[7],
                 snippets=snippets.get(row[1], (None, None, None)),
             )
             for row in rows

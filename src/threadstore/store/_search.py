@@ -138,6 +138,7 @@ class SearchRow:
     seq: int
     message_uuid: UUID
     chat_uuid: UUID
+    thread_id: str
     chat_name: str | None
     role: str
     created_at: datetime
@@ -202,6 +203,7 @@ def _hit(row: SearchRow) -> SearchHit:
     snippet, highlights = _unmark(row.snippets[best] or "")
     return SearchHit(
         chat_uuid=row.chat_uuid,
+        thread_id=row.thread_id,
         chat_name=row.chat_name,
         message_uuid=row.message_uuid,
         role=row.role,

@@ -45,7 +45,7 @@ _ORDER = {
 # ?1 the MATCH, ?2 the user, ?3 every branch, ?4 the limit, ?5-?7 the cursor.
 _SELECT = """
 WITH hits AS (
-    SELECT m.seq, m.message_uuid, m.chat_uuid, c.name, m.role, m.created_at,
+    SELECT m.seq, m.message_uuid, m.chat_uuid, c.thread_id, c.name, m.role, m.created_at,
            -bm25(search_index, 0.0, 1.0, 1.0, 1.0) AS score,
            c.has_branches, c.active_leaf_uuid
       FROM search_index s
@@ -60,7 +60,7 @@ active (uuid) AS (
     SELECT m.parent_uuid FROM messages m JOIN active a ON m.message_uuid = a.uuid
      WHERE m.parent_uuid IS NOT NULL
 )
-SELECT seq, message_uuid, chat_uuid, name, role, created_at, score FROM hits
+SELECT seq, message_uuid, chat_uuid, thread_id, name, role, created_at, score FROM hits
  WHERE (NOT has_branches OR ?3 OR message_uuid IN (SELECT uuid FROM active)) AND {after}
  ORDER BY {order} LIMIT ?4
 """
@@ -123,13 +123,14 @@ class SQLiteSearch(SearchBackend):
                 seq=seq,
                 message_uuid=UUID(message_uuid),
                 chat_uuid=UUID(chat_uuid),
+                thread_id=thread_id,
                 chat_name=name,
                 role=role,
                 created_at=datetime.fromisoformat(created_at),
                 score=score,
                 snippets=snippets.get(seq, (None, None, None)),
             )
-            for seq, message_uuid, chat_uuid, name, role, created_at, score in rows
+            for seq, message_uuid, chat_uuid, thread_id, name, role, created_at, score in rows
         ]
 
     async def backlog(self) -> int:
