@@ -42,15 +42,6 @@ from threadstore.models import (
     SweepReport,
     utcnow,
 )
-from threadstore.store._base import (
-    BranchPage,
-    ChatFilter,
-    RunFilter,
-    Siblings,
-    TreeNode,
-    check_limit,
-    require_chat_identity,
-)
 from threadstore.store._copies import copy_message
 from threadstore.store._cursor import decode_chat_cursor, encode_chat_cursor
 from threadstore.store._history import (
@@ -62,6 +53,15 @@ from threadstore.store._history import (
     kept_history,
 )
 from threadstore.store._lifecycle import ERASED_KINDS, GLOBAL_SCOPE, LifecycleBackend, Scope
+from threadstore.store._queries import (
+    BranchPage,
+    ChatFilter,
+    RunFilter,
+    Siblings,
+    TreeNode,
+    check_limit,
+    require_chat_identity,
+)
 from threadstore.store.ops import (
     CreateChat,
     CreateMessage,

@@ -55,11 +55,12 @@ from threadstore.errors import (
 from threadstore.store import _postgres_schema as sql
 from threadstore.store import _sql as shared
 from threadstore.store import ops
-from threadstore.store._base import BranchPage, ChatFilter, MessageKey, RunFilter, Store, TreeNode
+from threadstore.store._base import Store
 from threadstore.store._history import DEFAULT_HISTORY_CACHE_MESSAGES, HistoryCache
 from threadstore.store._lifecycle import ERASED_USER_DETAIL, ERASED_USER_STATE
 from threadstore.store._postgres_events import PostgresRunEvents
 from threadstore.store._postgres_lifecycle import PostgresLifecycle
+from threadstore.store._queries import BranchPage, ChatFilter, MessageKey, RunFilter, TreeNode
 from threadstore.store._records import split_update
 from threadstore.store._rows import EntryLoader, RowLoader, attach_rows
 from threadstore.store._timeouts import caused_by, split_timeout, unavailable
