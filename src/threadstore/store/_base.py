@@ -138,7 +138,8 @@ class Store(abc.ABC):
         self.reasoning_model = reasoning_model
         self.codecs = Codecs(chat_model, message_model, tool_call_model, reasoning_model)
         # The groups are built on this module's primitives (a cycle kept to run time).
-        from threadstore.store._groups import Branches, Chats, Messages, Runs
+        from threadstore.store._branches import Branches
+        from threadstore.store._groups import Chats, Messages, Runs
 
         self.chats = Chats(self)
         """Chats by concern: find, list, open with a run, state, metadata, restore, purge."""
