@@ -43,7 +43,8 @@ from threadstore.errors import (
     NotFoundError,
     RunLiveError,
 )
-from threadstore.store import _postgres_schema as sql
+from threadstore.store import _postgres_schema as schema
+from threadstore.store import _postgres_sql as sql
 from threadstore.store import _sql as shared
 from threadstore.store import ops
 from threadstore.store._base import Store
@@ -152,25 +153,25 @@ class PostgresStore(Store):
         """
         wait = _SETUP_TIMEOUT  # another process's migrations, then ours, may take long
         async with self.borrow() as conn, conn.transaction():
-            await conn.execute(sql.LOCK_MIGRATIONS, sql.MIGRATION_LOCK_KEY, timeout=wait)
-            if not await conn.fetchval(sql.MIGRATIONS_TABLE_EXISTS, timeout=wait):
-                await conn.execute(sql.CREATE_MIGRATIONS_TABLE, timeout=wait)
-            current = int(await conn.fetchval(sql.SCHEMA_VERSION, timeout=wait))
-            if current > len(sql.MIGRATIONS):
+            await conn.execute(schema.LOCK_MIGRATIONS, schema.MIGRATION_LOCK_KEY, timeout=wait)
+            if not await conn.fetchval(schema.MIGRATIONS_TABLE_EXISTS, timeout=wait):
+                await conn.execute(schema.CREATE_MIGRATIONS_TABLE, timeout=wait)
+            current = int(await conn.fetchval(schema.SCHEMA_VERSION, timeout=wait))
+            if current > len(schema.MIGRATIONS):
                 raise MigrationError(
                     f"database schema version {current} is newer than this threadstore"
-                    f" ({len(sql.MIGRATIONS)}); upgrade threadstore"
+                    f" ({len(schema.MIGRATIONS)}); upgrade threadstore"
                 )
-            for version in range(current + 1, len(sql.MIGRATIONS) + 1):
-                await conn.execute(sql.MIGRATIONS[version - 1], timeout=wait)
-                await conn.execute(sql.RECORD_MIGRATION, version, models.utcnow(), timeout=wait)
+            for version in range(current + 1, len(schema.MIGRATIONS) + 1):
+                await conn.execute(schema.MIGRATIONS[version - 1], timeout=wait)
+                await conn.execute(schema.RECORD_MIGRATION, version, models.utcnow(), timeout=wait)
 
     async def schema_version(self) -> int:
         """Return the highest applied migration (0 for an empty database)."""
         async with self._connection() as conn:
-            if not await conn.fetchval(sql.MIGRATIONS_TABLE_EXISTS):
+            if not await conn.fetchval(schema.MIGRATIONS_TABLE_EXISTS):
                 return 0
-            return int(await conn.fetchval(sql.SCHEMA_VERSION))
+            return int(await conn.fetchval(schema.SCHEMA_VERSION))
 
     def transaction(self) -> AbstractAsyncContextManager[None]:
         return self.connections.transaction()
