@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from threadstore.store._base import TreeNode
+from threadstore.store._queries import TreeNode
 from threadstore.store._sql import (
     CHAT_INSERT,
     JSON_ENCODERS,
