@@ -3,6 +3,7 @@ the background after the migration, and PostgreSQL's language is the store's opt
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -52,9 +53,8 @@ async def _no_search(self: object) -> None:
 
 
 async def _finish_indexing(store: Store) -> None:
-    task = store._search._indexing  # type: ignore[union-attr]
-    if task is not None:
-        await task
+    assert store._search is not None
+    await asyncio.wait_for(store._search.wait_indexed(), 60)
 
 
 async def test_messages_stored_before_search_are_indexed_in_the_background(

@@ -165,6 +165,11 @@ class PostgresSearch(SearchBackend):
         rows = await self.store._fetch(BACKLOG)
         return int(rows[0][0])
 
+    async def wait_indexed(self) -> None:
+        task = self._indexing
+        if task is not None:
+            await asyncio.shield(task)
+
     async def start(self) -> None:
         if self.wanted is not None:
             try:

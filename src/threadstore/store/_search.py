@@ -57,7 +57,7 @@ MAX_SEARCH_LIMIT = 100
 """Largest page of hits."""
 
 INDEX_BATCH = 500
-"""Messages the background indexing of existing data writes per transaction."""
+"""Pending messages whose index entries SQLite rewrites per transaction."""
 
 HIGHLIGHT_START = "\ue000"
 HIGHLIGHT_STOP = "\ue001"
@@ -159,6 +159,9 @@ class SearchBackend(abc.ABC):
     @abc.abstractmethod
     async def backlog(self) -> int:
         """How many existing messages still wait to be indexed (0: every one is)."""
+
+    async def wait_indexed(self) -> None:  # noqa: B027 - optional hook
+        """Return once no stored message waits to be indexed (its background work is done)."""
 
     async def start(self) -> None:  # noqa: B027 - optional hook
         """Begin indexing existing messages in the background, if any wait."""

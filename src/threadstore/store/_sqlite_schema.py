@@ -414,10 +414,12 @@ MIGRATIONS: list[str] = [
     # Full-text search: one FTS5 entry per message (rowid = its seq) holding its owner's
     # word (u + the user's uuid in hex, which every search asks for, so a search reads
     # that user's entries only), its text, its tool calls (name, arguments, result) and
-    # its reasoning, written by triggers in the transaction of each write. A chat's
-    # delete cascades to its messages, whose entries go with them. Messages stored
-    # before this migration are indexed in the background, newest first, a batch per
-    # transaction (search_backlog: the seqs still waiting, low..high).
+    # its reasoning. A write's transaction records, by trigger, which messages changed
+    # (search_pending, one row per message however often it changes); the entries of
+    # pending messages are rewritten in batches, newest first (an FTS5 write costs about
+    # the same for one entry as for a thousand), in the background and before every
+    # search, so a search sees every committed write. A deleted message's entry goes in
+    # its delete's transaction. Messages stored before this migration start pending.
     """
     CREATE VIRTUAL TABLE search_index USING fts5 (
         owner, body, tools, reasoning, tokenize = 'unicode61 remove_diacritics 2'
@@ -430,60 +432,39 @@ MIGRATIONS: list[str] = [
            (SELECT group_concat(r.content, ' ') FROM reasonings r
              WHERE r.message_uuid = m.message_uuid)
       FROM messages m JOIN chats c ON c.chat_uuid = m.chat_uuid;
+    CREATE TABLE search_pending (seq INTEGER PRIMARY KEY);
     CREATE TRIGGER messages_search_insert AFTER INSERT ON messages
     WHEN NEW.content <> '' BEGIN
-        INSERT INTO search_index (rowid, owner, body)
-        SELECT NEW.seq, 'u' || replace(user_uuid, '-', ''), NEW.content
-          FROM chats WHERE chat_uuid = NEW.chat_uuid;
+        INSERT OR IGNORE INTO search_pending (seq) VALUES (NEW.seq);
     END;
     CREATE TRIGGER messages_search_update AFTER UPDATE OF content ON messages
     WHEN NEW.content IS NOT OLD.content BEGIN
-        DELETE FROM search_index WHERE rowid = NEW.seq;
-        INSERT INTO search_index (rowid, owner, body, tools, reasoning)
-        SELECT * FROM search_sources WHERE seq = NEW.seq;
+        INSERT OR IGNORE INTO search_pending (seq) VALUES (NEW.seq);
     END;
     CREATE TRIGGER messages_search_delete AFTER DELETE ON messages BEGIN
         DELETE FROM search_index WHERE rowid = OLD.seq;
+        DELETE FROM search_pending WHERE seq = OLD.seq;
     END;
     CREATE TRIGGER tool_calls_search_insert AFTER INSERT ON tool_calls BEGIN
-        DELETE FROM search_index
-         WHERE rowid = (SELECT seq FROM messages WHERE message_uuid = NEW.message_uuid);
-        INSERT INTO search_index (rowid, owner, body, tools, reasoning)
-        SELECT * FROM search_sources
-         WHERE seq = (SELECT seq FROM messages WHERE message_uuid = NEW.message_uuid);
+        INSERT OR IGNORE INTO search_pending (seq)
+        SELECT seq FROM messages WHERE message_uuid = NEW.message_uuid;
     END;
     CREATE TRIGGER tool_calls_search_update AFTER UPDATE OF name, arguments, content
     ON tool_calls WHEN NEW.name IS NOT OLD.name OR NEW.arguments IS NOT OLD.arguments
                        OR NEW.content IS NOT OLD.content BEGIN
-        DELETE FROM search_index
-         WHERE rowid = (SELECT seq FROM messages WHERE message_uuid = NEW.message_uuid);
-        INSERT INTO search_index (rowid, owner, body, tools, reasoning)
-        SELECT * FROM search_sources
-         WHERE seq = (SELECT seq FROM messages WHERE message_uuid = NEW.message_uuid);
+        INSERT OR IGNORE INTO search_pending (seq)
+        SELECT seq FROM messages WHERE message_uuid = NEW.message_uuid;
     END;
     CREATE TRIGGER reasonings_search_insert AFTER INSERT ON reasonings
     WHEN NEW.content <> '' BEGIN
-        DELETE FROM search_index
-         WHERE rowid = (SELECT seq FROM messages WHERE message_uuid = NEW.message_uuid);
-        INSERT INTO search_index (rowid, owner, body, tools, reasoning)
-        SELECT * FROM search_sources
-         WHERE seq = (SELECT seq FROM messages WHERE message_uuid = NEW.message_uuid);
+        INSERT OR IGNORE INTO search_pending (seq)
+        SELECT seq FROM messages WHERE message_uuid = NEW.message_uuid;
     END;
     CREATE TRIGGER reasonings_search_update AFTER UPDATE OF content ON reasonings
     WHEN NEW.content IS NOT OLD.content BEGIN
-        DELETE FROM search_index
-         WHERE rowid = (SELECT seq FROM messages WHERE message_uuid = NEW.message_uuid);
-        INSERT INTO search_index (rowid, owner, body, tools, reasoning)
-        SELECT * FROM search_sources
-         WHERE seq = (SELECT seq FROM messages WHERE message_uuid = NEW.message_uuid);
+        INSERT OR IGNORE INTO search_pending (seq)
+        SELECT seq FROM messages WHERE message_uuid = NEW.message_uuid;
     END;
-    CREATE TABLE search_backlog (
-        id INTEGER PRIMARY KEY CHECK (id = 1),
-        low INTEGER NOT NULL,
-        high INTEGER NOT NULL,
-        cut INTEGER
-    );
-    INSERT INTO search_backlog (id, low, high)
-    SELECT 1, min(seq), max(seq) FROM messages HAVING count(*) > 0;
+    INSERT INTO search_pending (seq) SELECT seq FROM messages;
     """,
 ]

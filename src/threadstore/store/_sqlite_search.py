@@ -1,6 +1,9 @@
-"""The SQLite backend's full-text search: an FTS5 table kept by triggers (see the schema).
+"""The SQLite backend's full-text search: an FTS5 table, fed by what triggers record.
 
-A search's MATCH asks for the owner's word and every query word (each quoted: plain
+A write's transaction records which messages it changed (``search_pending``, see the
+schema); their entries are rewritten in batches, by a task of the store's and before
+each search, because an FTS5 write costs about as much for one entry as for hundreds:
+one per append would cost the write path more than the message itself. A search's MATCH asks for the owner's word and every query word (each quoted: plain
 words only), so FTS5 intersects the user's entries with the words' and reads no other
 user's. The active branch of a chat that ever branched is walked from its leaf.
 """
@@ -75,19 +78,21 @@ SNIPPETS = (
     + " FROM search_index WHERE search_index MATCH ?1"
     " AND rowid IN (SELECT value FROM json_each(?4))"
 )
-BACKLOG = "SELECT count(*) FROM messages, search_backlog WHERE seq BETWEEN low AND high"
-# One batch of the background indexing: the newest ?1 messages still waiting.
-INDEX_STEPS = (
-    "UPDATE search_backlog SET cut = COALESCE((SELECT seq FROM messages"
-    " WHERE seq BETWEEN low AND high ORDER BY seq DESC LIMIT 1 OFFSET ?1 - 1), low)",
-    "DELETE FROM search_index WHERE rowid BETWEEN (SELECT cut FROM search_backlog)"
-    " AND (SELECT high FROM search_backlog)",
-    "INSERT INTO search_index (rowid, owner, body, tools, reasoning) SELECT * FROM search_sources"
-    " WHERE seq BETWEEN (SELECT cut FROM search_backlog) AND (SELECT high FROM search_backlog)",
-    "UPDATE search_backlog SET high = cut - 1",
-    "DELETE FROM search_backlog WHERE high < low",
-    "SELECT count(*) FROM search_backlog",
+_PICK = "SELECT seq FROM search_pending ORDER BY seq DESC LIMIT ?1"
+# One batch of pending messages, newest first: their entries rewritten from what is
+# stored now (a message deleted since has none); whether more wait.
+FLUSH = (
+    f"DELETE FROM search_index WHERE rowid IN ({_PICK})",
+    "INSERT INTO search_index (rowid, owner, body, tools, reasoning)"
+    f" SELECT * FROM search_sources WHERE seq IN ({_PICK})",
+    f"DELETE FROM search_pending WHERE seq IN ({_PICK})",
+    "SELECT EXISTS (SELECT 1 FROM search_pending)",
 )
+PENDING = "SELECT EXISTS (SELECT 1 FROM search_pending)"
+BACKLOG = "SELECT count(*) FROM search_pending"
+
+FLUSH_INTERVAL = 1.0
+"""Seconds between the background indexer's looks for pending messages."""
 
 
 def match_expression(user_uuid: UUID, words: tuple[str, ...]) -> str:
@@ -102,8 +107,15 @@ class SQLiteSearch(SearchBackend):
     def __init__(self, store: SQLiteStore) -> None:
         self.executor = store.executor
         self._indexing: asyncio.Task[None] | None = None
+        self._flush = [
+            Statement(sql, (INDEX_BATCH,) if "?1" in sql else (), inline=False) for sql in FLUSH
+        ]
 
     async def select(self, query: SearchQuery) -> list[SearchRow]:
+        if (await self.executor.read(PENDING, ()))[0][0]:
+            # What was written before this search is found by it: the newest pending
+            # batch is indexed first (an older backlog goes on in the background).
+            await self.executor.run(*self._flush)
         match = match_expression(query.user_uuid, query.words)
         after = query.after
         params: list[Any] = [match, str(query.user_uuid), query.all_branches, query.limit]
@@ -137,9 +149,17 @@ class SQLiteSearch(SearchBackend):
         rows = await self.executor.read(BACKLOG, ())
         return int(rows[0][0])
 
+    async def flush(self) -> None:
+        """Index every pending message now, a batch per transaction."""
+        while (await self.executor.run(*self._flush, background=True))[-1][0][0]:
+            await asyncio.sleep(0)
+
+    async def wait_indexed(self) -> None:
+        await self.flush()  # rather than wait for the background indexer's next look
+
     async def start(self) -> None:
-        if self._indexing is None and await self.backlog():
-            self._indexing = asyncio.create_task(self._index_existing())
+        if self._indexing is None:
+            self._indexing = asyncio.create_task(self._keep_indexing())
 
     async def stop(self) -> None:
         task, self._indexing = self._indexing, None
@@ -148,19 +168,17 @@ class SQLiteSearch(SearchBackend):
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
-    async def _index_existing(self) -> None:
-        """Index the messages stored before search existed, a batch per transaction."""
-        steps = [
-            Statement(sql, (INDEX_BATCH,) if i == 0 else (), inline=False)
-            for i, sql in enumerate(INDEX_STEPS)
-        ]
-        try:
-            while True:
-                # A flush's priority: every other waiting write goes first.
-                results = await self.executor.run(*steps, background=True)
-                if not results[-1][0][0]:
-                    return
-                await asyncio.sleep(0)
-        except StoreError as exc:
-            # The next start (the store's next setup) resumes where this one stopped.
-            _log.warning("indexing existing messages for search stopped: %s", exc)
+    async def _keep_indexing(self) -> None:
+        """Index pending messages in the background: at once, then every FLUSH_INTERVAL."""
+        failing = False
+        while True:
+            try:
+                if (await self.executor.read(PENDING, ()))[0][0]:
+                    # A flush's priority: every other waiting write goes first.
+                    await self.flush()
+                failing = False
+            except StoreError as exc:
+                if not failing:  # once per outage; searches index what they need
+                    _log.warning("indexing messages for search failed: %s", exc)
+                failing = True
+            await asyncio.sleep(FLUSH_INTERVAL)
