@@ -3,7 +3,9 @@
 A write's transaction records which messages it changed (``search_pending``, see the
 schema); their entries are rewritten in batches, by a task of the store's and before
 each search, because an FTS5 write costs about as much for one entry as for hundreds:
-one per append would cost the write path more than the message itself. A search's MATCH asks for the owner's word and every query word (each quoted: plain
+one per append would cost an append half as much again (docs/benchmarks.md).
+
+A search's MATCH asks for the owner's word and every query word (each quoted: plain
 words only), so FTS5 intersects the user's entries with the words' and reads no other
 user's. The active branch of a chat that ever branched is walked from its leaf.
 """
