@@ -301,6 +301,8 @@ async def part_one(args: argparse.Namespace, root: Path) -> None:
         started = time.perf_counter()
         if backend == "sqlite":
             path = root / "search.db"
+            for old in root.glob("search.db*"):
+                old.unlink()
             async with await open_store(f"sqlite:///{path}"):
                 pass
             samples = load_sqlite(path, args)
@@ -311,9 +313,11 @@ async def part_one(args: argparse.Namespace, root: Path) -> None:
             async with await open_store(url):
                 pass
             samples = await load_postgres(url, args)
-        loaded = time.perf_counter() - started
         asked = queries(samples, args.queries)
         async with await open_store(url) as store:
+            assert store._search is not None
+            await store._search.wait_indexed()  # SQLite: index what the load left pending
+            loaded = time.perf_counter() - started
             if backend == "postgres":
                 size = await _postgres_size(store)
             extra = await time_queries(store, backend, asked, results)
@@ -460,18 +464,21 @@ async def main() -> None:
     parser.add_argument("--appends", type=int, default=2_000)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--part", choices=["all", "search", "append"], default="all")
+    parser.add_argument("--folder", help="Keep the SQLite files here (default: a temporary one).")
     args = parser.parse_args()
     args.backends = [b for b in args.backends.split(",") if b]
     args.chats = min(args.chats, args.messages)
     args.users = min(args.users, args.chats)
     args.drop = []
     print(machine_line())
-    with tempfile.TemporaryDirectory() as folder:
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = Path(args.folder or scratch)
+        folder.mkdir(parents=True, exist_ok=True)
         try:
             if args.part in ("all", "search"):
-                await part_one(args, Path(folder))
+                await part_one(args, folder)
             if args.part in ("all", "append"):
-                await part_two(args, Path(folder))
+                await part_two(args, folder)
         finally:
             await drop_databases(args)
 

@@ -772,8 +772,9 @@ class SearchHit(_Model):
     """A short excerpt of what matched, around the matching words."""
     highlights: list[tuple[int, int]] = Field(default_factory=list)
     """``(start, end)`` character offsets in ``snippet`` of each matching word."""
-    score: float
-    """How well it matched (higher is better); comparable within one search only."""
+    score: float | None = None
+    """How well it matched (higher is better), in a search by best match (``None`` in one
+    by newest); comparable within one search only."""
     created_at: datetime
 
 

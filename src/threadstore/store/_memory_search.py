@@ -59,7 +59,7 @@ class MemorySearch(SearchBackend):
                         chat_name=chat["name"],
                         role=str(message["role"]),
                         created_at=message["created_at"],
-                        score=score,
+                        score=score if query.order == "best" else None,
                         snippets=(
                             _snippet(parts[0], words),
                             _snippet(parts[1], words),
@@ -69,10 +69,10 @@ class MemorySearch(SearchBackend):
                 )
         after = query.after
         if query.order == "best":
-            rows.sort(key=lambda r: (r.score, r.created_at, r.seq), reverse=True)
+            rows.sort(key=lambda r: (r.score or 0.0, r.created_at, r.seq), reverse=True)
             if after is not None:
                 key = (after.score, after.created_at, after.seq)
-                rows = [r for r in rows if (r.score, r.created_at, r.seq) < key]
+                rows = [r for r in rows if (r.score or 0.0, r.created_at, r.seq) < key]
         else:
             rows.sort(key=lambda r: (r.created_at, r.seq), reverse=True)
             if after is not None:

@@ -45,12 +45,16 @@ _ORDER = {
     "newest": "created_at DESC, seq DESC",
     "best": "score DESC, created_at DESC, seq DESC",
 }
+_SCORE = {
+    "newest": "NULL::float8",
+    "best": "ts_rank(d.doc, plainto_tsquery($1::regconfig, $2))::float8",
+}
 # $1 the configuration, $2 the words, $3 the owner's lexeme, $4 the user, $5 every
 # branch, $6 the limit, $7-$9 the cursor.
 _SELECT = """
 WITH RECURSIVE hits AS (
     SELECT m.seq, m.message_uuid, m.chat_uuid, c.thread_id, c.name, m.role, m.created_at,
-           ts_rank(d.doc, plainto_tsquery($1::regconfig, $2))::float8 AS score,
+           {score} AS score,
            c.has_branches, c.active_leaf_uuid
       FROM search_docs d
       JOIN messages m ON m.message_uuid = d.message_uuid
@@ -72,7 +76,9 @@ SELECT seq, message_uuid, chat_uuid, thread_id, name, role, created_at, score FR
 """
 SELECT = {
     (order, cursor): _SELECT.format(
-        after=_AFTER[order] if cursor else "$7::timestamptz IS NULL", order=_ORDER[order]
+        after=_AFTER[order] if cursor else "$7::timestamptz IS NULL",
+        order=_ORDER[order],
+        score=_SCORE[order],
     )
     for order in ("newest", "best")
     for cursor in (False, True)

@@ -95,6 +95,7 @@ class SearchCursor:
 
     order: SearchOrder
     score: float
+    """The last hit's score in a search by best match (0 in one by newest)."""
     created_at: datetime
     seq: int
 
@@ -142,7 +143,8 @@ class SearchRow:
     chat_name: str | None
     role: str
     created_at: datetime
-    score: float
+    score: float | None
+    """In a search by best match only (ranking costs a look at every entry of each word)."""
     snippets: tuple[str | None, str | None, str | None]
 
 
@@ -193,7 +195,8 @@ async def search(
     next_cursor = None
     if len(rows) > size:
         last = rows[size - 1]
-        next_cursor = SearchCursor(order, last.score, last.created_at, last.seq).encode()
+        score = last.score or 0.0
+        next_cursor = SearchCursor(order, score, last.created_at, last.seq).encode()
     return SearchPage(items=items, next_cursor=next_cursor)
 
 

@@ -47,11 +47,14 @@ _ORDER = {
     "newest": "created_at DESC, seq DESC",
     "best": "score DESC, created_at DESC, seq DESC",
 }
+# bm25 reads every entry of each query word once per search (how many entries hold it):
+# a search by newest has no score and skips that.
+_SCORE = {"newest": "NULL", "best": "-bm25(search_index, 0.0, 1.0, 1.0, 1.0)"}
 # ?1 the MATCH, ?2 the user, ?3 every branch, ?4 the limit, ?5-?7 the cursor.
 _SELECT = """
 WITH hits AS (
     SELECT m.seq, m.message_uuid, m.chat_uuid, c.thread_id, c.name, m.role, m.created_at,
-           -bm25(search_index, 0.0, 1.0, 1.0, 1.0) AS score,
+           {score} AS score,
            c.has_branches, c.active_leaf_uuid
       FROM search_index s
       JOIN messages m ON m.seq = s.rowid
@@ -70,7 +73,9 @@ SELECT seq, message_uuid, chat_uuid, thread_id, name, role, created_at, score FR
  ORDER BY {order} LIMIT ?4
 """
 SELECT = {
-    (order, cursor): _SELECT.format(after=_AFTER[order] if cursor else "1", order=_ORDER[order])
+    (order, cursor): _SELECT.format(
+        after=_AFTER[order] if cursor else "1", order=_ORDER[order], score=_SCORE[order]
+    )
     for order in ("newest", "best")
     for cursor in (False, True)
 }

@@ -169,8 +169,10 @@ async def test_search_pages_with_a_cursor_once_each_in_either_order(
         assert sorted(h.message_uuid for h in seen) == sorted(m.message_uuid for m in made)
         if order == "newest":
             assert [h.message_uuid for h in seen] == [m.message_uuid for m in reversed(made)]
+            assert {h.score for h in seen} == {None}
         else:
-            scores = [h.score for h in seen]
+            scores = [h.score or 0.0 for h in seen]
+            assert None not in {h.score for h in seen}
             assert scores == sorted(scores, reverse=True)
 
 
