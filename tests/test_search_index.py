@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ import threadstore
 from postgres_support import fresh_database, server_url
 from threadstore import ChatCreate, MessageCreate, MessageToolCallCreate, Store
 from threadstore.errors import ConfigurationError
-from threadstore.models import Role
+from threadstore.models import RetentionPolicy, Role, utcnow
 from threadstore.store import _postgres_schema, _sqlite_executor, _sqlite_schema
 from threadstore.store._postgres_search import PostgresSearch
 from threadstore.store._sqlite_search import SQLiteSearch
@@ -111,3 +112,53 @@ async def test_postgres_search_language_is_the_stores_option() -> None:
 
         with pytest.raises(ConfigurationError):
             await threadstore.open_store(url, search_language="klingon")
+
+
+ENTRIES = {
+    "sqlite": "SELECT count(*) FROM search_index",
+    "postgres": "SELECT count(*) FROM search_docs",
+}
+
+
+@pytest.mark.parametrize("how", ["delete", "sweep", "forget"])
+async def test_index_entries_go_with_the_messages(store: Store, how: str) -> None:
+    """Deleted, expired and erased messages leave no entry (their text) in the index."""
+    kind = type(store).__name__
+    if kind == "MemoryStore":
+        pytest.skip("the memory store keeps no index")
+    user = uuid.uuid4()
+    gone = await store.create_chat(ChatCreate(user_uuid=user, thread_id="gone"))
+    kept = await store.create_chat(ChatCreate(user_uuid=uuid.uuid4(), thread_id="kept"))
+    for chat in (gone, kept):
+        await _fill_chat(store, chat.chat_uuid)
+    await _finish_indexing(store)
+    before = await _entries(store)
+    if how == "delete":
+        await store.delete_chat(gone.chat_uuid)
+    elif how == "sweep":
+        await store.chats.set_retention_policy(RetentionPolicy(idle_ttl=60), user_uuid=user)
+        await store.chats.sweep_expired(now=utcnow() + timedelta(hours=1))
+    else:
+        await store.chats.forget_user(user)
+    assert await _entries(store) == before - 3
+    assert (await store.search(user, "secret")).items == []
+
+
+async def _fill_chat(store: Store, chat_uuid: uuid.UUID) -> None:
+    for n in range(3):
+        message = await store.create_message(
+            MessageCreate(chat_uuid=chat_uuid, content=f"secret {n}", role=Role.USER)
+        )
+        await store.create_message_tool_call(
+            MessageToolCallCreate(
+                message_uuid=message.message_uuid, tool_call_id="c", name="vault", arguments="{}"
+            )
+        )
+
+
+async def _entries(store: Store) -> int:
+    if type(store).__name__ == "SQLiteStore":
+        rows = await store.executor.read(ENTRIES["sqlite"], ())  # type: ignore[attr-defined]
+    else:
+        rows = await store._fetch(ENTRIES["postgres"])  # type: ignore[attr-defined]
+    return int(rows[0][0])

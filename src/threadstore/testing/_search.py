@@ -4,6 +4,7 @@ pages; the full Store API only."""
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 
 import pytest
 
@@ -14,7 +15,14 @@ from threadstore import (
     MessageToolCallCreate,
     Store,
 )
-from threadstore.models import MessageToolCallUpdate, MessageUpdate, Role, SearchHit
+from threadstore.models import (
+    MessageToolCallUpdate,
+    MessageUpdate,
+    RetentionPolicy,
+    Role,
+    SearchHit,
+    utcnow,
+)
 from threadstore.testing._suite import AddMessage, MakeChat
 
 
@@ -140,6 +148,15 @@ async def test_deleted_and_erased_chats_are_never_found(
 
     await store.chats.restore_chat(soft.chat_uuid)
     assert len((await store.search(user, "quarterly")).items) == 2
+    expiring = await make_chat(user_uuid=user)
+    await add_message(expiring, "quarterly report expired", role=Role.USER)
+    await store.chats.set_retention_policy(
+        RetentionPolicy(idle_ttl=60), chat_uuid=expiring.chat_uuid
+    )
+    report = await store.chats.sweep_expired(now=utcnow() + timedelta(hours=1))
+    assert report.chats == 1
+    assert len((await store.search(user, "quarterly")).items) == 2
+
     await store.chats.forget_user(user)
     assert (await store.search(user, "quarterly")).items == []
     assert await store.messages.search_backlog() == 0
