@@ -32,7 +32,6 @@ import abc
 from collections.abc import Hashable, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timedelta
-from types import TracebackType
 from typing import Any, ClassVar, Self
 from uuid import UUID
 
@@ -160,12 +159,7 @@ class Store(abc.ABC):
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
     def run_events(self) -> RunEventLog | None:

@@ -318,16 +318,23 @@ class Chats:
         now: datetime | None = None,
         batch: int = SWEEP_BATCH,
         pause: float = 0.0,
+        share: float = 1.0,
     ) -> SweepReport:
         """Delete the chats whose retention has passed, ``batch`` chats per transaction.
 
         Chats are found without waiting for writers; each batch is checked again as it
-        is deleted (a chat written to meanwhile stays) and ``pause`` seconds pass between
-        batches, so writers never wait long and the event loop is never held. Then the
-        relayed events of runs beyond each chat's ``keep_run_logs`` go (PostgreSQL).
+        is deleted (a chat written to meanwhile stays) and at least ``pause`` seconds
+        pass between batches, so writers never wait long and the event loop is never
+        held. ``share`` is the most of the time the sweep may keep the database busy: at
+        0.25 it waits three times as long as each batch took (the server's background
+        sweep does), so the runs beside it keep most of the machine. Then the relayed
+        events of runs beyond each chat's ``keep_run_logs`` go (PostgreSQL).
         """
         if batch < 1:
             raise InvalidInputError(f"batch must be at least 1, got {batch}")
+        if not 0 < share <= 1:
+            raise InvalidInputError(f"share must be above 0 and at most 1, got {share}")
+        loop = asyncio.get_running_loop()
         backend, report = self._lifecycle(), SweepReport()
         at, window = now or utcnow(), self._store.deleted_retention.total_seconds()
         cache = self._store.history_cache
@@ -338,14 +345,16 @@ class Chats:
             why = {expired.chat_uuid: expired.reason for expired in page}
             for start in range(0, len(page), batch):
                 chunk = [expired.chat_uuid for expired in page[start : start + batch]]
+                began = loop.time()
                 gone, messages = await backend.delete_expired(chunk, at, window)
+                took = loop.time() - began
                 report.chats += len(gone)
                 report.messages += messages
                 reasons.update(why[chat_uuid] for chat_uuid in gone)
                 for chat_uuid in gone:
                     if cache is not None:
                         cache.discard(chat_uuid)
-                await asyncio.sleep(pause)
+                await asyncio.sleep(max(pause, took * (1 / share - 1)))
             if len(page) < SWEEP_PAGE:
                 break
             after = page[-1].chat_uuid
