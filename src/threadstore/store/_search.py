@@ -14,8 +14,6 @@ hits' kinds are decided here, once.
 from __future__ import annotations
 
 import abc
-import base64
-import binascii
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -24,6 +22,7 @@ from uuid import UUID
 
 from threadstore.errors import InvalidInputError
 from threadstore.models import SearchHit, SearchPage
+from threadstore.store._cursor import SearchCursor, SearchOrder
 
 __all__ = [
     "DEFAULT_SEARCH_LIMIT",
@@ -66,8 +65,6 @@ HIGHLIGHT_STOP = "\ue001"
 KINDS: tuple[Literal["text", "tool", "reasoning"], ...] = ("text", "tool", "reasoning")
 """The parts of a message a search reads, in the order of :attr:`SearchRow.snippets`."""
 
-SearchOrder = Literal["newest", "best"]
-
 _WORD = re.compile(r"[^\W_]+")
 """A word: letters and digits (as the databases' tokenizers read them)."""
 
@@ -87,35 +84,6 @@ def query_words(text: str) -> tuple[str, ...]:
 def owner_token(user_uuid: UUID) -> str:
     """The word an index entry carries for its owner: a search matches it with the query."""
     return "u" + user_uuid.hex
-
-
-@dataclass(frozen=True, slots=True)
-class SearchCursor:
-    """Where the previous page ended: its last hit's score, time and ``Message.seq``."""
-
-    order: SearchOrder
-    score: float
-    """The last hit's score in a search by best match (0 in one by newest)."""
-    created_at: datetime
-    seq: int
-
-    def encode(self) -> str:
-        raw = f"{self.order}|{self.score.hex()}|{self.created_at.isoformat()}|{self.seq}"
-        return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
-
-    @staticmethod
-    def decode(cursor: str, order: SearchOrder) -> SearchCursor:
-        """The cursor :meth:`encode` made for a search of the same ``order``."""
-        try:
-            padded = cursor + "=" * (-len(cursor) % 4)
-            raw = base64.urlsafe_b64decode(padded.encode()).decode()
-            made_for, score, at, seq = raw.split("|")
-            found = SearchCursor(order, float.fromhex(score), datetime.fromisoformat(at), int(seq))
-        except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
-            raise InvalidInputError(f"invalid cursor {cursor!r}") from exc
-        if made_for != order:
-            raise InvalidInputError(f"cursor {cursor!r} belongs to a search by {made_for}")
-        return found
 
 
 @dataclass(frozen=True, slots=True)
