@@ -1,13 +1,16 @@
 """The in-memory backend's full-text search: a scan of the user's messages.
 
 Plain and correct rather than fast: it reads every message of the user's live chats,
-matches whole words ignoring case, scores by how often the words occur, and cuts a
-snippet around the first of them, in the order and pages the SQL backends use.
+matches whole words ignoring case and accents, ranks by BM25 as the SQLite store does
+(each word weighed by how many of the user's messages hold it), and cuts a snippet around
+the first match, in the order and pages the SQL backends use.
 """
 
 from __future__ import annotations
 
 import re
+from collections import Counter
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from threadstore.store._search import (
@@ -16,6 +19,9 @@ from threadstore.store._search import (
     SearchBackend,
     SearchQuery,
     SearchRow,
+    bm25,
+    fold,
+    idf,
 )
 
 if TYPE_CHECKING:
@@ -35,21 +41,28 @@ class MemorySearch(SearchBackend):
 
     async def select(self, query: SearchQuery) -> list[SearchRow]:
         state = self.store._state
-        words = set(query.words)
+        words = {fold(word) for word in query.words}
         rows: list[SearchRow] = []
+        counts: list[dict[str, int]] = []
+        lengths: list[int] = []
+        holding: Counter[str] = Counter()  # of the user's messages, how many hold each word
+        total = 0
         for chat_uuid, chat in state.chats.items():
             if chat["user_uuid"] != query.user_uuid or state.live_chat(chat_uuid) is None:
                 continue
-            if query.all_branches:
-                messages = [m for m in state.messages.values() if m["chat_uuid"] == chat_uuid]
-            else:
-                messages = self.store._branch(chat_uuid)
-            for message in messages:
-                parts = self._parts(message)
-                found = [w.lower() for part in parts if part for w in _WORD.findall(part)]
-                if not words <= set(found):
+            branch = {m["message_uuid"] for m in self.store._branch(chat_uuid)}
+            for message in state.messages.values():
+                if message["chat_uuid"] != chat_uuid:
                     continue
-                score = sum(word in words for word in found) / len(found)
+                parts = self._parts(message)
+                found = [fold(w) for part in parts if part for w in _WORD.findall(part)]
+                total += bool(found)
+                holding.update(words.intersection(found))
+                visible = query.all_branches or message["message_uuid"] in branch
+                if not visible or not words <= set(found):
+                    continue
+                counts.append(Counter(w for w in found if w in words))
+                lengths.append(len(found))
                 rows.append(
                     SearchRow(
                         seq=message["seq"],
@@ -59,7 +72,7 @@ class MemorySearch(SearchBackend):
                         chat_name=chat["name"],
                         role=str(message["role"]),
                         created_at=message["created_at"],
-                        score=score if query.order == "best" else None,
+                        score=None,
                         snippets=(
                             _snippet(parts[0], words),
                             _snippet(parts[1], words),
@@ -67,6 +80,10 @@ class MemorySearch(SearchBackend):
                         ),
                     )
                 )
+        if query.order == "best":
+            weights = {word: idf(total, holding[word]) for word in words}
+            scores = bm25(counts, lengths, weights)
+            rows = [replace(row, score=score) for row, score in zip(rows, scores, strict=True)]
         after = query.after
         if query.order == "best":
             rows.sort(key=lambda r: (r.score or 0.0, r.created_at, r.seq), reverse=True)
@@ -101,7 +118,7 @@ def _snippet(text: str | None, words: set[str]) -> str | None:
     if not text:
         return None
     tokens = list(_WORD.finditer(text))
-    first = next((i for i, t in enumerate(tokens) if t.group().lower() in words), 0)
+    first = next((i for i, t in enumerate(tokens) if fold(t.group()) in words), 0)
     start = max(0, first - 4)
     shown = tokens[start : start + _SNIPPET_WORDS]
     if not shown:
@@ -110,7 +127,7 @@ def _snippet(text: str | None, words: set[str]) -> str | None:
     at = shown[0].start()
     for token in shown:
         out.append(text[at : token.start()])
-        if token.group().lower() in words:
+        if fold(token.group()) in words:
             out.append(HIGHLIGHT_START + token.group() + HIGHLIGHT_STOP)
         else:
             out.append(token.group())

@@ -14,7 +14,10 @@ hits' kinds are decided here, once.
 from __future__ import annotations
 
 import abc
+import math
 import re
+import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
@@ -32,12 +35,16 @@ __all__ = [
     "KINDS",
     "MAX_QUERY_CHARS",
     "MAX_QUERY_WORDS",
+    "MAX_RANKED",
     "MAX_SEARCH_LIMIT",
     "SearchBackend",
     "SearchCursor",
     "SearchOrder",
     "SearchQuery",
     "SearchRow",
+    "bm25",
+    "fold",
+    "idf",
     "owner_token",
     "query_words",
     "search",
@@ -54,6 +61,9 @@ DEFAULT_SEARCH_LIMIT = 20
 
 MAX_SEARCH_LIMIT = 100
 """Largest page of hits."""
+
+MAX_RANKED = 10_000
+"""A search by best match ranks the user's newest this many matching messages (SQLite)."""
 
 INDEX_BATCH = 500
 """Pending messages whose index entries SQLite rewrites per transaction."""
@@ -79,6 +89,35 @@ def query_words(text: str) -> tuple[str, ...]:
     if len(words) > MAX_QUERY_WORDS:
         raise InvalidInputError(f"a search query has at most {MAX_QUERY_WORDS} words")
     return words
+
+
+def fold(word: str) -> str:
+    """``word`` as an index compares it: lower case, accents dropped."""
+    decomposed = unicodedata.normalize("NFKD", word.lower())
+    return "".join(c for c in decomposed if not unicodedata.combining(c))
+
+
+_K1, _B = 1.2, 0.75  # BM25's usual term-frequency saturation and length normalization
+
+
+def idf(messages: int, holding: int) -> float:
+    """How much a word weighs: more the fewer of the user's ``messages`` hold it."""
+    return math.log(1 + (messages - holding + 0.5) / (holding + 0.5))
+
+
+def bm25(
+    counts: Sequence[dict[str, int]], lengths: Sequence[int], weights: dict[str, float]
+) -> list[float]:
+    """BM25 of each message: its query words' ``counts``, its length in words, the words'
+    ``weights`` (:func:`idf`); lengths are compared with the average of these messages."""
+    average = max(1.0, sum(lengths) / len(lengths)) if lengths else 1.0
+    return [
+        sum(
+            weights.get(word, 0.0) * n * (_K1 + 1) / (n + _K1 * (1 - _B + _B * size / average))
+            for word, n in found.items()
+        )
+        for found, size in zip(counts, lengths, strict=True)
+    ]
 
 
 def owner_token(user_uuid: UUID) -> str:

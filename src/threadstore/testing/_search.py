@@ -227,3 +227,23 @@ async def test_a_fork_is_found_under_its_own_chat(
         MessageCreate(chat_uuid=fork.chat_uuid, content="lighthouse again", role=Role.USER)
     )
     assert len((await store.search(chat.user_uuid, "lighthouse", limit=2)).items) == 2
+
+
+async def test_best_match_ranks_the_message_most_about_the_words_first(
+    store: Store, make_chat: MakeChat, add_message: AddMessage
+) -> None:
+    chat = await make_chat()
+    filler = " ".join(f"filler{n}" for n in range(30))
+    once = await add_message(chat, f"apple and a pie, {filler}", role=Role.USER)
+    often = await add_message(chat, "apple pie, apple pie, apple pie", role=Role.USER)
+    newer = await add_message(chat, f"one apple pie {filler}", role=Role.USER)
+
+    best = (await store.search(chat.user_uuid, "apple pie", order="best")).items
+    assert best[0].message_uuid == often.message_uuid
+    assert {h.message_uuid for h in best} == {
+        once.message_uuid,
+        often.message_uuid,
+        newer.message_uuid,
+    }
+    newest = (await store.search(chat.user_uuid, "apple pie")).items
+    assert newest[0].message_uuid == newer.message_uuid
