@@ -21,6 +21,7 @@ from pydantic import (
     model_validator,
 )
 
+from threadstore._search_hits import SearchHit, SearchPage
 from threadstore._seed_spellings import (
     ERROR_METADATA_KEY,
     alias,
@@ -697,31 +698,3 @@ class SweepReport(_Model):
     """Chats by why they expired: ``idle``, ``absolute``, ``deleted``."""
     started_at: datetime = Field(default_factory=utcnow)
     finished_at: datetime = Field(default_factory=utcnow)
-
-
-class SearchHit(_Model):
-    """A message that matched a search: where it is, what matched, and a snippet of it."""
-
-    chat_uuid: UUID
-    thread_id: str
-    chat_name: str | None = None
-    message_uuid: UUID
-    role: str
-    kind: Literal["text", "tool", "reasoning"]
-    """What matched: the message's text, one of its tool calls (name, arguments, result),
-    or its reasoning."""
-    snippet: str
-    """A short excerpt of what matched, around the matching words."""
-    highlights: list[tuple[int, int]] = Field(default_factory=list)
-    """``(start, end)`` character offsets in ``snippet`` of each matching word."""
-    score: float | None = None
-    """How well it matched (higher is better), in a search by best match (``None`` in one
-    by newest); comparable within one search only."""
-    created_at: datetime
-
-
-class SearchPage(_Model):
-    """One page of search hits; pass ``next_cursor`` back (same query) for the next page."""
-
-    items: list[SearchHit]
-    next_cursor: str | None = None
