@@ -120,7 +120,7 @@ PENDING = "SELECT EXISTS (SELECT 1 FROM search_pending)"
 BACKLOG = "SELECT count(*) FROM search_pending"
 
 FLUSH_INTERVAL = 1.0
-"""Seconds between the background indexer's looks for pending messages."""
+"""Seconds the background indexer waits after a write, so later writes join its batch."""
 
 
 def match_expression(user_uuid: UUID, words: tuple[str, ...]) -> str:
@@ -138,6 +138,8 @@ class SQLiteSearch(SearchBackend):
     def __init__(self, store: SQLiteStore) -> None:
         self.executor = store.executor
         self._indexing: asyncio.Task[None] | None = None
+        self._written = asyncio.Event()
+        """Set by a write of this store's: messages may be pending."""
         self._flush = [
             Statement(sql, (INDEX_BATCH,) if "?1" in sql else (), inline=False) for sql in FLUSH
         ]
@@ -146,7 +148,8 @@ class SQLiteSearch(SearchBackend):
         if (await self.executor.read(PENDING, ()))[0][0]:
             # What was written before this search is found by it: the newest pending
             # batch is indexed first (an older backlog goes on in the background).
-            await self.executor.run(*self._flush)
+            if (await self.executor.run(*self._flush))[-1][0][0]:
+                self._written.set()
         if query.order == "best":
             rows = await self._ranked(query)
         else:
@@ -208,16 +211,26 @@ class SQLiteSearch(SearchBackend):
         rows = await self.executor.read(BACKLOG, ())
         return int(rows[0][0])
 
+    def written(self) -> None:
+        """A write of this store's may have left messages pending: index them soon."""
+        self._written.set()
+
     async def flush(self) -> None:
         """Index every pending message now, a batch per transaction."""
+        self._written.clear()
+        if not (await self.executor.read(PENDING, ()))[0][0]:
+            return
+        # A flush's priority: every other waiting write goes first.
         while (await self.executor.run(*self._flush, background=True))[-1][0][0]:
             await asyncio.sleep(0)
 
     async def wait_indexed(self) -> None:
-        await self.flush()  # rather than wait for the background indexer's next look
+        await self.flush()  # rather than wait for the background indexer
 
     async def start(self) -> None:
         if self._indexing is None:
+            if (await self.executor.read(PENDING, ()))[0][0]:
+                self._written.set()  # messages stored before: a backlog to index
             self._indexing = asyncio.create_task(self._keep_indexing())
 
     async def stop(self) -> None:
@@ -228,19 +241,25 @@ class SQLiteSearch(SearchBackend):
                 await task
 
     async def _keep_indexing(self) -> None:
-        """Index pending messages in the background: at once, then every FLUSH_INTERVAL."""
+        """Index pending messages in the background, FLUSH_INTERVAL after a write.
+
+        Idle while nothing is written; a search or :meth:`flush` in the meantime may
+        have done it already.
+        """
         failing = False
         while True:
+            await self._written.wait()
+            await asyncio.sleep(FLUSH_INTERVAL)
+            if not self._written.is_set():
+                continue
             try:
-                if (await self.executor.read(PENDING, ()))[0][0]:
-                    # A flush's priority: every other waiting write goes first.
-                    await self.flush()
+                await self.flush()
                 failing = False
             except StoreError as exc:
+                self._written.set()  # try again after the next interval
                 if not failing:  # once per outage; searches index what they need
                     _log.warning("indexing messages for search failed: %s", exc)
                 failing = True
-            await asyncio.sleep(FLUSH_INTERVAL)
 
 
 def _row(

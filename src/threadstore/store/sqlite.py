@@ -672,6 +672,7 @@ class SQLiteStore(Store):
             results = (
                 await self.executor.run(*statements, background=background) if statements else []
             )
+            self._search.written()
         except ConflictError as exc:
             if queries.ONE_RUNNING_RUN not in str(exc):
                 raise
