@@ -61,6 +61,7 @@ from threadstore.store._history import HistoryCache
 from threadstore.store._lifecycle import LifecycleBackend
 from threadstore.store._records import Codecs
 from threadstore.store._run_events import RunEventLog
+from threadstore.store._usage import UsageBackend
 from threadstore.store.ops import (
     WRITE_METHODS,
     WRITE_TYPES,
@@ -444,6 +445,8 @@ class Store(abc.ABC):
     :class:`~threadstore.errors.StoreUnavailableError`; ``None``: nothing to wait for."""
     _lifecycle: LifecycleBackend | None = None
     """The backend's primitives of summaries, erasure and retention (``store/_lifecycle.py``)."""
+    _usage: UsageBackend | None = None
+    """The backend's usage ledger and budgets (``store/_usage.py``)."""
 
     def __init__(
         self,
@@ -460,6 +463,7 @@ class Store(abc.ABC):
         self.codecs = Codecs(chat_model, message_model, tool_call_model, reasoning_model)
         # The groups are built on this module's primitives (a cycle kept to run time).
         from threadstore.store._groups import Branches, Chats, Messages, Runs
+        from threadstore.store._usage import Usage
 
         self.chats = Chats(self)
         """Chats by concern: find, list, open with a run, state, metadata, restore, purge."""
@@ -469,6 +473,8 @@ class Store(abc.ABC):
         """Runs by concern: those running, and the records a run left in progress."""
         self.branches = Branches(self)
         """A chat as a tree: regenerate, edit-and-resend, versions of a turn, forks."""
+        self.usage = Usage(self)
+        """The usage ledger: what runs used, totals per chat, user and day, and budgets."""
 
     # --- lifecycle -----------------------------------------------------------------
 

@@ -251,7 +251,8 @@ class Chats:
         still streaming writes nothing back (its flushes find their chat gone). Then the
         user's chats (live and soft-deleted) with their messages, tool calls, reasoning,
         runs, relayed run events and summaries, ``batch`` chats per transaction; the
-        histories this store keeps of them; and what each erasure hook removes. The
+        histories this store keeps of them; their usage ledger rows and budgets
+        (``usage_records``); and what each erasure hook removes. The
         receipt is kept (``erasure_receipts``). Running it again finds nothing more.
         """
         backend = self._lifecycle()
@@ -268,6 +269,9 @@ class Chats:
                 if cache is not None and cache.entry(chat_uuid) is not None:
                     cache.discard(chat_uuid)
                     counts["cached_histories"] += 1
+        if self._store._usage is not None:
+            # The ledger outlives a chat (it is accounting), not its user.
+            counts["usage_records"] = await self._store._usage.erase_user(user_uuid)
         for name, hook in list(self._erasure_hooks.items()):
             done = hook(user_uuid)
             counts[name] += int(await done if inspect.isawaitable(done) else done)

@@ -60,6 +60,7 @@ from threadstore.store._history import DEFAULT_HISTORY_CACHE_MESSAGES, HistoryCa
 from threadstore.store._lifecycle import ERASED_USER_DETAIL, ERASED_USER_STATE
 from threadstore.store._postgres_events import PostgresRunEvents
 from threadstore.store._postgres_lifecycle import PostgresLifecycle
+from threadstore.store._postgres_usage import PostgresUsage
 from threadstore.store._records import split_update
 from threadstore.store._rows import EntryLoader, RowLoader, attach_rows
 from threadstore.store._timeouts import caused_by, split_timeout, unavailable
@@ -229,6 +230,7 @@ class PostgresStore(Store):
         self._entries = EntryLoader(self._messages, self._tool_calls, self._reasonings)
         self._run_events = PostgresRunEvents(self)
         self._lifecycle = PostgresLifecycle(self)
+        self._usage = PostgresUsage(self)
 
     def run_events(self) -> PostgresRunEvents:
         """The relayed run-events log in this database (shared by every process using it)."""
