@@ -16,7 +16,6 @@ SOURCE = Path(threadstore.__file__).parent
 
 PUBLIC_MODULES = {
     "threadstore.binary_json",
-    "threadstore.cli",
     "threadstore.codec.thinking",
     "threadstore.errors",
     "threadstore.keys",
