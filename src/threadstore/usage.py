@@ -33,6 +33,7 @@ from threadstore.models import utcnow
 __all__ = [
     "BUDGET_EXCEEDED_ERROR_CODE",
     "USAGE_EVENT_NAME",
+    "USAGE_ROWS_PAGE",
     "Budget",
     "BudgetScope",
     "RunUsage",
@@ -45,6 +46,9 @@ __all__ = [
 
 USAGE_EVENT_NAME = "usage"
 """The ``CUSTOM`` event name a run reports usage under (one event per model call or step)."""
+
+USAGE_ROWS_PAGE = 1000
+"""The most ledger rows one ``store.usage.runs`` call (or ``GET /api/usage/runs``) returns."""
 
 BUDGET_EXCEEDED_ERROR_CODE = ErrorCodes.BUDGET_EXCEEDED.value
 """``RunErrorEvent.code`` of a run refused because a budget is spent (HTTP: 402,

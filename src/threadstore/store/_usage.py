@@ -22,6 +22,7 @@ from threadstore.errors import (
 )
 from threadstore.models import utcnow
 from threadstore.usage import (
+    USAGE_ROWS_PAGE,
     Budget,
     BudgetScope,
     RunUsage,
@@ -33,13 +34,11 @@ from threadstore.usage import (
 if TYPE_CHECKING:
     from threadstore.store._base import Store
 
-__all__ = ["NANO", "USAGE_ROWS_PAGE", "Usage", "UsageBackend", "nanos", "usd"]
+__all__ = ["NANO", "Usage", "UsageBackend", "nanos", "usd"]
 
 NANO = 1_000_000_000
 """Nano-dollars per dollar: amounts are stored as whole nano-dollars."""
 
-USAGE_ROWS_PAGE = 1000
-"""The most ledger rows one ``store.usage.runs`` call returns."""
 
 _GROUPINGS = ("chat", "user", "day")
 
@@ -163,9 +162,12 @@ class Usage:
         user_uuid: UUID | None = None,
         chat_uuid: UUID | None = None,
         since: datetime | None = None,
+        until: datetime | None = None,
     ) -> UsageTotals:
         """One sum over the runs of a user and/or chat (zero when there are none)."""
-        sums = await self.totals(by="user", user_uuid=user_uuid, chat_uuid=chat_uuid, since=since)
+        sums = await self.totals(
+            by="user", user_uuid=user_uuid, chat_uuid=chat_uuid, since=since, until=until
+        )
         if not sums:
             return UsageTotals(user_uuid=user_uuid, chat_uuid=chat_uuid)
         if len(sums) == 1:
