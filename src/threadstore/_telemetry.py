@@ -13,8 +13,9 @@ docs/observability.md; GenAI semantic-convention attributes are used where one e
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+import functools
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from typing import Any, ParamSpec, TypeVar
 from uuid import UUID
 
 try:  # the optional extra
@@ -34,7 +35,11 @@ __all__ = [
     "record_flush",
     "run_span",
     "span",
+    "traced",
 ]
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 SCOPE = "threadstore"
 """The instrumentation scope of every span and instrument."""
@@ -90,6 +95,31 @@ def span(
     return tracer.start_as_current_span(  # type: ignore[no-any-return]
         name, attributes=_attributes(conversation, attributes)
     )
+
+
+def traced(
+    name: str, *, conversation: bool = False, **attributes: Any
+) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
+    """Decorate an async method: each call is a span ``name`` (a no-op without an SDK).
+
+    ``conversation``: the method's first argument after ``self`` is the chat's uuid,
+    which becomes ``gen_ai.conversation.id``.
+    """
+
+    def wrap(method: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+        @functools.wraps(method)
+        async def call(*args: P.args, **kwargs: P.kwargs) -> R:
+            tracer = _tracer()
+            if tracer is None:
+                return await method(*args, **kwargs)
+            chat = args[1] if conversation and len(args) > 1 else None
+            given = _attributes(chat if isinstance(chat, UUID) else None, attributes)
+            with tracer.start_as_current_span(name, attributes=given):
+                return await method(*args, **kwargs)
+
+        return call
+
+    return wrap
 
 
 class RunSpan:

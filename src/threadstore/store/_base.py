@@ -38,6 +38,7 @@ from types import TracebackType
 from typing import Any, ClassVar, Literal, Protocol, Self, runtime_checkable
 from uuid import UUID
 
+from threadstore import _telemetry
 from threadstore._steps import off_loop
 from threadstore.errors import InvalidInputError, NotFoundError
 from threadstore.models import (
@@ -806,6 +807,7 @@ class Store(abc.ABC):
         changed: int = await self._apply_one(FinalizeRunRecords(chat_uuid, run_id, status))
         return changed
 
+    @_telemetry.traced("threadstore.store.apply_writes")
     async def apply_writes(self, writes: Sequence[Write]) -> None:
         """Apply ``writes`` in order, all or nothing, without returning their results.
 

@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from uuid import UUID, uuid4
 
+from threadstore import _telemetry
 from threadstore.errors import ConfigurationError, ConflictError, InvalidInputError, NotFoundError
 from threadstore.lifecycle import (
     CompactionPolicy,
@@ -242,6 +243,7 @@ class Chats:
         """Stop calling the erasure hook ``name`` (nothing when there is none)."""
         self._erasure_hooks.pop(name, None)
 
+    @_telemetry.traced("threadstore.erase")
     async def forget_user(
         self, user_uuid: UUID, *, requested_by: str | None = None, batch: int = ERASE_BATCH
     ) -> ErasureReceipt:
@@ -338,6 +340,7 @@ class Chats:
             after = page[-1].chat_uuid
         return found[:limit]
 
+    @_telemetry.traced("threadstore.sweep")
     async def sweep_expired(
         self,
         *,
@@ -414,6 +417,7 @@ class Messages:
                 return
             after = page[-1].seq
 
+    @_telemetry.traced("threadstore.store.read_history", conversation=True)
     async def read_history(self, chat_uuid: UUID, *derivations: Derivation[Any]) -> HistoryView:
         """The chat's whole active branch, oldest first, and what is derived from it.
 
@@ -721,6 +725,7 @@ class Branches:
         summary, last = found
         return AgentHistory(summary, history[last + 1 :])
 
+    @_telemetry.traced("threadstore.compact", conversation=True)
     async def compact(
         self,
         chat_uuid: UUID,
