@@ -4,6 +4,7 @@ without one, every call site hands out the shared no-op."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from typing import Any
 from uuid import uuid4
@@ -166,8 +167,8 @@ async def test_without_an_sdk_every_call_site_is_the_shared_no_op(store: Store) 
 async def test_without_the_package_runs_still_work(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_telemetry, "_trace", None)
-    monkeypatch.setattr(_telemetry, "_metrics", None)
+    for name in ("opentelemetry.trace", "opentelemetry.metrics"):
+        monkeypatch.delitem(sys.modules, name)
     assert _telemetry.run_span("a", "t", "r") is None
     agent = StorageAgent(
         "a", uuid4(), store, store, ScriptedAgent(script("t", "r")), run_repo=store

@@ -1,29 +1,24 @@
 """OpenTelemetry spans and metrics of threadstore, free when nothing collects them.
 
-The ``opentelemetry-api`` package is optional (``threadstore[otel]``). Without it, or
-while no SDK has set a tracer (meter) provider, :func:`span` hands out one shared
-do-nothing context manager and the metric helpers return at their first check: a
-call site costs a global read and a type check. Call sites are per run, per flush and
-per store operation of the groups, never per event. Names and attributes are in
-docs/observability.md; GenAI semantic-convention attributes are used where one exists
-(``gen_ai.conversation.id``, ``gen_ai.operation.name``, ``gen_ai.agent.name``,
-``gen_ai.usage.*``).
+The ``opentelemetry-api`` package is optional (``threadstore[otel]``) and never
+imported here: an SDK that was set up has imported it, so this module looks for it in
+``sys.modules``. Without it, or while no SDK has set a tracer (meter) provider,
+:func:`span` hands out one shared do-nothing context manager and the metric helpers
+return at their first check: a call site costs a dict lookup or two. Call sites are
+per run, per flush and per store operation of the groups, never per event. Names and
+attributes are in docs/observability.md; GenAI semantic-convention attributes are used
+where one exists (``gen_ai.conversation.id``, ``gen_ai.operation.name``,
+``gen_ai.agent.name``, ``gen_ai.usage.*``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import sys
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Any, ParamSpec, TypeVar
 from uuid import UUID
-
-try:  # the optional extra
-    from opentelemetry import metrics as _metrics
-    from opentelemetry import trace as _trace
-except ModuleNotFoundError:  # pragma: no cover - exercised where the extra is missing
-    _metrics = None  # type: ignore[assignment]
-    _trace = None  # type: ignore[assignment]
 
 __all__ = [
     "CONVERSATION_ID",
@@ -60,12 +55,23 @@ _meter_of: tuple[Any, Any] = (None, None)  # (provider, its instruments)
 _gauges: dict[str, list[Callable[[], int | float]]] = {}
 
 
+def _trace() -> Any:
+    """The OpenTelemetry API's ``trace`` module, if anything loaded it."""
+    return sys.modules.get("opentelemetry.trace")
+
+
+def _metrics() -> Any:
+    """The OpenTelemetry API's ``metrics`` module, if anything loaded it."""
+    return sys.modules.get("opentelemetry.metrics")
+
+
 def _tracer() -> Any:
     """The tracer of the provider set now, or ``None`` when nothing records spans."""
     global _tracer_of
-    if _trace is None:
+    trace = _trace()
+    if trace is None:
         return None
-    provider = _trace.get_tracer_provider()
+    provider = trace.get_tracer_provider()
     if provider is _tracer_of[0]:
         return _tracer_of[1]
     tracer = None if type(provider).__name__ in _SILENT else provider.get_tracer(SCOPE)
@@ -150,9 +156,9 @@ class RunSpan:
         opened = self._span
         opened.set_attribute("threadstore.run.status", status)
         if error is not None:
-            assert _trace is not None
+            trace = _trace()
             opened.set_attribute("error.type", error.split(":", 1)[0][:100])
-            opened.set_status(_trace.Status(_trace.StatusCode.ERROR, error[:1000]))
+            opened.set_status(trace.Status(trace.StatusCode.ERROR, error[:1000]))
         opened.end()
 
 
@@ -163,7 +169,6 @@ def run_span(agent_name: str, thread_id: str, run_id: str) -> RunSpan | None:
         return None
     opened = tracer.start_span(
         f"invoke_agent {agent_name}",
-        kind=_trace.SpanKind.INTERNAL,
         attributes={
             OPERATION_NAME: "invoke_agent",
             AGENT_NAME: agent_name,
@@ -179,9 +184,9 @@ def run_span(agent_name: str, thread_id: str, run_id: str) -> RunSpan | None:
 
 def _observe(name: str) -> Callable[[Any], Iterable[Any]]:
     def observe(options: Any) -> Iterator[Any]:
-        assert _metrics is not None
+        observation = _metrics().Observation
         for callback in list(_gauges.get(name, ())):
-            yield _metrics.Observation(callback())
+            yield observation(callback())
 
     return observe
 
@@ -189,9 +194,10 @@ def _observe(name: str) -> Callable[[Any], Iterable[Any]]:
 def _instruments() -> dict[str, Any] | None:
     """The instruments of the meter provider set now, or ``None`` when nothing records."""
     global _meter_of
-    if _metrics is None:
+    metrics = _metrics()
+    if metrics is None:
         return None
-    provider = _metrics.get_meter_provider()
+    provider = metrics.get_meter_provider()
     if provider is _meter_of[0]:
         return _meter_of[1]  # type: ignore[no-any-return]
     instruments: dict[str, Any] | None = None
