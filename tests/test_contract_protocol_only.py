@@ -94,11 +94,11 @@ BACKEND_PRIMITIVES = {
 
 
 def test_a_backend_implements_eleven_primitives_and_store_the_rest() -> None:
-    from threadstore.store._base import (
+    from threadstore.store._base import Store
+    from threadstore.store._contract import (
         ChatRepositoryLike,
         MessageRepositoryLike,
         RunRepositoryLike,
-        Store,
     )
     from threadstore.store.memory import MemoryStore
     from threadstore.store.postgres import PostgresStore

@@ -18,7 +18,6 @@ import socket
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
 from datetime import timedelta
-from types import TracebackType
 from typing import Any, Generic, Protocol, Self, TypeVar, runtime_checkable
 from uuid import UUID
 
@@ -586,12 +585,7 @@ class StreamPersistenceManager(Generic[AgentT]):
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
     # --- runs ------------------------------------------------------------------------

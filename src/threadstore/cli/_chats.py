@@ -10,9 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from threadstore.errors import (
-    InvalidInputError,
-)
+from threadstore.errors import InvalidInputError
 from threadstore.models import (
     Chat,
     Message,

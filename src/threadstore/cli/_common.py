@@ -20,9 +20,7 @@ from threadstore.errors import (
     MigrationError,
     ThreadstoreError,
 )
-from threadstore.models import (
-    Chat,
-)
+from threadstore.models import Chat
 from threadstore.store import (
     Store,
     open_store,

@@ -14,9 +14,7 @@ from threadstore.models import (
     RetentionPolicy,
     ScopedPolicy,
 )
-from threadstore.store import (
-    Store,
-)
+from threadstore.store import Store
 
 if TYPE_CHECKING:
     pass

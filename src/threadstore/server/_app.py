@@ -96,7 +96,8 @@ def create_app(
     summarizer also serves ``POST /api/chats/{id}/compact`` (default: the deterministic one).
     ``retention_interval``: every so many seconds the store's retention policies are applied
     in the background (``store.chats.sweep_expired``), ``retention_batch`` chats per
-    transaction with ``retention_pause`` seconds between batches; off (``None``) by default.
+    transaction with at least ``retention_pause`` seconds between batches, keeping the database
+    busy a quarter of the time at most; off (``None``) by default.
 
     On PostgreSQL the runs go through a
     :class:`~threadstore.agui._distributed.DistributedRunManager`, so several server
@@ -244,10 +245,17 @@ async def _sweep_forever(
             logger.warning("periodic run sweep failed; retrying next interval", exc_info=True)
 
 
+RETENTION_SHARE = 0.25
+"""The most of the time the background retention sweep keeps the database busy: the runs
+beside it keep the rest of the machine."""
+
+
 async def _retain_forever(store: Store, interval: float, batch: int, pause: float) -> None:
     while True:
         try:
-            report = await store.chats.sweep_expired(batch=batch, pause=pause)
+            report = await store.chats.sweep_expired(
+                batch=batch, pause=pause, share=RETENTION_SHARE
+            )
             if report.chats or report.run_events:
                 logger.info(
                     "retention: deleted %d chat(s), %d message(s), %d run event(s)",

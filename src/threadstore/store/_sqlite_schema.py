@@ -411,6 +411,22 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (scope, scope_uuid)
     );
     """,
+    # An append stamps its own chat_version (the chat's version after the append), so the
+    # row is written once; the trigger still stamps a row inserted without one.
+    """
+    DROP TRIGGER messages_advance_leaf;
+    CREATE TRIGGER messages_advance_leaf AFTER INSERT ON messages BEGIN
+        UPDATE chats
+           SET has_branches = has_branches OR (NEW.parent_uuid IS NOT active_leaf_uuid),
+               active_leaf_uuid = NEW.message_uuid,
+               updated_at = NEW.created_at,
+               version = version + 1
+         WHERE chat_uuid = NEW.chat_uuid;
+        UPDATE messages
+           SET chat_version = (SELECT version FROM chats WHERE chat_uuid = NEW.chat_uuid)
+         WHERE rowid = NEW.rowid AND NEW.chat_version IS NULL;
+    END;
+    """,
     # The usage ledger: what each run used (amounts in whole nano-dollars, so sums are
     # exact), kept per (chat, run) beyond the chat's own life, until its user is erased;
     # and budgets per user or chat that stop a run before it starts.

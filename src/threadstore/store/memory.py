@@ -19,10 +19,11 @@ from threadstore import models
 from threadstore.errors import ConflictError, NotFoundError, RunLiveError
 from threadstore.keys import chat_deduplication_key
 from threadstore.store import ops
-from threadstore.store._base import BranchPage, ChatFilter, MessageKey, RunFilter, Store, TreeNode
+from threadstore.store._base import Store
 from threadstore.store._lifecycle import ERASED_USER_DETAIL
 from threadstore.store._memory_lifecycle import MemoryLifecycle
 from threadstore.store._memory_usage import MemoryUsage
+from threadstore.store._queries import BranchPage, ChatFilter, MessageKey, RunFilter, TreeNode
 from threadstore.store._records import (
     ExtrasCodec,
     WriterLock,

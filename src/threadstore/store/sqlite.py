@@ -21,8 +21,9 @@ from threadstore._steps import consume, off_loop
 from threadstore.errors import ConflictError, RunLiveError
 from threadstore.store import _sqlite_sql as queries
 from threadstore.store import ops
-from threadstore.store._base import BranchPage, ChatFilter, MessageKey, RunFilter, Store, TreeNode
+from threadstore.store._base import Store
 from threadstore.store._history import DEFAULT_HISTORY_CACHE_MESSAGES, HistoryCache
+from threadstore.store._queries import BranchPage, ChatFilter, MessageKey, RunFilter, TreeNode
 from threadstore.store._records import split_update
 from threadstore.store._rows import EntryLoader, RowLoader, attach_rows
 from threadstore.store._sql import (
