@@ -259,3 +259,13 @@ async def test_forgetting_a_user_removes_their_ledger_and_budgets(store: Store) 
     assert await store.usage.runs(user_uuid=user_uuid) == []
     (kept,) = await store.usage.runs(user_uuid=other)
     assert kept.input_tokens == 4
+
+
+async def test_times_without_a_zone_count_as_utc(store: Store) -> None:
+    user_uuid, chat_uuid = uuid4(), uuid4()
+    at = datetime(2026, 12, 1, 23, 30)  # no zone
+    usage = RunUsage(chat_uuid=chat_uuid, run_id="r", user_uuid=user_uuid, recorded_at=at)
+    await store.usage.record(usage.model_copy(update={"input_tokens": 3}))
+    (day,) = await store.usage.totals(by="day", user_uuid=user_uuid, since=datetime(2026, 12, 1))
+    assert (str(day.day), day.input_tokens) == ("2026-12-01", 3)
+    assert await store.usage.runs(user_uuid=user_uuid, until=datetime(2026, 12, 1, 23)) == []

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from datetime import date, datetime
+from datetime import UTC, date, datetime
 from typing import Any, Literal
 from uuid import UUID
 
@@ -144,6 +144,12 @@ class RunUsage(BaseModel):
     source: str = "stream"
     """Where the numbers came from: ``stream`` (the run's events) or a face's name."""
     recorded_at: datetime = Field(default_factory=utcnow)
+    """When it was recorded; a time without a zone counts as UTC."""
+
+    @field_validator("recorded_at")
+    @classmethod
+    def _zoned(cls, value: datetime) -> datetime:
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value
 
     @property
     def total_tokens(self) -> int:

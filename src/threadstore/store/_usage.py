@@ -43,6 +43,11 @@ NANO = 1_000_000_000
 _GROUPINGS = ("chat", "user", "day")
 
 
+def _utc(moment: datetime | None) -> datetime | None:
+    """``moment`` with a time zone: a naive one counts as UTC (as everywhere in the store)."""
+    return moment.replace(tzinfo=UTC) if moment and moment.tzinfo is None else moment
+
+
 def nanos(amount: float) -> int:
     """``amount`` dollars as whole nano-dollars (how the ledger keeps it)."""
     return round(amount * NANO)
@@ -138,7 +143,9 @@ class Usage:
         """The ledger's rows of a user and/or chat (``None``: any), newest first."""
         if not 1 <= limit <= USAGE_ROWS_PAGE:
             raise InvalidInputError(f"limit must be between 1 and {USAGE_ROWS_PAGE}, got {limit}")
-        return await self._backend().select_runs(user_uuid, chat_uuid, since, until, limit)
+        return await self._backend().select_runs(
+            user_uuid, chat_uuid, _utc(since), _utc(until), limit
+        )
 
     async def totals(
         self,
@@ -154,7 +161,9 @@ class Usage:
         if by not in _GROUPINGS:
             raise InvalidInputError(f"by must be one of {', '.join(_GROUPINGS)}, got {by!r}")
         with _telemetry.span("threadstore.usage.totals", chat_uuid):
-            return await self._backend().select_totals(by, user_uuid, chat_uuid, since, until)
+            return await self._backend().select_totals(
+                by, user_uuid, chat_uuid, _utc(since), _utc(until)
+            )
 
     async def total(
         self,
