@@ -45,7 +45,8 @@ class Collected:
 
     def points(self, name: str) -> list[Any]:
         data = self.metrics.get_metrics_data()
-        assert data is not None
+        if data is None:  # nothing was recorded or observed since the last collection
+            return []
         return [
             point
             for resource in data.resource_metrics
@@ -175,3 +176,15 @@ async def test_without_the_package_runs_still_work(
     )
     events = await collect(agent.run(run_input("t", "r", [user("u")])))
     assert events[-1].type == "RUN_FINISHED"
+
+
+async def test_the_server_reports_its_outbox_depth_as_a_gauge(
+    store: Store, collected: Collected
+) -> None:
+    from threadstore.server import LocalUserAuth, create_app
+
+    app = create_app(store, agent="demo", auth=LocalUserAuth(uuid4()))
+    async with app.router.lifespan_context(app):
+        (depth,) = collected.points("threadstore.outbox.depth")
+        assert depth.value == 0  # what /readyz says
+    assert collected.points("threadstore.outbox.depth") == []  # unregistered at shutdown

@@ -216,7 +216,7 @@ def _instruments() -> dict[str, Any] | None:
         }
         for name in _gauges:
             meter.create_observable_gauge(name, callbacks=[_observe(name)])
-        instruments["meter"] = meter
+        instruments["meter"], instruments["gauges"] = meter, set(_gauges)
     _meter_of = (provider, instruments)
     return instruments
 
@@ -252,7 +252,8 @@ def observe_gauge(name: str, callback: Callable[[], int | float]) -> Callable[[]
     callbacks = _gauges.setdefault(name, [])
     callbacks.append(callback)
     instruments = _instruments()
-    if instruments is not None and len(callbacks) == 1:
+    if instruments is not None and name not in instruments["gauges"]:
+        instruments["gauges"].add(name)  # one gauge per name: it reads every callback
         instruments["meter"].create_observable_gauge(name, callbacks=[_observe(name)])
 
     def unregister() -> None:
