@@ -290,6 +290,8 @@ async def _follow(
         event(f"stream follow-up {response.status_code}")
         if response.status_code == 200:
             _check_stream(response, whole=whole)
+        elif response.status_code == 204:  # a resume after an ended run's last event
+            assert not whole and response.content == b""
         else:
             _check_json_error(response)
     for param in ("after", "before"):
