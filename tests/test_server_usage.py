@@ -77,6 +77,12 @@ async def test_usage_and_budgets_over_http(store: Store) -> None:
         assert listed["scope"] == "chat" and listed["budget"]["max_tokens"] == 100
         again = await http.post("/agui", json=run_input(thread_id="t1"))
         assert again.status_code == 402
+        messages = (await http.get(f"/api/chats/{chat_uuid}/messages")).json()["items"]
+        question = next(m for m in messages if m["role"] == "user")
+        regenerate = f"/api/chats/{chat_uuid}/regenerate"
+        branch = await http.post(regenerate, json={"message_uuid": question["message_uuid"]})
+        assert branch.status_code == 402 and branch.json()["code"] == "budget_exceeded"
+        assert len(agent.inputs) == 1
         fresh = await http.post("/agui", json=run_input(thread_id="t3"))
         assert fresh.status_code == 200  # only that chat's budget is spent
     async with client(store, other, agent) as http:
