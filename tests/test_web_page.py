@@ -760,5 +760,11 @@ def test_the_page_shows_the_open_chats_usage_and_the_total(tmp_path: Path, page:
             "This chat: 1,200 tokens · $0.7500 (caches saved $0.0500) in 1 run(s)"
         )
         expect(page.locator("#usage-total")).to_contain_text("All chats: 1,200 tokens · $0.7500")
+        # A spent budget: the next message is refused with the server's words, no run starts.
+        with served.client() as client:
+            assert client.put("/api/usage/budget", json={"max_cost_usd": 0.5}).status_code == 200
+        _send(page, "one more")
+        expect(page.locator("#toast")).to_contain_text("the budget of this user is spent")
+        _wait_idle(page)
     finally:
         _stop(served)
