@@ -461,11 +461,11 @@ def test_search_finds_chats_by_name(server: Server, page: Page) -> None:
     _import(server, _thread("s2"), f"budget review {tag}", "two")
     _import(server, _thread("s3"), "Holiday plans", "three")
     page.goto(server.url)
-    page.get_by_label("Search chats by name").fill(tag)
+    page.get_by_label("Search chats and messages").fill(tag)
     items = page.locator("#chat-list li")
     expect(items).to_have_count(2)
     expect(items.first).to_contain_text(tag)
-    page.get_by_label("Search chats by name").fill(f"nothing-{tag}")
+    page.get_by_label("Search chats and messages").fill(f"nothing-{tag}")
     expect(page.locator("#list-status")).to_have_text("No chat has that name.")
 
 

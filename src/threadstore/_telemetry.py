@@ -104,7 +104,7 @@ def span(
 
 
 def traced(
-    name: str, *, conversation: bool = False, **attributes: Any
+    name: str, *, conversation: bool = False, attributes: dict[str, Any] | None = None
 ) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
     """Decorate an async method: each call is a span ``name`` (a no-op without an SDK).
 
@@ -119,7 +119,7 @@ def traced(
             if tracer is None:
                 return await method(*args, **kwargs)
             chat = args[1] if conversation and len(args) > 1 else None
-            given = _attributes(chat if isinstance(chat, UUID) else None, attributes)
+            given = _attributes(chat if isinstance(chat, UUID) else None, attributes or {})
             with tracer.start_as_current_span(name, attributes=given):
                 return await method(*args, **kwargs)
 

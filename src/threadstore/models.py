@@ -21,6 +21,7 @@ from pydantic import (
     model_validator,
 )
 
+from threadstore._search_hits import SearchHit, SearchPage
 from threadstore._seed_spellings import (
     ERROR_METADATA_KEY,
     alias,
@@ -65,6 +66,8 @@ __all__ = [
     "Run",
     "RunStatus",
     "ScopedPolicy",
+    "SearchHit",
+    "SearchPage",
     "Summary",
     "SweepReport",
     "TextPart",

@@ -32,6 +32,7 @@ from threadstore.server._routes_branches import router as branches_router
 from threadstore.server._routes_chats import admin_router
 from threadstore.server._routes_chats import router as chats_router
 from threadstore.server._routes_lifecycle import router as lifecycle_router
+from threadstore.server._routes_search import router as search_router
 from threadstore.server._routes_usage import router as usage_router
 from threadstore.server._routes_web import install_web
 from threadstore.server._run_gate import RunGate
@@ -214,6 +215,7 @@ def create_app(
     app.include_router(branches_router)
     app.include_router(readiness_router)
     app.include_router(lifecycle_router)
+    app.include_router(search_router)
     app.include_router(usage_router)
     install_web(app)
 

@@ -69,6 +69,7 @@ from threadstore.store._queries import (
 )
 from threadstore.store._records import Codecs
 from threadstore.store._run_events import RunEventLog
+from threadstore.store._search import SearchBackend
 from threadstore.store._usage import UsageBackend
 from threadstore.store.ops import (
     WRITE_METHODS,
@@ -124,6 +125,8 @@ class Store(abc.ABC):
     :class:`~threadstore.errors.StoreUnavailableError`; ``None``: nothing to wait for."""
     _lifecycle: LifecycleBackend | None = None
     """The backend's primitives of summaries, erasure and retention (``store/_lifecycle.py``)."""
+    _search: SearchBackend | None = None
+    """The backend's full-text index of its messages (``store/_search.py``)."""
     _usage: UsageBackend | None = None
     """The backend's usage ledger and budgets (``store/_usage.py``)."""
 
@@ -153,6 +156,8 @@ class Store(abc.ABC):
         """Runs by concern: those running, and the records a run left in progress."""
         self.branches = Branches(self)
         """A chat as a tree: regenerate, edit-and-resend, versions of a turn, forks."""
+        self.search = self.messages.search
+        """Full-text search of a user's messages: ``store.messages.search``."""
         self.usage = Usage(self)
         """The usage ledger: what runs used, totals per chat, user and day, and budgets."""
 

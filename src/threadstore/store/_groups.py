@@ -31,6 +31,7 @@ from threadstore.models import (
     RetentionPolicy,
     Run,
     ScopedPolicy,
+    SearchPage,
     SweepReport,
     utcnow,
 )
@@ -51,6 +52,7 @@ from threadstore.store._queries import (
     check_limit,
     require_chat_identity,
 )
+from threadstore.store._search import SearchBackend, SearchOrder, search
 from threadstore.store.ops import (
     CreateChat,
     CreateMessage,
@@ -388,6 +390,45 @@ class Messages:
         self.get_tool_call_by_agui_id = store.get_tool_call_by_agui_id
         self.get_chat_messages = store.get_chat_messages
         self.get_last_messages = store.get_last_messages
+
+    @_telemetry.traced("threadstore.search", attributes={"gen_ai.operation.name": "retrieval"})
+    async def search(
+        self,
+        user_uuid: UUID,
+        query: str,
+        *,
+        order: SearchOrder = "newest",
+        all_branches: bool = False,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> SearchPage:
+        """One page of the user's messages holding every word of ``query``, with snippets.
+
+        Reads the text, tool calls (name, arguments, result) and reasoning of the user's
+        live chats only; the active branch of each unless ``all_branches``; newest first
+        or (``order="best"``) best match first. ``query`` is plain words (no operators).
+        Messages stored before search existed are indexed in the background after
+        ``setup()``; until then a search may miss them (:meth:`search_backlog`).
+        """
+        return await search(
+            self._searcher(),
+            user_uuid,
+            query,
+            order=order,
+            all_branches=all_branches,
+            limit=limit,
+            cursor=cursor,
+        )
+
+    async def search_backlog(self) -> int:
+        """How many stored messages still wait to be indexed for search (0: none)."""
+        return await self._searcher().backlog()
+
+    def _searcher(self) -> SearchBackend:
+        backend = self._store._search
+        if backend is None:
+            raise ConfigurationError(f"{type(self._store).__name__} keeps no search index")
+        return backend
 
     async def iter_chat_messages(
         self, chat_uuid: UUID, *, page_size: int = 500

@@ -376,6 +376,106 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (scope, scope_uuid)
     );
     """,
+    # Full-text search: one tsvector per message (search_docs, a GIN index) holding its
+    # text, its tool calls (name, arguments, result), its reasoning and its owner's
+    # lexeme (u + the user's uuid in hex, which every search asks for, so GIN reads that
+    # user's entries only), written by triggers in the transaction of each write, in the
+    # text search configuration of search_settings. A message's delete cascades to its
+    # entry. Messages stored before this migration (or before the configuration changed)
+    # are indexed in the background, a few chats per transaction (search_backlog).
+    """
+    CREATE TABLE search_settings (
+        id boolean PRIMARY KEY DEFAULT true CHECK (id),
+        language regconfig NOT NULL
+    );
+    -- No row (a fresh database, or its rows deleted): 'simple'.
+    CREATE FUNCTION threadstore_search_language() RETURNS regconfig LANGUAGE sql STABLE AS $$
+        SELECT COALESCE((SELECT language FROM search_settings), 'simple'::regconfig)
+    $$;
+    CREATE TABLE search_docs (
+        message_uuid uuid PRIMARY KEY REFERENCES messages (message_uuid) ON DELETE CASCADE,
+        doc tsvector NOT NULL
+    );
+    CREATE INDEX search_docs_words ON search_docs USING gin (doc);
+    CREATE VIEW search_sources AS
+    SELECT m.message_uuid, m.chat_uuid, c.user_uuid, m.content AS body,
+           (SELECT string_agg(t.name || ' ' || t.arguments || ' ' || COALESCE(t.content, ''),
+                              ' ' ORDER BY t.seq)
+              FROM tool_calls t WHERE t.message_uuid = m.message_uuid) AS tools,
+           (SELECT string_agg(r.content, ' ' ORDER BY r.seq)
+              FROM reasonings r WHERE r.message_uuid = m.message_uuid) AS reasoning
+      FROM messages m JOIN chats c ON c.chat_uuid = m.chat_uuid;
+    CREATE FUNCTION threadstore_search_doc(cfg regconfig, s search_sources) RETURNS tsvector
+    LANGUAGE sql STABLE AS $$
+        SELECT to_tsvector(cfg, s.body) || to_tsvector(cfg, COALESCE(s.tools, ''))
+               || to_tsvector(cfg, COALESCE(s.reasoning, ''))
+               || ('u' || replace(s.user_uuid::text, '-', ''))::tsvector
+    $$;
+    CREATE FUNCTION threadstore_search_index() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        INSERT INTO search_docs (message_uuid, doc)
+        SELECT s.message_uuid, threadstore_search_doc(threadstore_search_language(), s)
+          FROM search_sources s WHERE s.message_uuid = NEW.message_uuid
+        ON CONFLICT (message_uuid) DO UPDATE SET doc = EXCLUDED.doc;
+        RETURN NULL;
+    END
+    $$;
+    CREATE TRIGGER messages_search_insert AFTER INSERT ON messages
+        FOR EACH ROW WHEN (NEW.content <> '') EXECUTE FUNCTION threadstore_search_index();
+    CREATE TRIGGER messages_search_update AFTER UPDATE OF content ON messages
+        FOR EACH ROW WHEN (NEW.content IS DISTINCT FROM OLD.content)
+        EXECUTE FUNCTION threadstore_search_index();
+    CREATE TRIGGER tool_calls_search_insert AFTER INSERT ON tool_calls
+        FOR EACH ROW EXECUTE FUNCTION threadstore_search_index();
+    CREATE TRIGGER tool_calls_search_update AFTER UPDATE OF name, arguments, content
+        ON tool_calls FOR EACH ROW
+        WHEN (NEW.name IS DISTINCT FROM OLD.name OR NEW.arguments IS DISTINCT FROM OLD.arguments
+              OR NEW.content IS DISTINCT FROM OLD.content)
+        EXECUTE FUNCTION threadstore_search_index();
+    CREATE TRIGGER reasonings_search_insert AFTER INSERT ON reasonings
+        FOR EACH ROW WHEN (NEW.content <> '') EXECUTE FUNCTION threadstore_search_index();
+    CREATE TRIGGER reasonings_search_update AFTER UPDATE OF content ON reasonings
+        FOR EACH ROW WHEN (NEW.content IS DISTINCT FROM OLD.content)
+        EXECUTE FUNCTION threadstore_search_index();
+    CREATE TABLE search_backlog (
+        id boolean PRIMARY KEY DEFAULT true CHECK (id),
+        after_chat uuid
+    );
+    INSERT INTO search_backlog (after_chat) SELECT NULL WHERE EXISTS (SELECT 1 FROM messages);
+    -- One batch of the background indexing: the next ``per_batch`` chats by uuid. true: more
+    -- wait; false: none; NULL: another process holds the backlog.
+    CREATE FUNCTION threadstore_search_backfill(per_batch integer) RETURNS boolean
+    LANGUAGE plpgsql AS $$
+    DECLARE
+        start uuid;
+        batch uuid[];
+        n integer;
+    BEGIN
+        PERFORM 1 FROM search_backlog;
+        IF NOT FOUND THEN
+            RETURN false;
+        END IF;
+        SELECT after_chat INTO start FROM search_backlog FOR UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            RETURN NULL;
+        END IF;
+        SELECT array_agg(chat_uuid ORDER BY chat_uuid) INTO batch
+          FROM (SELECT chat_uuid FROM chats WHERE start IS NULL OR chat_uuid > start
+                 ORDER BY chat_uuid LIMIT per_batch) b;
+        n := COALESCE(cardinality(batch), 0);
+        INSERT INTO search_docs (message_uuid, doc)
+        SELECT s.message_uuid, threadstore_search_doc(threadstore_search_language(), s)
+          FROM search_sources s WHERE s.chat_uuid = ANY (batch)
+        ON CONFLICT (message_uuid) DO UPDATE SET doc = EXCLUDED.doc;
+        IF n < per_batch THEN
+            DELETE FROM search_backlog;
+            RETURN false;
+        END IF;
+        UPDATE search_backlog SET after_chat = batch[n];
+        RETURN true;
+    END
+    $$;
+    """,
     # The usage ledger: what each run used (amounts in whole nano-dollars, so sums are
     # exact), kept per (chat, run) beyond the chat's own life, until its user is erased;
     # and budgets per user or chat that stop a run before it starts.

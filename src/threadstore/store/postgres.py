@@ -52,6 +52,7 @@ from threadstore.store._history import DEFAULT_HISTORY_CACHE_MESSAGES, HistoryCa
 from threadstore.store._postgres_connections import Connections, Lease, iso_times, translate
 from threadstore.store._postgres_events import PostgresRunEvents
 from threadstore.store._postgres_lifecycle import PostgresLifecycle
+from threadstore.store._postgres_search import PostgresSearch
 from threadstore.store._postgres_usage import PostgresUsage
 from threadstore.store._queries import BranchPage, ChatFilter, MessageKey, RunFilter, TreeNode
 from threadstore.store._records import split_update
@@ -84,6 +85,7 @@ class PostgresStore(Store):
     """Store backed by a PostgreSQL database through an asyncpg pool."""
 
     timeout: float
+    _search: PostgresSearch
 
     def __init__(
         self,
@@ -94,6 +96,7 @@ class PostgresStore(Store):
         max_size: int = 10,
         history_cache_messages: int = DEFAULT_HISTORY_CACHE_MESSAGES,
         timeout: float | None = None,
+        search_language: str | None = None,
         **model_classes: Any,
     ) -> None:
         super().__init__(**model_classes)
@@ -125,6 +128,9 @@ class PostgresStore(Store):
         self._entries = EntryLoader(self._messages, self._tool_calls, self._reasonings)
         self._run_events = PostgresRunEvents(self)
         self._lifecycle = PostgresLifecycle(self)
+        self._search = PostgresSearch(self, search_language)
+        """Full-text search; ``search_language``: its text search configuration (``setup``
+        sets it; ``None`` keeps the database's, ``simple`` at first)."""
         self._usage = PostgresUsage(self)
 
     def run_events(self) -> PostgresRunEvents:
@@ -144,6 +150,7 @@ class PostgresStore(Store):
 
     async def close(self) -> None:
         """Close the pool if the store created it; an app's own pool stays open."""
+        await self._search.stop()
         self._flush_slots = None
         await self.connections.close()
 
@@ -167,6 +174,7 @@ class PostgresStore(Store):
             for version in range(current + 1, len(schema.MIGRATIONS) + 1):
                 await conn.execute(schema.MIGRATIONS[version - 1], timeout=wait)
                 await conn.execute(schema.RECORD_MIGRATION, version, models.utcnow(), timeout=wait)
+        await self._search.start()
 
     async def schema_version(self) -> int:
         """Return the highest applied migration (0 for an empty database)."""

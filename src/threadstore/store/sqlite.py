@@ -56,6 +56,7 @@ from threadstore.store._sqlite_schema import (
     RUN_COLUMNS,
     TOOL_CALL_COLUMNS,
 )
+from threadstore.store._sqlite_search import SQLiteSearch
 from threadstore.store._sqlite_sql import key_param, ts
 from threadstore.store._sqlite_usage import SQLiteUsage
 from threadstore.store._sqlite_writes import Statement
@@ -79,6 +80,7 @@ class SQLiteStore(Store):
     """Store backed by one SQLite database file."""
 
     timeout: float
+    _search: SQLiteSearch
 
     def __init__(
         self,
@@ -116,6 +118,7 @@ class SQLiteStore(Store):
         )
         self._entries = EntryLoader(self._messages, self._tool_calls, self._reasonings)
         self._lifecycle = SQLiteLifecycle(self)
+        self._search = SQLiteSearch(self)
         self._usage = SQLiteUsage(self)
 
     # --- lifecycle ---------------------------------------------------------------------
@@ -125,6 +128,7 @@ class SQLiteStore(Store):
         await self.executor.open()
 
     async def close(self) -> None:
+        await self._search.stop()
         await self.executor.close()
 
     async def set_trace_callback(self, callback: Callable[[str], object] | None) -> None:
@@ -137,6 +141,7 @@ class SQLiteStore(Store):
     async def setup(self) -> None:
         """Apply pending migrations in order, each recorded in ``threadstore_migrations``."""
         await self.executor.migrate()
+        await self._search.start()
 
     async def schema_version(self) -> int:
         """Return the highest applied migration (0 for an empty database)."""
@@ -669,6 +674,7 @@ class SQLiteStore(Store):
             results = (
                 await self.executor.run(*statements, background=background) if statements else []
             )
+            self._search.written()
         except ConflictError as exc:
             if queries.ONE_RUNNING_RUN not in str(exc):
                 raise

@@ -553,6 +553,7 @@ const page = {
   cursor: undefined, // undefined: not loaded yet; null: no more pages
   loadingChats: false,
   query: "",
+  hitsCursor: null, // next_cursor of the last page of message hits
   thread: null, // the open thread id
   chat: null, // its stored chat (null until the first run stores it)
   conversation: new Conversation(),
@@ -729,6 +730,62 @@ async function loadChats(reset = false) {
   }
   // Keep loading while the sentinel is still visible (a tall screen, a short page).
   if (generation === listGeneration && page.cursor && sentinelVisible()) loadChats();
+}
+
+// --- search in messages ------------------------------------------------------------------
+
+let hitsGeneration = 0;
+
+// The messages holding every word of the query, a page at a time (``more``: the next one).
+async function searchMessages(more = false) {
+  const box = $("search-results");
+  const generation = more ? hitsGeneration : ++hitsGeneration;
+  if (!page.query) {
+    box.hidden = true;
+    $("search-hits").replaceChildren();
+    return;
+  }
+  const params = new URLSearchParams({ q: page.query, limit: "20" });
+  if (more && page.hitsCursor) params.set("cursor", page.hitsCursor);
+  try {
+    const result = await api("GET", `/api/search?${params}`);
+    if (generation !== hitsGeneration) return;
+    page.hitsCursor = result.next_cursor;
+    const items = result.items.map(renderHit);
+    if (more) $("search-hits").append(...items);
+    else $("search-hits").replaceChildren(...items);
+    $("hits-status").textContent = !more && !result.items.length ? "No message has those words." : "";
+    $("hits-more").hidden = !result.next_cursor;
+    box.hidden = false;
+  } catch (error) {
+    if (generation !== hitsGeneration) return;
+    if (error.status !== 422) return report(error);
+    // A query with no words (or too many): say why instead of listing nothing.
+    $("search-hits").replaceChildren();
+    $("hits-status").textContent = error.message;
+    $("hits-more").hidden = true;
+    box.hidden = false;
+  }
+}
+
+// A hit: its chat, and its snippet with the matching words marked (built as text nodes,
+// never as HTML).
+function renderHit(hit) {
+  const snippet = el("span", { class: "hit-snippet" });
+  let at = 0;
+  for (const [start, end] of hit.highlights) {
+    snippet.append(hit.snippet.slice(at, start), el("mark", { text: hit.snippet.slice(start, end) }));
+    at = end;
+  }
+  snippet.append(hit.snippet.slice(at));
+  const kind = { tool: "🔧 ", reasoning: "💭 " }[hit.kind] || "";
+  const link = el(
+    "a",
+    { href: `#/t/${encodeURIComponent(hit.thread_id)}`, class: "chat-link hit-link", "data-message": hit.message_uuid },
+    el("span", { class: "chat-name", text: hit.chat_name || hit.thread_id }),
+    el("span", { class: "chat-preview" }, kind, snippet),
+  );
+  return el("li", { "data-thread": hit.thread_id }, link);
 }
 
 function sentinelVisible() {
@@ -1241,8 +1298,10 @@ function start() {
     searchTimer = setTimeout(() => {
       page.query = e.target.value.trim();
       loadChats(true);
+      searchMessages();
     }, 200);
   });
+  $("hits-more").addEventListener("click", () => searchMessages(true));
   new IntersectionObserver((entries) => entries.some((e) => e.isIntersecting) && loadChats(), { root: $("sidebar"), rootMargin: "0px 0px 300px 0px" }).observe($("list-sentinel"));
   $("messages").addEventListener("scroll", () => {
     if ($("messages").scrollTop < 40) loadOlder();
