@@ -22,6 +22,7 @@ PUBLIC_MODULES = {
     "threadstore.models",
     "threadstore.seed",
     "threadstore.transfer",
+    "threadstore.usage",
     "threadstore.agui.legacy",
     "threadstore.agui.translate",
     "threadstore.faces.langchain",

@@ -61,10 +61,12 @@ async def _finish_indexing(store: Store) -> None:
 async def test_messages_stored_before_search_are_indexed_in_the_background(
     empty_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The schema as it was before search: every migration but the last.
+    # The schema as it was before search: the migrations before search's own.
     sqlite_all, postgres_all = _sqlite_schema.MIGRATIONS, _postgres_schema.MIGRATIONS
-    monkeypatch.setattr(_sqlite_executor, "MIGRATIONS", sqlite_all[:-1])
-    monkeypatch.setattr(_postgres_schema, "MIGRATIONS", postgres_all[:-1])
+    sqlite_search = next(n for n, sql in enumerate(sqlite_all) if "search_index" in sql)
+    postgres_search = next(n for n, sql in enumerate(postgres_all) if "search_docs" in sql)
+    monkeypatch.setattr(_sqlite_executor, "MIGRATIONS", sqlite_all[:sqlite_search])
+    monkeypatch.setattr(_postgres_schema, "MIGRATIONS", postgres_all[:postgres_search])
     for backend in (SQLiteSearch, PostgresSearch):
         monkeypatch.setattr(backend, "start", _no_search)
     user = uuid.uuid4()

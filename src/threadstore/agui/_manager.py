@@ -30,6 +30,7 @@ from ag_ui.core import (
 )
 from pydantic import BaseModel
 
+from threadstore import _telemetry
 from threadstore.errors import ConfigurationError, ConflictError, ErrorCodes, InvalidInputError
 from threadstore.models import Chat, MessageStatus, Run, RunStatus, utcnow
 from threadstore.store import RunRepositoryLike, Store
@@ -751,6 +752,10 @@ class StreamPersistenceManager(Generic[AgentT]):
         """
         if stale_after <= 0:
             raise InvalidInputError(f"stale_after must be > 0, got {stale_after}")
+        with _telemetry.span("threadstore.sweep_runs"):
+            return await self._sweep(stale_after)
+
+    async def _sweep(self, stale_after: float) -> int:
         store = self._require_store()
         older_than = utcnow() - timedelta(seconds=stale_after)
         live = self.live_runs()

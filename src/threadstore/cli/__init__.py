@@ -11,7 +11,14 @@ One module per group of commands; importing it registers its commands on ``app``
 
 from __future__ import annotations
 
-from threadstore.cli import _chats, _lifecycle, _search, _serve, _transfer  # noqa: F401  (registration)
+from threadstore.cli import (  # noqa: F401  (registration)
+    _chats,
+    _lifecycle,
+    _search,
+    _serve,
+    _transfer,
+    _usage,
+)
 from threadstore.cli._common import app
 from threadstore.cli._serve import worker_app
 

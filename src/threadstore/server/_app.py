@@ -15,6 +15,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.types import Scope
 
 import threadstore
+from threadstore import _telemetry
 from threadstore.agui import BackgroundCompactor, DistributedRunManager, HistoryWindow, StorageAgent
 from threadstore.lifecycle import CompactionPolicy
 from threadstore.models import Chat
@@ -24,6 +25,7 @@ from threadstore.server._demo_agent import DEFAULT_DEMO_DELAY
 from threadstore.server._deps import ServerState
 from threadstore.server._errors import install_error_handlers
 from threadstore.server._limits import DEFAULT_LIMITS, BodyLimitMiddleware, Limits
+from threadstore.server._readiness import outbox_depth
 from threadstore.server._readiness import router as readiness_router
 from threadstore.server._routes_agui import router as agui_router
 from threadstore.server._routes_branches import router as branches_router
@@ -31,6 +33,7 @@ from threadstore.server._routes_chats import admin_router
 from threadstore.server._routes_chats import router as chats_router
 from threadstore.server._routes_lifecycle import router as lifecycle_router
 from threadstore.server._routes_search import router as search_router
+from threadstore.server._routes_usage import router as usage_router
 from threadstore.server._routes_web import install_web
 from threadstore.server._run_gate import RunGate
 from threadstore.server._shutdown import stop_runs_on_exit_signal
@@ -152,6 +155,10 @@ def create_app(
         retainer: asyncio.Task[None] | None = None
         # An erasure also ends the user's runs here and drops the events kept for resumes.
         opened.chats.add_erasure_hook("live_runs", manager.forget_user)
+        # What /readyz says, as the gauge threadstore.outbox.depth (when an SDK collects).
+        unobserve = _telemetry.observe_gauge(
+            "threadstore.outbox.depth", lambda: outbox_depth(manager)
+        )
         try:
             await manager.start()
             swept = await manager.sweep(stale_after)
@@ -180,6 +187,7 @@ def create_app(
                 yield
         finally:
             app.state.threadstore = None
+            unobserve()
             opened.chats.remove_erasure_hook("live_runs")
             for task in (sweeper, retainer):
                 if task is not None:
@@ -208,6 +216,7 @@ def create_app(
     app.include_router(readiness_router)
     app.include_router(lifecycle_router)
     app.include_router(search_router)
+    app.include_router(usage_router)
     install_web(app)
 
     @app.get("/healthz", tags=["server"], summary="Liveness")

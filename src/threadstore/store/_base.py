@@ -35,6 +35,7 @@ from datetime import datetime, timedelta
 from typing import Any, ClassVar, Self
 from uuid import UUID
 
+from threadstore import _telemetry
 from threadstore._steps import off_loop
 from threadstore.errors import InvalidInputError, NotFoundError
 from threadstore.models import (
@@ -69,6 +70,7 @@ from threadstore.store._queries import (
 from threadstore.store._records import Codecs
 from threadstore.store._run_events import RunEventLog
 from threadstore.store._search import SearchBackend
+from threadstore.store._usage import UsageBackend
 from threadstore.store.ops import (
     WRITE_METHODS,
     WRITE_TYPES,
@@ -125,6 +127,8 @@ class Store(abc.ABC):
     """The backend's primitives of summaries, erasure and retention (``store/_lifecycle.py``)."""
     _search: SearchBackend | None = None
     """The backend's full-text index of its messages (``store/_search.py``)."""
+    _usage: UsageBackend | None = None
+    """The backend's usage ledger and budgets (``store/_usage.py``)."""
 
     def __init__(
         self,
@@ -142,6 +146,7 @@ class Store(abc.ABC):
         # The groups are built on this module's primitives (a cycle kept to run time).
         from threadstore.store._branches import Branches
         from threadstore.store._groups import Chats, Messages, Runs
+        from threadstore.store._usage import Usage
 
         self.chats = Chats(self)
         """Chats by concern: find, list, open with a run, state, metadata, restore, purge."""
@@ -153,6 +158,8 @@ class Store(abc.ABC):
         """A chat as a tree: regenerate, edit-and-resend, versions of a turn, forks."""
         self.search = self.messages.search
         """Full-text search of a user's messages: ``store.messages.search``."""
+        self.usage = Usage(self)
+        """The usage ledger: what runs used, totals per chat, user and day, and budgets."""
 
     # --- lifecycle -----------------------------------------------------------------
 
@@ -479,6 +486,7 @@ class Store(abc.ABC):
         changed: int = await self._apply_one(FinalizeRunRecords(chat_uuid, run_id, status))
         return changed
 
+    @_telemetry.traced("threadstore.store.apply_writes")
     async def apply_writes(self, writes: Sequence[Write]) -> None:
         """Apply ``writes`` in order, all or nothing, without returning their results.
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from uuid import UUID, uuid4
 
+from threadstore import _telemetry
 from threadstore.errors import ConfigurationError, ConflictError, InvalidInputError, NotFoundError
 from threadstore.lifecycle import (
     CompactionPolicy,
@@ -258,6 +259,7 @@ class Branches:
         summary, last = found
         return AgentHistory(summary, history[last + 1 :])
 
+    @_telemetry.traced("threadstore.compact", conversation=True)
     async def compact(
         self,
         chat_uuid: UUID,

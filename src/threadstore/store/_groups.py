@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
+from threadstore import _telemetry
 from threadstore.errors import ConfigurationError, ConflictError, InvalidInputError, NotFoundError
 from threadstore.models import (
     Chat,
@@ -220,6 +221,7 @@ class Chats:
         """Stop calling the erasure hook ``name`` (nothing when there is none)."""
         self._erasure_hooks.pop(name, None)
 
+    @_telemetry.traced("threadstore.erase")
     async def forget_user(
         self, user_uuid: UUID, *, requested_by: str | None = None, batch: int = ERASE_BATCH
     ) -> ErasureReceipt:
@@ -229,7 +231,8 @@ class Chats:
         still streaming writes nothing back (its flushes find their chat gone). Then the
         user's chats (live and soft-deleted) with their messages, tool calls, reasoning,
         runs, relayed run events and summaries, ``batch`` chats per transaction; the
-        histories this store keeps of them; and what each erasure hook removes. The
+        histories this store keeps of them; their usage ledger rows and budgets
+        (``usage_records``); and what each erasure hook removes. The
         receipt is kept (``erasure_receipts``). Running it again finds nothing more.
         """
         backend = self._lifecycle()
@@ -246,6 +249,9 @@ class Chats:
                 if cache is not None and cache.entry(chat_uuid) is not None:
                     cache.discard(chat_uuid)
                     counts["cached_histories"] += 1
+        if self._store._usage is not None:
+            # The ledger outlives a chat (it is accounting), not its user.
+            counts["usage_records"] = await self._store._usage.erase_user(user_uuid)
         for name, hook in list(self._erasure_hooks.items()):
             done = hook(user_uuid)
             counts[name] += int(await done if inspect.isawaitable(done) else done)
@@ -312,6 +318,7 @@ class Chats:
             after = page[-1].chat_uuid
         return found[:limit]
 
+    @_telemetry.traced("threadstore.sweep")
     async def sweep_expired(
         self,
         *,
@@ -384,6 +391,7 @@ class Messages:
         self.get_chat_messages = store.get_chat_messages
         self.get_last_messages = store.get_last_messages
 
+    @_telemetry.traced("threadstore.search", attributes={"gen_ai.operation.name": "retrieval"})
     async def search(
         self,
         user_uuid: UUID,
@@ -435,6 +443,7 @@ class Messages:
                 return
             after = page[-1].seq
 
+    @_telemetry.traced("threadstore.store.read_history", conversation=True)
     async def read_history(self, chat_uuid: UUID, *derivations: Derivation[Any]) -> HistoryView:
         """The chat's whole active branch, oldest first, and what is derived from it.
 

@@ -476,6 +476,38 @@ MIGRATIONS: list[str] = [
     END
     $$;
     """,
+    # The usage ledger: what each run used (amounts in whole nano-dollars, so sums are
+    # exact), kept per (chat, run) beyond the chat's own life, until its user is erased;
+    # and budgets per user or chat that stop a run before it starts.
+    """
+    CREATE TABLE usage_runs (
+        chat_uuid uuid NOT NULL,
+        run_id text NOT NULL,
+        user_uuid uuid NOT NULL,
+        input_tokens bigint NOT NULL,
+        output_tokens bigint NOT NULL,
+        reasoning_tokens bigint NOT NULL,
+        cached_input_tokens bigint NOT NULL,
+        cost_nusd bigint NOT NULL,
+        cache_savings_nusd bigint NOT NULL,
+        model text,
+        source text NOT NULL,
+        recorded_at timestamptz NOT NULL,
+        PRIMARY KEY (chat_uuid, run_id)
+    );
+    CREATE INDEX usage_runs_by_user ON usage_runs (user_uuid, recorded_at);
+    CREATE TABLE usage_budgets (
+        scope text NOT NULL,
+        scope_uuid uuid NOT NULL,
+        user_uuid uuid NOT NULL,
+        max_cost_usd double precision,
+        max_tokens bigint,
+        period text NOT NULL,
+        updated_at timestamptz NOT NULL,
+        PRIMARY KEY (scope, scope_uuid)
+    );
+    CREATE INDEX usage_budgets_by_user ON usage_budgets (user_uuid);
+    """,
 ]
 
 # --- migrations bookkeeping ------------------------------------------------------------------

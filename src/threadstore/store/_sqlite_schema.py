@@ -483,4 +483,36 @@ MIGRATIONS: list[str] = [
     END;
     INSERT INTO search_pending (seq) SELECT seq FROM messages;
     """,
+    # The usage ledger: what each run used (amounts in whole nano-dollars, so sums are
+    # exact), kept per (chat, run) beyond the chat's own life, until its user is erased;
+    # and budgets per user or chat that stop a run before it starts.
+    """
+    CREATE TABLE usage_runs (
+        chat_uuid TEXT NOT NULL,
+        run_id TEXT NOT NULL,
+        user_uuid TEXT NOT NULL,
+        input_tokens INTEGER NOT NULL,
+        output_tokens INTEGER NOT NULL,
+        reasoning_tokens INTEGER NOT NULL,
+        cached_input_tokens INTEGER NOT NULL,
+        cost_nusd INTEGER NOT NULL,
+        cache_savings_nusd INTEGER NOT NULL,
+        model TEXT,
+        source TEXT NOT NULL,
+        recorded_at TEXT NOT NULL,
+        PRIMARY KEY (chat_uuid, run_id)
+    );
+    CREATE INDEX usage_runs_by_user ON usage_runs (user_uuid, recorded_at);
+    CREATE TABLE usage_budgets (
+        scope TEXT NOT NULL,
+        scope_uuid TEXT NOT NULL,
+        user_uuid TEXT NOT NULL,
+        max_cost_usd REAL,
+        max_tokens INTEGER,
+        period TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        PRIMARY KEY (scope, scope_uuid)
+    );
+    CREATE INDEX usage_budgets_by_user ON usage_budgets (user_uuid);
+    """,
 ]

@@ -23,6 +23,7 @@ from threadstore.store._base import Store
 from threadstore.store._lifecycle import ERASED_USER_DETAIL
 from threadstore.store._memory_lifecycle import MemoryLifecycle
 from threadstore.store._memory_search import MemorySearch
+from threadstore.store._memory_usage import MemoryUsage
 from threadstore.store._queries import BranchPage, ChatFilter, MessageKey, RunFilter, TreeNode
 from threadstore.store._records import (
     ExtrasCodec,
@@ -104,6 +105,7 @@ class MemoryStore(Store):
         self._lock = WriterLock()
         self._lifecycle = MemoryLifecycle(self)
         self._search = MemorySearch(self)
+        self._usage = MemoryUsage(self)
 
     @property
     def _state(self) -> _State:

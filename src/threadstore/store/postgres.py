@@ -53,6 +53,7 @@ from threadstore.store._postgres_connections import Connections, Lease, iso_time
 from threadstore.store._postgres_events import PostgresRunEvents
 from threadstore.store._postgres_lifecycle import PostgresLifecycle
 from threadstore.store._postgres_search import PostgresSearch
+from threadstore.store._postgres_usage import PostgresUsage
 from threadstore.store._queries import BranchPage, ChatFilter, MessageKey, RunFilter, TreeNode
 from threadstore.store._records import split_update
 from threadstore.store._rows import EntryLoader, RowLoader, attach_rows
@@ -130,6 +131,7 @@ class PostgresStore(Store):
         self._search = PostgresSearch(self, search_language)
         """Full-text search; ``search_language``: its text search configuration (``setup``
         sets it; ``None`` keeps the database's, ``simple`` at first)."""
+        self._usage = PostgresUsage(self)
 
     def run_events(self) -> PostgresRunEvents:
         """The relayed run-events log in this database (shared by every process using it)."""

@@ -58,6 +58,7 @@ from threadstore.store._sqlite_schema import (
 )
 from threadstore.store._sqlite_search import SQLiteSearch
 from threadstore.store._sqlite_sql import key_param, ts
+from threadstore.store._sqlite_usage import SQLiteUsage
 from threadstore.store._sqlite_writes import Statement
 from threadstore.store._timeouts import split_timeout
 
@@ -118,6 +119,7 @@ class SQLiteStore(Store):
         self._entries = EntryLoader(self._messages, self._tool_calls, self._reasonings)
         self._lifecycle = SQLiteLifecycle(self)
         self._search = SQLiteSearch(self)
+        self._usage = SQLiteUsage(self)
 
     # --- lifecycle ---------------------------------------------------------------------
 

@@ -670,7 +670,38 @@ function markOpenChat() {
 
 let listGeneration = 0;
 
+// --- usage: tokens and cost of the open chat and of all mine (GET /api/usage) ----------
+
+const usage = { byChat: new Map(), total: null };
+
+function usageText(t) {
+  const tokens = (t.input_tokens + t.output_tokens).toLocaleString();
+  const saved = t.cache_savings_usd ? ` (caches saved $${t.cache_savings_usd.toFixed(4)})` : "";
+  return `${tokens} tokens · $${t.cost_usd.toFixed(4)}${saved}`;
+}
+
+async function showUsage() {
+  try {
+    const reply = await api("GET", "/api/usage?by=chat");
+    usage.byChat = new Map(reply.totals.map((t) => [t.chat_uuid, t]));
+    usage.total = reply.total;
+  } catch (error) {
+    return; // the usage lines are extras: a failed read leaves them as they were
+  }
+  renderUsage();
+}
+
+function renderUsage() {
+  const total = usage.total;
+  $("usage-total").textContent = total && total.runs ? `All chats: ${usageText(total)}` : "";
+  const line = $("chat-usage");
+  const mine = page.chat && usage.byChat.get(page.chat.chat_uuid);
+  line.hidden = !mine;
+  line.textContent = mine ? `This chat: ${usageText(mine)} in ${mine.runs} run(s)` : "";
+}
+
 async function loadChats(reset = false) {
+  if (reset) showUsage();
   if (reset) {
     // A reset wins over a page still on its way: that page is dropped when it lands.
     listGeneration += 1;
@@ -840,6 +871,7 @@ function setChatHeader() {
   const from = page.chat && page.chat.forked_from_chat_uuid;
   lineage.hidden = !from;
   lineage.textContent = from ? `Forked from chat ${from}` : "";
+  renderUsage();
 }
 
 function setRunning(running) {
