@@ -34,7 +34,7 @@ from common import Goal, Samples, collect_garbage, machine_line, markdown_table,
 from threadstore import ChatCreate, MessageCreate, MessageStatus, Role, open_store
 from threadstore.keys import chat_deduplication_key
 from threadstore.models import FORMAT_VERSION
-from threadstore.store._postgres_schema import INSERT_MESSAGE
+from threadstore.store._postgres_sql import INSERT_MESSAGE
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
 

@@ -164,7 +164,7 @@ def test_the_library_leaves_the_hosts_collector_alone() -> None:
     found = [
         f"{path.relative_to(SOURCE)}:{number}"
         for path in SOURCE.rglob("*.py")
-        if path.name != "cli.py"
+        if "cli" not in path.relative_to(SOURCE).parts
         for number, line in enumerate(path.read_text().splitlines(), 1)
         if tricks.search(line)
     ]

@@ -28,7 +28,7 @@ from threadstore import (
     ToolCall,
 )
 from threadstore.models import FORMAT_VERSION, ContentPart, MediaPart, TextPart
-from threadstore.store._base import update_fields
+from threadstore.store._queries import update_fields
 from threadstore.store._records import ExtrasCodec, split_update
 
 FIXTURES = Path(__file__).parent / "fixtures" / "v1"

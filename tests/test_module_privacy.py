@@ -16,13 +16,13 @@ SOURCE = Path(threadstore.__file__).parent
 
 PUBLIC_MODULES = {
     "threadstore.binary_json",
-    "threadstore.cli",
     "threadstore.codec.thinking",
     "threadstore.errors",
     "threadstore.keys",
     "threadstore.models",
     "threadstore.seed",
     "threadstore.transfer",
+    "threadstore.usage",
     "threadstore.agui.legacy",
     "threadstore.agui.translate",
     "threadstore.faces.langchain",

@@ -101,6 +101,35 @@ async def test_soft_deleted_chats_are_purged_after_their_window(store: Store) ->
     assert await store.chats.restore_chat(default) is None
 
 
+async def test_a_sweep_with_a_share_waits_between_batches_in_proportion(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # share=0.25: after each batch the sweep waits three times as long as the batch took,
+    # so the runs beside a background sweep keep most of the database's time.
+    for n in range(3):
+        await chat_with_messages(store, uuid4(), f"old-{n}", days_ago=3)
+    await store.chats.set_retention_policy(RetentionPolicy(idle_ttl=DAY))
+    waits: list[float] = []
+    sleep = asyncio.sleep
+
+    async def recorded(delay: float, *args: object) -> object:
+        waits.append(delay)
+        return await sleep(0, *args)
+
+    monkeypatch.setattr(asyncio, "sleep", recorded)
+    paced = await store.chats.sweep_expired(batch=1, share=0.25)
+    paced_waits, waits[:] = [w for w in waits if w > 0], []
+    monkeypatch.setattr(asyncio, "sleep", sleep)
+
+    assert paced.chats == 3
+    assert len(paced_waits) == 3  # one wait after each batch, longer than nothing
+    for n in range(2):
+        await chat_with_messages(store, uuid4(), f"older-{n}", days_ago=3)
+    monkeypatch.setattr(asyncio, "sleep", recorded)
+    unpaced = await store.chats.sweep_expired(batch=1)
+    assert unpaced.chats == 2 and [w for w in waits if w > 0] == []
+
+
 async def test_bad_retention_requests_are_refused(store: Store) -> None:
     with pytest.raises(ValueError, match="greater than 0"):
         RetentionPolicy(idle_ttl=0)
@@ -110,6 +139,8 @@ async def test_bad_retention_requests_are_refused(store: Store) -> None:
         )
     with pytest.raises(InvalidInputError, match="batch"):
         await store.chats.sweep_expired(batch=0)
+    with pytest.raises(InvalidInputError, match="share"):
+        await store.chats.sweep_expired(share=0)
 
 
 async def test_the_server_applies_retention_in_the_background(store: Store) -> None:

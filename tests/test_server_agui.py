@@ -127,6 +127,24 @@ async def test_resuming_after_a_disconnect_gets_exactly_the_remaining_events(
     assert_valid_agui(_events(before + after))
 
 
+async def test_a_resume_after_an_ended_runs_last_event_answers_204(serve: Serve) -> None:
+    # Nothing is left to send: an empty 200 stream would make an EventSource reconnect
+    # for ever; a 204 is its signal to stop. One event earlier still streams the end.
+    async with serve(DemoAgent(delay=0)) as server, httpx.AsyncClient() as client:
+        body = run_input("hello")
+        frames = await _post_run(client, server, body)
+        last = max(f.id for f in frames if f.id is not None)
+        url = f"{server.url}/agui/threads/{body['threadId']}/runs/{body['runId']}/events"
+        done = await client.get(url, headers={"Last-Event-ID": str(last)})
+        async with client.stream("GET", url, params={"after": last - 1}) as resumed:
+            rest = await collect_sse(resumed)
+        beyond = await client.get(url, params={"after": last + 1})
+
+    assert (done.status_code, done.content) == (204, b"")
+    assert [f.type for f in rest] == ["RUN_FINISHED"]
+    assert beyond.status_code == 422
+
+
 async def test_a_resumed_stream_passes_ag_ui_validate(serve: Serve) -> None:
     async with serve(DemoAgent(delay=0)) as server, httpx.AsyncClient() as client:
         body = run_input("what is 6 * 7")

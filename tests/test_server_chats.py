@@ -14,7 +14,7 @@ import pytest
 from conftest import AddMessage, MakeChat
 from threadstore import Chat, MessageReasoningCreate, MessageToolCallCreate, Role, Store
 from threadstore.server import LOCAL_USER_UUID, Limits, create_app
-from threadstore.store._base import MAX_PAGE_SIZE
+from threadstore.store._queries import MAX_PAGE_SIZE
 
 
 @pytest.fixture

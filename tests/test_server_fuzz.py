@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +31,8 @@ from threadstore.server import DemoAgent, Limits
 
 _EVENT: TypeAdapter[Any] = TypeAdapter(Event)
 _TERMINAL = ("RUN_FINISHED", "RUN_ERROR")
+FUZZ_EXAMPLES = int(os.environ.get("THREADSTORE_FUZZ_EXAMPLES", "60"))
+"""Requests per backend: a few dozen in every run; THREADSTORE_FUZZ_EXAMPLES=2000 for a long one."""
 LIMITS = Limits(max_body_bytes=256 * 1024, max_message_bytes=32 * 1024, max_messages=20)
 _GENERIC_FAILURE = "The run failed with an internal error; the server log has the details."
 
@@ -234,7 +237,7 @@ def _encode(body: Any) -> bytes:
 
 
 @settings(
-    max_examples=60,
+    max_examples=FUZZ_EXAMPLES,
     deadline=None,
     suppress_health_check=[
         HealthCheck.function_scoped_fixture,
@@ -287,6 +290,8 @@ async def _follow(
         event(f"stream follow-up {response.status_code}")
         if response.status_code == 200:
             _check_stream(response, whole=whole)
+        elif response.status_code == 204:  # a resume after an ended run's last event
+            assert not whole and response.content == b""
         else:
             _check_json_error(response)
     for param in ("after", "before"):

@@ -11,6 +11,7 @@ per message would show here on any machine.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
@@ -84,13 +85,18 @@ async def fill_catalog(path: Path, chats: int) -> Catalog:
     """Store ``chats`` chats, ten per user, through the public API in one transaction."""
     users = [uuid4() for _ in range(chats // CHATS_PER_USER)]
     chat_ids: list[UUID] = []
-    async with sqlite_store(path) as store, store.transaction():
-        for index in range(chats):
-            chat = await store.create_chat(
-                ChatCreate(user_uuid=users[index % len(users)], thread_id=f"thread-{index}")
-            )
-            await add_turn(store, chat.chat_uuid, f"answer {index}")
-            chat_ids.append(chat.chat_uuid)
+    async with sqlite_store(path) as store:
+        async with store.transaction():
+            for index in range(chats):
+                chat = await store.create_chat(
+                    ChatCreate(user_uuid=users[index % len(users)], thread_id=f"thread-{index}")
+                )
+                await add_turn(store, chat.chat_uuid, f"answer {index}")
+                chat_ids.append(chat.chat_uuid)
+        # Index the messages for search now: a store opened on the file later would, in
+        # the background, while a test counts its statements.
+        assert store._search is not None
+        await store._search.wait_indexed()
     return Catalog(path, users, chat_ids)
 
 
@@ -151,6 +157,41 @@ async def test_appending_a_message_is_one_statement_however_long_the_chat(tmp_pa
     assert counts == [1] * 50
     # The one statement also moved the chat's active leaf: each message follows the last.
     assert [m.parent_uuid for m in history[1:]] == [m.message_uuid for m in history[:-1]]
+
+
+async def test_an_append_writes_its_message_row_once_and_its_chat_row_once(
+    tmp_path: Path,
+) -> None:
+    # The message's insert stamps its own chat_version; the trigger then moves the chat's
+    # leaf and version, and records the message as pending for the search index (its
+    # entry is written later, in a batch). A second write of the new row would cost
+    # every append.
+    def total_changes(conn: sqlite3.Connection) -> int:
+        return int(conn.execute("SELECT total_changes()").fetchone()[0])
+
+    # inline=off: every write runs on the thread's connection, whose counter this reads.
+    async with sqlite_store(tmp_path / "rows.db", "?inline=off") as store:
+        chat = await store.create_chat(ChatCreate(user_uuid=uuid4(), thread_id="t"))
+        written = []
+        for index in range(3):
+            before = await store.executor.thread.call(total_changes)
+            await store.create_message(
+                MessageCreate(chat_uuid=chat.chat_uuid, content=f"message {index}")
+            )
+            written.append(await store.executor.thread.call(total_changes) - before)
+        view = await store.messages.read_history(chat.chat_uuid)
+        stamped = await store.executor.thread.call(
+            lambda conn: conn.execute("SELECT chat_version FROM messages ORDER BY seq").fetchall()
+        )
+        version = await store.executor.thread.call(
+            lambda conn: conn.execute("SELECT version FROM chats").fetchone()[0]
+        )
+
+    assert written == [3, 3, 3]  # the message, its chat, its search_pending row
+    assert len(view) == 3
+    # Each row holds the chat's version right after its append; the last, the chat's own.
+    assert [row[0] for row in stamped] == sorted({row[0] for row in stamped})
+    assert stamped[-1][0] == version
 
 
 async def test_loading_a_history_takes_the_same_statements_for_3_or_300_turns(

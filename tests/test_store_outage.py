@@ -223,3 +223,14 @@ async def test_a_postgresql_url_keeps_its_timeout_to_itself() -> None:
             assert await store.schema_version()  # the server was not sent a "timeout" setting
         finally:
             await store.close()
+
+
+def test_a_driver_error_without_a_sqlite_code_is_kept_as_it_is() -> None:
+    # Errors the sqlite3 module raises itself (a closed connection, a wrong call) carry no
+    # SQLite code: they are neither "locked" nor lost behind an AttributeError.
+    import sqlite3
+
+    from threadstore.store._sqlite_executor import translate_error
+
+    error = sqlite3.ProgrammingError("Cannot operate on a closed database.")
+    assert translate_error(error) is error

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -459,11 +461,11 @@ def test_search_finds_chats_by_name(server: Server, page: Page) -> None:
     _import(server, _thread("s2"), f"budget review {tag}", "two")
     _import(server, _thread("s3"), "Holiday plans", "three")
     page.goto(server.url)
-    page.get_by_label("Search chats by name").fill(tag)
+    page.get_by_label("Search chats and messages").fill(tag)
     items = page.locator("#chat-list li")
     expect(items).to_have_count(2)
     expect(items.first).to_contain_text(tag)
-    page.get_by_label("Search chats by name").fill(f"nothing-{tag}")
+    page.get_by_label("Search chats and messages").fill(f"nothing-{tag}")
     expect(page.locator("#list-status")).to_have_text("No chat has that name.")
 
 
@@ -709,3 +711,60 @@ def test_compact_summarizes_older_messages_for_the_agent_and_undo_removes_it(
     expect(page.locator("aside.summary")).to_have_count(0)
     with server.client() as client:
         assert client.get(f"/api/chats/{info['chat']['chat_uuid']}/summaries").json() == []
+
+
+# --- usage -------------------------------------------------------------------------------
+
+
+def test_the_page_shows_the_open_chats_usage_and_the_total(tmp_path: Path, page: Page) -> None:
+    from threadstore import open_store
+    from threadstore.usage import RunUsage
+
+    served = _serve(tmp_path)
+    try:
+        thread = _thread("usage")
+        with served.client() as client:
+            body = {
+                "threadId": thread,
+                "runId": "r1",
+                "messages": [{"id": "u1", "role": "user", "content": "hi"}],
+                "state": {},
+                "tools": [],
+                "context": [],
+                "forwardedProps": {},
+            }
+            with client.stream("POST", "/agui", json=body) as response:
+                assert response.status_code == 200
+                response.read()
+            chat = client.get(f"/api/threads/{thread}").json()["chat"]
+
+        async def record() -> None:
+            async with await open_store(f"sqlite:///{tmp_path / 'web.db'}") as store:
+                usage = RunUsage(
+                    chat_uuid=chat["chat_uuid"],
+                    run_id="r1",
+                    user_uuid=chat["user_uuid"],
+                    input_tokens=1000,
+                    output_tokens=200,
+                    cost_usd=0.75,
+                    cache_savings_usd=0.05,
+                )
+                await store.usage.record(usage)
+
+        # On a thread of its own: the page's driver keeps an event loop in this one.
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(asyncio.run, record()).result()
+        page.goto(f"{served.url}/#/t/{thread}")
+        line = page.locator("#chat-usage")
+        expect(line).to_have_text(
+            "This chat: 1,200 tokens · $0.7500 (caches saved $0.0500) in 1 run(s)"
+        )
+        expect(page.locator("#usage-total")).to_contain_text("All chats: 1,200 tokens · $0.7500")
+        # A spent budget: the next message is refused with the server's words, no run starts.
+        with served.client() as client:
+            assert client.put("/api/usage/budget", json={"max_cost_usd": 0.5}).status_code == 200
+        _send(page, "one more")
+        expect(page.locator("#toast")).to_contain_text("the budget of this user is spent")
+        _wait_idle(page)
+    finally:
+        _stop(served)

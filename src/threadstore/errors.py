@@ -11,6 +11,7 @@
     │   └── MigrationError         the schema is missing, too new, or a migration failed
     ├── InvalidInputError          caller-supplied data was rejected (also a ValueError)
     │   └── LimitExceededError     a documented size/count limit was exceeded
+    ├── BudgetExceededError        a run was refused: a usage budget is spent
     └── ConfigurationError         a URL, option or file could not be understood
 
 ``InvalidInputError`` and ``NotFoundError`` subclass ``ValueError`` so code written
@@ -27,6 +28,7 @@ from enum import StrEnum
 from typing import Any
 
 __all__ = [
+    "BudgetExceededError",
     "ConfigurationError",
     "ConflictError",
     "CorruptRecordError",
@@ -141,6 +143,10 @@ class LimitExceededError(InvalidInputError):
     """A documented limit (size, count) was exceeded."""
 
 
+class BudgetExceededError(ThreadstoreError):
+    """A run was refused before it started: what was used reached a budget the user set."""
+
+
 class ConfigurationError(ThreadstoreError):
     """A URL, option or configuration file could not be understood."""
 
@@ -160,3 +166,5 @@ class ErrorCodes(StrEnum):
     """The chat was deleted while the run streamed."""
     STORE_UNAVAILABLE = "STORE_UNAVAILABLE"
     """The store did not answer in time (:class:`StoreUnavailableError`)."""
+    BUDGET_EXCEEDED = "BUDGET_EXCEEDED"
+    """A usage budget of the chat or its user is spent (:class:`BudgetExceededError`)."""

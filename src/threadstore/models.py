@@ -14,7 +14,6 @@ from typing import Annotated, Any, Literal
 from uuid import UUID, uuid4
 
 from pydantic import (
-    AliasChoices,
     BaseModel,
     ConfigDict,
     Field,
@@ -22,6 +21,15 @@ from pydantic import (
     model_validator,
 )
 
+from threadstore._search_hits import SearchHit, SearchPage
+from threadstore._seed_spellings import (
+    ERROR_METADATA_KEY,
+    alias,
+    error_from_metadata,
+    error_into_metadata,
+    error_of,
+    fixed_role,
+)
 from threadstore.binary_json import encode_value
 from threadstore.keys import participant_id
 
@@ -58,6 +66,8 @@ __all__ = [
     "Run",
     "RunStatus",
     "ScopedPolicy",
+    "SearchHit",
+    "SearchPage",
     "Summary",
     "SweepReport",
     "TextPart",
@@ -96,14 +106,6 @@ MAX_DATA_PAYLOAD_DEPTH = 64
 
 MAX_DATA_NAME_CHARS = 256
 """Longest ``CUSTOM`` event name (and string id) stored in a parts order, as a request's ids."""
-
-
-ERROR_METADATA_KEY = "error"
-"""The ``metadata`` key that holds a reasoning step's :attr:`Reasoning.error` text.
-
-Messages written before :attr:`Message.error` had a column kept it there too; a
-migration moves it into the column, and a message built from such a dict reads it as
-the field."""
 
 
 NOT_ATTACHED = UUID(int=0)
@@ -154,63 +156,6 @@ class _Model(BaseModel):
         val_json_bytes="base64",
         extra="ignore",
     )
-
-
-def _alias(name: str, seed_name: str) -> Any:
-    """Accept the seed layer's name for a field threadstore renamed, as well as its own."""
-    return AliasChoices(name, seed_name)
-
-
-def _error_into_metadata(data: Any, *, update: bool = False) -> Any:
-    """Move a seed-style ``error=`` into ``metadata`` (where a message keeps it).
-
-    An update replaces ``metadata`` whole, so an update's ``error`` needs the metadata
-    it goes into: without it the error is refused rather than dropped or wiping the rest.
-    """
-    if not isinstance(data, dict) or "error" not in data:
-        return data
-    data = dict(data)
-    error = data.pop("error")
-    if error is None:
-        return data
-    metadata = data.get("metadata")
-    if metadata is None and update:
-        raise ValueError(
-            "an update's error=... is kept in the record's metadata, which an update "
-            "replaces whole: pass metadata={**record.metadata} along with it"
-        )
-    data["metadata"] = {**(metadata or {}), ERROR_METADATA_KEY: error}
-    return data
-
-
-def _error_from_metadata(data: Any) -> Any:
-    """A message dict whose ``metadata`` holds an ``error`` text, as older versions kept
-    it: the text moves to the field (unless the dict sets that too, as their exports did)."""
-    if not isinstance(data, dict):
-        return data
-    metadata = data.get("metadata")
-    if not isinstance(metadata, dict) or not isinstance(metadata.get(ERROR_METADATA_KEY), str):
-        return data
-    data = dict(data)
-    data["metadata"] = {k: v for k, v in metadata.items() if k != ERROR_METADATA_KEY}
-    if data.get("error") is None:
-        data["error"] = metadata[ERROR_METADATA_KEY]
-    return data
-
-
-def _fixed_role(data: Any, role: Role) -> Any:
-    """Accept the seed layer's ``role=`` on a nested record, which can only be ``role``."""
-    if isinstance(data, dict) and "role" in data:
-        data = dict(data)
-        given = data.pop("role")
-        if given is not None and given != role:
-            raise ValueError(f"a {role.value} record's role is {role.value!r}, not {given!r}")
-    return data
-
-
-def _error_of(metadata: dict[str, Any]) -> str | None:
-    error = metadata.get(ERROR_METADATA_KEY)
-    return error if isinstance(error, str) else None
 
 
 # --- content parts -----------------------------------------------------------------
@@ -286,7 +231,7 @@ class ToolCall(_Model):
     @model_validator(mode="before")
     @classmethod
     def _seed_role(cls, data: Any) -> Any:
-        return _fixed_role(data, Role.TOOL)
+        return fixed_role(data, Role.TOOL)
 
     @property
     def role(self) -> Role:
@@ -317,7 +262,7 @@ class Reasoning(_Model):
     @model_validator(mode="before")
     @classmethod
     def _seed_error(cls, data: Any) -> Any:
-        return _error_into_metadata(_fixed_role(data, Role.REASONING))
+        return error_into_metadata(fixed_role(data, Role.REASONING))
 
     @property
     def role(self) -> Role:
@@ -331,7 +276,7 @@ class Reasoning(_Model):
         A plain property, not serialized: the stored shape of a reasoning step stays as
         it was, and ``metadata`` already carries the text.
         """
-        return _error_of(self.metadata)
+        return error_of(self.metadata)
 
 
 class Message(_Model):
@@ -343,10 +288,10 @@ class Message(_Model):
     """
 
     format_version: int = Field(
-        default=FORMAT_VERSION, validation_alias=_alias("format_version", "v")
+        default=FORMAT_VERSION, validation_alias=alias("format_version", "v")
     )
     message_uuid: UUID
-    chat_uuid: UUID = Field(validation_alias=_alias("chat_uuid", "chat_id"))
+    chat_uuid: UUID = Field(validation_alias=alias("chat_uuid", "chat_id"))
     parent_uuid: UUID | None = None
     """The previous message on this branch; ``None`` for a root."""
     agui_id: str | None = None
@@ -360,14 +305,14 @@ class Message(_Model):
     activity_content: JsonObject | None = None
     status: MessageStatus = MessageStatus.ACTIVE
     in_progress: bool = True
-    step_name: str | None = Field(default=None, validation_alias=_alias("step_name", "step"))
+    step_name: str | None = Field(default=None, validation_alias=alias("step_name", "step"))
     run_id: str | None = None
     """The AG-UI run that produced the message."""
     seq: int = 0
     """Increases with every message created (set by the store); the pagination cursor."""
     metadata: JsonObject = Field(default_factory=dict)
     created_at: datetime = Field(
-        default_factory=utcnow, validation_alias=_alias("created_at", "timestamp")
+        default_factory=utcnow, validation_alias=alias("created_at", "timestamp")
     )
     updated_at: datetime = Field(default_factory=utcnow)
     error: str | None = None
@@ -378,7 +323,7 @@ class Message(_Model):
     @model_validator(mode="before")
     @classmethod
     def _old_error(cls, data: Any) -> Any:
-        return _error_from_metadata(data)
+        return error_from_metadata(data)
 
     @property
     def v(self) -> int:
@@ -528,7 +473,7 @@ class MessageCreate(_Model):
     ``format_version`` itself.
     """
 
-    chat_uuid: UUID | None = Field(default=None, validation_alias=_alias("chat_uuid", "chat_id"))
+    chat_uuid: UUID | None = Field(default=None, validation_alias=alias("chat_uuid", "chat_id"))
     role: Role = Role.USER
     content: str = ""
     agui_id: str | None = None
@@ -540,12 +485,12 @@ class MessageCreate(_Model):
     activity_content: dict[str, Any] | None = None
     status: MessageStatus = MessageStatus.ACTIVE
     in_progress: bool = True
-    step_name: str | None = Field(default=None, validation_alias=_alias("step_name", "step"))
+    step_name: str | None = Field(default=None, validation_alias=alias("step_name", "step"))
     run_id: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
     message_uuid: UUID = Field(default_factory=uuid4)
     created_at: datetime | None = Field(
-        default=None, validation_alias=_alias("created_at", "timestamp")
+        default=None, validation_alias=alias("created_at", "timestamp")
     )
     error: str | None = None
 
@@ -554,7 +499,7 @@ class MessageCreate(_Model):
     def _seed_names(cls, data: Any) -> Any:
         if isinstance(data, dict) and "v" in data:
             raise ValueError("MessageCreate takes no 'v': the store writes format_version itself")
-        return _error_from_metadata(data)
+        return error_from_metadata(data)
 
 
 class MessageUpdate(_Model):
@@ -573,7 +518,7 @@ class MessageUpdate(_Model):
     activity_content: dict[str, Any] | None = None
     status: MessageStatus | None = None
     in_progress: bool | None = None
-    step_name: str | None = Field(default=None, validation_alias=_alias("step_name", "step"))
+    step_name: str | None = Field(default=None, validation_alias=alias("step_name", "step"))
     metadata: dict[str, Any] | None = None
     error: str | None = None
 
@@ -629,7 +574,7 @@ class MessageReasoningCreate(_Model):
     @model_validator(mode="before")
     @classmethod
     def _seed_error(cls, data: Any) -> Any:
-        return _error_into_metadata(data)
+        return error_into_metadata(data)
 
 
 class MessageReasoningUpdate(_Model):
@@ -649,7 +594,7 @@ class MessageReasoningUpdate(_Model):
     @model_validator(mode="before")
     @classmethod
     def _seed_error(cls, data: Any) -> Any:
-        return _error_into_metadata(data, update=True)
+        return error_into_metadata(data, update=True)
 
 
 # --- a conversation's life: summaries, retention, erasure --------------------------------

@@ -69,6 +69,7 @@ from threadstore.agui._records import (
     default_tool_call_create,
 )
 from threadstore.agui._setup import Prepared, RunSetUp, SetUpDone, facts_of
+from threadstore.agui._usage import RunWatch, check_budget
 from threadstore.agui._window import HistoryWindow
 from threadstore.agui._writer import EventHandler, PersisterConfig, RunPersister
 from threadstore.codec import translate_messages
@@ -79,7 +80,13 @@ from threadstore.codec.thinking import (
     ThinkingTextMessageEndEvent,
     ThinkingTextMessageStartEvent,
 )
-from threadstore.errors import ErrorCodes, InvalidInputError, RunLiveError, StoreError
+from threadstore.errors import (
+    BudgetExceededError,
+    ErrorCodes,
+    InvalidInputError,
+    RunLiveError,
+    StoreError,
+)
 from threadstore.fold import ConversationFold
 from threadstore.keys import chat_deduplication_key
 from threadstore.models import (
@@ -96,6 +103,7 @@ from threadstore.store import (
     MessageRepositoryLike,
     RunRepositoryLike,
     RunStorage,
+    Store,
     run_storage,
 )
 
@@ -346,7 +354,7 @@ class StorageAgent:
             if persister is None:
                 return
             # As in _events, on purpose: a step function shared by both costs a call per event.
-            take, stream = persister.take, run.stream
+            take, stream = persister.take, run.events
             assert stream is not None
             async for event in stream:
                 take(event)
@@ -374,7 +382,7 @@ class StorageAgent:
             persister = run.persister
             if persister is None:
                 return
-            take, stream = persister.take, run.stream
+            take, stream = persister.take, run.events
             assert stream is not None
             async for event in stream:
                 take(event)
@@ -419,6 +427,9 @@ class StorageAgent:
             if self.outbox is None or not is_outage(exc):
                 raise
             return self._persister_for(setup, await self._journal_set_up(setup, inbound, exc))
+        if isinstance(self.chat_repo, Store):  # before anything is written or run
+            chat_uuid = None if prepared.chat is None else prepared.chat.chat_uuid
+            await check_budget(self.chat_repo, self.user_uuid, chat_uuid)
         given = await setup.foreseen(prepared)
         if given is not None:
             # What the writes will store is known: the inner agent need not wait for them.
@@ -503,12 +514,14 @@ class StorageAgent:
         )
 
     def _refusal(
-        self, input: RunAgentInput, exc: InvalidInputError | RunLiveError
+        self, input: RunAgentInput, exc: InvalidInputError | RunLiveError | BudgetExceededError
     ) -> list[BaseEvent]:
         """The events of a run refused before it wrote anything: RUN_STARTED, RUN_ERROR."""
         code = INVALID_INPUT_ERROR_CODE
         if isinstance(exc, RunLiveError):
             self.refused_by, code = exc, RUN_LIVE_ERROR_CODE
+        elif isinstance(exc, BudgetExceededError):
+            code = ErrorCodes.BUDGET_EXCEEDED.value
         return [
             RunStartedEvent(
                 thread_id=input.thread_id, run_id=input.run_id, protocol_version=PROTOCOL_VERSION
@@ -767,12 +780,14 @@ class _Run:
         "agent",
         "closed",
         "error",
+        "events",
         "held",
         "input",
         "persister",
         "started",
         "status",
         "stream",
+        "watch",
     )
 
     def __init__(self, agent: StorageAgent, input: RunAgentInput) -> None:
@@ -780,6 +795,9 @@ class _Run:
         self.started: _Started | None = None
         self.persister: RunPersister | None = None
         self.stream: AsyncIterator[BaseEvent] | None = None
+        """The inner agent's stream (closed at the end); the caller iterates ``events``."""
+        self.events: AsyncIterator[BaseEvent] | None = None
+        self.watch: RunWatch | None = None
         self.status = MessageStatus.COMPLETE
         self.error: str | None = None
         self.held: BaseEvent | None = None
@@ -791,19 +809,21 @@ class _Run:
         if agent._persister is not None or agent.set_up.is_set():
             raise RuntimeError("a StorageAgent runs once; build a new one per run")
         agent.storage = run_storage(agent.chat_repo, agent.message_repo, agent.run_repo)
+        self.watch = RunWatch(agent.name, input.thread_id, input.run_id)
         try:
             started = self.started = await agent._start(agent._setup(input))
-        except (InvalidInputError, RunLiveError) as exc:
+        except (InvalidInputError, RunLiveError, BudgetExceededError) as exc:
             for event in agent._refusal(input, exc):
                 yield event
             return
         finally:
             agent.set_up.set()
         stream = self.stream = agent.inner_agent.run(input)
+        self.events = self.watch.events(stream)
         if isinstance(started, RunPersister):
             self.persister = started
             if agent.history_skipped:  # its RUN_STARTED, then the notice
-                first = await anext(stream, None)
+                first = await anext(self.events, None)
                 if first is not None:
                     started.take(first)
                     if first.type is _RUN_FINISHED:
@@ -816,6 +836,8 @@ class _Run:
         # later event waits for the set-up's writes (the run's records and a refusal
         # found by them must come first).
         first = await anext(stream, None)
+        if first is not None:
+            self.watch.first_event(first)
         early = first is not None and first.type is _RUN_STARTED
         if first is not None and early:
             yield first
@@ -863,7 +885,11 @@ class _Run:
 
     async def finish(self) -> None:
         """Close the inner stream and wait for the final flush, even through cancellation."""
-        if self.started is None or self.closed:
+        if self.started is None:
+            if self.watch is not None:  # refused, or its set-up failed
+                await self.watch.end(None, None, None, "refused", self.error)
+            return
+        if self.closed:
             return
         self.closed = True
         closing = asyncio.ensure_future(self._close())
@@ -897,11 +923,29 @@ class _Run:
             try:
                 persister = await started
             except Exception:
+                await self._end_watch(None)
                 return
-        await persister.close(self.status, self.error)
+        try:
+            await persister.close(self.status, self.error)
+        finally:
+            await self._end_watch(persister)
         compactor, chat = self.agent.compactor, self.agent.chat
         if compactor is not None and chat is not None and not persister.chat_deleted:
             compactor.request(chat.chat_uuid)
+
+    async def _end_watch(self, persister: RunPersister | None) -> None:
+        """Record the run's usage and end its span (``persister``: when it ran)."""
+        if self.watch is None:
+            return
+        store = self.agent.chat_repo
+        gone = persister is None or persister.chat_deleted
+        await self.watch.end(
+            store if isinstance(store, Store) else None,
+            None if gone else self.agent.chat,
+            None if persister is None else persister.fold.run,
+            self.status.value,
+            self.error,
+        )
 
 
 async def _finished_or_deleted(persister: RunPersister, finished: BaseEvent) -> BaseEvent:

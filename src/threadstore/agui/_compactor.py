@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from types import TracebackType
 from typing import Self
 from uuid import UUID
 
@@ -82,10 +81,5 @@ class BackgroundCompactor:
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.close()

@@ -18,7 +18,6 @@ import socket
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
 from datetime import timedelta
-from types import TracebackType
 from typing import Any, Generic, Protocol, Self, TypeVar, runtime_checkable
 from uuid import UUID
 
@@ -31,6 +30,7 @@ from ag_ui.core import (
 )
 from pydantic import BaseModel
 
+from threadstore import _telemetry
 from threadstore.agui._outbox import Outbox
 from threadstore.errors import ConfigurationError, ConflictError, ErrorCodes, InvalidInputError
 from threadstore.models import Chat, MessageStatus, Run, RunStatus, utcnow
@@ -594,12 +594,7 @@ class StreamPersistenceManager(Generic[AgentT]):
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
     # --- runs ------------------------------------------------------------------------
@@ -772,6 +767,10 @@ class StreamPersistenceManager(Generic[AgentT]):
         """
         if stale_after <= 0:
             raise InvalidInputError(f"stale_after must be > 0, got {stale_after}")
+        with _telemetry.span("threadstore.sweep_runs"):
+            return await self._sweep(stale_after)
+
+    async def _sweep(self, stale_after: float) -> int:
         store = self._require_store()
         older_than = utcnow() - timedelta(seconds=stale_after)
         live = self.live_runs()

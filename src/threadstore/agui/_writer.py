@@ -28,6 +28,7 @@ from typing import Any
 from ag_ui.core import BaseEvent
 from pydantic import BaseModel
 
+from threadstore import _telemetry
 from threadstore.agui._hooks import BuildHooks, EventHandler, PersisterConfig
 from threadstore.agui._outbox import Outbox, OutboxFullError, is_outage, landed
 from threadstore.agui._records import (
@@ -83,6 +84,10 @@ class _Op:
     record: FoldRecord | None = None
     final: bool = False
     """One of the writes that close the run (``finalize_run_records``, ``finish_run``)."""
+
+
+_FLUSH = ({"threadstore.flush.final": False}, {"threadstore.flush.final": True})
+"""A flush span's attributes, by whether it is the run's final flush."""
 
 
 class RunPersister:
@@ -399,7 +404,11 @@ class RunPersister:
                 self._flush_wanted = self._flush_now = False
                 started = checkpoint = loop.time()
                 final = self.final is not None
-                await self._flush(final=final)
+                retries = self.retries
+                with _telemetry.span("threadstore.flush", self.chat.chat_uuid, **_FLUSH[final]):
+                    await self._flush(final=final)
+                _telemetry.record_flush(loop.time() - started, final=final)
+                _telemetry.count_retries(self.retries - retries)
                 if final:
                     return
         finally:

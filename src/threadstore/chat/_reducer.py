@@ -42,6 +42,7 @@ from ag_ui.core import (
     ToolCallResultEvent,
     ToolCallStartEvent,
 )
+from pydantic import ValidationError
 
 from threadstore.chat._seal import closed_parts, seal_assistant_turn
 from threadstore.chat._types import (
@@ -68,6 +69,7 @@ from threadstore.chat._types import (
 )
 from threadstore.codec import StreamReader, event_kind
 from threadstore.models import CITATION_EVENT_NAME
+from threadstore.usage import BUDGET_EXCEEDED_ERROR_CODE, USAGE_EVENT_NAME, UsageReport
 
 __all__ = ["CHANNEL_EVENTS", "CITATION_EVENT_NAME", "apply_event", "create_assistant_turn"]
 
@@ -411,7 +413,22 @@ def _custom_data(turn: AssistantTurn, name: str, id: str) -> DataPart | None:
     return found if isinstance(found, DataPart) else None
 
 
+def _cost(turn: AssistantTurn, value: Any) -> AssistantTurn:
+    """Add a usage event's amounts to the turn's live cost channels."""
+    try:
+        report = UsageReport.model_validate(value)
+    except ValidationError as exc:
+        return _warn(turn, f"CUSTOM {USAGE_EVENT_NAME!r} not counted: {exc.errors()[0]['msg']}")
+    buckets = turn.buckets
+    # Rounded to nano-dollars, as the ledger keeps them: the sum does not drift.
+    cost = round((buckets.get("cost_usd") or 0.0) + report.cost_usd, 9)
+    savings = round((buckets.get("cache_savings_usd") or 0.0) + report.cache_savings_usd, 9)
+    return turn.evolve(buckets=_buckets(turn, cost_usd=cost, cache_savings_usd=savings))
+
+
 def _custom(turn: AssistantTurn, event: CustomEvent) -> AssistantTurn:
+    if event.name == USAGE_EVENT_NAME:
+        turn = _cost(turn, event.value)
     channel = CHANNEL_EVENTS.get(event.name)
     if channel is not None:
         bucket, how = channel
@@ -512,7 +529,10 @@ def _run_error(turn: AssistantTurn, event: RunErrorEvent) -> AssistantTurn:
             call = call.model_copy(update={**failed, "run_state": "output-available"})
             turn = _set_call(turn, call, args=args)
     error = TurnError(message=event.message, code=event.code)
-    return turn.evolve(buckets=_buckets(turn, error=error, **_usage(event)))
+    items: dict[str, Any] = {"error": error, **_usage(event)}
+    if event.code == BUDGET_EXCEEDED_ERROR_CODE:
+        items["budget_exceeded"] = True
+    return turn.evolve(buckets=_buckets(turn, **items))
 
 
 # --- sub-agents ----------------------------------------------------------------------

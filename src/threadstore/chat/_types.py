@@ -304,7 +304,11 @@ class AssistantTurn:
     - the seed engine's channels, from ``CUSTOM`` events of their names
       (:data:`~threadstore.chat.CHANNEL_EVENTS`; each is a data part too):
       ``verifications`` and ``false_finishes`` in arrival order, ``plan`` and
-      ``activity`` the latest value.
+      ``activity`` the latest value;
+    - the seed engine's live cost channels: ``cost_usd`` and ``cache_savings_usd`` (its
+      ``costUsd``, ``cacheSavingsUsd``), the sums of the turn's ``CUSTOM`` usage events
+      so far, and ``budget_exceeded`` (``budgetExceeded``), ``True`` once the run was
+      refused because a budget is spent (``RUN_ERROR`` code ``BUDGET_EXCEEDED``).
 
     ``evolve`` and the state properties (``part_chain``, ``tail``, ``calls``...) are
     the reducer's working view; renderers read ``message`` and the buckets.
@@ -352,6 +356,9 @@ class AssistantTurn:
         "activity",
         "verifications",
         "false_finishes",
+        "cost_usd",
+        "cache_savings_usd",
+        "budget_exceeded",
     )
     """The optional readouts, in the order :meth:`as_dict` lists them."""
 
@@ -504,6 +511,21 @@ class AssistantTurn:
     def warnings(self) -> tuple[str, ...] | None:
         """Events that could not be applied as they were, described."""
         return self._listed("warnings")
+
+    @property
+    def cost_usd(self) -> float | None:
+        """What the turn has cost so far, from its usage events (the seed's ``costUsd``)."""
+        return self._buckets.get("cost_usd")
+
+    @property
+    def cache_savings_usd(self) -> float | None:
+        """What provider caches saved so far (the seed's ``cacheSavingsUsd``)."""
+        return self._buckets.get("cache_savings_usd")
+
+    @property
+    def budget_exceeded(self) -> bool | None:
+        """``True`` when the run was refused over a spent budget (``budgetExceeded``)."""
+        return self._buckets.get("budget_exceeded")
 
     @property
     def plan(self) -> Any:

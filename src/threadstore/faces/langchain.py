@@ -55,8 +55,9 @@ from threadstore.models import (
     Summary,
 )
 from threadstore.store import Store, open_store
+from threadstore.usage import RunUsage, UsageReport
 
-__all__ = ["BackgroundStore", "ThreadstoreChatMessageHistory"]
+__all__ = ["BackgroundStore", "ThreadstoreChatMessageHistory", "usage_records"]
 
 T = TypeVar("T")
 
@@ -212,14 +213,52 @@ class ThreadstoreChatMessageHistory(BaseChatMessageHistory):
         return await load_history(self.store, chat_uuid, history_messages, summary_messages)
 
     async def _append(self, messages: Sequence[BaseMessage]) -> None:
-        if messages:
-            await self._chat.append(lambda chat: [message_records(chat, one) for one in messages])
+        if not messages:
+            return
+        appended: list[UUID] = []
+
+        def build(chat: UUID) -> list[Record]:
+            appended.append(chat)
+            return [message_records(chat, one) for one in messages]
+
+        await self._chat.append(build)
+        if self.store.usage.kept:
+            for usage in usage_records(appended[-1], self.user_uuid, messages):
+                await self.store.usage.record(usage)
 
     async def _clear(self) -> None:
         await self._chat.delete()
 
 
 # --- conversion ------------------------------------------------------------------------------
+
+
+def usage_records(
+    chat_uuid: UUID, user_uuid: UUID, messages: Sequence[BaseMessage]
+) -> list[RunUsage]:
+    """The usage ledger's rows of the AI messages that carry ``usage_metadata``.
+
+    One row per message, keyed by its id (``langchain:<id>``), so adding it again
+    replaces its row; a message without an id is not counted (it could not be told
+    apart from the same message added twice).
+    """
+    rows = []
+    for message in messages:
+        metadata = getattr(message, "usage_metadata", None)
+        if not isinstance(message, AIMessage) or not metadata or not message.id:
+            continue
+        inputs = metadata.get("input_token_details") or {}
+        outputs = metadata.get("output_token_details") or {}
+        report = UsageReport(
+            input_tokens=metadata.get("input_tokens") or 0,
+            output_tokens=metadata.get("output_tokens") or 0,
+            cached_input_tokens=inputs.get("cache_read") or 0,
+            reasoning_tokens=outputs.get("reasoning") or 0,
+            model=(message.response_metadata or {}).get("model_name"),
+        )
+        run_id = f"langchain:{message.id}"
+        rows.append(RunUsage.of(chat_uuid, run_id, user_uuid, report, source="langchain"))
+    return rows
 
 
 def _text(content: str | list[str | dict[str, Any]]) -> str:

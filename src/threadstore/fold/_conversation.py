@@ -154,6 +154,7 @@ class ConversationFold(SnapshotFolding, TextFolding, DocumentFolding):
 
     def _on_run_error(self, event: RunErrorEvent) -> None:
         self.run.error, self.run.error_code = event.message, event.code
+        self.run.usage = _dump(event.usage)
         summary = {"message": event.message, "code": event.code, "usage": _dump(event.usage)}
         self._end_run(MessageStatus.ERRORED, "run_error", summary)
 

@@ -38,6 +38,7 @@ from threadstore.models import (
     MAX_DATA_PAYLOAD_DEPTH,
     Role,
 )
+from threadstore.usage import USAGE_EVENT_NAME
 
 __all__ = ["DocumentFolding", "apply_json_patch", "payload_refusal"]
 
@@ -162,6 +163,8 @@ class DocumentFolding(RecordTable):
         return {"omitted": refusal}
 
     def _on_custom(self, event: CustomEvent) -> None:
+        if event.name == USAGE_EVENT_NAME:  # a sub-agent's usage is the run's too
+            self.run.usage_reports.append(event.value)
         # A sub-agent's parts are its own turn's, which the store does not list.
         if getattr(event, "subagent_run_id", None) is not None:
             return

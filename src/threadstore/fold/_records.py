@@ -135,6 +135,9 @@ class RunInfo:
     """Terminal status announced in-band (RUN_FINISHED / RUN_ERROR), if any."""
     outcome: dict[str, Any] | None = None
     usage: list[dict[str, Any]] | None = None
+    """``RUN_FINISHED.usage`` / ``RUN_ERROR.usage``: the run's token totals per model."""
+    usage_reports: list[Any] = field(default_factory=list)
+    """The values of the run's ``CUSTOM`` usage events (``threadstore.usage``), in order."""
     result: Any = None
     error: str | None = None
     error_code: str | None = None

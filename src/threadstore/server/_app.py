@@ -16,6 +16,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.types import Scope
 
 import threadstore
+from threadstore import _telemetry
 from threadstore.agui import (
     DEFAULT_OUTBOX_MAX_BYTES,
     BackgroundCompactor,
@@ -32,12 +33,15 @@ from threadstore.server._demo_agent import DEFAULT_DEMO_DELAY
 from threadstore.server._deps import ServerState
 from threadstore.server._errors import install_error_handlers
 from threadstore.server._limits import DEFAULT_LIMITS, BodyLimitMiddleware, Limits
+from threadstore.server._readiness import outbox_depth
 from threadstore.server._readiness import router as readiness_router
 from threadstore.server._routes_agui import router as agui_router
 from threadstore.server._routes_branches import router as branches_router
 from threadstore.server._routes_chats import admin_router
 from threadstore.server._routes_chats import router as chats_router
 from threadstore.server._routes_lifecycle import router as lifecycle_router
+from threadstore.server._routes_search import router as search_router
+from threadstore.server._routes_usage import router as usage_router
 from threadstore.server._routes_web import install_web
 from threadstore.server._run_gate import RunGate
 from threadstore.server._shutdown import stop_runs_on_exit_signal
@@ -105,7 +109,8 @@ def create_app(
     summarizer also serves ``POST /api/chats/{id}/compact`` (default: the deterministic one).
     ``retention_interval``: every so many seconds the store's retention policies are applied
     in the background (``store.chats.sweep_expired``), ``retention_batch`` chats per
-    transaction with ``retention_pause`` seconds between batches; off (``None``) by default.
+    transaction with at least ``retention_pause`` seconds between batches, keeping the database
+    busy a quarter of the time at most; off (``None``) by default.
     ``outbox`` is the path of a local journal file where runs' writes wait while the store
     is away (``RUN_FINISHED`` then goes out once they are journaled), drained into the
     store in order when it answers again, also at the next start; at most
@@ -168,6 +173,10 @@ def create_app(
         retainer: asyncio.Task[None] | None = None
         # An erasure also ends the user's runs here and drops the events kept for resumes.
         opened.chats.add_erasure_hook("live_runs", manager.forget_user)
+        # What /readyz says, as the gauge threadstore.outbox.depth (when an SDK collects).
+        unobserve = _telemetry.observe_gauge(
+            "threadstore.outbox.depth", lambda: outbox_depth(manager)
+        )
         try:
             await manager.start()
             if journal is not None:
@@ -200,6 +209,7 @@ def create_app(
                 yield
         finally:
             app.state.threadstore = None
+            unobserve()
             opened.chats.remove_erasure_hook("live_runs")
             for task in (sweeper, retainer):
                 if task is not None:
@@ -229,6 +239,8 @@ def create_app(
     app.include_router(branches_router)
     app.include_router(readiness_router)
     app.include_router(lifecycle_router)
+    app.include_router(search_router)
+    app.include_router(usage_router)
     install_web(app)
 
     @app.get("/healthz", tags=["server"], summary="Liveness")
@@ -277,10 +289,17 @@ async def _sweep_forever(
             logger.warning("periodic run sweep failed; retrying next interval", exc_info=True)
 
 
+RETENTION_SHARE = 0.25
+"""The most of the time the background retention sweep keeps the database busy: the runs
+beside it keep the rest of the machine."""
+
+
 async def _retain_forever(store: Store, interval: float, batch: int, pause: float) -> None:
     while True:
         try:
-            report = await store.chats.sweep_expired(batch=batch, pause=pause)
+            report = await store.chats.sweep_expired(
+                batch=batch, pause=pause, share=RETENTION_SHARE
+            )
             if report.chats or report.run_events:
                 logger.info(
                     "retention: deleted %d chat(s), %d message(s), %d run event(s)",

@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from threadstore.errors import (
+    BudgetExceededError,
     ConfigurationError,
     ConflictError,
     InvalidInputError,
@@ -45,6 +46,7 @@ DEFAULT_RETRY_AFTER = 5
 # Most specific first: the first class the error is an instance of wins.
 _STATUS: tuple[tuple[type[ThreadstoreError], int, str], ...] = (
     (LimitExceededError, status.HTTP_413_CONTENT_TOO_LARGE, "limit_exceeded"),
+    (BudgetExceededError, status.HTTP_402_PAYMENT_REQUIRED, "budget_exceeded"),
     (InvalidInputError, status.HTTP_422_UNPROCESSABLE_CONTENT, "invalid_input"),
     (NotFoundError, status.HTTP_404_NOT_FOUND, "not_found"),
     (ConflictError, status.HTTP_409_CONFLICT, "conflict"),

@@ -34,10 +34,11 @@ from ag_ui.core import (
     ToolCallStartEvent,
 )
 from ag_ui.core import Message as AGUIMessage
-from fastapi import APIRouter, Header, HTTPException, Query
+from fastapi import APIRouter, Header, HTTPException, Query, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, TypeAdapter
 
+from threadstore import _telemetry
 from threadstore._steps import joined_in_steps, off_loop
 from threadstore.agui import (
     EventsDroppedError,
@@ -238,7 +239,13 @@ def _resume_point(after: int | None, last_event_id: str | None) -> int:
 @router.get(
     "/threads/{thread_id}/runs/{run_id}/events",
     response_class=StreamingResponse,
-    responses=_STREAM_RESPONSES,
+    responses={
+        **_STREAM_RESPONSES,
+        204: {
+            "description": "The run has ended and the client has its every event: nothing "
+            "is left to send (a browser `EventSource` stops reconnecting)."
+        },
+    },
     summary="Resume a run's stream",
 )
 async def resume_run(
@@ -268,17 +275,23 @@ async def resume_run(
     then the run's events.
     """
     _check_run_ids(state, thread_id, run_id)
-    if snapshots:
-        if after is not None:
-            raise InvalidInputError(
-                "pass either after or snapshots=true: a stream with snapshots starts the run over"
-            )
-        frames = await _rejoin(state, user, thread_id, run_id)
-    else:
-        point = _resume_point(after, last_event_id)
-        frames = await _run_frames(state, user, thread_id, run_id, point)
-    if frames is None:
-        frames = await _settled_run(state, user, thread_id, run_id)
+    with _telemetry.span("threadstore.resume", **{"threadstore.run_id": run_id}):
+        if snapshots:
+            if after is not None:
+                raise InvalidInputError(
+                    "pass either after or snapshots=true: a stream with snapshots starts the "
+                    "run over"
+                )
+            frames = await _rejoin(state, user, thread_id, run_id)
+        else:
+            point = _resume_point(after, last_event_id)
+            handle = state.manager.get(thread_id, run_id, user_uuid=user)
+            if handle is not None and handle.done and point == handle.last_event_id:
+                # An empty stream would only make the client reconnect, for ever.
+                return Response(status_code=204)
+            frames = await _run_frames(state, user, thread_id, run_id, point)
+        if frames is None:
+            frames = await _settled_run(state, user, thread_id, run_id)
     if frames is None:
         raise HTTPException(
             404,

@@ -88,6 +88,8 @@ async def _start_run(state: ServerState, user: UUID, chat: Chat, branch_from: UU
     The run hangs its messages under ``branch_from`` itself, so another request moving
     the chat's leaf meanwhile does not move the answer.
     """
+    if state.store.usage.kept:  # as POST /agui: a spent budget answers 402, no run starts
+        await state.store.usage.check_budget(user, chat.chat_uuid)
     run_id = f"run-{uuid4().hex}"
     run_input = RunAgentInput(
         thread_id=chat.thread_id,

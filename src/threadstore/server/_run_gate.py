@@ -17,6 +17,8 @@ A run left running by an owner that stopped heartbeating, or whose process is go
 (same host, its pid no longer runs), does not hold the thread: it is finalized as
 interrupted, as the sweep would, and the new run starts. Posting such a run's own id
 again answers that it ran (interrupted), with where its events and messages are.
+A run of a user or chat whose usage budget is spent is refused with a 402
+(``budget_exceeded``) before its agent is called.
 """
 
 from __future__ import annotations
@@ -49,6 +51,12 @@ class RunConflictError(ConflictError):
 
 def _events_url(thread_id: str, run_id: str) -> str:
     return f"/agui/threads/{quote(thread_id, safe='')}/runs/{quote(run_id, safe='')}/events"
+
+
+async def _check_budget(state: ServerState, user: UUID, chat_uuid: UUID | None) -> None:
+    """Raise ``BudgetExceededError`` when the user's or the chat's budget is spent."""
+    if state.store.usage.kept:
+        await state.store.usage.check_budget(user, chat_uuid)
 
 
 def _refused(handle: RunHandle[Any]) -> bool:
@@ -109,6 +117,7 @@ class RunGate:
             raise self._ran(thread_id, run_id, retained.outcome or RunStatus.COMPLETE, None)
         chat = await state.store.get_chat_by_thread_id(user, thread_id)
         if chat is None:
+            await _check_budget(state, user, None)
             return None
         # One read: this run id's record, if any, and the chat's running runs.
         runs = await state.store.runs.get_running_runs(chat.chat_uuid, with_run=run_id)
@@ -126,6 +135,8 @@ class RunGate:
                 raise self._live(thread_id, other.run_id, run_id)
             # Its owner stopped heartbeating or is gone: it would hold the chat until a sweep.
             await state.manager.end_stale_run(other)
+        # Before the agent is called: a spent budget answers 402 (budget_exceeded).
+        await _check_budget(state, user, chat.chat_uuid)
         return chat
 
     def _beating(self, state: ServerState, run: Run) -> bool:

@@ -17,21 +17,18 @@ from __future__ import annotations
 from typing import Any
 
 from threadstore.errors import ConfigurationError
-from threadstore.store._base import (
-    DEFAULT_PAGE_SIZE,
-    MAX_PAGE_SIZE,
+from threadstore.store._base import Store
+from threadstore.store._contract import (
     Capabilities,
     ChatRepositoryLike,
     MessageRepositoryLike,
     RunRepositoryLike,
-    Siblings,
-    Store,
-    TreeNode,
     capabilities_of,
 )
 from threadstore.store._copies import message_create, reasoning_create, tool_call_create
 from threadstore.store._groups import SWEEP_BATCH
 from threadstore.store._history import Derivation, HistoryView
+from threadstore.store._queries import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, Siblings, TreeNode
 from threadstore.store._run_events import EventBatch, RunEventListener, RunEventLog
 from threadstore.store._run_storage import RunStorage, run_storage
 from threadstore.store.ops import Write

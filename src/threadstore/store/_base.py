@@ -1,9 +1,7 @@
-"""The Store contract: the seed's repository Protocols plus what every backend shares.
+"""The Store: what every backend shares, over the seed's repository Protocols.
 
-``ChatRepositoryLike`` and ``MessageRepositoryLike`` keep the seed's method names and
-meanings, so any object with these methods is a drop-in for the storage agent.
-:class:`Store` is the base class of threadstore's own backends; it implements both
-Protocols (and the run registry the run manager uses).
+:class:`Store` is the base class of threadstore's own backends; it implements the
+seed's Protocols (``store/_contract.py``) and the run registry the run manager uses.
 
 Where things go:
 
@@ -11,6 +9,7 @@ Where things go:
   key, the branch page and the history cache check (``get_chat_messages``), the tree
   and branch operations, soft delete and purge, runs, batches (``apply_writes``), the
   seed's validations and the capabilities a store declares;
+- ``store/_queries.py``: the small values the reads are asked with (filters, pages, keys);
 - ``store/_ops.py``: one typed operation per write; ``store/_sql.py``: what both SQL
   backends share (one field-to-column table per record type, insert values, patchable
   columns, the branch page's bounds); ``store/_codec.py``: models from trusted values;
@@ -32,12 +31,11 @@ from __future__ import annotations
 import abc
 from collections.abc import Hashable, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from types import TracebackType
-from typing import Any, ClassVar, Literal, Protocol, Self, runtime_checkable
+from typing import Any, ClassVar, Self
 from uuid import UUID
 
+from threadstore import _telemetry
 from threadstore._steps import off_loop
 from threadstore.errors import InvalidInputError, NotFoundError
 from threadstore.models import (
@@ -57,10 +55,22 @@ from threadstore.models import (
     ToolCall,
     utcnow,
 )
+from threadstore.store._contract import Capabilities
 from threadstore.store._history import HistoryCache
 from threadstore.store._lifecycle import LifecycleBackend
+from threadstore.store._queries import (
+    BranchPage,
+    ChatFilter,
+    MessageKey,
+    RunFilter,
+    TreeNode,
+    check_limit,
+    require_chat_identity,
+)
 from threadstore.store._records import Codecs
 from threadstore.store._run_events import RunEventLog
+from threadstore.store._search import SearchBackend
+from threadstore.store._usage import UsageBackend
 from threadstore.store.ops import (
     WRITE_METHODS,
     WRITE_TYPES,
@@ -83,339 +93,10 @@ from threadstore.store.ops import (
     Write,
 )
 
-__all__ = [
-    "DEFAULT_DELETED_RETENTION",
-    "DEFAULT_PAGE_SIZE",
-    "MAX_PAGE_SIZE",
-    "BatchWriter",
-    "BranchPage",
-    "Capabilities",
-    "ChatField",
-    "ChatFilter",
-    "ChatRepositoryLike",
-    "MessageKey",
-    "MessageRepositoryLike",
-    "RunFilter",
-    "RunRepositoryLike",
-    "Siblings",
-    "Store",
-    "TreeNode",
-    "Write",
-    "capabilities_of",
-]
-
-DEFAULT_PAGE_SIZE = 50
-"""Page size of ``list_chats`` when no limit is given."""
-
-MAX_PAGE_SIZE = 1000
-"""Largest ``limit`` accepted by the paginated reads."""
+__all__ = ["DEFAULT_DELETED_RETENTION", "Store", "Write"]
 
 DEFAULT_DELETED_RETENTION = timedelta(days=30)
 """How long a soft-deleted chat can be restored before a sweep may purge it."""
-
-
-@runtime_checkable
-class ChatRepositoryLike(Protocol):
-    """Structural interface for chat persistence (the seed's names and meanings)."""
-
-    async def create_chat(self, chat_data: ChatCreate) -> Chat:
-        """Create a chat, idempotent by (user, thread): a repeat returns the existing one."""
-        ...
-
-    async def get_chat_by_thread_id(self, user_uuid: UUID, thread_id: str) -> Chat | None:
-        """Return the chat for a (user, thread_id) pair, or ``None``."""
-        ...
-
-    async def get_all_chats(self, user_uuid: UUID | None = None) -> Sequence[Chat]:
-        """Return every chat, optionally scoped to one user.
-
-        Unbounded: with no user it is an admin call that reads every user's chats at
-        once. Interactive callers page instead (``Store.list_chats``; the server's
-        ``GET /api/admin/chats``, the CLI's ``chats list``).
-        """
-        ...
-
-    async def update_chat_name(self, chat_uuid: UUID, name: str) -> Chat | None:
-        """Rename a chat; ``None`` when it is unknown."""
-        ...
-
-    async def delete_chat(self, chat_uuid: UUID) -> Chat | None:
-        """Delete a chat and every row it owns; return it, or ``None`` when unknown."""
-        ...
-
-
-@runtime_checkable
-class MessageRepositoryLike(Protocol):
-    """Structural interface for message persistence (the seed's names and meanings)."""
-
-    def transaction(self) -> AbstractAsyncContextManager[None]:
-        """Return an async context manager that groups the writes inside it atomically."""
-        ...
-
-    async def create_message(self, message_data: MessageCreate) -> Message:
-        """Persist a new message and return it."""
-        ...
-
-    async def update_message(self, message_uuid: UUID, update: MessageUpdate) -> Message | None:
-        """Patch a message's own fields; ``None`` when it is unknown."""
-        ...
-
-    async def create_message_tool_call(self, data: MessageToolCallCreate) -> ToolCall:
-        """Append a tool call to its parent message."""
-        ...
-
-    async def update_message_tool_call(
-        self, uuid: UUID, update: MessageToolCallUpdate
-    ) -> ToolCall | None:
-        """Patch a tool call; ``None`` when it is unknown."""
-        ...
-
-    async def create_message_reasoning(self, data: MessageReasoningCreate) -> Reasoning:
-        """Append a reasoning step to its parent message."""
-        ...
-
-    async def update_message_reasoning(
-        self, uuid: UUID, update: MessageReasoningUpdate
-    ) -> Reasoning | None:
-        """Patch a reasoning step; ``None`` when it is unknown."""
-        ...
-
-    async def get_message(self, message_uuid: UUID) -> Message | None:
-        """Return a message by its uuid, or ``None``."""
-        ...
-
-    async def get_message_by_agui_id(self, chat_uuid: UUID, agui_id: str) -> Message | None:
-        """Return a message by its AG-UI id within a chat, or ``None``."""
-        ...
-
-    async def get_tool_call_by_agui_id(
-        self, message_uuid: UUID, tool_call_id: str
-    ) -> ToolCall | None:
-        """Return a tool call by its AG-UI id within a message, or ``None``."""
-        ...
-
-    async def get_chat_messages(self, chat_uuid: UUID) -> Sequence[Message]:
-        """Return the chat's history (its active branch), oldest first."""
-        ...
-
-    async def get_last_messages(self, chat_uuids: list[UUID]) -> dict[UUID, Message]:
-        """Map each given chat that has messages to its latest message."""
-        ...
-
-
-@runtime_checkable
-class RunRepositoryLike(Protocol):
-    """Structural interface for the run registry (owner + heartbeat per run)."""
-
-    async def start_run(self, run: Run) -> Run:
-        """Record a run as running (idempotent by (chat, run_id))."""
-        ...
-
-    async def heartbeat_runs(self, owner: str, run_ids: Sequence[tuple[UUID, str]]) -> None:
-        """Refresh the heartbeat of the owner's live runs."""
-        ...
-
-    async def finish_run(
-        self, chat_uuid: UUID, run_id: str, status: RunStatus, error: str | None = None
-    ) -> Run | None:
-        """Mark a run finished with a terminal status."""
-        ...
-
-    async def get_run(self, chat_uuid: UUID, run_id: str) -> Run | None:
-        """Return one run, or ``None``."""
-        ...
-
-    async def get_stale_runs(self, older_than: datetime) -> Sequence[Run]:
-        """Return running runs whose heartbeat is older than ``older_than``."""
-        ...
-
-
-class BatchWriter(Protocol):
-    """A repository that declares ``Capabilities.batch_writes``."""
-
-    async def apply_writes(self, writes: Sequence[Write]) -> None:
-        """Apply ``writes`` in order, all or nothing."""
-        ...
-
-
-def check_limit(limit: int | None, default: int | None = DEFAULT_PAGE_SIZE) -> int | None:
-    """Validate a page-size argument against :data:`MAX_PAGE_SIZE`."""
-    if limit is None:
-        return default
-    if limit < 1 or limit > MAX_PAGE_SIZE:
-        raise InvalidInputError(f"limit must be between 1 and {MAX_PAGE_SIZE}, got {limit}")
-    return limit
-
-
-def require_chat_identity(chat_data: ChatCreate) -> tuple[UUID, str]:
-    """Return (user_uuid, thread_id) or raise the seed's ``ValueError`` when either is missing."""
-    if chat_data.user_uuid is None:
-        raise InvalidInputError("ChatCreate.user_uuid is required")
-    if chat_data.thread_id is None:
-        raise InvalidInputError("ChatCreate.thread_id is required")
-    return chat_data.user_uuid, chat_data.thread_id
-
-
-@dataclass(frozen=True, slots=True)
-class Capabilities:
-    """What a repository offers beyond the seed's Protocols, declared once per class.
-
-    The storage agent reads it through :func:`capabilities_of`; a Protocol-only
-    repository declares nothing and gets the seed's calls only.
-    """
-
-    batch_writes: bool = False
-    """``apply_writes``: a flush is one call (and a backend may send it in one round trip)."""
-    chat_state: bool = False
-    """``update_chat_state``: the chat's AG-UI state is stored."""
-    run_records: bool = False
-    """``finalize_run_records``: a run's leftover in-progress records are finalized at its end."""
-    one_running_run: bool = False
-    """``start_run`` raises ``RunLiveError`` for a second running run of a chat."""
-
-
-NO_CAPABILITIES = Capabilities()
-
-
-def capabilities_of(repo: object) -> Capabilities:
-    """The capabilities ``repo`` declares (none for a Protocol-only repository)."""
-    declared = getattr(repo, "capabilities", None)
-    return declared if isinstance(declared, Capabilities) else NO_CAPABILITIES
-
-
-def update_fields(update: Any) -> dict[str, Any]:
-    """Return the explicitly-set, non-None fields of an update DTO."""
-    fields: dict[str, Any] = update.model_dump(exclude_unset=True, exclude_none=True)
-    return fields
-
-
-@dataclass(frozen=True, slots=True)
-class BranchPage:
-    """Which part of a chat's active branch a read wants (``Message.seq`` bounds)."""
-
-    after: int | None = None
-    before: int | None = None
-    limit: int | None = None
-
-    @property
-    def whole(self) -> bool:
-        """The whole branch: what the history cache keeps."""
-        return self.after is None and self.before is None and self.limit is None
-
-    @property
-    def newest_first(self) -> bool:
-        """The ``limit`` messages just before ``before``: read newest first, then reversed."""
-        return self.limit is not None and self.before is not None and self.after is None
-
-
-@dataclass(frozen=True, slots=True)
-class ChatFilter:
-    """Which chats a read wants (each field given narrows it), newest activity first."""
-
-    user_uuid: UUID | None = None
-    thread_id: str | None = None
-    chat_uuid: UUID | None = None
-    tenant_id: str | None = None
-    app_id: str | None = None
-    after: tuple[datetime, str] | None = None
-    """Only chats listed after this ``(updated_at, chat_uuid)`` key."""
-    limit: int | None = None
-    name_contains: str | None = None
-    """Only chats whose name contains this text, ignoring case (chats with no name never)."""
-    deleted: bool = False
-    """Soft-deleted chats instead of live ones (every read but restore and purge: live)."""
-    deleted_after: datetime | None = None
-    """With ``deleted``: only chats soft-deleted at or after this time."""
-    deleted_before: datetime | None = None
-    """With ``deleted``: only chats soft-deleted before this time."""
-
-    def name_like(self) -> str | None:
-        """``name_contains`` as a ``LIKE`` pattern escaped with ``\\``, or ``None``.
-
-        ``%`` and ``_`` in the user's text match only themselves.
-        """
-        if self.name_contains is None:
-            return None
-        text = self.name_contains
-        for special in ("\\", "%", "_"):
-            text = text.replace(special, "\\" + special)
-        return f"%{text}%"
-
-    def equalities(self) -> list[tuple[str, Any]]:
-        """``(column, value)`` of every equality this filter asks for."""
-        return _given(
-            user_uuid=self.user_uuid,
-            thread_id=self.thread_id,
-            chat_uuid=self.chat_uuid,
-            tenant_id=self.tenant_id,
-            app_id=self.app_id,
-        )
-
-
-ChatField = Literal["name", "state", "metadata"]
-"""The chat fields a caller sets directly (the rest follow from its messages)."""
-
-
-@dataclass(frozen=True, slots=True)
-class MessageKey:
-    """Which message a lookup wants: by uuid, or by AG-UI id within a chat."""
-
-    message_uuid: UUID | None = None
-    chat_uuid: UUID | None = None
-    agui_id: str | None = None
-
-    def equalities(self) -> list[tuple[str, Any]]:
-        """``(column, value)`` of every equality this key asks for."""
-        return _given(
-            message_uuid=self.message_uuid, chat_uuid=self.chat_uuid, agui_id=self.agui_id
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class RunFilter:
-    """Which runs a read wants: one by key (``run_id`` set, ``running`` not), or else
-    running ones, oldest heartbeat first.
-
-    Running runs: of one chat when ``chat_uuid`` is set, only those whose heartbeat is
-    older than ``stale_before`` when that is. With ``running`` and ``run_id``: the
-    chat's running runs and its run ``run_id`` whatever its status (no ``stale_before``).
-    """
-
-    chat_uuid: UUID | None = None
-    run_id: str | None = None
-    stale_before: datetime | None = None
-    running: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class TreeNode:
-    """One message of a chat's tree, without its content: what branching reads."""
-
-    message_uuid: UUID
-    parent_uuid: UUID | None
-    role: str
-    seq: int
-    agui_id: str | None = None
-    run_id: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Siblings:
-    """A message among the messages sharing its parent (the roots share "no parent")."""
-
-    index: int
-    """The message's position among ``siblings`` (0-based)."""
-    siblings: tuple[UUID, ...]
-    """Every message with the same parent, in creation order, the message included."""
-
-    @property
-    def count(self) -> int:
-        """How many versions this turn has."""
-        return len(self.siblings)
-
-
-def _given(**values: Any) -> list[tuple[str, Any]]:
-    return [(name, value) for name, value in values.items() if value is not None]
 
 
 class Store(abc.ABC):
@@ -444,6 +125,10 @@ class Store(abc.ABC):
     :class:`~threadstore.errors.StoreUnavailableError`; ``None``: nothing to wait for."""
     _lifecycle: LifecycleBackend | None = None
     """The backend's primitives of summaries, erasure and retention (``store/_lifecycle.py``)."""
+    _search: SearchBackend | None = None
+    """The backend's full-text index of its messages (``store/_search.py``)."""
+    _usage: UsageBackend | None = None
+    """The backend's usage ledger and budgets (``store/_usage.py``)."""
 
     def __init__(
         self,
@@ -459,7 +144,9 @@ class Store(abc.ABC):
         self.reasoning_model = reasoning_model
         self.codecs = Codecs(chat_model, message_model, tool_call_model, reasoning_model)
         # The groups are built on this module's primitives (a cycle kept to run time).
-        from threadstore.store._groups import Branches, Chats, Messages, Runs
+        from threadstore.store._branches import Branches
+        from threadstore.store._groups import Chats, Messages, Runs
+        from threadstore.store._usage import Usage
 
         self.chats = Chats(self)
         """Chats by concern: find, list, open with a run, state, metadata, restore, purge."""
@@ -469,18 +156,17 @@ class Store(abc.ABC):
         """Runs by concern: those running, and the records a run left in progress."""
         self.branches = Branches(self)
         """A chat as a tree: regenerate, edit-and-resend, versions of a turn, forks."""
+        self.search = self.messages.search
+        """Full-text search of a user's messages: ``store.messages.search``."""
+        self.usage = Usage(self)
+        """The usage ledger: what runs used, totals per chat, user and day, and budgets."""
 
     # --- lifecycle -----------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
     def run_events(self) -> RunEventLog | None:
@@ -800,6 +486,7 @@ class Store(abc.ABC):
         changed: int = await self._apply_one(FinalizeRunRecords(chat_uuid, run_id, status))
         return changed
 
+    @_telemetry.traced("threadstore.store.apply_writes")
     async def apply_writes(self, writes: Sequence[Write]) -> None:
         """Apply ``writes`` in order, all or nothing, without returning their results.
 

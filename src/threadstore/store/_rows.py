@@ -302,6 +302,10 @@ class EntryLoader:
         self._uuid = messages.column("message_uuid")
         self._tool_parent = tool_calls.column("message_uuid")
         self._reasoning_parent = reasonings.column("message_uuid")
+        self._times = tuple(
+            tuple(i for i, name in enumerate(loader.columns) if name.endswith("_at"))
+            for loader in (messages, tool_calls, reasonings)
+        )
 
     def entries(
         self,
@@ -311,17 +315,19 @@ class EntryLoader:
     ) -> list[tuple[Any, ...]]:
         """One entry per message row, in order, holding the child rows that name it."""
         children: dict[Any, tuple[list[Any], list[Any]]] = {}
-        for child_rows, slot, parent in (
-            (tool_rows, 0, self._tool_parent),
-            (reasoning_rows, 1, self._reasoning_parent),
+        memo: dict[str, datetime] = {}
+        message_times, tool_times, reasoning_times = self._times
+        for child_rows, slot, parent, times in (
+            (tool_rows, 0, self._tool_parent, tool_times),
+            (reasoning_rows, 1, self._reasoning_parent, reasoning_times),
         ):
             for row in child_rows:
-                children.setdefault(row[parent], ([], []))[slot].append(_compact(row))
+                children.setdefault(row[parent], ([], []))[slot].append(_compact(row, times, memo))
         none: tuple[list[Any], list[Any]] = ([], [])
         out = []
         for row in rows:
             tools, steps = children.get(row[self._uuid], none)
-            out.append((_compact(row), tuple(tools), tuple(steps)))
+            out.append((_compact(row, message_times, memo), tuple(tools), tuple(steps)))
         return out
 
     def build(self, entries: Sequence[tuple[Any, ...]]) -> list[Message]:
@@ -334,9 +340,18 @@ class EntryLoader:
         return messages
 
 
-def _compact(row: Sequence[Any]) -> tuple[Any, ...]:
+def _compact(
+    row: Sequence[Any], times: Sequence[int], memo: dict[str, datetime]
+) -> tuple[Any, ...]:
     """``row`` as a tuple the collector does not track: uuids as text (a driver's own
-    uuid objects are tracked), a tuple kept as it is."""
-    if type(row) is tuple:
-        return row
-    return tuple(str(value) if isinstance(value, UUID) else value for value in row)
+    uuid objects are tracked), times parsed once here rather than at every build
+    (a ``datetime`` is not tracked either)."""
+    values = [str(value) if isinstance(value, UUID) else value for value in row]
+    for index in times:
+        value = values[index]
+        if value.__class__ is str:
+            known = memo.get(value)
+            if known is None:
+                known = memo[value] = datetime.fromisoformat(value)
+            values[index] = known
+    return tuple(values)

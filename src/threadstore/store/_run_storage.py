@@ -27,15 +27,15 @@ from threadstore.models import (
     RunStatus,
     Summary,
 )
-from threadstore.store._base import (
+from threadstore.store._base import Store
+from threadstore.store._contract import (
     ChatRepositoryLike,
     MessageRepositoryLike,
     RunRepositoryLike,
-    Store,
-    TreeNode,
     capabilities_of,
 )
 from threadstore.store._history import Derivation
+from threadstore.store._queries import TreeNode
 from threadstore.store.ops import (
     FinishRun,
     RenameChat,

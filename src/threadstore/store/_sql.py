@@ -29,8 +29,8 @@ from threadstore.models import (
     Run,
     utcnow,
 )
-from threadstore.store._base import BranchPage, require_chat_identity
 from threadstore.store._codec import Constructor, constructor
+from threadstore.store._queries import BranchPage, require_chat_identity
 from threadstore.store._records import split_create
 from threadstore.store._rows import dump_json, dump_metadata, dump_parts
 

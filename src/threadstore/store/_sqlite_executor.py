@@ -300,7 +300,7 @@ class SQLiteExecutor:
         try:
             return inline.execute(sql, params).fetchall()
         except sqlite3.Error as exc:
-            if (exc.sqlite_errorcode or 0) & 0xFF in BUSY_CODES:
+            if _busy(exc):
                 return None
             raise translate_error(exc) from exc
 
@@ -367,7 +367,7 @@ class SQLiteExecutor:
         try:
             results = run_statements(inline, statements, len(statements) > 1)
         except sqlite3.Error as exc:
-            if (exc.sqlite_errorcode or 0) & 0xFF in BUSY_CODES:
+            if _busy(exc):
                 return None
             raise translate_error(exc) from exc
         finally:
@@ -490,10 +490,16 @@ def _split_script(script: str) -> list[str]:
     return statements
 
 
+def _busy(exc: sqlite3.Error) -> bool:
+    """Whether the database's lock was busy (an error raised by the sqlite3 module itself,
+    such as a closed connection, has no SQLite code)."""
+    return (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF in BUSY_CODES
+
+
 def translate_error(exc: sqlite3.Error, timeout: float | None = None) -> Exception:
     """Map a driver error to threadstore's error tree (``timeout``: the store's)."""
     text = str(exc)
-    if (exc.sqlite_errorcode or 0) & 0xFF in BUSY_CODES:
+    if _busy(exc):
         # Past busy_timeout: another process holds the database's lock.
         return StoreUnavailableError(
             f"the store is unavailable: the database is locked by another process ({text})",

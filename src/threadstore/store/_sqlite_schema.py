@@ -411,4 +411,108 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (scope, scope_uuid)
     );
     """,
+    # An append stamps its own chat_version (the chat's version after the append), so the
+    # row is written once; the trigger still stamps a row inserted without one.
+    """
+    DROP TRIGGER messages_advance_leaf;
+    CREATE TRIGGER messages_advance_leaf AFTER INSERT ON messages BEGIN
+        UPDATE chats
+           SET has_branches = has_branches OR (NEW.parent_uuid IS NOT active_leaf_uuid),
+               active_leaf_uuid = NEW.message_uuid,
+               updated_at = NEW.created_at,
+               version = version + 1
+         WHERE chat_uuid = NEW.chat_uuid;
+        UPDATE messages
+           SET chat_version = (SELECT version FROM chats WHERE chat_uuid = NEW.chat_uuid)
+         WHERE rowid = NEW.rowid AND NEW.chat_version IS NULL;
+    END;
+    """,
+    # Full-text search: one FTS5 entry per message (rowid = its seq) holding its owner's
+    # word (u + the user's uuid in hex, which every search asks for, so a search reads
+    # that user's entries only), its text, its tool calls (name, arguments, result) and
+    # its reasoning. A write's transaction records, by trigger, which messages changed
+    # (search_pending, one row per message however often it changes); the entries of
+    # pending messages are rewritten in batches, newest first (an FTS5 write costs about
+    # the same for one entry as for a thousand), in the background and before every
+    # search, so a search sees every committed write. A deleted message's entry goes in
+    # its delete's transaction. Messages stored before this migration start pending.
+    """
+    CREATE VIRTUAL TABLE search_index USING fts5 (
+        owner, body, tools, reasoning, tokenize = 'unicode61 remove_diacritics 2'
+    );
+    CREATE VIEW search_sources (seq, owner, body, tools, reasoning) AS
+    SELECT m.seq, 'u' || replace(c.user_uuid, '-', ''), m.content,
+           (SELECT group_concat(t.name || ' ' || t.arguments || ' ' || COALESCE(t.content, ''),
+                                ' ')
+              FROM tool_calls t WHERE t.message_uuid = m.message_uuid),
+           (SELECT group_concat(r.content, ' ') FROM reasonings r
+             WHERE r.message_uuid = m.message_uuid)
+      FROM messages m JOIN chats c ON c.chat_uuid = m.chat_uuid;
+    CREATE TABLE search_pending (seq INTEGER PRIMARY KEY);
+    CREATE TRIGGER messages_search_insert AFTER INSERT ON messages
+    WHEN NEW.content <> '' BEGIN
+        INSERT OR IGNORE INTO search_pending (seq) VALUES (NEW.seq);
+    END;
+    CREATE TRIGGER messages_search_update AFTER UPDATE OF content ON messages
+    WHEN NEW.content IS NOT OLD.content BEGIN
+        INSERT OR IGNORE INTO search_pending (seq) VALUES (NEW.seq);
+    END;
+    CREATE TRIGGER messages_search_delete AFTER DELETE ON messages BEGIN
+        DELETE FROM search_index WHERE rowid = OLD.seq;
+        DELETE FROM search_pending WHERE seq = OLD.seq;
+    END;
+    CREATE TRIGGER tool_calls_search_insert AFTER INSERT ON tool_calls BEGIN
+        INSERT OR IGNORE INTO search_pending (seq)
+        SELECT seq FROM messages WHERE message_uuid = NEW.message_uuid;
+    END;
+    CREATE TRIGGER tool_calls_search_update AFTER UPDATE OF name, arguments, content
+    ON tool_calls WHEN NEW.name IS NOT OLD.name OR NEW.arguments IS NOT OLD.arguments
+                       OR NEW.content IS NOT OLD.content BEGIN
+        INSERT OR IGNORE INTO search_pending (seq)
+        SELECT seq FROM messages WHERE message_uuid = NEW.message_uuid;
+    END;
+    CREATE TRIGGER reasonings_search_insert AFTER INSERT ON reasonings
+    WHEN NEW.content <> '' BEGIN
+        INSERT OR IGNORE INTO search_pending (seq)
+        SELECT seq FROM messages WHERE message_uuid = NEW.message_uuid;
+    END;
+    CREATE TRIGGER reasonings_search_update AFTER UPDATE OF content ON reasonings
+    WHEN NEW.content IS NOT OLD.content BEGIN
+        INSERT OR IGNORE INTO search_pending (seq)
+        SELECT seq FROM messages WHERE message_uuid = NEW.message_uuid;
+    END;
+    INSERT INTO search_pending (seq) SELECT seq FROM messages;
+    """,
+    # The usage ledger: what each run used (amounts in whole nano-dollars, so sums are
+    # exact), kept per (chat, run) beyond the chat's own life, until its user is erased;
+    # and budgets per user or chat that stop a run before it starts.
+    """
+    CREATE TABLE usage_runs (
+        chat_uuid TEXT NOT NULL,
+        run_id TEXT NOT NULL,
+        user_uuid TEXT NOT NULL,
+        input_tokens INTEGER NOT NULL,
+        output_tokens INTEGER NOT NULL,
+        reasoning_tokens INTEGER NOT NULL,
+        cached_input_tokens INTEGER NOT NULL,
+        cost_nusd INTEGER NOT NULL,
+        cache_savings_nusd INTEGER NOT NULL,
+        model TEXT,
+        source TEXT NOT NULL,
+        recorded_at TEXT NOT NULL,
+        PRIMARY KEY (chat_uuid, run_id)
+    );
+    CREATE INDEX usage_runs_by_user ON usage_runs (user_uuid, recorded_at);
+    CREATE TABLE usage_budgets (
+        scope TEXT NOT NULL,
+        scope_uuid TEXT NOT NULL,
+        user_uuid TEXT NOT NULL,
+        max_cost_usd REAL,
+        max_tokens INTEGER,
+        period TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        PRIMARY KEY (scope, scope_uuid)
+    );
+    CREATE INDEX usage_budgets_by_user ON usage_budgets (user_uuid);
+    """,
 ]

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from threadstore.store._base import TreeNode
+from threadstore.store._queries import TreeNode
 from threadstore.store._sql import (
     CHAT_INSERT,
     JSON_ENCODERS,
@@ -111,13 +111,15 @@ INSERT_CHAT = (
 )
 
 INSERT_MESSAGE = (
-    f"INSERT INTO messages ({_names(MESSAGE_INSERT)}, updated_at) VALUES ("
+    f"INSERT INTO messages ({_names(MESSAGE_INSERT)}, updated_at, chat_version) VALUES ("
     + _numbered(
         MESSAGE_INSERT,
         # No parent given: the chat's active leaf.
         parent_uuid="COALESCE(?3, (SELECT active_leaf_uuid FROM chats WHERE chat_uuid = ?2))",
     )
-    + f", {CREATED['messages']}) RETURNING seq, parent_uuid"
+    # The chat's version once the insert's trigger has moved it on (schema migration 10).
+    + f", {CREATED['messages']}, (SELECT version + 1 FROM chats WHERE chat_uuid = ?2))"
+    " RETURNING seq, parent_uuid"
 )
 assert MESSAGE_INSERT.names[1:3] == ("chat_uuid", "parent_uuid")
 

@@ -19,9 +19,12 @@ from threadstore import models
 from threadstore.errors import ConflictError, NotFoundError, RunLiveError
 from threadstore.keys import chat_deduplication_key
 from threadstore.store import ops
-from threadstore.store._base import BranchPage, ChatFilter, MessageKey, RunFilter, Store, TreeNode
+from threadstore.store._base import Store
 from threadstore.store._lifecycle import ERASED_USER_DETAIL
 from threadstore.store._memory_lifecycle import MemoryLifecycle
+from threadstore.store._memory_search import MemorySearch
+from threadstore.store._memory_usage import MemoryUsage
+from threadstore.store._queries import BranchPage, ChatFilter, MessageKey, RunFilter, TreeNode
 from threadstore.store._records import (
     ExtrasCodec,
     WriterLock,
@@ -101,6 +104,8 @@ class MemoryStore(Store):
         self._seq = itertools.count(1)
         self._lock = WriterLock()
         self._lifecycle = MemoryLifecycle(self)
+        self._search = MemorySearch(self)
+        self._usage = MemoryUsage(self)
 
     @property
     def _state(self) -> _State:

@@ -14,11 +14,8 @@ chat's messages, tool calls or reasoning moves that version in its own transacti
 so a writer in any process invalidates every reader's copy, and a repeated read is
 one indexed lookup.
 
-A store that made its own pool keeps the connections it borrowed, idle, between
-calls instead of handing each back: asyncpg's release costs a shielded task and
-several event-loop turns, about as much as the statement itself on small machines.
-They return to the pool on error and on ``close()``. A pool the app passed in is
-used plainly, so the store never sits on connections the app may need.
+Connections (the pool, those kept idle between calls, a task's transaction) are
+``store/_postgres_connections.py``'s.
 
 Background flushes (a storage agent's ``apply_writes``) hold at most all but
 :data:`FOREGROUND_CONNECTIONS` of the pool's connections at once; the rest wait for a
@@ -29,12 +26,9 @@ run's set-up, a page read or an API write finds connections the flushes cannot h
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Hashable, Sequence
-from contextlib import asynccontextmanager
-from contextvars import ContextVar
+from collections.abc import Hashable, Sequence
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime
-from types import TracebackType
 from typing import Any
 from uuid import UUID
 
@@ -45,24 +39,25 @@ from threadstore._steps import off_loop
 from threadstore.errors import (
     ConfigurationError,
     ConflictError,
-    InvalidInputError,
     MigrationError,
     NotFoundError,
     RunLiveError,
-    StoreError,
-    StoreUnavailableError,
 )
-from threadstore.store import _postgres_schema as sql
+from threadstore.store import _postgres_schema as schema
+from threadstore.store import _postgres_sql as sql
 from threadstore.store import _sql as shared
 from threadstore.store import ops
-from threadstore.store._base import BranchPage, ChatFilter, MessageKey, RunFilter, Store, TreeNode
+from threadstore.store._base import Store
 from threadstore.store._history import DEFAULT_HISTORY_CACHE_MESSAGES, HistoryCache
-from threadstore.store._lifecycle import ERASED_USER_DETAIL, ERASED_USER_STATE
+from threadstore.store._postgres_connections import Connections, Lease, iso_times, translate
 from threadstore.store._postgres_events import PostgresRunEvents
 from threadstore.store._postgres_lifecycle import PostgresLifecycle
+from threadstore.store._postgres_search import PostgresSearch
+from threadstore.store._postgres_usage import PostgresUsage
+from threadstore.store._queries import BranchPage, ChatFilter, MessageKey, RunFilter, TreeNode
 from threadstore.store._records import split_update
 from threadstore.store._rows import EntryLoader, RowLoader, attach_rows
-from threadstore.store._timeouts import caused_by, split_timeout, unavailable
+from threadstore.store._timeouts import split_timeout
 
 __all__ = ["FOREGROUND_CONNECTIONS", "PostgresStore"]
 
@@ -78,110 +73,19 @@ _CHAT_FIELDS: dict[str, str] = {"name": "name", "state": "state", "metadata": "m
 _CREATE_ATTEMPTS = 5
 """How often create_chat retries when the chat it conflicted with is deleted meanwhile."""
 
-_Held = tuple[asyncpg.Connection, "asyncio.Task[Any] | None"]
-
-_LOST: tuple[type[BaseException], ...] = (
-    OSError,  # refused, reset, and TimeoutError: a statement past ``command_timeout``
-    asyncpg.exceptions.ConnectionDoesNotExistError,
-    asyncpg.PostgresConnectionError,
-    asyncpg.exceptions.OperatorInterventionError,  # shutting down, starting up, cancelled
-    asyncpg.exceptions.InsufficientResourcesError,  # too many connections, disk full
-    StoreUnavailableError,
-)
-"""Errors that mean the database is away, not that the call was wrong."""
-
 _SETUP_TIMEOUT = 3600.0
 """Seconds a migration statement may take (the store's timeout is for ordinary calls)."""
-
-
-async def _keep_session(connection: asyncpg.Connection) -> None:
-    """Pool reset hook: skip asyncpg's reset query on release.
-
-    The store never changes session state (no SET, LISTEN, cursors or session
-    advisory locks), and asyncpg still rolls back an open transaction itself, so
-    the default ``RESET ALL`` round trip on every release would buy nothing.
-    """
-
-
-_UTC_ZONES = frozenset({"UTC", "Etc/UTC", "Etc/UCT", "UCT", "Etc/Universal", "Universal", "Zulu"})
-
-_SESSION = {"application_name": "threadstore", "DateStyle": "ISO", "TimeZone": "UTC"}
-"""Session settings of the store's own pool: ISO 8601 timestamps in UTC, which reads parse
-faster than asyncpg decodes binary ones (see ``postgres_schema._select``)."""
-
-
-def _iso_times(conn: asyncpg.Connection) -> bool:
-    """Whether this session prints timestamps as ISO 8601 text in UTC, which reads can parse."""
-    settings = conn.get_settings()
-    return bool(
-        getattr(settings, "DateStyle", "").startswith("ISO")
-        and getattr(settings, "TimeZone", "") in _UTC_ZONES
-    )
 
 
 # asyncpg takes uuids, times and booleans as they are; JSON goes as text.
 _PLANS = shared.InsertPlans(shared.JSON_ENCODERS)
 
 
-async def _discard(pool: asyncpg.Pool, conn: asyncpg.Connection) -> None:
-    """Give back a connection that lost its server; the pool opens a new one when needed.
-
-    Closed at once: a stalled connection would hold its release until the cancel of
-    its statement got through.
-    """
-    with contextlib.suppress(asyncpg.InterfaceError):  # the pool may have taken it back
-        conn.terminate()
-        await pool.release(conn)
-
-
-class _Lease:
-    """``async with`` a connection of a store (see ``PostgresStore._connection``).
-
-    A class rather than a generator-based context manager: every store call enters one.
-    """
-
-    __slots__ = ("_conn", "_join", "_pool", "_store")
-
-    def __init__(self, store: PostgresStore, *, join: bool) -> None:
-        self._store = store
-        self._join = join
-        self._pool: asyncpg.Pool | None = None
-
-    async def __aenter__(self) -> asyncpg.Connection:
-        store = self._store
-        if self._join:
-            held = store._held.get()
-            if held is not None and held[1] is asyncio.current_task():
-                return held[0]
-        pool = store.pool
-        try:
-            self._conn: asyncpg.Connection = await store._checkout(pool)
-        except _LOST as exc:
-            raise unavailable(store.timeout, exc) from exc
-        self._pool = pool
-        return self._conn
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        lost = exc is not None and caused_by(exc, _LOST)
-        if self._pool is not None:
-            if lost:
-                await _discard(self._pool, self._conn)
-            else:
-                await self._store._give_back(self._pool, self._conn, clean=exc_type is None)
-        if lost and not isinstance(exc, StoreUnavailableError):
-            assert exc is not None
-            raise unavailable(self._store.timeout, exc) from exc
-
-
 class PostgresStore(Store):
     """Store backed by a PostgreSQL database through an asyncpg pool."""
 
     timeout: float
+    _search: PostgresSearch
 
     def __init__(
         self,
@@ -192,6 +96,7 @@ class PostgresStore(Store):
         max_size: int = 10,
         history_cache_messages: int = DEFAULT_HISTORY_CACHE_MESSAGES,
         timeout: float | None = None,
+        search_language: str | None = None,
         **model_classes: Any,
     ) -> None:
         super().__init__(**model_classes)
@@ -201,21 +106,15 @@ class PostgresStore(Store):
         """The URL the pool connects to, and the seconds any one statement, connection or
         wait for a connection may take before :class:`StoreUnavailableError` (the
         ``timeout`` keyword, else ``?timeout=`` in the URL, else 5)."""
-        self._pool = pool
-        self._owns_pool = pool is None
-        self._idle: list[asyncpg.Connection] = []
-        self._waiting = 0
+        self.connections = Connections(
+            self.url, self.timeout, pool=pool, min_size=min_size, max_size=max_size
+        )
         self._flush_slots: asyncio.Semaphore | None = None
         """Turns of background flushes at the pool (set when the pool is known)."""
-        self._min_size = min_size
-        self._max_size = max_size
         self.history_cache: HistoryCache | None = (
             HistoryCache(history_cache_messages) if history_cache_messages else None
         )
         """Histories read before, reused while their chat's version is unchanged."""
-        self._held: ContextVar[_Held | None] = ContextVar(
-            f"threadstore_pg_{id(self)}", default=None
-        )
         self._chats = RowLoader(self.chat_model, models.Chat, sql.CHAT_COLUMNS, self.codecs.chat)
         self._messages = RowLoader(
             self.message_model, models.Message, sql.MESSAGE_ROW, self.codecs.message
@@ -229,6 +128,10 @@ class PostgresStore(Store):
         self._entries = EntryLoader(self._messages, self._tool_calls, self._reasonings)
         self._run_events = PostgresRunEvents(self)
         self._lifecycle = PostgresLifecycle(self)
+        self._search = PostgresSearch(self, search_language)
+        """Full-text search; ``search_language``: its text search configuration (``setup``
+        sets it; ``None`` keeps the database's, ``simple`` at first)."""
+        self._usage = PostgresUsage(self)
 
     def run_events(self) -> PostgresRunEvents:
         """The relayed run-events log in this database (shared by every process using it)."""
@@ -239,38 +142,17 @@ class PostgresStore(Store):
     @property
     def pool(self) -> asyncpg.Pool:
         """The asyncpg pool the store runs on (its own, or the one the app passed in)."""
-        if self._pool is None:
-            raise ConfigurationError("the store is not connected: use open_store() or connect()")
-        return self._pool
+        return self.connections.pool
 
     async def connect(self) -> None:
         """Create the connection pool (a no-op when the app passed its own)."""
-        if self._pool is not None:
-            return
-        try:
-            self._pool = await asyncpg.create_pool(
-                self.url,
-                min_size=self._min_size,
-                max_size=self._max_size,
-                reset=_keep_session,
-                server_settings=_SESSION,
-                timeout=self.timeout,  # to connect
-                command_timeout=self.timeout,
-            )
-        except (OSError, asyncpg.PostgresError) as exc:
-            raise ConfigurationError(f"cannot connect to {self.url!r}: {exc}") from exc
+        await self.connections.connect()
 
     async def close(self) -> None:
         """Close the pool if the store created it; an app's own pool stays open."""
-        pool, self._pool = self._pool, None
-        idle, self._idle = self._idle, []
+        await self._search.stop()
         self._flush_slots = None
-        if pool is None:
-            return
-        for conn in idle:
-            await pool.release(conn)
-        if self._owns_pool:
-            await pool.close()
+        await self.connections.close()
 
     async def setup(self) -> None:
         """Apply pending migrations in order, each recorded in ``threadstore_migrations``.
@@ -280,88 +162,45 @@ class PostgresStore(Store):
         """
         wait = _SETUP_TIMEOUT  # another process's migrations, then ours, may take long
         async with self.borrow() as conn, conn.transaction():
-            await conn.execute(sql.LOCK_MIGRATIONS, sql.MIGRATION_LOCK_KEY, timeout=wait)
-            if not await conn.fetchval(sql.MIGRATIONS_TABLE_EXISTS, timeout=wait):
-                await conn.execute(sql.CREATE_MIGRATIONS_TABLE, timeout=wait)
-            current = int(await conn.fetchval(sql.SCHEMA_VERSION, timeout=wait))
-            if current > len(sql.MIGRATIONS):
+            await conn.execute(schema.LOCK_MIGRATIONS, schema.MIGRATION_LOCK_KEY, timeout=wait)
+            if not await conn.fetchval(schema.MIGRATIONS_TABLE_EXISTS, timeout=wait):
+                await conn.execute(schema.CREATE_MIGRATIONS_TABLE, timeout=wait)
+            current = int(await conn.fetchval(schema.SCHEMA_VERSION, timeout=wait))
+            if current > len(schema.MIGRATIONS):
                 raise MigrationError(
                     f"database schema version {current} is newer than this threadstore"
-                    f" ({len(sql.MIGRATIONS)}); upgrade threadstore"
+                    f" ({len(schema.MIGRATIONS)}); upgrade threadstore"
                 )
-            for version in range(current + 1, len(sql.MIGRATIONS) + 1):
-                await conn.execute(sql.MIGRATIONS[version - 1], timeout=wait)
-                await conn.execute(sql.RECORD_MIGRATION, version, models.utcnow(), timeout=wait)
+            for version in range(current + 1, len(schema.MIGRATIONS) + 1):
+                await conn.execute(schema.MIGRATIONS[version - 1], timeout=wait)
+                await conn.execute(schema.RECORD_MIGRATION, version, models.utcnow(), timeout=wait)
+        await self._search.start()
 
     async def schema_version(self) -> int:
         """Return the highest applied migration (0 for an empty database)."""
         async with self._connection() as conn:
-            if not await conn.fetchval(sql.MIGRATIONS_TABLE_EXISTS):
+            if not await conn.fetchval(schema.MIGRATIONS_TABLE_EXISTS):
                 return 0
-            return int(await conn.fetchval(sql.SCHEMA_VERSION))
+            return int(await conn.fetchval(schema.SCHEMA_VERSION))
 
-    @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[None]:
-        if self._in_transaction():
-            yield
-            return
-        async with self.borrow() as conn, conn.transaction():
-            token = self._held.set((conn, asyncio.current_task()))
-            try:
-                yield
-            finally:
-                self._held.reset(token)
-
-    # --- connections -----------------------------------------------------------------------
+    def transaction(self) -> AbstractAsyncContextManager[None]:
+        return self.connections.transaction()
 
     def _in_transaction(self) -> bool:
-        """Whether the current task is inside this store's ``transaction()``."""
-        held = self._held.get()
-        return held is not None and held[1] is asyncio.current_task()
+        return self.connections.in_transaction()
 
-    def _connection(self) -> _Lease:
-        """The current task's transaction connection, or one borrowed for this call."""
-        return _Lease(self, join=True)
+    def _connection(self) -> Lease:
+        """The current task's transaction connection, or one leased for this call."""
+        return self.connections.lease(join=True)
 
-    def borrow(self) -> _Lease:
+    def borrow(self) -> Lease:
         """``async with`` a connection for the block: a kept idle one, else one from the pool.
 
         Also for statements on this store's schema made outside its methods (the
         run-events log): a direct ``pool.acquire()`` could wait on connections the
         store keeps idle.
         """
-        return _Lease(self, join=False)
-
-    async def _give_back(self, pool: asyncpg.Pool, conn: asyncpg.Connection, clean: bool) -> None:
-        # Keep it only while no call of this store waits on the pool: a kept connection
-        # is one the pool cannot hand to anyone. After an error the pool resets it, or
-        # replaces it if it broke.
-        if (
-            clean
-            and self._owns_pool
-            and pool is self._pool
-            and not self._waiting
-            and not conn.is_in_transaction()
-        ):
-            self._idle.append(conn)
-        else:
-            await pool.release(conn)
-
-    async def _checkout(self, pool: asyncpg.Pool) -> asyncpg.Connection:
-        while self._idle:
-            conn = self._idle.pop()
-            try:
-                if not conn.is_closed():
-                    return conn
-            except asyncpg.InterfaceError:
-                continue  # its socket closed and the pool already took it back
-            await pool.release(conn)
-        self._waiting += 1
-        try:
-            conn = await pool.acquire(timeout=self.timeout)
-        finally:
-            self._waiting -= 1
-        return conn
+        return self.connections.lease(join=False)
 
     # --- statement helpers ---------------------------------------------------------------
 
@@ -375,7 +214,7 @@ class PostgresStore(Store):
         try:
             rows: list[asyncpg.Record] = await conn.fetch(query, *args)
         except asyncpg.PostgresError as exc:
-            raise _translate(exc) from exc
+            raise translate(exc) from exc
         return rows
 
     async def _fetch_planned(
@@ -391,7 +230,7 @@ class PostgresStore(Store):
             statement = await conn.prepare(query)
             rows: list[asyncpg.Record] = await statement.fetch(*args)
         except asyncpg.PostgresError as exc:
-            raise _translate(exc) from exc
+            raise translate(exc) from exc
         return rows
 
     async def _messages_with_children(
@@ -419,7 +258,7 @@ class PostgresStore(Store):
         if not parents:
             return [], []
         where = " WHERE message_uuid = ANY($1::uuid[])"
-        iso = _iso_times(conn)
+        iso = iso_times(conn)
         tool_rows = await self._fetch_on(conn, sql.TOOL_CALL_SELECT[iso] + where, parents)
         reasoning_rows = await self._fetch_on(conn, sql.REASONING_SELECT[iso] + where, parents)
         return tool_rows, reasoning_rows
@@ -434,14 +273,14 @@ class PostgresStore(Store):
     async def _read_messages(self, suffix: str, *args: Any) -> list[models.Message]:
         """Messages selected by ``suffix`` (joins, WHERE...), with their children."""
         async with self._connection() as conn:
-            query = sql.MESSAGE_SELECT[_iso_times(conn)] + suffix
+            query = sql.MESSAGE_SELECT[iso_times(conn)] + suffix
             rows = await self._fetch_on(conn, query, *args)
             return await self._messages_with_children(conn, rows)
 
     async def _select(self, forms: dict[bool, str], suffix: str, *args: Any) -> list[Any]:
         """Rows of a read given in its two forms (see ``postgres_schema``), then ``suffix``."""
         async with self._connection() as conn:
-            return await self._fetch_on(conn, forms[_iso_times(conn)] + suffix, *args)
+            return await self._fetch_on(conn, forms[iso_times(conn)] + suffix, *args)
 
     # --- chats ---------------------------------------------------------------------------
 
@@ -456,7 +295,7 @@ class PostgresStore(Store):
                     # it was deleted in between, in which case insert again.
                     rows = await self._fetch_on(
                         conn,
-                        sql.CHAT_SELECT[_iso_times(conn)]
+                        sql.CHAT_SELECT[iso_times(conn)]
                         + " WHERE user_uuid = $1 AND thread_id = $2 AND deleted_at IS NULL",
                         values["user_uuid"],
                         values["thread_id"],
@@ -692,7 +531,7 @@ class PostgresStore(Store):
     ) -> tuple[list[Any], UUID | None] | None:
         assert isinstance(since, tuple) and isinstance(version, tuple)
         async with self._connection() as conn:
-            query = sql.MESSAGE_SELECT[_iso_times(conn)] + sql.CHANGED_SINCE
+            query = sql.MESSAGE_SELECT[iso_times(conn)] + sql.CHANGED_SINCE
             rows = await self._fetch_planned(conn, query, chat_uuid, since[0])
             return await self._entries_of(conn, rows), version[1]
 
@@ -703,7 +542,7 @@ class PostgresStore(Store):
         bounds, tail = shared.branch_page(page, args, "${}".format)
         suffix = " WHERE " + sql.BRANCH_FILTER + bounds + tail
         async with self._connection() as conn:
-            rows = await self._fetch_on(conn, sql.MESSAGE_SELECT[_iso_times(conn)] + suffix, *args)
+            rows = await self._fetch_on(conn, sql.MESSAGE_SELECT[iso_times(conn)] + suffix, *args)
             if page.newest_first:
                 rows.reverse()
             return await self._messages_with_children(conn, rows)
@@ -712,7 +551,7 @@ class PostgresStore(Store):
         suffix = " WHERE " + sql.BRANCH_FILTER + " ORDER BY m.seq"
         async with self._connection() as conn:
             rows = await self._fetch_on(
-                conn, sql.MESSAGE_SELECT[_iso_times(conn)] + suffix, chat_uuid
+                conn, sql.MESSAGE_SELECT[iso_times(conn)] + suffix, chat_uuid
             )
             return await self._entries_of(conn, rows)
 
@@ -731,13 +570,13 @@ class PostgresStore(Store):
                 rows = await conn.fetch(sql.INSERT_RUN, *shared.params(_PLANS.run, values))
             except asyncpg.UniqueViolationError as exc:
                 if exc.constraint_name != sql.ONE_RUNNING_RUN:
-                    raise _translate(exc) from exc
+                    raise translate(exc) from exc
                 # On a connection of its own: a transaction this call joined has failed.
                 async with self.borrow() as other:
                     live = await other.fetchval(sql.RUNNING_RUN_OF_CHAT, run.chat_uuid)
                 raise RunLiveError(run.chat_uuid, live) from exc
             except asyncpg.PostgresError as exc:
-                raise _translate(exc) from exc
+                raise translate(exc) from exc
             if not rows:
                 rows = await self._fetch_on(
                     conn,
@@ -857,25 +696,3 @@ class PostgresStore(Store):
             case ops.FinalizeRunRecords(chat_uuid, run_id, status):
                 return await self._finalize(chat_uuid, run_id, status)
         raise AssertionError(f"unknown operation {op!r}")
-
-
-def _translate(exc: asyncpg.PostgresError) -> Exception:
-    """Map a server error to threadstore's error tree."""
-    if isinstance(exc, asyncpg.UndefinedTableError):
-        return MigrationError(f"{exc}: the schema is missing; run `threadstore migrate` or setup()")
-    if exc.sqlstate == ERASED_USER_STATE:
-        return ConflictError(ERASED_USER_DETAIL)
-    if isinstance(exc, asyncpg.ForeignKeyViolationError):
-        return NotFoundError(f"a referenced chat or message does not exist ({exc})")
-    if isinstance(exc, asyncpg.UniqueViolationError):
-        return ConflictError(f"a record with this id already exists ({exc})")
-    if isinstance(exc, asyncpg.DeadlockDetectedError | asyncpg.SerializationError):
-        return ConflictError(f"a concurrent transaction conflicted; retry ({exc})")
-    if isinstance(exc, asyncpg.InFailedSQLTransactionError):
-        return StoreError(f"an earlier statement failed, so the transaction must roll back ({exc})")
-    if isinstance(
-        exc, asyncpg.CharacterNotInRepertoireError | asyncpg.UntranslatableCharacterError
-    ):
-        return InvalidInputError(f"PostgreSQL cannot store this text: {exc}")
-    translated: Exception = exc
-    return translated

@@ -21,8 +21,9 @@ from threadstore._steps import consume, off_loop
 from threadstore.errors import ConflictError, RunLiveError
 from threadstore.store import _sqlite_sql as queries
 from threadstore.store import ops
-from threadstore.store._base import BranchPage, ChatFilter, MessageKey, RunFilter, Store, TreeNode
+from threadstore.store._base import Store
 from threadstore.store._history import DEFAULT_HISTORY_CACHE_MESSAGES, HistoryCache
+from threadstore.store._queries import BranchPage, ChatFilter, MessageKey, RunFilter, TreeNode
 from threadstore.store._records import split_update
 from threadstore.store._rows import EntryLoader, RowLoader, attach_rows
 from threadstore.store._sql import (
@@ -55,7 +56,9 @@ from threadstore.store._sqlite_schema import (
     RUN_COLUMNS,
     TOOL_CALL_COLUMNS,
 )
+from threadstore.store._sqlite_search import SQLiteSearch
 from threadstore.store._sqlite_sql import key_param, ts
+from threadstore.store._sqlite_usage import SQLiteUsage
 from threadstore.store._sqlite_writes import Statement
 from threadstore.store._timeouts import split_timeout
 
@@ -77,6 +80,7 @@ class SQLiteStore(Store):
     """Store backed by one SQLite database file."""
 
     timeout: float
+    _search: SQLiteSearch
 
     def __init__(
         self,
@@ -114,6 +118,8 @@ class SQLiteStore(Store):
         )
         self._entries = EntryLoader(self._messages, self._tool_calls, self._reasonings)
         self._lifecycle = SQLiteLifecycle(self)
+        self._search = SQLiteSearch(self)
+        self._usage = SQLiteUsage(self)
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -122,6 +128,7 @@ class SQLiteStore(Store):
         await self.executor.open()
 
     async def close(self) -> None:
+        await self._search.stop()
         await self.executor.close()
 
     async def set_trace_callback(self, callback: Callable[[str], object] | None) -> None:
@@ -134,6 +141,7 @@ class SQLiteStore(Store):
     async def setup(self) -> None:
         """Apply pending migrations in order, each recorded in ``threadstore_migrations``."""
         await self.executor.migrate()
+        await self._search.start()
 
     async def schema_version(self) -> int:
         """Return the highest applied migration (0 for an empty database)."""
@@ -666,6 +674,7 @@ class SQLiteStore(Store):
             results = (
                 await self.executor.run(*statements, background=background) if statements else []
             )
+            self._search.written()
         except ConflictError as exc:
             if queries.ONE_RUNNING_RUN not in str(exc):
                 raise

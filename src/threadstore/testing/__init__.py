@@ -22,6 +22,7 @@ pytest.register_assert_rewrite(
     "threadstore.testing._messages",
     "threadstore.testing._nested",
     "threadstore.testing._runs",
+    "threadstore.testing._search",
 )
 
 from threadstore.testing import (  # noqa: E402
@@ -31,6 +32,7 @@ from threadstore.testing import (  # noqa: E402
     _messages,
     _nested,
     _runs,
+    _search,
 )
 from threadstore.testing._suite import (  # noqa: E402
     AddMessage,
@@ -47,7 +49,7 @@ from threadstore.testing._suite import (  # noqa: E402
     message_adder,
 )
 
-gather_tests(ContractSuite, [_chats, _messages, _nested, _runs, _concurrency, _branches])
+gather_tests(ContractSuite, [_chats, _messages, _nested, _runs, _concurrency, _branches, _search])
 
 __all__ = [
     "AddMessage",

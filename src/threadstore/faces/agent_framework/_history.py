@@ -31,6 +31,7 @@ from threadstore.faces.agent_framework._state import ProviderSessionState, Threa
 from threadstore.fold import append_writes
 from threadstore.models import Chat, Message, Summary
 from threadstore.store import Derivation, Store, Write
+from threadstore.usage import RunUsage, UsageReport
 
 __all__ = ["STATE_KEY", "MessageFilter", "ThreadstoreHistoryProvider"]
 
@@ -278,11 +279,22 @@ class ThreadstoreHistoryProvider(HistoryProvider):
         """Store the run's new messages, unless the service keeps this session's history.
 
         A run that failed (it has no response) stores nothing, not even its request, as
-        the seed's providers skip a run with an invocation exception.
+        the seed's providers skip a run with an invocation exception. The response's
+        ``usage_details`` go into the usage ledger, one row per response id.
         """
         if _service_managed(session, context) or context.response is None:
             return
         await super().after_run(agent=agent, session=session, context=context, state=state)
+        usage = run_usage(context.response)
+        if usage is not None and self.store.usage.kept:
+            chat = await self.get_chat(context.session_id, state)
+            if chat is not None:
+                run_id = f"agent-framework:{context.response.response_id or uuid4()}"
+                await self.store.usage.record(
+                    RunUsage.of(
+                        chat.chat_uuid, run_id, chat.user_uuid, usage, source="agent-framework"
+                    )
+                )
 
     def _check_only_loader(self, agent: SupportsAgentRun) -> None:
         others = [
@@ -348,3 +360,16 @@ def _writes(chat_uuid: UUID, tail: Sequence[Message], new: Sequence[AFMessage]) 
             record.message.metadata[TOOL_CALL_ID_KEY] = unmatched[0]
         answerable.update(call.tool_call_id for call in record.calls)
     return append_writes(records, calls=calls)
+
+
+def run_usage(response: Any) -> UsageReport | None:
+    """The ``usage_details`` of an ``AgentResponse`` as a usage report (``None``: none)."""
+    details = getattr(response, "usage_details", None)
+    if not details:
+        return None
+    return UsageReport(
+        input_tokens=details.get("input_token_count") or 0,
+        output_tokens=details.get("output_token_count") or 0,
+        cached_input_tokens=details.get("cache_read_input_token_count") or 0,
+        reasoning_tokens=details.get("reasoning_output_token_count") or 0,
+    )

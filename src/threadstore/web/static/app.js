@@ -553,6 +553,7 @@ const page = {
   cursor: undefined, // undefined: not loaded yet; null: no more pages
   loadingChats: false,
   query: "",
+  hitsCursor: null, // next_cursor of the last page of message hits
   thread: null, // the open thread id
   chat: null, // its stored chat (null until the first run stores it)
   conversation: new Conversation(),
@@ -669,7 +670,38 @@ function markOpenChat() {
 
 let listGeneration = 0;
 
+// --- usage: tokens and cost of the open chat and of all mine (GET /api/usage) ----------
+
+const usage = { byChat: new Map(), total: null };
+
+function usageText(t) {
+  const tokens = (t.input_tokens + t.output_tokens).toLocaleString();
+  const saved = t.cache_savings_usd ? ` (caches saved $${t.cache_savings_usd.toFixed(4)})` : "";
+  return `${tokens} tokens · $${t.cost_usd.toFixed(4)}${saved}`;
+}
+
+async function showUsage() {
+  try {
+    const reply = await api("GET", "/api/usage?by=chat");
+    usage.byChat = new Map(reply.totals.map((t) => [t.chat_uuid, t]));
+    usage.total = reply.total;
+  } catch (error) {
+    return; // the usage lines are extras: a failed read leaves them as they were
+  }
+  renderUsage();
+}
+
+function renderUsage() {
+  const total = usage.total;
+  $("usage-total").textContent = total && total.runs ? `All chats: ${usageText(total)}` : "";
+  const line = $("chat-usage");
+  const mine = page.chat && usage.byChat.get(page.chat.chat_uuid);
+  line.hidden = !mine;
+  line.textContent = mine ? `This chat: ${usageText(mine)} in ${mine.runs} run(s)` : "";
+}
+
 async function loadChats(reset = false) {
+  if (reset) showUsage();
   if (reset) {
     // A reset wins over a page still on its way: that page is dropped when it lands.
     listGeneration += 1;
@@ -698,6 +730,62 @@ async function loadChats(reset = false) {
   }
   // Keep loading while the sentinel is still visible (a tall screen, a short page).
   if (generation === listGeneration && page.cursor && sentinelVisible()) loadChats();
+}
+
+// --- search in messages ------------------------------------------------------------------
+
+let hitsGeneration = 0;
+
+// The messages holding every word of the query, a page at a time (``more``: the next one).
+async function searchMessages(more = false) {
+  const box = $("search-results");
+  const generation = more ? hitsGeneration : ++hitsGeneration;
+  if (!page.query) {
+    box.hidden = true;
+    $("search-hits").replaceChildren();
+    return;
+  }
+  const params = new URLSearchParams({ q: page.query, limit: "20" });
+  if (more && page.hitsCursor) params.set("cursor", page.hitsCursor);
+  try {
+    const result = await api("GET", `/api/search?${params}`);
+    if (generation !== hitsGeneration) return;
+    page.hitsCursor = result.next_cursor;
+    const items = result.items.map(renderHit);
+    if (more) $("search-hits").append(...items);
+    else $("search-hits").replaceChildren(...items);
+    $("hits-status").textContent = !more && !result.items.length ? "No message has those words." : "";
+    $("hits-more").hidden = !result.next_cursor;
+    box.hidden = false;
+  } catch (error) {
+    if (generation !== hitsGeneration) return;
+    if (error.status !== 422) return report(error);
+    // A query with no words (or too many): say why instead of listing nothing.
+    $("search-hits").replaceChildren();
+    $("hits-status").textContent = error.message;
+    $("hits-more").hidden = true;
+    box.hidden = false;
+  }
+}
+
+// A hit: its chat, and its snippet with the matching words marked (built as text nodes,
+// never as HTML).
+function renderHit(hit) {
+  const snippet = el("span", { class: "hit-snippet" });
+  let at = 0;
+  for (const [start, end] of hit.highlights) {
+    snippet.append(hit.snippet.slice(at, start), el("mark", { text: hit.snippet.slice(start, end) }));
+    at = end;
+  }
+  snippet.append(hit.snippet.slice(at));
+  const kind = { tool: "🔧 ", reasoning: "💭 " }[hit.kind] || "";
+  const link = el(
+    "a",
+    { href: `#/t/${encodeURIComponent(hit.thread_id)}`, class: "chat-link hit-link", "data-message": hit.message_uuid },
+    el("span", { class: "chat-name", text: hit.chat_name || hit.thread_id }),
+    el("span", { class: "chat-preview" }, kind, snippet),
+  );
+  return el("li", { "data-thread": hit.thread_id }, link);
 }
 
 function sentinelVisible() {
@@ -783,6 +871,7 @@ function setChatHeader() {
   const from = page.chat && page.chat.forked_from_chat_uuid;
   lineage.hidden = !from;
   lineage.textContent = from ? `Forked from chat ${from}` : "";
+  renderUsage();
 }
 
 function setRunning(running) {
@@ -1209,8 +1298,10 @@ function start() {
     searchTimer = setTimeout(() => {
       page.query = e.target.value.trim();
       loadChats(true);
+      searchMessages();
     }, 200);
   });
+  $("hits-more").addEventListener("click", () => searchMessages(true));
   new IntersectionObserver((entries) => entries.some((e) => e.isIntersecting) && loadChats(), { root: $("sidebar"), rootMargin: "0px 0px 300px 0px" }).observe($("list-sentinel"));
   $("messages").addEventListener("scroll", () => {
     if ($("messages").scrollTop < 40) loadOlder();

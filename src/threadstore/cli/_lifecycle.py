@@ -1,0 +1,234 @@
+"""``threadstore retention`` and ``threadstore forget``: how long chats are kept, and erasure."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Annotated
+from uuid import UUID
+
+import typer
+from rich.markup import escape
+
+from threadstore.models import (
+    ExpiredChat,
+    RetentionPolicy,
+    ScopedPolicy,
+)
+from threadstore.store import Store
+
+if TYPE_CHECKING:
+    pass
+from threadstore.cli._common import (
+    DEFAULT_DB,
+    DbOption,
+    app,
+    check_store,
+    fail,
+    opened,
+    out,
+    resolve_chat,
+    run_work,
+    user_of,
+)
+
+retention_app = typer.Typer(
+    help="Retention policies: how long chats are kept, and what a sweep would delete.",
+    no_args_is_help=True,
+)
+app.add_typer(retention_app, name="retention")
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _seconds(text: str | None, option: str) -> float | None:
+    """A duration given as seconds or with a unit (90s, 15m, 12h, 30d); ``None`` stays."""
+    if text is None:
+        return None
+    number, unit = (text[:-1], text[-1]) if text and text[-1] in _UNITS else (text, "s")
+    try:
+        value = float(number) * _UNITS[unit]
+    except ValueError:
+        fail(f"{option} {text!r} is not a duration", "use seconds or 90s, 15m, 12h, 30d")
+    if not value > 0:
+        fail(f"{option} must be more than 0, got {text!r}")
+    return value
+
+
+ScopeUser = Annotated[
+    str | None, typer.Option("--user", help="For this user's chats.", show_default=False)
+]
+ScopeChat = Annotated[
+    str | None,
+    typer.Option("--chat", help="For this chat (UUID, prefix or thread id).", show_default=False),
+]
+
+
+async def _scope_of(store: Store, user: str | None, chat: str | None) -> dict[str, UUID | None]:
+    if user is not None and chat is not None:
+        fail("pass --user or --chat, not both")
+    if chat is not None:
+        return {"chat_uuid": (await resolve_chat(store, chat, None)).chat_uuid}
+    return {"user_uuid": user_of(user)}
+
+
+def _scope_label(user: str | None, chat: str | None) -> str:
+    return f"chat {chat}" if chat else f"user {user}" if user else "every chat"
+
+
+@retention_app.command("set")
+def retention_set(
+    db: DbOption = DEFAULT_DB,
+    user: ScopeUser = None,
+    chat: ScopeChat = None,
+    idle_ttl: Annotated[
+        str | None, typer.Option(help="Delete chats idle this long (30d, 12h, seconds).")
+    ] = None,
+    absolute_ttl: Annotated[
+        str | None, typer.Option(help="Delete chats this long after they were created.")
+    ] = None,
+    keep_run_logs: Annotated[
+        int | None, typer.Option(min=0, help="Relayed event logs kept: the newest N runs'.")
+    ] = None,
+    deleted_window: Annotated[
+        str | None, typer.Option(help="How long a soft-deleted chat stays restorable.")
+    ] = None,
+) -> None:
+    """Set the retention policy of every chat, a user's (--user) or one chat's (--chat).
+
+    Fields left out inherit (a chat's from its user's, a user's from the global policy);
+    the policy replaces the one the scope had. A legal hold is kept as it was.
+    """
+    check_store(db)
+    fields = {
+        "idle_ttl": _seconds(idle_ttl, "--idle-ttl"),
+        "absolute_ttl": _seconds(absolute_ttl, "--absolute-ttl"),
+        "keep_run_logs": keep_run_logs,
+        "deleted_window": _seconds(deleted_window, "--deleted-window"),
+    }
+
+    async def work() -> None:
+        async with opened(db) as store:
+            scope = await _scope_of(store, user, chat)
+            held = any(
+                p.policy.legal_hold
+                for p in await store.chats.retention_policies()
+                if p.scope_uuid == (scope.get("chat_uuid") or scope.get("user_uuid"))
+            )
+            policy = RetentionPolicy(**fields, legal_hold=held)
+            await store.chats.set_retention_policy(policy, **scope)
+
+    run_work(work, db)
+    out.print(f"[green]✓[/] retention policy set for {escape(_scope_label(user, chat))}")
+
+
+def _hold(db: str, user: str | None, chat: str | None, hold: bool) -> None:
+    check_store(db)
+    if user is None and chat is None:
+        fail("a legal hold is for a user (--user) or a chat (--chat)")
+
+    async def work() -> None:
+        async with opened(db) as store:
+            scope = await _scope_of(store, user, chat)
+            key = scope.get("chat_uuid") or scope.get("user_uuid")
+            current = next(
+                (p.policy for p in await store.chats.retention_policies() if p.scope_uuid == key),
+                RetentionPolicy(),
+            )
+            updated = current.model_copy(update={"legal_hold": hold})
+            await store.chats.set_retention_policy(updated, **scope)
+
+    run_work(work, db)
+    what = "placed on" if hold else "released from"
+    out.print(f"[green]✓[/] legal hold {what} {escape(_scope_label(user, chat))}")
+
+
+@retention_app.command("hold")
+def retention_hold(
+    db: DbOption = DEFAULT_DB, user: ScopeUser = None, chat: ScopeChat = None
+) -> None:
+    """Place a legal hold: nothing of the user (or the chat) expires until it is released."""
+    _hold(db, user, chat, True)
+
+
+@retention_app.command("release")
+def retention_release(
+    db: DbOption = DEFAULT_DB, user: ScopeUser = None, chat: ScopeChat = None
+) -> None:
+    """Release a legal hold."""
+    _hold(db, user, chat, False)
+
+
+@retention_app.command("show")
+def retention_show(
+    db: DbOption = DEFAULT_DB,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    limit: Annotated[int, typer.Option(min=0, help="Expired chats listed.")] = 20,
+) -> None:
+    """Show the policies, and what a sweep would delete now (nothing is deleted)."""
+    check_store(db)
+
+    async def work() -> tuple[list[ScopedPolicy], list[ExpiredChat]]:
+        async with opened(db) as store:
+            return await store.chats.retention_policies(), await store.chats.expired_chats()
+
+    policies, expired = run_work(work, db)
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "policies": [p.model_dump(mode="json") for p in policies],
+                    "expired": [e.model_dump(mode="json") for e in expired],
+                },
+                indent=2,
+            )
+        )
+        return
+    if not policies:
+        out.print("no retention policies: nothing expires (soft deletes are purged by sweep)")
+    for scoped in policies:
+        fields = scoped.policy.model_dump(exclude_none=True, exclude_defaults=True)
+        who = "every chat" if scoped.scope == "global" else f"{scoped.scope} {scoped.scope_uuid}"
+        out.print(f"{escape(who)}: {escape(json.dumps(fields)) if fields else '(inherits)'}")
+    reasons: dict[str, int] = {}
+    for item in expired:
+        reasons[item.reason] = reasons.get(item.reason, 0) + 1
+    summary = ", ".join(f"{n} {why}" for why, n in sorted(reasons.items())) or "nothing"
+    out.print(f"a sweep would delete {len(expired)} chat(s) now: {summary}", soft_wrap=True)
+    for item in expired[:limit]:
+        out.print(f"  {item.chat_uuid}  user {item.user_uuid}  {item.reason}", soft_wrap=True)
+
+
+# --- erasure -----------------------------------------------------------------------------------
+
+
+@app.command(epilog="Example:  threadstore forget bob --yes --by admin@example.com")
+def forget(
+    user: Annotated[
+        str, typer.Argument(help="The user id (as the server's auth names it) or UUID.")
+    ],
+    db: DbOption = DEFAULT_DB,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    by: Annotated[
+        str | None, typer.Option(help="Who asks for the erasure (kept in its receipt).")
+    ] = None,
+) -> None:
+    """Remove everything of a user, for good, and print the erasure's receipt (JSON).
+
+    Their chats, messages, tool calls, reasoning, runs, relayed events and summaries go;
+    a tombstone keeps anything of theirs from being stored again. The receipt (counts
+    per kind, when, by whom; no content) is kept in the store. A running server drops
+    the runs it keeps of theirs within its retention (or: DELETE /api/admin/users/ID).
+    """
+    from threadstore.keys import user_uuid_for
+
+    check_store(db)
+    user_uuid = user_uuid_for(user)
+    if not yes and not typer.confirm(f"Remove everything of user {user} ({user_uuid}) for good?"):
+        raise typer.Exit(1)
+
+    async def work() -> str:
+        async with opened(db) as store:
+            receipt = await store.chats.forget_user(user_uuid, requested_by=by)
+            return receipt.model_dump_json(indent=2)
+
+    print(run_work(work, db))

@@ -1,0 +1,146 @@
+"""The in-memory backend's usage ledger and budgets (``store/_usage.py``).
+
+Kept as the SQL backends keep them: amounts in whole nano-dollars, one row per (chat,
+run), rows replaced rather than changed, nothing kept for an erased user.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, date, datetime
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from threadstore.store._usage import UsageBackend, nanos, usd
+from threadstore.usage import (
+    BudgetScope,
+    RunUsage,
+    ScopedBudget,
+    UsageGrouping,
+    UsageTotals,
+)
+
+if TYPE_CHECKING:
+    from threadstore.store.memory import MemoryStore
+
+__all__ = ["MemoryUsage"]
+
+_COUNTS = ("input_tokens", "output_tokens", "reasoning_tokens", "cached_input_tokens")
+
+
+def _day(usage: RunUsage) -> date:
+    return usage.recorded_at.astimezone(UTC).date()
+
+
+_KEYS: dict[str, Callable[[RunUsage], Any]] = {
+    "chat": lambda usage: usage.chat_uuid,
+    "user": lambda usage: usage.user_uuid,
+    "day": _day,
+}
+
+
+class MemoryUsage(UsageBackend):
+    """The usage ledger of one :class:`~threadstore.store.memory.MemoryStore`."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self.store = store
+        self.runs: dict[tuple[UUID, str], RunUsage] = {}
+        self.budgets: dict[tuple[str, UUID], ScopedBudget] = {}
+
+    async def upsert_run(self, usage: RunUsage) -> bool:
+        store = self.store
+        async with store._lock.hold():
+            if usage.user_uuid in store._state.erased:
+                return False
+            # Rounded as the SQL backends keep it: whole nano-dollars.
+            kept = usage.model_copy(
+                update={
+                    "cost_usd": usd(nanos(usage.cost_usd)),
+                    "cache_savings_usd": usd(nanos(usage.cache_savings_usd)),
+                }
+            )
+            self.runs[(usage.chat_uuid, usage.run_id)] = kept
+            return True
+
+    def _matching(
+        self,
+        user_uuid: UUID | None,
+        chat_uuid: UUID | None,
+        since: datetime | None,
+        until: datetime | None,
+    ) -> list[RunUsage]:
+        return [
+            usage
+            for usage in self.runs.values()
+            if (user_uuid is None or usage.user_uuid == user_uuid)
+            and (chat_uuid is None or usage.chat_uuid == chat_uuid)
+            and (since is None or usage.recorded_at >= since)
+            and (until is None or usage.recorded_at < until)
+        ]
+
+    async def select_runs(
+        self,
+        user_uuid: UUID | None,
+        chat_uuid: UUID | None,
+        since: datetime | None,
+        until: datetime | None,
+        limit: int,
+    ) -> list[RunUsage]:
+        found = self._matching(user_uuid, chat_uuid, since, until)
+        found.sort(key=lambda usage: (usage.recorded_at, usage.run_id), reverse=True)
+        return found[:limit]
+
+    async def select_totals(
+        self,
+        by: UsageGrouping,
+        user_uuid: UUID | None,
+        chat_uuid: UUID | None,
+        since: datetime | None,
+        until: datetime | None,
+    ) -> list[UsageTotals]:
+        groups: dict[Any, list[RunUsage]] = {}
+        for usage in self._matching(user_uuid, chat_uuid, since, until):
+            groups.setdefault(_KEYS[by](usage), []).append(usage)
+        totals = []
+        for key in sorted(groups, key=str):
+            rows = groups[key]
+            named: dict[str, Any] = {
+                "chat": {"chat_uuid": key, "user_uuid": rows[0].user_uuid},
+                "user": {"user_uuid": key},
+                "day": {"day": key},
+            }[by]
+            totals.append(
+                UsageTotals(
+                    **named,
+                    runs=len(rows),
+                    **{c: sum(getattr(row, c) for row in rows) for c in _COUNTS},
+                    cost_usd=usd(sum(nanos(row.cost_usd) for row in rows)),
+                    cache_savings_usd=usd(sum(nanos(row.cache_savings_usd) for row in rows)),
+                )
+            )
+        return totals
+
+    async def upsert_budget(self, budget: ScopedBudget, at: datetime) -> None:
+        async with self.store._lock.hold():
+            self.budgets[(budget.scope, budget.scope_uuid)] = budget
+
+    async def delete_budget(self, scope: BudgetScope, scope_uuid: UUID) -> bool:
+        async with self.store._lock.hold():
+            return self.budgets.pop((scope, scope_uuid), None) is not None
+
+    async def select_budgets(self, user_uuid: UUID, chat_uuid: UUID | None) -> list[ScopedBudget]:
+        if chat_uuid is None:
+            found = [b for b in self.budgets.values() if b.user_uuid == user_uuid]
+            return sorted(found, key=lambda b: (b.scope != "user", str(b.scope_uuid)))
+        wanted = (("user", user_uuid), ("chat", chat_uuid))
+        return [self.budgets[key] for key in wanted if key in self.budgets]
+
+    async def erase_user(self, user_uuid: UUID) -> int:
+        async with self.store._lock.hold():
+            runs = [key for key, usage in self.runs.items() if usage.user_uuid == user_uuid]
+            budgets = [key for key, b in self.budgets.items() if b.user_uuid == user_uuid]
+            for key in runs:
+                del self.runs[key]
+            for budget_key in budgets:
+                del self.budgets[budget_key]
+            return len(runs) + len(budgets)
