@@ -429,7 +429,13 @@ class StorageAgent:
             return self._persister_for(setup, await self._journal_set_up(setup, inbound, exc))
         if isinstance(self.chat_repo, Store):  # before anything is written or run
             chat_uuid = None if prepared.chat is None else prepared.chat.chat_uuid
-            await check_budget(self.chat_repo, self.user_uuid, chat_uuid)
+            try:
+                await check_budget(self.chat_repo, self.user_uuid, chat_uuid)
+            except Exception as exc:
+                # A store that is away cannot say what was spent: the run starts unchecked.
+                if self.outbox is None or not is_outage(exc):
+                    raise
+                return self._persister_for(setup, await self._journal_set_up(setup, inbound, exc))
         given = await setup.foreseen(prepared)
         if given is not None:
             # What the writes will store is known: the inner agent need not wait for them.
