@@ -1,6 +1,6 @@
 """A threadstore server in its own process, as one of several replicas on one database.
 
-Usage: ``python server_process.py STORE_URL [HEARTBEAT_INTERVAL]``. Serves
+Usage: ``python server_process.py STORE_URL [HEARTBEAT_INTERVAL [OUTBOX_PATH]]``. Serves
 ``create_app(STORE_URL)`` with token auth (``token-alice-N`` -> alice-N, ``token-bob-N``
 -> bob-N, N < 100, so that each test of a module sharing the processes has users of its
 own) on a free port of 127.0.0.1 and prints ``port <n>`` before it starts; ``/healthz``
@@ -42,7 +42,7 @@ class ProcessGatedAgent:
         return answer_in_halves(input, {"run": input.run_id}, self.gate(input.run_id).wait)
 
 
-def main(url: str, heartbeat_interval: float = 5.0) -> None:
+def main(url: str, heartbeat_interval: float = 5.0, outbox: str | None = None) -> None:
     agent = ProcessGatedAgent()
     app = create_app(
         url,
@@ -50,6 +50,8 @@ def main(url: str, heartbeat_interval: float = 5.0) -> None:
         auth=TokenAuth(TOKENS),
         sweep_interval=None,
         heartbeat_interval=heartbeat_interval,
+        outbox=outbox,
+        store_timeout=1.0 if outbox else None,
     )
 
     @app.post("/test/gates/{run_id}", include_in_schema=False)
@@ -66,4 +68,8 @@ def main(url: str, heartbeat_interval: float = 5.0) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], *(float(arg) for arg in sys.argv[2:3]))
+    main(
+        sys.argv[1],
+        *(float(arg) for arg in sys.argv[2:3]),
+        *sys.argv[3:4],  # type: ignore[arg-type]
+    )

@@ -552,6 +552,37 @@ def test_serve_refuses_several_workers_on_sqlite_in_one_line(db: str) -> None:
     assert "--workers 2 needs PostgreSQL" in line
 
 
+def test_serve_refuses_an_outbox_bound_without_an_outbox_in_one_line(db: str) -> None:
+    code, output = invoke("serve", "--db", db, "--outbox-max-bytes", "1000", *UNBINDABLE)
+
+    (line,) = _one_error(output)
+    assert code == 1
+    assert "give --outbox PATH too" in line
+
+
+def test_serve_with_an_outbox_journals_beside_it_and_reports_its_depth(tmp_path: Path) -> None:
+    port = _free_port()
+    journal = tmp_path / "outbox.sqlite3"
+    # The child runs the threadstore under test, wherever the tests import it from.
+    package_root = str(Path(threadstore.__file__).resolve().parents[1])
+    server = _start_server(
+        f"sqlite:///{tmp_path / 'threadstore.db'}",
+        port,
+        tmp_path,
+        "--outbox",
+        str(journal),
+        env={"PYTHONPATH": package_root},
+    )
+    try:
+        ready = httpx.get(f"http://127.0.0.1:{port}/readyz").json()
+    finally:
+        banner = _stop_server(server)
+
+    assert ready == {"status": "ready", "outbox_depth": 0}
+    assert journal.exists()
+    assert f"outbox    {journal}" in " ".join(banner.split("\n"))
+
+
 # --- configuration errors and auth at start-up ------------------------------------------------
 
 

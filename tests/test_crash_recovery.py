@@ -42,7 +42,9 @@ async def start_child(
     url: str, user_uuid: uuid.UUID, thread: str, run: str, *, deltas: int, delay: float
 ) -> asyncio.subprocess.Process:
     """Start ``run_child.py`` in its own process; return once its run has started."""
-    env = {**os.environ, "PYTHONPATH": str(CHILD.parent)}
+    # The tests' own PYTHONPATH too: the child runs the threadstore under test.
+    paths = (str(CHILD.parent), os.environ.get("PYTHONPATH"))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
     child = await asyncio.create_subprocess_exec(
         sys.executable,
         str(CHILD),

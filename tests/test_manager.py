@@ -898,15 +898,17 @@ async def test_a_cancel_during_the_final_write_of_a_finished_run_leaves_it_compl
 
     async with StreamPersistenceManager(build, store=memory_store) as manager:
         handle = await manager.run(run_input(THREAD, RUN, []))
-        streamed = []
         async with aclosing(handle.events()) as events:
-            async for event in events:
-                streamed.append(event)
-                if event.type == EventType.RUN_FINISHED:
-                    break
-        assert handle.cancel() is True  # RUN_FINISHED is out; the records are being written
+            async for _ in events:
+                if handle.last_event_id == len(script) - 1:
+                    break  # all but RUN_FINISHED, which waits for the records
+        agent = handle.agent
+        while agent._persister is None or agent._persister.final is None:
+            await asyncio.sleep(0)  # until the run has ended and its final write waits
+        assert handle.cancel() is True  # the run has ended; its records are being written
         gate.set()
         await handle.wait()
+        streamed = await collect(handle.events())
 
     assert streamed == script
     assert handle.outcome == RunStatus.COMPLETE

@@ -48,7 +48,13 @@ async def start_worker(
         "0.01",
         *threads,
         stdout=asyncio.subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(WORKER.parent)},
+        # The tests' own PYTHONPATH too: the worker runs the threadstore under test.
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(
+                p for p in (str(WORKER.parent), os.environ.get("PYTHONPATH")) if p
+            ),
+        },
     )
     assert worker.stdout is not None
     line = await asyncio.wait_for(worker.stdout.readline(), WAIT_LIMIT)

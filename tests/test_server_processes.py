@@ -68,7 +68,13 @@ async def start_replica(store_url: str, *args: str) -> Replica:
         *args,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,  # its log, for stop_replica's answer
-        env={**os.environ, "PYTHONPATH": str(SERVER.parent)},
+        # The tests' own PYTHONPATH too: the child runs the threadstore under test.
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(
+                p for p in (str(SERVER.parent), os.environ.get("PYTHONPATH")) if p
+            ),
+        },
     )
     assert process.stdout is not None
     line = await asyncio.wait_for(process.stdout.readline(), WAIT_LIMIT)

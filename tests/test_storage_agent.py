@@ -600,17 +600,18 @@ async def test_a_stalled_store_coalesces_deltas_and_never_holds_up_the_stream(
     agent.message_repo = spy
     stream = agent.run(run_input())
 
-    received = [await anext(stream) for _ in script]  # all of them, with the store stalled
+    # All but RUN_FINISHED with the store stalled: the run's end waits until it is stored.
+    received = [await anext(stream) for _ in script[:-1]]
     for _ in range(len(script)):
         if agent.backlog == 0:
             break
         await asyncio.sleep(0)
 
-    assert received == script
+    assert received == script[:-1]
     assert agent.backlog == 0
     assert spy.record_writes == 1  # m1's create, waiting on the gate
     gate.set()
-    assert await collect(stream) == []
+    assert await collect(stream) == script[-1:]
     assert spy.record_writes - 1 == 2  # one write per record once the store is back
     m1, m2 = await history(memory)
     assert (len(m1.content), len(m2.content), m1.status, m2.status) == (
@@ -644,14 +645,19 @@ async def test_retries_on_a_repository_without_transactions_duplicate_nothing(
     assert shape(await history(memory)) == FULL_TURN_SHAPE[1:]
 
 
-async def test_a_dead_store_never_hangs_the_run_and_persisted_reports_it(memory: Store) -> None:
-    agent = make_agent(memory, ScriptedAgent(full_turn()), run_repo=None)
+async def test_a_dead_store_never_hangs_the_run_whose_end_says_it_was_not_stored(
+    memory: Store,
+) -> None:
+    script = full_turn()
+    agent = make_agent(memory, ScriptedAgent(script), run_repo=None)
     agent.message_repo = StoreSpy(memory, fail_every=1)
     agent.final_flush_deadline = 0.0
 
     events = await collect(agent.run(run_input()))
 
-    assert events[-1].type is EventType.RUN_FINISHED
+    assert events[:-1] == script[:-1]  # the answer streamed; its end is not RUN_FINISHED
+    assert events[-1].type is EventType.RUN_ERROR
+    assert events[-1].code == "STORE_UNAVAILABLE"
     with pytest.raises(StoreError):
         await agent.persisted()
 
@@ -1126,13 +1132,14 @@ async def test_deltas_queue_behind_an_overridden_handler_that_is_still_running(
     agent.gate = asyncio.Event()
     stream = agent.run(run_input())
 
-    received = [await anext(stream) for _ in script]  # the client is never held up
+    # The client is never held up, but for the run's end, which waits for its records.
+    received = [await anext(stream) for _ in script[:-1]]
     waiting = agent.backlog
     agent.gate.set()
-    assert await collect(stream) == []
+    assert await collect(stream) == script[-1:]
 
-    assert received == script
-    assert waiting == len(script) - 2  # the step and everything after it, in order
+    assert received == script[:-1]
+    assert waiting == len(script) - 3  # the step and everything after it, in order
     (message,) = await history(memory)
     assert (message.content, message.status) == ("abcdef", COMPLETE)
 

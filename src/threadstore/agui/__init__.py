@@ -17,6 +17,7 @@ from threadstore.agui._manager import (
     event_json,
     wire_json,
 )
+from threadstore.agui._outbox import DEFAULT_OUTBOX_MAX_BYTES, Outbox, OutboxFullError
 from threadstore.agui._repositories import (
     ChatRepository,
     ChatSessionRegistry,
@@ -34,6 +35,7 @@ from threadstore.codec.thinking import (
 )
 
 __all__ = [
+    "DEFAULT_OUTBOX_MAX_BYTES",
     "AGUIAgent",
     "AGUIStorageAgent",
     "BackgroundCompactor",
@@ -45,6 +47,8 @@ __all__ = [
     "EventsDroppedError",
     "HistoryWindow",
     "MessageRepository",
+    "Outbox",
+    "OutboxFullError",
     "RunHandle",
     "StorageAgent",
     "StreamPersistenceManager",

@@ -9,7 +9,10 @@ chat, screens the input messages against the stored history and replays that his
 the inner agent (``agui/_setup.py``); when what its set-up writes will store is known
 from what it read, the inner agent starts while they go on (its ``RUN_STARTED`` waits for
 no write, its later events wait for them). How the run ends decides the status of its
-records. The whole write path is in docs/architecture.md.
+records. The run's ``RUN_FINISHED`` goes out only once its records are durable: committed,
+or journaled in the outbox when it has one (``agui/_outbox.py``); when neither can be
+done within ``final_flush_deadline`` the client gets ``RUN_ERROR`` (``STORE_UNAVAILABLE``)
+instead. The whole write path is in docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -19,13 +22,14 @@ import copy
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from ag_ui.core import (
     PROTOCOL_VERSION,
     ActivityDeltaEvent,
     ActivitySnapshotEvent,
     BaseEvent,
+    CustomEvent,
     EventType,
     MessagesSnapshotEvent,
     ReasoningEncryptedValueEvent,
@@ -58,12 +62,13 @@ from ag_ui.core import (
 )
 
 from threadstore.agui._compactor import BackgroundCompactor
+from threadstore.agui._outbox import Outbox, is_outage
 from threadstore.agui._records import (
     default_message_create,
     default_reasoning_create,
     default_tool_call_create,
 )
-from threadstore.agui._setup import Prepared, RunSetUp, SetUpDone
+from threadstore.agui._setup import Prepared, RunSetUp, SetUpDone, facts_of
 from threadstore.agui._usage import RunWatch, check_budget
 from threadstore.agui._window import HistoryWindow
 from threadstore.agui._writer import EventHandler, PersisterConfig, RunPersister
@@ -83,6 +88,7 @@ from threadstore.errors import (
     StoreError,
 )
 from threadstore.fold import ConversationFold
+from threadstore.keys import chat_deduplication_key
 from threadstore.models import (
     Chat,
     Message,
@@ -106,8 +112,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHAT_DELETED_ERROR_CODE",
+    "HISTORY_SKIPPED_EVENT",
     "INVALID_INPUT_ERROR_CODE",
     "RUN_LIVE_ERROR_CODE",
+    "STORE_UNAVAILABLE_ERROR_CODE",
     "AGUIAgent",
     "AGUIStorageAgent",
     "StorageAgent",
@@ -122,9 +130,18 @@ RUN_LIVE_ERROR_CODE = ErrorCodes.RUN_LIVE.value
 """``RunErrorEvent.code`` of a run refused because its chat already has a running run (one
 at a time per chat; the store's ``start_run`` raises :class:`~threadstore.errors.RunLiveError`)."""
 
+STORE_UNAVAILABLE_ERROR_CODE = ErrorCodes.STORE_UNAVAILABLE.value
+"""``RunErrorEvent.code`` sent instead of ``RUN_FINISHED`` when the run's records could not
+be made durable (stored, or journaled in the outbox) within ``final_flush_deadline``."""
+
 CHAT_DELETED_ERROR_CODE = ErrorCodes.CHAT_DELETED.value
 """``RunErrorEvent.code`` sent instead of the inner agent's ``RUN_FINISHED`` when the run's
 chat was deleted during the run (from another process, say): its answer is not stored."""
+
+HISTORY_SKIPPED_EVENT = "threadstore.history_skipped"
+"""``CustomEvent.name`` of the event that follows ``RUN_STARTED`` in a run that started while
+the store was away: the inner agent got the client's messages, not the stored history, and
+the run's writes wait in the outbox. Its ``value``: ``{"reason": "..."}``."""
 
 _RUN_FINISHED = EventType.RUN_FINISHED  # bound once: compared for every event
 _RUN_STARTED = EventType.RUN_STARTED
@@ -273,6 +290,12 @@ class StorageAgent:
         self.refused_by: RunLiveError | None = None
         """Why the run was refused, when its chat already had a running run; its run id
         is still free."""
+        self.outbox: Outbox | None = None
+        """Where the run's writes wait while the store is away (the run manager's, if it
+        has one): with it, a run ends ``RUN_FINISHED`` once its writes are journaled."""
+        self.history_skipped = False
+        """The run started while the store was away: on the client's messages, its set-up
+        journaled (see ``HISTORY_SKIPPED_EVENT``)."""
         self._looked_up: tuple[Chat | None] | None = None
         self._persister: RunPersister | None = None
         self.storage: RunStorage | None = None
@@ -336,8 +359,14 @@ class StorageAgent:
             async for event in stream:
                 take(event)
                 if event.type is _RUN_FINISHED:
-                    event = await _finished_or_deleted(persister, event)
+                    run.held = event  # goes out once the run is durable
+                    continue
+                if run.held is not None:  # the stream goes on after its end
+                    emit(await run.release())
                 emit(event)
+            if run.held is not None:
+                await run.finish()
+                emit(await run.release())
         except BaseException as exc:
             run.failed(exc)
             raise
@@ -358,8 +387,14 @@ class StorageAgent:
             async for event in stream:
                 take(event)
                 if event.type is _RUN_FINISHED:
-                    event = await _finished_or_deleted(persister, event)
+                    run.held = event  # goes out once the run is durable
+                    continue
+                if run.held is not None:  # the stream goes on after its end
+                    yield await run.release()
                 yield event
+            if run.held is not None:
+                await run.finish()
+                yield await run.release()
         except BaseException as exc:
             run.failed(exc)
             raise
@@ -385,18 +420,32 @@ class StorageAgent:
     async def _start(self, setup: RunSetUp) -> _Started:
         """Set the run up: its persister, or the task that makes it (an early start)."""
         input = setup.input
-        prepared = await setup.prepare(self._looked_up)
+        inbound = list(input.messages)
+        try:
+            prepared = await setup.prepare(self._looked_up)
+        except Exception as exc:
+            if self.outbox is None or not is_outage(exc):
+                raise
+            return self._persister_for(setup, await self._journal_set_up(setup, inbound, exc))
         if isinstance(self.chat_repo, Store):  # before anything is written or run
             chat_uuid = None if prepared.chat is None else prepared.chat.chat_uuid
-            await check_budget(self.chat_repo, self.user_uuid, chat_uuid)
+            try:
+                await check_budget(self.chat_repo, self.user_uuid, chat_uuid)
+            except Exception as exc:
+                # A store that is away cannot say what was spent: the run starts unchecked.
+                if self.outbox is None or not is_outage(exc):
+                    raise
+                return self._persister_for(setup, await self._journal_set_up(setup, inbound, exc))
         given = await setup.foreseen(prepared)
         if given is not None:
             # What the writes will store is known: the inner agent need not wait for them.
             input.messages = given
             self._give_state(input, prepared.chat)
             return asyncio.ensure_future(self._written(setup, prepared))
-        done = await setup.write(prepared)
+        done = await self._write_set_up(setup, prepared)
         self.chat = done.chat
+        if self.history_skipped:
+            return self._persister_for(setup, done)  # on the client's messages
         try:
             input.messages = await setup.given(done.history)
             self._give_state(input, done.chat)
@@ -409,7 +458,7 @@ class StorageAgent:
 
     async def _written(self, setup: RunSetUp, prepared: Prepared) -> RunPersister:
         """An early start's set-up writes, then the run's persister."""
-        done = await setup.write(prepared)
+        done = await self._write_set_up(setup, prepared)
         self.chat = done.chat
         try:
             return self._persister_for(setup, done)
@@ -418,6 +467,57 @@ class StorageAgent:
                 done.chat.chat_uuid, setup.input.run_id, "the run could not be set up"
             )
             raise
+
+    async def _write_set_up(self, setup: RunSetUp, prepared: Prepared) -> SetUpDone:
+        """The set-up's writes; journaled instead when the store is away and there is an outbox."""
+        try:
+            return await setup.write(prepared)
+        except Exception as exc:
+            if self.outbox is None or not is_outage(exc):
+                raise
+            return await self._journal_set_up(setup, prepared.inbound, exc)
+
+    async def _journal_set_up(
+        self, setup: RunSetUp, inbound: list[ag_ui.core.Message], exc: Exception
+    ) -> SetUpDone:
+        """Start without the store: journal the set-up, run on the client's messages.
+
+        Its writes name a provisional chat until the outbox's drain sets the run up and
+        finds (or creates) the thread's chat.
+        """
+        assert self.outbox is not None
+        input = setup.input
+        chat = Chat(
+            chat_uuid=uuid4(),
+            user_uuid=self.user_uuid,
+            thread_id=input.thread_id,
+            dedup_key=chat_deduplication_key(self.user_uuid, input.thread_id),
+        )
+        spec = {
+            "input": input.model_copy(update={"messages": inbound}).model_dump(
+                mode="json", by_alias=True
+            ),
+            "user_uuid": str(self.user_uuid),
+            "owner": self.owner,
+            "chat_name": self.chat_name,
+            "tenant_id": self.tenant_id,
+            "app_id": self.app_id,
+            "records_run": self.run_repo is not None,
+        }
+        await self.outbox.append_set_up(chat.chat_uuid, input.run_id, self.owner, spec)
+        logger.warning("run %s starts while the store is away (%s)", input.run_id, exc)
+        input.messages = inbound
+        self.history_skipped = True
+        return SetUpDone(chat, [], await facts_of([]), None)
+
+    def _skipped(self) -> CustomEvent:
+        return CustomEvent(
+            name=HISTORY_SKIPPED_EVENT,
+            value={
+                "reason": "the store is unavailable: the run started on the client's "
+                "messages without the stored history; its writes wait in the outbox"
+            },
+        )
 
     def _refusal(
         self, input: RunAgentInput, exc: InvalidInputError | RunLiveError | BudgetExceededError
@@ -461,6 +561,8 @@ class StorageAgent:
         handlers = self._handlers()
         persister = RunPersister(setup.storage, self, handlers, config, done.chat, fold)
         persister.chain = done.chain
+        persister.outbox, persister.owner = self.outbox, self.owner
+        persister.journaling = self.history_skipped  # after its set-up, in the outbox
         self._persister = persister
         return persister
 
@@ -682,8 +784,10 @@ class _Run:
 
     __slots__ = (
         "agent",
+        "closed",
         "error",
         "events",
+        "held",
         "input",
         "persister",
         "started",
@@ -702,6 +806,9 @@ class _Run:
         self.watch: RunWatch | None = None
         self.status = MessageStatus.COMPLETE
         self.error: str | None = None
+        self.held: BaseEvent | None = None
+        """The inner agent's ``RUN_FINISHED``, held until the run is durable."""
+        self.closed = False
 
     async def prelude(self) -> AsyncIterator[BaseEvent]:
         agent, input = self.agent, self.input
@@ -721,6 +828,15 @@ class _Run:
         self.events = self.watch.events(stream)
         if isinstance(started, RunPersister):
             self.persister = started
+            if agent.history_skipped:  # its RUN_STARTED, then the notice
+                first = await anext(self.events, None)
+                if first is not None:
+                    started.take(first)
+                    if first.type is _RUN_FINISHED:
+                        self.held = first
+                    else:
+                        yield first
+                yield agent._skipped()
             return
         # Started early: the inner agent's RUN_STARTED goes out as it comes, and every
         # later event waits for the set-up's writes (the run's records and a refusal
@@ -741,9 +857,11 @@ class _Run:
         if first is not None:
             persister.take(first)
             if first.type is _RUN_FINISHED:
-                first = await _finished_or_deleted(persister, first)
-            if not early:
+                self.held = first
+            elif not early:
                 yield first
+        if agent.history_skipped:
+            yield agent._skipped()
         self.persister = persister
 
     def failed(self, exc: BaseException) -> None:
@@ -753,12 +871,33 @@ class _Run:
         else:
             self.status, self.error = MessageStatus.ERRORED, f"{type(exc).__name__}: {exc}"
 
+    async def release(self) -> BaseEvent:
+        """The held ``RUN_FINISHED`` once the run is durable; else a ``RUN_ERROR`` saying why.
+
+        After :meth:`finish` the final flush has told; before it (a stream that goes on
+        after its end) everything folded so far must become durable within the deadline.
+        """
+        held, self.held = self.held, None
+        persister = self.persister
+        assert held is not None and persister is not None
+        durable = persister.failed is None if self.closed else await persister.settled()
+        if not durable:
+            return RunErrorEvent(
+                message="The run's answer could not be stored: the store is unavailable. "
+                "It was streamed, but it is not saved.",
+                code=STORE_UNAVAILABLE_ERROR_CODE,
+            )
+        return await _finished_or_deleted(persister, held)
+
     async def finish(self) -> None:
         """Close the inner stream and wait for the final flush, even through cancellation."""
         if self.started is None:
             if self.watch is not None:  # refused, or its set-up failed
                 await self.watch.end(None, None, None, "refused", self.error)
             return
+        if self.closed:
+            return
+        self.closed = True
         closing = asyncio.ensure_future(self._close())
         cancelled = False
         while not closing.done():
@@ -767,7 +906,9 @@ class _Run:
             except asyncio.CancelledError:
                 cancelled = True
         closing.result()
-        if cancelled and self.status is MessageStatus.COMPLETE:
+        # A run whose RUN_FINISHED is held has ended: a cancel during its final flush
+        # comes too late to interrupt it, and the held end still goes out.
+        if cancelled and self.status is MessageStatus.COMPLETE and self.held is None:
             raise asyncio.CancelledError
 
     async def _close(self) -> None:
@@ -815,7 +956,8 @@ class _Run:
 
 async def _finished_or_deleted(persister: RunPersister, finished: BaseEvent) -> BaseEvent:
     """``finished``, or a ``RUN_ERROR`` when the run's chat is gone: its answer is not stored."""
-    if not await persister.check_chat_deleted():
+    # A journaling run's store is away: asking it would only wait for its timeout.
+    if persister.journaling or not await persister.check_chat_deleted():
         return finished
     return RunErrorEvent(
         message="The chat was deleted during the run; its answer is not stored.",

@@ -353,8 +353,10 @@ class DistributedRunManager(StreamPersistenceManager[AgentT]):
         """Finalize as interrupted, now, every run whose owner's process is gone; how many."""
         store = self._require_store()
         settled = 0
+        waiting = {} if self.outbox is None else self.outbox.pending_runs()
         for run in await store.get_stale_runs(utcnow()):  # every run recorded running
-            if self.gone(run):
+            # A run whose writes wait in the outbox ends when they are drained.
+            if self.gone(run) and (run.chat_uuid, run.run_id) not in waiting:
                 await self.end_stale_run(run)
                 settled += 1
         return settled

@@ -31,6 +31,7 @@ from ag_ui.core import (
 from pydantic import BaseModel
 
 from threadstore import _telemetry
+from threadstore.agui._outbox import Outbox
 from threadstore.errors import ConfigurationError, ConflictError, ErrorCodes, InvalidInputError
 from threadstore.models import Chat, MessageStatus, Run, RunStatus, utcnow
 from threadstore.store import RunRepositoryLike, Store
@@ -469,7 +470,10 @@ class RunHandle(Generic[AgentT]):
             self.exception = exc
             logger.error("agent raised in run %s/%s", self.thread_id, self.run_id, exc_info=exc)
         terminal: RunErrorEvent | None = None
-        if (task.cancelled() or self._cancel_requested) and self._cancelled_after_end:
+        # A run that returned after RUN_FINISHED went out ended before the cancel could
+        # stop it: that end is held back until its records are durable.
+        finished = not task.cancelled() and self._ended and not self._ended_in_error
+        if (task.cancelled() or self._cancel_requested) and (self._cancelled_after_end or finished):
             # The run had already ended (its records are final as its terminal event
             # says); the cancel only cut short what the agent did after that.
             outcome = RunStatus.ERRORED if self._ended_in_error else RunStatus.COMPLETE
@@ -537,7 +541,8 @@ class StreamPersistenceManager(Generic[AgentT]):
     """Run AG-UI agents so their output survives client disconnects; see the module doc.
 
     If ``store`` is given, an agent built with ``run_repo=None`` / ``owner=None`` gets
-    the store and this manager's ``owner`` (so its run is recorded), one heartbeat task
+    the store and this manager's ``owner`` (so its run is recorded) and ``outbox``, one
+    heartbeat task
     refreshes the run records of the live runs every ``heartbeat_interval`` seconds, and
     :meth:`sweep` finalizes runs whose process stopped heartbeating. With
     ``expose_exceptions=False`` the ``RUN_ERROR`` of an agent that raised says only that
@@ -557,6 +562,7 @@ class StreamPersistenceManager(Generic[AgentT]):
         heartbeat_interval: float = 5.0,
         max_buffered_events: int | None = None,
         expose_exceptions: bool = True,
+        outbox: Outbox | None = None,
     ) -> None:
         if retention < 0:
             raise InvalidInputError(f"retention must be >= 0, got {retention}")
@@ -573,6 +579,9 @@ class StreamPersistenceManager(Generic[AgentT]):
         self._heartbeat_interval = heartbeat_interval
         self._max_buffered = max_buffered_events
         self._expose_exceptions = expose_exceptions
+        self.outbox = outbox
+        """Where runs' writes wait while the store is away; given to every agent that has
+        an ``outbox`` attribute left ``None`` (the caller opens and closes it)."""
         self._runs: dict[RunKey, RunHandle[AgentT]] = {}
         # The live ones of _runs, which also holds every finished run for its retention:
         # each POST asks for the live runs, and a busy server retains thousands.
@@ -632,6 +641,12 @@ class StreamPersistenceManager(Generic[AgentT]):
             agent.run_repo = self._store
         if isinstance(agent, RecordedAgent) and agent.owner is None:
             agent.owner = self.owner
+        if self.outbox is not None and getattr(agent, "outbox", self) is None:
+            agent.outbox = self.outbox  # type: ignore[attr-defined]
+
+    def outbox_depth(self) -> int:
+        """Entries waiting in the outbox for the store (0 without one)."""
+        return 0 if self.outbox is None else self.outbox.depth
 
     def cancel(self, thread_id: str, run_id: str, *, user_uuid: UUID | None = None) -> bool:
         """Cancel the live run ``(thread_id, run_id)``; False when finished or unknown.
@@ -765,6 +780,9 @@ class StreamPersistenceManager(Generic[AgentT]):
             for h in live
             if isinstance(h.agent, RecordedAgent) and (chat := h.agent.chat) is not None
         }
+        if self.outbox is not None:
+            # A run whose writes wait in the outbox is not dead: its end is on its way.
+            live_chat_runs.update(self.outbox.pending_runs())
         swept = 0
         for run in await store.get_stale_runs(older_than):
             if (run.chat_uuid, run.run_id) in live_chat_runs or (

@@ -43,6 +43,7 @@ __all__ = [
     "default_message_create",
     "default_reasoning_create",
     "default_tool_call_create",
+    "dto_with_fields",
     "record_write",
 ]
 
@@ -150,13 +151,13 @@ def record_write(record: FoldRecord, entry: Entry, error: str | None) -> Write:
         update_cls = MessageReasoningUpdate
     fields = _set({**fields, **common})
     if entry.created:
-        patch = _with_fields(update_cls(**fields, metadata=metadata or None), terminal)
+        patch = dto_with_fields(update_cls(**fields, metadata=metadata or None), terminal)
         assert entry.uuid is not None
         return as_update(patch, entry.uuid)
     extra = {"activity_type": record.activity_type} if record.activity_type else {}
     assert entry.create is not None
     return _create(
-        _with_fields(entry.create, {**fields, **extra, "metadata": metadata, **terminal})
+        dto_with_fields(entry.create, {**fields, **extra, "metadata": metadata, **terminal})
     )
 
 
@@ -207,7 +208,7 @@ def _extended(cls: type[_ModelT], names: frozenset[str]) -> type[_ModelT]:
     return create_model(f"{cls.__name__}WithFields", __base__=cls, **fields)
 
 
-def _with_fields(dto: _ModelT, fields: dict[str, Any]) -> _ModelT:
+def dto_with_fields(dto: _ModelT, fields: dict[str, Any]) -> _ModelT:
     """Return ``dto`` with ``fields`` set; keys its class lacks are declared on a subclass."""
     if not fields:
         return dto

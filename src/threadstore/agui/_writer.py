@@ -9,7 +9,9 @@ boundary flushes start at least ``min_flush_interval`` apart so a burst of them 
 one batch, and at a checkpoint (``checkpoint_interval``) while text streams, so a crash
 loses at most that much text. A failed flush is retried with backoff, in ever smaller
 batches; a create counts as done once its batch committed, and a retried create first
-checks whether it landed, so a retry never duplicates anything.
+checks whether it landed, so a retry never duplicates anything. With an outbox, a flush
+that fails because the store is away goes to the outbox instead (``agui/_outbox.py``),
+and so does every later write of the run, to keep their order.
 """
 
 from __future__ import annotations
@@ -19,14 +21,16 @@ import collections
 import contextlib
 import copy
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from ag_ui.core import BaseEvent
 from pydantic import BaseModel
 
 from threadstore import _telemetry
+from threadstore.agui._hooks import BuildHooks, EventHandler, PersisterConfig
+from threadstore.agui._outbox import Outbox, OutboxFullError, is_outage, landed
 from threadstore.agui._records import (
     Entry,
     as_update,
@@ -40,15 +44,12 @@ from threadstore.fold import ConversationFold, FoldRecord, RecordKind
 from threadstore.models import Chat, MessageCreate, MessageStatus, RunStatus
 from threadstore.store import RunStorage, Write
 from threadstore.store.ops import (
-    CreateMessage,
-    CreateReasoning,
-    CreateToolCall,
     FinalizeRunRecords,
     FinishRun,
     UpdateChatState,
 )
 
-__all__ = ["BuildHooks", "EventHandler", "PersisterConfig", "RunPersister"]
+__all__ = ["BuildHooks", "EventHandler", "PersisterConfig", "RunPersister"]  # re-exported
 
 logger = logging.getLogger("threadstore.agui._agent")
 
@@ -58,54 +59,6 @@ _RUN_STATUS = {
     MessageStatus.ERRORED: RunStatus.ERRORED,
 }
 _RECORD_STATUS = {run: record for record, run in _RUN_STATUS.items()}
-
-EventHandler = Callable[[ConversationFold, Chat, BaseEvent], Awaitable[None]]
-"""A storage agent's own handler of an event class, awaited instead of the default fold."""
-
-
-class BuildHooks(Protocol):
-    """What the persister asks its storage agent when a record opens or a message ends."""
-
-    def build_message_create(
-        self, state: ConversationFold, chat: Chat, agui_id: str | None, role: Any
-    ) -> MessageCreate: ...
-
-    def build_tool_call_create(
-        self, state: ConversationFold, chat: Chat, message_uuid: Any, tool_call_id: str, name: str
-    ) -> BaseModel: ...
-
-    def build_reasoning_create(
-        self,
-        state: ConversationFold,
-        chat: Chat,
-        message_uuid: Any,
-        agui_id: str | None,
-        name: str | None,
-    ) -> BaseModel: ...
-
-    def message_update_fields(
-        self, state: ConversationFold, event: BaseEvent | None
-    ) -> dict[str, Any]: ...
-
-
-@dataclass(frozen=True, slots=True)
-class PersisterConfig:
-    """When a persister flushes and how it retries (see ``StorageAgent``'s attributes)."""
-
-    checkpoint_interval: float = 1.0
-    min_flush_interval: float = 0.25
-    retry_base_delay: float = 0.05
-    retry_max_delay: float = 2.0
-    final_flush_deadline: float = 30.0
-    """Seconds the final flush retries a write that fails on its own before giving up."""
-
-    def backoff(self, failures: int) -> float:
-        """Seconds to wait before the retry that follows ``failures`` failures in a row.
-
-        Capped before it is computed, so an outage of any length never overflows it.
-        """
-        doublings = min(max(failures - 1, 0), 64)
-        return float(min(self.retry_max_delay, self.retry_base_delay * 2.0**doublings))
 
 
 @dataclass(slots=True)
@@ -181,6 +134,12 @@ class RunPersister:
         Such a run names each message's parent instead of appending to the chat's leaf,
         so runs branching from the same message at once each keep their own branch.
         """
+        self.outbox: Outbox | None = None
+        """Where writes go while the store is away (``None``: they are retried in memory)."""
+        self.owner: str | None = None
+        """The run's owner, journaled with its writes."""
+        self.journaling = False
+        """A write of this run went to the outbox: every later one does too, in order."""
         self._waiters: list[tuple[Callable[[], bool], asyncio.Future[None]]] = []
         self._writer_task = asyncio.create_task(self._write_loop(), name="threadstore-writer")
 
@@ -379,6 +338,19 @@ class RunPersister:
                 f"{self.config.final_flush_deadline} s"
             ) from None
 
+    async def settled(self) -> bool:
+        """Wait until everything taken so far is durable (stored or journaled).
+
+        False when it could not be made so within ``final_flush_deadline`` (or the
+        writer gave up): the run's end must then not be announced as finished.
+        """
+        try:
+            async with asyncio.timeout(self.config.final_flush_deadline):
+                await self.durable()
+        except TimeoutError:
+            return False
+        return self.failed is None
+
     def barrier(self) -> Callable[[], bool]:
         """A predicate that holds once everything folded so far is written."""
         pending = {
@@ -502,6 +474,9 @@ class RunPersister:
                 if isinstance(exc, NotFoundError) and await self.storage.chat_gone(self.chat):
                     self._give_up_deleted_chat()
                     return
+                if self._journal_from_now(exc):
+                    limit = None
+                    continue
                 if len(batch) > 1:
                     limit = len(batch) // 2  # a piece may go through where the whole did not
                     continue
@@ -548,9 +523,23 @@ class RunPersister:
         )
         self._notify()
 
+    def _journal_from_now(self, exc: Exception) -> bool:
+        """Send this run's writes to the outbox from now on, if ``exc`` says the store is away.
+
+        Only a failure switches: a healthy store never pays for the journal. Once
+        switched, the run stays on it, so its writes reach the store in order.
+        """
+        if self.outbox is None or self.journaling or not is_outage(exc):
+            return False
+        self.journaling = True
+        logger.warning("run %s: the store is away (%s); journaling", self.fold.run_id, exc)
+        return True
+
     def _retry(self, exc: Exception, final: bool, failing_for: float) -> bool:
         if final and failing_for >= self.config.final_flush_deadline:
             return False
+        if final and isinstance(exc, OutboxFullError):
+            return False  # the client learns at once that its answer is not stored
         if not final and self.final is not None:
             return False  # the run ended meanwhile: the final flush takes over
         logger.warning("run %s: flush failed (%s); retrying", self.fold.run_id, exc)
@@ -599,10 +588,16 @@ class RunPersister:
         self._notify()
 
     async def _commit(self, ops: list[_Op]) -> None:
+        if self.journaling:
+            assert self.outbox is not None
+            # A create that may have landed is checked when the entry is drained.
+            run = (self.chat.chat_uuid, self.fold.run_id, self.owner)
+            await self.outbox.append(*run, [op.write for op in ops])
+            return
         writes: list[Write] = []
         for op in ops:
             write = op.write
-            if op.check_exists and op.entry is not None and await self._exists(op):
+            if op.check_exists and op.entry is not None and await landed(self.storage, op.write):
                 # An earlier attempt's create landed although its flush failed.
                 assert op.entry.uuid is not None
                 write = as_update(write, op.entry.uuid)
@@ -701,16 +696,3 @@ class RunPersister:
         if run.error is not None:
             return f"[{run.error_code}] {run.error}" if run.error_code else run.error
         return self.final[2] if self.final is not None else None
-
-    async def _exists(self, op: _Op) -> bool:
-        """Whether the record ``op`` creates is in the store already."""
-        assert op.entry is not None and op.entry.uuid is not None
-        uuid, write = op.entry.uuid, op.write
-        if isinstance(write, CreateMessage):
-            return await self.storage.get_message(uuid) is not None
-        assert isinstance(write, CreateToolCall | CreateReasoning)
-        parent = await self.storage.get_message(write.data.message_uuid)
-        if parent is None:
-            return False
-        children = parent.tool_calls if isinstance(write, CreateToolCall) else parent.reasonings
-        return any(child.uuid == uuid for child in children)

@@ -115,6 +115,25 @@ def serve(
             show_default=False,
         ),
     ] = None,
+    outbox: Annotated[
+        Path | None,
+        typer.Option(
+            help="A local journal file where runs' writes wait while the store is away: their "
+            "clients get RUN_FINISHED once journaled, and the file drains into the store when "
+            "it answers again (also at the next start). One server process per file. Off by "
+            "default: a run whose store stays away ends with RUN_ERROR STORE_UNAVAILABLE.",
+            show_default=False,
+        ),
+    ] = None,
+    outbox_max_bytes: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Bytes of writes the --outbox file may hold; past that new runs get 503 "
+            "(default: 268435456, 256 MiB).",
+            show_default=False,
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
     workers: Annotated[
         int,
@@ -157,6 +176,13 @@ def serve(
             " resumed and cancelled by the process running it; use --workers 1 or a"
             " postgresql:// --db"
         )
+    if workers > 1 and outbox is not None:
+        fail(
+            f"--outbox takes one server process (--workers {workers}): each process needs a "
+            "journal file of its own; run the processes separately, each with its --outbox"
+        )
+    if outbox_max_bytes is not None and outbox is None:
+        fail("--outbox-max-bytes bounds the --outbox file: give --outbox PATH too")
     authenticator, auth_line = _authenticator(auth, tokens_file, trust_user_header)
     check_store(db, create=migrate)
     probe_store(db, create=migrate)
@@ -174,6 +200,8 @@ def serve(
         "compact_after": compact_after,
         "compact_keep": compact_keep,
         "retention_interval": retention_interval,
+        "outbox": None if outbox is None else str(outbox),
+        "outbox_max_bytes": outbox_max_bytes,
     }
     if compact_after is not None and compact_after <= compact_keep:
         fail(
@@ -196,6 +224,8 @@ def serve(
     )
     err.print(f"[bold]threadstore[/] serving the [cyan]{escape(agent)}[/] agent on {base}")
     lines = [("database", db), ("auth", auth_line)]
+    if outbox is not None:
+        lines.append(("outbox", str(outbox)))
     if cors_origin:
         lines.append(("CORS", ", ".join(cors_origin)))
     if admin:
@@ -254,7 +284,18 @@ def _serve_app(options: dict[str, Any], *, migrate: bool) -> Any:
         store_timeout=options.get("store_timeout"),
         compaction=_compaction(options.get("compact_after"), options.get("compact_keep", 20)),
         retention_interval=options.get("retention_interval"),
+        **_outbox_options(options),
     )
+
+
+def _outbox_options(options: dict[str, Any]) -> dict[str, Any]:
+    """``create_app``'s outbox keywords from ``--outbox`` and ``--outbox-max-bytes``."""
+    chosen: dict[str, Any] = {}
+    if options.get("outbox") is not None:
+        chosen["outbox"] = Path(options["outbox"])
+    if options.get("outbox_max_bytes") is not None:
+        chosen["outbox_max_bytes"] = options["outbox_max_bytes"]
+    return chosen
 
 
 def _compaction(after: int | None, keep: int) -> Any:

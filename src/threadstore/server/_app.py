@@ -7,6 +7,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
@@ -16,7 +17,14 @@ from starlette.types import Scope
 
 import threadstore
 from threadstore import _telemetry
-from threadstore.agui import BackgroundCompactor, DistributedRunManager, HistoryWindow, StorageAgent
+from threadstore.agui import (
+    DEFAULT_OUTBOX_MAX_BYTES,
+    BackgroundCompactor,
+    DistributedRunManager,
+    HistoryWindow,
+    Outbox,
+    StorageAgent,
+)
 from threadstore.lifecycle import CompactionPolicy
 from threadstore.models import Chat
 from threadstore.server._agents import InnerAgent, load_agent
@@ -38,7 +46,7 @@ from threadstore.server._routes_web import install_web
 from threadstore.server._run_gate import RunGate
 from threadstore.server._shutdown import stop_runs_on_exit_signal
 from threadstore.server._sse import DEFAULT_KEEPALIVE_INTERVAL
-from threadstore.store import SWEEP_BATCH, Store, open_store
+from threadstore.store import SWEEP_BATCH, Store, open_store, run_storage
 
 __all__ = ["DEFAULT_DB_URL", "create_app"]
 
@@ -72,6 +80,8 @@ def create_app(
     retention_interval: float | None = None,
     retention_batch: int = SWEEP_BATCH,
     retention_pause: float = 0.05,
+    outbox: str | Path | None = None,
+    outbox_max_bytes: int = DEFAULT_OUTBOX_MAX_BYTES,
 ) -> FastAPI:
     """Build the threadstore server app.
 
@@ -101,6 +111,12 @@ def create_app(
     in the background (``store.chats.sweep_expired``), ``retention_batch`` chats per
     transaction with at least ``retention_pause`` seconds between batches, keeping the database
     busy a quarter of the time at most; off (``None``) by default.
+    ``outbox`` is the path of a local journal file where runs' writes wait while the store
+    is away (``RUN_FINISHED`` then goes out once they are journaled), drained into the
+    store in order when it answers again, also at the next start; at most
+    ``outbox_max_bytes`` (default 256 MiB) of writes wait, then new runs get ``503``. One
+    file per server process. Off (``None``) by default: a run whose store stays away for
+    ``final_flush_deadline`` ends with ``RUN_ERROR`` ``STORE_UNAVAILABLE``.
 
     On PostgreSQL the runs go through a
     :class:`~threadstore.agui._distributed.DistributedRunManager`, so several server
@@ -140,8 +156,10 @@ def create_app(
 
         # Outside PostgreSQL it is the in-process manager. Streams of this process's runs
         # come from memory, never waiting for the relay: the client goes first.
+        journal = None if outbox is None else Outbox(outbox, max_bytes=outbox_max_bytes)
         manager: DistributedRunManager[Any] = DistributedRunManager(
             per_run,
+            outbox=journal,
             store=opened,
             retention=retention,
             heartbeat_interval=heartbeat_interval,
@@ -161,6 +179,10 @@ def create_app(
         )
         try:
             await manager.start()
+            if journal is not None:
+                await journal.open(run_storage(opened, opened, opened))
+                await _drain_at_start(journal)  # before any sweep looks at its runs
+                journal.start()
             swept = await manager.sweep(stale_after)
             if swept:
                 logger.info("finalized %d run(s) left over by a stopped server", swept)
@@ -195,6 +217,8 @@ def create_app(
                     with contextlib.suppress(asyncio.CancelledError):
                         await task
             await manager.close()
+            if journal is not None:
+                await journal.close()
             if compactor is not None:
                 await compactor.close()
             if owns_agent:
@@ -241,6 +265,17 @@ def create_app(
             expose_headers=["Content-Type"],
         )
     return app
+
+
+async def _drain_at_start(outbox: Outbox) -> None:
+    """Drain what a previous process left in the outbox, before any sweep looks at its runs."""
+    if not outbox.depth:
+        return
+    try:
+        applied = await outbox.drain()
+        logger.info("drained %d outbox entries left by a previous run of the server", applied)
+    except Exception:
+        logger.warning("the outbox could not be drained at start-up; retrying", exc_info=True)
 
 
 async def _sweep_forever(

@@ -33,7 +33,7 @@ from uuid import UUID
 from ag_ui.core import RunAgentInput
 
 from threadstore.agui import RunHandle, StorageAgent
-from threadstore.errors import ConflictError
+from threadstore.errors import ConflictError, StoreUnavailableError
 from threadstore.models import Chat, Run, RunStatus, utcnow
 from threadstore.server._deps import ServerState
 
@@ -81,7 +81,14 @@ class RunGate:
         self._locks[key] = (lock, users + 1)
         try:
             async with lock:
-                chat = await self._check(state, user, run_input)
+                try:
+                    chat = await self._check(state, user, run_input)
+                except StoreUnavailableError:
+                    if state.manager.outbox is None or state.manager.outbox.full:
+                        raise
+                    # The run starts on the client's messages; its set-up and writes wait
+                    # in the outbox, and its stream says so (threadstore.history_skipped).
+                    chat = None
                 handle = await state.manager.run(run_input, user, chat)
                 await self._claimed(state, handle, run_input)
                 return handle
@@ -95,6 +102,13 @@ class RunGate:
     async def _check(self, state: ServerState, user: UUID, run_input: RunAgentInput) -> Chat | None:
         """Refuse the run as the module doc says; the thread's chat, as read for that."""
         thread_id, run_id = run_input.thread_id, run_input.run_id
+        outbox = state.manager.outbox
+        if outbox is not None and outbox.full:
+            # The store is away and nothing more can wait for it here: fail fast (503).
+            raise StoreUnavailableError(
+                f"the store is unavailable and the outbox is full ({outbox.size} of "
+                f"{outbox.max_bytes} bytes waiting); try again once it drains"
+            )
         for handle in state.manager.live_runs():
             if handle.user_uuid == user and handle.thread_id == thread_id:
                 raise self._live(thread_id, handle.run_id, run_id)
