@@ -20,8 +20,8 @@ from test_crash_recovery import WAIT_LIMIT, start_child, wait_for_text
 from threadstore import ChatCreate, ConflictError, InvalidInputError, Store
 from threadstore.agui._agent import StorageAgent
 from threadstore.agui._distributed import DistributedRunManager
-from threadstore.agui._manager import RunHandle
 from threadstore.agui._relay import EventRelay
+from threadstore.agui._run_handle import RunHandle
 from threadstore.models import MessageStatus, RunStatus
 
 

@@ -48,12 +48,12 @@ from threadstore import (
     Store,
 )
 from threadstore.agui._agent import StorageAgent
-from threadstore.agui._manager import (
+from threadstore.agui._manager import StreamPersistenceManager
+from threadstore.agui._run_handle import (
     CANCELLED_ERROR_CODE,
     INTERNAL_ERROR_CODE,
     EventsDroppedError,
     RunHandle,
-    StreamPersistenceManager,
 )
 from threadstore.models import utcnow
 

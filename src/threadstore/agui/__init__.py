@@ -10,19 +10,14 @@ from threadstore.agui._compact import compact_events
 from threadstore.agui._compactor import BackgroundCompactor
 from threadstore.agui._distributed import DistributedRunManager
 from threadstore.agui._given import kept_translation
-from threadstore.agui._manager import (
-    EventsDroppedError,
-    RunHandle,
-    StreamPersistenceManager,
-    event_json,
-    wire_json,
-)
+from threadstore.agui._manager import StreamPersistenceManager
 from threadstore.agui._outbox import DEFAULT_OUTBOX_MAX_BYTES, Outbox, OutboxFullError
 from threadstore.agui._repositories import (
     ChatRepository,
     ChatSessionRegistry,
     MessageRepository,
 )
+from threadstore.agui._run_handle import EventsDroppedError, RunHandle, event_json, wire_json
 from threadstore.agui._window import HistoryWindow
 from threadstore.codec import translate_messages
 from threadstore.codec.thinking import (

@@ -21,47 +21,27 @@ import asyncio
 import copy
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from uuid import UUID, uuid4
 
 from ag_ui.core import (
     PROTOCOL_VERSION,
-    ActivityDeltaEvent,
-    ActivitySnapshotEvent,
     BaseEvent,
     CustomEvent,
-    EventType,
-    MessagesSnapshotEvent,
-    ReasoningEncryptedValueEvent,
-    ReasoningEndEvent,
-    ReasoningMessageChunkEvent,
-    ReasoningMessageContentEvent,
-    ReasoningMessageEndEvent,
-    ReasoningMessageStartEvent,
-    ReasoningStartEvent,
     RunAgentInput,
     RunErrorEvent,
-    RunFinishedEvent,
     RunStartedEvent,
-    StateDeltaEvent,
-    StateSnapshotEvent,
-    StepFinishedEvent,
-    StepStartedEvent,
-    SubagentErrorEvent,
-    SubagentFinishedEvent,
-    SubagentStartedEvent,
-    TextMessageChunkEvent,
-    TextMessageContentEvent,
-    TextMessageEndEvent,
-    TextMessageStartEvent,
-    ToolCallArgsEvent,
-    ToolCallChunkEvent,
-    ToolCallEndEvent,
-    ToolCallResultEvent,
-    ToolCallStartEvent,
 )
 
+from threadstore.agui._agent_run import (
+    CHAT_DELETED_ERROR_CODE,
+    RUN_FINISHED,
+    STORE_UNAVAILABLE_ERROR_CODE,
+    AgentRun,
+    Started,
+)
 from threadstore.agui._compactor import BackgroundCompactor
+from threadstore.agui._hooks import CATEGORIES
 from threadstore.agui._outbox import Outbox, is_outage
 from threadstore.agui._records import (
     default_message_create,
@@ -69,17 +49,9 @@ from threadstore.agui._records import (
     default_tool_call_create,
 )
 from threadstore.agui._setup import Prepared, RunSetUp, SetUpDone, facts_of
-from threadstore.agui._usage import RunWatch, check_budget
 from threadstore.agui._window import HistoryWindow
 from threadstore.agui._writer import EventHandler, PersisterConfig, RunPersister
 from threadstore.codec import translate_messages
-from threadstore.codec.thinking import (
-    ThinkingEndEvent,
-    ThinkingStartEvent,
-    ThinkingTextMessageContentEvent,
-    ThinkingTextMessageEndEvent,
-    ThinkingTextMessageStartEvent,
-)
 from threadstore.errors import (
     BudgetExceededError,
     ErrorCodes,
@@ -94,7 +66,6 @@ from threadstore.models import (
     Message,
     MessageCreate,
     MessageReasoningCreate,
-    MessageStatus,
     MessageToolCallCreate,
     Role,
 )
@@ -103,8 +74,6 @@ from threadstore.store import (
     MessageRepositoryLike,
     RunRepositoryLike,
     RunStorage,
-    Store,
-    run_storage,
 )
 
 if TYPE_CHECKING:
@@ -130,58 +99,10 @@ RUN_LIVE_ERROR_CODE = ErrorCodes.RUN_LIVE.value
 """``RunErrorEvent.code`` of a run refused because its chat already has a running run (one
 at a time per chat; the store's ``start_run`` raises :class:`~threadstore.errors.RunLiveError`)."""
 
-STORE_UNAVAILABLE_ERROR_CODE = ErrorCodes.STORE_UNAVAILABLE.value
-"""``RunErrorEvent.code`` sent instead of ``RUN_FINISHED`` when the run's records could not
-be made durable (stored, or journaled in the outbox) within ``final_flush_deadline``."""
-
-CHAT_DELETED_ERROR_CODE = ErrorCodes.CHAT_DELETED.value
-"""``RunErrorEvent.code`` sent instead of the inner agent's ``RUN_FINISHED`` when the run's
-chat was deleted during the run (from another process, say): its answer is not stored."""
-
 HISTORY_SKIPPED_EVENT = "threadstore.history_skipped"
 """``CustomEvent.name`` of the event that follows ``RUN_STARTED`` in a run that started while
 the store was away: the inner agent got the client's messages, not the stored history, and
 the run's writes wait in the outbox. Its ``value``: ``{"reason": "..."}``."""
-
-_RUN_FINISHED = EventType.RUN_FINISHED  # bound once: compared for every event
-_RUN_STARTED = EventType.RUN_STARTED
-
-_CATEGORIES: dict[str, tuple[type[BaseEvent], ...]] = {
-    "handle_run_lifecycle": (RunStartedEvent, RunFinishedEvent, RunErrorEvent),
-    "handle_step": (StepStartedEvent, StepFinishedEvent),
-    "handle_text_message": (
-        TextMessageStartEvent,
-        TextMessageContentEvent,
-        TextMessageEndEvent,
-        TextMessageChunkEvent,
-    ),
-    "handle_tool_call": (
-        ToolCallStartEvent,
-        ToolCallArgsEvent,
-        ToolCallEndEvent,
-        ToolCallResultEvent,
-        ToolCallChunkEvent,
-    ),
-    "handle_reasoning": (
-        ReasoningStartEvent,
-        ReasoningMessageStartEvent,
-        ReasoningMessageContentEvent,
-        ReasoningMessageEndEvent,
-        ReasoningMessageChunkEvent,
-        ReasoningEndEvent,
-        ReasoningEncryptedValueEvent,
-        ThinkingStartEvent,
-        ThinkingEndEvent,
-        ThinkingTextMessageStartEvent,
-        ThinkingTextMessageContentEvent,
-        ThinkingTextMessageEndEvent,
-    ),
-    "handle_state": (StateSnapshotEvent, StateDeltaEvent),
-    "handle_messages_snapshot": (MessagesSnapshotEvent,),
-    "handle_activity": (ActivitySnapshotEvent, ActivityDeltaEvent),
-    "handle_subagent": (SubagentStartedEvent, SubagentFinishedEvent, SubagentErrorEvent),
-}
-"""The seed's category handlers and the event classes each one owns."""
 
 
 @runtime_checkable
@@ -193,10 +114,6 @@ class AGUIAgent(Protocol):
     def run(self, input: RunAgentInput) -> AsyncIterator[BaseEvent]:
         """Yield the agent's AG-UI events for one run."""
         ...
-
-
-_Started: TypeAlias = "RunPersister | asyncio.Task[RunPersister]"
-"""A run set up (its persister), or started early (the task whose writes make it)."""
 
 
 class StorageAgent:
@@ -346,7 +263,7 @@ class StorageAgent:
             async for event in self.run(input):
                 emit(event)
             return
-        run = _Run(self, input)
+        run = AgentRun(self, input)
         try:
             async for event in run.prelude():
                 emit(event)
@@ -358,7 +275,7 @@ class StorageAgent:
             assert stream is not None
             async for event in stream:
                 take(event)
-                if event.type is _RUN_FINISHED:
+                if event.type is RUN_FINISHED:
                     run.held = event  # goes out once the run is durable
                     continue
                 if run.held is not None:  # the stream goes on after its end
@@ -375,7 +292,7 @@ class StorageAgent:
 
     async def _events(self, input: RunAgentInput) -> AsyncGenerator[BaseEvent, None]:
         """The run's one loop: set up, then fold every event as it passes to the caller."""
-        run = _Run(self, input)
+        run = AgentRun(self, input)
         try:
             async for event in run.prelude():
                 yield event
@@ -386,7 +303,7 @@ class StorageAgent:
             assert stream is not None
             async for event in stream:
                 take(event)
-                if event.type is _RUN_FINISHED:
+                if event.type is RUN_FINISHED:
                     run.held = event  # goes out once the run is durable
                     continue
                 if run.held is not None:  # the stream goes on after its end
@@ -417,7 +334,7 @@ class StorageAgent:
             records_run=self.run_repo is not None,
         )
 
-    async def _start(self, setup: RunSetUp) -> _Started:
+    async def _start(self, setup: RunSetUp) -> Started:
         """Set the run up: its persister, or the task that makes it (an early start)."""
         input = setup.input
         inbound = list(input.messages)
@@ -427,10 +344,11 @@ class StorageAgent:
             if self.outbox is None or not is_outage(exc):
                 raise
             return self._persister_for(setup, await self._journal_set_up(setup, inbound, exc))
-        if isinstance(self.chat_repo, Store):  # before anything is written or run
+        ledger = setup.storage.usage
+        if ledger is not None:  # before anything is written or run
             chat_uuid = None if prepared.chat is None else prepared.chat.chat_uuid
             try:
-                await check_budget(self.chat_repo, self.user_uuid, chat_uuid)
+                await ledger.check_budget(self.user_uuid, chat_uuid)
             except Exception as exc:
                 # A store that is away cannot say what was spent: the run starts unchecked.
                 if self.outbox is None or not is_outage(exc):
@@ -649,7 +567,7 @@ class StorageAgent:
         Override as ``{**super().event_handlers(), MyEvent: "handle_my_event"}``. The
         event's MRO is walked, so subclasses of a registered class resolve to it.
         """
-        return {event_type: name for name, classes in _CATEGORIES.items() for event_type in classes}
+        return {event_type: name for name, classes in CATEGORIES.items() for event_type in classes}
 
     async def handle_unknown_event(
         self, state: ConversationFold, chat: Chat, event: BaseEvent
@@ -769,197 +687,3 @@ class StorageAgent:
 
 AGUIStorageAgent = StorageAgent
 """The seed's name for :class:`StorageAgent`."""
-
-
-class _Run:
-    """One run of a storage agent: its set-up and first events, and its end.
-
-    :meth:`prelude` sets the run up and yields what comes before the inner agent's
-    stream proper: a refusal, or, for a run started early, the inner agent's
-    ``RUN_STARTED`` (before the set-up's writes are done) and its first event. Then the
-    caller folds and passes on :attr:`stream`; :meth:`finish` closes it: normal end ->
-    complete, cancelled (or the consumer closed ``run()``) -> interrupted, anything
-    raised (:meth:`failed`) -> errored.
-    """
-
-    __slots__ = (
-        "agent",
-        "closed",
-        "error",
-        "events",
-        "held",
-        "input",
-        "persister",
-        "started",
-        "status",
-        "stream",
-        "watch",
-    )
-
-    def __init__(self, agent: StorageAgent, input: RunAgentInput) -> None:
-        self.agent, self.input = agent, input
-        self.started: _Started | None = None
-        self.persister: RunPersister | None = None
-        self.stream: AsyncIterator[BaseEvent] | None = None
-        """The inner agent's stream (closed at the end); the caller iterates ``events``."""
-        self.events: AsyncIterator[BaseEvent] | None = None
-        self.watch: RunWatch | None = None
-        self.status = MessageStatus.COMPLETE
-        self.error: str | None = None
-        self.held: BaseEvent | None = None
-        """The inner agent's ``RUN_FINISHED``, held until the run is durable."""
-        self.closed = False
-
-    async def prelude(self) -> AsyncIterator[BaseEvent]:
-        agent, input = self.agent, self.input
-        if agent._persister is not None or agent.set_up.is_set():
-            raise RuntimeError("a StorageAgent runs once; build a new one per run")
-        agent.storage = run_storage(agent.chat_repo, agent.message_repo, agent.run_repo)
-        self.watch = RunWatch(agent.name, input.thread_id, input.run_id)
-        try:
-            started = self.started = await agent._start(agent._setup(input))
-        except (InvalidInputError, RunLiveError, BudgetExceededError) as exc:
-            for event in agent._refusal(input, exc):
-                yield event
-            return
-        finally:
-            agent.set_up.set()
-        stream = self.stream = agent.inner_agent.run(input)
-        self.events = self.watch.events(stream)
-        if isinstance(started, RunPersister):
-            self.persister = started
-            if agent.history_skipped:  # its RUN_STARTED, then the notice
-                first = await anext(self.events, None)
-                if first is not None:
-                    started.take(first)
-                    if first.type is _RUN_FINISHED:
-                        self.held = first
-                    else:
-                        yield first
-                yield agent._skipped()
-            return
-        # Started early: the inner agent's RUN_STARTED goes out as it comes, and every
-        # later event waits for the set-up's writes (the run's records and a refusal
-        # found by them must come first).
-        first = await anext(stream, None)
-        if first is not None:
-            self.watch.first_event(first)
-        early = first is not None and first.type is _RUN_STARTED
-        if first is not None and early:
-            yield first
-        try:
-            persister = await asyncio.shield(started)
-        except (InvalidInputError, RunLiveError) as exc:
-            refusal = agent._refusal(input, exc)
-            for event in refusal[1:] if early else refusal:  # one RUN_STARTED
-                yield event
-            return
-        if first is not None:
-            persister.take(first)
-            if first.type is _RUN_FINISHED:
-                self.held = first
-            elif not early:
-                yield first
-        if agent.history_skipped:
-            yield agent._skipped()
-        self.persister = persister
-
-    def failed(self, exc: BaseException) -> None:
-        """The run ended by ``exc``: cancelled (interrupted) or anything else (errored)."""
-        if isinstance(exc, asyncio.CancelledError | GeneratorExit):
-            self.status = MessageStatus.INTERRUPTED
-        else:
-            self.status, self.error = MessageStatus.ERRORED, f"{type(exc).__name__}: {exc}"
-
-    async def release(self) -> BaseEvent:
-        """The held ``RUN_FINISHED`` once the run is durable; else a ``RUN_ERROR`` saying why.
-
-        After :meth:`finish` the final flush has told; before it (a stream that goes on
-        after its end) everything folded so far must become durable within the deadline.
-        """
-        held, self.held = self.held, None
-        persister = self.persister
-        assert held is not None and persister is not None
-        durable = persister.failed is None if self.closed else await persister.settled()
-        if not durable:
-            return RunErrorEvent(
-                message="The run's answer could not be stored: the store is unavailable. "
-                "It was streamed, but it is not saved.",
-                code=STORE_UNAVAILABLE_ERROR_CODE,
-            )
-        return await _finished_or_deleted(persister, held)
-
-    async def finish(self) -> None:
-        """Close the inner stream and wait for the final flush, even through cancellation."""
-        if self.started is None:
-            if self.watch is not None:  # refused, or its set-up failed
-                await self.watch.end(None, None, None, "refused", self.error)
-            return
-        if self.closed:
-            return
-        self.closed = True
-        closing = asyncio.ensure_future(self._close())
-        cancelled = False
-        while not closing.done():
-            try:
-                await asyncio.shield(closing)
-            except asyncio.CancelledError:
-                cancelled = True
-        closing.result()
-        # A run whose RUN_FINISHED is held has ended: a cancel during its final flush
-        # comes too late to interrupt it, and the held end still goes out.
-        if cancelled and self.status is MessageStatus.COMPLETE and self.held is None:
-            raise asyncio.CancelledError
-
-    async def _close(self) -> None:
-        aclose = getattr(self.stream, "aclose", None)  # runs the inner agent's own cleanup
-        if aclose is not None:
-            try:
-                await aclose()
-            except Exception:
-                logger.exception("closing the inner agent's stream failed")
-        started = self.started
-        if isinstance(started, RunPersister):
-            persister = started
-        else:
-            # An early start ends only once its set-up writes have: what they began is
-            # finalized like any run's. Writes that failed or were refused left nothing
-            # running (and the stream said why, or the run raised).
-            assert started is not None
-            try:
-                persister = await started
-            except Exception:
-                await self._end_watch(None)
-                return
-        try:
-            await persister.close(self.status, self.error)
-        finally:
-            await self._end_watch(persister)
-        compactor, chat = self.agent.compactor, self.agent.chat
-        if compactor is not None and chat is not None and not persister.chat_deleted:
-            compactor.request(chat.chat_uuid)
-
-    async def _end_watch(self, persister: RunPersister | None) -> None:
-        """Record the run's usage and end its span (``persister``: when it ran)."""
-        if self.watch is None:
-            return
-        store = self.agent.chat_repo
-        gone = persister is None or persister.chat_deleted
-        await self.watch.end(
-            store if isinstance(store, Store) else None,
-            None if gone else self.agent.chat,
-            None if persister is None else persister.fold.run,
-            self.status.value,
-            self.error,
-        )
-
-
-async def _finished_or_deleted(persister: RunPersister, finished: BaseEvent) -> BaseEvent:
-    """``finished``, or a ``RUN_ERROR`` when the run's chat is gone: its answer is not stored."""
-    # A journaling run's store is away: asking it would only wait for its timeout.
-    if persister.journaling or not await persister.check_chat_deleted():
-        return finished
-    return RunErrorEvent(
-        message="The chat was deleted during the run; its answer is not stored.",
-        code=CHAT_DELETED_ERROR_CODE,
-    )

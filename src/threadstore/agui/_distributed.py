@@ -38,14 +38,9 @@ from uuid import UUID
 
 from ag_ui.core import BaseEvent, RunAgentInput
 
-from threadstore.agui._manager import (
-    AgentT,
-    RunHandle,
-    RunKey,
-    StreamPersistenceManager,
-    UserScopedAgent,
-)
+from threadstore.agui._manager import StreamPersistenceManager
 from threadstore.agui._owners import owner_gone, process_owner
+from threadstore.agui._run_handle import AgentT, RunHandle, RunKey, UserScopedAgent
 from threadstore.errors import ConflictError, InvalidInputError
 from threadstore.models import Chat, Run, RunStatus, utcnow
 from threadstore.store import Store

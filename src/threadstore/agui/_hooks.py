@@ -2,7 +2,8 @@
 
 :class:`PersisterConfig` says when a persister flushes and how it retries;
 :class:`BuildHooks` is what it asks its storage agent when a record opens or a message
-ends; :data:`EventHandler` is an agent's own handler of an event class.
+ends; :data:`EventHandler` is an agent's own handler of an event class, and :data:`CATEGORIES`
+the seed's category handlers a storage agent dispatches to.
 """
 
 from __future__ import annotations
@@ -11,13 +12,51 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ag_ui.core import BaseEvent
+from ag_ui.core import (
+    ActivityDeltaEvent,
+    ActivitySnapshotEvent,
+    BaseEvent,
+    MessagesSnapshotEvent,
+    ReasoningEncryptedValueEvent,
+    ReasoningEndEvent,
+    ReasoningMessageChunkEvent,
+    ReasoningMessageContentEvent,
+    ReasoningMessageEndEvent,
+    ReasoningMessageStartEvent,
+    ReasoningStartEvent,
+    RunErrorEvent,
+    RunFinishedEvent,
+    RunStartedEvent,
+    StateDeltaEvent,
+    StateSnapshotEvent,
+    StepFinishedEvent,
+    StepStartedEvent,
+    SubagentErrorEvent,
+    SubagentFinishedEvent,
+    SubagentStartedEvent,
+    TextMessageChunkEvent,
+    TextMessageContentEvent,
+    TextMessageEndEvent,
+    TextMessageStartEvent,
+    ToolCallArgsEvent,
+    ToolCallChunkEvent,
+    ToolCallEndEvent,
+    ToolCallResultEvent,
+    ToolCallStartEvent,
+)
 from pydantic import BaseModel
 
+from threadstore.codec.thinking import (
+    ThinkingEndEvent,
+    ThinkingStartEvent,
+    ThinkingTextMessageContentEvent,
+    ThinkingTextMessageEndEvent,
+    ThinkingTextMessageStartEvent,
+)
 from threadstore.fold import ConversationFold
 from threadstore.models import Chat, MessageCreate
 
-__all__ = ["BuildHooks", "EventHandler", "PersisterConfig"]
+__all__ = ["CATEGORIES", "BuildHooks", "EventHandler", "PersisterConfig"]
 
 
 EventHandler = Callable[[ConversationFold, Chat, BaseEvent], Awaitable[None]]
@@ -67,3 +106,41 @@ class PersisterConfig:
         """
         doublings = min(max(failures - 1, 0), 64)
         return float(min(self.retry_max_delay, self.retry_base_delay * 2.0**doublings))
+
+
+CATEGORIES: dict[str, tuple[type[BaseEvent], ...]] = {
+    "handle_run_lifecycle": (RunStartedEvent, RunFinishedEvent, RunErrorEvent),
+    "handle_step": (StepStartedEvent, StepFinishedEvent),
+    "handle_text_message": (
+        TextMessageStartEvent,
+        TextMessageContentEvent,
+        TextMessageEndEvent,
+        TextMessageChunkEvent,
+    ),
+    "handle_tool_call": (
+        ToolCallStartEvent,
+        ToolCallArgsEvent,
+        ToolCallEndEvent,
+        ToolCallResultEvent,
+        ToolCallChunkEvent,
+    ),
+    "handle_reasoning": (
+        ReasoningStartEvent,
+        ReasoningMessageStartEvent,
+        ReasoningMessageContentEvent,
+        ReasoningMessageEndEvent,
+        ReasoningMessageChunkEvent,
+        ReasoningEndEvent,
+        ReasoningEncryptedValueEvent,
+        ThinkingStartEvent,
+        ThinkingEndEvent,
+        ThinkingTextMessageStartEvent,
+        ThinkingTextMessageContentEvent,
+        ThinkingTextMessageEndEvent,
+    ),
+    "handle_state": (StateSnapshotEvent, StateDeltaEvent),
+    "handle_messages_snapshot": (MessagesSnapshotEvent,),
+    "handle_activity": (ActivitySnapshotEvent, ActivityDeltaEvent),
+    "handle_subagent": (SubagentStartedEvent, SubagentFinishedEvent, SubagentErrorEvent),
+}
+"""The seed's category handlers and the event classes each one owns."""

@@ -44,7 +44,7 @@ from uuid import UUID
 from ag_ui.core import BaseEvent, Event, EventType, RunErrorEvent
 from pydantic import TypeAdapter
 
-from threadstore.agui._manager import INTERNAL_ERROR_CODE, EventsDroppedError, RunHandle
+from threadstore.agui._run_handle import INTERNAL_ERROR_CODE, EventsDroppedError, RunHandle
 from threadstore.errors import ConfigurationError, InvalidInputError
 from threadstore.models import RunStatus, utcnow
 from threadstore.store import EventBatch, RunEventListener, RunEventLog

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Protocol
 from uuid import UUID
 
 from ag_ui.core import BaseEvent
@@ -18,12 +18,17 @@ from pydantic import ValidationError
 from threadstore import _telemetry
 from threadstore.fold import RunInfo
 from threadstore.models import Chat
-from threadstore.store import Store
 from threadstore.usage import RunUsage, UsageReport, total_of
 
-__all__ = ["RunWatch", "check_budget", "record_usage", "usage_of"]
+__all__ = ["RunWatch", "record_usage", "usage_of"]
 
 logger = logging.getLogger(__name__)
+
+
+class Ledger(Protocol):
+    """Where a run's usage is recorded (``store.usage``, through the run's storage port)."""
+
+    async def record(self, usage: RunUsage) -> bool: ...
 
 
 def usage_of(run: RunInfo) -> UsageReport | None:
@@ -60,7 +65,7 @@ def _token_usage(entry: dict[str, Any]) -> UsageReport:
 
 
 async def record_usage(
-    store: Store, chat_uuid: UUID, user_uuid: UUID, run: RunInfo
+    ledger: Ledger, chat_uuid: UUID, user_uuid: UUID, run: RunInfo
 ) -> RunUsage | None:
     """Record what the run used in the store's ledger; what was recorded.
 
@@ -72,17 +77,11 @@ async def record_usage(
         return None
     usage = RunUsage.of(chat_uuid, run.run_id, user_uuid, report)
     try:
-        if await store.usage.record(usage):
+        if await ledger.record(usage):
             return usage
     except Exception:
         logger.exception("run %s: its usage was not recorded", run.run_id)
     return None
-
-
-async def check_budget(store: Store, user_uuid: UUID, chat_uuid: UUID | None) -> None:
-    """Raise ``BudgetExceededError`` when the user's or the chat's budget is spent."""
-    if store.usage.kept:
-        await store.usage.check_budget(user_uuid, chat_uuid)
 
 
 class RunWatch:
@@ -109,16 +108,16 @@ class RunWatch:
 
     async def end(
         self,
-        store: Store | None,
+        ledger: Ledger | None,
         chat: Chat | None,
         run: RunInfo | None,
         status: str,
         error: str | None,
     ) -> None:
-        """Record the run's usage (``store``, ``chat`` and ``run`` known), end its span."""
+        """Record the run's usage (``ledger``, ``chat`` and ``run`` known), end its span."""
         usage = None
-        if store is not None and chat is not None and run is not None and store.usage.kept:
-            usage = await record_usage(store, chat.chat_uuid, chat.user_uuid, run)
+        if ledger is not None and chat is not None and run is not None:
+            usage = await record_usage(ledger, chat.chat_uuid, chat.user_uuid, run)
         _telemetry.add_active_runs(-1)
         span = self.span
         if span is None:

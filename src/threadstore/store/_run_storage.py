@@ -36,6 +36,7 @@ from threadstore.store._contract import (
 )
 from threadstore.store._history import Derivation
 from threadstore.store._queries import TreeNode
+from threadstore.store._usage import Usage
 from threadstore.store.ops import (
     FinishRun,
     RenameChat,
@@ -61,6 +62,8 @@ class RunStorage:
     """What a set-up stores is known before it is stored: a run may start before it is."""
     branches: bool = False
     """Chats are trees (:meth:`tree`, :meth:`set_active_leaf`): a run may branch."""
+    usage: Usage | None = None
+    """The usage ledger where runs record what they used and budgets are checked, if any."""
 
     def __init__(
         self,
@@ -171,6 +174,7 @@ class StoreStorage(RunStorage):
     def __init__(self, store: Store, run_repo: RunRepositoryLike | None) -> None:
         super().__init__(store, store, run_repo)
         self.store = store
+        self.usage = store.usage if store.usage.kept else None
 
     async def history(self, chat: Chat, *derivations: Derivation[Any]) -> Sequence[Message]:
         return await self.store.messages.read_history(chat.chat_uuid, *derivations)

@@ -19,6 +19,7 @@ from uuid import UUID
 from threadstore import models
 from threadstore._steps import consume, off_loop
 from threadstore.errors import ConflictError, RunLiveError
+from threadstore.store import _sqlite_runs as runs
 from threadstore.store import _sqlite_sql as queries
 from threadstore.store import ops
 from threadstore.store._base import Store
@@ -53,7 +54,6 @@ from threadstore.store._sqlite_schema import (
     CHAT_COLUMNS,
     MESSAGE_COLUMNS,
     REASONING_COLUMNS,
-    RUN_COLUMNS,
     TOOL_CALL_COLUMNS,
 )
 from threadstore.store._sqlite_search import SQLiteSearch
@@ -544,31 +544,6 @@ class SQLiteStore(Store):
 
     # --- runs --------------------------------------------------------------------------
 
-    @staticmethod
-    def _run_insert(run: models.Run) -> Statement:
-        values = {**run.__dict__, "format_version": models.FORMAT_VERSION}
-        return Statement(queries.INSERT_RUN, params(queries.PLANS.run, values))
-
-    @staticmethod
-    def _heartbeat(owner: str, run_ids: Sequence[tuple[UUID, str]]) -> Statement:
-        keys = json.dumps([[str(chat), run] for chat, run in run_ids])
-        return Statement(
-            "UPDATE runs SET heartbeat_at = ? WHERE owner = ? AND status = 'running'"
-            " AND (chat_uuid, run_id) IN"
-            " (SELECT value ->> 0, value ->> 1 FROM json_each(?))",
-            (ts(models.utcnow()), owner, keys),
-        )
-
-    @staticmethod
-    def _run_finish(
-        chat_uuid: UUID, run_id: str, status: models.RunStatus, error: str | None = None
-    ) -> Statement:
-        return Statement(
-            "UPDATE runs SET status = ?, error = ?, updated_at = ?"
-            " WHERE chat_uuid = ? AND run_id = ? RETURNING " + ", ".join(RUN_COLUMNS),
-            (status.value, error, ts(models.utcnow()), str(chat_uuid), run_id),
-        )
-
     async def _select_runs(self, where: RunFilter) -> list[models.Run]:
         if where.run_id is not None:
             condition = "(status = 'running' OR run_id = ?)" if where.running else "run_id = ?"
@@ -589,30 +564,6 @@ class SQLiteStore(Store):
             sql + " ORDER BY heartbeat_at", tuple(args), small=where.chat_uuid is not None
         )
         return [load_run(row) for row in rows]
-
-    @staticmethod
-    def _run_records_finalize(
-        chat_uuid: UUID, run_id: str, status: models.MessageStatus
-    ) -> list[Statement]:
-        params = (status.value, ts(models.utcnow()), str(chat_uuid), run_id)
-        set_ = " SET status = ?1, in_progress = 0, updated_at = ?2"
-        children = [
-            Statement(
-                # Through the run's messages: the chat's other children are never read.
-                f"UPDATE {table}{set_} WHERE in_progress = 1 AND message_uuid IN"
-                " (SELECT message_uuid FROM messages WHERE chat_uuid = ?3 AND run_id = ?4)"
-                " RETURNING 1",
-                params,
-            )
-            for table in ("tool_calls", "reasonings")
-        ]
-        messages = Statement(
-            "UPDATE messages"
-            + set_
-            + " WHERE chat_uuid = ?3 AND run_id = ?4 AND in_progress = 1 RETURNING 1",
-            params,
-        )
-        return [*children, messages]
 
     # --- writes ----------------------------------------------------------------------
 
@@ -648,13 +599,13 @@ class SQLiteStore(Store):
             case ops.DeleteChat(chat_uuid):
                 return [self._chat_delete(chat_uuid)], self._last_chat
             case ops.StartRun(run):
-                return [self._run_insert(run)], _first_run
+                return [runs.run_insert(run)], _first_run
             case ops.HeartbeatRuns(owner, run_ids):
-                return [self._heartbeat(owner, run_ids)], _nothing
+                return [runs.heartbeat(owner, run_ids)], _nothing
             case ops.FinishRun(chat_uuid, run_id, status, error):
-                return [self._run_finish(chat_uuid, run_id, status, error)], _first_run
+                return [runs.run_finish(chat_uuid, run_id, status, error)], _first_run
             case ops.FinalizeRunRecords(chat_uuid, run_id, status):
-                return self._run_records_finalize(chat_uuid, run_id, status), _row_count
+                return runs.run_records_finalize(chat_uuid, run_id, status), _row_count
         raise AssertionError(f"unknown operation {op!r}")
 
     async def _apply(
