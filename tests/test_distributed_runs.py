@@ -611,7 +611,7 @@ async def test_the_relay_writes_the_events_of_many_runs_in_one_statement(
 async def test_a_relayed_event_is_serialized_once_for_the_relay_and_the_client(
     pg_url: str, pg_store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from threadstore.agui import _manager as manager_module
+    from threadstore.agui import _run_handle as handle_module
 
     serialized: list[str] = []
 
@@ -620,8 +620,8 @@ async def test_a_relayed_event_is_serialized_once_for_the_relay_and_the_client(
         serialized.append(text)
         return text
 
-    real = manager_module.event_json
-    monkeypatch.setattr(manager_module, "event_json", counting)
+    real = handle_module.event_json
+    monkeypatch.setattr(handle_module, "event_json", counting)
     thread, run = "thread-once", "run-once"
     script = [run_started(thread, run), *text_message("a1", "x" * 300, deltas=30)]
     script.append(run_finished(thread, run))
