@@ -360,3 +360,87 @@ async def test_an_outbox_entry_drained_twice_stores_its_records_once(tmp_path: P
     finally:
         await outbox.close()
         await store.close()
+
+
+async def test_erasing_a_user_takes_their_writes_waiting_in_the_outbox(tmp_path: Path) -> None:
+    # The server registers the outbox as an erasure hook: what a user's runs journaled while
+    # the store was away goes with the user, and never reaches the store afterwards.
+    from threadstore.models import ChatCreate
+    from threadstore.store import run_storage
+
+    store = await open_store(f"sqlite:///{tmp_path / 'threadstore.db'}")
+    outbox = Outbox(tmp_path / "outbox.sqlite3")
+    try:
+        await outbox.open(run_storage(store, store, store))
+        store.chats.add_erasure_hook("outbox", outbox.forget)
+        written = {}
+        for user in (alice := uuid4(), bob := uuid4()):
+            chat = await store.create_chat(ChatCreate(user_uuid=user, thread_id="t"))
+            data = MessageCreate(chat_uuid=chat.chat_uuid, role=Role.ASSISTANT, content="secret")
+            for run in ("run-1", "run-2"):
+                await outbox.append(chat.chat_uuid, run, None, [CreateMessage(data)], user)
+                data = data.model_copy(update={"message_uuid": uuid4()})
+            written[user] = chat.chat_uuid
+        assert outbox.depth == 4
+
+        receipt = await store.chats.forget_user(alice)
+
+        assert receipt.counts["outbox"] == 2
+        assert outbox.depth == 2 and {key[0] for key in outbox.pending_runs()} == {written[bob]}
+        assert await outbox.drain() == 2
+        assert len(await store.get_chat_messages(written[bob])) == 2
+        assert await store.get_chat_by_thread_id(alice, "t") is None
+    finally:
+        await outbox.close()
+        await store.close()
+
+
+async def test_a_run_started_while_the_store_was_away_is_heartbeaten_once_drained(
+    proxied: tuple[str, str, ChaosProxy], tmp_path: Path
+) -> None:
+    # Its writes named a provisional chat until the drain set it up; its heartbeats must
+    # then reach the run's record in the real chat, or another process would sweep it.
+    url, proxied_url, proxy = proxied
+    agent = GatedAgent()
+    app = create_app(
+        proxied_url,
+        agent=agent,
+        sweep_interval=None,
+        store_timeout=STORE_TIMEOUT,
+        outbox=tmp_path / "outbox.sqlite3",
+        heartbeat_interval=0.1,
+    )
+    body = run_input()
+    store = await open_store(url, setup=True)
+    try:
+        async with (
+            LiveServer(app) as server,
+            httpx.AsyncClient(base_url=server.url, timeout=30) as client,
+        ):
+            await proxy.cut()
+            async with client.stream("POST", "/agui", json=body) as response:
+                frames = read_sse(response)
+                async for frame in frames:
+                    if frame.type == "CUSTOM":  # the history was skipped: it runs
+                        break
+                await agent.wait_reached()
+                await proxy.restore()
+                await drained(client)
+                chat = await store.get_chat_by_thread_id(LOCAL_USER_UUID, body["threadId"])
+                assert chat is not None
+                run = await store.get_run(chat.chat_uuid, body["runId"])
+                assert run is not None and run.status is RunStatus.RUNNING
+                beats = [run.heartbeat_at]
+                for _ in range(200):
+                    later = await store.get_run(chat.chat_uuid, body["runId"])
+                    assert later is not None
+                    if later.heartbeat_at > beats[0]:
+                        beats.append(later.heartbeat_at)
+                        break
+                    await asyncio.sleep(0.05)
+                agent.gate.set()
+                rest = [f.type async for f in frames if f.data is not None]
+    finally:
+        await store.close()
+    assert len(beats) == 2, "the live run's record was never heartbeaten after the drain"
+    assert rest[-1] == "RUN_FINISHED"

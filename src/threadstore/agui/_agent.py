@@ -426,6 +426,7 @@ class StorageAgent:
         logger.warning("run %s starts while the store is away (%s)", input.run_id, exc)
         input.messages = inbound
         self.history_skipped = True
+        self.chat = chat  # provisional: the outbox maps it to the real chat once drained
         return SetUpDone(chat, [], await facts_of([]), None)
 
     def _skipped(self) -> CustomEvent:

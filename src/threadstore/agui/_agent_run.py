@@ -216,7 +216,8 @@ class AgentRun:
         finally:
             await self._end_watch(persister)
         compactor, chat = self.agent.compactor, self.agent.chat
-        if compactor is not None and chat is not None and not persister.chat_deleted:
+        skipped = self.agent.history_skipped  # its chat is provisional until drained
+        if compactor is not None and chat is not None and not (persister.chat_deleted or skipped):
             compactor.request(chat.chat_uuid)
 
     async def _end_watch(self, persister: RunPersister | None) -> None:
@@ -224,7 +225,9 @@ class AgentRun:
         if self.watch is None:
             return
         storage = self.agent.storage
-        gone = persister is None or persister.chat_deleted
+        # A run that started while the store was away names a provisional chat: its usage
+        # is not recorded (docs/reliability.md).
+        gone = persister is None or persister.chat_deleted or self.agent.history_skipped
         await self.watch.end(
             None if storage is None else storage.usage,
             None if gone else self.agent.chat,

@@ -278,9 +278,11 @@ class StreamPersistenceManager(Generic[AgentT]):
             agent = handle.agent
             if not isinstance(agent, RecordedAgent) or agent.chat is None:
                 continue  # the run record does not exist before the chat is resolved
-            chat = agent.chat
+            chat_uuid = agent.chat.chat_uuid
+            if self.outbox is not None:  # a run started while the store was away
+                chat_uuid = self.outbox.real_chat(chat_uuid)
             owner = agent.owner if agent.owner is not None else self.owner
-            by_owner.setdefault(owner, []).append((chat.chat_uuid, handle.run_id))
+            by_owner.setdefault(owner, []).append((chat_uuid, handle.run_id))
         for owner, run_keys in by_owner.items():
             await store.heartbeat_runs(owner, run_keys)
 

@@ -68,7 +68,7 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS entries ("
     " seq INTEGER PRIMARY KEY AUTOINCREMENT,"
     " chat_uuid TEXT NOT NULL, run_id TEXT NOT NULL, owner TEXT,"
-    " payload TEXT NOT NULL)"
+    " payload TEXT NOT NULL, user_uuid TEXT)"
 )
 _ALIASES = "CREATE TABLE IF NOT EXISTS aliases (provisional TEXT PRIMARY KEY, real TEXT)"
 _BY_TYPE = {cls.method: cls for cls in WRITE_TYPES}
@@ -334,37 +334,87 @@ class Outbox:
     # --- appending -------------------------------------------------------------------------
 
     async def append(
-        self, chat_uuid: UUID, run_id: str, owner: str | None, writes: Sequence[Write]
+        self,
+        chat_uuid: UUID,
+        run_id: str,
+        owner: str | None,
+        writes: Sequence[Write],
+        user_uuid: UUID | None = None,
     ) -> None:
-        """Journal one flush of a run; on disk when this returns (:class:`OutboxFullError`)."""
-        await self._append(chat_uuid, run_id, owner, encode_writes(writes))
+        """Journal one flush of a run; on disk when this returns (:class:`OutboxFullError`).
+
+        ``user_uuid``: whose chat it is, so that erasing the user (:meth:`forget`) takes
+        the entry too.
+        """
+        await self._append(chat_uuid, run_id, owner, encode_writes(writes), user_uuid)
 
     async def append_set_up(
         self, chat_uuid: UUID, run_id: str, owner: str | None, spec: dict[str, Any]
     ) -> None:
         """Journal the set-up of a run started while the store is away (``chat_uuid``: the
         provisional chat its later writes name); see the module docstring."""
-        await self._append(chat_uuid, run_id, owner, json.dumps({"set_up": spec}))
+        user = UUID(spec["user_uuid"]) if spec.get("user_uuid") else None
+        await self._append(chat_uuid, run_id, owner, json.dumps({"set_up": spec}), user)
 
-    async def _append(self, chat_uuid: UUID, run_id: str, owner: str | None, payload: str) -> None:
+    async def _append(
+        self,
+        chat_uuid: UUID,
+        run_id: str,
+        owner: str | None,
+        payload: str,
+        user_uuid: UUID | None = None,
+    ) -> None:
         if self._bytes + len(payload) > self.max_bytes:
             self._refused = True
             raise OutboxFullError(
                 f"the store is unavailable and the outbox is full ({self._bytes} of "
                 f"{self.max_bytes} bytes waiting)"
             )
-        await self._call(self._insert, str(chat_uuid), run_id, owner, payload)
+        user = None if user_uuid is None else str(user_uuid)
+        await self._call(self._insert, str(chat_uuid), run_id, owner, payload, user)
         self._bytes += len(payload)
         self._depth += 1
         self._pending[(chat_uuid, run_id)] = owner
         self._appended.set()
 
-    def _insert(self, chat_uuid: str, run_id: str, owner: str | None, payload: str) -> None:
+    def _insert(
+        self, chat_uuid: str, run_id: str, owner: str | None, payload: str, user: str | None
+    ) -> None:
         assert self._db is not None, "the outbox is not open"
         self._db.execute(
-            "INSERT INTO entries (chat_uuid, run_id, owner, payload) VALUES (?, ?, ?, ?)",
-            (chat_uuid, run_id, owner, payload),
+            "INSERT INTO entries (chat_uuid, run_id, owner, payload, user_uuid)"
+            " VALUES (?, ?, ?, ?, ?)",
+            (chat_uuid, run_id, owner, payload, user),
         )
+
+    # --- erasure and aliases ---------------------------------------------------------------
+
+    async def forget(self, user_uuid: UUID) -> int:
+        """Delete every entry of the user's chats; how many went (an erasure's hook).
+
+        Their writes would only be refused by the store after the erasure; their content
+        must not wait on disk for the store to come back either.
+        """
+        async with self._drain_lock:  # never under an entry being drained
+            gone = await self._call(self._delete_user, str(user_uuid))
+        for chat_uuid, run_id, size in gone:
+            self._depth -= 1
+            self._bytes -= size
+            if not await self._call(self._has_run, chat_uuid, run_id):
+                self._pending.pop((UUID(chat_uuid), run_id), None)
+        return len(gone)
+
+    def _delete_user(self, user: str) -> list[tuple[str, str, int]]:
+        assert self._db is not None, "the outbox is not open"
+        return self._db.execute(
+            "DELETE FROM entries WHERE user_uuid = ? RETURNING chat_uuid, run_id, length(payload)",
+            (user,),
+        ).fetchall()
+
+    def real_chat(self, chat_uuid: UUID) -> UUID:
+        """The chat a run started while the store was away now writes to, once its set-up
+        is drained (its provisional one until then)."""
+        return self._aliases.get(chat_uuid) or chat_uuid
 
     # --- draining --------------------------------------------------------------------------
 

@@ -592,7 +592,7 @@ class RunPersister:
             assert self.outbox is not None
             # A create that may have landed is checked when the entry is drained.
             run = (self.chat.chat_uuid, self.fold.run_id, self.owner)
-            await self.outbox.append(*run, [op.write for op in ops])
+            await self.outbox.append(*run, [op.write for op in ops], self.chat.user_uuid)
             return
         writes: list[Write] = []
         for op in ops:

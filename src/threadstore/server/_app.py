@@ -173,6 +173,8 @@ def create_app(
         retainer: asyncio.Task[None] | None = None
         # An erasure also ends the user's runs here and drops the events kept for resumes.
         opened.chats.add_erasure_hook("live_runs", manager.forget_user)
+        if journal is not None:  # and the user's writes waiting in the outbox
+            opened.chats.add_erasure_hook("outbox", journal.forget)
         # What /readyz says, as the gauge threadstore.outbox.depth (when an SDK collects).
         unobserve = _telemetry.observe_gauge(
             "threadstore.outbox.depth", lambda: outbox_depth(manager)
