@@ -170,7 +170,7 @@ def _delta(
 ) -> AssistantTurn:
     tail = turn.tail
     if tail is not None and tail.kind == kind and tail.source == source:
-        return turn.evolve(tail=tail.extended(delta)) if delta else turn.evolve()
+        return turn.with_tail(tail.extended(delta) if delta else tail)
     if not delta:
         return turn.evolve()
     changes = _adopt(turn, source) if kind == "text" else {}

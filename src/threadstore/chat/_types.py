@@ -284,6 +284,13 @@ class Tail:
         return ReasoningPart(text=text, state=state)
 
 
+_STATE = {
+    name: f"_{name}"
+    for name in ("id", "parts", "count", "calls", "args", "buckets", "frames", "notes")
+}
+"""The state :meth:`AssistantTurn.evolve` may replace, by keyword, to its slot."""
+
+
 class AssistantTurn:
     """One streamed assistant turn: the :class:`UIMessage` so far plus its readouts.
 
@@ -388,17 +395,17 @@ class AssistantTurn:
 
     def evolve(self, **changes: Any) -> AssistantTurn:
         """A copy of this turn with some of its state replaced (for the reducer)."""
+        turn = self.with_tail(changes.pop("tail", self._tail))
+        for name, value in changes.items():
+            setattr(turn, _STATE[name], value)
+        return turn
+
+    def with_tail(self, tail: Tail | None) -> AssistantTurn:
+        """A copy of this turn with only its open element replaced: every delta's path."""
         turn = AssistantTurn.__new__(AssistantTurn)
-        turn._id = changes.get("id", self._id)
-        turn._parts = changes.get("parts", self._parts)
-        turn._count = changes.get("count", self._count)
-        turn._tail = changes.get("tail", self._tail)
-        turn._calls = changes.get("calls", self._calls)
-        turn._args = changes.get("args", self._args)
-        turn._buckets = changes.get("buckets", self._buckets)
-        turn._frames = changes.get("frames", self._frames)
-        turn._notes = changes.get("notes", self._notes)
-        turn._message = None
+        turn._id, turn._parts, turn._count, turn._tail = self._id, self._parts, self._count, tail
+        turn._calls, turn._args, turn._buckets = self._calls, self._args, self._buckets
+        turn._frames, turn._notes, turn._message = self._frames, self._notes, None
         return turn
 
     @property
