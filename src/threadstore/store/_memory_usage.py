@@ -11,7 +11,7 @@ from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from threadstore.store._usage import UsageBackend, nanos, usd
+from threadstore.store._usage import USAGE_COUNTS, UsageBackend, nanos, usd
 from threadstore.usage import (
     BudgetScope,
     RunUsage,
@@ -24,8 +24,6 @@ if TYPE_CHECKING:
     from threadstore.store.memory import MemoryStore
 
 __all__ = ["MemoryUsage"]
-
-_COUNTS = ("input_tokens", "output_tokens", "reasoning_tokens", "cached_input_tokens")
 
 
 def _day(usage: RunUsage) -> date:
@@ -113,7 +111,7 @@ class MemoryUsage(UsageBackend):
                 UsageTotals(
                     **named,
                     runs=len(rows),
-                    **{c: sum(getattr(row, c) for row in rows) for c in _COUNTS},
+                    **{c: sum(getattr(row, c) for row in rows) for c in USAGE_COUNTS},
                     cost_usd=usd(sum(nanos(row.cost_usd) for row in rows)),
                     cache_savings_usd=usd(sum(nanos(row.cache_savings_usd) for row in rows)),
                 )

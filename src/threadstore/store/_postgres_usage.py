@@ -10,7 +10,16 @@ from datetime import date, datetime
 from typing import TYPE_CHECKING, Any, cast
 from uuid import UUID
 
-from threadstore.store._usage import UsageBackend, nanos, usd
+from threadstore.store._usage import (
+    SELECT_USAGE,
+    USAGE_COLUMNS,
+    USAGE_COUNTS,
+    USAGE_SUMS,
+    UsageBackend,
+    nanos,
+    upsert_usage,
+    usd,
+)
 from threadstore.usage import (
     Budget,
     BudgetScope,
@@ -25,30 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = ["PostgresUsage"]
 
-_COUNTS = ("input_tokens", "output_tokens", "reasoning_tokens", "cached_input_tokens")
-_RUN_COLUMNS = (
-    "chat_uuid",
-    "run_id",
-    "user_uuid",
-    *_COUNTS,
-    "cost_nusd",
-    "cache_savings_nusd",
-    "model",
-    "source",
-    "recorded_at",
-)
-
-# Nothing is kept for an erased user: a run still finishing writes nothing back.
-UPSERT_RUN = (
-    "INSERT INTO usage_runs (" + ", ".join(_RUN_COLUMNS) + ")"
-    " SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12"
-    " WHERE NOT EXISTS (SELECT 1 FROM erased_users WHERE user_uuid = $3)"
-    " ON CONFLICT (chat_uuid, run_id) DO UPDATE SET "
-    + ", ".join(f"{c} = excluded.{c}" for c in _RUN_COLUMNS[2:])
-    + " RETURNING 1"
-)
-SELECT_RUNS = "SELECT " + ", ".join(_RUN_COLUMNS) + " FROM usage_runs"
-_SUMS = "count(*), " + ", ".join(f"sum({c})" for c in (*_COUNTS, "cost_nusd", "cache_savings_nusd"))
+UPSERT_RUN = upsert_usage(lambda n: f"${n}")
 _DAY = "(recorded_at AT TIME ZONE 'UTC')::date"
 _KEYS: dict[str, str] = {
     "chat": "chat_uuid, min(user_uuid::text)",
@@ -97,7 +83,7 @@ def _where(
 
 
 def _run(row: Any) -> RunUsage:
-    fields = dict(zip(_RUN_COLUMNS, row, strict=True))
+    fields = dict(zip(USAGE_COLUMNS, row, strict=True))
     cost, savings = fields.pop("cost_nusd"), fields.pop("cache_savings_nusd")
     return RunUsage(**fields, cost_usd=usd(cost), cache_savings_usd=usd(savings))
 
@@ -115,7 +101,7 @@ def _totals(by: UsageGrouping, row: Any) -> UsageTotals:
     return UsageTotals(
         **key,
         runs=sums[0],
-        **dict(zip(_COUNTS, sums[1:5], strict=True)),
+        **dict(zip(USAGE_COUNTS, sums[1:5], strict=True)),
         cost_usd=usd(sums[5]),
         cache_savings_usd=usd(sums[6]),
     )
@@ -142,7 +128,7 @@ class PostgresUsage(UsageBackend):
             usage.chat_uuid,
             usage.run_id,
             usage.user_uuid,
-            *(getattr(usage, c) for c in _COUNTS),
+            *(getattr(usage, c) for c in USAGE_COUNTS),
             nanos(usage.cost_usd),
             nanos(usage.cache_savings_usd),
             usage.model,
@@ -161,7 +147,7 @@ class PostgresUsage(UsageBackend):
     ) -> list[RunUsage]:
         where, params = _where(user_uuid, chat_uuid, since, until)
         order = f" ORDER BY recorded_at DESC, run_id DESC LIMIT ${len(params) + 1}"
-        rows = await self.store._fetch(SELECT_RUNS + where + order, *params, limit)
+        rows = await self.store._fetch(SELECT_USAGE + where + order, *params, limit)
         return [_run(row) for row in rows]
 
     async def select_totals(
@@ -173,7 +159,8 @@ class PostgresUsage(UsageBackend):
         until: datetime | None,
     ) -> list[UsageTotals]:
         where, params = _where(user_uuid, chat_uuid, since, until)
-        sql = f"SELECT {_KEYS[by]}, {_SUMS} FROM usage_runs{where} GROUP BY {_GROUP[by]} ORDER BY 1"
+        keys, group = _KEYS[by], _GROUP[by]
+        sql = f"SELECT {keys}, {USAGE_SUMS} FROM usage_runs{where} GROUP BY {group} ORDER BY 1"
         return [_totals(by, row) for row in await self.store._fetch(sql, *params)]
 
     async def upsert_budget(self, budget: ScopedBudget, at: datetime) -> None:

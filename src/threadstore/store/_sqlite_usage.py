@@ -12,7 +12,16 @@ from uuid import UUID
 
 from threadstore.store._sqlite_sql import ts
 from threadstore.store._sqlite_writes import Statement
-from threadstore.store._usage import UsageBackend, nanos, usd
+from threadstore.store._usage import (
+    SELECT_USAGE,
+    USAGE_COLUMNS,
+    USAGE_COUNTS,
+    USAGE_SUMS,
+    UsageBackend,
+    nanos,
+    upsert_usage,
+    usd,
+)
 from threadstore.usage import (
     Budget,
     BudgetScope,
@@ -27,30 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = ["SQLiteUsage"]
 
-_COUNTS = ("input_tokens", "output_tokens", "reasoning_tokens", "cached_input_tokens")
-_RUN_COLUMNS = (
-    "chat_uuid",
-    "run_id",
-    "user_uuid",
-    *_COUNTS,
-    "cost_nusd",
-    "cache_savings_nusd",
-    "model",
-    "source",
-    "recorded_at",
-)
-
-# Nothing is kept for an erased user: a run still finishing writes nothing back.
-UPSERT_RUN = (
-    "INSERT INTO usage_runs (" + ", ".join(_RUN_COLUMNS) + ")"
-    " SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12"
-    " WHERE NOT EXISTS (SELECT 1 FROM erased_users WHERE user_uuid = ?3)"
-    " ON CONFLICT (chat_uuid, run_id) DO UPDATE SET "
-    + ", ".join(f"{c} = excluded.{c}" for c in _RUN_COLUMNS[2:])
-    + " RETURNING 1"
-)
-SELECT_RUNS = "SELECT " + ", ".join(_RUN_COLUMNS) + " FROM usage_runs"
-_SUMS = "count(*), " + ", ".join(f"sum({c})" for c in (*_COUNTS, "cost_nusd", "cache_savings_nusd"))
+UPSERT_RUN = upsert_usage(lambda n: f"?{n}")
 _KEYS: dict[str, str] = {
     "chat": "chat_uuid, min(user_uuid)",
     "user": "user_uuid",
@@ -96,7 +82,7 @@ def _where(
 
 
 def _run(row: Any) -> RunUsage:
-    fields = dict(zip(_RUN_COLUMNS, row, strict=True))
+    fields = dict(zip(USAGE_COLUMNS, row, strict=True))
     return RunUsage(
         chat_uuid=UUID(fields["chat_uuid"]),
         run_id=fields["run_id"],
@@ -106,7 +92,7 @@ def _run(row: Any) -> RunUsage:
         recorded_at=datetime.fromisoformat(fields["recorded_at"]),
         cost_usd=usd(fields["cost_nusd"]),
         cache_savings_usd=usd(fields["cache_savings_nusd"]),
-        **{c: fields[c] for c in _COUNTS},
+        **{c: fields[c] for c in USAGE_COUNTS},
     )
 
 
@@ -123,7 +109,7 @@ def _totals(by: UsageGrouping, row: Any) -> UsageTotals:
     return UsageTotals(
         **key,
         runs=sums[0],
-        **dict(zip(_COUNTS, (int(v or 0) for v in sums[1:5]), strict=True)),
+        **dict(zip(USAGE_COUNTS, (int(v or 0) for v in sums[1:5]), strict=True)),
         cost_usd=usd(int(sums[5] or 0)),
         cache_savings_usd=usd(int(sums[6] or 0)),
     )
@@ -149,7 +135,7 @@ class SQLiteUsage(UsageBackend):
             str(usage.chat_uuid),
             usage.run_id,
             str(usage.user_uuid),
-            *(getattr(usage, c) for c in _COUNTS),
+            *(getattr(usage, c) for c in USAGE_COUNTS),
             nanos(usage.cost_usd),
             nanos(usage.cache_savings_usd),
             usage.model,
@@ -168,7 +154,7 @@ class SQLiteUsage(UsageBackend):
         limit: int,
     ) -> list[RunUsage]:
         where, params = _where(user_uuid, chat_uuid, since, until)
-        sql = f"{SELECT_RUNS}{where} ORDER BY recorded_at DESC, run_id DESC LIMIT ?"
+        sql = f"{SELECT_USAGE}{where} ORDER BY recorded_at DESC, run_id DESC LIMIT ?"
         rows = await self.executor.read(sql, [*params, limit])
         return [_run(row) for row in rows]
 
@@ -182,7 +168,7 @@ class SQLiteUsage(UsageBackend):
     ) -> list[UsageTotals]:
         where, params = _where(user_uuid, chat_uuid, since, until)
         group = _GROUP[by] if by != "day" else "substr(recorded_at, 1, 10)"
-        sql = f"SELECT {_KEYS[by]}, {_SUMS} FROM usage_runs{where} GROUP BY {group} ORDER BY 1"
+        sql = f"SELECT {_KEYS[by]}, {USAGE_SUMS} FROM usage_runs{where} GROUP BY {group} ORDER BY 1"
         rows = await self.executor.read(sql, params)
         return [_totals(by, row) for row in rows]
 
