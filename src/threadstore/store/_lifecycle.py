@@ -23,9 +23,24 @@ __all__ = [
     "ERASED_USER_DETAIL",
     "ERASED_USER_STATE",
     "GLOBAL_SCOPE",
+    "SUMMARY_COLUMNS",
     "LifecycleBackend",
     "Scope",
 ]
+
+SUMMARY_COLUMNS = (
+    "summary_uuid",
+    "chat_uuid",
+    "first_message_uuid",
+    "last_message_uuid",
+    "last_seq",
+    "message_count",
+    "content",
+    "summarizer",
+    "metadata",
+    "created_at",
+)
+"""The columns of ``summaries`` a backend writes and reads, in the order of its statements."""
 
 Scope = Literal["global", "user", "chat"]
 """Whom a retention policy is for: every chat, a user's chats, or one chat."""

@@ -24,6 +24,7 @@ from threadstore.models import (
 )
 from threadstore.store._lifecycle import (
     GLOBAL_SCOPE,
+    SUMMARY_COLUMNS,
     LifecycleBackend,
     Scope,
 )
@@ -35,27 +36,14 @@ if TYPE_CHECKING:
 
 __all__ = ["SQLiteLifecycle"]
 
-_SUMMARY_COLUMNS = (
-    "summary_uuid",
-    "chat_uuid",
-    "first_message_uuid",
-    "last_message_uuid",
-    "last_seq",
-    "message_count",
-    "content",
-    "summarizer",
-    "metadata",
-    "created_at",
-)
-
 # Only onto a live chat: a summary of a deleted chat would outlive it.
 INSERT_SUMMARY = (
-    "INSERT INTO summaries (" + ", ".join(_SUMMARY_COLUMNS) + ", format_version)"
+    "INSERT INTO summaries (" + ", ".join(SUMMARY_COLUMNS) + ", format_version)"
     " SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11"
     " WHERE EXISTS (SELECT 1 FROM chats WHERE chat_uuid = ?2 AND deleted_at IS NULL)"
 )
 SELECT_SUMMARIES = (
-    "SELECT " + ", ".join("s." + c for c in _SUMMARY_COLUMNS) + " FROM summaries s"
+    "SELECT " + ", ".join("s." + c for c in SUMMARY_COLUMNS) + " FROM summaries s"
     " JOIN chats c ON c.chat_uuid = s.chat_uuid AND c.deleted_at IS NULL"
     " WHERE s.chat_uuid = ? ORDER BY s.created_at DESC, s.rowid DESC"
 )
@@ -132,7 +120,7 @@ SELECT_RECEIPTS = (
 
 
 def _summary(row: Any) -> Summary:
-    fields = dict(zip(_SUMMARY_COLUMNS, row, strict=True))
+    fields = dict(zip(SUMMARY_COLUMNS, row, strict=True))
     fields["metadata"] = binary_json.loads(fields["metadata"]) if fields["metadata"] else {}
     fields["created_at"] = datetime.fromisoformat(fields["created_at"])
     return Summary.model_validate(fields)
