@@ -14,19 +14,8 @@ from uuid import UUID
 
 from pydantic import BaseModel, create_model
 
+from threadstore import models
 from threadstore.fold import ConversationFold, FoldRecord, RecordKind
-from threadstore.models import (
-    ERROR_METADATA_KEY,
-    Chat,
-    MessageCreate,
-    MessageReasoningCreate,
-    MessageReasoningUpdate,
-    MessageToolCallCreate,
-    MessageToolCallUpdate,
-    MessageUpdate,
-    Role,
-    utcnow,
-)
 from threadstore.store import Write
 from threadstore.store.ops import (
     CreateMessage,
@@ -68,24 +57,24 @@ class Entry:
 
 
 def default_message_create(
-    state: ConversationFold, chat: Chat, agui_id: str | None, role: Role | str | None
-) -> MessageCreate:
+    state: ConversationFold, chat: models.Chat, agui_id: str | None, role: models.Role | str | None
+) -> models.MessageCreate:
     """The DTO that creates a new agent message (``StorageAgent.build_message_create``)."""
-    return MessageCreate(
+    return models.MessageCreate(
         chat_uuid=chat.chat_uuid,
-        role=Role(role or Role.ASSISTANT),
+        role=models.Role(role or models.Role.ASSISTANT),
         agui_id=agui_id,
         step_name=state.active_step,
         run_id=state.run_id,
-        created_at=utcnow(),
+        created_at=models.utcnow(),
     )
 
 
 def default_tool_call_create(
-    state: ConversationFold, chat: Chat, message_uuid: UUID, tool_call_id: str, name: str
-) -> MessageToolCallCreate:
+    state: ConversationFold, chat: models.Chat, message_uuid: UUID, tool_call_id: str, name: str
+) -> models.MessageToolCallCreate:
     """The DTO that creates a tool call nested in ``message_uuid``."""
-    return MessageToolCallCreate(
+    return models.MessageToolCallCreate(
         message_uuid=message_uuid,
         tool_call_id=tool_call_id,
         name=name,
@@ -95,13 +84,13 @@ def default_tool_call_create(
 
 def default_reasoning_create(
     state: ConversationFold,
-    chat: Chat,
+    chat: models.Chat,
     message_uuid: UUID,
     agui_id: str | None,
     name: str | None,
-) -> MessageReasoningCreate:
+) -> models.MessageReasoningCreate:
     """The DTO that creates a reasoning step nested in ``message_uuid``."""
-    return MessageReasoningCreate(
+    return models.MessageReasoningCreate(
         message_uuid=message_uuid, agui_id=agui_id, name=name, step_name=state.active_step
     )
 
@@ -130,7 +119,7 @@ def record_write(record: FoldRecord, entry: Entry, error: str | None) -> Write:
             fields["agui_id"] = record.agui_id
         if error is not None and record.owned:
             fields["error"] = error
-        update_cls = MessageUpdate
+        update_cls = models.MessageUpdate
     elif record.kind is RecordKind.TOOL_CALL:
         fields = {
             "arguments": record.content if content else None,
@@ -139,7 +128,7 @@ def record_write(record: FoldRecord, entry: Entry, error: str | None) -> Write:
             "name": record.name or None,
             "error": error if record.owned else None,
         }
-        update_cls = MessageToolCallUpdate
+        update_cls = models.MessageToolCallUpdate
     else:
         fields = {
             "content": record.content if content else None,
@@ -147,8 +136,8 @@ def record_write(record: FoldRecord, entry: Entry, error: str | None) -> Write:
             "name": record.name,
         }
         if error is not None and record.owned:
-            metadata[ERROR_METADATA_KEY] = error  # read back as Reasoning.error
-        update_cls = MessageReasoningUpdate
+            metadata[models.ERROR_METADATA_KEY] = error  # read back as Reasoning.error
+        update_cls = models.MessageReasoningUpdate
     fields = _set({**fields, **common})
     if entry.created:
         patch = dto_with_fields(update_cls(**fields, metadata=metadata or None), terminal)
@@ -172,28 +161,28 @@ def as_update(change: BaseModel | Write, uuid: UUID) -> Write:
         update_cls = next(u for c, u in _UPDATE_FOR_CREATE.items() if isinstance(create, c))
         fields = {name: getattr(create, name) for name in update_cls.model_fields}
         change = update_cls(**_set(fields))
-    if isinstance(change, MessageUpdate):
+    if isinstance(change, models.MessageUpdate):
         return UpdateMessage(uuid, change)
-    if isinstance(change, MessageToolCallUpdate):
+    if isinstance(change, models.MessageToolCallUpdate):
         return UpdateToolCall(uuid, change)
-    assert isinstance(change, MessageReasoningUpdate)
+    assert isinstance(change, models.MessageReasoningUpdate)
     return UpdateReasoning(uuid, change)
 
 
 def _create(dto: BaseModel) -> Write:
     """The create write of a record's create DTO."""
-    if isinstance(dto, MessageCreate):
+    if isinstance(dto, models.MessageCreate):
         return CreateMessage(dto)
-    if isinstance(dto, MessageToolCallCreate):
+    if isinstance(dto, models.MessageToolCallCreate):
         return CreateToolCall(dto)
-    assert isinstance(dto, MessageReasoningCreate)
+    assert isinstance(dto, models.MessageReasoningCreate)
     return CreateReasoning(dto)
 
 
 _UPDATE_FOR_CREATE: dict[type[BaseModel], type[BaseModel]] = {
-    MessageCreate: MessageUpdate,
-    MessageToolCallCreate: MessageToolCallUpdate,
-    MessageReasoningCreate: MessageReasoningUpdate,
+    models.MessageCreate: models.MessageUpdate,
+    models.MessageToolCallCreate: models.MessageToolCallUpdate,
+    models.MessageReasoningCreate: models.MessageReasoningUpdate,
 }
 
 

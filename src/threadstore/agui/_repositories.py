@@ -20,19 +20,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any
 from uuid import UUID
 
-from threadstore.models import (
-    Chat,
-    ChatCreate,
-    Message,
-    MessageCreate,
-    MessageReasoningCreate,
-    MessageReasoningUpdate,
-    MessageToolCallCreate,
-    MessageToolCallUpdate,
-    MessageUpdate,
-    Reasoning,
-    ToolCall,
-)
+from threadstore import models
 from threadstore.store import ChatRepositoryLike, MessageRepositoryLike, Store
 
 __all__ = ["ChatRepository", "ChatSessionRegistry", "MessageRepository"]
@@ -105,26 +93,26 @@ class ChatRepository(_OverStore):
         super().__init__(store)
         self.registry = registry
 
-    async def create_chat(self, chat_data: ChatCreate) -> Chat:
+    async def create_chat(self, chat_data: models.ChatCreate) -> models.Chat:
         """Create a chat, idempotent by (user, thread): a repeat returns the existing one."""
         chat = await self.store.create_chat(chat_data)
         if self.registry is not None:
             self.registry.register(chat.chat_uuid)
         return chat
 
-    async def get_chat_by_thread_id(self, user_uuid: UUID, thread_id: str) -> Chat | None:
+    async def get_chat_by_thread_id(self, user_uuid: UUID, thread_id: str) -> models.Chat | None:
         """Return the chat for a (user, thread_id) pair, or ``None``."""
         return await self.store.get_chat_by_thread_id(user_uuid, thread_id)
 
-    async def get_all_chats(self, user_uuid: UUID | None = None) -> Sequence[Chat]:
+    async def get_all_chats(self, user_uuid: UUID | None = None) -> Sequence[models.Chat]:
         """Return every chat, optionally scoped to one user."""
         return await self.store.get_all_chats(user_uuid)
 
-    async def update_chat_name(self, chat_uuid: UUID, name: str) -> Chat | None:
+    async def update_chat_name(self, chat_uuid: UUID, name: str) -> models.Chat | None:
         """Rename a chat; ``None`` when it is unknown."""
         return await self.store.update_chat_name(chat_uuid, name)
 
-    async def delete_chat(self, chat_uuid: UUID) -> Chat | None:
+    async def delete_chat(self, chat_uuid: UUID) -> models.Chat | None:
         """Delete a chat and every row it owns; return it, or ``None`` when unknown."""
         if self.registry is not None:
             self.registry.unregister(chat_uuid)
@@ -147,52 +135,56 @@ class MessageRepository(_OverStore):
         """Group the writes inside it atomically (as the store does)."""
         return self.store.transaction()
 
-    async def create_message(self, message_data: MessageCreate) -> Message:
+    async def create_message(self, message_data: models.MessageCreate) -> models.Message:
         """Persist a new message and return it."""
         return await self.store.create_message(message_data)
 
-    async def update_message(self, message_uuid: UUID, update: MessageUpdate) -> Message | None:
+    async def update_message(
+        self, message_uuid: UUID, update: models.MessageUpdate
+    ) -> models.Message | None:
         """Patch a message's own fields; ``None`` when it is unknown."""
         return await self.store.update_message(message_uuid, update)
 
-    async def create_message_tool_call(self, data: MessageToolCallCreate) -> ToolCall:
+    async def create_message_tool_call(self, data: models.MessageToolCallCreate) -> models.ToolCall:
         """Append a tool call to its parent message."""
         return await self.store.create_message_tool_call(data)
 
     async def update_message_tool_call(
-        self, uuid: UUID, update: MessageToolCallUpdate
-    ) -> ToolCall | None:
+        self, uuid: UUID, update: models.MessageToolCallUpdate
+    ) -> models.ToolCall | None:
         """Patch a tool call; ``None`` when it is unknown."""
         return await self.store.update_message_tool_call(uuid, update)
 
-    async def create_message_reasoning(self, data: MessageReasoningCreate) -> Reasoning:
+    async def create_message_reasoning(
+        self, data: models.MessageReasoningCreate
+    ) -> models.Reasoning:
         """Append a reasoning step to its parent message."""
         return await self.store.create_message_reasoning(data)
 
     async def update_message_reasoning(
-        self, uuid: UUID, update: MessageReasoningUpdate
-    ) -> Reasoning | None:
+        self, uuid: UUID, update: models.MessageReasoningUpdate
+    ) -> models.Reasoning | None:
         """Patch a reasoning step; ``None`` when it is unknown."""
         return await self.store.update_message_reasoning(uuid, update)
 
-    async def get_message(self, message_uuid: UUID) -> Message | None:
+    async def get_message(self, message_uuid: UUID) -> models.Message | None:
         """Return a message by its uuid, or ``None``."""
         return await self.store.get_message(message_uuid)
 
-    async def get_message_by_agui_id(self, chat_uuid: UUID, agui_id: str) -> Message | None:
+    async def get_message_by_agui_id(self, chat_uuid: UUID, agui_id: str) -> models.Message | None:
         """Return a message by its AG-UI id within a chat, or ``None``."""
         return await self.store.get_message_by_agui_id(chat_uuid, agui_id)
 
     async def get_tool_call_by_agui_id(
         self, message_uuid: UUID, tool_call_id: str
-    ) -> ToolCall | None:
+    ) -> models.ToolCall | None:
         """Return a tool call by its AG-UI id within a message, or ``None``."""
         return await self.store.get_tool_call_by_agui_id(message_uuid, tool_call_id)
 
-    async def get_chat_messages(self, chat_uuid: UUID) -> Sequence[Message]:
+    async def get_chat_messages(self, chat_uuid: UUID) -> Sequence[models.Message]:
         """Return the chat's history (its active branch), oldest first."""
         return await self.store.get_chat_messages(chat_uuid)
 
-    async def get_last_messages(self, chat_uuids: list[UUID]) -> dict[UUID, Message]:
+    async def get_last_messages(self, chat_uuids: list[UUID]) -> dict[UUID, models.Message]:
         """Map each given chat that has messages to its latest message."""
         return await self.store.get_last_messages(chat_uuids)

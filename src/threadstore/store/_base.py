@@ -35,26 +35,9 @@ from datetime import datetime, timedelta
 from typing import Any, ClassVar, Self
 from uuid import UUID
 
-from threadstore import _telemetry
+from threadstore import _telemetry, models
 from threadstore._steps import off_loop
 from threadstore.errors import InvalidInputError, NotFoundError
-from threadstore.models import (
-    Chat,
-    ChatCreate,
-    Message,
-    MessageCreate,
-    MessageReasoningCreate,
-    MessageReasoningUpdate,
-    MessageStatus,
-    MessageToolCallCreate,
-    MessageToolCallUpdate,
-    MessageUpdate,
-    Reasoning,
-    Run,
-    RunStatus,
-    ToolCall,
-    utcnow,
-)
 from threadstore.store._contract import Capabilities
 from threadstore.store._history import HistoryCache
 from threadstore.store._lifecycle import LifecycleBackend
@@ -109,10 +92,10 @@ class Store(abc.ABC):
     """
 
     url: str
-    chat_model: type[Chat]
-    message_model: type[Message]
-    tool_call_model: type[ToolCall]
-    reasoning_model: type[Reasoning]
+    chat_model: type[models.Chat]
+    message_model: type[models.Message]
+    tool_call_model: type[models.ToolCall]
+    reasoning_model: type[models.Reasoning]
     capabilities: ClassVar[Capabilities] = Capabilities(
         batch_writes=True, chat_state=True, run_records=True, one_running_run=True
     )
@@ -133,10 +116,10 @@ class Store(abc.ABC):
     def __init__(
         self,
         *,
-        chat_model: type[Chat] = Chat,
-        message_model: type[Message] = Message,
-        tool_call_model: type[ToolCall] = ToolCall,
-        reasoning_model: type[Reasoning] = Reasoning,
+        chat_model: type[models.Chat] = models.Chat,
+        message_model: type[models.Message] = models.Message,
+        tool_call_model: type[models.ToolCall] = models.ToolCall,
+        reasoning_model: type[models.Reasoning] = models.Reasoning,
     ) -> None:
         self.chat_model = chat_model
         self.message_model = message_model
@@ -217,20 +200,20 @@ class Store(abc.ABC):
         (result,) = await self._apply((op,))
         return result
 
-    async def create_chat(self, chat_data: ChatCreate) -> Chat:
+    async def create_chat(self, chat_data: models.ChatCreate) -> models.Chat:
         """Create a chat, idempotent by (user, thread); ``ValueError`` if either is missing."""
         require_chat_identity(chat_data)
-        chat: Chat = await self._apply_one(CreateChat(chat_data))
+        chat: models.Chat = await self._apply_one(CreateChat(chat_data))
         return chat
 
-    async def get_chat_by_thread_id(self, user_uuid: UUID, thread_id: str) -> Chat | None:
+    async def get_chat_by_thread_id(self, user_uuid: UUID, thread_id: str) -> models.Chat | None:
         """Return the chat for a (user, thread_id) pair, or ``None``."""
         chats = await self._select_chats(ChatFilter(user_uuid, thread_id=thread_id))
         return chats[0] if chats else None
 
     async def get_all_chats(
         self, user_uuid: UUID | None = None, *, name_contains: str | None = None
-    ) -> Sequence[Chat]:
+    ) -> Sequence[models.Chat]:
         """Return every chat (optionally one user's, or those named like ``list_chats``).
 
         Unbounded: with no user it is an admin call that reads every chat of every user
@@ -240,20 +223,20 @@ class Store(abc.ABC):
         return await self._select_chats(ChatFilter(user_uuid, name_contains=name_contains or None))
 
     @abc.abstractmethod
-    async def _select_chats(self, where: ChatFilter) -> Sequence[Chat]:
+    async def _select_chats(self, where: ChatFilter) -> Sequence[models.Chat]:
         """Primitive: the chats ``where`` wants, by (updated_at, chat_uuid) descending."""
 
-    async def update_chat_name(self, chat_uuid: UUID, name: str) -> Chat | None:
+    async def update_chat_name(self, chat_uuid: UUID, name: str) -> models.Chat | None:
         """Rename a chat; ``None`` when it is unknown."""
-        chat: Chat | None = await self._apply_one(RenameChat(chat_uuid, name))
+        chat: models.Chat | None = await self._apply_one(RenameChat(chat_uuid, name))
         return chat
 
-    async def update_chat_state(self, chat_uuid: UUID, state: Any) -> Chat | None:
+    async def update_chat_state(self, chat_uuid: UUID, state: Any) -> models.Chat | None:
         """Replace the chat's latest AG-UI state; ``None`` when it is unknown."""
-        chat: Chat | None = await self._apply_one(UpdateChatState(chat_uuid, state))
+        chat: models.Chat | None = await self._apply_one(UpdateChatState(chat_uuid, state))
         return chat
 
-    async def delete_chat(self, chat_uuid: UUID, *, soft: bool = False) -> Chat | None:
+    async def delete_chat(self, chat_uuid: UUID, *, soft: bool = False) -> models.Chat | None:
         """Delete a chat; return it, or ``None`` when it is unknown.
 
         By default (hard) the chat and every row it owns are gone for good. ``soft=True``
@@ -263,75 +246,83 @@ class Store(abc.ABC):
         thread id is free: a new chat created on it purges the deleted one first.
         """
         if soft:
-            return await self._set_deleted_at(ChatFilter(chat_uuid=chat_uuid), utcnow())
+            return await self._set_deleted_at(ChatFilter(chat_uuid=chat_uuid), models.utcnow())
         return await self._delete_chat(chat_uuid)
 
-    async def _set_deleted_at(self, where: ChatFilter, deleted_at: datetime | None) -> Chat | None:
-        chat: Chat | None = await self._apply_one(SetDeletedAt(where, deleted_at))
+    async def _set_deleted_at(
+        self, where: ChatFilter, deleted_at: datetime | None
+    ) -> models.Chat | None:
+        chat: models.Chat | None = await self._apply_one(SetDeletedAt(where, deleted_at))
         return chat
 
-    async def _delete_chat(self, chat_uuid: UUID) -> Chat | None:
-        chat: Chat | None = await self._apply_one(DeleteChat(chat_uuid))
+    async def _delete_chat(self, chat_uuid: UUID) -> models.Chat | None:
+        chat: models.Chat | None = await self._apply_one(DeleteChat(chat_uuid))
         if self.history_cache is not None:
             self.history_cache.discard(chat_uuid)
         return chat
 
-    async def create_message(self, message_data: MessageCreate) -> Message:
+    async def create_message(self, message_data: models.MessageCreate) -> models.Message:
         """Persist a new message; ``ValueError`` if ``chat_uuid`` is missing or unknown."""
         if message_data.chat_uuid is None:
             raise NotFoundError("MessageCreate.chat_uuid is required")
-        message: Message = await self._apply_one(CreateMessage(message_data))
+        message: models.Message = await self._apply_one(CreateMessage(message_data))
         return message
 
-    async def update_message(self, message_uuid: UUID, update: MessageUpdate) -> Message | None:
+    async def update_message(
+        self, message_uuid: UUID, update: models.MessageUpdate
+    ) -> models.Message | None:
         """Apply the explicitly-set, non-None fields; ``None`` when the message is unknown."""
-        message: Message | None = await self._apply_one(UpdateMessage(message_uuid, update))
+        message: models.Message | None = await self._apply_one(UpdateMessage(message_uuid, update))
         return message
 
-    async def create_message_tool_call(self, data: MessageToolCallCreate) -> ToolCall:
+    async def create_message_tool_call(self, data: models.MessageToolCallCreate) -> models.ToolCall:
         """Append a tool call; ``ValueError`` if the parent message does not exist."""
-        tool_call: ToolCall = await self._apply_one(CreateToolCall(data))
+        tool_call: models.ToolCall = await self._apply_one(CreateToolCall(data))
         return tool_call
 
     async def update_message_tool_call(
-        self, uuid: UUID, update: MessageToolCallUpdate
-    ) -> ToolCall | None:
+        self, uuid: UUID, update: models.MessageToolCallUpdate
+    ) -> models.ToolCall | None:
         """Patch a tool call; ``None`` when it is unknown."""
-        tool_call: ToolCall | None = await self._apply_one(UpdateToolCall(uuid, update))
+        tool_call: models.ToolCall | None = await self._apply_one(UpdateToolCall(uuid, update))
         return tool_call
 
-    async def create_message_reasoning(self, data: MessageReasoningCreate) -> Reasoning:
+    async def create_message_reasoning(
+        self, data: models.MessageReasoningCreate
+    ) -> models.Reasoning:
         """Append a reasoning step; ``ValueError`` if the parent message does not exist."""
-        reasoning: Reasoning = await self._apply_one(CreateReasoning(data))
+        reasoning: models.Reasoning = await self._apply_one(CreateReasoning(data))
         return reasoning
 
     async def update_message_reasoning(
-        self, uuid: UUID, update: MessageReasoningUpdate
-    ) -> Reasoning | None:
+        self, uuid: UUID, update: models.MessageReasoningUpdate
+    ) -> models.Reasoning | None:
         """Patch a reasoning step; ``None`` when it is unknown."""
-        reasoning: Reasoning | None = await self._apply_one(UpdateReasoning(uuid, update))
+        reasoning: models.Reasoning | None = await self._apply_one(UpdateReasoning(uuid, update))
         return reasoning
 
-    async def get_message(self, message_uuid: UUID) -> Message | None:
+    async def get_message(self, message_uuid: UUID) -> models.Message | None:
         """Return a message (with its tool calls and reasoning) by uuid, or ``None``."""
         return await self._find_message(MessageKey(message_uuid=message_uuid))
 
-    async def get_message_by_agui_id(self, chat_uuid: UUID, agui_id: str) -> Message | None:
+    async def get_message_by_agui_id(self, chat_uuid: UUID, agui_id: str) -> models.Message | None:
         """Return a message by its AG-UI id within a chat, or ``None``."""
         return await self._find_message(MessageKey(chat_uuid=chat_uuid, agui_id=agui_id))
 
     @abc.abstractmethod
-    async def _find_message(self, key: MessageKey) -> Message | None:
+    async def _find_message(self, key: MessageKey) -> models.Message | None:
         """Primitive: the oldest message matching every field ``key`` gives, with children."""
 
     async def get_tool_call_by_agui_id(
         self, message_uuid: UUID, tool_call_id: str
-    ) -> ToolCall | None:
+    ) -> models.ToolCall | None:
         """Return a tool call by its AG-UI id within a message, or ``None``."""
         return await self._find_tool_call(message_uuid, tool_call_id)
 
     @abc.abstractmethod
-    async def _find_tool_call(self, message_uuid: UUID, tool_call_id: str) -> ToolCall | None:
+    async def _find_tool_call(
+        self, message_uuid: UUID, tool_call_id: str
+    ) -> models.ToolCall | None:
         """Primitive: the tool call with this AG-UI id within the message, or ``None``."""
 
     async def get_chat_messages(
@@ -341,7 +332,7 @@ class Store(abc.ABC):
         after: int | None = None,
         before: int | None = None,
         limit: int | None = None,
-    ) -> Sequence[Message]:
+    ) -> Sequence[models.Message]:
         """Return the active branch oldest first; ``after``/``before`` are ``Message.seq`` cursors.
 
         With ``limit`` and ``before`` the page is the ``limit`` messages just before
@@ -380,14 +371,14 @@ class Store(abc.ABC):
         """
         raise NotImplementedError(f"{type(self).__name__} keeps no history cache")
 
-    def _build_entries(self, entries: Sequence[Any]) -> list[Message]:
+    def _build_entries(self, entries: Sequence[Any]) -> list[models.Message]:
         """Primitive of backends with a history cache: new models of ``entries``."""
         raise NotImplementedError(f"{type(self).__name__} keeps no history cache")
 
     @abc.abstractmethod
     async def _select_branch(
         self, chat_uuid: UUID, page: BranchPage, version: Hashable | None
-    ) -> list[Message]:
+    ) -> list[models.Message]:
         """Primitive: ``page`` of the chat's active branch, oldest first, with children.
 
         ``version`` is what :meth:`_history_version` just returned, when it was read.
@@ -405,14 +396,14 @@ class Store(abc.ABC):
         """Whether the current task is inside this store's ``transaction()``."""
         return False
 
-    async def get_last_messages(self, chat_uuids: list[UUID]) -> dict[UUID, Message]:
+    async def get_last_messages(self, chat_uuids: list[UUID]) -> dict[UUID, models.Message]:
         """Map each given chat that has messages to the newest message of its active branch."""
         if not chat_uuids:
             return {}
         return {m.chat_uuid: m for m in await self._select_last_messages(chat_uuids)}
 
     @abc.abstractmethod
-    async def _select_last_messages(self, chat_uuids: Sequence[UUID]) -> list[Message]:
+    async def _select_last_messages(self, chat_uuids: Sequence[UUID]) -> list[models.Message]:
         """Primitive: the active leaf of each given live chat that has one, with children."""
 
     # --- branches ----------------------------------------------------------------------
@@ -449,9 +440,9 @@ class Store(abc.ABC):
         """
         return False
 
-    async def start_run(self, run: Run) -> Run:
+    async def start_run(self, run: models.Run) -> models.Run:
         """Record a run as running (idempotent by (chat, run_id))."""
-        started: Run = await self._apply_one(StartRun(run))
+        started: models.Run = await self._apply_one(StartRun(run))
         return started
 
     async def heartbeat_runs(self, owner: str, run_ids: Sequence[tuple[UUID, str]]) -> None:
@@ -460,27 +451,27 @@ class Store(abc.ABC):
             await self._apply((HeartbeatRuns(owner, tuple(run_ids)),), returning=False)
 
     async def finish_run(
-        self, chat_uuid: UUID, run_id: str, status: RunStatus, error: str | None = None
-    ) -> Run | None:
+        self, chat_uuid: UUID, run_id: str, status: models.RunStatus, error: str | None = None
+    ) -> models.Run | None:
         """Mark a run finished; ``None`` when it is unknown."""
-        run: Run | None = await self._apply_one(FinishRun(chat_uuid, run_id, status, error))
+        run: models.Run | None = await self._apply_one(FinishRun(chat_uuid, run_id, status, error))
         return run
 
-    async def get_run(self, chat_uuid: UUID, run_id: str) -> Run | None:
+    async def get_run(self, chat_uuid: UUID, run_id: str) -> models.Run | None:
         """Return one run, or ``None``."""
         runs = await self._select_runs(RunFilter(chat_uuid, run_id))
         return runs[0] if runs else None
 
-    async def get_stale_runs(self, older_than: datetime) -> Sequence[Run]:
+    async def get_stale_runs(self, older_than: datetime) -> Sequence[models.Run]:
         """Return running runs whose heartbeat is older than ``older_than``."""
         return await self._select_runs(RunFilter(stale_before=older_than))
 
     @abc.abstractmethod
-    async def _select_runs(self, where: RunFilter) -> list[Run]:
+    async def _select_runs(self, where: RunFilter) -> list[models.Run]:
         """Primitive: the runs ``where`` wants (by key, or running ones: see ``RunFilter``)."""
 
     async def finalize_run_records(
-        self, chat_uuid: UUID, run_id: str, status: MessageStatus
+        self, chat_uuid: UUID, run_id: str, status: models.MessageStatus
     ) -> int:
         """Flip the run's still-in-progress records to ``status``; return how many changed."""
         changed: int = await self._apply_one(FinalizeRunRecords(chat_uuid, run_id, status))

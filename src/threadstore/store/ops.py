@@ -15,18 +15,7 @@ from datetime import datetime
 from typing import Any, ClassVar
 from uuid import UUID
 
-from threadstore.models import (
-    ChatCreate,
-    MessageCreate,
-    MessageReasoningCreate,
-    MessageReasoningUpdate,
-    MessageStatus,
-    MessageToolCallCreate,
-    MessageToolCallUpdate,
-    MessageUpdate,
-    Run,
-    RunStatus,
-)
+from threadstore import models
 
 __all__ = [
     "CHAT_FIELD_WRITES",
@@ -61,7 +50,7 @@ __all__ = [
 class CreateMessage:
     """``create_message(data)``."""
 
-    data: MessageCreate
+    data: models.MessageCreate
     method: ClassVar[str] = "create_message"
 
 
@@ -70,7 +59,7 @@ class UpdateMessage:
     """``update_message(message_uuid, update)``."""
 
     message_uuid: UUID
-    update: MessageUpdate
+    update: models.MessageUpdate
     method: ClassVar[str] = "update_message"
 
 
@@ -78,7 +67,7 @@ class UpdateMessage:
 class CreateToolCall:
     """``create_message_tool_call(data)``."""
 
-    data: MessageToolCallCreate
+    data: models.MessageToolCallCreate
     method: ClassVar[str] = "create_message_tool_call"
 
 
@@ -87,7 +76,7 @@ class UpdateToolCall:
     """``update_message_tool_call(uuid, update)``."""
 
     uuid: UUID
-    update: MessageToolCallUpdate
+    update: models.MessageToolCallUpdate
     method: ClassVar[str] = "update_message_tool_call"
 
 
@@ -95,7 +84,7 @@ class UpdateToolCall:
 class CreateReasoning:
     """``create_message_reasoning(data)``."""
 
-    data: MessageReasoningCreate
+    data: models.MessageReasoningCreate
     method: ClassVar[str] = "create_message_reasoning"
 
 
@@ -104,7 +93,7 @@ class UpdateReasoning:
     """``update_message_reasoning(uuid, update)``."""
 
     uuid: UUID
-    update: MessageReasoningUpdate
+    update: models.MessageReasoningUpdate
     method: ClassVar[str] = "update_message_reasoning"
 
 
@@ -162,7 +151,7 @@ class FinishRun:
 
     chat_uuid: UUID
     run_id: str
-    status: RunStatus
+    status: models.RunStatus
     error: str | None = None
     method: ClassVar[str] = "finish_run"
 
@@ -173,7 +162,7 @@ class FinalizeRunRecords:
 
     chat_uuid: UUID
     run_id: str
-    status: MessageStatus
+    status: models.MessageStatus
     method: ClassVar[str] = "finalize_run_records"
 
 
@@ -184,7 +173,7 @@ class FinalizeRunRecords:
 class CreateChat:
     """``create_chat(data)``: idempotent by (user, thread); a soft-deleted one is purged."""
 
-    data: ChatCreate
+    data: models.ChatCreate
     method: ClassVar[str] = "create_chat"
 
 
@@ -231,7 +220,7 @@ class DeleteChat:
 class StartRun:
     """``start_run(run)``: idempotent by (chat, run_id); ``NotFoundError`` without the chat."""
 
-    run: Run
+    run: models.Run
     method: ClassVar[str] = "start_run"
 
 
