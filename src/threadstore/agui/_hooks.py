@@ -12,54 +12,17 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ag_ui.core import (
-    ActivityDeltaEvent,
-    ActivitySnapshotEvent,
-    BaseEvent,
-    MessagesSnapshotEvent,
-    ReasoningEncryptedValueEvent,
-    ReasoningEndEvent,
-    ReasoningMessageChunkEvent,
-    ReasoningMessageContentEvent,
-    ReasoningMessageEndEvent,
-    ReasoningMessageStartEvent,
-    ReasoningStartEvent,
-    RunErrorEvent,
-    RunFinishedEvent,
-    RunStartedEvent,
-    StateDeltaEvent,
-    StateSnapshotEvent,
-    StepFinishedEvent,
-    StepStartedEvent,
-    SubagentErrorEvent,
-    SubagentFinishedEvent,
-    SubagentStartedEvent,
-    TextMessageChunkEvent,
-    TextMessageContentEvent,
-    TextMessageEndEvent,
-    TextMessageStartEvent,
-    ToolCallArgsEvent,
-    ToolCallChunkEvent,
-    ToolCallEndEvent,
-    ToolCallResultEvent,
-    ToolCallStartEvent,
-)
+from ag_ui import core as ag
 from pydantic import BaseModel
 
-from threadstore.codec.thinking import (
-    ThinkingEndEvent,
-    ThinkingStartEvent,
-    ThinkingTextMessageContentEvent,
-    ThinkingTextMessageEndEvent,
-    ThinkingTextMessageStartEvent,
-)
+from threadstore.codec import thinking
 from threadstore.fold import ConversationFold
 from threadstore.models import Chat, MessageCreate
 
 __all__ = ["CATEGORIES", "BuildHooks", "EventHandler", "PersisterConfig"]
 
 
-EventHandler = Callable[[ConversationFold, Chat, BaseEvent], Awaitable[None]]
+EventHandler = Callable[[ConversationFold, Chat, ag.BaseEvent], Awaitable[None]]
 """A storage agent's own handler of an event class, awaited instead of the default fold."""
 
 
@@ -84,7 +47,7 @@ class BuildHooks(Protocol):
     ) -> BaseModel: ...
 
     def message_update_fields(
-        self, state: ConversationFold, event: BaseEvent | None
+        self, state: ConversationFold, event: ag.BaseEvent | None
     ) -> dict[str, Any]: ...
 
 
@@ -108,39 +71,39 @@ class PersisterConfig:
         return float(min(self.retry_max_delay, self.retry_base_delay * 2.0**doublings))
 
 
-CATEGORIES: dict[str, tuple[type[BaseEvent], ...]] = {
-    "handle_run_lifecycle": (RunStartedEvent, RunFinishedEvent, RunErrorEvent),
-    "handle_step": (StepStartedEvent, StepFinishedEvent),
+CATEGORIES: dict[str, tuple[type[ag.BaseEvent], ...]] = {
+    "handle_run_lifecycle": (ag.RunStartedEvent, ag.RunFinishedEvent, ag.RunErrorEvent),
+    "handle_step": (ag.StepStartedEvent, ag.StepFinishedEvent),
     "handle_text_message": (
-        TextMessageStartEvent,
-        TextMessageContentEvent,
-        TextMessageEndEvent,
-        TextMessageChunkEvent,
+        ag.TextMessageStartEvent,
+        ag.TextMessageContentEvent,
+        ag.TextMessageEndEvent,
+        ag.TextMessageChunkEvent,
     ),
     "handle_tool_call": (
-        ToolCallStartEvent,
-        ToolCallArgsEvent,
-        ToolCallEndEvent,
-        ToolCallResultEvent,
-        ToolCallChunkEvent,
+        ag.ToolCallStartEvent,
+        ag.ToolCallArgsEvent,
+        ag.ToolCallEndEvent,
+        ag.ToolCallResultEvent,
+        ag.ToolCallChunkEvent,
     ),
     "handle_reasoning": (
-        ReasoningStartEvent,
-        ReasoningMessageStartEvent,
-        ReasoningMessageContentEvent,
-        ReasoningMessageEndEvent,
-        ReasoningMessageChunkEvent,
-        ReasoningEndEvent,
-        ReasoningEncryptedValueEvent,
-        ThinkingStartEvent,
-        ThinkingEndEvent,
-        ThinkingTextMessageStartEvent,
-        ThinkingTextMessageContentEvent,
-        ThinkingTextMessageEndEvent,
+        ag.ReasoningStartEvent,
+        ag.ReasoningMessageStartEvent,
+        ag.ReasoningMessageContentEvent,
+        ag.ReasoningMessageEndEvent,
+        ag.ReasoningMessageChunkEvent,
+        ag.ReasoningEndEvent,
+        ag.ReasoningEncryptedValueEvent,
+        thinking.ThinkingStartEvent,
+        thinking.ThinkingEndEvent,
+        thinking.ThinkingTextMessageStartEvent,
+        thinking.ThinkingTextMessageContentEvent,
+        thinking.ThinkingTextMessageEndEvent,
     ),
-    "handle_state": (StateSnapshotEvent, StateDeltaEvent),
-    "handle_messages_snapshot": (MessagesSnapshotEvent,),
-    "handle_activity": (ActivitySnapshotEvent, ActivityDeltaEvent),
-    "handle_subagent": (SubagentStartedEvent, SubagentFinishedEvent, SubagentErrorEvent),
+    "handle_state": (ag.StateSnapshotEvent, ag.StateDeltaEvent),
+    "handle_messages_snapshot": (ag.MessagesSnapshotEvent,),
+    "handle_activity": (ag.ActivitySnapshotEvent, ag.ActivityDeltaEvent),
+    "handle_subagent": (ag.SubagentStartedEvent, ag.SubagentFinishedEvent, ag.SubagentErrorEvent),
 }
 """The seed's category handlers and the event classes each one owns."""

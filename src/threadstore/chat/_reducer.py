@@ -13,35 +13,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 import jsonpatch
-from ag_ui.core import (
-    ActivityDeltaEvent,
-    ActivitySnapshotEvent,
-    BaseEvent,
-    CustomEvent,
-    ReasoningEncryptedValueEvent,
-    ReasoningEndEvent,
-    ReasoningMessageChunkEvent,
-    ReasoningMessageContentEvent,
-    ReasoningMessageEndEvent,
-    ReasoningMessageStartEvent,
-    ReasoningStartEvent,
-    RunErrorEvent,
-    RunFinishedEvent,
-    StepFinishedEvent,
-    StepStartedEvent,
-    SubagentErrorEvent,
-    SubagentFinishedEvent,
-    SubagentStartedEvent,
-    TextMessageChunkEvent,
-    TextMessageContentEvent,
-    TextMessageEndEvent,
-    TextMessageStartEvent,
-    ToolCallArgsEvent,
-    ToolCallChunkEvent,
-    ToolCallEndEvent,
-    ToolCallResultEvent,
-    ToolCallStartEvent,
-)
+from ag_ui import core as ag
 from pydantic import ValidationError
 
 from threadstore.chat._seal import closed_parts, seal_assistant_turn
@@ -91,7 +63,7 @@ def create_assistant_turn(id: str) -> AssistantTurn:
     return AssistantTurn(id)
 
 
-def apply_event(turn: AssistantTurn, event: BaseEvent) -> AssistantTurn:
+def apply_event(turn: AssistantTurn, event: ag.BaseEvent) -> AssistantTurn:
     """Fold ``event`` into ``turn`` and return the new turn; ``turn`` is unchanged.
 
     The event is read as the stream's one reading reads it (chunks and ``THINKING_*``
@@ -203,35 +175,39 @@ def _foreign(turn: AssistantTurn, message_id: str | None, role: str | None) -> A
     return turn.evolve(notes={**turn.notes, "foreign": foreign | {message_id}})
 
 
-def _text_start(turn: AssistantTurn, event: TextMessageStartEvent) -> AssistantTurn:
+def _text_start(turn: AssistantTurn, event: ag.TextMessageStartEvent) -> AssistantTurn:
     return _foreign(turn, event.message_id, event.role)
 
 
-def _text_content(turn: AssistantTurn, event: TextMessageContentEvent) -> AssistantTurn:
+def _text_content(turn: AssistantTurn, event: ag.TextMessageContentEvent) -> AssistantTurn:
     if event.message_id in turn.notes.get("foreign", ()):
         return turn.evolve()
     return _delta(turn, "text", event.message_id, event.delta)
 
 
-def _text_end(turn: AssistantTurn, event: TextMessageEndEvent) -> AssistantTurn:
+def _text_end(turn: AssistantTurn, event: ag.TextMessageEndEvent) -> AssistantTurn:
     return _seal_tail(turn, "text", event.message_id)
 
 
 # --- reasoning -----------------------------------------------------------------------
 
 
-def _reasoning_content(turn: AssistantTurn, event: ReasoningMessageContentEvent) -> AssistantTurn:
+def _reasoning_content(
+    turn: AssistantTurn, event: ag.ReasoningMessageContentEvent
+) -> AssistantTurn:
     return _delta(
         _noted_reasoning(turn, event.message_id), "reasoning", event.message_id, event.delta
     )
 
 
-def _reasoning_message_end(turn: AssistantTurn, event: ReasoningMessageEndEvent) -> AssistantTurn:
+def _reasoning_message_end(
+    turn: AssistantTurn, event: ag.ReasoningMessageEndEvent
+) -> AssistantTurn:
     return _seal_tail(turn, "reasoning", event.message_id)
 
 
 def _reasoning_end(turn: AssistantTurn, event: Any) -> AssistantTurn:
-    if isinstance(event, ReasoningEndEvent) and turn.notes.get("span") == event.message_id:
+    if isinstance(event, ag.ReasoningEndEvent) and turn.notes.get("span") == event.message_id:
         turn = turn.evolve(notes={k: v for k, v in turn.notes.items() if k != "span"})
     return _seal_tail(turn, "reasoning")
 
@@ -245,12 +221,12 @@ def _noted_reasoning(turn: AssistantTurn, message_id: str | None) -> AssistantTu
 
 
 def _reasoning_message_start(
-    turn: AssistantTurn, event: ReasoningMessageStartEvent
+    turn: AssistantTurn, event: ag.ReasoningMessageStartEvent
 ) -> AssistantTurn:
     return _noted_reasoning(turn, event.message_id).evolve()
 
 
-def _reasoning_start(turn: AssistantTurn, event: ReasoningStartEvent) -> AssistantTurn:
+def _reasoning_start(turn: AssistantTurn, event: ag.ReasoningStartEvent) -> AssistantTurn:
     return turn.evolve(notes={**turn.notes, "span": event.message_id})
 
 
@@ -264,7 +240,7 @@ def _agent_wrote(turn: AssistantTurn) -> bool:
     return any(isinstance(part, TextPart | ReasoningPart) for part in chain_items(turn.part_chain))
 
 
-def _encrypted_value(turn: AssistantTurn, event: ReasoningEncryptedValueEvent) -> AssistantTurn:
+def _encrypted_value(turn: AssistantTurn, event: ag.ReasoningEncryptedValueEvent) -> AssistantTurn:
     if event.subtype == "message":
         entity = event.entity_id
         known = entity in turn.notes.get("reasoning_ids", ()) or entity == turn.notes.get("span")
@@ -300,7 +276,7 @@ def _open_call(
     )
 
 
-def _tool_start(turn: AssistantTurn, event: ToolCallStartEvent) -> AssistantTurn:
+def _tool_start(turn: AssistantTurn, event: ag.ToolCallStartEvent) -> AssistantTurn:
     call = turn.calls.get(event.tool_call_id)
     if call is None:
         return _open_call(turn, event.tool_call_id, event.tool_call_name, event.parent_message_id)
@@ -319,7 +295,7 @@ def _grow_args(turn: AssistantTurn, tool_call_id: str, delta: str) -> AssistantT
     return turn.evolve(args={**args, tool_call_id: (chain, delta)})
 
 
-def _tool_args(turn: AssistantTurn, event: ToolCallArgsEvent) -> AssistantTurn:
+def _tool_args(turn: AssistantTurn, event: ag.ToolCallArgsEvent) -> AssistantTurn:
     if event.tool_call_id not in turn.calls:
         turn = _open_call(turn, event.tool_call_id, "", None)
     return _grow_args(turn, event.tool_call_id, event.delta)
@@ -337,7 +313,7 @@ def _frozen_args(turn: AssistantTurn, call: UIToolCall) -> tuple[UIToolCall, dic
     ), args
 
 
-def _tool_end(turn: AssistantTurn, event: ToolCallEndEvent) -> AssistantTurn:
+def _tool_end(turn: AssistantTurn, event: ag.ToolCallEndEvent) -> AssistantTurn:
     call = turn.calls.get(event.tool_call_id)
     if call is None:
         return _warn(turn, f"TOOL_CALL_END for unknown tool call {event.tool_call_id!r} ignored")
@@ -347,7 +323,7 @@ def _tool_end(turn: AssistantTurn, event: ToolCallEndEvent) -> AssistantTurn:
     return _set_call(turn, call, args=args)
 
 
-def _tool_result(turn: AssistantTurn, event: ToolCallResultEvent) -> AssistantTurn:
+def _tool_result(turn: AssistantTurn, event: ag.ToolCallResultEvent) -> AssistantTurn:
     call = turn.calls.get(event.tool_call_id)
     if call is None:
         return _warn(turn, f"result for unknown tool call {event.tool_call_id!r} ignored")
@@ -364,7 +340,7 @@ def _tool_result(turn: AssistantTurn, event: ToolCallResultEvent) -> AssistantTu
 # --- steps, data and citations -------------------------------------------------------
 
 
-def _step_started(turn: AssistantTurn, event: StepStartedEvent) -> AssistantTurn:
+def _step_started(turn: AssistantTurn, event: ag.StepStartedEvent) -> AssistantTurn:
     number = turn.notes.get("steps", 0)
     step = StepInfo(step=number, name=event.step_name)
     part = StepStartPart(step=number, name=event.step_name)
@@ -376,7 +352,7 @@ def _step_started(turn: AssistantTurn, event: StepStartedEvent) -> AssistantTurn
     )
 
 
-def _step_finished(turn: AssistantTurn, event: StepFinishedEvent) -> AssistantTurn:
+def _step_finished(turn: AssistantTurn, event: ag.StepFinishedEvent) -> AssistantTurn:
     def open_step(step: StepInfo) -> bool:
         return step.name == event.step_name and not step.finished
 
@@ -426,7 +402,7 @@ def _cost(turn: AssistantTurn, value: Any) -> AssistantTurn:
     return turn.evolve(buckets=_buckets(turn, cost_usd=cost, cache_savings_usd=savings))
 
 
-def _custom(turn: AssistantTurn, event: CustomEvent) -> AssistantTurn:
+def _custom(turn: AssistantTurn, event: ag.CustomEvent) -> AssistantTurn:
     if event.name == USAGE_EVENT_NAME:
         turn = _cost(turn, event.value)
     channel = CHANNEL_EVENTS.get(event.name)
@@ -459,7 +435,7 @@ def _activity(turn: AssistantTurn, part: DataPart, old: DataPart | None) -> Assi
     return turn.evolve(notes={**turn.notes, "activities": activities})
 
 
-def _activity_snapshot(turn: AssistantTurn, event: ActivitySnapshotEvent) -> AssistantTurn:
+def _activity_snapshot(turn: AssistantTurn, event: ag.ActivitySnapshotEvent) -> AssistantTurn:
     old = turn.notes.get("activities", {}).get((event.activity_type, event.message_id))
     if event.replace is False and old is not None:
         return turn.evolve()
@@ -467,7 +443,7 @@ def _activity_snapshot(turn: AssistantTurn, event: ActivitySnapshotEvent) -> Ass
     return _activity(turn, part, old)
 
 
-def _activity_delta(turn: AssistantTurn, event: ActivityDeltaEvent) -> AssistantTurn:
+def _activity_delta(turn: AssistantTurn, event: ag.ActivityDeltaEvent) -> AssistantTurn:
     entry = turn.notes.get("activities", {}).get((event.activity_type, event.message_id))
     if entry is None:
         return _warn(turn, f"ACTIVITY_DELTA for unknown activity {event.message_id!r} ignored")
@@ -488,11 +464,11 @@ def _sealed_all(turn: AssistantTurn) -> AssistantTurn:
     return sealed if sealed is not turn else turn.evolve()
 
 
-def _usage(event: RunFinishedEvent | RunErrorEvent) -> dict[str, Any]:
+def _usage(event: ag.RunFinishedEvent | ag.RunErrorEvent) -> dict[str, Any]:
     return {"usage": tuple(wire_json(u) for u in event.usage)} if event.usage else {}
 
 
-def _run_finished(turn: AssistantTurn, event: RunFinishedEvent) -> AssistantTurn:
+def _run_finished(turn: AssistantTurn, event: ag.RunFinishedEvent) -> AssistantTurn:
     turn = _sealed_all(turn)
     outcome = event.outcome
     reason = outcome.type if outcome is not None else "success"
@@ -500,7 +476,7 @@ def _run_finished(turn: AssistantTurn, event: RunFinishedEvent) -> AssistantTurn
         # A run that ended well ended its calls' arguments too, as the store records them.
         for call in list(turn.calls.values()):
             if call.run_state == "input-streaming":
-                turn = _tool_end(turn, ToolCallEndEvent(tool_call_id=call.tool_call_id))
+                turn = _tool_end(turn, ag.ToolCallEndEvent(tool_call_id=call.tool_call_id))
     items: dict[str, Any] = {"finish_reason": reason, **_usage(event)}
     if event.result is not None:
         items["result"] = event.result
@@ -519,7 +495,7 @@ def _run_finished(turn: AssistantTurn, event: RunFinishedEvent) -> AssistantTurn
     return turn.evolve(calls=calls, buckets=_buckets(turn, **items))
 
 
-def _run_error(turn: AssistantTurn, event: RunErrorEvent) -> AssistantTurn:
+def _run_error(turn: AssistantTurn, event: ag.RunErrorEvent) -> AssistantTurn:
     turn = _sealed_all(turn)
     # A call still streaming its arguments failed with the run, as the store records it.
     for call in list(turn.calls.values()):
@@ -556,7 +532,7 @@ def _in_frame(turn: AssistantTurn, subagent_run_id: str, event: Any) -> Assistan
     return _with_frame(turn, frame.with_turn(_fold(frame.turn, event)))
 
 
-def _subagent_started(turn: AssistantTurn, event: SubagentStartedEvent) -> AssistantTurn:
+def _subagent_started(turn: AssistantTurn, event: ag.SubagentStartedEvent) -> AssistantTurn:
     parent = turn.frames.get(event.parent_subagent_run_id or "")
     path = (*parent.agent_path, event.name) if parent is not None else (event.name,)
     frame = _frame(turn, event.subagent_run_id)
@@ -566,7 +542,7 @@ def _subagent_started(turn: AssistantTurn, event: SubagentStartedEvent) -> Assis
     return _with_frame(turn, opened)
 
 
-def _subagent_finished(turn: AssistantTurn, event: SubagentFinishedEvent) -> AssistantTurn:
+def _subagent_finished(turn: AssistantTurn, event: ag.SubagentFinishedEvent) -> AssistantTurn:
     frame = _frame(turn, event.subagent_run_id)
     child = seal_assistant_turn(frame.turn)
     items: dict[str, Any] = {"finish_reason": event.outcome.type if event.outcome else "success"}
@@ -575,7 +551,7 @@ def _subagent_finished(turn: AssistantTurn, event: SubagentFinishedEvent) -> Ass
     return _with_frame(turn, frame.with_turn(child.evolve(buckets=_buckets(child, **items))))
 
 
-def _subagent_error(turn: AssistantTurn, event: SubagentErrorEvent) -> AssistantTurn:
+def _subagent_error(turn: AssistantTurn, event: ag.SubagentErrorEvent) -> AssistantTurn:
     frame = _frame(turn, event.subagent_run_id)
     child = seal_assistant_turn(frame.turn)
     error = TurnError(message=event.message, code=event.code)
@@ -610,13 +586,13 @@ _HANDLERS_BY_NAME: dict[str, Handler] = {
 """Every rule, by the event's wire type (explicit events only: see ``apply_event``)."""
 
 _HANDLERS: dict[type, Handler] = {
-    TextMessageContentEvent: _text_content,
-    TextMessageChunkEvent: _text_content,
-    ToolCallArgsEvent: _tool_args,
-    ToolCallChunkEvent: _tool_args,
-    ReasoningMessageContentEvent: _reasoning_content,
-    ReasoningMessageChunkEvent: _reasoning_content,
-    ReasoningEndEvent: _reasoning_end,
+    ag.TextMessageContentEvent: _text_content,
+    ag.TextMessageChunkEvent: _text_content,
+    ag.ToolCallArgsEvent: _tool_args,
+    ag.ToolCallChunkEvent: _tool_args,
+    ag.ReasoningMessageContentEvent: _reasoning_content,
+    ag.ReasoningMessageChunkEvent: _reasoning_content,
+    ag.ReasoningEndEvent: _reasoning_end,
 }
 """The delta events by exact class: most of a stream, looked up without its type name."""
 

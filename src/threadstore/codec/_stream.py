@@ -21,31 +21,9 @@ from dataclasses import dataclass, replace
 from enum import Enum, StrEnum
 from typing import Any
 
-from ag_ui.core import (
-    BaseEvent,
-    ReasoningMessageChunkEvent,
-    ReasoningMessageContentEvent,
-    ReasoningMessageEndEvent,
-    ReasoningMessageStartEvent,
-    RunStartedEvent,
-    TextMessageChunkEvent,
-    TextMessageContentEvent,
-    TextMessageEndEvent,
-    TextMessageStartEvent,
-    ToolCallArgsEvent,
-    ToolCallChunkEvent,
-    ToolCallEndEvent,
-    ToolCallStartEvent,
-)
+from ag_ui import core as ag
 
-from threadstore.codec.thinking import (
-    ThinkingEndEvent,
-    ThinkingStartEvent,
-    ThinkingTextMessageContentEvent,
-    ThinkingTextMessageEndEvent,
-    ThinkingTextMessageStartEvent,
-    to_reasoning_event,
-)
+from threadstore.codec import thinking
 
 __all__ = ["READING", "Act", "Element", "StreamReader", "event_kind"]
 
@@ -133,7 +111,7 @@ run, or names none, comes through as the explicit events it stands for. ``RAW`` 
 types not listed concern nothing of the conversation."""
 
 
-def event_kind(event: BaseEvent) -> str:
+def event_kind(event: ag.BaseEvent) -> str:
     """An event's wire type (``"TEXT_MESSAGE_START"``...), whether an enum or a string."""
     kind: Any = event.type
     return str(kind.value) if isinstance(kind, Enum) else str(kind)
@@ -169,7 +147,7 @@ class StreamReader:
     warning: str | None = None
     """What was wrong with the event just read (a chunk that names nothing), if anything."""
 
-    def passes(self, event: BaseEvent) -> bool:
+    def passes(self, event: ag.BaseEvent) -> bool:
         """Whether ``event`` reads as itself and leaves the reader as it is: most events,
         and a chunk that continues the only run open. :meth:`read` is its oracle."""
         kind = type(event)
@@ -187,7 +165,7 @@ class StreamReader:
             and sum(open_ is not None for open_ in self.chunks) == 1
         )
 
-    def read(self, event: BaseEvent) -> tuple[StreamReader, tuple[BaseEvent, ...]]:
+    def read(self, event: ag.BaseEvent) -> tuple[StreamReader, tuple[ag.BaseEvent, ...]]:
         """The events ``event`` stands for (:data:`READING`), and the reader after it."""
         if self.warning is not None:
             self = replace(self, warning=None)
@@ -195,16 +173,16 @@ class StreamReader:
         if rewrite is not None:
             return rewrite(self, event)
         if self.chunks is _NOTHING_OPEN or event_kind(event) not in READING:
-            if type(event) is RunStartedEvent:
+            if type(event) is ag.RunStartedEvent:
                 return StreamReader(event.run_id), (event,)
             return self, (event,)
         # Any other event of the conversation ends the chunk runs.
         reader, ends = self.close()
-        if type(event) is RunStartedEvent:
+        if type(event) is ag.RunStartedEvent:
             reader = StreamReader(event.run_id)
         return reader, (*ends, event)
 
-    def close(self) -> tuple[StreamReader, tuple[BaseEvent, ...]]:
+    def close(self) -> tuple[StreamReader, tuple[ag.BaseEvent, ...]]:
         """The ends of the chunk runs still open (the stream ended), and the reader after."""
         if self.chunks is _NOTHING_OPEN:
             return self, ()
@@ -221,7 +199,7 @@ class StreamReader:
 
     # --- chunks ----------------------------------------------------------------------
 
-    def _chunk(self, event: Any) -> tuple[StreamReader, tuple[BaseEvent, ...]]:
+    def _chunk(self, event: Any) -> tuple[StreamReader, tuple[ag.BaseEvent, ...]]:
         """A chunk: the delta of the run it continues, or the start of a run (ending the
         one open); either way every run of other chunks ends."""
         slot, field, what = _CHUNKS[type(event)]
@@ -249,7 +227,7 @@ class StreamReader:
         out = (*out, _START[slot](named, event))
         return reader, (*out, _DELTA[slot](named, event)) if event.delta else out
 
-    def _closed_but(self, slot: int) -> tuple[StreamReader, tuple[BaseEvent, ...]]:
+    def _closed_but(self, slot: int) -> tuple[StreamReader, tuple[ag.BaseEvent, ...]]:
         """The reader with every chunk run but ``slot``'s ended, and their ends."""
         if all(open_ is None for i, open_ in enumerate(self.chunks) if i != slot):
             return self, ()
@@ -263,26 +241,29 @@ class StreamReader:
 
     # --- THINKING_* ------------------------------------------------------------------
 
-    def _thinking(self, event: Any) -> tuple[StreamReader, tuple[BaseEvent, ...]]:
+    def _thinking(self, event: Any) -> tuple[StreamReader, tuple[ag.BaseEvent, ...]]:
         reader, ends = self.close()
         kind = type(event)
-        if kind is ThinkingStartEvent:
+        if kind is thinking.ThinkingStartEvent:
             reader, span = reader._made_up("thinking")
             reader = replace(reader, thinking_span=span)
-            return reader, (*ends, to_reasoning_event(event, span))
-        if kind is ThinkingEndEvent:
+            return reader, (*ends, thinking.to_reasoning_event(event, span))
+        if kind is thinking.ThinkingEndEvent:
             if reader.thinking_span is None:
                 reader, span = reader._made_up("thinking")
             else:
                 span = reader.thinking_span
-            return replace(reader, thinking_span=None), (*ends, to_reasoning_event(event, span))
-        if reader.thinking_message is None or kind is ThinkingTextMessageStartEvent:
+            return replace(reader, thinking_span=None), (
+                *ends,
+                thinking.to_reasoning_event(event, span),
+            )
+        if reader.thinking_message is None or kind is thinking.ThinkingTextMessageStartEvent:
             reader, message_id = reader._made_up("thinking")
         else:
             message_id = reader.thinking_message
-        ending = kind is ThinkingTextMessageEndEvent
+        ending = kind is thinking.ThinkingTextMessageEndEvent
         reader = replace(reader, thinking_message=None if ending else message_id)
-        return reader, (*ends, to_reasoning_event(event, message_id))
+        return reader, (*ends, thinking.to_reasoning_event(event, message_id))
 
 
 def _carried(event: Any) -> dict[str, Any]:
@@ -295,13 +276,13 @@ def _carried(event: Any) -> dict[str, Any]:
     }
 
 
-def _text_start(message_id: str, chunk: Any) -> BaseEvent:
+def _text_start(message_id: str, chunk: Any) -> ag.BaseEvent:
     role, name = chunk.role or "assistant", chunk.name
-    return TextMessageStartEvent(message_id=message_id, role=role, name=name, **_carried(chunk))
+    return ag.TextMessageStartEvent(message_id=message_id, role=role, name=name, **_carried(chunk))
 
 
-def _tool_start(tool_call_id: str, chunk: Any) -> BaseEvent:
-    return ToolCallStartEvent(
+def _tool_start(tool_call_id: str, chunk: Any) -> ag.BaseEvent:
+    return ag.ToolCallStartEvent(
         tool_call_id=tool_call_id,
         tool_call_name=chunk.tool_call_name or "",
         parent_message_id=chunk.parent_message_id,
@@ -309,38 +290,40 @@ def _tool_start(tool_call_id: str, chunk: Any) -> BaseEvent:
     )
 
 
-def _reasoning_start(message_id: str, chunk: Any) -> BaseEvent:
-    return ReasoningMessageStartEvent(message_id=message_id, **_carried(chunk))
+def _reasoning_start(message_id: str, chunk: Any) -> ag.BaseEvent:
+    return ag.ReasoningMessageStartEvent(message_id=message_id, **_carried(chunk))
 
 
-def _text_delta(message_id: str, chunk: Any) -> BaseEvent:
-    return TextMessageContentEvent(message_id=message_id, delta=chunk.delta, **_carried(chunk))
+def _text_delta(message_id: str, chunk: Any) -> ag.BaseEvent:
+    return ag.TextMessageContentEvent(message_id=message_id, delta=chunk.delta, **_carried(chunk))
 
 
-def _tool_delta(tool_call_id: str, chunk: Any) -> BaseEvent:
-    return ToolCallArgsEvent(tool_call_id=tool_call_id, delta=chunk.delta, **_carried(chunk))
+def _tool_delta(tool_call_id: str, chunk: Any) -> ag.BaseEvent:
+    return ag.ToolCallArgsEvent(tool_call_id=tool_call_id, delta=chunk.delta, **_carried(chunk))
 
 
-def _reasoning_delta(message_id: str, chunk: Any) -> BaseEvent:
-    return ReasoningMessageContentEvent(message_id=message_id, delta=chunk.delta, **_carried(chunk))
+def _reasoning_delta(message_id: str, chunk: Any) -> ag.BaseEvent:
+    return ag.ReasoningMessageContentEvent(
+        message_id=message_id, delta=chunk.delta, **_carried(chunk)
+    )
 
 
-def _text_end(message_id: str, subagent_run_id: str | None) -> BaseEvent:
-    return TextMessageEndEvent(message_id=message_id, subagent_run_id=subagent_run_id)
+def _text_end(message_id: str, subagent_run_id: str | None) -> ag.BaseEvent:
+    return ag.TextMessageEndEvent(message_id=message_id, subagent_run_id=subagent_run_id)
 
 
-def _tool_end(tool_call_id: str, subagent_run_id: str | None) -> BaseEvent:
-    return ToolCallEndEvent(tool_call_id=tool_call_id, subagent_run_id=subagent_run_id)
+def _tool_end(tool_call_id: str, subagent_run_id: str | None) -> ag.BaseEvent:
+    return ag.ToolCallEndEvent(tool_call_id=tool_call_id, subagent_run_id=subagent_run_id)
 
 
-def _reasoning_end(message_id: str, subagent_run_id: str | None) -> BaseEvent:
-    return ReasoningMessageEndEvent(message_id=message_id, subagent_run_id=subagent_run_id)
+def _reasoning_end(message_id: str, subagent_run_id: str | None) -> ag.BaseEvent:
+    return ag.ReasoningMessageEndEvent(message_id=message_id, subagent_run_id=subagent_run_id)
 
 
 _CHUNKS: dict[type, tuple[int, str, str]] = {
-    TextMessageChunkEvent: (0, "message_id", "text"),
-    ToolCallChunkEvent: (1, "tool_call_id", "tool"),
-    ReasoningMessageChunkEvent: (2, "message_id", "reasoning"),
+    ag.TextMessageChunkEvent: (0, "message_id", "text"),
+    ag.ToolCallChunkEvent: (1, "tool_call_id", "tool"),
+    ag.ReasoningMessageChunkEvent: (2, "message_id", "reasoning"),
 }
 """Each chunk event's slot in :attr:`StreamReader.chunks`, the field naming its run, and
 the word for it in ids made up."""
@@ -351,17 +334,19 @@ _ENDS = (_text_end, _tool_end, _reasoning_end)
 """How each kind of chunk run starts, grows and ends, in slot order."""
 
 
-_REWRITES: dict[type, Callable[[StreamReader, Any], tuple[StreamReader, tuple[BaseEvent, ...]]]] = {
-    TextMessageChunkEvent: StreamReader._chunk,
-    ToolCallChunkEvent: StreamReader._chunk,
-    ReasoningMessageChunkEvent: StreamReader._chunk,
-    ThinkingStartEvent: StreamReader._thinking,
-    ThinkingEndEvent: StreamReader._thinking,
-    ThinkingTextMessageStartEvent: StreamReader._thinking,
-    ThinkingTextMessageContentEvent: StreamReader._thinking,
-    ThinkingTextMessageEndEvent: StreamReader._thinking,
+_REWRITES: dict[
+    type, Callable[[StreamReader, Any], tuple[StreamReader, tuple[ag.BaseEvent, ...]]]
+] = {
+    ag.TextMessageChunkEvent: StreamReader._chunk,
+    ag.ToolCallChunkEvent: StreamReader._chunk,
+    ag.ReasoningMessageChunkEvent: StreamReader._chunk,
+    thinking.ThinkingStartEvent: StreamReader._thinking,
+    thinking.ThinkingEndEvent: StreamReader._thinking,
+    thinking.ThinkingTextMessageStartEvent: StreamReader._thinking,
+    thinking.ThinkingTextMessageContentEvent: StreamReader._thinking,
+    thinking.ThinkingTextMessageEndEvent: StreamReader._thinking,
 }
 """The events written another way, and how each is rewritten."""
 
-_READ = frozenset((*_REWRITES, RunStartedEvent))
+_READ = frozenset((*_REWRITES, ag.RunStartedEvent))
 """The events whose reading depends on, or changes, the reader whatever it holds."""

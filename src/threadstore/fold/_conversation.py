@@ -10,17 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
-from ag_ui.core import (
-    BaseEvent,
-    RunErrorEvent,
-    RunFinishedEvent,
-    RunStartedEvent,
-    StepFinishedEvent,
-    StepStartedEvent,
-    SubagentErrorEvent,
-    SubagentFinishedEvent,
-    SubagentStartedEvent,
-)
+from ag_ui import core as ag
 from pydantic import BaseModel
 
 from threadstore.codec import StreamReader, event_kind
@@ -81,7 +71,7 @@ class ConversationFold(SnapshotFolding, TextFolding, DocumentFolding):
         """The stream's one reading: chunks and THINKING_* events come to the handlers in
         their explicit form (``threadstore.codec.StreamReader``)."""
 
-    def apply(self, event: BaseEvent) -> bool:
+    def apply(self, event: ag.BaseEvent) -> bool:
         """Fold one event; True if it was a boundary (a record opened or closed, the run ended).
 
         The one fast path: a content delta for the record the previous event extended
@@ -104,13 +94,13 @@ class ConversationFold(SnapshotFolding, TextFolding, DocumentFolding):
         self._fast = None if self.has_changes else fast_target(self, event, self.reader)
         return boundary
 
-    def apply_reference(self, event: BaseEvent) -> bool:
+    def apply_reference(self, event: ag.BaseEvent) -> bool:
         """:meth:`apply` without its fast path: every event by its family's rules."""
         self._fast = None
         self.boundary = False
         self.current_event_timestamp = event.timestamp
         if self.reader.passes(event):
-            events: tuple[BaseEvent, ...] = (event,)
+            events: tuple[ag.BaseEvent, ...] = (event,)
         else:
             self.reader, events = self.reader.read(event)
             if self.reader.warning is not None:
@@ -134,7 +124,7 @@ class ConversationFold(SnapshotFolding, TextFolding, DocumentFolding):
 
     # --- the run, its steps and subagents ------------------------------------------------
 
-    def _on_run_started(self, event: RunStartedEvent) -> None:
+    def _on_run_started(self, event: ag.RunStartedEvent) -> None:
         if event.run_id != self.run.run_id:
             self.warn(f"RUN_STARTED names run {event.run_id!r}; folding into {self.run.run_id!r}")
         self.run.started = True
@@ -143,7 +133,7 @@ class ConversationFold(SnapshotFolding, TextFolding, DocumentFolding):
         if event.parent_run_id is not None:
             self.run.parent_run_id = event.parent_run_id
 
-    def _on_run_finished(self, event: RunFinishedEvent) -> None:
+    def _on_run_finished(self, event: ag.RunFinishedEvent) -> None:
         outcome = _dump(event.outcome)
         cancelled = isinstance(outcome, dict) and outcome.get("type") == "cancelled"
         status = MessageStatus.INTERRUPTED if cancelled else MessageStatus.COMPLETE
@@ -152,7 +142,7 @@ class ConversationFold(SnapshotFolding, TextFolding, DocumentFolding):
         summary = {"outcome": outcome, "usage": self.run.usage, "result": _dump(event.result)}
         self._end_run(status, "run_finished", summary)
 
-    def _on_run_error(self, event: RunErrorEvent) -> None:
+    def _on_run_error(self, event: ag.RunErrorEvent) -> None:
         self.run.error, self.run.error_code = event.message, event.code
         self.run.usage = _dump(event.usage)
         summary = {"message": event.message, "code": event.code, "usage": _dump(event.usage)}
@@ -169,19 +159,19 @@ class ConversationFold(SnapshotFolding, TextFolding, DocumentFolding):
         self.finish(status)
         self.mark_boundary()
 
-    def _on_step_started(self, event: StepStartedEvent) -> None:
+    def _on_step_started(self, event: ag.StepStartedEvent) -> None:
         self.steps.append(event.step_name)
         if getattr(event, "subagent_run_id", None) is None:
             self.add_step_part(event.step_name)
 
-    def _on_step_finished(self, event: StepFinishedEvent) -> None:
+    def _on_step_finished(self, event: ag.StepFinishedEvent) -> None:
         if event.step_name not in self.steps:
             self.warn(f"STEP_FINISHED for step {event.step_name!r} that was not started")
             return
         index = len(self.steps) - 1 - self.steps[::-1].index(event.step_name)
         del self.steps[index]
 
-    def _on_subagent_started(self, event: SubagentStartedEvent) -> None:
+    def _on_subagent_started(self, event: ag.SubagentStartedEvent) -> None:
         info = {"name": event.name, "description": event.description}
         self.subagents[event.subagent_run_id] = info
         call = self.tool_call(event.parent_tool_call_id) if event.parent_tool_call_id else None
@@ -196,11 +186,11 @@ class ConversationFold(SnapshotFolding, TextFolding, DocumentFolding):
             if r.owned and r.in_progress and r.subagent_run_id == subagent_run_id
         ]
 
-    def _on_subagent_finished(self, event: SubagentFinishedEvent) -> None:
+    def _on_subagent_finished(self, event: ag.SubagentFinishedEvent) -> None:
         for record in self._subagent_records(event.subagent_run_id):
             self.close(record)
 
-    def _on_subagent_error(self, event: SubagentErrorEvent) -> None:
+    def _on_subagent_error(self, event: ag.SubagentErrorEvent) -> None:
         error = {k: v for k, v in {"message": event.message, "code": event.code}.items() if v}
         for record in self._subagent_records(event.subagent_run_id):
             record.metadata["subagent_error"] = error
