@@ -7,20 +7,19 @@ the run as a whole: RUN_* lifecycle, steps and subagents.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from ag_ui import core as ag
 from pydantic import BaseModel
 
-from threadstore.codec import StreamReader, event_kind
+from threadstore.codec import event_kind
 from threadstore.fold._documents import DocumentFolding
 from threadstore.fold._fast import fast_target
-from threadstore.fold._history import StoredFacts
 from threadstore.fold._records import FoldRecord
 from threadstore.fold._snapshot import SnapshotFolding
 from threadstore.fold._text import TextFolding
-from threadstore.models import Message, MessageStatus, RunStatus
+from threadstore.models import MessageStatus, RunStatus
 
 __all__ = ["ConversationFold", "StorageState"]
 
@@ -48,28 +47,6 @@ class ConversationFold(SnapshotFolding, TextFolding, DocumentFolding):
     AG-UI state the run starts from. :meth:`apply` folds one event and says whether it
     was a boundary; :meth:`apply_reference` is the same without its fast path.
     """
-
-    def __init__(
-        self,
-        run_id: str,
-        *,
-        thread_id: str | None = None,
-        parent_run_id: str | None = None,
-        history: Sequence[Message] = (),
-        state: Any = None,
-        facts: StoredFacts | None = None,
-    ) -> None:
-        super().__init__(
-            run_id,
-            thread_id=thread_id,
-            parent_run_id=parent_run_id,
-            history=history,
-            state=state,
-            facts=facts,
-        )
-        self.reader = StreamReader(run_id)
-        """The stream's one reading: chunks and THINKING_* events come to the handlers in
-        their explicit form (``threadstore.codec.StreamReader``)."""
 
     def apply(self, event: ag.BaseEvent) -> bool:
         """Fold one event; True if it was a boundary (a record opened or closed, the run ended).

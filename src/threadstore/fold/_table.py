@@ -15,6 +15,7 @@ from typing import Any
 
 from ag_ui.core import BaseEvent
 
+from threadstore.codec import StreamReader
 from threadstore.fold._fast import FastTarget
 from threadstore.fold._history import HistoryIndex, IdsAdded, StoredFacts
 from threadstore.fold._records import Changes, FoldRecord, RecordKind, RunInfo
@@ -46,6 +47,9 @@ class RecordTable:
         facts: StoredFacts | None = None,
     ) -> None:
         self.run = RunInfo(run_id=run_id, thread_id=thread_id, parent_run_id=parent_run_id)
+        self.reader = StreamReader(run_id)
+        """The stream's one reading: chunks and THINKING_* events come to the handlers in
+        their explicit form (``threadstore.codec.StreamReader``)."""
         self.records: dict[str, FoldRecord] = {}
         self.state: Any = copy.deepcopy(state)
         self.state_version = 0

@@ -10,7 +10,7 @@ method-name strings.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any, ClassVar
 from uuid import UUID
@@ -285,25 +285,8 @@ records changed.
 
 
 async def apply_to(repo: Any, write: Write) -> None:
-    """Apply ``write`` through ``repo``'s method of the same name (any conforming repository)."""
-    match write:
-        case CreateMessage(data):
-            await repo.create_message(data)
-        case UpdateMessage(message_uuid, update):
-            await repo.update_message(message_uuid, update)
-        case CreateToolCall(data):
-            await repo.create_message_tool_call(data)
-        case UpdateToolCall(uuid, update):
-            await repo.update_message_tool_call(uuid, update)
-        case CreateReasoning(data):
-            await repo.create_message_reasoning(data)
-        case UpdateReasoning(uuid, update):
-            await repo.update_message_reasoning(uuid, update)
-        case RenameChat(chat_uuid, name):
-            await repo.update_chat_name(chat_uuid, name)
-        case UpdateChatState(chat_uuid, state):
-            await repo.update_chat_state(chat_uuid, state)
-        case FinishRun(chat_uuid, run_id, status, error):
-            await repo.finish_run(chat_uuid, run_id, status, error)
-        case FinalizeRunRecords(chat_uuid, run_id, status):
-            await repo.finalize_run_records(chat_uuid, run_id, status)
+    """Apply ``write`` through ``repo``'s method of the same name (any conforming repository).
+
+    Each write's fields are that method's arguments, in order.
+    """
+    await getattr(repo, write.method)(*(getattr(write, f.name) for f in fields(write)))
