@@ -195,16 +195,20 @@ class RowLoader:
             _trusted_loader(model, self.columns) if model is base and not codec.names else None
         )
 
-    def load(self, rows: Iterable[Sequence[Any]]) -> list[Any]:
-        """Build one model per row; a row that cannot be read raises :class:`CorruptRecordError`."""
+    def load(self, rows: Iterable[Sequence[Any]], memo: dict[Any, Any] | None = None) -> list[Any]:
+        """Build one model per row; a row that cannot be read raises :class:`CorruptRecordError`.
+
+        ``memo``: ids and times parsed already, by their text (shared by the loads of one
+        history, where children repeat their message's id).
+        """
         try:
-            return self._load(rows)
+            return self._load(rows, {} if memo is None else memo)
         except (ValueError, TypeError, KeyError) as exc:  # JSON, validation, unknown enum value
             raise self._corrupt(rows, exc) from exc
 
-    def _load(self, rows: Iterable[Sequence[Any]]) -> list[Any]:
+    def _load(self, rows: Iterable[Sequence[Any]], memo: dict[Any, Any]) -> list[Any]:
         if self._trusted is not None:
-            return self._trusted(rows, {})
+            return self._trusted(rows, memo)
         built: list[Any] = self._adapter.validate_python([self._record(row) for row in rows])
         return built
 
@@ -213,7 +217,7 @@ class RowLoader:
         bad: Sequence[Any] | None = None
         for row in rows if isinstance(rows, Sequence) else ():
             try:
-                self._load([row])
+                self._load([row], {})
             except (ValueError, TypeError, KeyError):
                 bad = row
                 break
@@ -332,11 +336,14 @@ class EntryLoader:
 
     def build(self, entries: Sequence[tuple[Any, ...]]) -> list[Message]:
         """New models of ``entries``, one message per entry, with its children attached."""
-        messages: list[Message] = self.messages.load([entry[0] for entry in entries])
+        memo: dict[Any, Any] = {}
+        messages: list[Message] = self.messages.load([entry[0] for entry in entries], memo)
         tools = [row for entry in entries for row in entry[1]]
         steps = [row for entry in entries for row in entry[2]]
         if tools or steps:
-            attach_children(messages, self.tool_calls.load(tools), self.reasonings.load(steps))
+            attach_children(
+                messages, self.tool_calls.load(tools, memo), self.reasonings.load(steps, memo)
+            )
         return messages
 
 
