@@ -41,7 +41,6 @@ from threadstore.errors import ConflictError, InvalidInputError, LimitExceededEr
 from threadstore.models import (
     FORMAT_VERSION,
     Chat,
-    ChatCreate,
     Message,
     Reasoning,
     Role,
@@ -49,7 +48,13 @@ from threadstore.models import (
     ToolCall,
     utcnow,
 )
-from threadstore.store import Store, message_create, reasoning_create, tool_call_create
+from threadstore.store import (
+    Store,
+    chat_create,
+    message_create,
+    reasoning_create,
+    tool_call_create,
+)
 
 __all__ = [
     "EXPORT_FORMAT",
@@ -229,19 +234,7 @@ async def import_chat(
             raise ConflictError(
                 f"a chat with thread id {thread!r} already exists; import it under another id"
             )
-        chat = await store.create_chat(
-            ChatCreate(
-                user_uuid=user_uuid,
-                thread_id=thread,
-                name=source.name,
-                tenant_id=source.tenant_id,
-                app_id=source.app_id,
-                forked_from_chat_uuid=source.forked_from_chat_uuid,
-                forked_from_message_uuid=source.forked_from_message_uuid,
-                state=source.state,
-                metadata=source.metadata,
-            )
-        )
+        chat = await store.create_chat(chat_create(source, user_uuid=user_uuid, thread_id=thread))
         roots = set(document.roots or ())
         new_uuids: dict[UUID, UUID] = {}  # exported message uuid -> imported one
         new_seqs: dict[UUID, int] = {}

@@ -25,7 +25,12 @@ from threadstore.store._contract import (
     RunRepositoryLike,
     capabilities_of,
 )
-from threadstore.store._copies import message_create, reasoning_create, tool_call_create
+from threadstore.store._copies import (
+    chat_create,
+    message_create,
+    reasoning_create,
+    tool_call_create,
+)
 from threadstore.store._groups import SWEEP_BATCH
 from threadstore.store._history import Derivation, HistoryView
 from threadstore.store._queries import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, Siblings, TreeNode
@@ -52,6 +57,7 @@ __all__ = [
     "TreeNode",
     "Write",
     "capabilities_of",
+    "chat_create",
     "create_store",
     "message_create",
     "open_store",

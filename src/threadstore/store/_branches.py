@@ -24,12 +24,11 @@ from threadstore.lifecycle import (
 )
 from threadstore.models import (
     Chat,
-    ChatCreate,
     Message,
     MessageCreate,
     Summary,
 )
-from threadstore.store._copies import copy_message
+from threadstore.store._copies import chat_create, copy_message
 from threadstore.store._lifecycle import LifecycleBackend
 from threadstore.store._queries import (
     Siblings,
@@ -199,16 +198,12 @@ class Branches:
             if await self._store.get_chat_by_thread_id(owner, thread) is not None:
                 raise ConflictError(f"a chat with thread id {thread!r} already exists")
             fork = await self._store.create_chat(
-                ChatCreate(
+                chat_create(
+                    source,
                     user_uuid=owner,
                     thread_id=thread,
-                    name=source.name,
-                    tenant_id=source.tenant_id,
-                    app_id=source.app_id,
                     forked_from_chat_uuid=chat_uuid,
                     forked_from_message_uuid=at_message_uuid,
-                    state=source.state,
-                    metadata=source.metadata,
                 )
             )
             parent: UUID | None = None

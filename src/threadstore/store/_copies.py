@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import functools
 from typing import TYPE_CHECKING, Any, TypeVar
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from pydantic import BaseModel
 
 from threadstore.models import (
+    Chat,
+    ChatCreate,
     Message,
     MessageCreate,
     MessageReasoningCreate,
@@ -25,7 +27,13 @@ from threadstore.models import (
 if TYPE_CHECKING:
     from threadstore.store._base import Store
 
-__all__ = ["copy_message", "message_create", "reasoning_create", "tool_call_create"]
+__all__ = [
+    "chat_create",
+    "copy_message",
+    "message_create",
+    "reasoning_create",
+    "tool_call_create",
+]
 
 
 _FRESH = frozenset({"uuid", "message_uuid"})
@@ -44,6 +52,11 @@ def _kept_fields(record_type: type[BaseModel], create_type: type[BaseModel]) -> 
 def _create_of(record: BaseModel, create_type: type[_R], **placed: Any) -> _R:
     fields = {name: getattr(record, name) for name in _kept_fields(type(record), create_type)}
     return create_type(**(fields | placed))
+
+
+def chat_create(chat: Chat, **placed: Any) -> ChatCreate:
+    """The create of a copy of ``chat`` under a new uuid, with the fields ``placed``."""
+    return _create_of(chat, ChatCreate, chat_uuid=uuid4(), **placed)
 
 
 def message_create(message: Message, chat_uuid: UUID, parent_uuid: UUID | None) -> MessageCreate:
