@@ -15,8 +15,11 @@ a day. Then, on one event loop:
   something else: the loop thread's own CPU time in that gap is beside it);
 
 and reports the TTFE p50/p99 without and during the sweep, their ratio, the longest
-stall, and what the sweep deleted. The bars: stall at most 20 ms, p99 during at most 1.2x
-without. ``--backend`` sqlite, postgres or both (``--url`` or
+stall (and the longest collection of the cyclic collector within the sweep, which
+stops the loop whatever it runs), and what the sweep deleted. The bars: stall at most
+20 ms, p99 during at most 1.2x without. ``--freeze`` first moves the start-up heap out of
+the collector's generations, as ``threadstore serve`` does before it serves (and sweeps).
+``--backend`` sqlite, postgres or both (``--url`` or
 ``THREADSTORE_TEST_POSTGRES_URL``: a temporary database is made on that server).
 Figures: docs/benchmarks.md, "Retention".
 """
@@ -25,12 +28,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -156,7 +161,8 @@ async def measure(url: str, chats: int, messages: int, expired: int, burst: int)
             during.extend(await bursts(store, burst, sweep.done))
             await sweep
 
-        took, stall, stall_cpu = await longest_stall(work)
+        with collections() as pauses:
+            took, stall, stall_cpu = await longest_stall(work)
         report = sweep.result()
     finally:
         await store.close()
@@ -164,7 +170,8 @@ async def measure(url: str, chats: int, messages: int, expired: int, burst: int)
     print(
         f"  sweep: {report.chats:,} chats, {report.messages:,} messages deleted in {took:.1f} s;"
         f" longest loop stall {stall * 1000:.1f} ms (the loop's own CPU in it:"
-        f" {stall_cpu * 1000:.1f} ms)"
+        f" {stall_cpu * 1000:.1f} ms); longest collection in it {max(pauses, default=0) * 1000:.1f}"
+        f" ms ({len(pauses)} full collections)"
     )
     print(
         f"  TTFE without the sweep: p50 {statistics.median(calm) * 1000:.1f} ms,"
@@ -174,6 +181,27 @@ async def measure(url: str, chats: int, messages: int, expired: int, burst: int)
         f"  TTFE during the sweep:  p50 {statistics.median(during) * 1000:.1f} ms,"
         f" p99 {p99[1] * 1000:.1f} ms ({len(during)} runs); p99 ratio {p99[1] / p99[0]:.2f}x"
     )
+
+
+@contextmanager
+def collections() -> Iterator[list[float]]:
+    """The seconds of each full (oldest generation) collection while the block runs."""
+    pauses: list[float] = []
+    started = [0.0]
+
+    def note(phase: str, info: dict[str, int]) -> None:
+        if info["generation"] != 2:
+            return
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            pauses.append(time.perf_counter() - started[0])
+
+    gc.callbacks.append(note)
+    try:
+        yield pauses
+    finally:
+        gc.callbacks.remove(note)
 
 
 def _rounds(count: int) -> Any:
@@ -194,9 +222,17 @@ async def main() -> None:
     parser.add_argument("--burst", type=int, default=8)
     parser.add_argument("--backend", choices=("sqlite", "postgres", "both"), default="both")
     parser.add_argument("--url", default=os.environ.get("THREADSTORE_TEST_POSTGRES_URL"))
+    parser.add_argument(
+        "--freeze",
+        action="store_true",
+        help="gc.freeze() the process's start-up heap first, as `threadstore serve` does.",
+    )
     args = parser.parse_args()
     expired = int(args.chats * args.expired)
-    print(machine_line())
+    if args.freeze:
+        gc.collect()
+        gc.freeze()
+    print(machine_line() + ("; start-up heap frozen" if args.freeze else ""))
     if args.backend in ("sqlite", "both"):
         print("SQLite")
         with tempfile.TemporaryDirectory() as folder:
