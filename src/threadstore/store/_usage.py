@@ -9,7 +9,6 @@ reported, whatever order they are added in.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
 from datetime import UTC, datetime, time
 from typing import TYPE_CHECKING
 from uuid import UUID
@@ -37,14 +36,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "NANO",
-    "SELECT_USAGE",
-    "USAGE_COLUMNS",
     "USAGE_COUNTS",
-    "USAGE_SUMS",
     "Usage",
     "UsageBackend",
     "nanos",
-    "upsert_usage",
     "usd",
 ]
 
@@ -57,44 +52,6 @@ _GROUPINGS = ("chat", "user", "day")
 
 USAGE_COUNTS = ("input_tokens", "output_tokens", "reasoning_tokens", "cached_input_tokens")
 """The token counts of a run's row, as ``RunUsage`` names them."""
-
-USAGE_COLUMNS = (
-    "chat_uuid",
-    "run_id",
-    "user_uuid",
-    *USAGE_COUNTS,
-    "cost_nusd",
-    "cache_savings_nusd",
-    "model",
-    "source",
-    "recorded_at",
-)
-"""The columns of ``usage_runs`` (both SQL backends), in the order their statements use."""
-
-USAGE_SUMS = "count(*), " + ", ".join(
-    f"sum({c})" for c in (*USAGE_COUNTS, "cost_nusd", "cache_savings_nusd")
-)
-"""What a total sums, after its key columns."""
-
-SELECT_USAGE = "SELECT " + ", ".join(USAGE_COLUMNS) + " FROM usage_runs"
-
-
-def upsert_usage(param: Callable[[int], str]) -> str:
-    """The statement keeping a run's row (``param(n)``: the backend's n-th placeholder).
-
-    Nothing is kept for an erased user: a run still finishing writes nothing back.
-    """
-    values = ", ".join(param(n) for n in range(1, len(USAGE_COLUMNS) + 1))
-    return (
-        "INSERT INTO usage_runs ("
-        + ", ".join(USAGE_COLUMNS)
-        + ") SELECT "
-        + values
-        + f" WHERE NOT EXISTS (SELECT 1 FROM erased_users WHERE user_uuid = {param(3)})"
-        " ON CONFLICT (chat_uuid, run_id) DO UPDATE SET "
-        + ", ".join(f"{c} = excluded.{c}" for c in USAGE_COLUMNS[2:])
-        + " RETURNING 1"
-    )
 
 
 def _utc(moment: datetime | None) -> datetime | None:
