@@ -1,32 +1,21 @@
 """The PostgreSQL backend's primitives of a conversation's life: summaries, erasure, retention.
 
-SQL as module constants with placeholders only; each call borrows a connection of the
-store (or joins its transaction), as the store's own statements do.
+SQL as module constants with placeholders only (those alike on both SQL backends in
+``store/_sql_lifecycle.py``); each call borrows a connection of the store (or joins its
+transaction), as the store's own statements do.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from threadstore import binary_json
 from threadstore.errors import NotFoundError
-from threadstore.models import (
-    FORMAT_VERSION,
-    ErasureReceipt,
-    ExpiredChat,
-    RetentionPolicy,
-    ScopedPolicy,
-    Summary,
-)
-from threadstore.store._lifecycle import (
-    GLOBAL_SCOPE,
-    SUMMARY_COLUMNS,
-    LifecycleBackend,
-    Scope,
-)
+from threadstore.models import ExpiredChat
+from threadstore.store._lifecycle import ERASED_KINDS, GLOBAL_SCOPE, SUMMARY_COLUMNS
+from threadstore.store._sql_lifecycle import LifecycleSQL, SQLLifecycle
 
 if TYPE_CHECKING:
     from threadstore.store.postgres import PostgresStore
@@ -46,9 +35,6 @@ SELECT_SUMMARIES = (
     " JOIN chats c ON c.chat_uuid = s.chat_uuid AND c.deleted_at IS NULL"
     " WHERE s.chat_uuid = $1 ORDER BY s.created_at DESC, s.summary_uuid DESC"
 )
-DELETE_SUMMARY = "DELETE FROM summaries WHERE chat_uuid = $1 AND summary_uuid = $2 RETURNING 1"
-
-TOMBSTONE = "INSERT INTO erased_users (user_uuid, erased_at) VALUES ($1, $2) ON CONFLICT DO NOTHING"
 # The chats of one erasure batch, locked: a concurrent write to them waits for the batch.
 LOCK_BATCH = (
     "SELECT chat_uuid FROM chats WHERE user_uuid = $1 ORDER BY chat_uuid LIMIT $2 FOR UPDATE"
@@ -113,20 +99,6 @@ PRUNE_RUN_LOGS = (
     " AND e.run_id = k.run_id AND k.keep IS NOT NULL AND NOT k.held AND k.n > k.keep"
     " AND k.status <> 'running' RETURNING 1) SELECT count(*) FROM gone"
 )
-UPSERT_POLICY = (
-    "INSERT INTO retention_policies (scope, scope_uuid, idle_ttl, absolute_ttl,"
-    " keep_run_logs, deleted_window, legal_hold, updated_at)"
-    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
-    " ON CONFLICT (scope, scope_uuid) DO UPDATE SET idle_ttl = excluded.idle_ttl,"
-    " absolute_ttl = excluded.absolute_ttl, keep_run_logs = excluded.keep_run_logs,"
-    " deleted_window = excluded.deleted_window, legal_hold = excluded.legal_hold,"
-    " updated_at = excluded.updated_at"
-)
-DELETE_POLICY = "DELETE FROM retention_policies WHERE scope = $1 AND scope_uuid = $2 RETURNING 1"
-SELECT_POLICIES = (
-    "SELECT scope, scope_uuid, idle_ttl, absolute_ttl, keep_run_logs, deleted_window,"
-    " legal_hold FROM retention_policies ORDER BY scope, scope_uuid"
-)
 
 INSERT_RECEIPT = (
     "INSERT INTO erasure_receipts"
@@ -139,15 +111,19 @@ SELECT_RECEIPTS = (
     " ORDER BY started_at DESC, receipt_uuid DESC"
 )
 
+SQL = LifecycleSQL(
+    lambda n: f"${n}",
+    insert_summary=INSERT_SUMMARY,
+    select_summaries=SELECT_SUMMARIES,
+    insert_receipt=INSERT_RECEIPT,
+    select_receipts=SELECT_RECEIPTS,
+)
 
-def _summary(row: Any) -> Summary:
-    fields = dict(zip(SUMMARY_COLUMNS, row, strict=True))
-    fields["metadata"] = binary_json.loads(fields["metadata"]) if fields["metadata"] else {}
-    return Summary.model_validate(fields)
 
-
-class PostgresLifecycle(LifecycleBackend):
+class PostgresLifecycle(SQLLifecycle):
     """Summaries, erasure and retention of a :class:`~threadstore.store.postgres.PostgresStore`."""
+
+    sql = SQL
 
     def __init__(self, store: PostgresStore) -> None:
         self.store = store
@@ -155,101 +131,26 @@ class PostgresLifecycle(LifecycleBackend):
     async def _fetch(self, query: str, *args: Any) -> list[Any]:
         return await self.store._fetch(query, *args)
 
-    async def insert_summary(self, summary: Summary) -> None:
-        rows = await self._fetch(
-            INSERT_SUMMARY,
-            summary.summary_uuid,
-            summary.chat_uuid,
-            summary.first_message_uuid,
-            summary.last_message_uuid,
-            summary.last_seq,
-            summary.message_count,
-            summary.content,
-            summary.summarizer,
-            binary_json.dumps(summary.metadata),
-            summary.created_at,
-            FORMAT_VERSION,
-        )
-        if not rows:
-            raise NotFoundError(f"chat {summary.chat_uuid} does not exist")
+    async def _write(
+        self, sql: str, params: Sequence[Any], *, missing: str | None = None
+    ) -> list[Any]:
+        rows = await self._fetch(sql, *params)
+        if missing is not None and not rows:
+            raise NotFoundError(missing)
+        return rows
 
-    async def select_summaries(self, chat_uuid: UUID) -> list[Summary]:
-        return [_summary(row) for row in await self._fetch(SELECT_SUMMARIES, chat_uuid)]
-
-    async def delete_summary(self, chat_uuid: UUID, summary_uuid: UUID) -> bool:
-        return bool(await self._fetch(DELETE_SUMMARY, chat_uuid, summary_uuid))
-
-    async def tombstone(self, user_uuid: UUID, at: datetime) -> None:
-        await self._fetch(TOMBSTONE, user_uuid, at)
+    async def _read(self, sql: str, params: Sequence[Any], small: bool = False) -> list[Any]:
+        return await self._fetch(sql, *params)
 
     async def erase_chats(self, user_uuid: UUID, limit: int) -> tuple[dict[str, int], list[UUID]]:
         store = self.store
         async with store.transaction(), store._connection() as conn:
             chats = [row[0] for row in await store._fetch_on(conn, LOCK_BATCH, user_uuid, limit)]
             if not chats:
-                return dict.fromkeys(("chats", *_KINDS), 0), []
+                return dict.fromkeys(ERASED_KINDS, 0), []
             (counts,) = await store._fetch_on(conn, COUNT_ERASED, chats)
             await store._fetch_on(conn, ERASE_CHATS, chats)
-        return {"chats": len(chats), **dict(zip(_KINDS, counts, strict=True))}, chats
-
-    async def save_receipt(self, receipt: ErasureReceipt) -> None:
-        await self._fetch(
-            INSERT_RECEIPT,
-            receipt.receipt_uuid,
-            receipt.user_uuid,
-            receipt.requested_by,
-            receipt.started_at,
-            receipt.finished_at,
-            binary_json.dumps(receipt.counts),
-        )
-
-    async def select_receipts(self, user_uuid: UUID | None) -> list[ErasureReceipt]:
-        rows = await self._fetch(SELECT_RECEIPTS, user_uuid)
-        return [
-            ErasureReceipt(
-                receipt_uuid=row[0],
-                user_uuid=row[1],
-                requested_by=row[2],
-                started_at=row[3],
-                finished_at=row[4],
-                counts=binary_json.loads(row[5]),
-            )
-            for row in rows
-        ]
-
-    async def upsert_policy(
-        self, scope: Scope, scope_uuid: UUID, policy: RetentionPolicy, at: datetime
-    ) -> None:
-        await self._fetch(
-            UPSERT_POLICY,
-            scope,
-            scope_uuid,
-            policy.idle_ttl,
-            policy.absolute_ttl,
-            policy.keep_run_logs,
-            policy.deleted_window,
-            policy.legal_hold,
-            at,
-        )
-
-    async def delete_policy(self, scope: Scope, scope_uuid: UUID) -> bool:
-        return bool(await self._fetch(DELETE_POLICY, scope, scope_uuid))
-
-    async def select_policies(self) -> list[ScopedPolicy]:
-        return [
-            ScopedPolicy(
-                scope=cast(Scope, row[0]),
-                scope_uuid=row[1],
-                policy=RetentionPolicy(
-                    idle_ttl=row[2],
-                    absolute_ttl=row[3],
-                    keep_run_logs=row[4],
-                    deleted_window=row[5],
-                    legal_hold=row[6],
-                ),
-            )
-            for row in await self._fetch(SELECT_POLICIES)
-        ]
+        return {"chats": len(chats), **dict(zip(ERASED_KINDS[1:], counts, strict=True))}, chats
 
     async def select_expired(
         self, now: datetime, window: float, after: UUID | None, limit: int
@@ -267,6 +168,3 @@ class PostgresLifecycle(LifecycleBackend):
     async def prune_run_logs(self) -> int:
         rows = await self._fetch(PRUNE_RUN_LOGS, GLOBAL_SCOPE)
         return int(rows[0][0])
-
-
-_KINDS = ("messages", "tool_calls", "reasonings", "runs", "summaries", "run_events")
