@@ -12,9 +12,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from threadstore.errors import NotFoundError
 from threadstore.models import ExpiredChat
 from threadstore.store._lifecycle import ERASED_KINDS, GLOBAL_SCOPE, SUMMARY_COLUMNS
+from threadstore.store._postgres_connections import PostgresDriver
 from threadstore.store._sql_lifecycle import LifecycleSQL, SQLLifecycle
 
 if TYPE_CHECKING:
@@ -120,7 +120,7 @@ SQL = LifecycleSQL(
 )
 
 
-class PostgresLifecycle(SQLLifecycle):
+class PostgresLifecycle(PostgresDriver, SQLLifecycle):
     """Summaries, erasure and retention of a :class:`~threadstore.store.postgres.PostgresStore`."""
 
     sql = SQL
@@ -130,17 +130,6 @@ class PostgresLifecycle(SQLLifecycle):
 
     async def _fetch(self, query: str, *args: Any) -> list[Any]:
         return await self.store._fetch(query, *args)
-
-    async def _write(
-        self, sql: str, params: Sequence[Any], *, missing: str | None = None
-    ) -> list[Any]:
-        rows = await self._fetch(sql, *params)
-        if missing is not None and not rows:
-            raise NotFoundError(missing)
-        return rows
-
-    async def _read(self, sql: str, params: Sequence[Any], small: bool = False) -> list[Any]:
-        return await self._fetch(sql, *params)
 
     async def erase_chats(self, user_uuid: UUID, limit: int) -> tuple[dict[str, int], list[UUID]]:
         store = self.store

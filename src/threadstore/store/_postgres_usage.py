@@ -1,15 +1,14 @@
 """The PostgreSQL backend's usage ledger and budgets (``store/_sql_usage.py``).
 
-Each call borrows a connection of the store (or joins its transaction); asyncpg takes
-and gives uuids and times as they are.
+Each call borrows a connection of the store (or joins its transaction).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from uuid import UUID
 
+from threadstore.store._postgres_connections import PostgresDriver
 from threadstore.store._sql_usage import SQLUsage, UsageSQL
 
 if TYPE_CHECKING:
@@ -29,19 +28,13 @@ ERASE = (
 )
 
 
-class PostgresUsage(SQLUsage):
+class PostgresUsage(PostgresDriver, SQLUsage):
     """The usage ledger of one :class:`~threadstore.store.postgres.PostgresStore`."""
 
     sql = SQL
 
     def __init__(self, store: PostgresStore) -> None:
         self.store = store
-
-    async def _write(self, sql: str, params: Sequence[Any]) -> list[Any]:
-        return await self.store._fetch(sql, *params)
-
-    async def _read(self, sql: str, params: Sequence[Any], small: bool = False) -> list[Any]:
-        return await self.store._fetch(sql, *params)
 
     async def erase_user(self, user_uuid: UUID) -> int:
         ((count,),) = await self.store._fetch(ERASE, user_uuid)

@@ -2,15 +2,14 @@
 
 Both schemas give these tables the same columns, so the primitives that only store
 and read them back are written once here: a backend gives its statements
-(:class:`LifecycleSQL`: those alike but for placeholders are built here), how its
-driver takes and gives uuids, times and flags, and how it runs a statement. Erasure
-and expiry, whose statements differ in kind, stay with each backend.
+(:class:`LifecycleSQL`: those alike but for placeholders are built here) and its
+driver (``store/_sql_driver.py``). Erasure and expiry, whose statements differ in
+kind, stay with each backend.
 """
 
 from __future__ import annotations
 
-import abc
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, cast
 from uuid import UUID
@@ -24,14 +23,11 @@ from threadstore.models import (
     Summary,
 )
 from threadstore.store._lifecycle import SUMMARY_COLUMNS, LifecycleBackend, Scope
+from threadstore.store._sql_driver import SQLDriver
 
 __all__ = ["LifecycleSQL", "SQLLifecycle"]
 
 _POLICY_COLUMNS = ("idle_ttl", "absolute_ttl", "keep_run_logs", "deleted_window", "legal_hold")
-
-
-def _same(value: Any) -> Any:
-    return value
 
 
 class LifecycleSQL:
@@ -76,30 +72,10 @@ class LifecycleSQL:
         )
 
 
-class SQLLifecycle(LifecycleBackend):
+class SQLLifecycle(SQLDriver, LifecycleBackend):
     """:class:`LifecycleBackend`'s summaries, receipts and policies on their tables."""
 
     sql: LifecycleSQL
-    uuid_param: Callable[[UUID], Any] = staticmethod(_same)
-    """A uuid as the driver takes it."""
-    time_param: Callable[[datetime], Any] = staticmethod(_same)
-    """A time as the driver takes it."""
-    flag_param: Callable[[bool], Any] = staticmethod(_same)
-    """A boolean as the driver takes it."""
-    uuid_value: Callable[[Any], UUID] = staticmethod(_same)
-    """A uuid as the driver gives it back."""
-    time_value: Callable[[Any], datetime] = staticmethod(_same)
-
-    @abc.abstractmethod
-    async def _write(
-        self, sql: str, params: Sequence[Any], *, missing: str | None = None
-    ) -> list[Any]:
-        """Run one write; the rows it returns (``missing``: it must return one, else
-        ``NotFoundError(missing)``)."""
-
-    @abc.abstractmethod
-    async def _read(self, sql: str, params: Sequence[Any], small: bool = False) -> list[Any]:
-        """Run one query (``small``: of a few rows); its rows."""
 
     async def insert_summary(self, summary: Summary) -> None:
         params = (

@@ -2,19 +2,19 @@
 
 Both schemas give the ledger the same tables and columns, so its statements, their
 parameters and the decoding of their rows are written once here: a backend names its
-placeholder and its SQL for a UTC day (:class:`UsageSQL`), how its driver takes and
-gives uuids and times, and how it runs a statement (:class:`SQLUsage`). Statements take
+placeholder and its SQL for a UTC day (:class:`UsageSQL`), and its driver
+(``store/_sql_driver.py``). Statements take
 placeholders only; a filter adds fixed fragments, never a value.
 """
 
 from __future__ import annotations
 
-import abc
 from collections.abc import Callable, Sequence
-from datetime import date, datetime
+from datetime import datetime
 from typing import Any, cast
 from uuid import UUID
 
+from threadstore.store._sql_driver import SQLDriver
 from threadstore.store._usage import USAGE_COUNTS, UsageBackend, nanos, usd
 from threadstore.usage import (
     Budget,
@@ -47,10 +47,6 @@ _SUMS = "count(*), " + ", ".join(
 
 _BUDGET_COLUMNS = ("scope", "scope_uuid", "user_uuid", "max_cost_usd", "max_tokens", "period")
 _FILTERS = ("user_uuid = ", "chat_uuid = ", "recorded_at >= ", "recorded_at < ")
-
-
-def _same(value: Any) -> Any:
-    return value
 
 
 class UsageSQL:
@@ -110,26 +106,10 @@ class UsageSQL:
         return (" WHERE " + " AND ".join(clauses) if clauses else ""), given
 
 
-class SQLUsage(UsageBackend):
+class SQLUsage(SQLDriver, UsageBackend):
     """:class:`UsageBackend` on the ledger's tables; a backend says how it runs statements."""
 
     sql: UsageSQL
-    uuid_param: Callable[[UUID], Any] = staticmethod(_same)
-    """A uuid as the driver takes it."""
-    time_param: Callable[[datetime], Any] = staticmethod(_same)
-    """A time as the driver takes it."""
-    uuid_value: Callable[[Any], UUID] = staticmethod(_same)
-    """A uuid as the driver gives it back."""
-    time_value: Callable[[Any], datetime] = staticmethod(_same)
-    day_value: Callable[[Any], date] = staticmethod(_same)
-
-    @abc.abstractmethod
-    async def _write(self, sql: str, params: Sequence[Any]) -> list[Any]:
-        """Run one write; the rows it returns."""
-
-    @abc.abstractmethod
-    async def _read(self, sql: str, params: Sequence[Any], small: bool = False) -> list[Any]:
-        """Run one query (``small``: of a few rows); its rows."""
 
     async def upsert_run(self, usage: RunUsage) -> bool:
         rows = await self._write(

@@ -11,12 +11,13 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from uuid import UUID
 
 from threadstore.models import ExpiredChat
 from threadstore.store._lifecycle import GLOBAL_SCOPE, SUMMARY_COLUMNS
 from threadstore.store._sql_lifecycle import LifecycleSQL, SQLLifecycle
+from threadstore.store._sqlite_executor import SQLiteDriver
 from threadstore.store._sqlite_sql import ts
 from threadstore.store._sqlite_writes import Statement
 
@@ -100,27 +101,13 @@ SQL = LifecycleSQL(
 )
 
 
-class SQLiteLifecycle(SQLLifecycle):
+class SQLiteLifecycle(SQLiteDriver, SQLLifecycle):
     """Summaries, erasure and retention of one :class:`~threadstore.store.sqlite.SQLiteStore`."""
 
     sql = SQL
-    uuid_param = staticmethod(str)
-    time_param = staticmethod(ts)
-    flag_param = staticmethod(int)
-    uuid_value = staticmethod(UUID)
-    time_value = staticmethod(datetime.fromisoformat)
 
     def __init__(self, store: SQLiteStore) -> None:
         self.executor = store.executor
-
-    async def _write(
-        self, sql: str, params: Sequence[Any], *, missing: str | None = None
-    ) -> list[Any]:
-        (rows,) = await self.executor.run(Statement(sql, tuple(params), missing=missing))
-        return rows
-
-    async def _read(self, sql: str, params: Sequence[Any], small: bool = False) -> list[Any]:
-        return await self.executor.read(sql, params, small=small)
 
     async def erase_chats(self, user_uuid: UUID, limit: int) -> tuple[dict[str, int], list[UUID]]:
         params = (str(user_uuid), limit)
