@@ -12,7 +12,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from threadstore.models import ExpiredChat
 from threadstore.store._lifecycle import ERASED_KINDS, GLOBAL_SCOPE, SUMMARY_COLUMNS
 from threadstore.store._postgres_connections import PostgresDriver
 from threadstore.store._sql_lifecycle import LifecycleSQL, SQLLifecycle
@@ -117,6 +116,7 @@ SQL = LifecycleSQL(
     select_summaries=SELECT_SUMMARIES,
     insert_receipt=INSERT_RECEIPT,
     select_receipts=SELECT_RECEIPTS,
+    select_expired=SELECT_EXPIRED,
 )
 
 
@@ -140,12 +140,6 @@ class PostgresLifecycle(PostgresDriver, SQLLifecycle):
             (counts,) = await store._fetch_on(conn, COUNT_ERASED, chats)
             await store._fetch_on(conn, ERASE_CHATS, chats)
         return {"chats": len(chats), **dict(zip(ERASED_KINDS[1:], counts, strict=True))}, chats
-
-    async def select_expired(
-        self, now: datetime, window: float, after: UUID | None, limit: int
-    ) -> list[ExpiredChat]:
-        rows = await self._fetch(SELECT_EXPIRED, now, window, GLOBAL_SCOPE, after, limit)
-        return [ExpiredChat(chat_uuid=row[0], user_uuid=row[1], reason=row[2]) for row in rows]
 
     async def delete_expired(
         self, chats: Sequence[UUID], now: datetime, window: float

@@ -18,11 +18,12 @@ from threadstore import binary_json
 from threadstore.models import (
     FORMAT_VERSION,
     ErasureReceipt,
+    ExpiredChat,
     RetentionPolicy,
     ScopedPolicy,
     Summary,
 )
-from threadstore.store._lifecycle import SUMMARY_COLUMNS, LifecycleBackend, Scope
+from threadstore.store._lifecycle import GLOBAL_SCOPE, SUMMARY_COLUMNS, LifecycleBackend, Scope
 from threadstore.store._sql_driver import SQLDriver
 
 __all__ = ["LifecycleSQL", "SQLLifecycle"]
@@ -32,7 +33,11 @@ _POLICY_COLUMNS = ("idle_ttl", "absolute_ttl", "keep_run_logs", "deleted_window"
 
 class LifecycleSQL:
     """The statements of one backend's :class:`SQLLifecycle` (``param(n)``: its n-th
-    placeholder); those that differ in more than placeholders are given."""
+    placeholder); those that differ in more than placeholders are given.
+
+    ``select_expired`` takes ``$1`` now, ``$2`` the default restorable window, ``$3``
+    the global scope, ``$4`` the chat to start after and ``$5`` how many.
+    """
 
     def __init__(
         self,
@@ -42,11 +47,16 @@ class LifecycleSQL:
         select_summaries: str,
         insert_receipt: str,
         select_receipts: str,
+        select_expired: str,
+        before_every_chat: str | None = None,
     ) -> None:
         self.insert_summary = insert_summary
         self.select_summaries = select_summaries
         self.insert_receipt = insert_receipt
         self.select_receipts = select_receipts
+        self.select_expired = select_expired
+        self.before_every_chat = before_every_chat
+        """What ``select_expired`` takes for "from the first chat" (``None``: its own test)."""
         self.delete_summary = (
             f"DELETE FROM summaries WHERE chat_uuid = {param(1)} AND summary_uuid = {param(2)}"
             " RETURNING 1"
@@ -170,3 +180,11 @@ class SQLLifecycle(SQLDriver, LifecycleBackend):
             )
             for row in await self._read(self.sql.select_policies, ())
         ]
+
+    async def select_expired(
+        self, now: datetime, window: float, after: UUID | None, limit: int
+    ) -> list[ExpiredChat]:
+        start = self.sql.before_every_chat if after is None else self.uuid_param(after)
+        params = (self.time_param(now), window, self.uuid_param(GLOBAL_SCOPE), start, limit)
+        rows = await self._read(self.sql.select_expired, params)
+        return [ExpiredChat(chat_uuid=row[0], user_uuid=row[1], reason=row[2]) for row in rows]

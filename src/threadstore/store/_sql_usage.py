@@ -15,7 +15,7 @@ from typing import Any, cast
 from uuid import UUID
 
 from threadstore.store._sql_driver import SQLDriver
-from threadstore.store._usage import USAGE_COUNTS, UsageBackend, nanos, usd
+from threadstore.store._usage import USAGE_COUNTS, UsageBackend, UsageFilter, nanos, usd
 from threadstore.usage import (
     Budget,
     BudgetScope,
@@ -128,28 +128,21 @@ class SQLUsage(SQLDriver, UsageBackend):
         )
         return bool(rows)
 
-    def _where(self, *values: UUID | datetime | None) -> tuple[str, list[Any]]:
+    def _where(self, where: UsageFilter) -> tuple[str, list[Any]]:
         encoded = [
             None
             if value is None
             else self.time_param(value)
             if isinstance(value, datetime)
             else self.uuid_param(value)
-            for value in values
+            for value in where
         ]
         return self.sql.where(encoded)
 
-    async def select_runs(
-        self,
-        user_uuid: UUID | None,
-        chat_uuid: UUID | None,
-        since: datetime | None,
-        until: datetime | None,
-        limit: int,
-    ) -> list[RunUsage]:
-        where, params = self._where(user_uuid, chat_uuid, since, until)
+    async def select_runs(self, where: UsageFilter, limit: int) -> list[RunUsage]:
+        clause, params = self._where(where)
         order = f" ORDER BY recorded_at DESC, run_id DESC LIMIT {self.sql.param(len(params) + 1)}"
-        rows = await self._read(self.sql.select_runs + where + order, [*params, limit])
+        rows = await self._read(self.sql.select_runs + clause + order, [*params, limit])
         return [self._run(row) for row in rows]
 
     def _run(self, row: Any) -> RunUsage:
@@ -160,17 +153,10 @@ class SQLUsage(SQLDriver, UsageBackend):
         fields["recorded_at"] = self.time_value(fields["recorded_at"])
         return RunUsage(**fields, cost_usd=usd(cost), cache_savings_usd=usd(savings))
 
-    async def select_totals(
-        self,
-        by: UsageGrouping,
-        user_uuid: UUID | None,
-        chat_uuid: UUID | None,
-        since: datetime | None,
-        until: datetime | None,
-    ) -> list[UsageTotals]:
-        where, params = self._where(user_uuid, chat_uuid, since, until)
+    async def select_totals(self, by: UsageGrouping, where: UsageFilter) -> list[UsageTotals]:
+        clause, params = self._where(where)
         keys, group = self.sql.keys[by], self.sql.group[by]
-        sql = f"SELECT {keys}, {_SUMS} FROM usage_runs{where} GROUP BY {group} ORDER BY 1"
+        sql = f"SELECT {keys}, {_SUMS} FROM usage_runs{clause} GROUP BY {group} ORDER BY 1"
         return [self._totals(by, row) for row in await self._read(sql, params)]
 
     def _totals(self, by: UsageGrouping, row: Any) -> UsageTotals:

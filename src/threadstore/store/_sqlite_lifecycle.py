@@ -14,7 +14,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 from uuid import UUID
 
-from threadstore.models import ExpiredChat
 from threadstore.store._lifecycle import GLOBAL_SCOPE, SUMMARY_COLUMNS
 from threadstore.store._sql_lifecycle import LifecycleSQL, SQLLifecycle
 from threadstore.store._sqlite_executor import SQLiteDriver
@@ -98,6 +97,8 @@ SQL = LifecycleSQL(
     select_summaries=SELECT_SUMMARIES,
     insert_receipt=INSERT_RECEIPT,
     select_receipts=SELECT_RECEIPTS,
+    select_expired=SELECT_EXPIRED,
+    before_every_chat="",
 )
 
 
@@ -117,13 +118,6 @@ class SQLiteLifecycle(SQLiteDriver, SQLLifecycle):
         erased = [UUID(row[0]) for row in results[-1]]
         found = {kind: rows[0][0] for kind, rows in zip(COUNT_ERASED, results, strict=False)}
         return {"chats": len(erased), **found, "run_events": 0}, erased
-
-    async def select_expired(
-        self, now: datetime, window: float, after: UUID | None, limit: int
-    ) -> list[ExpiredChat]:
-        params = (ts(now), window, str(GLOBAL_SCOPE), "" if after is None else str(after), limit)
-        rows = await self.executor.read(SELECT_EXPIRED, params)
-        return [ExpiredChat(chat_uuid=row[0], user_uuid=row[1], reason=row[2]) for row in rows]
 
     async def delete_expired(
         self, chats: Sequence[UUID], now: datetime, window: float

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import abc
 from datetime import UTC, datetime, time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 from uuid import UUID
 
 from threadstore import _telemetry
@@ -39,6 +39,7 @@ __all__ = [
     "USAGE_COUNTS",
     "Usage",
     "UsageBackend",
+    "UsageFilter",
     "nanos",
     "usd",
 ]
@@ -57,6 +58,27 @@ USAGE_COUNTS = ("input_tokens", "output_tokens", "reasoning_tokens", "cached_inp
 def _utc(moment: datetime | None) -> datetime | None:
     """``moment`` with a time zone: a naive one counts as UTC (as everywhere in the store)."""
     return moment.replace(tzinfo=UTC) if moment and moment.tzinfo is None else moment
+
+
+class UsageFilter(NamedTuple):
+    """Which ledger rows a query is about: each filter given (``None``: any) must match;
+    ``since`` inclusive, ``until`` exclusive."""
+
+    user_uuid: UUID | None
+    chat_uuid: UUID | None
+    since: datetime | None
+    until: datetime | None
+
+    @classmethod
+    def of(
+        cls,
+        user_uuid: UUID | None,
+        chat_uuid: UUID | None,
+        since: datetime | None,
+        until: datetime | None,
+    ) -> UsageFilter:
+        """The filter, its times with a time zone."""
+        return cls(user_uuid, chat_uuid, _utc(since), _utc(until))
 
 
 def nanos(amount: float) -> int:
@@ -78,25 +100,11 @@ class UsageBackend(abc.ABC):
         was erased (a late write brings nothing back)."""
 
     @abc.abstractmethod
-    async def select_runs(
-        self,
-        user_uuid: UUID | None,
-        chat_uuid: UUID | None,
-        since: datetime | None,
-        until: datetime | None,
-        limit: int,
-    ) -> list[RunUsage]:
+    async def select_runs(self, where: UsageFilter, limit: int) -> list[RunUsage]:
         """Ledger rows matching every filter given, newest first."""
 
     @abc.abstractmethod
-    async def select_totals(
-        self,
-        by: UsageGrouping,
-        user_uuid: UUID | None,
-        chat_uuid: UUID | None,
-        since: datetime | None,
-        until: datetime | None,
-    ) -> list[UsageTotals]:
+    async def select_totals(self, by: UsageGrouping, where: UsageFilter) -> list[UsageTotals]:
         """Sums of the matching rows per chat, user or UTC day, by key."""
 
     @abc.abstractmethod
@@ -155,7 +163,7 @@ class Usage:
         if not 1 <= limit <= USAGE_ROWS_PAGE:
             raise InvalidInputError(f"limit must be between 1 and {USAGE_ROWS_PAGE}, got {limit}")
         return await self._backend().select_runs(
-            user_uuid, chat_uuid, _utc(since), _utc(until), limit
+            UsageFilter.of(user_uuid, chat_uuid, since, until), limit
         )
 
     async def totals(
@@ -173,7 +181,7 @@ class Usage:
             raise InvalidInputError(f"by must be one of {', '.join(_GROUPINGS)}, got {by!r}")
         with _telemetry.span("threadstore.usage.totals", chat_uuid):
             return await self._backend().select_totals(
-                by, user_uuid, chat_uuid, _utc(since), _utc(until)
+                by, UsageFilter.of(user_uuid, chat_uuid, since, until)
             )
 
     async def total(
