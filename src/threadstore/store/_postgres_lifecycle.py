@@ -14,26 +14,19 @@ from uuid import UUID
 
 from threadstore.store._lifecycle import ERASED_KINDS, GLOBAL_SCOPE, SUMMARY_COLUMNS
 from threadstore.store._postgres_connections import PostgresDriver
-from threadstore.store._sql_lifecycle import LifecycleSQL, SQLLifecycle
+from threadstore.store._sql_lifecycle import (
+    LifecycleSQL,
+    SQLLifecycle,
+    expiry_reason,
+    held,
+    policy_joins,
+)
 
 if TYPE_CHECKING:
     from threadstore.store.postgres import PostgresStore
 
 __all__ = ["PostgresLifecycle"]
 
-# Only onto a live chat: a summary of a deleted chat would outlive it.
-INSERT_SUMMARY = (
-    "INSERT INTO summaries (" + ", ".join(SUMMARY_COLUMNS) + ", format_version)"
-    " SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10, $11"
-    " WHERE EXISTS (SELECT 1 FROM chats WHERE chat_uuid = $2 AND deleted_at IS NULL)"
-    " RETURNING 1"
-)
-SELECT_SUMMARIES = (
-    "SELECT " + ", ".join("s." + c for c in SUMMARY_COLUMNS[:-2]) + ", s.metadata::text,"
-    " s.created_at FROM summaries s"
-    " JOIN chats c ON c.chat_uuid = s.chat_uuid AND c.deleted_at IS NULL"
-    " WHERE s.chat_uuid = $1 ORDER BY s.created_at DESC, s.summary_uuid DESC"
-)
 # The chats of one erasure batch, locked: a concurrent write to them waits for the batch.
 LOCK_BATCH = (
     "SELECT chat_uuid FROM chats WHERE user_uuid = $1 ORDER BY chat_uuid LIMIT $2 FOR UPDATE"
@@ -47,36 +40,10 @@ COUNT_ERASED = (
     " (SELECT count(*) FROM run_events WHERE chat_uuid = ANY($1))"
 )
 ERASE_CHATS = "DELETE FROM chats WHERE chat_uuid = ANY($1)"
-# Each chat's policy: its own fields, else its user's, else the global policy's.
-_POLICIES = (
-    " LEFT JOIN retention_policies pc ON pc.scope = 'chat' AND pc.scope_uuid = c.chat_uuid"
-    " LEFT JOIN retention_policies pu ON pu.scope = 'user' AND pu.scope_uuid = c.user_uuid"
-    " LEFT JOIN retention_policies pg ON pg.scope = 'global' AND pg.scope_uuid = $3"
-)
-_HELD = (
-    "(COALESCE(pc.legal_hold, false) OR COALESCE(pu.legal_hold, false)"
-    " OR COALESCE(pg.legal_hold, false))"
-)
-
-
-def _older(column: str, field: str, fallback: str = "") -> str:
-    """Whether ``column`` is older (at $1) than the chat's policy's ``field`` seconds."""
-    limit = f"COALESCE(pc.{field}, pu.{field}, pg.{field}{fallback})"
-    return f"extract(epoch FROM $1 - c.{column}) > {limit}"
-
-
-# Why a chat expired (NULL: it has not). $1 now, $2 the default restorable window.
-_REASON = (
-    "CASE WHEN c.deleted_at IS NOT NULL THEN"
-    f" CASE WHEN {_older('deleted_at', 'deleted_window', ', $2')} THEN 'deleted' END"
-    f" WHEN {_older('created_at', 'absolute_ttl')} THEN 'absolute'"
-    f" WHEN {_older('updated_at', 'idle_ttl')} THEN 'idle' END"
-)
-SELECT_EXPIRED = (
-    f"SELECT * FROM (SELECT c.chat_uuid, c.user_uuid, {_REASON} AS reason FROM chats c{_POLICIES}"
-    f" WHERE ($4::uuid IS NULL OR c.chat_uuid > $4) AND NOT {_HELD}) e"
-    " WHERE reason IS NOT NULL ORDER BY chat_uuid LIMIT $5"
-)
+_POLICIES = policy_joins("$3")
+_HELD = held("false")
+# $1 now, $2 the default restorable window.
+_REASON = expiry_reason(lambda column: f"extract(epoch FROM $1 - c.{column})", "$2")
 _STILL_EXPIRED = (
     f"SELECT c.chat_uuid FROM chats c{_POLICIES}"
     f" WHERE c.chat_uuid = ANY($4) AND NOT {_HELD} AND ({_REASON}) IS NOT NULL"
@@ -93,37 +60,36 @@ PRUNE_RUN_LOGS = (
     " row_number() OVER (PARTITION BY r.chat_uuid ORDER BY r.created_at DESC) AS n,"
     " COALESCE(pc.keep_run_logs, pu.keep_run_logs, pg.keep_run_logs) AS keep,"
     f" {_HELD} AS held FROM runs r JOIN chats c ON c.chat_uuid = r.chat_uuid"
-    + _POLICIES.replace("$3", "$1")
+    + policy_joins("$1")
     + "), gone AS (DELETE FROM run_events e USING ranked k WHERE e.chat_uuid = k.chat_uuid"
     " AND e.run_id = k.run_id AND k.keep IS NOT NULL AND NOT k.held AND k.n > k.keep"
     " AND k.status <> 'running' RETURNING 1) SELECT count(*) FROM gone"
 )
 
-INSERT_RECEIPT = (
-    "INSERT INTO erasure_receipts"
-    " (receipt_uuid, user_uuid, requested_by, started_at, finished_at, counts)"
-    " VALUES ($1, $2, $3, $4, $5, $6::jsonb)"
-)
-SELECT_RECEIPTS = (
-    "SELECT receipt_uuid, user_uuid, requested_by, started_at, finished_at, counts::text"
-    " FROM erasure_receipts WHERE $1::uuid IS NULL OR user_uuid = $1"
-    " ORDER BY started_at DESC, receipt_uuid DESC"
-)
 
-SQL = LifecycleSQL(
-    lambda n: f"${n}",
-    insert_summary=INSERT_SUMMARY,
-    select_summaries=SELECT_SUMMARIES,
-    insert_receipt=INSERT_RECEIPT,
-    select_receipts=SELECT_RECEIPTS,
-    select_expired=SELECT_EXPIRED,
-)
+class _Statements(LifecycleSQL):
+    select_summaries = (
+        "SELECT " + ", ".join("s." + c for c in SUMMARY_COLUMNS[:-2]) + ", s.metadata::text,"
+        " s.created_at FROM summaries s"
+        " JOIN chats c ON c.chat_uuid = s.chat_uuid AND c.deleted_at IS NULL"
+        " WHERE s.chat_uuid = $1 ORDER BY s.created_at DESC, s.summary_uuid DESC"
+    )
+    select_receipts = (
+        "SELECT receipt_uuid, user_uuid, requested_by, started_at, finished_at, counts::text"
+        " FROM erasure_receipts WHERE $1::uuid IS NULL OR user_uuid = $1"
+        " ORDER BY started_at DESC, receipt_uuid DESC"
+    )
+    select_expired = (
+        f"SELECT * FROM (SELECT c.chat_uuid, c.user_uuid, {_REASON} AS reason FROM chats c"
+        f"{_POLICIES} WHERE ($4::uuid IS NULL OR c.chat_uuid > $4) AND NOT {_HELD}) e"
+        " WHERE reason IS NOT NULL ORDER BY chat_uuid LIMIT $5"
+    )
 
 
 class PostgresLifecycle(PostgresDriver, SQLLifecycle):
     """Summaries, erasure and retention of a :class:`~threadstore.store.postgres.PostgresStore`."""
 
-    sql = SQL
+    sql = _Statements(lambda n: f"${n}", lambda n: f"${n}::jsonb")
 
     def __init__(self, store: PostgresStore) -> None:
         self.store = store

@@ -31,32 +31,70 @@ __all__ = ["LifecycleSQL", "SQLLifecycle"]
 _POLICY_COLUMNS = ("idle_ttl", "absolute_ttl", "keep_run_logs", "deleted_window", "legal_hold")
 
 
-class LifecycleSQL:
-    """The statements of one backend's :class:`SQLLifecycle` (``param(n)``: its n-th
-    placeholder); those that differ in more than placeholders are given.
+def policy_joins(global_scope: str) -> str:
+    """Each chat's (``c``) policies: its own (``pc``), its user's (``pu``) and the global
+    one (``pg``, whose scope uuid is the parameter ``global_scope``); a chat's policy is
+    each field of its own, else its user's, else the global policy's."""
+    return (
+        " LEFT JOIN retention_policies pc ON pc.scope = 'chat' AND pc.scope_uuid = c.chat_uuid"
+        " LEFT JOIN retention_policies pu ON pu.scope = 'user' AND pu.scope_uuid = c.user_uuid"
+        " LEFT JOIN retention_policies pg ON pg.scope = 'global'"
+        f" AND pg.scope_uuid = {global_scope}"
+    )
 
-    ``select_expired`` takes ``$1`` now, ``$2`` the default restorable window, ``$3``
-    the global scope, ``$4`` the chat to start after and ``$5`` how many.
+
+def held(false: str) -> str:
+    """Whether a legal hold of any of the chat's policies holds it (``false``: the dialect's)."""
+    return "(" + " OR ".join(f"COALESCE({p}.legal_hold, {false})" for p in ("pc", "pu", "pg")) + ")"
+
+
+def expiry_reason(age: Callable[[str], str], window: str) -> str:
+    """Why a chat expired (NULL: it has not), by its policies (:func:`policy_joins`).
+
+    ``age(column)``: the seconds since the chat's ``column``, at the time compared with;
+    ``window``: the parameter of the default restorable window of a deleted chat.
     """
 
-    def __init__(
-        self,
-        param: Callable[[int], str],
-        *,
-        insert_summary: str,
-        select_summaries: str,
-        insert_receipt: str,
-        select_receipts: str,
-        select_expired: str,
-        before_every_chat: str | None = None,
-    ) -> None:
-        self.insert_summary = insert_summary
-        self.select_summaries = select_summaries
-        self.insert_receipt = insert_receipt
-        self.select_receipts = select_receipts
-        self.select_expired = select_expired
-        self.before_every_chat = before_every_chat
-        """What ``select_expired`` takes for "from the first chat" (``None``: its own test)."""
+    def older(column: str, field: str, fallback: str = "") -> str:
+        return f"{age(column)} > COALESCE(pc.{field}, pu.{field}, pg.{field}{fallback})"
+
+    return (
+        "CASE WHEN c.deleted_at IS NOT NULL THEN"
+        f" CASE WHEN {older('deleted_at', 'deleted_window', f', {window}')} THEN 'deleted' END"
+        f" WHEN {older('created_at', 'absolute_ttl')} THEN 'absolute'"
+        f" WHEN {older('updated_at', 'idle_ttl')} THEN 'idle' END"
+    )
+
+
+class LifecycleSQL:
+    """The statements of one backend's :class:`SQLLifecycle`: a backend's subclass gives
+    those that differ in more than placeholders; ``param(n)`` is its n-th placeholder,
+    ``json(n)`` that of a JSON document."""
+
+    select_summaries: str
+    """The summaries of a live chat (``param(1)``), newest first, in ``SUMMARY_COLUMNS``."""
+    select_receipts: str
+    """Receipts of one user (``param(1)``; NULL: all), newest first."""
+    select_expired: str
+    """Expired chats (id, user, reason) past ``param(4)``, by chat uuid, ``param(5)`` at
+    most; ``param(1)`` now, ``param(2)`` the default restorable window, ``param(3)`` the
+    global scope."""
+    before_every_chat: str | None = None
+    """What ``select_expired`` takes for "from the first chat"."""
+
+    def __init__(self, param: Callable[[int], str], json: Callable[[int], str]) -> None:
+        values = (json(n) if n == 9 else param(n) for n in range(1, 12))
+        # Only onto a live chat: a summary of a deleted chat would outlive it.
+        self.insert_summary = (
+            f"INSERT INTO summaries ({', '.join(SUMMARY_COLUMNS)}, format_version)"
+            f" SELECT {', '.join(values)} WHERE EXISTS (SELECT 1 FROM chats"
+            f" WHERE chat_uuid = {param(2)} AND deleted_at IS NULL) RETURNING 1"
+        )
+        self.insert_receipt = (
+            "INSERT INTO erasure_receipts"
+            " (receipt_uuid, user_uuid, requested_by, started_at, finished_at, counts)"
+            f" VALUES ({', '.join(param(n) for n in range(1, 6))}, {json(6)})"
+        )
         self.delete_summary = (
             f"DELETE FROM summaries WHERE chat_uuid = {param(1)} AND summary_uuid = {param(2)}"
             " RETURNING 1"

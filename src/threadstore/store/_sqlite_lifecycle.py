@@ -15,7 +15,13 @@ from typing import TYPE_CHECKING
 from uuid import UUID
 
 from threadstore.store._lifecycle import GLOBAL_SCOPE, SUMMARY_COLUMNS
-from threadstore.store._sql_lifecycle import LifecycleSQL, SQLLifecycle
+from threadstore.store._sql_lifecycle import (
+    LifecycleSQL,
+    SQLLifecycle,
+    expiry_reason,
+    held,
+    policy_joins,
+)
 from threadstore.store._sqlite_executor import SQLiteDriver
 from threadstore.store._sqlite_sql import ts
 from threadstore.store._sqlite_writes import Statement
@@ -25,17 +31,6 @@ if TYPE_CHECKING:
 
 __all__ = ["SQLiteLifecycle"]
 
-# Only onto a live chat: a summary of a deleted chat would outlive it.
-INSERT_SUMMARY = (
-    "INSERT INTO summaries (" + ", ".join(SUMMARY_COLUMNS) + ", format_version)"
-    " SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11"
-    " WHERE EXISTS (SELECT 1 FROM chats WHERE chat_uuid = ?2 AND deleted_at IS NULL)"
-)
-SELECT_SUMMARIES = (
-    "SELECT " + ", ".join("s." + c for c in SUMMARY_COLUMNS) + " FROM summaries s"
-    " JOIN chats c ON c.chat_uuid = s.chat_uuid AND c.deleted_at IS NULL"
-    " WHERE s.chat_uuid = ? ORDER BY s.created_at DESC, s.rowid DESC"
-)
 # The same chats for every statement of one erasure batch: its transaction holds the
 # writer, and the order is fixed.
 _BATCH = "SELECT chat_uuid FROM chats WHERE user_uuid = ?1 ORDER BY chat_uuid LIMIT ?2"
@@ -44,34 +39,10 @@ COUNT_ERASED = {
     for kind in ("messages", "tool_calls", "reasonings", "runs", "summaries")
 }
 ERASE_CHATS = f"DELETE FROM chats WHERE chat_uuid IN ({_BATCH}) RETURNING chat_uuid"
-# Each chat's policy: its own fields, else its user's, else the global policy's.
-_POLICIES = (
-    " LEFT JOIN retention_policies pc ON pc.scope = 'chat' AND pc.scope_uuid = c.chat_uuid"
-    " LEFT JOIN retention_policies pu ON pu.scope = 'user' AND pu.scope_uuid = c.user_uuid"
-    " LEFT JOIN retention_policies pg ON pg.scope = 'global' AND pg.scope_uuid = ?3"
-)
-_HELD = "(COALESCE(pc.legal_hold, 0) OR COALESCE(pu.legal_hold, 0) OR COALESCE(pg.legal_hold, 0))"
-
-
-def _older(column: str, field: str, fallback: str = "") -> str:
-    """Whether ``column`` is older (at ?1) than the chat's policy's ``field`` seconds."""
-    limit = f"COALESCE(pc.{field}, pu.{field}, pg.{field}{fallback})"
-    return f"(julianday(?1) - julianday(c.{column})) * 86400.0 > {limit}"
-
-
-# Why a chat expired (NULL: it has not). ?1 now, ?2 the default restorable window.
-_REASON = (
-    "CASE WHEN c.deleted_at IS NOT NULL THEN"
-    f" CASE WHEN {_older('deleted_at', 'deleted_window', ', ?2')} THEN 'deleted' END"
-    f" WHEN {_older('created_at', 'absolute_ttl')} THEN 'absolute'"
-    f" WHEN {_older('updated_at', 'idle_ttl')} THEN 'idle' END"
-)
-# Walks the chats by primary key, so a page stops once it has ``limit`` (?5) of them.
-SELECT_EXPIRED = (
-    f"SELECT c.chat_uuid, c.user_uuid, {_REASON} AS reason FROM chats c{_POLICIES}"
-    f" WHERE c.chat_uuid > ?4 AND NOT {_HELD} AND reason IS NOT NULL"
-    " ORDER BY c.chat_uuid LIMIT ?5"
-)
+_POLICIES = policy_joins("?3")
+_HELD = held("0")
+# ?1 now, ?2 the default restorable window.
+_REASON = expiry_reason(lambda column: f"(julianday(?1) - julianday(c.{column})) * 86400.0", "?2")
 _STILL_EXPIRED = (
     f"SELECT c.chat_uuid FROM chats c{_POLICIES}"
     " WHERE c.chat_uuid IN (SELECT value FROM json_each(?4))"
@@ -80,32 +51,32 @@ _STILL_EXPIRED = (
 COUNT_EXPIRED_MESSAGES = f"SELECT count(*) FROM messages WHERE chat_uuid IN ({_STILL_EXPIRED})"
 DELETE_EXPIRED = f"DELETE FROM chats WHERE chat_uuid IN ({_STILL_EXPIRED}) RETURNING chat_uuid"
 
-INSERT_RECEIPT = (
-    "INSERT INTO erasure_receipts"
-    " (receipt_uuid, user_uuid, requested_by, started_at, finished_at, counts)"
-    " VALUES (?, ?, ?, ?, ?, ?)"
-)
-SELECT_RECEIPTS = (
-    "SELECT receipt_uuid, user_uuid, requested_by, started_at, finished_at, counts"
-    " FROM erasure_receipts WHERE ?1 IS NULL OR user_uuid = ?1"
-    " ORDER BY started_at DESC, rowid DESC"
-)
 
-SQL = LifecycleSQL(
-    lambda n: f"?{n}",
-    insert_summary=INSERT_SUMMARY,
-    select_summaries=SELECT_SUMMARIES,
-    insert_receipt=INSERT_RECEIPT,
-    select_receipts=SELECT_RECEIPTS,
-    select_expired=SELECT_EXPIRED,
-    before_every_chat="",
-)
+class _Statements(LifecycleSQL):
+    select_summaries = (
+        "SELECT " + ", ".join("s." + c for c in SUMMARY_COLUMNS) + " FROM summaries s"
+        " JOIN chats c ON c.chat_uuid = s.chat_uuid AND c.deleted_at IS NULL"
+        " WHERE s.chat_uuid = ? ORDER BY s.created_at DESC, s.rowid DESC"
+    )
+    select_receipts = (
+        "SELECT receipt_uuid, user_uuid, requested_by, started_at, finished_at, counts"
+        " FROM erasure_receipts WHERE ?1 IS NULL OR user_uuid = ?1"
+        " ORDER BY started_at DESC, rowid DESC"
+    )
+    # Walks the chats by primary key, so a page stops once it has ``limit`` (?5) of them;
+    # every chat uuid sorts after "".
+    select_expired = (
+        f"SELECT c.chat_uuid, c.user_uuid, {_REASON} AS reason FROM chats c{_POLICIES}"
+        f" WHERE c.chat_uuid > ?4 AND NOT {_HELD} AND reason IS NOT NULL"
+        " ORDER BY c.chat_uuid LIMIT ?5"
+    )
+    before_every_chat = ""
 
 
 class SQLiteLifecycle(SQLiteDriver, SQLLifecycle):
     """Summaries, erasure and retention of one :class:`~threadstore.store.sqlite.SQLiteStore`."""
 
-    sql = SQL
+    sql = _Statements(lambda n: f"?{n}", lambda n: f"?{n}")
 
     def __init__(self, store: SQLiteStore) -> None:
         self.executor = store.executor
