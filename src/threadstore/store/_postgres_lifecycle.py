@@ -14,13 +14,7 @@ from uuid import UUID
 
 from threadstore.store._lifecycle import ERASED_KINDS, GLOBAL_SCOPE, SUMMARY_COLUMNS
 from threadstore.store._postgres_connections import PostgresDriver
-from threadstore.store._sql_lifecycle import (
-    LifecycleSQL,
-    SQLLifecycle,
-    expiry_reason,
-    held,
-    policy_joins,
-)
+from threadstore.store._sql_lifecycle import LifecycleSQL, RetentionSQL, SQLLifecycle
 
 if TYPE_CHECKING:
     from threadstore.store.postgres import PostgresStore
@@ -40,13 +34,14 @@ COUNT_ERASED = (
     " (SELECT count(*) FROM run_events WHERE chat_uuid = ANY($1))"
 )
 ERASE_CHATS = "DELETE FROM chats WHERE chat_uuid = ANY($1)"
-_POLICIES = policy_joins("$3")
-_HELD = held("false")
-# $1 now, $2 the default restorable window.
-_REASON = expiry_reason(lambda column: f"extract(epoch FROM $1 - c.{column})", "$2")
+_RETENTION = RetentionSQL(
+    lambda n: f"${n}",
+    false="false",
+    age=lambda column: f"extract(epoch FROM $1 - c.{column})",
+)
 _STILL_EXPIRED = (
-    f"SELECT c.chat_uuid FROM chats c{_POLICIES}"
-    f" WHERE c.chat_uuid = ANY($4) AND NOT {_HELD} AND ({_REASON}) IS NOT NULL"
+    f"SELECT c.chat_uuid FROM chats c{_RETENTION.policies}"
+    f" WHERE c.chat_uuid = ANY($4) AND NOT {_RETENTION.held} AND ({_RETENTION.reason}) IS NOT NULL"
 )
 # The chats locked first: a run writing to one meanwhile waits, then finds it gone.
 DELETE_EXPIRED = (
@@ -59,8 +54,8 @@ PRUNE_RUN_LOGS = (
     "WITH ranked AS (SELECT r.chat_uuid, r.run_id, r.status,"
     " row_number() OVER (PARTITION BY r.chat_uuid ORDER BY r.created_at DESC) AS n,"
     " COALESCE(pc.keep_run_logs, pu.keep_run_logs, pg.keep_run_logs) AS keep,"
-    f" {_HELD} AS held FROM runs r JOIN chats c ON c.chat_uuid = r.chat_uuid"
-    + policy_joins("$1")
+    f" {_RETENTION.held} AS held FROM runs r JOIN chats c ON c.chat_uuid = r.chat_uuid"
+    + RetentionSQL.joins("$1")
     + "), gone AS (DELETE FROM run_events e USING ranked k WHERE e.chat_uuid = k.chat_uuid"
     " AND e.run_id = k.run_id AND k.keep IS NOT NULL AND NOT k.held AND k.n > k.keep"
     " AND k.status <> 'running' RETURNING 1) SELECT count(*) FROM gone"
@@ -80,8 +75,9 @@ class _Statements(LifecycleSQL):
         " ORDER BY started_at DESC, receipt_uuid DESC"
     )
     select_expired = (
-        f"SELECT * FROM (SELECT c.chat_uuid, c.user_uuid, {_REASON} AS reason FROM chats c"
-        f"{_POLICIES} WHERE ($4::uuid IS NULL OR c.chat_uuid > $4) AND NOT {_HELD}) e"
+        f"SELECT * FROM (SELECT c.chat_uuid, c.user_uuid, {_RETENTION.reason} AS reason"
+        f" FROM chats c{_RETENTION.policies} WHERE ($4::uuid IS NULL OR c.chat_uuid > $4)"
+        f" AND NOT {_RETENTION.held}) e"
         " WHERE reason IS NOT NULL ORDER BY chat_uuid LIMIT $5"
     )
 

@@ -26,44 +26,52 @@ from threadstore.models import (
 from threadstore.store._lifecycle import GLOBAL_SCOPE, SUMMARY_COLUMNS, LifecycleBackend, Scope
 from threadstore.store._sql_driver import SQLDriver
 
-__all__ = ["LifecycleSQL", "SQLLifecycle"]
+__all__ = ["LifecycleSQL", "RetentionSQL", "SQLLifecycle"]
 
 _POLICY_COLUMNS = ("idle_ttl", "absolute_ttl", "keep_run_logs", "deleted_window", "legal_hold")
 
 
-def policy_joins(global_scope: str) -> str:
-    """Each chat's (``c``) policies: its own (``pc``), its user's (``pu``) and the global
-    one (``pg``, whose scope uuid is the parameter ``global_scope``); a chat's policy is
-    each field of its own, else its user's, else the global policy's."""
-    return (
-        " LEFT JOIN retention_policies pc ON pc.scope = 'chat' AND pc.scope_uuid = c.chat_uuid"
-        " LEFT JOIN retention_policies pu ON pu.scope = 'user' AND pu.scope_uuid = c.user_uuid"
-        " LEFT JOIN retention_policies pg ON pg.scope = 'global'"
-        f" AND pg.scope_uuid = {global_scope}"
-    )
+class RetentionSQL:
+    """The SQL of a chat's (``c``) retention in one dialect: its policies, whether one
+    holds it, and why it expired. ``param(n)``: the n-th placeholder, with ``param(1)``
+    the time compared with, ``param(2)`` the default restorable window of a deleted chat
+    and ``param(3)`` the global scope; ``false``: the dialect's; ``age(column)``: the
+    seconds from the chat's ``column`` to ``param(1)``."""
 
+    def __init__(
+        self, param: Callable[[int], str], *, false: str, age: Callable[[str], str]
+    ) -> None:
+        self.policies = self.joins(param(3))
+        self.held = (
+            "("
+            + " OR ".join(f"COALESCE({p}.legal_hold, {false})" for p in ("pc", "pu", "pg"))
+            + ")"
+        )
+        """Whether a legal hold of any of the chat's policies holds it."""
 
-def held(false: str) -> str:
-    """Whether a legal hold of any of the chat's policies holds it (``false``: the dialect's)."""
-    return "(" + " OR ".join(f"COALESCE({p}.legal_hold, {false})" for p in ("pc", "pu", "pg")) + ")"
+        def older(column: str, field: str, fallback: str = "") -> str:
+            return f"{age(column)} > COALESCE(pc.{field}, pu.{field}, pg.{field}{fallback})"
 
+        window = param(2)
+        self.reason = (
+            "CASE WHEN c.deleted_at IS NOT NULL THEN"
+            f" CASE WHEN {older('deleted_at', 'deleted_window', f', {window}')} THEN 'deleted' END"
+            f" WHEN {older('created_at', 'absolute_ttl')} THEN 'absolute'"
+            f" WHEN {older('updated_at', 'idle_ttl')} THEN 'idle' END"
+        )
+        """Why the chat expired (NULL: it has not), by its policies."""
 
-def expiry_reason(age: Callable[[str], str], window: str) -> str:
-    """Why a chat expired (NULL: it has not), by its policies (:func:`policy_joins`).
-
-    ``age(column)``: the seconds since the chat's ``column``, at the time compared with;
-    ``window``: the parameter of the default restorable window of a deleted chat.
-    """
-
-    def older(column: str, field: str, fallback: str = "") -> str:
-        return f"{age(column)} > COALESCE(pc.{field}, pu.{field}, pg.{field}{fallback})"
-
-    return (
-        "CASE WHEN c.deleted_at IS NOT NULL THEN"
-        f" CASE WHEN {older('deleted_at', 'deleted_window', f', {window}')} THEN 'deleted' END"
-        f" WHEN {older('created_at', 'absolute_ttl')} THEN 'absolute'"
-        f" WHEN {older('updated_at', 'idle_ttl')} THEN 'idle' END"
-    )
+    @staticmethod
+    def joins(global_scope: str) -> str:
+        """Each chat's policies: its own (``pc``), its user's (``pu``) and the global one
+        (``pg``, whose scope uuid is the parameter ``global_scope``); a chat's policy is
+        each field of its own, else its user's, else the global policy's."""
+        return (
+            " LEFT JOIN retention_policies pc ON pc.scope = 'chat' AND pc.scope_uuid = c.chat_uuid"
+            " LEFT JOIN retention_policies pu ON pu.scope = 'user' AND pu.scope_uuid = c.user_uuid"
+            " LEFT JOIN retention_policies pg ON pg.scope = 'global'"
+            f" AND pg.scope_uuid = {global_scope}"
+        )
 
 
 class LifecycleSQL:

@@ -15,13 +15,7 @@ from typing import TYPE_CHECKING
 from uuid import UUID
 
 from threadstore.store._lifecycle import GLOBAL_SCOPE, SUMMARY_COLUMNS
-from threadstore.store._sql_lifecycle import (
-    LifecycleSQL,
-    SQLLifecycle,
-    expiry_reason,
-    held,
-    policy_joins,
-)
+from threadstore.store._sql_lifecycle import LifecycleSQL, RetentionSQL, SQLLifecycle
 from threadstore.store._sqlite_executor import SQLiteDriver
 from threadstore.store._sqlite_sql import ts
 from threadstore.store._sqlite_writes import Statement
@@ -39,14 +33,15 @@ COUNT_ERASED = {
     for kind in ("messages", "tool_calls", "reasonings", "runs", "summaries")
 }
 ERASE_CHATS = f"DELETE FROM chats WHERE chat_uuid IN ({_BATCH}) RETURNING chat_uuid"
-_POLICIES = policy_joins("?3")
-_HELD = held("0")
-# ?1 now, ?2 the default restorable window.
-_REASON = expiry_reason(lambda column: f"(julianday(?1) - julianday(c.{column})) * 86400.0", "?2")
+_RETENTION = RetentionSQL(
+    lambda n: f"?{n}",
+    false="0",
+    age=lambda column: f"(julianday(?1) - julianday(c.{column})) * 86400.0",
+)
 _STILL_EXPIRED = (
-    f"SELECT c.chat_uuid FROM chats c{_POLICIES}"
+    f"SELECT c.chat_uuid FROM chats c{_RETENTION.policies}"
     " WHERE c.chat_uuid IN (SELECT value FROM json_each(?4))"
-    f" AND NOT {_HELD} AND ({_REASON}) IS NOT NULL"
+    f" AND NOT {_RETENTION.held} AND ({_RETENTION.reason}) IS NOT NULL"
 )
 COUNT_EXPIRED_MESSAGES = f"SELECT count(*) FROM messages WHERE chat_uuid IN ({_STILL_EXPIRED})"
 DELETE_EXPIRED = f"DELETE FROM chats WHERE chat_uuid IN ({_STILL_EXPIRED}) RETURNING chat_uuid"
@@ -66,8 +61,9 @@ class _Statements(LifecycleSQL):
     # Walks the chats by primary key, so a page stops once it has ``limit`` (?5) of them;
     # every chat uuid sorts after "".
     select_expired = (
-        f"SELECT c.chat_uuid, c.user_uuid, {_REASON} AS reason FROM chats c{_POLICIES}"
-        f" WHERE c.chat_uuid > ?4 AND NOT {_HELD} AND reason IS NOT NULL"
+        f"SELECT c.chat_uuid, c.user_uuid, {_RETENTION.reason} AS reason"
+        f" FROM chats c{_RETENTION.policies}"
+        f" WHERE c.chat_uuid > ?4 AND NOT {_RETENTION.held} AND reason IS NOT NULL"
         " ORDER BY c.chat_uuid LIMIT ?5"
     )
     before_every_chat = ""
