@@ -39,10 +39,7 @@ _RETENTION = RetentionSQL(
     false="false",
     age=lambda column: f"extract(epoch FROM $1 - c.{column})",
 )
-_STILL_EXPIRED = (
-    f"SELECT c.chat_uuid FROM chats c{_RETENTION.policies}"
-    f" WHERE c.chat_uuid = ANY($4) AND NOT {_RETENTION.held} AND ({_RETENTION.reason}) IS NOT NULL"
-)
+_STILL_EXPIRED = _RETENTION.still_expired("= ANY($4)")
 # The chats locked first: a run writing to one meanwhile waits, then finds it gone.
 DELETE_EXPIRED = (
     f"WITH gone AS (SELECT chat_uuid FROM chats WHERE chat_uuid IN ({_STILL_EXPIRED}) FOR UPDATE),"

@@ -61,6 +61,14 @@ class RetentionSQL:
         )
         """Why the chat expired (NULL: it has not), by its policies."""
 
+    def still_expired(self, among: str) -> str:
+        """The chats of ``among`` (a test of ``c.chat_uuid``) still expired and not held:
+        each is checked again as it goes, so one written to since it was found stays."""
+        return (
+            f"SELECT c.chat_uuid FROM chats c{self.policies} WHERE c.chat_uuid {among}"
+            f" AND NOT {self.held} AND ({self.reason}) IS NOT NULL"
+        )
+
     @staticmethod
     def joins(global_scope: str) -> str:
         """Each chat's policies: its own (``pc``), its user's (``pu``) and the global one

@@ -38,11 +38,7 @@ _RETENTION = RetentionSQL(
     false="0",
     age=lambda column: f"(julianday(?1) - julianday(c.{column})) * 86400.0",
 )
-_STILL_EXPIRED = (
-    f"SELECT c.chat_uuid FROM chats c{_RETENTION.policies}"
-    " WHERE c.chat_uuid IN (SELECT value FROM json_each(?4))"
-    f" AND NOT {_RETENTION.held} AND ({_RETENTION.reason}) IS NOT NULL"
-)
+_STILL_EXPIRED = _RETENTION.still_expired("IN (SELECT value FROM json_each(?4))")
 COUNT_EXPIRED_MESSAGES = f"SELECT count(*) FROM messages WHERE chat_uuid IN ({_STILL_EXPIRED})"
 DELETE_EXPIRED = f"DELETE FROM chats WHERE chat_uuid IN ({_STILL_EXPIRED}) RETURNING chat_uuid"
 
