@@ -11,7 +11,7 @@ from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from threadstore.store._usage import USAGE_COUNTS, UsageBackend, nanos, usd
+from threadstore.store._usage import USAGE_COUNTS, UsageBackend, UsageFilter, nanos, usd
 from threadstore.usage import (
     BudgetScope,
     RunUsage,
@@ -60,13 +60,8 @@ class MemoryUsage(UsageBackend):
             self.runs[(usage.chat_uuid, usage.run_id)] = kept
             return True
 
-    def _matching(
-        self,
-        user_uuid: UUID | None,
-        chat_uuid: UUID | None,
-        since: datetime | None,
-        until: datetime | None,
-    ) -> list[RunUsage]:
+    def _matching(self, where: UsageFilter) -> list[RunUsage]:
+        user_uuid, chat_uuid, since, until = where
         return [
             usage
             for usage in self.runs.values()
@@ -76,28 +71,14 @@ class MemoryUsage(UsageBackend):
             and (until is None or usage.recorded_at < until)
         ]
 
-    async def select_runs(
-        self,
-        user_uuid: UUID | None,
-        chat_uuid: UUID | None,
-        since: datetime | None,
-        until: datetime | None,
-        limit: int,
-    ) -> list[RunUsage]:
-        found = self._matching(user_uuid, chat_uuid, since, until)
+    async def select_runs(self, where: UsageFilter, limit: int) -> list[RunUsage]:
+        found = self._matching(where)
         found.sort(key=lambda usage: (usage.recorded_at, usage.run_id), reverse=True)
         return found[:limit]
 
-    async def select_totals(
-        self,
-        by: UsageGrouping,
-        user_uuid: UUID | None,
-        chat_uuid: UUID | None,
-        since: datetime | None,
-        until: datetime | None,
-    ) -> list[UsageTotals]:
+    async def select_totals(self, by: UsageGrouping, where: UsageFilter) -> list[UsageTotals]:
         groups: dict[Any, list[RunUsage]] = {}
-        for usage in self._matching(user_uuid, chat_uuid, since, until):
+        for usage in self._matching(where):
             groups.setdefault(_KEYS[by](usage), []).append(usage)
         totals = []
         for key in sorted(groups, key=str):

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextvars import ContextVar
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
@@ -32,9 +32,13 @@ from threadstore.errors import (
     StoreUnavailableError,
 )
 from threadstore.store._lifecycle import ERASED_USER_DETAIL, ERASED_USER_STATE
+from threadstore.store._sql_driver import SQLDriver
 from threadstore.store._timeouts import caused_by, unavailable
 
-__all__ = ["LOST", "Connections", "Lease", "iso_times", "translate"]
+if TYPE_CHECKING:
+    from threadstore.store.postgres import PostgresStore
+
+__all__ = ["LOST", "Connections", "Lease", "PostgresDriver", "iso_times", "translate"]
 
 LOST: tuple[type[BaseException], ...] = (
     OSError,  # refused, reset, and TimeoutError: a statement past ``command_timeout``
@@ -266,3 +270,21 @@ class Lease:
         if lost and not isinstance(exc, StoreUnavailableError):
             assert exc is not None
             raise unavailable(self._connections.timeout, exc) from exc
+
+
+class PostgresDriver(SQLDriver):
+    """Statements on the store's connections (each borrows one, or joins the task's
+    transaction); asyncpg takes and gives uuids and times as they are."""
+
+    store: PostgresStore
+
+    async def _write(
+        self, sql: str, params: Sequence[Any], *, missing: str | None = None
+    ) -> list[Any]:
+        rows = await self.store._fetch(sql, *params)
+        if missing is not None and not rows:
+            raise NotFoundError(missing)
+        return rows
+
+    async def _read(self, sql: str, params: Sequence[Any], small: bool = False) -> list[Any]:
+        return await self.store._fetch(sql, *params)

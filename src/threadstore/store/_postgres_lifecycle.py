@@ -1,54 +1,26 @@
 """The PostgreSQL backend's primitives of a conversation's life: summaries, erasure, retention.
 
-SQL as module constants with placeholders only; each call borrows a connection of the
-store (or joins its transaction), as the store's own statements do.
+SQL as module constants with placeholders only (those alike on both SQL backends in
+``store/_sql_lifecycle.py``); each call borrows a connection of the store (or joins its
+transaction), as the store's own statements do.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from threadstore import binary_json
-from threadstore.errors import NotFoundError
-from threadstore.models import (
-    FORMAT_VERSION,
-    ErasureReceipt,
-    ExpiredChat,
-    RetentionPolicy,
-    ScopedPolicy,
-    Summary,
-)
-from threadstore.store._lifecycle import (
-    GLOBAL_SCOPE,
-    SUMMARY_COLUMNS,
-    LifecycleBackend,
-    Scope,
-)
+from threadstore.store._lifecycle import ERASED_KINDS, GLOBAL_SCOPE, SUMMARY_COLUMNS
+from threadstore.store._postgres_connections import PostgresDriver
+from threadstore.store._sql_lifecycle import LifecycleSQL, RetentionSQL, SQLLifecycle
 
 if TYPE_CHECKING:
     from threadstore.store.postgres import PostgresStore
 
 __all__ = ["PostgresLifecycle"]
 
-# Only onto a live chat: a summary of a deleted chat would outlive it.
-INSERT_SUMMARY = (
-    "INSERT INTO summaries (" + ", ".join(SUMMARY_COLUMNS) + ", format_version)"
-    " SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10, $11"
-    " WHERE EXISTS (SELECT 1 FROM chats WHERE chat_uuid = $2 AND deleted_at IS NULL)"
-    " RETURNING 1"
-)
-SELECT_SUMMARIES = (
-    "SELECT " + ", ".join("s." + c for c in SUMMARY_COLUMNS[:-2]) + ", s.metadata::text,"
-    " s.created_at FROM summaries s"
-    " JOIN chats c ON c.chat_uuid = s.chat_uuid AND c.deleted_at IS NULL"
-    " WHERE s.chat_uuid = $1 ORDER BY s.created_at DESC, s.summary_uuid DESC"
-)
-DELETE_SUMMARY = "DELETE FROM summaries WHERE chat_uuid = $1 AND summary_uuid = $2 RETURNING 1"
-
-TOMBSTONE = "INSERT INTO erased_users (user_uuid, erased_at) VALUES ($1, $2) ON CONFLICT DO NOTHING"
 # The chats of one erasure batch, locked: a concurrent write to them waits for the batch.
 LOCK_BATCH = (
     "SELECT chat_uuid FROM chats WHERE user_uuid = $1 ORDER BY chat_uuid LIMIT $2 FOR UPDATE"
@@ -62,40 +34,12 @@ COUNT_ERASED = (
     " (SELECT count(*) FROM run_events WHERE chat_uuid = ANY($1))"
 )
 ERASE_CHATS = "DELETE FROM chats WHERE chat_uuid = ANY($1)"
-# Each chat's policy: its own fields, else its user's, else the global policy's.
-_POLICIES = (
-    " LEFT JOIN retention_policies pc ON pc.scope = 'chat' AND pc.scope_uuid = c.chat_uuid"
-    " LEFT JOIN retention_policies pu ON pu.scope = 'user' AND pu.scope_uuid = c.user_uuid"
-    " LEFT JOIN retention_policies pg ON pg.scope = 'global' AND pg.scope_uuid = $3"
+_RETENTION = RetentionSQL(
+    lambda n: f"${n}",
+    false="false",
+    age=lambda column: f"extract(epoch FROM $1 - c.{column})",
 )
-_HELD = (
-    "(COALESCE(pc.legal_hold, false) OR COALESCE(pu.legal_hold, false)"
-    " OR COALESCE(pg.legal_hold, false))"
-)
-
-
-def _older(column: str, field: str, fallback: str = "") -> str:
-    """Whether ``column`` is older (at $1) than the chat's policy's ``field`` seconds."""
-    limit = f"COALESCE(pc.{field}, pu.{field}, pg.{field}{fallback})"
-    return f"extract(epoch FROM $1 - c.{column}) > {limit}"
-
-
-# Why a chat expired (NULL: it has not). $1 now, $2 the default restorable window.
-_REASON = (
-    "CASE WHEN c.deleted_at IS NOT NULL THEN"
-    f" CASE WHEN {_older('deleted_at', 'deleted_window', ', $2')} THEN 'deleted' END"
-    f" WHEN {_older('created_at', 'absolute_ttl')} THEN 'absolute'"
-    f" WHEN {_older('updated_at', 'idle_ttl')} THEN 'idle' END"
-)
-SELECT_EXPIRED = (
-    f"SELECT * FROM (SELECT c.chat_uuid, c.user_uuid, {_REASON} AS reason FROM chats c{_POLICIES}"
-    f" WHERE ($4::uuid IS NULL OR c.chat_uuid > $4) AND NOT {_HELD}) e"
-    " WHERE reason IS NOT NULL ORDER BY chat_uuid LIMIT $5"
-)
-_STILL_EXPIRED = (
-    f"SELECT c.chat_uuid FROM chats c{_POLICIES}"
-    f" WHERE c.chat_uuid = ANY($4) AND NOT {_HELD} AND ({_REASON}) IS NOT NULL"
-)
+_STILL_EXPIRED = _RETENTION.still_expired("= ANY($4)")
 # The chats locked first: a run writing to one meanwhile waits, then finds it gone.
 DELETE_EXPIRED = (
     f"WITH gone AS (SELECT chat_uuid FROM chats WHERE chat_uuid IN ({_STILL_EXPIRED}) FOR UPDATE),"
@@ -107,47 +51,38 @@ PRUNE_RUN_LOGS = (
     "WITH ranked AS (SELECT r.chat_uuid, r.run_id, r.status,"
     " row_number() OVER (PARTITION BY r.chat_uuid ORDER BY r.created_at DESC) AS n,"
     " COALESCE(pc.keep_run_logs, pu.keep_run_logs, pg.keep_run_logs) AS keep,"
-    f" {_HELD} AS held FROM runs r JOIN chats c ON c.chat_uuid = r.chat_uuid"
-    + _POLICIES.replace("$3", "$1")
+    f" {_RETENTION.held} AS held FROM runs r JOIN chats c ON c.chat_uuid = r.chat_uuid"
+    + RetentionSQL.joins("$1")
     + "), gone AS (DELETE FROM run_events e USING ranked k WHERE e.chat_uuid = k.chat_uuid"
     " AND e.run_id = k.run_id AND k.keep IS NOT NULL AND NOT k.held AND k.n > k.keep"
     " AND k.status <> 'running' RETURNING 1) SELECT count(*) FROM gone"
 )
-UPSERT_POLICY = (
-    "INSERT INTO retention_policies (scope, scope_uuid, idle_ttl, absolute_ttl,"
-    " keep_run_logs, deleted_window, legal_hold, updated_at)"
-    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
-    " ON CONFLICT (scope, scope_uuid) DO UPDATE SET idle_ttl = excluded.idle_ttl,"
-    " absolute_ttl = excluded.absolute_ttl, keep_run_logs = excluded.keep_run_logs,"
-    " deleted_window = excluded.deleted_window, legal_hold = excluded.legal_hold,"
-    " updated_at = excluded.updated_at"
-)
-DELETE_POLICY = "DELETE FROM retention_policies WHERE scope = $1 AND scope_uuid = $2 RETURNING 1"
-SELECT_POLICIES = (
-    "SELECT scope, scope_uuid, idle_ttl, absolute_ttl, keep_run_logs, deleted_window,"
-    " legal_hold FROM retention_policies ORDER BY scope, scope_uuid"
-)
-
-INSERT_RECEIPT = (
-    "INSERT INTO erasure_receipts"
-    " (receipt_uuid, user_uuid, requested_by, started_at, finished_at, counts)"
-    " VALUES ($1, $2, $3, $4, $5, $6::jsonb)"
-)
-SELECT_RECEIPTS = (
-    "SELECT receipt_uuid, user_uuid, requested_by, started_at, finished_at, counts::text"
-    " FROM erasure_receipts WHERE $1::uuid IS NULL OR user_uuid = $1"
-    " ORDER BY started_at DESC, receipt_uuid DESC"
-)
 
 
-def _summary(row: Any) -> Summary:
-    fields = dict(zip(SUMMARY_COLUMNS, row, strict=True))
-    fields["metadata"] = binary_json.loads(fields["metadata"]) if fields["metadata"] else {}
-    return Summary.model_validate(fields)
+class _Statements(LifecycleSQL):
+    select_summaries = (
+        "SELECT " + ", ".join("s." + c for c in SUMMARY_COLUMNS[:-2]) + ", s.metadata::text,"
+        " s.created_at FROM summaries s"
+        " JOIN chats c ON c.chat_uuid = s.chat_uuid AND c.deleted_at IS NULL"
+        " WHERE s.chat_uuid = $1 ORDER BY s.created_at DESC, s.summary_uuid DESC"
+    )
+    select_receipts = (
+        "SELECT receipt_uuid, user_uuid, requested_by, started_at, finished_at, counts::text"
+        " FROM erasure_receipts WHERE $1::uuid IS NULL OR user_uuid = $1"
+        " ORDER BY started_at DESC, receipt_uuid DESC"
+    )
+    select_expired = (
+        f"SELECT * FROM (SELECT c.chat_uuid, c.user_uuid, {_RETENTION.reason} AS reason"
+        f" FROM chats c{_RETENTION.policies} WHERE ($4::uuid IS NULL OR c.chat_uuid > $4)"
+        f" AND NOT {_RETENTION.held}) e"
+        " WHERE reason IS NOT NULL ORDER BY chat_uuid LIMIT $5"
+    )
 
 
-class PostgresLifecycle(LifecycleBackend):
+class PostgresLifecycle(PostgresDriver, SQLLifecycle):
     """Summaries, erasure and retention of a :class:`~threadstore.store.postgres.PostgresStore`."""
+
+    sql = _Statements(lambda n: f"${n}", lambda n: f"${n}::jsonb")
 
     def __init__(self, store: PostgresStore) -> None:
         self.store = store
@@ -155,107 +90,15 @@ class PostgresLifecycle(LifecycleBackend):
     async def _fetch(self, query: str, *args: Any) -> list[Any]:
         return await self.store._fetch(query, *args)
 
-    async def insert_summary(self, summary: Summary) -> None:
-        rows = await self._fetch(
-            INSERT_SUMMARY,
-            summary.summary_uuid,
-            summary.chat_uuid,
-            summary.first_message_uuid,
-            summary.last_message_uuid,
-            summary.last_seq,
-            summary.message_count,
-            summary.content,
-            summary.summarizer,
-            binary_json.dumps(summary.metadata),
-            summary.created_at,
-            FORMAT_VERSION,
-        )
-        if not rows:
-            raise NotFoundError(f"chat {summary.chat_uuid} does not exist")
-
-    async def select_summaries(self, chat_uuid: UUID) -> list[Summary]:
-        return [_summary(row) for row in await self._fetch(SELECT_SUMMARIES, chat_uuid)]
-
-    async def delete_summary(self, chat_uuid: UUID, summary_uuid: UUID) -> bool:
-        return bool(await self._fetch(DELETE_SUMMARY, chat_uuid, summary_uuid))
-
-    async def tombstone(self, user_uuid: UUID, at: datetime) -> None:
-        await self._fetch(TOMBSTONE, user_uuid, at)
-
     async def erase_chats(self, user_uuid: UUID, limit: int) -> tuple[dict[str, int], list[UUID]]:
         store = self.store
         async with store.transaction(), store._connection() as conn:
             chats = [row[0] for row in await store._fetch_on(conn, LOCK_BATCH, user_uuid, limit)]
             if not chats:
-                return dict.fromkeys(("chats", *_KINDS), 0), []
+                return dict.fromkeys(ERASED_KINDS, 0), []
             (counts,) = await store._fetch_on(conn, COUNT_ERASED, chats)
             await store._fetch_on(conn, ERASE_CHATS, chats)
-        return {"chats": len(chats), **dict(zip(_KINDS, counts, strict=True))}, chats
-
-    async def save_receipt(self, receipt: ErasureReceipt) -> None:
-        await self._fetch(
-            INSERT_RECEIPT,
-            receipt.receipt_uuid,
-            receipt.user_uuid,
-            receipt.requested_by,
-            receipt.started_at,
-            receipt.finished_at,
-            binary_json.dumps(receipt.counts),
-        )
-
-    async def select_receipts(self, user_uuid: UUID | None) -> list[ErasureReceipt]:
-        rows = await self._fetch(SELECT_RECEIPTS, user_uuid)
-        return [
-            ErasureReceipt(
-                receipt_uuid=row[0],
-                user_uuid=row[1],
-                requested_by=row[2],
-                started_at=row[3],
-                finished_at=row[4],
-                counts=binary_json.loads(row[5]),
-            )
-            for row in rows
-        ]
-
-    async def upsert_policy(
-        self, scope: Scope, scope_uuid: UUID, policy: RetentionPolicy, at: datetime
-    ) -> None:
-        await self._fetch(
-            UPSERT_POLICY,
-            scope,
-            scope_uuid,
-            policy.idle_ttl,
-            policy.absolute_ttl,
-            policy.keep_run_logs,
-            policy.deleted_window,
-            policy.legal_hold,
-            at,
-        )
-
-    async def delete_policy(self, scope: Scope, scope_uuid: UUID) -> bool:
-        return bool(await self._fetch(DELETE_POLICY, scope, scope_uuid))
-
-    async def select_policies(self) -> list[ScopedPolicy]:
-        return [
-            ScopedPolicy(
-                scope=cast(Scope, row[0]),
-                scope_uuid=row[1],
-                policy=RetentionPolicy(
-                    idle_ttl=row[2],
-                    absolute_ttl=row[3],
-                    keep_run_logs=row[4],
-                    deleted_window=row[5],
-                    legal_hold=row[6],
-                ),
-            )
-            for row in await self._fetch(SELECT_POLICIES)
-        ]
-
-    async def select_expired(
-        self, now: datetime, window: float, after: UUID | None, limit: int
-    ) -> list[ExpiredChat]:
-        rows = await self._fetch(SELECT_EXPIRED, now, window, GLOBAL_SCOPE, after, limit)
-        return [ExpiredChat(chat_uuid=row[0], user_uuid=row[1], reason=row[2]) for row in rows]
+        return {"chats": len(chats), **dict(zip(ERASED_KINDS[1:], counts, strict=True))}, chats
 
     async def delete_expired(
         self, chats: Sequence[UUID], now: datetime, window: float
@@ -267,6 +110,3 @@ class PostgresLifecycle(LifecycleBackend):
     async def prune_run_logs(self) -> int:
         rows = await self._fetch(PRUNE_RUN_LOGS, GLOBAL_SCOPE)
         return int(rows[0][0])
-
-
-_KINDS = ("messages", "tool_calls", "reasonings", "runs", "summaries", "run_events")

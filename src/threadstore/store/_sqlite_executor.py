@@ -41,8 +41,10 @@ import sqlite3
 import threading
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
+from datetime import date, datetime
 from typing import Any, TypeVar
 from urllib.parse import parse_qs
+from uuid import UUID
 
 from threadstore import models
 from threadstore.errors import (
@@ -54,7 +56,9 @@ from threadstore.errors import (
 )
 from threadstore.store._lifecycle import ERASED_USER, ERASED_USER_DETAIL
 from threadstore.store._records import WriterLock
+from threadstore.store._sql_driver import SQLDriver
 from threadstore.store._sqlite_schema import MIGRATIONS
+from threadstore.store._sqlite_sql import ts
 from threadstore.store._sqlite_thread import DatabaseThread
 from threadstore.store._sqlite_writes import BUSY_CODES, Statement, WriteQueue, run_statements
 from threadstore.store._timeouts import DEFAULT_TIMEOUT
@@ -64,6 +68,7 @@ __all__ = [
     "CHECKPOINT_EVERY_WRITES",
     "INLINE_MAX_BYTES",
     "INLINE_MAX_STATEMENTS",
+    "SQLiteDriver",
     "SQLiteExecutor",
     "sqlite_options",
     "sqlite_path",
@@ -517,3 +522,25 @@ def translate_error(exc: sqlite3.Error, timeout: float | None = None) -> Excepti
         if "UNIQUE" in text:
             return ConflictError(f"a record with this id already exists ({text})")
     return exc
+
+
+class SQLiteDriver(SQLDriver):
+    """Writes through the store's executor, reads on its reader connection; uuids kept as
+    text, times as fixed-width ISO text, flags as integers."""
+
+    executor: SQLiteExecutor
+    uuid_param = staticmethod(str)
+    time_param = staticmethod(ts)
+    flag_param = staticmethod(int)
+    uuid_value = staticmethod(UUID)
+    time_value = staticmethod(datetime.fromisoformat)
+    day_value = staticmethod(date.fromisoformat)
+
+    async def _write(
+        self, sql: str, params: Sequence[Any], *, missing: str | None = None
+    ) -> list[Any]:
+        (rows,) = await self.executor.run(Statement(sql, tuple(params), missing=missing))
+        return rows
+
+    async def _read(self, sql: str, params: Sequence[Any], small: bool = False) -> list[Any]:
+        return await self.executor.read(sql, params, small=small)

@@ -1,8 +1,9 @@
 """The SQLite backend's primitives of a conversation's life: summaries, erasure, retention.
 
-SQL as module constants with placeholders only; statements run through the store's
-executor like every other write (one transaction per call, on the database thread),
-reads on the reader connection.
+SQL as module constants with placeholders only (those alike on both SQL backends in
+``store/_sql_lifecycle.py``); statements run through the store's executor like every
+other write (one transaction per call, on the database thread), reads on the reader
+connection.
 """
 
 from __future__ import annotations
@@ -10,24 +11,12 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING
 from uuid import UUID
 
-from threadstore import binary_json
-from threadstore.models import (
-    FORMAT_VERSION,
-    ErasureReceipt,
-    ExpiredChat,
-    RetentionPolicy,
-    ScopedPolicy,
-    Summary,
-)
-from threadstore.store._lifecycle import (
-    GLOBAL_SCOPE,
-    SUMMARY_COLUMNS,
-    LifecycleBackend,
-    Scope,
-)
+from threadstore.store._lifecycle import GLOBAL_SCOPE, SUMMARY_COLUMNS
+from threadstore.store._sql_lifecycle import LifecycleSQL, RetentionSQL, SQLLifecycle
+from threadstore.store._sqlite_executor import SQLiteDriver
 from threadstore.store._sqlite_sql import ts
 from threadstore.store._sqlite_writes import Statement
 
@@ -36,20 +25,6 @@ if TYPE_CHECKING:
 
 __all__ = ["SQLiteLifecycle"]
 
-# Only onto a live chat: a summary of a deleted chat would outlive it.
-INSERT_SUMMARY = (
-    "INSERT INTO summaries (" + ", ".join(SUMMARY_COLUMNS) + ", format_version)"
-    " SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11"
-    " WHERE EXISTS (SELECT 1 FROM chats WHERE chat_uuid = ?2 AND deleted_at IS NULL)"
-)
-SELECT_SUMMARIES = (
-    "SELECT " + ", ".join("s." + c for c in SUMMARY_COLUMNS) + " FROM summaries s"
-    " JOIN chats c ON c.chat_uuid = s.chat_uuid AND c.deleted_at IS NULL"
-    " WHERE s.chat_uuid = ? ORDER BY s.created_at DESC, s.rowid DESC"
-)
-DELETE_SUMMARY = "DELETE FROM summaries WHERE chat_uuid = ? AND summary_uuid = ? RETURNING 1"
-
-TOMBSTONE = "INSERT INTO erased_users (user_uuid, erased_at) VALUES (?, ?) ON CONFLICT DO NOTHING"
 # The same chats for every statement of one erasure batch: its transaction holds the
 # writer, and the order is fixed.
 _BATCH = "SELECT chat_uuid FROM chats WHERE user_uuid = ?1 ORDER BY chat_uuid LIMIT ?2"
@@ -58,109 +33,45 @@ COUNT_ERASED = {
     for kind in ("messages", "tool_calls", "reasonings", "runs", "summaries")
 }
 ERASE_CHATS = f"DELETE FROM chats WHERE chat_uuid IN ({_BATCH}) RETURNING chat_uuid"
-# Each chat's policy: its own fields, else its user's, else the global policy's.
-_POLICIES = (
-    " LEFT JOIN retention_policies pc ON pc.scope = 'chat' AND pc.scope_uuid = c.chat_uuid"
-    " LEFT JOIN retention_policies pu ON pu.scope = 'user' AND pu.scope_uuid = c.user_uuid"
-    " LEFT JOIN retention_policies pg ON pg.scope = 'global' AND pg.scope_uuid = ?3"
+_RETENTION = RetentionSQL(
+    lambda n: f"?{n}",
+    false="0",
+    age=lambda column: f"(julianday(?1) - julianday(c.{column})) * 86400.0",
 )
-_HELD = "(COALESCE(pc.legal_hold, 0) OR COALESCE(pu.legal_hold, 0) OR COALESCE(pg.legal_hold, 0))"
-
-
-def _older(column: str, field: str, fallback: str = "") -> str:
-    """Whether ``column`` is older (at ?1) than the chat's policy's ``field`` seconds."""
-    limit = f"COALESCE(pc.{field}, pu.{field}, pg.{field}{fallback})"
-    return f"(julianday(?1) - julianday(c.{column})) * 86400.0 > {limit}"
-
-
-# Why a chat expired (NULL: it has not). ?1 now, ?2 the default restorable window.
-_REASON = (
-    "CASE WHEN c.deleted_at IS NOT NULL THEN"
-    f" CASE WHEN {_older('deleted_at', 'deleted_window', ', ?2')} THEN 'deleted' END"
-    f" WHEN {_older('created_at', 'absolute_ttl')} THEN 'absolute'"
-    f" WHEN {_older('updated_at', 'idle_ttl')} THEN 'idle' END"
-)
-# Walks the chats by primary key, so a page stops once it has ``limit`` (?5) of them.
-SELECT_EXPIRED = (
-    f"SELECT c.chat_uuid, c.user_uuid, {_REASON} AS reason FROM chats c{_POLICIES}"
-    f" WHERE c.chat_uuid > ?4 AND NOT {_HELD} AND reason IS NOT NULL"
-    " ORDER BY c.chat_uuid LIMIT ?5"
-)
-_STILL_EXPIRED = (
-    f"SELECT c.chat_uuid FROM chats c{_POLICIES}"
-    " WHERE c.chat_uuid IN (SELECT value FROM json_each(?4))"
-    f" AND NOT {_HELD} AND ({_REASON}) IS NOT NULL"
-)
+_STILL_EXPIRED = _RETENTION.still_expired("IN (SELECT value FROM json_each(?4))")
 COUNT_EXPIRED_MESSAGES = f"SELECT count(*) FROM messages WHERE chat_uuid IN ({_STILL_EXPIRED})"
 DELETE_EXPIRED = f"DELETE FROM chats WHERE chat_uuid IN ({_STILL_EXPIRED}) RETURNING chat_uuid"
-UPSERT_POLICY = (
-    "INSERT INTO retention_policies (scope, scope_uuid, idle_ttl, absolute_ttl,"
-    " keep_run_logs, deleted_window, legal_hold, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-    " ON CONFLICT (scope, scope_uuid) DO UPDATE SET idle_ttl = excluded.idle_ttl,"
-    " absolute_ttl = excluded.absolute_ttl, keep_run_logs = excluded.keep_run_logs,"
-    " deleted_window = excluded.deleted_window, legal_hold = excluded.legal_hold,"
-    " updated_at = excluded.updated_at"
-)
-DELETE_POLICY = "DELETE FROM retention_policies WHERE scope = ? AND scope_uuid = ? RETURNING 1"
-SELECT_POLICIES = (
-    "SELECT scope, scope_uuid, idle_ttl, absolute_ttl, keep_run_logs, deleted_window,"
-    " legal_hold FROM retention_policies ORDER BY scope, scope_uuid"
-)
-
-INSERT_RECEIPT = (
-    "INSERT INTO erasure_receipts"
-    " (receipt_uuid, user_uuid, requested_by, started_at, finished_at, counts)"
-    " VALUES (?, ?, ?, ?, ?, ?)"
-)
-SELECT_RECEIPTS = (
-    "SELECT receipt_uuid, user_uuid, requested_by, started_at, finished_at, counts"
-    " FROM erasure_receipts WHERE ?1 IS NULL OR user_uuid = ?1"
-    " ORDER BY started_at DESC, rowid DESC"
-)
 
 
-def _summary(row: Any) -> Summary:
-    fields = dict(zip(SUMMARY_COLUMNS, row, strict=True))
-    fields["metadata"] = binary_json.loads(fields["metadata"]) if fields["metadata"] else {}
-    fields["created_at"] = datetime.fromisoformat(fields["created_at"])
-    return Summary.model_validate(fields)
+class _Statements(LifecycleSQL):
+    select_summaries = (
+        "SELECT " + ", ".join("s." + c for c in SUMMARY_COLUMNS) + " FROM summaries s"
+        " JOIN chats c ON c.chat_uuid = s.chat_uuid AND c.deleted_at IS NULL"
+        " WHERE s.chat_uuid = ? ORDER BY s.created_at DESC, s.rowid DESC"
+    )
+    select_receipts = (
+        "SELECT receipt_uuid, user_uuid, requested_by, started_at, finished_at, counts"
+        " FROM erasure_receipts WHERE ?1 IS NULL OR user_uuid = ?1"
+        " ORDER BY started_at DESC, rowid DESC"
+    )
+    # Walks the chats by primary key, so a page stops once it has ``limit`` (?5) of them;
+    # every chat uuid sorts after "".
+    select_expired = (
+        f"SELECT c.chat_uuid, c.user_uuid, {_RETENTION.reason} AS reason"
+        f" FROM chats c{_RETENTION.policies}"
+        f" WHERE c.chat_uuid > ?4 AND NOT {_RETENTION.held} AND reason IS NOT NULL"
+        " ORDER BY c.chat_uuid LIMIT ?5"
+    )
+    before_every_chat = ""
 
 
-class SQLiteLifecycle(LifecycleBackend):
+class SQLiteLifecycle(SQLiteDriver, SQLLifecycle):
     """Summaries, erasure and retention of one :class:`~threadstore.store.sqlite.SQLiteStore`."""
+
+    sql = _Statements(lambda n: f"?{n}", lambda n: f"?{n}")
 
     def __init__(self, store: SQLiteStore) -> None:
         self.executor = store.executor
-
-    async def insert_summary(self, summary: Summary) -> None:
-        params = (
-            str(summary.summary_uuid),
-            str(summary.chat_uuid),
-            str(summary.first_message_uuid),
-            str(summary.last_message_uuid),
-            summary.last_seq,
-            summary.message_count,
-            summary.content,
-            summary.summarizer,
-            binary_json.dumps(summary.metadata),
-            ts(summary.created_at),
-            FORMAT_VERSION,
-        )
-        missing = f"chat {summary.chat_uuid} does not exist"
-        await self.executor.run(Statement(INSERT_SUMMARY, params, missing=missing))
-
-    async def select_summaries(self, chat_uuid: UUID) -> list[Summary]:
-        rows = await self.executor.read(SELECT_SUMMARIES, (str(chat_uuid),), small=True)
-        return [_summary(row) for row in rows]
-
-    async def delete_summary(self, chat_uuid: UUID, summary_uuid: UUID) -> bool:
-        (rows,) = await self.executor.run(
-            Statement(DELETE_SUMMARY, (str(chat_uuid), str(summary_uuid)))
-        )
-        return bool(rows)
-
-    async def tombstone(self, user_uuid: UUID, at: datetime) -> None:
-        await self.executor.run(Statement(TOMBSTONE, (str(user_uuid), ts(at))))
 
     async def erase_chats(self, user_uuid: UUID, limit: int) -> tuple[dict[str, int], list[UUID]]:
         params = (str(user_uuid), limit)
@@ -170,75 +81,6 @@ class SQLiteLifecycle(LifecycleBackend):
         erased = [UUID(row[0]) for row in results[-1]]
         found = {kind: rows[0][0] for kind, rows in zip(COUNT_ERASED, results, strict=False)}
         return {"chats": len(erased), **found, "run_events": 0}, erased
-
-    async def save_receipt(self, receipt: ErasureReceipt) -> None:
-        params = (
-            str(receipt.receipt_uuid),
-            str(receipt.user_uuid),
-            receipt.requested_by,
-            ts(receipt.started_at),
-            ts(receipt.finished_at),
-            binary_json.dumps(receipt.counts),
-        )
-        await self.executor.run(Statement(INSERT_RECEIPT, params))
-
-    async def select_receipts(self, user_uuid: UUID | None) -> list[ErasureReceipt]:
-        key = None if user_uuid is None else str(user_uuid)
-        rows = await self.executor.read(SELECT_RECEIPTS, (key,))
-        return [
-            ErasureReceipt(
-                receipt_uuid=row[0],
-                user_uuid=row[1],
-                requested_by=row[2],
-                started_at=datetime.fromisoformat(row[3]),
-                finished_at=datetime.fromisoformat(row[4]),
-                counts=binary_json.loads(row[5]),
-            )
-            for row in rows
-        ]
-
-    async def upsert_policy(
-        self, scope: Scope, scope_uuid: UUID, policy: RetentionPolicy, at: datetime
-    ) -> None:
-        params = (
-            scope,
-            str(scope_uuid),
-            policy.idle_ttl,
-            policy.absolute_ttl,
-            policy.keep_run_logs,
-            policy.deleted_window,
-            int(policy.legal_hold),
-            ts(at),
-        )
-        await self.executor.run(Statement(UPSERT_POLICY, params))
-
-    async def delete_policy(self, scope: Scope, scope_uuid: UUID) -> bool:
-        (rows,) = await self.executor.run(Statement(DELETE_POLICY, (scope, str(scope_uuid))))
-        return bool(rows)
-
-    async def select_policies(self) -> list[ScopedPolicy]:
-        rows = await self.executor.read(SELECT_POLICIES, ())
-        return [
-            ScopedPolicy(
-                scope=cast(Scope, row[0]),
-                scope_uuid=UUID(row[1]),
-                policy=RetentionPolicy(
-                    idle_ttl=row[2],
-                    absolute_ttl=row[3],
-                    keep_run_logs=row[4],
-                    deleted_window=row[5],
-                    legal_hold=bool(row[6]),
-                ),
-            )
-            for row in rows
-        ]
-
-    async def select_expired(
-        self, now: datetime, window: float, after: UUID | None, limit: int
-    ) -> list[ExpiredChat]:
-        params = (ts(now), window, str(GLOBAL_SCOPE), "" if after is None else str(after), limit)
-        rows = await self.executor.read(SELECT_EXPIRED, params)
-        return [ExpiredChat(chat_uuid=row[0], user_uuid=row[1], reason=row[2]) for row in rows]
 
     async def delete_expired(
         self, chats: Sequence[UUID], now: datetime, window: float

@@ -6,22 +6,7 @@ Every statement takes placeholders only; no value is ever formatted into SQL.
 
 from __future__ import annotations
 
-from threadstore.store._sql import (
-    CHAT_COLUMNS,
-    MESSAGE_COLUMNS,
-    REASONING_COLUMNS,
-    RUN_COLUMNS,
-    TOOL_CALL_COLUMNS,
-)
-
-__all__ = [
-    "CHAT_COLUMNS",
-    "MESSAGE_COLUMNS",
-    "MIGRATIONS",
-    "REASONING_COLUMNS",
-    "RUN_COLUMNS",
-    "TOOL_CALL_COLUMNS",
-]
+__all__ = ["MIGRATIONS"]
 
 MIGRATIONS: list[str] = [
     # 1: chats, the message tree, tool calls, reasoning steps and runs.

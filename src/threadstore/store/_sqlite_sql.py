@@ -1,7 +1,7 @@
 """The SQL of the SQLite backend's statements, and how its values are written.
 
-Module constants with placeholders only, built once from the column lists of
-``_sqlite_schema.py``; the store (``sqlite.py``) picks them per primitive.
+Module constants with placeholders only, built once from the column lists both SQL
+backends share (``_sql.py``); the store (``sqlite.py``) picks them per primitive.
 """
 
 from __future__ import annotations
@@ -12,23 +12,21 @@ from uuid import UUID
 
 from threadstore.store._queries import TreeNode
 from threadstore.store._sql import (
+    CHAT_COLUMNS,
     CHAT_INSERT,
     JSON_ENCODERS,
+    MESSAGE_COLUMNS,
     MESSAGE_INSERT,
+    REASONING_COLUMNS,
     REASONING_INSERT,
+    RUN_COLUMNS,
     RUN_INSERT,
+    TOOL_CALL_COLUMNS,
     TOOL_CALL_INSERT,
     Encoder,
     InsertColumns,
     InsertPlans,
     Kind,
-)
-from threadstore.store._sqlite_schema import (
-    CHAT_COLUMNS,
-    MESSAGE_COLUMNS,
-    REASONING_COLUMNS,
-    RUN_COLUMNS,
-    TOOL_CALL_COLUMNS,
 )
 
 __all__ = [

@@ -9,9 +9,8 @@ reported, whatever order they are added in.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
 from datetime import UTC, datetime, time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 from uuid import UUID
 
 from threadstore import _telemetry
@@ -37,14 +36,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "NANO",
-    "SELECT_USAGE",
-    "USAGE_COLUMNS",
     "USAGE_COUNTS",
-    "USAGE_SUMS",
     "Usage",
     "UsageBackend",
+    "UsageFilter",
     "nanos",
-    "upsert_usage",
     "usd",
 ]
 
@@ -58,48 +54,31 @@ _GROUPINGS = ("chat", "user", "day")
 USAGE_COUNTS = ("input_tokens", "output_tokens", "reasoning_tokens", "cached_input_tokens")
 """The token counts of a run's row, as ``RunUsage`` names them."""
 
-USAGE_COLUMNS = (
-    "chat_uuid",
-    "run_id",
-    "user_uuid",
-    *USAGE_COUNTS,
-    "cost_nusd",
-    "cache_savings_nusd",
-    "model",
-    "source",
-    "recorded_at",
-)
-"""The columns of ``usage_runs`` (both SQL backends), in the order their statements use."""
-
-USAGE_SUMS = "count(*), " + ", ".join(
-    f"sum({c})" for c in (*USAGE_COUNTS, "cost_nusd", "cache_savings_nusd")
-)
-"""What a total sums, after its key columns."""
-
-SELECT_USAGE = "SELECT " + ", ".join(USAGE_COLUMNS) + " FROM usage_runs"
-
-
-def upsert_usage(param: Callable[[int], str]) -> str:
-    """The statement keeping a run's row (``param(n)``: the backend's n-th placeholder).
-
-    Nothing is kept for an erased user: a run still finishing writes nothing back.
-    """
-    values = ", ".join(param(n) for n in range(1, len(USAGE_COLUMNS) + 1))
-    return (
-        "INSERT INTO usage_runs ("
-        + ", ".join(USAGE_COLUMNS)
-        + ") SELECT "
-        + values
-        + f" WHERE NOT EXISTS (SELECT 1 FROM erased_users WHERE user_uuid = {param(3)})"
-        " ON CONFLICT (chat_uuid, run_id) DO UPDATE SET "
-        + ", ".join(f"{c} = excluded.{c}" for c in USAGE_COLUMNS[2:])
-        + " RETURNING 1"
-    )
-
 
 def _utc(moment: datetime | None) -> datetime | None:
     """``moment`` with a time zone: a naive one counts as UTC (as everywhere in the store)."""
     return moment.replace(tzinfo=UTC) if moment and moment.tzinfo is None else moment
+
+
+class UsageFilter(NamedTuple):
+    """Which ledger rows a query is about: each filter given (``None``: any) must match;
+    ``since`` inclusive, ``until`` exclusive."""
+
+    user_uuid: UUID | None
+    chat_uuid: UUID | None
+    since: datetime | None
+    until: datetime | None
+
+    @classmethod
+    def of(
+        cls,
+        user_uuid: UUID | None,
+        chat_uuid: UUID | None,
+        since: datetime | None,
+        until: datetime | None,
+    ) -> UsageFilter:
+        """The filter, its times with a time zone."""
+        return cls(user_uuid, chat_uuid, _utc(since), _utc(until))
 
 
 def nanos(amount: float) -> int:
@@ -121,25 +100,11 @@ class UsageBackend(abc.ABC):
         was erased (a late write brings nothing back)."""
 
     @abc.abstractmethod
-    async def select_runs(
-        self,
-        user_uuid: UUID | None,
-        chat_uuid: UUID | None,
-        since: datetime | None,
-        until: datetime | None,
-        limit: int,
-    ) -> list[RunUsage]:
+    async def select_runs(self, where: UsageFilter, limit: int) -> list[RunUsage]:
         """Ledger rows matching every filter given, newest first."""
 
     @abc.abstractmethod
-    async def select_totals(
-        self,
-        by: UsageGrouping,
-        user_uuid: UUID | None,
-        chat_uuid: UUID | None,
-        since: datetime | None,
-        until: datetime | None,
-    ) -> list[UsageTotals]:
+    async def select_totals(self, by: UsageGrouping, where: UsageFilter) -> list[UsageTotals]:
         """Sums of the matching rows per chat, user or UTC day, by key."""
 
     @abc.abstractmethod
@@ -198,7 +163,7 @@ class Usage:
         if not 1 <= limit <= USAGE_ROWS_PAGE:
             raise InvalidInputError(f"limit must be between 1 and {USAGE_ROWS_PAGE}, got {limit}")
         return await self._backend().select_runs(
-            user_uuid, chat_uuid, _utc(since), _utc(until), limit
+            UsageFilter.of(user_uuid, chat_uuid, since, until), limit
         )
 
     async def totals(
@@ -216,7 +181,7 @@ class Usage:
             raise InvalidInputError(f"by must be one of {', '.join(_GROUPINGS)}, got {by!r}")
         with _telemetry.span("threadstore.usage.totals", chat_uuid):
             return await self._backend().select_totals(
-                by, user_uuid, chat_uuid, _utc(since), _utc(until)
+                by, UsageFilter.of(user_uuid, chat_uuid, since, until)
             )
 
     async def total(

@@ -39,6 +39,14 @@ __all__ = ["MemoryStore"]
 _K = TypeVar("_K")
 _R = TypeVar("_R", dict[str, Any], models.Run)
 
+_CHILD_WRITES: dict[type[ops.Op], tuple[str, type[Any]]] = {
+    ops.CreateToolCall: ("tool_calls", models.MessageToolCallCreate),
+    ops.UpdateToolCall: ("tool_calls", models.MessageToolCallUpdate),
+    ops.CreateReasoning: ("reasonings", models.MessageReasoningCreate),
+    ops.UpdateReasoning: ("reasonings", models.MessageReasoningUpdate),
+}
+"""Per write of a tool call or reasoning step: its table, and the model its fields split by."""
+
 
 class _State:
     """Everything the store holds.
@@ -153,6 +161,10 @@ class MemoryStore(Store):
         reasoning: models.Reasoning = self._load(self.reasoning_model, self.codecs.reasoning, row)
         return reasoning
 
+    def _child(self, table: str, row: dict[str, Any]) -> models.ToolCall | models.Reasoning:
+        """A tool call's or reasoning step's row (of ``table``) as its model."""
+        return self._tool_call(row) if table == "tool_calls" else self._reasoning(row)
+
     def _message(self, row: dict[str, Any]) -> models.Message:
         message: models.Message = self._load(self.message_model, self.codecs.message, row)
         state = self._state
@@ -192,22 +204,13 @@ class MemoryStore(Store):
             case ops.UpdateMessage(message_uuid, update):
                 row = self._update(self._state.messages, message_uuid, update, models.MessageUpdate)
                 return None if row is None else self._message(row)
-            case ops.CreateToolCall(data):
-                created = self._create_child("tool_calls", data, models.MessageToolCallCreate)
-                return self._tool_call(created)
-            case ops.UpdateToolCall(uuid, update):
-                row = self._update(
-                    self._state.tool_calls, uuid, update, models.MessageToolCallUpdate
-                )
-                return None if row is None else self._tool_call(row)
-            case ops.CreateReasoning(data):
-                created = self._create_child("reasonings", data, models.MessageReasoningCreate)
-                return self._reasoning(created)
-            case ops.UpdateReasoning(uuid, update):
-                row = self._update(
-                    self._state.reasonings, uuid, update, models.MessageReasoningUpdate
-                )
-                return None if row is None else self._reasoning(row)
+            case ops.CreateToolCall(data) | ops.CreateReasoning(data):
+                table, base_cls = _CHILD_WRITES[type(op)]
+                return self._child(table, self._create_child(table, data, base_cls))
+            case ops.UpdateToolCall(uuid, update) | ops.UpdateReasoning(uuid, update):
+                table, base_cls = _CHILD_WRITES[type(op)]
+                row = self._update(getattr(self._state, table), uuid, update, base_cls)
+                return None if row is None else self._child(table, row)
             case ops.RenameChat() | ops.UpdateChatState() | ops.UpdateChatMetadata():
                 return self._patch_chat(op.chat_uuid, **{op.field: op.value})
             case ops.CreateChat(data):

@@ -79,6 +79,12 @@ _SETUP_TIMEOUT = 3600.0
 
 # asyncpg takes uuids, times and booleans as they are; JSON goes as text.
 _PLANS = shared.InsertPlans(shared.JSON_ENCODERS)
+_CHILD_UPDATES: dict[type[ops.Op], tuple[str, type[Any], tuple[str, ...]]] = {
+    ops.UpdateToolCall: ("tool_calls", models.MessageToolCallUpdate, sql.TOOL_CALL_COLUMNS),
+    ops.UpdateReasoning: ("reasonings", models.MessageReasoningUpdate, sql.REASONING_COLUMNS),
+}
+"""Per update of a tool call or reasoning step: its table, the model its fields split by,
+and the table's columns."""
 
 
 class PostgresStore(Store):
@@ -489,11 +495,11 @@ class PostgresStore(Store):
                 raise ConflictError(f"{kind} {data.uuid} already exists")
         return shared.created_child(model, data, seq=int(rows[0][0]), created_at=now)
 
-    async def _update_child(
-        self, table: str, uuid: UUID, update: Any, base_cls: Any, loader: RowLoader
-    ) -> Any:
+    async def _update_child(self, op: ops.UpdateToolCall | ops.UpdateReasoning) -> Any:
         """Patch a tool call or reasoning step; return it, or ``None`` when unknown."""
-        columns = sql.TOOL_CALL_COLUMNS if table == "tool_calls" else sql.REASONING_COLUMNS
+        table, base_cls, columns = _CHILD_UPDATES[type(op)]
+        loader = self._tool_calls if table == "tool_calls" else self._reasonings
+        uuid, update = op.uuid, op.update
         query, args = self._update_statement(table, "uuid", uuid, update, base_cls, columns)
         loaded = loader.load(await self._fetch(query, *args))
         return loaded[0] if loaded else None
@@ -662,18 +668,12 @@ class PostgresStore(Store):
                 return await self._insert_child(
                     sql.INSERT_TOOL_CALL, _PLANS.tool_call, self.tool_call_model, data
                 )
-            case ops.UpdateToolCall(uuid, update):
-                return await self._update_child(
-                    "tool_calls", uuid, update, models.MessageToolCallUpdate, self._tool_calls
-                )
             case ops.CreateReasoning(data):
                 return await self._insert_child(
                     sql.INSERT_REASONING, _PLANS.reasoning, self.reasoning_model, data
                 )
-            case ops.UpdateReasoning(uuid, update):
-                return await self._update_child(
-                    "reasonings", uuid, update, models.MessageReasoningUpdate, self._reasonings
-                )
+            case ops.UpdateToolCall() | ops.UpdateReasoning():
+                return await self._update_child(op)
             case ops.RenameChat() | ops.UpdateChatState() | ops.UpdateChatMetadata():
                 return await self._set_chat_field(op.chat_uuid, op.field, op.value)
             case ops.CreateChat(data):

@@ -28,7 +28,11 @@ from threadstore.store._queries import BranchPage, ChatFilter, MessageKey, RunFi
 from threadstore.store._records import split_update
 from threadstore.store._rows import EntryLoader, RowLoader, attach_rows
 from threadstore.store._sql import (
+    CHAT_COLUMNS,
     CHAT_FIELD_ENCODERS,
+    MESSAGE_COLUMNS,
+    REASONING_COLUMNS,
+    TOOL_CALL_COLUMNS,
     UPDATABLE,
     Plan,
     branch_page,
@@ -50,12 +54,6 @@ from threadstore.store._sqlite_executor import (
     sqlite_path,
 )
 from threadstore.store._sqlite_lifecycle import SQLiteLifecycle
-from threadstore.store._sqlite_schema import (
-    CHAT_COLUMNS,
-    MESSAGE_COLUMNS,
-    REASONING_COLUMNS,
-    TOOL_CALL_COLUMNS,
-)
 from threadstore.store._sqlite_search import SQLiteSearch
 from threadstore.store._sqlite_sql import key_param, ts
 from threadstore.store._sqlite_usage import SQLiteUsage
