@@ -50,8 +50,6 @@ _SILENT = frozenset(
     {"ProxyTracerProvider", "NoOpTracerProvider", "_ProxyMeterProvider", "NoOpMeterProvider"}
 )
 
-_tracer_of: tuple[Any, Any] = (None, None)  # (provider, its tracer)
-_meter_of: tuple[Any, Any] = (None, None)  # (provider, its instruments)
 _gauges: dict[str, list[Callable[[], int | float]]] = {}
 
 
@@ -63,20 +61,6 @@ def _trace() -> Any:
 def _metrics() -> Any:
     """The OpenTelemetry API's ``metrics`` module, if anything loaded it."""
     return sys.modules.get("opentelemetry.metrics")
-
-
-def _tracer() -> Any:
-    """The tracer of the provider set now, or ``None`` when nothing records spans."""
-    global _tracer_of
-    trace = _trace()
-    if trace is None:
-        return None
-    provider = trace.get_tracer_provider()
-    if provider is _tracer_of[0]:
-        return _tracer_of[1]
-    tracer = None if type(provider).__name__ in _SILENT else provider.get_tracer(SCOPE)
-    _tracer_of = (provider, tracer)
-    return tracer
 
 
 def _attributes(conversation: UUID | str | None, given: dict[str, Any]) -> dict[str, Any]:
@@ -191,34 +175,54 @@ def _observe(name: str) -> Callable[[Any], Iterable[Any]]:
     return observe
 
 
-def _instruments() -> dict[str, Any] | None:
-    """The instruments of the meter provider set now, or ``None`` when nothing records."""
-    global _meter_of
-    metrics = _metrics()
-    if metrics is None:
-        return None
-    provider = metrics.get_meter_provider()
-    if provider is _meter_of[0]:
-        return _meter_of[1]  # type: ignore[no-any-return]
-    instruments: dict[str, Any] | None = None
-    if type(provider).__name__ not in _SILENT:
-        meter = provider.get_meter(SCOPE)
-        instruments = {
-            "active": meter.create_up_down_counter(
-                "threadstore.runs.active", unit="{run}", description="Runs streaming now"
-            ),
-            "flush": meter.create_histogram(
-                "threadstore.flush.duration", unit="s", description="Time a flush took"
-            ),
-            "retries": meter.create_counter(
-                "threadstore.flush.retries", unit="{attempt}", description="Failed flush attempts"
-            ),
-        }
-        for name in _gauges:
-            meter.create_observable_gauge(name, callbacks=[_observe(name)])
-        instruments["meter"], instruments["gauges"] = meter, set(_gauges)
-    _meter_of = (provider, instruments)
+class _PerProvider:
+    """What was made of the provider an OpenTelemetry API module has set now.
+
+    Made again when the provider changes (an SDK set up after threadstore's first
+    call); ``None`` while nothing records.
+    """
+
+    def __init__(self, module: str, getter: str, make: Callable[[Any], Any]) -> None:
+        self._module, self._getter, self._make = module, getter, make
+        self._of: tuple[Any, Any] = (None, None)  # (provider, what was made of it)
+
+    def __call__(self) -> Any:
+        api = sys.modules.get(self._module)
+        if api is None:
+            return None
+        provider = getattr(api, self._getter)()
+        if provider is not self._of[0]:
+            made = None if type(provider).__name__ in _SILENT else self._make(provider)
+            self._of = (provider, made)
+        return self._of[1]
+
+
+def _made_instruments(provider: Any) -> dict[str, Any]:
+    meter = provider.get_meter(SCOPE)
+    instruments: dict[str, Any] = {
+        "active": meter.create_up_down_counter(
+            "threadstore.runs.active", unit="{run}", description="Runs streaming now"
+        ),
+        "flush": meter.create_histogram(
+            "threadstore.flush.duration", unit="s", description="Time a flush took"
+        ),
+        "retries": meter.create_counter(
+            "threadstore.flush.retries", unit="{attempt}", description="Failed flush attempts"
+        ),
+    }
+    for name in _gauges:
+        meter.create_observable_gauge(name, callbacks=[_observe(name)])
+    instruments["meter"], instruments["gauges"] = meter, set(_gauges)
     return instruments
+
+
+_tracer = _PerProvider(
+    "opentelemetry.trace", "get_tracer_provider", lambda provider: provider.get_tracer(SCOPE)
+)
+"""The tracer of the provider set now, or ``None`` when nothing records spans."""
+
+_instruments = _PerProvider("opentelemetry.metrics", "get_meter_provider", _made_instruments)
+"""The instruments of the meter provider set now, or ``None`` when nothing records."""
 
 
 def add_active_runs(delta: int) -> None:
