@@ -61,6 +61,11 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _upstream_error(message: str) -> RunErrorEvent:
+    """The run's end when the model's endpoint fails: the client shows ``message``."""
+    return RunErrorEvent(message=message, code=UPSTREAM_ERROR_CODE, timestamp=_now_ms())
+
+
 def _user_content(content: Any) -> Any:
     if isinstance(content, str):
         return content
@@ -293,21 +298,13 @@ class OpenAIAgent:
             ) as response:
                 if response.status_code >= 400:
                     text = (await response.aread()).decode("utf-8", "replace")[:500]
-                    yield RunErrorEvent(
-                        message=f"{url} answered HTTP {response.status_code}: {text}",
-                        code=UPSTREAM_ERROR_CODE,
-                        timestamp=_now_ms(),
-                    )
+                    yield _upstream_error(f"{url} answered HTTP {response.status_code}: {text}")
                     return
                 async for chunk in _sse_json(response.aiter_lines()):
                     if "error" in chunk:
                         for event in turn.close_all():
                             yield event
-                        yield RunErrorEvent(
-                            message=f"upstream error: {json.dumps(chunk['error'])[:500]}",
-                            code=UPSTREAM_ERROR_CODE,
-                            timestamp=_now_ms(),
-                        )
+                        yield _upstream_error(f"upstream error: {json.dumps(chunk['error'])[:500]}")
                         return
                     for choice in chunk.get("choices") or []:
                         if choice.get("index", 0) != 0:
@@ -317,11 +314,7 @@ class OpenAIAgent:
         except httpx.HTTPError as exc:
             for event in turn.close_all():
                 yield event
-            yield RunErrorEvent(
-                message=f"could not reach {url}: {type(exc).__name__}: {exc}",
-                code=UPSTREAM_ERROR_CODE,
-                timestamp=_now_ms(),
-            )
+            yield _upstream_error(f"could not reach {url}: {type(exc).__name__}: {exc}")
             return
         for event in turn.close_all():
             yield event

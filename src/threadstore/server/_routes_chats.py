@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 from threadstore.chat import UIMessage, ui_from_messages
 from threadstore.errors import InvalidInputError
 from threadstore.models import Chat, Message, Role, Summary
-from threadstore.server._deps import AppState, CurrentUser, owned_chat
+from threadstore.server._deps import ADMINS_ONLY, AppState, CurrentUser, owned_chat, require_admin
 from threadstore.server._limits import MAX_CURSOR, check_id, check_json, check_name
 from threadstore.store import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, Store
 from threadstore.transfer import ChatExport, export_chat_json_pieces, import_chat
@@ -126,7 +126,7 @@ async def list_chats(
     "/chats",
     response_model=ChatList,
     summary="List every user's chats (admins)",
-    responses={403: {"description": "The caller is not one of the server's admins."}},
+    responses=ADMINS_ONLY,
 )
 async def list_all_chats(
     state: AppState,
@@ -141,8 +141,7 @@ async def list_all_chats(
     The paged form of the store's ``get_all_chats()``: however many chats the store
     holds, a request reads one page. Only the users the app names as ``admins``.
     """
-    if caller not in state.admins:
-        raise HTTPException(status.HTTP_403_FORBIDDEN, detail="only admins may list every chat")
+    require_admin(state, caller, "list every chat")
     return await _chat_list(state, user, limit, cursor, q)
 
 
