@@ -14,23 +14,20 @@ from rich.table import Table
 from threadstore.cli._common import (
     DEFAULT_DB,
     DbOption,
-    app,
     check_store,
+    command_group,
     fail,
-    opened,
     out,
     resolve_chat,
-    run_work,
     user_of,
+    with_store,
 )
 from threadstore.store import Store
 from threadstore.usage import USAGE_ROWS_PAGE, Budget, RunUsage, ScopedBudget, UsageTotals
 
-usage_app = typer.Typer(
-    help="The usage ledger: tokens and cost per run, chat, user and day; budgets.",
-    no_args_is_help=True,
+usage_app = command_group(
+    "usage", "The usage ledger: tokens and cost per run, chat, user and day; budgets."
 )
-app.add_typer(usage_app, name="usage")
 
 User = Annotated[
     str | None, typer.Option("--user", help="This user's (UUID or name).", show_default=False)
@@ -79,16 +76,15 @@ def usage_show(
     grouping: Literal["chat", "user", "day"] = by  # type: ignore[assignment]
     start = _since(since)
 
-    async def work() -> tuple[list[UsageTotals], UsageTotals]:
-        async with opened(db) as store:
-            user_uuid, chat_uuid = user_of(user), await _chat_uuid(store, chat)
-            totals = await store.usage.totals(
-                by=grouping, user_uuid=user_uuid, chat_uuid=chat_uuid, since=start
-            )
-            total = await store.usage.total(user_uuid=user_uuid, chat_uuid=chat_uuid, since=start)
-            return totals, total
+    async def work(store: Store) -> tuple[list[UsageTotals], UsageTotals]:
+        user_uuid, chat_uuid = user_of(user), await _chat_uuid(store, chat)
+        totals = await store.usage.totals(
+            by=grouping, user_uuid=user_uuid, chat_uuid=chat_uuid, since=start
+        )
+        total = await store.usage.total(user_uuid=user_uuid, chat_uuid=chat_uuid, since=start)
+        return totals, total
 
-    totals, total = run_work(work, db)
+    totals, total = with_store(db, work)
     if as_json:
         data = {
             "by": by,
@@ -127,12 +123,11 @@ def usage_runs(
     """List the ledger's runs, newest first."""
     check_store(db)
 
-    async def work() -> list[RunUsage]:
-        async with opened(db) as store:
-            chat_uuid = await _chat_uuid(store, chat)
-            return await store.usage.runs(user_uuid=user_of(user), chat_uuid=chat_uuid, limit=limit)
+    async def work(store: Store) -> list[RunUsage]:
+        chat_uuid = await _chat_uuid(store, chat)
+        return await store.usage.runs(user_uuid=user_of(user), chat_uuid=chat_uuid, limit=limit)
 
-    rows = run_work(work, db)
+    rows = with_store(db, work)
     if as_json:
         out.print_json(json.dumps([row.model_dump(mode="json") for row in rows]))
         return
@@ -174,18 +169,17 @@ def usage_budget(
     if not clear and max_cost is None and max_tokens is None:
         fail("give --max-cost, --max-tokens or both (or --clear)")
 
-    async def work() -> bool:
-        async with opened(db) as store:
-            chat_uuid = await _chat_uuid(store, chat)
-            scope = {"chat_uuid": chat_uuid} if chat_uuid else {"user_uuid": user_of(user)}
-            if clear:
-                return await store.usage.clear_budget(**scope)
-            period: Literal["total", "day"] = "day" if daily else "total"
-            budget = Budget(max_cost_usd=max_cost, max_tokens=max_tokens, period=period)
-            await store.usage.set_budget(budget, **scope)
-            return True
+    async def work(store: Store) -> bool:
+        chat_uuid = await _chat_uuid(store, chat)
+        scope = {"chat_uuid": chat_uuid} if chat_uuid else {"user_uuid": user_of(user)}
+        if clear:
+            return await store.usage.clear_budget(**scope)
+        period: Literal["total", "day"] = "day" if daily else "total"
+        budget = Budget(max_cost_usd=max_cost, max_tokens=max_tokens, period=period)
+        await store.usage.set_budget(budget, **scope)
+        return True
 
-    done = run_work(work, db)
+    done = with_store(db, work)
     whom = escape(f"chat {chat}" if chat else f"user {user}")
     if clear:
         out.print(f"[green]✓[/] budget of {whom} removed" if done else f"no budget for {whom}")
@@ -202,13 +196,12 @@ def usage_budgets(
     """List a user's budgets: their own and their chats'."""
     check_store(db)
 
-    async def work() -> list[ScopedBudget]:
-        async with opened(db) as store:
-            user_uuid = user_of(user)
-            assert user_uuid is not None
-            return await store.usage.budgets(user_uuid)
+    async def work(store: Store) -> list[ScopedBudget]:
+        user_uuid = user_of(user)
+        assert user_uuid is not None
+        return await store.usage.budgets(user_uuid)
 
-    budgets = run_work(work, db)
+    budgets = with_store(db, work)
     if as_json:
         out.print_json(json.dumps([b.model_dump(mode="json") for b in budgets]))
         return
