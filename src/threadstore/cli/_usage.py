@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeVar
 from uuid import UUID
 
 import typer
+from pydantic import BaseModel
 from rich.markup import escape
 from rich.table import Table
 
@@ -36,6 +38,7 @@ ChatRef = Annotated[
     str | None,
     typer.Option("--chat", help="This chat's (UUID, prefix or thread id).", show_default=False),
 ]
+_Row = TypeVar("_Row", bound=BaseModel)
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
@@ -50,6 +53,25 @@ def _since(text: str | None) -> datetime | None:
         return datetime.fromisoformat(text)
     except ValueError:
         fail(f"--since {text!r} is not a date", "use 2026-12-01 or 2026-12-01T08:00+00:00")
+
+
+def _print_rows(
+    rows: Sequence[_Row],
+    as_json: bool,
+    empty: str,
+    columns: tuple[str, ...],
+    cells: Callable[[_Row], list[str]],
+) -> None:
+    """The rows as a JSON list, or as a table of ``cells`` (``empty`` when there are none)."""
+    if as_json:
+        out.print_json(json.dumps([row.model_dump(mode="json") for row in rows]))
+    elif not rows:
+        out.print(f"[dim]{empty}[/]")
+    else:
+        table = Table(*columns)
+        for row in rows:
+            table.add_row(*cells(row))
+        out.print(table)
 
 
 def _key(totals: UsageTotals, by: str) -> str:
@@ -127,16 +149,8 @@ def usage_runs(
         chat_uuid = await _chat_uuid(store, chat)
         return await store.usage.runs(user_uuid=user_of(user), chat_uuid=chat_uuid, limit=limit)
 
-    rows = with_store(db, work)
-    if as_json:
-        out.print_json(json.dumps([row.model_dump(mode="json") for row in rows]))
-        return
-    if not rows:
-        out.print("[dim]no usage recorded[/]")
-        return
-    table = Table("recorded", "chat", "run", "model", "input", "output", "cost USD")
-    for row in rows:
-        table.add_row(
+    def cells(row: RunUsage) -> list[str]:
+        return [
             row.recorded_at.strftime("%Y-%m-%d %H:%M"),
             str(row.chat_uuid)[:8],
             escape(row.run_id),
@@ -144,8 +158,10 @@ def usage_runs(
             f"{row.input_tokens:,}",
             f"{row.output_tokens:,}",
             f"{row.cost_usd:.6f}",
-        )
-    out.print(table)
+        ]
+
+    columns = ("recorded", "chat", "run", "model", "input", "output", "cost USD")
+    _print_rows(with_store(db, work), as_json, "no usage recorded", columns, cells)
 
 
 @usage_app.command("budget")
@@ -201,21 +217,15 @@ def usage_budgets(
         assert user_uuid is not None
         return await store.usage.budgets(user_uuid)
 
-    budgets = with_store(db, work)
-    if as_json:
-        out.print_json(json.dumps([b.model_dump(mode="json") for b in budgets]))
-        return
-    if not budgets:
-        out.print("[dim]no budgets[/]")
-        return
-    table = Table("scope", "for", "max USD", "max tokens", "period")
-    for scoped in budgets:
+    def cells(scoped: ScopedBudget) -> list[str]:
         limits = scoped.budget
-        table.add_row(
+        return [
             scoped.scope,
             str(scoped.scope_uuid),
             "" if limits.max_cost_usd is None else f"{limits.max_cost_usd:g}",
             "" if limits.max_tokens is None else f"{limits.max_tokens:,}",
             limits.period,
-        )
-    out.print(table)
+        ]
+
+    columns = ("scope", "for", "max USD", "max tokens", "period")
+    _print_rows(with_store(db, work), as_json, "no budgets", columns, cells)
