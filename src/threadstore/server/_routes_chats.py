@@ -110,16 +110,29 @@ NameSearch = Annotated[
 ]
 
 
+@dataclass
+class ChatListQuery:
+    """Which page of a chat list: its size, the page it follows, and a name filter."""
+
+    limit: PageSize = DEFAULT_PAGE_SIZE
+    cursor: ListCursor = None
+    q: NameSearch = None
+
+
+ChatPage = Annotated[ChatListQuery, Depends()]
+
+
+@dataclass
+class AnyUsersChatListQuery(ChatListQuery):
+    """A page of every user's chats, or of one user's."""
+
+    user: Annotated[UUID | None, Query(description="Only this user's chats.")] = None
+
+
 @router.get("", response_model=ChatList, summary="List my chats")
-async def list_chats(
-    state: AppState,
-    user: CurrentUser,
-    limit: PageSize = DEFAULT_PAGE_SIZE,
-    cursor: ListCursor = None,
-    q: NameSearch = None,
-) -> ChatList:
+async def list_chats(state: AppState, user: CurrentUser, page: ChatPage) -> ChatList:
     """Return the caller's chats, newest activity first, each with its last message."""
-    return await _chat_list(state, user, limit, cursor, q)
+    return await _chat_list(state, user, page)
 
 
 @admin_router.get(
@@ -131,10 +144,7 @@ async def list_chats(
 async def list_all_chats(
     state: AppState,
     caller: CurrentUser,
-    limit: PageSize = DEFAULT_PAGE_SIZE,
-    cursor: ListCursor = None,
-    q: NameSearch = None,
-    user: Annotated[UUID | None, Query(description="Only this user's chats.")] = None,
+    page: Annotated[AnyUsersChatListQuery, Depends()],
 ) -> ChatList:
     """Every user's chats, newest activity first, one page at a time.
 
@@ -142,13 +152,13 @@ async def list_all_chats(
     holds, a request reads one page. Only the users the app names as ``admins``.
     """
     require_admin(state, caller, "list every chat")
-    return await _chat_list(state, user, limit, cursor, q)
+    return await _chat_list(state, page.user, page)
 
 
-async def _chat_list(
-    state: AppState, user: UUID | None, limit: int, cursor: str | None, q: str | None
-) -> ChatList:
-    page = await state.store.chats.list_chats(user, limit=limit, cursor=cursor, name_contains=q)
+async def _chat_list(state: AppState, user: UUID | None, query: ChatListQuery) -> ChatList:
+    page = await state.store.chats.list_chats(
+        user, limit=query.limit, cursor=query.cursor, name_contains=query.q
+    )
     last = await state.store.get_last_messages([chat.chat_uuid for chat in page.items])
     items = [
         ChatSummary.model_validate({**chat.model_dump(), "last_message": last.get(chat.chat_uuid)})
