@@ -15,6 +15,7 @@ from threadstore.cli._common import (
     ChatArgument,
     DbOption,
     UserOption,
+    YesOption,
     chats_app,
     check_store,
     fail,
@@ -226,7 +227,7 @@ def chats_delete(
     chat: ChatArgument,
     db: DbOption = DEFAULT_DB,
     user: UserOption = None,
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    yes: YesOption = False,
 ) -> None:
     """Delete a chat and all its messages, for good."""
     check_store(db)

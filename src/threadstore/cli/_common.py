@@ -89,6 +89,8 @@ UserOption = Annotated[
         help="Only this user's chats: a UUID or a user id (mapped like the server maps it).",
     ),
 ]
+AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+YesOption = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
 MIN_PREFIX = 8
 ChatArgument = Annotated[
     str,

@@ -11,7 +11,9 @@ from rich.markup import escape
 
 from threadstore.cli._common import (
     DEFAULT_DB,
+    AsJson,
     DbOption,
+    YesOption,
     app,
     check_store,
     command_group,
@@ -154,7 +156,7 @@ def retention_release(
 @retention_app.command("show")
 def retention_show(
     db: DbOption = DEFAULT_DB,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    as_json: AsJson = False,
     limit: Annotated[int, typer.Option(min=0, help="Expired chats listed.")] = 20,
 ) -> None:
     """Show the policies, and what a sweep would delete now (nothing is deleted)."""
@@ -199,7 +201,7 @@ def forget(
         str, typer.Argument(help="The user id (as the server's auth names it) or UUID.")
     ],
     db: DbOption = DEFAULT_DB,
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    yes: YesOption = False,
     by: Annotated[
         str | None, typer.Option(help="Who asks for the erasure (kept in its receipt).")
     ] = None,

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from threadstore.cli._common import (
     DEFAULT_DB,
+    AsJson,
     DbOption,
     check_store,
     command_group,
@@ -39,7 +40,6 @@ ChatRef = Annotated[
     typer.Option("--chat", help="This chat's (UUID, prefix or thread id).", show_default=False),
 ]
 _Row = TypeVar("_Row", bound=BaseModel)
-AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
 async def _chat_uuid(store: Store, chat: str | None) -> UUID | None:
