@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ADMINS_ONLY",
     "CHAT_NOT_FOUND",
+    "THREAD_TAKEN",
     "AppState",
     "CurrentUser",
     "ServerState",
@@ -34,6 +35,9 @@ __all__ = [
 CHAT_NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "No such chat of mine."}}
 ADMINS_ONLY: dict[int | str, dict[str, Any]] = {
     403: {"description": "The caller is not one of the server's admins."}
+}
+THREAD_TAKEN: dict[int | str, dict[str, Any]] = {
+    409: {"description": "The caller already has a chat with that thread id."}
 }
 
 

@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 
 from threadstore.errors import InvalidInputError, LimitExceededError, NotFoundError
 from threadstore.models import Chat, MessageCreate, Role
-from threadstore.server._deps import AppState, CurrentUser, ServerState, owned_chat
+from threadstore.server._deps import THREAD_TAKEN, AppState, CurrentUser, ServerState, owned_chat
 from threadstore.server._limits import check_id
 
 __all__ = ["BranchRun", "EditRequest", "ForkRequest", "MessageRef", "router"]
@@ -160,10 +160,7 @@ async def edit(chat_uuid: UUID, body: EditRequest, state: AppState, user: Curren
     response_model=Chat,
     status_code=status.HTTP_201_CREATED,
     summary="Fork a chat at a message",
-    responses={
-        **_MESSAGE_NOT_FOUND,
-        409: {"description": "The caller already has a chat with that thread id."},
-    },
+    responses={**_MESSAGE_NOT_FOUND, **THREAD_TAKEN},
 )
 async def fork(chat_uuid: UUID, body: ForkRequest, state: AppState, user: CurrentUser) -> Chat:
     """A new chat of the caller holding a copy of the branch up to ``message_uuid``.

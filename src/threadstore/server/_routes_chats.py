@@ -17,7 +17,14 @@ from pydantic import BaseModel, Field
 from threadstore.chat import UIMessage, ui_from_messages
 from threadstore.errors import InvalidInputError
 from threadstore.models import Chat, Message, Role, Summary
-from threadstore.server._deps import ADMINS_ONLY, AppState, CurrentUser, owned_chat, require_admin
+from threadstore.server._deps import (
+    ADMINS_ONLY,
+    THREAD_TAKEN,
+    AppState,
+    CurrentUser,
+    owned_chat,
+    require_admin,
+)
 from threadstore.server._limits import MAX_CURSOR, check_id, check_json, check_name
 from threadstore.store import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, Store
 from threadstore.transfer import ChatExport, export_chat_json_pieces, import_chat
@@ -172,7 +179,7 @@ async def _chat_list(state: AppState, user: UUID | None, query: ChatListQuery) -
     response_model=Chat,
     status_code=status.HTTP_201_CREATED,
     summary="Import a chat",
-    responses={409: {"description": "The caller already has a chat with that thread id."}},
+    responses=THREAD_TAKEN,
 )
 async def import_one(
     state: AppState,
