@@ -3,13 +3,29 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 from uuid import UUID
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
+from threadstore.cli._common import (
+    DEFAULT_DB,
+    ChatArgument,
+    DbOption,
+    UserOption,
+    YesOption,
+    chats_app,
+    check_store,
+    fail,
+    out,
+    resolve_chat,
+    shorten,
+    user_of,
+    when,
+    with_store,
+)
 from threadstore.errors import InvalidInputError
 from threadstore.models import (
     Chat,
@@ -19,25 +35,7 @@ from threadstore.models import (
 from threadstore.store import (
     DEFAULT_PAGE_SIZE,
     MAX_PAGE_SIZE,
-)
-
-if TYPE_CHECKING:
-    pass
-from threadstore.cli._common import (
-    DEFAULT_DB,
-    ChatArgument,
-    DbOption,
-    UserOption,
-    chats_app,
-    check_store,
-    fail,
-    opened,
-    out,
-    resolve_chat,
-    run_work,
-    shorten,
-    user_of,
-    when,
+    Store,
 )
 
 
@@ -58,17 +56,16 @@ def chats_list(
     check_store(db)
     user_uuid = user_of(user)
 
-    async def work() -> tuple[list[Chat], dict[UUID, Message], str | None]:
-        async with opened(db) as store:
-            # Without --user: every user's chats, still one page at a time.
-            page = await store.chats.list_chats(
-                user_uuid, limit=limit, cursor=cursor, name_contains=search
-            )
-            chats, next_cursor = page.items, page.next_cursor
-            last = await store.get_last_messages([c.chat_uuid for c in chats])
-            return chats, last, next_cursor
+    async def work(store: Store) -> tuple[list[Chat], dict[UUID, Message], str | None]:
+        # Without --user: every user's chats, still one page at a time.
+        page = await store.chats.list_chats(
+            user_uuid, limit=limit, cursor=cursor, name_contains=search
+        )
+        chats, next_cursor = page.items, page.next_cursor
+        last = await store.get_last_messages([c.chat_uuid for c in chats])
+        return chats, last, next_cursor
 
-    chats, last, next_cursor = run_work(work, db)
+    chats, last, next_cursor = with_store(db, work)
     if as_json:
         items = [
             {
@@ -120,21 +117,20 @@ def chats_show(
 
     check_store(db)
 
-    async def work() -> tuple[Chat, list[Message], bool, str | None]:
-        async with opened(db) as store:
-            found = await resolve_chat(store, chat, user_of(user))
-            if as_json:
-                return found, [], False, (await export_chat(store, found)).model_dump_json(indent=2)
-            # One page from the end, and one row before it: whether there is more.
-            page = list(await store.get_chat_messages(found.chat_uuid, before=2**62, limit=last))
-            earlier = bool(page) and bool(
-                await store.get_chat_messages(found.chat_uuid, before=page[0].seq, limit=1)
-            )
-            summaries.extend(await store.branches.summaries(found.chat_uuid))
-            return found, page, earlier, None
+    async def work(store: Store) -> tuple[Chat, list[Message], bool, str | None]:
+        found = await resolve_chat(store, chat, user_of(user))
+        if as_json:
+            return found, [], False, (await export_chat(store, found)).model_dump_json(indent=2)
+        # One page from the end, and one row before it: whether there is more.
+        page = list(await store.get_chat_messages(found.chat_uuid, before=2**62, limit=last))
+        earlier = bool(page) and bool(
+            await store.get_chat_messages(found.chat_uuid, before=page[0].seq, limit=1)
+        )
+        summaries.extend(await store.branches.summaries(found.chat_uuid))
+        return found, page, earlier, None
 
     summaries: list[Summary] = []
-    found, messages, earlier, exported = run_work(work, db)
+    found, messages, earlier, exported = with_store(db, work)
     if exported is not None:
         print(exported)
         return
@@ -216,12 +212,11 @@ def chats_rename(
     except InvalidInputError as exc:
         fail(str(exc))
 
-    async def work() -> Chat | None:
-        async with opened(db) as store:
-            found = await resolve_chat(store, chat, user_of(user))
-            return await store.update_chat_name(found.chat_uuid, new_name)
+    async def work(store: Store) -> Chat | None:
+        found = await resolve_chat(store, chat, user_of(user))
+        return await store.update_chat_name(found.chat_uuid, new_name)
 
-    renamed = run_work(work, db)
+    renamed = with_store(db, work)
     if renamed is None:
         fail(f"chat {chat!r} was deleted meanwhile")
     out.print(f"[green]✓[/] renamed {renamed.chat_uuid} to {escape(renamed.name or '')!r}")
@@ -232,25 +227,23 @@ def chats_delete(
     chat: ChatArgument,
     db: DbOption = DEFAULT_DB,
     user: UserOption = None,
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    yes: YesOption = False,
 ) -> None:
     """Delete a chat and all its messages, for good."""
     check_store(db)
 
-    async def find() -> Chat:
-        async with opened(db) as store:
-            return await resolve_chat(store, chat, user_of(user))
+    async def find(store: Store) -> Chat:
+        return await resolve_chat(store, chat, user_of(user))
 
-    found = run_work(find, db)
+    found = with_store(db, find)
     label = found.name or found.thread_id
     if not yes and not typer.confirm(f"Delete chat {found.chat_uuid} ({label}) for good?"):
         raise typer.Exit(1)
 
-    async def delete() -> None:
-        async with opened(db) as store:
-            await store.delete_chat(found.chat_uuid)
+    async def delete(store: Store) -> None:
+        await store.delete_chat(found.chat_uuid)
 
-    run_work(delete, db)
+    with_store(db, delete)
     out.print(f"[green]✓[/] deleted {found.chat_uuid}")
 
 
@@ -275,12 +268,11 @@ def chats_compact(
     check_store(db)
     chosen = deterministic_summary if summarizer is None else _load_summarizer(summarizer)
 
-    async def work() -> Summary | None:
-        async with opened(db) as store:
-            found = await resolve_chat(store, chat, user_of(user))
-            return await store.branches.compact(found.chat_uuid, chosen, keep_messages=keep)
+    async def work(store: Store) -> Summary | None:
+        found = await resolve_chat(store, chat, user_of(user))
+        return await store.branches.compact(found.chat_uuid, chosen, keep_messages=keep)
 
-    made = run_work(work, db)
+    made = with_store(db, work)
     if made is None:
         out.print(
             f"nothing to compact: fewer than {keep} message(s) past the last summary",
@@ -307,17 +299,16 @@ def chats_uncompact(
     """Remove a chat's summary: its agent gets the messages it covered again."""
     check_store(db)
 
-    async def work() -> UUID | None:
-        async with opened(db) as store:
-            found = await resolve_chat(store, chat, user_of(user))
-            summaries = await store.branches.summaries(found.chat_uuid)
-            chosen = [s for s in summaries if summary is None or str(s.summary_uuid) == summary]
-            if not chosen:
-                return None
-            await store.branches.remove_summary(found.chat_uuid, chosen[0].summary_uuid)
-            return chosen[0].summary_uuid
+    async def work(store: Store) -> UUID | None:
+        found = await resolve_chat(store, chat, user_of(user))
+        summaries = await store.branches.summaries(found.chat_uuid)
+        chosen = [s for s in summaries if summary is None or str(s.summary_uuid) == summary]
+        if not chosen:
+            return None
+        await store.branches.remove_summary(found.chat_uuid, chosen[0].summary_uuid)
+        return chosen[0].summary_uuid
 
-    removed = run_work(work, db)
+    removed = with_store(db, work)
     if removed is None:
         fail(
             f"chat {chat!r} has no summary {summary or ''}".rstrip(), "see: threadstore chats show"

@@ -7,7 +7,7 @@ import sqlite3
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
+from typing import Annotated, Any, NoReturn, TypeVar
 from uuid import UUID
 
 import typer
@@ -26,10 +26,6 @@ from threadstore.store import (
     open_store,
 )
 
-if TYPE_CHECKING:
-    pass
-
-
 DEFAULT_DB = "sqlite:///./threadstore.db"
 CORS_ENV_VAR = "THREADSTORE_CORS_ORIGINS"
 STORE_TIMEOUT_ENV_VAR = "THREADSTORE_STORE_TIMEOUT"
@@ -43,7 +39,6 @@ app = typer.Typer(
     rich_markup_mode="rich",
     pretty_exceptions_enable=False,
 )
-chats_app = typer.Typer(help="List, show, rename and delete chats.", no_args_is_help=True)
 
 
 def _print_version(value: bool) -> None:
@@ -66,7 +61,14 @@ def _main(
     """Durable, typed chat history for AI agents: an AG-UI server, and tools for its data."""
 
 
-app.add_typer(chats_app, name="chats")
+def command_group(name: str, help: str) -> typer.Typer:
+    """A ``threadstore NAME ...`` group of commands; bare, it prints its help."""
+    group = typer.Typer(help=help, no_args_is_help=True)
+    app.add_typer(group, name=name)
+    return group
+
+
+chats_app = command_group("chats", "List, show, rename and delete chats.")
 
 out = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
@@ -87,6 +89,8 @@ UserOption = Annotated[
         help="Only this user's chats: a UUID or a user id (mapped like the server maps it).",
     ),
 ]
+AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+YesOption = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
 MIN_PREFIX = 8
 ChatArgument = Annotated[
     str,
@@ -164,6 +168,16 @@ async def opened(db: str) -> AsyncIterator[Store]:
         yield store
     finally:
         await store.close()
+
+
+def with_store(db: str, use: Callable[[Store], Coroutine[Any, Any, T]]) -> T:
+    """Open the store, run ``use`` on it and close it; a failure is one error line."""
+
+    async def work() -> T:
+        async with opened(db) as store:
+            return await use(store)
+
+    return run_work(work, db)
 
 
 def user_of(user: str | None) -> UUID | None:

@@ -3,12 +3,26 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 from uuid import UUID
 
 import typer
 from rich.markup import escape
 
+from threadstore.cli._common import (
+    DEFAULT_DB,
+    AsJson,
+    DbOption,
+    YesOption,
+    app,
+    check_store,
+    command_group,
+    fail,
+    out,
+    resolve_chat,
+    user_of,
+    with_store,
+)
 from threadstore.models import (
     ExpiredChat,
     RetentionPolicy,
@@ -16,26 +30,9 @@ from threadstore.models import (
 )
 from threadstore.store import Store
 
-if TYPE_CHECKING:
-    pass
-from threadstore.cli._common import (
-    DEFAULT_DB,
-    DbOption,
-    app,
-    check_store,
-    fail,
-    opened,
-    out,
-    resolve_chat,
-    run_work,
-    user_of,
+retention_app = command_group(
+    "retention", "Retention policies: how long chats are kept, and what a sweep would delete."
 )
-
-retention_app = typer.Typer(
-    help="Retention policies: how long chats are kept, and what a sweep would delete.",
-    no_args_is_help=True,
-)
-app.add_typer(retention_app, name="retention")
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -106,18 +103,17 @@ def retention_set(
         "deleted_window": _seconds(deleted_window, "--deleted-window"),
     }
 
-    async def work() -> None:
-        async with opened(db) as store:
-            scope = await _scope_of(store, user, chat)
-            held = any(
-                p.policy.legal_hold
-                for p in await store.chats.retention_policies()
-                if p.scope_uuid == (scope.get("chat_uuid") or scope.get("user_uuid"))
-            )
-            policy = RetentionPolicy(**fields, legal_hold=held)
-            await store.chats.set_retention_policy(policy, **scope)
+    async def work(store: Store) -> None:
+        scope = await _scope_of(store, user, chat)
+        held = any(
+            p.policy.legal_hold
+            for p in await store.chats.retention_policies()
+            if p.scope_uuid == (scope.get("chat_uuid") or scope.get("user_uuid"))
+        )
+        policy = RetentionPolicy(**fields, legal_hold=held)
+        await store.chats.set_retention_policy(policy, **scope)
 
-    run_work(work, db)
+    with_store(db, work)
     out.print(f"[green]✓[/] retention policy set for {escape(_scope_label(user, chat))}")
 
 
@@ -126,18 +122,17 @@ def _hold(db: str, user: str | None, chat: str | None, hold: bool) -> None:
     if user is None and chat is None:
         fail("a legal hold is for a user (--user) or a chat (--chat)")
 
-    async def work() -> None:
-        async with opened(db) as store:
-            scope = await _scope_of(store, user, chat)
-            key = scope.get("chat_uuid") or scope.get("user_uuid")
-            current = next(
-                (p.policy for p in await store.chats.retention_policies() if p.scope_uuid == key),
-                RetentionPolicy(),
-            )
-            updated = current.model_copy(update={"legal_hold": hold})
-            await store.chats.set_retention_policy(updated, **scope)
+    async def work(store: Store) -> None:
+        scope = await _scope_of(store, user, chat)
+        key = scope.get("chat_uuid") or scope.get("user_uuid")
+        current = next(
+            (p.policy for p in await store.chats.retention_policies() if p.scope_uuid == key),
+            RetentionPolicy(),
+        )
+        updated = current.model_copy(update={"legal_hold": hold})
+        await store.chats.set_retention_policy(updated, **scope)
 
-    run_work(work, db)
+    with_store(db, work)
     what = "placed on" if hold else "released from"
     out.print(f"[green]✓[/] legal hold {what} {escape(_scope_label(user, chat))}")
 
@@ -161,17 +156,16 @@ def retention_release(
 @retention_app.command("show")
 def retention_show(
     db: DbOption = DEFAULT_DB,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    as_json: AsJson = False,
     limit: Annotated[int, typer.Option(min=0, help="Expired chats listed.")] = 20,
 ) -> None:
     """Show the policies, and what a sweep would delete now (nothing is deleted)."""
     check_store(db)
 
-    async def work() -> tuple[list[ScopedPolicy], list[ExpiredChat]]:
-        async with opened(db) as store:
-            return await store.chats.retention_policies(), await store.chats.expired_chats()
+    async def work(store: Store) -> tuple[list[ScopedPolicy], list[ExpiredChat]]:
+        return await store.chats.retention_policies(), await store.chats.expired_chats()
 
-    policies, expired = run_work(work, db)
+    policies, expired = with_store(db, work)
     if as_json:
         print(
             json.dumps(
@@ -207,7 +201,7 @@ def forget(
         str, typer.Argument(help="The user id (as the server's auth names it) or UUID.")
     ],
     db: DbOption = DEFAULT_DB,
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    yes: YesOption = False,
     by: Annotated[
         str | None, typer.Option(help="Who asks for the erasure (kept in its receipt).")
     ] = None,
@@ -226,9 +220,8 @@ def forget(
     if not yes and not typer.confirm(f"Remove everything of user {user} ({user_uuid}) for good?"):
         raise typer.Exit(1)
 
-    async def work() -> str:
-        async with opened(db) as store:
-            receipt = await store.chats.forget_user(user_uuid, requested_by=by)
-            return receipt.model_dump_json(indent=2)
+    async def work(store: Store) -> str:
+        receipt = await store.chats.forget_user(user_uuid, requested_by=by)
+        return receipt.model_dump_json(indent=2)
 
-    print(run_work(work, db))
+    print(with_store(db, work))

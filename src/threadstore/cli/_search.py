@@ -15,12 +15,12 @@ from threadstore.cli._common import (
     DbOption,
     app,
     check_store,
-    opened,
     out,
-    run_work,
     user_of,
+    with_store,
 )
 from threadstore.models import SearchHit, SearchPage
+from threadstore.store import Store
 
 
 @app.command("search")
@@ -52,18 +52,17 @@ def search(
     user_uuid: UUID = user_of(user) or LOCAL_USER_UUID
     order: Literal["newest", "best"] = "best" if best else "newest"
 
-    async def work() -> SearchPage:
-        async with opened(db) as store:
-            return await store.search(
-                user_uuid,
-                query,
-                order=order,
-                all_branches=all_branches,
-                limit=limit,
-                cursor=cursor,
-            )
+    async def work(store: Store) -> SearchPage:
+        return await store.search(
+            user_uuid,
+            query,
+            order=order,
+            all_branches=all_branches,
+            limit=limit,
+            cursor=cursor,
+        )
 
-    page = run_work(work, db)
+    page = with_store(db, work)
     if as_json:
         print(page.model_dump_json(indent=2))
         return

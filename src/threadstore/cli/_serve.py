@@ -24,7 +24,6 @@ from threadstore.models import (
 from threadstore.store import (
     SWEEP_BATCH,
     Store,
-    open_store,
 )
 
 if TYPE_CHECKING:
@@ -38,10 +37,9 @@ from threadstore.cli._common import (
     check_store,
     err,
     fail,
-    opened,
     out,
     probe_store,
-    run_work,
+    with_store,
 )
 
 
@@ -375,16 +373,12 @@ def migrate(db: DbOption = DEFAULT_DB) -> None:
     """Create the schema, or apply the migrations a newer threadstore needs."""
     check_store(db, create=True)
 
-    async def work() -> tuple[int | None, int | None]:
-        store = await open_store(db, setup=False)
-        try:
-            before = await _schema_version(store)
-            await store.setup()
-            return before, await _schema_version(store)
-        finally:
-            await store.close()
+    async def work(store: Store) -> tuple[int | None, int | None]:
+        before = await _schema_version(store)
+        await store.setup()
+        return before, await _schema_version(store)
 
-    before, after = run_work(work, db)
+    before, after = with_store(db, work)
     if before is None or after is None:
         out.print(f"[green]✓[/] {escape(db)} is up to date")
     elif before == after:
@@ -442,17 +436,16 @@ def sweep(
     def no_agent() -> Any:
         raise RuntimeError("sweep starts no runs")
 
-    async def work() -> tuple[int, int, SweepReport]:
-        async with opened(db) as store:
-            manager = DistributedRunManager(no_agent, store=store, event_retention=event_retention)
-            async with manager:
-                swept = await manager.sweep(stale_after)
-            cutoff = utcnow() - timedelta(seconds=deleted_retention)
-            purged = await store.chats.purge_deleted_chats(older_than=cutoff)
-            store.deleted_retention = timedelta(seconds=deleted_retention)
-            return swept, purged, await store.chats.sweep_expired(batch=batch)
+    async def work(store: Store) -> tuple[int, int, SweepReport]:
+        manager = DistributedRunManager(no_agent, store=store, event_retention=event_retention)
+        async with manager:
+            swept = await manager.sweep(stale_after)
+        cutoff = utcnow() - timedelta(seconds=deleted_retention)
+        purged = await store.chats.purge_deleted_chats(older_than=cutoff)
+        store.deleted_retention = timedelta(seconds=deleted_retention)
+        return swept, purged, await store.chats.sweep_expired(batch=batch)
 
-    swept, purged, report = run_work(work, db)
+    swept, purged, report = with_store(db, work)
     out.print(f"[green]✓[/] finalized {swept} stale run(s)")
     out.print(f"[green]✓[/] purged {purged} soft-deleted chat(s)")
     reasons = ", ".join(f"{n} {why}" for why, n in sorted(report.reasons.items())) or "none"

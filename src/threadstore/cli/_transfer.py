@@ -8,18 +8,11 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Annotated, Any
+from typing import IO, Annotated, Any
 
 import typer
 from rich.markup import escape
 
-from threadstore.errors import (
-    ConflictError,
-    InvalidInputError,
-)
-
-if TYPE_CHECKING:
-    pass
 from threadstore.cli._common import (
     DEFAULT_DB,
     DbOption,
@@ -28,13 +21,17 @@ from threadstore.cli._common import (
     check_store,
     err,
     fail,
-    opened,
     out,
     progress_bar,
     resolve_chat,
-    run_work,
     user_of,
+    with_store,
 )
+from threadstore.errors import (
+    ConflictError,
+    InvalidInputError,
+)
+from threadstore.store import Store
 
 
 @app.command(
@@ -66,21 +63,20 @@ def export_chats(
         _check_output(output, force=force)
     user_uuid = user_of(user)
 
-    async def work() -> int:
-        async with opened(db) as store:
-            if chats:
-                selected = [await resolve_chat(store, ref, user_uuid) for ref in chats]
-            else:
-                selected = list(await store.get_all_chats(user_uuid))
-            with _sink(output) as sink, progress_bar(len(selected), "exporting") as advance:
-                for chat in selected:
-                    document = await export_chat(store, chat)
-                    sink.write(document.model_dump_json() + "\n")
-                    advance()
-            return len(selected)
+    async def work(store: Store) -> int:
+        if chats:
+            selected = [await resolve_chat(store, ref, user_uuid) for ref in chats]
+        else:
+            selected = list(await store.get_all_chats(user_uuid))
+        with _sink(output) as sink, progress_bar(len(selected), "exporting") as advance:
+            for chat in selected:
+                document = await export_chat(store, chat)
+                sink.write(document.model_dump_json() + "\n")
+                advance()
+        return len(selected)
 
     try:
-        count = run_work(work, db)
+        count = with_store(db, work)
     except OSError as exc:
         fail(f"cannot write {output}: {exc.strerror or exc}", "nothing was written")
     err.print(f"[green]✓[/] exported {count} chat(s)" + (f" to {output}" if output else ""))
@@ -162,28 +158,27 @@ def import_chats(
     numbered = [(n, line) for n, line in enumerate(lines, start=1) if line.strip()]
     invalid: list[str] = []
 
-    async def work() -> tuple[int, int]:
+    async def work(store: Store) -> tuple[int, int]:
         imported = skipped = 0
-        async with opened(db) as store:
-            with progress_bar(len(numbered), "importing") as advance:
-                for number, line in numbered:
-                    advance()
-                    try:
-                        document = _import_document(line)
-                        owner = user_uuid or document.chat.user_uuid
-                        await import_chat(store, document, user_uuid=owner)
-                        imported += 1
-                    except ConflictError as exc:
-                        if not skip_existing:
-                            fail(f"line {number}: {exc}")
-                        skipped += 1
-                    except InvalidInputError as exc:
-                        if not skip_invalid:
-                            fail(f"line {number}: {exc}", "pass --skip-invalid to skip such lines")
-                        invalid.append(f"line {number}: {exc}")
+        with progress_bar(len(numbered), "importing") as advance:
+            for number, line in numbered:
+                advance()
+                try:
+                    document = _import_document(line)
+                    owner = user_uuid or document.chat.user_uuid
+                    await import_chat(store, document, user_uuid=owner)
+                    imported += 1
+                except ConflictError as exc:
+                    if not skip_existing:
+                        fail(f"line {number}: {exc}")
+                    skipped += 1
+                except InvalidInputError as exc:
+                    if not skip_invalid:
+                        fail(f"line {number}: {exc}", "pass --skip-invalid to skip such lines")
+                    invalid.append(f"line {number}: {exc}")
         return imported, skipped
 
-    imported, skipped = run_work(work, db)
+    imported, skipped = with_store(db, work)
     for reason in invalid:
         err.print(f"[yellow]skipped[/] {escape(reason)}", soft_wrap=True)
     note = f", skipped {skipped} already present" if skipped else ""

@@ -3,34 +3,34 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeVar
 from uuid import UUID
 
 import typer
+from pydantic import BaseModel
 from rich.markup import escape
 from rich.table import Table
 
 from threadstore.cli._common import (
     DEFAULT_DB,
+    AsJson,
     DbOption,
-    app,
     check_store,
+    command_group,
     fail,
-    opened,
     out,
     resolve_chat,
-    run_work,
     user_of,
+    with_store,
 )
 from threadstore.store import Store
 from threadstore.usage import USAGE_ROWS_PAGE, Budget, RunUsage, ScopedBudget, UsageTotals
 
-usage_app = typer.Typer(
-    help="The usage ledger: tokens and cost per run, chat, user and day; budgets.",
-    no_args_is_help=True,
+usage_app = command_group(
+    "usage", "The usage ledger: tokens and cost per run, chat, user and day; budgets."
 )
-app.add_typer(usage_app, name="usage")
 
 User = Annotated[
     str | None, typer.Option("--user", help="This user's (UUID or name).", show_default=False)
@@ -39,7 +39,7 @@ ChatRef = Annotated[
     str | None,
     typer.Option("--chat", help="This chat's (UUID, prefix or thread id).", show_default=False),
 ]
-AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+_Row = TypeVar("_Row", bound=BaseModel)
 
 
 async def _chat_uuid(store: Store, chat: str | None) -> UUID | None:
@@ -53,6 +53,25 @@ def _since(text: str | None) -> datetime | None:
         return datetime.fromisoformat(text)
     except ValueError:
         fail(f"--since {text!r} is not a date", "use 2026-12-01 or 2026-12-01T08:00+00:00")
+
+
+def _print_rows(
+    rows: Sequence[_Row],
+    as_json: bool,
+    empty: str,
+    columns: tuple[str, ...],
+    cells: Callable[[_Row], list[str]],
+) -> None:
+    """The rows as a JSON list, or as a table of ``cells`` (``empty`` when there are none)."""
+    if as_json:
+        out.print_json(json.dumps([row.model_dump(mode="json") for row in rows]))
+    elif not rows:
+        out.print(f"[dim]{empty}[/]")
+    else:
+        table = Table(*columns)
+        for row in rows:
+            table.add_row(*cells(row))
+        out.print(table)
 
 
 def _key(totals: UsageTotals, by: str) -> str:
@@ -79,16 +98,15 @@ def usage_show(
     grouping: Literal["chat", "user", "day"] = by  # type: ignore[assignment]
     start = _since(since)
 
-    async def work() -> tuple[list[UsageTotals], UsageTotals]:
-        async with opened(db) as store:
-            user_uuid, chat_uuid = user_of(user), await _chat_uuid(store, chat)
-            totals = await store.usage.totals(
-                by=grouping, user_uuid=user_uuid, chat_uuid=chat_uuid, since=start
-            )
-            total = await store.usage.total(user_uuid=user_uuid, chat_uuid=chat_uuid, since=start)
-            return totals, total
+    async def work(store: Store) -> tuple[list[UsageTotals], UsageTotals]:
+        user_uuid, chat_uuid = user_of(user), await _chat_uuid(store, chat)
+        totals = await store.usage.totals(
+            by=grouping, user_uuid=user_uuid, chat_uuid=chat_uuid, since=start
+        )
+        total = await store.usage.total(user_uuid=user_uuid, chat_uuid=chat_uuid, since=start)
+        return totals, total
 
-    totals, total = run_work(work, db)
+    totals, total = with_store(db, work)
     if as_json:
         data = {
             "by": by,
@@ -127,21 +145,12 @@ def usage_runs(
     """List the ledger's runs, newest first."""
     check_store(db)
 
-    async def work() -> list[RunUsage]:
-        async with opened(db) as store:
-            chat_uuid = await _chat_uuid(store, chat)
-            return await store.usage.runs(user_uuid=user_of(user), chat_uuid=chat_uuid, limit=limit)
+    async def work(store: Store) -> list[RunUsage]:
+        chat_uuid = await _chat_uuid(store, chat)
+        return await store.usage.runs(user_uuid=user_of(user), chat_uuid=chat_uuid, limit=limit)
 
-    rows = run_work(work, db)
-    if as_json:
-        out.print_json(json.dumps([row.model_dump(mode="json") for row in rows]))
-        return
-    if not rows:
-        out.print("[dim]no usage recorded[/]")
-        return
-    table = Table("recorded", "chat", "run", "model", "input", "output", "cost USD")
-    for row in rows:
-        table.add_row(
+    def cells(row: RunUsage) -> list[str]:
+        return [
             row.recorded_at.strftime("%Y-%m-%d %H:%M"),
             str(row.chat_uuid)[:8],
             escape(row.run_id),
@@ -149,8 +158,10 @@ def usage_runs(
             f"{row.input_tokens:,}",
             f"{row.output_tokens:,}",
             f"{row.cost_usd:.6f}",
-        )
-    out.print(table)
+        ]
+
+    columns = ("recorded", "chat", "run", "model", "input", "output", "cost USD")
+    _print_rows(with_store(db, work), as_json, "no usage recorded", columns, cells)
 
 
 @usage_app.command("budget")
@@ -174,18 +185,17 @@ def usage_budget(
     if not clear and max_cost is None and max_tokens is None:
         fail("give --max-cost, --max-tokens or both (or --clear)")
 
-    async def work() -> bool:
-        async with opened(db) as store:
-            chat_uuid = await _chat_uuid(store, chat)
-            scope = {"chat_uuid": chat_uuid} if chat_uuid else {"user_uuid": user_of(user)}
-            if clear:
-                return await store.usage.clear_budget(**scope)
-            period: Literal["total", "day"] = "day" if daily else "total"
-            budget = Budget(max_cost_usd=max_cost, max_tokens=max_tokens, period=period)
-            await store.usage.set_budget(budget, **scope)
-            return True
+    async def work(store: Store) -> bool:
+        chat_uuid = await _chat_uuid(store, chat)
+        scope = {"chat_uuid": chat_uuid} if chat_uuid else {"user_uuid": user_of(user)}
+        if clear:
+            return await store.usage.clear_budget(**scope)
+        period: Literal["total", "day"] = "day" if daily else "total"
+        budget = Budget(max_cost_usd=max_cost, max_tokens=max_tokens, period=period)
+        await store.usage.set_budget(budget, **scope)
+        return True
 
-    done = run_work(work, db)
+    done = with_store(db, work)
     whom = escape(f"chat {chat}" if chat else f"user {user}")
     if clear:
         out.print(f"[green]✓[/] budget of {whom} removed" if done else f"no budget for {whom}")
@@ -202,27 +212,20 @@ def usage_budgets(
     """List a user's budgets: their own and their chats'."""
     check_store(db)
 
-    async def work() -> list[ScopedBudget]:
-        async with opened(db) as store:
-            user_uuid = user_of(user)
-            assert user_uuid is not None
-            return await store.usage.budgets(user_uuid)
+    async def work(store: Store) -> list[ScopedBudget]:
+        user_uuid = user_of(user)
+        assert user_uuid is not None
+        return await store.usage.budgets(user_uuid)
 
-    budgets = run_work(work, db)
-    if as_json:
-        out.print_json(json.dumps([b.model_dump(mode="json") for b in budgets]))
-        return
-    if not budgets:
-        out.print("[dim]no budgets[/]")
-        return
-    table = Table("scope", "for", "max USD", "max tokens", "period")
-    for scoped in budgets:
+    def cells(scoped: ScopedBudget) -> list[str]:
         limits = scoped.budget
-        table.add_row(
+        return [
             scoped.scope,
             str(scoped.scope_uuid),
             "" if limits.max_cost_usd is None else f"{limits.max_cost_usd:g}",
             "" if limits.max_tokens is None else f"{limits.max_tokens:,}",
             limits.period,
-        )
-    out.print(table)
+        ]
+
+    columns = ("scope", "for", "max USD", "max tokens", "period")
+    _print_rows(with_store(db, work), as_json, "no budgets", columns, cells)

@@ -45,12 +45,10 @@ from langchain_core.messages import (
 
 from threadstore.errors import ConfigurationError
 from threadstore.faces._chat import SessionChat, load_history
+from threadstore.faces._finished import finished_message, finished_tool_call
 from threadstore.fold import Record
 from threadstore.models import (
     Message,
-    MessageCreate,
-    MessageStatus,
-    MessageToolCallCreate,
     Role,
     Summary,
 )
@@ -287,25 +285,16 @@ def message_records(chat_uuid: UUID, message: BaseMessage) -> Record:
     role = _ROLES.get(message.type, Role.ASSISTANT)
     if isinstance(message, ToolMessage):
         metadata[TOOL_CALL_ID_METADATA_KEY] = message.tool_call_id
-    create = MessageCreate(
-        chat_uuid=chat_uuid,
+    create = finished_message(
+        chat_uuid,
         role=role,
         content=_text(message.content),
         agui_id=message.id,
         name=message.name,
-        status=MessageStatus.COMPLETE,
-        in_progress=False,
         metadata=metadata,
     )
     calls = [
-        MessageToolCallCreate(
-            message_uuid=create.message_uuid,
-            tool_call_id=call["id"],
-            name=call["name"],
-            arguments=json.dumps(call["args"]),
-            status=MessageStatus.COMPLETE,
-            in_progress=False,
-        )
+        finished_tool_call(create.message_uuid, call["id"], call["name"], json.dumps(call["args"]))
         for call in (message.tool_calls if isinstance(message, AIMessage) else [])
         # A call without an id cannot be answered or replayed; LangChain's copy keeps it.
         if call["id"] is not None

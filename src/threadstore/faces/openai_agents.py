@@ -36,11 +36,10 @@ from agents.items import TResponseInputItem
 from agents.memory import SessionSettings
 
 from threadstore.faces._chat import SessionChat, load_history
+from threadstore.faces._finished import finished_message, finished_tool_call
 from threadstore.fold import Record
 from threadstore.models import (
     Message,
-    MessageCreate,
-    MessageStatus,
     MessageToolCallCreate,
     Role,
     Summary,
@@ -175,12 +174,10 @@ def item_records(chat_uuid: UUID, item: TResponseInputItem) -> Record:
     """The threadstore message (and tool call) that store one session item."""
     fields = cast(Mapping[str, Any], item)
     # As JSON text, not a JSON document: PostgreSQL's jsonb would read 1e16 back as an int.
-    create = MessageCreate(
-        chat_uuid=chat_uuid,
+    create = finished_message(
+        chat_uuid,
         role=Role.ASSISTANT,  # items that are not a role's message (tool output...) are the agent's
         agui_id=_str(fields, "id"),
-        status=MessageStatus.COMPLETE,
-        in_progress=False,
         metadata={ITEM_METADATA_KEY: json.dumps(item)},
     )
     kind = fields.get("type", "message")
@@ -190,15 +187,9 @@ def item_records(chat_uuid: UUID, item: TResponseInputItem) -> Record:
         create.role, create.content = role, _text(fields.get("content"))
     elif kind == "function_call" and _str(fields, "call_id") and _str(fields, "name"):
         create.role = Role.ASSISTANT
+        arguments = _str(fields, "arguments") or ""
         calls.append(
-            MessageToolCallCreate(
-                message_uuid=create.message_uuid,
-                tool_call_id=fields["call_id"],
-                name=fields["name"],
-                arguments=_str(fields, "arguments") or "",
-                status=MessageStatus.COMPLETE,
-                in_progress=False,
-            )
+            finished_tool_call(create.message_uuid, fields["call_id"], fields["name"], arguments)
         )
     elif kind == "function_call_output" and _str(fields, "call_id"):
         create.role, create.content = Role.TOOL, _text(fields.get("output"))

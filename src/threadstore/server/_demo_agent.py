@@ -16,23 +16,15 @@ import json
 import math
 import operator
 import re
-import time
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from typing import Any
 from uuid import uuid4
 
 from ag_ui.core import (
-    PROTOCOL_VERSION,
     BaseEvent,
-    ReasoningEndEvent,
     ReasoningMessageContentEvent,
-    ReasoningMessageEndEvent,
-    ReasoningMessageStartEvent,
-    ReasoningStartEvent,
     RunAgentInput,
-    RunFinishedEvent,
-    RunStartedEvent,
     StateSnapshotEvent,
     TextMessageContentEvent,
     TextMessageEndEvent,
@@ -41,6 +33,14 @@ from ag_ui.core import (
     ToolCallEndEvent,
     ToolCallResultEvent,
     ToolCallStartEvent,
+)
+
+from threadstore.server._events import (
+    now_ms,
+    reasoning_closed,
+    reasoning_opened,
+    run_finished,
+    run_started,
 )
 
 __all__ = ["DEFAULT_DEMO_DELAY", "DemoAgent", "evaluate_arithmetic", "last_user_text"]
@@ -122,10 +122,6 @@ def _words(text: str) -> list[str]:
     return re.findall(r"\S+\s*", text) or [text]
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 class DemoAgent:
     """A scripted, offline agent that streams reasoning, a tool call and an answer."""
 
@@ -143,28 +139,23 @@ class DemoAgent:
         tool, args, result, answer = self._plan(question)
         turns = sum(1 for m in input.messages if m.role == "user")
 
-        yield RunStartedEvent(
-            thread_id=input.thread_id,
-            run_id=input.run_id,
-            protocol_version=PROTOCOL_VERSION,
-            timestamp=_now_ms(),
-        )
-        yield StateSnapshotEvent(snapshot={"turns": turns, "lastTool": tool}, timestamp=_now_ms())
+        yield run_started(input.thread_id, input.run_id)
+        yield StateSnapshotEvent(snapshot={"turns": turns, "lastTool": tool}, timestamp=now_ms())
 
         thought = f"The user wrote {len(question)} characters. " + (
             f"I see arithmetic, so I will use the calculator on {args['expression']}."
             if tool == "calculator"
             else "No numbers to compute, so I will check the clock."
         )
-        yield ReasoningStartEvent(message_id=ids.reasoning, timestamp=_now_ms())
-        yield ReasoningMessageStartEvent(message_id=ids.reasoning, timestamp=_now_ms())
+        for event in reasoning_opened(ids.reasoning):
+            yield event
         for piece in _words(thought):
             await self._pause()
             yield ReasoningMessageContentEvent(
-                message_id=ids.reasoning, delta=piece, timestamp=_now_ms()
+                message_id=ids.reasoning, delta=piece, timestamp=now_ms()
             )
-        yield ReasoningMessageEndEvent(message_id=ids.reasoning, timestamp=_now_ms())
-        yield ReasoningEndEvent(message_id=ids.reasoning, timestamp=_now_ms())
+        for event in reasoning_closed(ids.reasoning):
+            yield event
 
         async for event in self._text(ids.preamble, "Let me work that out."):
             yield event
@@ -174,24 +165,24 @@ class DemoAgent:
             tool_call_id=ids.tool_call,
             tool_call_name=tool,
             parent_message_id=ids.preamble,
-            timestamp=_now_ms(),
+            timestamp=now_ms(),
         )
         for piece in _chunks(json.dumps(args), 8):
             await self._pause()
-            yield ToolCallArgsEvent(tool_call_id=ids.tool_call, delta=piece, timestamp=_now_ms())
-        yield ToolCallEndEvent(tool_call_id=ids.tool_call, timestamp=_now_ms())
+            yield ToolCallArgsEvent(tool_call_id=ids.tool_call, delta=piece, timestamp=now_ms())
+        yield ToolCallEndEvent(tool_call_id=ids.tool_call, timestamp=now_ms())
         await self._pause()
         yield ToolCallResultEvent(
             message_id=ids.tool_result,
             tool_call_id=ids.tool_call,
             content=json.dumps(result),
             role="tool",
-            timestamp=_now_ms(),
+            timestamp=now_ms(),
         )
 
         async for event in self._text(ids.answer, answer):
             yield event
-        yield RunFinishedEvent(thread_id=input.thread_id, run_id=input.run_id, timestamp=_now_ms())
+        yield run_finished(input.thread_id, input.run_id)
 
     def _plan(self, question: str) -> tuple[str, dict[str, Any], dict[str, Any], str]:
         """Return (tool name, its arguments, its result, the answer text)."""
@@ -215,11 +206,11 @@ class DemoAgent:
         )
 
     async def _text(self, message_id: str, text: str) -> AsyncIterator[BaseEvent]:
-        yield TextMessageStartEvent(message_id=message_id, role="assistant", timestamp=_now_ms())
+        yield TextMessageStartEvent(message_id=message_id, role="assistant", timestamp=now_ms())
         for piece in _words(text):
             await self._pause()
-            yield TextMessageContentEvent(message_id=message_id, delta=piece, timestamp=_now_ms())
-        yield TextMessageEndEvent(message_id=message_id, timestamp=_now_ms())
+            yield TextMessageContentEvent(message_id=message_id, delta=piece, timestamp=now_ms())
+        yield TextMessageEndEvent(message_id=message_id, timestamp=now_ms())
 
     async def _pause(self) -> None:
         # sleep(0) still yields to the loop, so a zero-delay run stays cancellable.

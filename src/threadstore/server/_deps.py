@@ -18,7 +18,27 @@ from threadstore.store import Store
 if TYPE_CHECKING:
     from threadstore.server._run_gate import RunGate
 
-__all__ = ["AppState", "CurrentUser", "ServerState", "current_user", "get_state", "owned_chat"]
+__all__ = [
+    "ADMINS_ONLY",
+    "CHAT_NOT_FOUND",
+    "THREAD_TAKEN",
+    "AppState",
+    "CurrentUser",
+    "ServerState",
+    "current_user",
+    "get_state",
+    "owned_chat",
+    "require_admin",
+]
+
+# The OpenAPI ``responses`` of the routes that answer these on their own.
+CHAT_NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "No such chat of mine."}}
+ADMINS_ONLY: dict[int | str, dict[str, Any]] = {
+    403: {"description": "The caller is not one of the server's admins."}
+}
+THREAD_TAKEN: dict[int | str, dict[str, Any]] = {
+    409: {"description": "The caller already has a chat with that thread id."}
+}
 
 
 @dataclass
@@ -75,3 +95,9 @@ async def owned_chat(state: ServerState, user: UUID, chat_uuid: UUID) -> Chat:
         # The same answer either way, so a caller cannot probe other users' chat ids.
         raise HTTPException(404, detail=f"chat {chat_uuid} not found")
     return chat
+
+
+def require_admin(state: ServerState, caller: UUID, what: str) -> None:
+    """403 unless the caller is one of the server's admins; ``what`` they may not do."""
+    if caller not in state.admins:
+        raise HTTPException(403, detail=f"only admins may {what}")

@@ -15,25 +15,17 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 from uuid import uuid4
 
 from ag_ui.core import (
-    PROTOCOL_VERSION,
     AssistantMessage,
     BaseEvent,
     DeveloperMessage,
-    ReasoningEndEvent,
     ReasoningMessageContentEvent,
-    ReasoningMessageEndEvent,
-    ReasoningMessageStartEvent,
-    ReasoningStartEvent,
     RunAgentInput,
     RunErrorEvent,
-    RunFinishedEvent,
-    RunStartedEvent,
     SystemMessage,
     TextMessageContentEvent,
     TextMessageEndEvent,
@@ -46,6 +38,13 @@ from ag_ui.core import (
 )
 
 from threadstore.errors import ConfigurationError
+from threadstore.server._events import (
+    now_ms,
+    reasoning_closed,
+    reasoning_opened,
+    run_finished,
+    run_started,
+)
 
 if TYPE_CHECKING:
     import httpx
@@ -57,8 +56,9 @@ DEFAULT_MODEL = "gpt-4o-mini"
 UPSTREAM_ERROR_CODE = "UPSTREAM_ERROR"
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
+def _upstream_error(message: str) -> RunErrorEvent:
+    """The run's end when the model's endpoint fails: the client shows ``message``."""
+    return RunErrorEvent(message=message, code=UPSTREAM_ERROR_CODE, timestamp=now_ms())
 
 
 def _user_content(content: Any) -> Any:
@@ -141,22 +141,19 @@ class _Turn:
         if self.reasoning_id is None:
             return []
         rid, self.reasoning_id = self.reasoning_id, None
-        return [
-            ReasoningMessageEndEvent(message_id=rid, timestamp=_now_ms()),
-            ReasoningEndEvent(message_id=rid, timestamp=_now_ms()),
-        ]
+        return reasoning_closed(rid)
 
     def close_text(self) -> list[BaseEvent]:
         if self.text_id is None:
             return []
         tid, self.text_id = self.text_id, None
-        return [TextMessageEndEvent(message_id=tid, timestamp=_now_ms())]
+        return [TextMessageEndEvent(message_id=tid, timestamp=now_ms())]
 
     def close_tool(self) -> list[BaseEvent]:
         if self.open_tool is None:
             return []
         index, self.open_tool = self.open_tool, None
-        return [ToolCallEndEvent(tool_call_id=self.tool_ids[index], timestamp=_now_ms())]
+        return [ToolCallEndEvent(tool_call_id=self.tool_ids[index], timestamp=now_ms())]
 
     def close_all(self) -> list[BaseEvent]:
         return [*self.close_reasoning(), *self.close_text(), *self.close_tool()]
@@ -169,13 +166,10 @@ class _Turn:
             events += self.close_text() + self.close_tool()
             if self.reasoning_id is None:
                 self.reasoning_id = f"reasoning-{uuid4().hex[:12]}"
-                events += [
-                    ReasoningStartEvent(message_id=self.reasoning_id, timestamp=_now_ms()),
-                    ReasoningMessageStartEvent(message_id=self.reasoning_id, timestamp=_now_ms()),
-                ]
+                events += reasoning_opened(self.reasoning_id)
             events.append(
                 ReasoningMessageContentEvent(
-                    message_id=self.reasoning_id, delta=reasoning, timestamp=_now_ms()
+                    message_id=self.reasoning_id, delta=reasoning, timestamp=now_ms()
                 )
             )
         content = delta.get("content")
@@ -185,11 +179,11 @@ class _Turn:
                 self.text_id = self.message_id
                 events.append(
                     TextMessageStartEvent(
-                        message_id=self.text_id, role="assistant", timestamp=_now_ms()
+                        message_id=self.text_id, role="assistant", timestamp=now_ms()
                     )
                 )
             events.append(
-                TextMessageContentEvent(message_id=self.text_id, delta=content, timestamp=_now_ms())
+                TextMessageContentEvent(message_id=self.text_id, delta=content, timestamp=now_ms())
             )
         for call in delta.get("tool_calls") or []:
             events += self._on_tool_delta(call)
@@ -209,14 +203,14 @@ class _Turn:
                     tool_call_id=call_id,
                     tool_call_name=function.get("name") or "unknown",
                     parent_message_id=self.message_id,
-                    timestamp=_now_ms(),
+                    timestamp=now_ms(),
                 )
             )
         arguments = function.get("arguments")
         if isinstance(arguments, str) and arguments and self.open_tool == index:
             events.append(
                 ToolCallArgsEvent(
-                    tool_call_id=self.tool_ids[index], delta=arguments, timestamp=_now_ms()
+                    tool_call_id=self.tool_ids[index], delta=arguments, timestamp=now_ms()
                 )
             )
         return events
@@ -276,12 +270,7 @@ class OpenAIAgent:
         """Yield the run: RUN_STARTED, the streamed completion, then RUN_FINISHED or RUN_ERROR."""
         import httpx
 
-        yield RunStartedEvent(
-            thread_id=input.thread_id,
-            run_id=input.run_id,
-            protocol_version=PROTOCOL_VERSION,
-            timestamp=_now_ms(),
-        )
+        yield run_started(input.thread_id, input.run_id)
         turn = _Turn()
         headers = {"Accept": "text/event-stream"}
         if self.api_key:
@@ -293,21 +282,13 @@ class OpenAIAgent:
             ) as response:
                 if response.status_code >= 400:
                     text = (await response.aread()).decode("utf-8", "replace")[:500]
-                    yield RunErrorEvent(
-                        message=f"{url} answered HTTP {response.status_code}: {text}",
-                        code=UPSTREAM_ERROR_CODE,
-                        timestamp=_now_ms(),
-                    )
+                    yield _upstream_error(f"{url} answered HTTP {response.status_code}: {text}")
                     return
                 async for chunk in _sse_json(response.aiter_lines()):
                     if "error" in chunk:
                         for event in turn.close_all():
                             yield event
-                        yield RunErrorEvent(
-                            message=f"upstream error: {json.dumps(chunk['error'])[:500]}",
-                            code=UPSTREAM_ERROR_CODE,
-                            timestamp=_now_ms(),
-                        )
+                        yield _upstream_error(f"upstream error: {json.dumps(chunk['error'])[:500]}")
                         return
                     for choice in chunk.get("choices") or []:
                         if choice.get("index", 0) != 0:
@@ -317,15 +298,11 @@ class OpenAIAgent:
         except httpx.HTTPError as exc:
             for event in turn.close_all():
                 yield event
-            yield RunErrorEvent(
-                message=f"could not reach {url}: {type(exc).__name__}: {exc}",
-                code=UPSTREAM_ERROR_CODE,
-                timestamp=_now_ms(),
-            )
+            yield _upstream_error(f"could not reach {url}: {type(exc).__name__}: {exc}")
             return
         for event in turn.close_all():
             yield event
-        yield RunFinishedEvent(thread_id=input.thread_id, run_id=input.run_id, timestamp=_now_ms())
+        yield run_finished(input.thread_id, input.run_id)
 
 
 async def _sse_json(lines: AsyncIterator[str]) -> AsyncIterator[dict[str, Any]]:

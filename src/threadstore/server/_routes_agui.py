@@ -12,7 +12,6 @@ another user may share) and read from the relayed events in the store.
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from datetime import timedelta
@@ -20,15 +19,12 @@ from typing import Annotated, Any
 from uuid import UUID, uuid4
 
 from ag_ui.core import (
-    PROTOCOL_VERSION,
     BaseEvent,
     EventType,
     MessagesSnapshotEvent,
     ReasoningMessageStartEvent,
     RunAgentInput,
     RunErrorEvent,
-    RunFinishedEvent,
-    RunStartedEvent,
     StateSnapshotEvent,
     TextMessageStartEvent,
     ToolCallStartEvent,
@@ -52,6 +48,7 @@ from threadstore.errors import ErrorCodes, InvalidInputError
 from threadstore.models import Chat, Message, Role, Run, RunStatus, utcnow
 from threadstore.server._deps import AppState, CurrentUser, ServerState
 from threadstore.server._errors import error_response
+from threadstore.server._events import now_ms, run_finished, run_started
 from threadstore.server._limits import MAX_CURSOR, check_id, check_run_input
 from threadstore.server._run_gate import RunConflictError
 from threadstore.server._sse import close_iterator, encode_frame, event_stream_response
@@ -94,10 +91,6 @@ class CancelResult(BaseModel):
     """True when the run was live and is now cancelled."""
     status: RunStatus
     """The run's status after the request."""
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class _RunFrames:
@@ -365,16 +358,14 @@ async def _settled_run(
         run = await state.store.get_run(chat.chat_uuid, run_id) or run
     if run.status == RunStatus.RUNNING:
         return None
-    started = RunStartedEvent(
-        thread_id=thread_id, run_id=run_id, protocol_version=PROTOCOL_VERSION, timestamp=_now_ms()
-    )
+    started = run_started(thread_id, run_id)
     end: BaseEvent = (
-        RunFinishedEvent(thread_id=thread_id, run_id=run_id, timestamp=_now_ms())
+        run_finished(thread_id, run_id)
         if run.status == RunStatus.COMPLETE
         else RunErrorEvent(
             message=f"run {run_id} ended {run.status}" + (f": {run.error}" if run.error else ""),
             code=_END_CODES.get(run.status, ErrorCodes.INTERNAL_ERROR),
-            timestamp=_now_ms(),
+            timestamp=now_ms(),
         )
     )
     history = await _history(state, chat)
@@ -475,7 +466,7 @@ async def _snapshot_frames(
     state = chat.state if chat is not None and chat.state is not None else {}
     return [
         *await messages_snapshot_pieces(messages),
-        encode_frame(StateSnapshotEvent(snapshot=state, timestamp=_now_ms())),
+        encode_frame(StateSnapshotEvent(snapshot=state, timestamp=now_ms())),
     ]
 
 
@@ -495,7 +486,7 @@ async def messages_snapshot_pieces(messages: Sequence[AGUIMessage]) -> list[byte
     goes out piece by piece (the stream's head yields them with no wait between, so no
     keep-alive comes inside the frame).
     """
-    empty = event_json(MessagesSnapshotEvent(messages=[], timestamp=_now_ms()))
+    empty = event_json(MessagesSnapshotEvent(messages=[], timestamp=now_ms()))
     head = empty.removesuffix(_NO_MESSAGES_END)
     pieces = [f"data: {head}[".encode()]
     pieces += [piece async for piece in joined_in_steps(messages, _message_wire_json)]
@@ -515,13 +506,7 @@ async def _connect_idle(
     thread_id: str, chat: Chat | None, history: Sequence[Message]
 ) -> _RunFrames:
     run_id = f"connect-{uuid4().hex[:12]}"
-    started = RunStartedEvent(
-        thread_id=thread_id,
-        run_id=run_id,
-        protocol_version=PROTOCOL_VERSION,
-        timestamp=_now_ms(),
-    )
-    finished = RunFinishedEvent(thread_id=thread_id, run_id=run_id, timestamp=_now_ms())
+    started, finished = run_started(thread_id, run_id), run_finished(thread_id, run_id)
     return _RunFrames(
         [encode_frame(started), *await _snapshot_frames(chat, history), encode_frame(finished)]
     )

@@ -9,7 +9,8 @@ to the caller: another user's chat answers 404, exactly like a chat that does no
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 from uuid import UUID, uuid4
 
 from ag_ui.core import RunAgentInput
@@ -18,16 +19,28 @@ from pydantic import BaseModel, Field
 
 from threadstore.errors import InvalidInputError, LimitExceededError, NotFoundError
 from threadstore.models import Chat, MessageCreate, Role
-from threadstore.server._deps import AppState, CurrentUser, ServerState, owned_chat
+from threadstore.server._deps import THREAD_TAKEN, AppState, CurrentUser, ServerState, owned_chat
 from threadstore.server._limits import check_id
 
 __all__ = ["BranchRun", "EditRequest", "ForkRequest", "MessageRef", "router"]
 
 router = APIRouter(prefix="/api/chats", tags=["branches"])
+_Route = TypeVar("_Route", bound=Callable[..., Any])
 
 _MESSAGE_NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: {"description": "The chat, or the message in it, does not exist."}
 }
+
+
+def _branch_run_route(path: str, *, summary: str) -> Callable[[_Route], _Route]:
+    """A route that starts a run on a new branch and answers 202 with its ids."""
+    return router.post(
+        path,
+        response_model=BranchRun,
+        status_code=status.HTTP_202_ACCEPTED,
+        summary=summary,
+        responses=_MESSAGE_NOT_FOUND,
+    )
 
 
 class MessageRef(BaseModel):
@@ -104,13 +117,7 @@ async def _start_run(state: ServerState, user: UUID, chat: Chat, branch_from: UU
     return run_id
 
 
-@router.post(
-    "/{chat_uuid}/regenerate",
-    response_model=BranchRun,
-    status_code=status.HTTP_202_ACCEPTED,
-    summary="Regenerate an answer",
-    responses=_MESSAGE_NOT_FOUND,
-)
+@_branch_run_route("/{chat_uuid}/regenerate", summary="Regenerate an answer")
 async def regenerate(
     chat_uuid: UUID, body: MessageRef, state: AppState, user: CurrentUser
 ) -> BranchRun:
@@ -124,13 +131,7 @@ async def regenerate(
     return BranchRun(thread_id=chat.thread_id, run_id=run_id)
 
 
-@router.post(
-    "/{chat_uuid}/edit",
-    response_model=BranchRun,
-    status_code=status.HTTP_202_ACCEPTED,
-    summary="Edit a user message and resend it",
-    responses=_MESSAGE_NOT_FOUND,
-)
+@_branch_run_route("/{chat_uuid}/edit", summary="Edit a user message and resend it")
 async def edit(chat_uuid: UUID, body: EditRequest, state: AppState, user: CurrentUser) -> BranchRun:
     """Store ``content`` as a new version of the user message and answer it.
 
@@ -159,10 +160,7 @@ async def edit(chat_uuid: UUID, body: EditRequest, state: AppState, user: Curren
     response_model=Chat,
     status_code=status.HTTP_201_CREATED,
     summary="Fork a chat at a message",
-    responses={
-        **_MESSAGE_NOT_FOUND,
-        409: {"description": "The caller already has a chat with that thread id."},
-    },
+    responses={**_MESSAGE_NOT_FOUND, **THREAD_TAKEN},
 )
 async def fork(chat_uuid: UUID, body: ForkRequest, state: AppState, user: CurrentUser) -> Chat:
     """A new chat of the caller holding a copy of the branch up to ``message_uuid``.

@@ -17,7 +17,14 @@ from pydantic import BaseModel, Field
 from threadstore.chat import UIMessage, ui_from_messages
 from threadstore.errors import InvalidInputError
 from threadstore.models import Chat, Message, Role, Summary
-from threadstore.server._deps import AppState, CurrentUser, owned_chat
+from threadstore.server._deps import (
+    ADMINS_ONLY,
+    THREAD_TAKEN,
+    AppState,
+    CurrentUser,
+    owned_chat,
+    require_admin,
+)
 from threadstore.server._limits import MAX_CURSOR, check_id, check_json, check_name
 from threadstore.store import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, Store
 from threadstore.transfer import ChatExport, export_chat_json_pieces, import_chat
@@ -110,46 +117,55 @@ NameSearch = Annotated[
 ]
 
 
+@dataclass
+class ChatListQuery:
+    """Which page of a chat list: its size, the page it follows, and a name filter."""
+
+    limit: PageSize = DEFAULT_PAGE_SIZE
+    cursor: ListCursor = None
+    q: NameSearch = None
+
+
+ChatPage = Annotated[ChatListQuery, Depends()]
+
+
+@dataclass
+class AnyUsersChatListQuery(ChatListQuery):
+    """A page of every user's chats, or of one user's."""
+
+    user: Annotated[UUID | None, Query(description="Only this user's chats.")] = None
+
+
 @router.get("", response_model=ChatList, summary="List my chats")
-async def list_chats(
-    state: AppState,
-    user: CurrentUser,
-    limit: PageSize = DEFAULT_PAGE_SIZE,
-    cursor: ListCursor = None,
-    q: NameSearch = None,
-) -> ChatList:
+async def list_chats(state: AppState, user: CurrentUser, page: ChatPage) -> ChatList:
     """Return the caller's chats, newest activity first, each with its last message."""
-    return await _chat_list(state, user, limit, cursor, q)
+    return await _chat_list(state, user, page)
 
 
 @admin_router.get(
     "/chats",
     response_model=ChatList,
     summary="List every user's chats (admins)",
-    responses={403: {"description": "The caller is not one of the server's admins."}},
+    responses=ADMINS_ONLY,
 )
 async def list_all_chats(
     state: AppState,
     caller: CurrentUser,
-    limit: PageSize = DEFAULT_PAGE_SIZE,
-    cursor: ListCursor = None,
-    q: NameSearch = None,
-    user: Annotated[UUID | None, Query(description="Only this user's chats.")] = None,
+    page: Annotated[AnyUsersChatListQuery, Depends()],
 ) -> ChatList:
     """Every user's chats, newest activity first, one page at a time.
 
     The paged form of the store's ``get_all_chats()``: however many chats the store
     holds, a request reads one page. Only the users the app names as ``admins``.
     """
-    if caller not in state.admins:
-        raise HTTPException(status.HTTP_403_FORBIDDEN, detail="only admins may list every chat")
-    return await _chat_list(state, user, limit, cursor, q)
+    require_admin(state, caller, "list every chat")
+    return await _chat_list(state, page.user, page)
 
 
-async def _chat_list(
-    state: AppState, user: UUID | None, limit: int, cursor: str | None, q: str | None
-) -> ChatList:
-    page = await state.store.chats.list_chats(user, limit=limit, cursor=cursor, name_contains=q)
+async def _chat_list(state: AppState, user: UUID | None, query: ChatListQuery) -> ChatList:
+    page = await state.store.chats.list_chats(
+        user, limit=query.limit, cursor=query.cursor, name_contains=query.q
+    )
     last = await state.store.get_last_messages([chat.chat_uuid for chat in page.items])
     items = [
         ChatSummary.model_validate({**chat.model_dump(), "last_message": last.get(chat.chat_uuid)})
@@ -163,7 +179,7 @@ async def _chat_list(
     response_model=Chat,
     status_code=status.HTTP_201_CREATED,
     summary="Import a chat",
-    responses={409: {"description": "The caller already has a chat with that thread id."}},
+    responses=THREAD_TAKEN,
 )
 async def import_one(
     state: AppState,

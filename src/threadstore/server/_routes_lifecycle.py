@@ -6,7 +6,7 @@ like one that does not exist); erasure and retention are the server's admins'.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 from uuid import UUID
 
 from fastapi import APIRouter, Body, HTTPException, Query, Response, status
@@ -15,14 +15,20 @@ from pydantic import BaseModel, Field
 from threadstore.keys import user_uuid_for
 from threadstore.lifecycle import CompactionPolicy
 from threadstore.models import ErasureReceipt, Summary
-from threadstore.server._deps import AppState, CurrentUser, ServerState, owned_chat
+from threadstore.server._deps import (
+    ADMINS_ONLY,
+    CHAT_NOT_FOUND,
+    AppState,
+    CurrentUser,
+    owned_chat,
+    require_admin,
+)
 from threadstore.server._limits import check_id
 
 __all__ = ["CompactRequest", "CompactResult", "router"]
 
 router = APIRouter(prefix="/api", tags=["lifecycle"])
 
-_NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "No such chat of mine."}}
 
 DEFAULT_POLICY = CompactionPolicy()
 """What a manual compaction uses on a server given no policy: the deterministic summarizer."""
@@ -50,7 +56,7 @@ class CompactResult(BaseModel):
     "/chats/{chat_uuid}/compact",
     response_model=CompactResult,
     summary="Compact a chat: summarize its older messages for the agent",
-    responses=_NOT_FOUND,
+    responses=CHAT_NOT_FOUND,
 )
 async def compact_chat(
     chat_uuid: UUID,
@@ -87,7 +93,7 @@ async def compact_chat(
     "/chats/{chat_uuid}/summaries",
     response_model=list[Summary],
     summary="A chat's summaries, newest first",
-    responses=_NOT_FOUND,
+    responses=CHAT_NOT_FOUND,
 )
 async def list_summaries(chat_uuid: UUID, state: AppState, user: CurrentUser) -> list[Summary]:
     """Every summary of the chat (of any branch), newest first."""
@@ -114,16 +120,11 @@ async def remove_summary(
 # --- erasure (admins) -------------------------------------------------------------------
 
 
-def _admin(state: ServerState, caller: UUID, what: str) -> None:
-    if caller not in state.admins:
-        raise HTTPException(status.HTTP_403_FORBIDDEN, detail=f"only admins may {what}")
-
-
 @router.delete(
     "/admin/users/{user_id}",
     response_model=ErasureReceipt,
     summary="Forget a user: remove everything of theirs (admins)",
-    responses={403: {"description": "The caller is not one of the server's admins."}},
+    responses=ADMINS_ONLY,
 )
 async def forget_user(user_id: str, state: AppState, caller: CurrentUser) -> ErasureReceipt:
     """Remove every chat, message, tool call, reasoning step, run, relayed event and summary
@@ -131,7 +132,7 @@ async def forget_user(user_id: str, state: AppState, caller: CurrentUser) -> Era
     streaming from writing anything back. ``user_id`` as the authenticator names users (or
     their UUID). Returns the receipt (counts per kind, when, by whom), which is kept.
     """
-    _admin(state, caller, "forget users")
+    require_admin(state, caller, "forget users")
     check_id("user_id", user_id, state.limits)
     return await state.store.chats.forget_user(user_uuid_for(user_id), requested_by=str(caller))
 
@@ -140,7 +141,7 @@ async def forget_user(user_id: str, state: AppState, caller: CurrentUser) -> Era
     "/admin/erasures",
     response_model=list[ErasureReceipt],
     summary="Receipts of past erasures (admins)",
-    responses={403: {"description": "The caller is not one of the server's admins."}},
+    responses=ADMINS_ONLY,
 )
 async def list_erasures(
     state: AppState,
@@ -148,5 +149,5 @@ async def list_erasures(
     user: Annotated[str | None, Query(description="Only this user's (id or UUID).")] = None,
 ) -> list[ErasureReceipt]:
     """Every erasure's receipt, newest first: what went, when, by whom; never content."""
-    _admin(state, caller, "read erasure receipts")
+    require_admin(state, caller, "read erasure receipts")
     return await state.store.chats.erasure_receipts(None if user is None else user_uuid_for(user))

@@ -9,13 +9,13 @@ code ``budget_exceeded``.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated
 from uuid import UUID
 
 from fastapi import APIRouter, HTTPException, Query, Response, status
 from pydantic import BaseModel, Field
 
-from threadstore.server._deps import AppState, CurrentUser, owned_chat
+from threadstore.server._deps import CHAT_NOT_FOUND, AppState, CurrentUser, ServerState, owned_chat
 from threadstore.usage import (
     USAGE_ROWS_PAGE,
     Budget,
@@ -29,7 +29,16 @@ __all__ = ["BudgetRequest", "UsageReply", "router"]
 
 router = APIRouter(prefix="/api/usage", tags=["usage"])
 
-_NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "No such chat of mine."}}
+
+async def _own_chat(state: ServerState, user: UUID, chat_uuid: UUID | None) -> None:
+    """404 unless the chat, when one is named, is the caller's."""
+    if chat_uuid is not None:
+        await owned_chat(state, user, chat_uuid)
+
+
+def _scope(user: UUID, chat_uuid: UUID | None) -> dict[str, UUID]:
+    """Whose budget: the named chat's, else the caller's own."""
+    return {"user_uuid": user} if chat_uuid is None else {"chat_uuid": chat_uuid}
 
 
 class UsageReply(BaseModel):
@@ -50,7 +59,7 @@ class BudgetRequest(Budget):
     "",
     response_model=UsageReply,
     summary="My usage: tokens and cost per chat, per day, or in all",
-    responses=_NOT_FOUND,
+    responses=CHAT_NOT_FOUND,
 )
 async def usage_totals(
     state: AppState,
@@ -63,8 +72,7 @@ async def usage_totals(
     until: Annotated[datetime | None, Query(description="Runs recorded before.")] = None,
 ) -> UsageReply:
     """Sums of what the caller's runs used (kept after a chat is deleted, until erasure)."""
-    if chat_uuid is not None:
-        await owned_chat(state, user, chat_uuid)
+    await _own_chat(state, user, chat_uuid)
     usage = state.store.usage
     totals = await usage.totals(
         by=by, user_uuid=user, chat_uuid=chat_uuid, since=since, until=until
@@ -77,7 +85,7 @@ async def usage_totals(
     "/runs",
     response_model=list[RunUsage],
     summary="My runs' usage, newest first",
-    responses=_NOT_FOUND,
+    responses=CHAT_NOT_FOUND,
 )
 async def usage_runs(
     state: AppState,
@@ -86,8 +94,7 @@ async def usage_runs(
     limit: Annotated[int, Query(ge=1, le=USAGE_ROWS_PAGE)] = 100,
 ) -> list[RunUsage]:
     """The ledger's rows of the caller's runs (of one chat), newest first."""
-    if chat_uuid is not None:
-        await owned_chat(state, user, chat_uuid)
+    await _own_chat(state, user, chat_uuid)
     return await state.store.usage.runs(user_uuid=user, chat_uuid=chat_uuid, limit=limit)
 
 
@@ -101,15 +108,13 @@ async def list_budgets(state: AppState, user: CurrentUser) -> list[ScopedBudget]
     "/budget",
     response_model=ScopedBudget,
     summary="Set my budget, or one chat's",
-    responses=_NOT_FOUND,
+    responses=CHAT_NOT_FOUND,
 )
 async def set_budget(state: AppState, user: CurrentUser, body: BudgetRequest) -> ScopedBudget:
     """Replace the budget: a run starts only while what was used is below each limit."""
     budget = Budget(max_cost_usd=body.max_cost_usd, max_tokens=body.max_tokens, period=body.period)
-    if body.chat_uuid is None:
-        return await state.store.usage.set_budget(budget, user_uuid=user)
-    await owned_chat(state, user, body.chat_uuid)
-    return await state.store.usage.set_budget(budget, chat_uuid=body.chat_uuid)
+    await _own_chat(state, user, body.chat_uuid)
+    return await state.store.usage.set_budget(budget, **_scope(user, body.chat_uuid))
 
 
 @router.delete(
@@ -124,11 +129,7 @@ async def clear_budget(
     chat_uuid: Annotated[UUID | None, Query(description="One chat's budget instead.")] = None,
 ) -> Response:
     """Remove the budget; 404 when there was none."""
-    if chat_uuid is not None:
-        await owned_chat(state, user, chat_uuid)
-        cleared = await state.store.usage.clear_budget(chat_uuid=chat_uuid)
-    else:
-        cleared = await state.store.usage.clear_budget(user_uuid=user)
-    if not cleared:
+    await _own_chat(state, user, chat_uuid)
+    if not await state.store.usage.clear_budget(**_scope(user, chat_uuid)):
         raise HTTPException(404, detail="no budget is set there")
     return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -7,6 +7,7 @@ import uuid
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from threadstore import (
     Chat,
@@ -19,7 +20,6 @@ from threadstore import (
     MessageRepositoryLike,
     MessageToolCallCreate,
     MessageToolCallUpdate,
-    NotFoundError,
     Run,
     RunRepositoryLike,
     Store,
@@ -27,7 +27,14 @@ from threadstore import (
 from threadstore.keys import chat_deduplication_key
 from threadstore.models import FORMAT_VERSION
 from threadstore.store import MAX_PAGE_SIZE
-from threadstore.testing._suite import AddMessage, MakeChat, OpenStore, Repository, stored_chat
+from threadstore.testing._suite import (
+    AddMessage,
+    MakeChat,
+    OpenStore,
+    Repository,
+    check_rejects_foreign_and_unknown,
+    stored_chat,
+)
 
 
 async def test_store_satisfies_the_repository_protocols(repo: Repository) -> None:
@@ -442,14 +449,11 @@ async def test_a_deleted_thread_can_be_started_again_as_a_new_chat(
 async def test_set_active_leaf_rejects_a_message_of_another_chat(
     store: Store, make_chat: MakeChat, add_message: AddMessage
 ) -> None:
-    chat, other = await make_chat(), await make_chat()
-    mine = await add_message(chat, "mine")
-    foreign = await add_message(other, "foreign")
-
-    with pytest.raises(ValueError):
-        await store.branches.set_active_leaf(chat.chat_uuid, foreign.message_uuid)
-    with pytest.raises(NotFoundError):
-        await store.branches.set_active_leaf(chat.chat_uuid, uuid.uuid4())
+    chat, mine = await check_rejects_foreign_and_unknown(
+        make_chat,
+        add_message,
+        lambda chat, leaf: store.branches.set_active_leaf(chat.chat_uuid, leaf),
+    )
     stored = await store.chats.get_chat(chat.chat_uuid)
     assert stored is not None and stored.active_leaf_uuid == mine.message_uuid
 
@@ -457,18 +461,19 @@ async def test_set_active_leaf_rejects_a_message_of_another_chat(
 # --- subclassed chat model -------------------------------------------------------------------
 
 
-class TeamChat(Chat):
-    """A chat with an app-specific field the base schema has no column for."""
+class _TeamChatFields(BaseModel):
+    """App-specific fields the base schema has no column for (first base: they come last)."""
 
     team: str = ""
     avatar: bytes | None = None
 
 
-class TeamChatCreate(ChatCreate):
+class TeamChat(_TeamChatFields, Chat):
+    """A chat with app-specific fields."""
+
+
+class TeamChatCreate(_TeamChatFields, ChatCreate):
     """The create DTO matching :class:`TeamChat`."""
-
-    team: str = ""
-    avatar: bytes | None = None
 
 
 async def test_a_chat_subclass_keeps_its_own_fields(open_test_store: OpenStore) -> None:

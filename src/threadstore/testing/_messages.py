@@ -8,22 +8,37 @@ from datetime import UTC, datetime
 import pytest
 
 from threadstore import (
+    Chat,
     ConflictError,
     InvalidInputError,
+    Message,
     MessageCreate,
     MessageReasoningCreate,
     MessageStatus,
     MessageToolCallCreate,
     MessageUpdate,
-    NotFoundError,
     Role,
     Store,
 )
 from threadstore.models import FORMAT_VERSION, MediaPart, TextPart
 from threadstore.store import MAX_PAGE_SIZE
-from threadstore.testing._suite import AddMessage, MakeChat, Repository, stored_chat
+from threadstore.testing._suite import (
+    AddMessage,
+    MakeChat,
+    Repository,
+    check_rejects_foreign_and_unknown,
+    stored_chat,
+)
 
 NOT_UTF8 = b"\xff\xfe\x00\x80binary\xc3"
+
+
+async def two_branches(chat: Chat, add_message: AddMessage) -> tuple[Message, Message, Message]:
+    """root → a1 → a2, then b1 on root (the active branch): root, a2 and b1."""
+    root = await add_message(chat, "root")
+    await add_message(chat, "a1")
+    a2 = await add_message(chat, "a2")
+    return root, a2, await add_message(chat, "b1", parent_uuid=root.message_uuid)
 
 
 def contents(messages: object) -> list[str]:
@@ -520,10 +535,7 @@ async def test_set_active_leaf_switches_the_branch_the_history_follows(
     store: Store, make_chat: MakeChat, add_message: AddMessage
 ) -> None:
     chat = await make_chat()
-    root = await add_message(chat, "root")
-    await add_message(chat, "a1")
-    old_leaf = await add_message(chat, "a2")
-    new_leaf = await add_message(chat, "b1", parent_uuid=root.message_uuid)
+    _, old_leaf, new_leaf = await two_branches(chat, add_message)
 
     switched = await store.branches.set_active_leaf(chat.chat_uuid, old_leaf.message_uuid)
 
@@ -553,10 +565,7 @@ async def test_pagination_follows_the_active_branch(
     store: Store, make_chat: MakeChat, add_message: AddMessage
 ) -> None:
     chat = await make_chat()
-    root = await add_message(chat, "root")
-    await add_message(chat, "a1")
-    await add_message(chat, "a2")
-    b1 = await add_message(chat, "b1", parent_uuid=root.message_uuid)
+    root, _, b1 = await two_branches(chat, add_message)
     await add_message(chat, "b2")
 
     assert contents(await store.get_chat_messages(chat.chat_uuid, after=root.seq)) == ["b1", "b2"]
@@ -567,13 +576,8 @@ async def test_pagination_follows_the_active_branch(
 async def test_a_parent_from_another_chat_or_unknown_is_rejected(
     repo: Repository, make_chat: MakeChat, add_message: AddMessage
 ) -> None:
-    chat, other = await make_chat(), await make_chat()
-    mine = await add_message(chat, "mine")
-    foreign = await add_message(other, "foreign")
-
-    with pytest.raises(ValueError):
-        await add_message(chat, "x", parent_uuid=foreign.message_uuid)
-    with pytest.raises(NotFoundError):
-        await add_message(chat, "x", parent_uuid=uuid.uuid4())
+    chat, mine = await check_rejects_foreign_and_unknown(
+        make_chat, add_message, lambda chat, parent: add_message(chat, "x", parent_uuid=parent)
+    )
     assert contents(await repo.get_chat_messages(chat.chat_uuid)) == ["mine"]
     assert (await repo.get_last_messages([chat.chat_uuid]))[chat.chat_uuid] == mine

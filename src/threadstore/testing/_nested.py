@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from pydantic import BaseModel
 
 from threadstore import (
     ChatCreate,
@@ -311,18 +312,19 @@ async def test_reasoning_and_tool_calls_keep_their_production_order(
 # --- subclassed models -----------------------------------------------------------------------
 
 
-class TeamMessage(Message):
-    """A message with app-specific fields the base schema has no column for."""
+class _TeamMessageFields(BaseModel):
+    """App-specific fields the base schema has no column for (first base: they come last)."""
 
     team: str = ""
     blob: bytes | None = None
 
 
-class TeamMessageCreate(MessageCreate):
+class TeamMessage(_TeamMessageFields, Message):
+    """A message with app-specific fields."""
+
+
+class TeamMessageCreate(_TeamMessageFields, MessageCreate):
     """The create DTO matching :class:`TeamMessage`."""
-
-    team: str = ""
-    blob: bytes | None = None
 
 
 class TeamMessageUpdate(MessageUpdate):
@@ -332,18 +334,19 @@ class TeamMessageUpdate(MessageUpdate):
     blob: bytes | None = None
 
 
-class TracedToolCall(ToolCall):
+class _TraceFields(BaseModel):
+    """A trace id and a raw payload."""
+
+    trace_id: str = ""
+    payload: bytes | None = None
+
+
+class TracedToolCall(_TraceFields, ToolCall):
     """A tool call carrying a trace id and a raw payload."""
 
-    trace_id: str = ""
-    payload: bytes | None = None
 
-
-class TracedToolCallCreate(MessageToolCallCreate):
+class TracedToolCallCreate(_TraceFields, MessageToolCallCreate):
     """The create DTO matching :class:`TracedToolCall`."""
-
-    trace_id: str = ""
-    payload: bytes | None = None
 
 
 class TracedToolCallUpdate(MessageToolCallUpdate):

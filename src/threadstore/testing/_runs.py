@@ -34,6 +34,11 @@ def run_of(chat: Chat, run_id: str, **fields: Any) -> Run:
     return Run(chat_uuid=chat.chat_uuid, thread_id=chat.thread_id, run_id=run_id, **fields)
 
 
+async def start_old_run(repo: RunRepository, chat: Chat, run_id: str, owner: str) -> Run:
+    """A running run of ``owner`` whose last heartbeat was long ago."""
+    return await repo.start_run(run_of(chat, run_id, owner=owner, heartbeat_at=LONG_AGO))
+
+
 async def test_start_run_records_a_running_run(
     run_repo: RunRepository, make_chat: MakeChat
 ) -> None:
@@ -127,7 +132,7 @@ async def test_heartbeat_refreshes_only_the_owners_running_runs(
     # A chat has one running run at a time: each run here has a chat of its own.
     chats = {run_id: await make_chat() for run_id in ("mine", "theirs", "mine-done")}
     for run_id, owner in (("mine", "me"), ("theirs", "them"), ("mine-done", "me")):
-        await run_repo.start_run(run_of(chats[run_id], run_id, owner=owner, heartbeat_at=LONG_AGO))
+        await start_old_run(run_repo, chats[run_id], run_id, owner)
     await run_repo.finish_run(chats["mine-done"].chat_uuid, "mine-done", RunStatus.COMPLETE)
     keys = [(c.chat_uuid, r) for r, c in chats.items()] + [(uuid.uuid4(), "unknown")]
 
@@ -145,8 +150,8 @@ async def test_heartbeat_touches_only_the_runs_it_names(
     run_repo: RunRepository, make_chat: MakeChat
 ) -> None:
     chat, other = await make_chat(), await make_chat()
-    await run_repo.start_run(run_of(chat, "named", owner="me", heartbeat_at=LONG_AGO))
-    await run_repo.start_run(run_of(other, "unnamed", owner="me", heartbeat_at=LONG_AGO))
+    await start_old_run(run_repo, chat, "named", "me")
+    await start_old_run(run_repo, other, "unnamed", "me")
 
     await run_repo.heartbeat_runs("me", [(chat.chat_uuid, "named"), (chat.chat_uuid, "unnamed")])
 
@@ -181,10 +186,10 @@ async def test_stale_runs_are_running_runs_with_an_old_heartbeat(
     run_repo: RunRepository, make_chat: MakeChat
 ) -> None:
     chat, other, third = await make_chat(), await make_chat(), await make_chat()
-    await run_repo.start_run(run_of(chat, "finished", owner="gone", heartbeat_at=LONG_AGO))
+    await start_old_run(run_repo, chat, "finished", "gone")
     await run_repo.finish_run(chat.chat_uuid, "finished", RunStatus.INTERRUPTED)
-    await run_repo.start_run(run_of(chat, "dead", owner="gone", heartbeat_at=LONG_AGO))
-    await run_repo.start_run(run_of(other, "dead-too", owner="gone", heartbeat_at=LONG_AGO))
+    await start_old_run(run_repo, chat, "dead", "gone")
+    await start_old_run(run_repo, other, "dead-too", "gone")
     await run_repo.start_run(run_of(third, "alive", owner="here"))
 
     stale = await run_repo.get_stale_runs(LATER)
@@ -201,8 +206,8 @@ async def test_a_heartbeat_or_finish_takes_a_run_off_the_stale_list(
     run_repo: RunRepository, make_chat: MakeChat
 ) -> None:
     chat, other = await make_chat(), await make_chat()
-    await run_repo.start_run(run_of(chat, "revived", owner="me", heartbeat_at=LONG_AGO))
-    await run_repo.start_run(run_of(other, "ended", owner="me", heartbeat_at=LONG_AGO))
+    await start_old_run(run_repo, chat, "revived", "me")
+    await start_old_run(run_repo, other, "ended", "me")
 
     await run_repo.heartbeat_runs("me", [(chat.chat_uuid, "revived")])
     await run_repo.finish_run(other.chat_uuid, "ended", RunStatus.INTERRUPTED)
@@ -216,7 +221,7 @@ async def test_running_runs_of_a_chat_are_its_own_whatever_their_heartbeat(
     chat, other = await make_chat(), await make_chat()
     await store.start_run(run_of(chat, "done", owner="me"))
     await store.finish_run(chat.chat_uuid, "done", RunStatus.COMPLETE)
-    await store.start_run(run_of(chat, "stale", owner="gone", heartbeat_at=LONG_AGO))
+    await start_old_run(store, chat, "stale", "gone")
     await store.start_run(run_of(chat, "branch", owner="me", exclusive=False))
     await store.start_run(run_of(other, "elsewhere", owner="me"))
 

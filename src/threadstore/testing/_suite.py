@@ -32,6 +32,7 @@ from threadstore import (
     Message,
     MessageCreate,
     MessageRepositoryLike,
+    NotFoundError,
     RunRepositoryLike,
     Store,
 )
@@ -190,6 +191,24 @@ def message_adder(repo: MessageRepositoryLike) -> AddMessage:
         )
 
     return add
+
+
+async def check_rejects_foreign_and_unknown(
+    make_chat: MakeChat,
+    add_message: AddMessage,
+    attempt: Callable[[Chat, UUID], Awaitable[object]],
+) -> tuple[Chat, Message]:
+    """``attempt(chat, message_uuid)`` must refuse another chat's message (``ValueError``)
+    and an unknown one (``NotFoundError``); returns the chat and its one message."""
+    chat, other = await make_chat(), await make_chat()
+    mine = await add_message(chat, "mine")
+    foreign = await add_message(other, "foreign")
+
+    with pytest.raises(ValueError):
+        await attempt(chat, foreign.message_uuid)
+    with pytest.raises(NotFoundError):
+        await attempt(chat, uuid.uuid4())
+    return chat, mine
 
 
 def gather_tests(suite: type[ContractSuite], modules: list[ModuleType]) -> None:

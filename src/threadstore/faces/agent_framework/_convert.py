@@ -28,15 +28,14 @@ from uuid import UUID, uuid4
 from agent_framework import Content
 from agent_framework import Message as AFMessage
 
+from threadstore.faces._finished import finished_message, finished_tool_call
 from threadstore.fold import Record
 from threadstore.models import (
     ContentPart,
     MediaPart,
     Message,
-    MessageCreate,
     MessageReasoningCreate,
     MessageStatus,
-    MessageToolCallCreate,
     Role,
     TextPart,
 )
@@ -144,26 +143,22 @@ def message_to_records(message: AFMessage, chat_uuid: UUID) -> Record:
     own_form = _own_form_to_keep(message)
     metadata: dict[str, Any] = {} if own_form is None else {METADATA_KEY: own_form}
     text = message.text if role is not Role.TOOL else "\n".join(text for _, text in results)
-    record = MessageCreate(
-        chat_uuid=chat_uuid,
+    record = finished_message(
+        chat_uuid,
         role=role,
         content=text,
         agui_id=message.message_id,
         name=message.author_name,
         content_parts=_content_parts(message),
-        status=MessageStatus.COMPLETE,
-        in_progress=False,
         metadata=metadata,
         message_uuid=uuid4(),
     )
     tool_calls = [
-        MessageToolCallCreate(
-            message_uuid=record.message_uuid,
-            tool_call_id=content.call_id or str(uuid4()),
-            name=content.name or "",
-            arguments=_arguments_text(content.arguments),
-            status=MessageStatus.COMPLETE,
-            in_progress=False,
+        finished_tool_call(
+            record.message_uuid,
+            content.call_id or str(uuid4()),
+            content.name or "",
+            _arguments_text(content.arguments),
         )
         for content in message.contents
         if content.type == "function_call"

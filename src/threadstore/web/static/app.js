@@ -1092,6 +1092,19 @@ async function sendMessage(text) {
   await follow(threadId, runId, 0, generation, response, controller);
 }
 
+// A button's action on the open chat: nothing when none is open, and a failure is
+// reported on the page rather than thrown.
+function chatAction(work) {
+  return async (...args) => {
+    if (!page.chat) return;
+    try {
+      await work(...args);
+    } catch (error) {
+      report(error);
+    }
+  };
+}
+
 // --- branches -------------------------------------------------------------------------
 
 async function switchTo(messageUuid) {
@@ -1132,16 +1145,11 @@ async function editMessage(message) {
   if (text) await branchRun("edit", { message_uuid: message.uuid, content: text });
 }
 
-async function forkAt(message) {
-  if (!page.chat) return;
-  try {
-    const fork = await api("POST", `/api/chats/${page.chat.chat_uuid}/fork`, { message_uuid: message.uuid });
-    location.hash = `#/t/${encodeURIComponent(fork.thread_id)}`;
-    loadChats(true);
-  } catch (error) {
-    report(error);
-  }
-}
+const forkAt = chatAction(async (message) => {
+  const fork = await api("POST", `/api/chats/${page.chat.chat_uuid}/fork`, { message_uuid: message.uuid });
+  location.hash = `#/t/${encodeURIComponent(fork.thread_id)}`;
+  loadChats(true);
+});
 
 function askForText(current) {
   return askInDialog("edit-dialog", "edit-input", current);
@@ -1159,40 +1167,25 @@ async function stopRun() {
 
 // --- actions ----------------------------------------------------------------------------
 
-async function renameChat() {
-  if (!page.chat) return;
+const renameChat = chatAction(async () => {
   const name = await askForName(page.chat.name || "");
   if (!name) return;
-  try {
-    page.chat = await api("PATCH", `/api/chats/${page.chat.chat_uuid}`, { name });
-    setChatHeader();
-    loadChats(true);
-  } catch (error) {
-    report(error);
-  }
-}
+  page.chat = await api("PATCH", `/api/chats/${page.chat.chat_uuid}`, { name });
+  setChatHeader();
+  loadChats(true);
+});
 
-async function compactChat() {
-  if (!page.chat) return;
-  try {
-    const result = await api("POST", `/api/chats/${page.chat.chat_uuid}/compact`, {});
-    toast(result.summary ? `Summarized ${result.summary.message_count} message(s) for the agent; every message stays here.` : "Nothing to compact yet.");
-    await loadSummaries();
-  } catch (error) {
-    report(error);
-  }
-}
+const compactChat = chatAction(async () => {
+  const result = await api("POST", `/api/chats/${page.chat.chat_uuid}/compact`, {});
+  toast(result.summary ? `Summarized ${result.summary.message_count} message(s) for the agent; every message stays here.` : "Nothing to compact yet.");
+  await loadSummaries();
+});
 
-async function removeSummary(summary) {
-  if (!page.chat) return;
-  try {
-    await api("DELETE", `/api/chats/${page.chat.chat_uuid}/summaries/${summary.summary_uuid}`);
-    toast("Summary removed: the agent gets those messages again.");
-    await loadSummaries();
-  } catch (error) {
-    report(error);
-  }
-}
+const removeSummary = chatAction(async (summary) => {
+  await api("DELETE", `/api/chats/${page.chat.chat_uuid}/summaries/${summary.summary_uuid}`);
+  toast("Summary removed: the agent gets those messages again.");
+  await loadSummaries();
+});
 
 async function loadSummaries() {
   const generation = page.generation;
@@ -1202,33 +1195,23 @@ async function loadSummaries() {
   renderConversation();
 }
 
-async function deleteChat() {
-  if (!page.chat) return;
+const deleteChat = chatAction(async () => {
   const ok = await confirmAction(`Delete “${chatTitle(page.chat)}” and all its messages? This cannot be undone.`, "Delete");
   if (!ok) return;
-  try {
-    await api("DELETE", `/api/chats/${page.chat.chat_uuid}`);
-    location.hash = "";
-    loadChats(true);
-  } catch (error) {
-    report(error);
-  }
-}
+  await api("DELETE", `/api/chats/${page.chat.chat_uuid}`);
+  location.hash = "";
+  loadChats(true);
+});
 
-async function exportChat() {
-  if (!page.chat) return;
-  try {
-    const response = await send(`/api/chats/${page.chat.chat_uuid}/export`);
-    const blob = await response.blob();
-    const link = el("a", { href: URL.createObjectURL(blob), download: `${(page.chat.name || page.chat.thread_id).replace(/[^\w.-]+/g, "_")}.json` });
-    document.body.append(link);
-    link.click();
-    link.remove();
-    setTimeout(() => URL.revokeObjectURL(link.href), 10_000);
-  } catch (error) {
-    report(error);
-  }
-}
+const exportChat = chatAction(async () => {
+  const response = await send(`/api/chats/${page.chat.chat_uuid}/export`);
+  const blob = await response.blob();
+  const link = el("a", { href: URL.createObjectURL(blob), download: `${(page.chat.name || page.chat.thread_id).replace(/[^\w.-]+/g, "_")}.json` });
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(link.href), 10_000);
+});
 
 async function importChat(file) {
   try {
