@@ -7,7 +7,6 @@ import uuid
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
 
 from threadstore import (
     Chat,
@@ -461,19 +460,18 @@ async def test_set_active_leaf_rejects_a_message_of_another_chat(
 # --- subclassed chat model -------------------------------------------------------------------
 
 
-class _TeamChatFields(BaseModel):
-    """App-specific fields the base schema has no column for (first base: they come last)."""
+class TeamChat(Chat):
+    """A chat with an app-specific field the base schema has no column for."""
 
     team: str = ""
     avatar: bytes | None = None
 
 
-class TeamChat(_TeamChatFields, Chat):
-    """A chat with app-specific fields."""
-
-
-class TeamChatCreate(_TeamChatFields, ChatCreate):
+class TeamChatCreate(ChatCreate):
     """The create DTO matching :class:`TeamChat`."""
+
+    team: str = ""
+    avatar: bytes | None = None
 
 
 async def test_a_chat_subclass_keeps_its_own_fields(open_test_store: OpenStore) -> None:

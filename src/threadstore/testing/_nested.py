@@ -5,7 +5,6 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from pydantic import BaseModel
 
 from threadstore import (
     ChatCreate,
@@ -312,19 +311,18 @@ async def test_reasoning_and_tool_calls_keep_their_production_order(
 # --- subclassed models -----------------------------------------------------------------------
 
 
-class _TeamMessageFields(BaseModel):
-    """App-specific fields the base schema has no column for (first base: they come last)."""
+class TeamMessage(Message):
+    """A message with app-specific fields the base schema has no column for."""
 
     team: str = ""
     blob: bytes | None = None
 
 
-class TeamMessage(_TeamMessageFields, Message):
-    """A message with app-specific fields."""
-
-
-class TeamMessageCreate(_TeamMessageFields, MessageCreate):
+class TeamMessageCreate(MessageCreate):
     """The create DTO matching :class:`TeamMessage`."""
+
+    team: str = ""
+    blob: bytes | None = None
 
 
 class TeamMessageUpdate(MessageUpdate):
@@ -334,19 +332,18 @@ class TeamMessageUpdate(MessageUpdate):
     blob: bytes | None = None
 
 
-class _TraceFields(BaseModel):
-    """A trace id and a raw payload."""
+class TracedToolCall(ToolCall):
+    """A tool call carrying a trace id and a raw payload."""
 
     trace_id: str = ""
     payload: bytes | None = None
 
 
-class TracedToolCall(_TraceFields, ToolCall):
-    """A tool call carrying a trace id and a raw payload."""
-
-
-class TracedToolCallCreate(_TraceFields, MessageToolCallCreate):
+class TracedToolCallCreate(MessageToolCallCreate):
     """The create DTO matching :class:`TracedToolCall`."""
+
+    trace_id: str = ""
+    payload: bytes | None = None
 
 
 class TracedToolCallUpdate(MessageToolCallUpdate):
