@@ -9,20 +9,7 @@ from typing import Any
 
 import pytest
 
-from threadstore import (
-    Chat,
-    ChatCreate,
-    MessageCreate,
-    MessageReasoningCreate,
-    MessageReasoningUpdate,
-    MessageStatus,
-    MessageToolCallCreate,
-    MessageToolCallUpdate,
-    MessageUpdate,
-    Run,
-    RunStatus,
-    Store,
-)
+from threadstore import Store, models
 from threadstore.testing._suite import AddMessage, MakeChat, Repository, stored_chat
 
 
@@ -47,7 +34,7 @@ async def test_concurrent_creates_of_one_thread_make_one_chat(repo: Repository) 
     user = uuid.uuid4()
 
     chats = await asyncio.gather(
-        *(repo.create_chat(ChatCreate(user_uuid=user, thread_id="same")) for _ in range(20))
+        *(repo.create_chat(models.ChatCreate(user_uuid=user, thread_id="same")) for _ in range(20))
     )
 
     assert len({c.chat_uuid for c in chats}) == 1
@@ -61,7 +48,7 @@ async def test_concurrent_creates_of_one_thread_id_for_two_users_make_two_chats(
 
     chats = await asyncio.gather(
         *(
-            repo.create_chat(ChatCreate(user_uuid=user, thread_id="same"))
+            repo.create_chat(models.ChatCreate(user_uuid=user, thread_id="same"))
             for _ in range(10)
             for user in (alice, bob)
         )
@@ -76,7 +63,7 @@ async def test_concurrent_creates_of_different_threads_lose_nothing(repo: Reposi
     user = uuid.uuid4()
 
     chats = await asyncio.gather(
-        *(repo.create_chat(ChatCreate(user_uuid=user, thread_id=f"t{i}")) for i in range(20))
+        *(repo.create_chat(models.ChatCreate(user_uuid=user, thread_id=f"t{i}")) for i in range(20))
     )
 
     assert len({c.chat_uuid for c in chats}) == 20
@@ -90,7 +77,7 @@ async def test_concurrent_appends_form_one_unbroken_branch(
 
     created = await asyncio.gather(
         *(
-            repo.create_message(MessageCreate(chat_uuid=chat.chat_uuid, content=str(i)))
+            repo.create_message(models.MessageCreate(chat_uuid=chat.chat_uuid, content=str(i)))
             for i in range(20)
         )
     )
@@ -111,7 +98,7 @@ async def test_concurrent_tool_calls_on_one_message_are_all_kept(
     await asyncio.gather(
         *(
             repo.create_message_tool_call(
-                MessageToolCallCreate(
+                models.MessageToolCallCreate(
                     message_uuid=message.message_uuid, tool_call_id=f"c{i}", name="f"
                 )
             )
@@ -131,11 +118,15 @@ async def test_writes_inside_a_transaction_commit_together(repo: Repository) -> 
     user = uuid.uuid4()
 
     async with repo.transaction():
-        chat = await repo.create_chat(ChatCreate(user_uuid=user, thread_id="t"))
+        chat = await repo.create_chat(models.ChatCreate(user_uuid=user, thread_id="t"))
         assert await stored_chat(repo, chat) == chat
-        message = await repo.create_message(MessageCreate(chat_uuid=chat.chat_uuid, content="a"))
+        message = await repo.create_message(
+            models.MessageCreate(chat_uuid=chat.chat_uuid, content="a")
+        )
         call = await repo.create_message_tool_call(
-            MessageToolCallCreate(message_uuid=message.message_uuid, tool_call_id="c", name="f")
+            models.MessageToolCallCreate(
+                message_uuid=message.message_uuid, tool_call_id="c", name="f"
+            )
         )
         assert await repo.get_tool_call_by_agui_id(message.message_uuid, "c") == call
 
@@ -151,29 +142,35 @@ async def test_an_exception_inside_a_transaction_rolls_back_every_write(
     doomed = await make_chat()
     kept = await add_message(existing, "kept", run_id="run-1")
     await store.start_run(
-        Run(chat_uuid=existing.chat_uuid, thread_id=existing.thread_id, run_id="run-1")
+        models.Run(chat_uuid=existing.chat_uuid, thread_id=existing.thread_id, run_id="run-1")
     )
     before = await snapshot(store)
     raised = Boom("stop")
 
     with pytest.raises(Boom) as caught:
         async with store.transaction():
-            new = await store.create_chat(ChatCreate(user_uuid=uuid.uuid4(), thread_id="new"))
-            await store.create_message(MessageCreate(chat_uuid=new.chat_uuid, content="new"))
+            new = await store.create_chat(
+                models.ChatCreate(user_uuid=uuid.uuid4(), thread_id="new")
+            )
+            await store.create_message(models.MessageCreate(chat_uuid=new.chat_uuid, content="new"))
             added = await store.create_message(
-                MessageCreate(chat_uuid=existing.chat_uuid, content="added")
+                models.MessageCreate(chat_uuid=existing.chat_uuid, content="added")
             )
             await store.create_message_tool_call(
-                MessageToolCallCreate(message_uuid=kept.message_uuid, tool_call_id="c", name="f")
+                models.MessageToolCallCreate(
+                    message_uuid=kept.message_uuid, tool_call_id="c", name="f"
+                )
             )
             await store.create_message_reasoning(
-                MessageReasoningCreate(message_uuid=added.message_uuid, content="r")
+                models.MessageReasoningCreate(message_uuid=added.message_uuid, content="r")
             )
-            await store.update_message(kept.message_uuid, MessageUpdate(content="changed"))
+            await store.update_message(kept.message_uuid, models.MessageUpdate(content="changed"))
             await store.update_chat_name(existing.chat_uuid, "after")
             await store.update_chat_state(existing.chat_uuid, {"v": 2})
             await store.branches.set_active_leaf(existing.chat_uuid, kept.message_uuid)
-            await store.start_run(Run(chat_uuid=new.chat_uuid, thread_id="new", run_id="run-1"))
+            await store.start_run(
+                models.Run(chat_uuid=new.chat_uuid, thread_id="new", run_id="run-1")
+            )
             await store.delete_chat(doomed.chat_uuid)
             raise raised
 
@@ -189,25 +186,31 @@ async def test_rolled_back_updates_of_existing_records_and_runs_leave_them_as_th
     chat = await make_chat()
     message = await add_message(chat, "draft", run_id="run-1", in_progress=True)
     call = await store.create_message_tool_call(
-        MessageToolCallCreate(
+        models.MessageToolCallCreate(
             message_uuid=message.message_uuid, tool_call_id="c", name="f", arguments="{}"
         )
     )
     step = await store.create_message_reasoning(
-        MessageReasoningCreate(message_uuid=message.message_uuid, content="thinking")
+        models.MessageReasoningCreate(message_uuid=message.message_uuid, content="thinking")
     )
     await store.start_run(
-        Run(chat_uuid=chat.chat_uuid, thread_id=chat.thread_id, run_id="run-1", owner="me")
+        models.Run(chat_uuid=chat.chat_uuid, thread_id=chat.thread_id, run_id="run-1", owner="me")
     )
     before = await snapshot(store)
 
     with pytest.raises(Boom):
         async with store.transaction():
-            await store.update_message_tool_call(call.uuid, MessageToolCallUpdate(content="r"))
-            await store.update_message_reasoning(step.uuid, MessageReasoningUpdate(content="x"))
+            await store.update_message_tool_call(
+                call.uuid, models.MessageToolCallUpdate(content="r")
+            )
+            await store.update_message_reasoning(
+                step.uuid, models.MessageReasoningUpdate(content="x")
+            )
             await store.heartbeat_runs("me", [(chat.chat_uuid, "run-1")])
-            await store.finalize_run_records(chat.chat_uuid, "run-1", MessageStatus.INTERRUPTED)
-            await store.finish_run(chat.chat_uuid, "run-1", RunStatus.INTERRUPTED, "stopped")
+            await store.finalize_run_records(
+                chat.chat_uuid, "run-1", models.MessageStatus.INTERRUPTED
+            )
+            await store.finish_run(chat.chat_uuid, "run-1", models.RunStatus.INTERRUPTED, "stopped")
             raise Boom("stop")
 
     assert await snapshot(store) == before
@@ -219,8 +222,8 @@ async def test_a_nested_transaction_joins_the_outer_one(repo: Repository) -> Non
     with pytest.raises(Boom):
         async with repo.transaction():
             async with repo.transaction():
-                inner = await repo.create_chat(ChatCreate(user_uuid=user, thread_id="inner"))
-            await repo.create_chat(ChatCreate(user_uuid=user, thread_id="outer"))
+                inner = await repo.create_chat(models.ChatCreate(user_uuid=user, thread_id="inner"))
+            await repo.create_chat(models.ChatCreate(user_uuid=user, thread_id="outer"))
             raise Boom
 
     assert await stored_chat(repo, inner) is None
@@ -228,7 +231,7 @@ async def test_a_nested_transaction_joins_the_outer_one(repo: Repository) -> Non
 
     async with repo.transaction():
         async with repo.transaction():
-            committed = await repo.create_chat(ChatCreate(user_uuid=user, thread_id="inner"))
+            committed = await repo.create_chat(models.ChatCreate(user_uuid=user, thread_id="inner"))
     assert await stored_chat(repo, committed) == committed
 
 
@@ -238,7 +241,7 @@ async def test_a_cancelled_transaction_rolls_back_and_releases_the_store(repo: R
 
     async def interrupted() -> None:
         async with repo.transaction():
-            await repo.create_chat(ChatCreate(user_uuid=user, thread_id="cancelled"))
+            await repo.create_chat(models.ChatCreate(user_uuid=user, thread_id="cancelled"))
             entered.set()
             await asyncio.Event().wait()
 
@@ -249,7 +252,7 @@ async def test_a_cancelled_transaction_rolls_back_and_releases_the_store(repo: R
         await task
 
     assert await repo.get_chat_by_thread_id(user, "cancelled") is None
-    after = await repo.create_chat(ChatCreate(user_uuid=user, thread_id="after"))
+    after = await repo.create_chat(models.ChatCreate(user_uuid=user, thread_id="after"))
     assert [c.chat_uuid for c in await repo.get_all_chats(user)] == [after.chat_uuid]
 
 
@@ -261,7 +264,7 @@ async def test_a_concurrent_write_is_not_rolled_back_with_another_tasks_transact
 
     async def rolled_back() -> None:
         async with repo.transaction():
-            inside = await repo.create_chat(ChatCreate(user_uuid=user, thread_id="inside"))
+            inside = await repo.create_chat(models.ChatCreate(user_uuid=user, thread_id="inside"))
             entered.set()
             await writer_started.wait()
             # More round trips inside the transaction: a writer that did not wait for
@@ -272,7 +275,9 @@ async def test_a_concurrent_write_is_not_rolled_back_with_another_tasks_transact
 
     transaction = asyncio.create_task(rolled_back())
     await entered.wait()
-    writer = asyncio.create_task(repo.create_chat(ChatCreate(user_uuid=user, thread_id="outside")))
+    writer = asyncio.create_task(
+        repo.create_chat(models.ChatCreate(user_uuid=user, thread_id="outside"))
+    )
     await asyncio.sleep(0)
     writer_started.set()
     with pytest.raises(Boom):
@@ -287,11 +292,11 @@ async def test_a_concurrent_write_is_not_rolled_back_with_another_tasks_transact
 async def test_a_concurrent_reader_never_sees_uncommitted_writes(repo: Repository) -> None:
     user = uuid.uuid4()
     entered, release = asyncio.Event(), asyncio.Event()
-    created: list[Chat] = []
+    created: list[models.Chat] = []
 
     async def rolled_back() -> None:
         async with repo.transaction():
-            created.append(await repo.create_chat(ChatCreate(user_uuid=user, thread_id="t")))
+            created.append(await repo.create_chat(models.ChatCreate(user_uuid=user, thread_id="t")))
             entered.set()
             await release.wait()
             raise Boom

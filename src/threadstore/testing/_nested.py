@@ -6,19 +6,7 @@ import uuid
 
 import pytest
 
-from threadstore import (
-    ChatCreate,
-    Message,
-    MessageCreate,
-    MessageReasoningCreate,
-    MessageReasoningUpdate,
-    MessageStatus,
-    MessageToolCallCreate,
-    MessageToolCallUpdate,
-    MessageUpdate,
-    Reasoning,
-    ToolCall,
-)
+from threadstore import models
 from threadstore.models import FORMAT_VERSION
 from threadstore.testing._suite import AddMessage, MakeChat, OpenStore, Repository
 
@@ -35,7 +23,7 @@ async def test_create_tool_call_returns_every_given_field(
     tool_uuid = uuid.uuid4()
 
     tool_call = await repo.create_message_tool_call(
-        MessageToolCallCreate(
+        models.MessageToolCallCreate(
             uuid=tool_uuid,
             message_uuid=message.message_uuid,
             tool_call_id="call-1",
@@ -44,7 +32,7 @@ async def test_create_tool_call_returns_every_given_field(
             content="sunny",
             result_message_id="tool-msg-1",
             error=None,
-            status=MessageStatus.COMPLETE,
+            status=models.MessageStatus.COMPLETE,
             in_progress=False,
             step_name="tools",
             metadata={"latency_ms": 12},
@@ -57,7 +45,7 @@ async def test_create_tool_call_returns_every_given_field(
     assert tool_call.arguments == '{"city": "Oslo"}'
     assert (tool_call.content, tool_call.result_message_id) == ("sunny", "tool-msg-1")
     assert tool_call.error is None
-    assert (tool_call.status, tool_call.in_progress) == (MessageStatus.COMPLETE, False)
+    assert (tool_call.status, tool_call.in_progress) == (models.MessageStatus.COMPLETE, False)
     assert tool_call.step_name == "tools"
     assert tool_call.metadata == {"latency_ms": 12}
     assert tool_call.format_version == FORMAT_VERSION
@@ -67,7 +55,7 @@ async def test_create_tool_call_returns_every_given_field(
 async def test_create_tool_call_for_an_unknown_message_raises_value_error(repo: Repository) -> None:
     with pytest.raises(ValueError):
         await repo.create_message_tool_call(
-            MessageToolCallCreate(message_uuid=uuid.uuid4(), tool_call_id="t", name="f")
+            models.MessageToolCallCreate(message_uuid=uuid.uuid4(), tool_call_id="t", name="f")
         )
 
 
@@ -79,12 +67,14 @@ async def test_tool_calls_are_nested_in_their_message_in_creation_order(
     other = await add_message(chat, "")
     created = [
         await repo.create_message_tool_call(
-            MessageToolCallCreate(message_uuid=message.message_uuid, tool_call_id=f"c{i}", name="f")
+            models.MessageToolCallCreate(
+                message_uuid=message.message_uuid, tool_call_id=f"c{i}", name="f"
+            )
         )
         for i in range(3)
     ]
     await repo.create_message_tool_call(
-        MessageToolCallCreate(message_uuid=other.message_uuid, tool_call_id="c0", name="g")
+        models.MessageToolCallCreate(message_uuid=other.message_uuid, tool_call_id="c0", name="g")
     )
 
     stored = await repo.get_message(message.message_uuid)
@@ -100,10 +90,12 @@ async def test_get_tool_call_by_agui_id_is_scoped_to_its_message(
     chat = await make_chat()
     first, second = await add_message(chat, ""), await add_message(chat, "")
     a = await repo.create_message_tool_call(
-        MessageToolCallCreate(message_uuid=first.message_uuid, tool_call_id="same", name="a")
+        models.MessageToolCallCreate(message_uuid=first.message_uuid, tool_call_id="same", name="a")
     )
     b = await repo.create_message_tool_call(
-        MessageToolCallCreate(message_uuid=second.message_uuid, tool_call_id="same", name="b")
+        models.MessageToolCallCreate(
+            message_uuid=second.message_uuid, tool_call_id="same", name="b"
+        )
     )
 
     assert await repo.get_tool_call_by_agui_id(first.message_uuid, "same") == a
@@ -117,7 +109,7 @@ async def test_update_tool_call_applies_only_explicitly_set_non_none_fields(
 ) -> None:
     message = await add_message(await make_chat(), "")
     tool_call = await repo.create_message_tool_call(
-        MessageToolCallCreate(
+        models.MessageToolCallCreate(
             message_uuid=message.message_uuid,
             tool_call_id="call",
             name="search",
@@ -129,15 +121,18 @@ async def test_update_tool_call_applies_only_explicitly_set_non_none_fields(
 
     updated = await repo.update_message_tool_call(
         tool_call.uuid,
-        MessageToolCallUpdate(
-            arguments='{"q": "x"}', content="result", name=None, status=MessageStatus.COMPLETE
+        models.MessageToolCallUpdate(
+            arguments='{"q": "x"}',
+            content="result",
+            name=None,
+            status=models.MessageStatus.COMPLETE,
         ),
     )
 
     assert updated is not None
     assert updated.arguments == '{"q": "x"}'
     assert updated.content == "result"
-    assert updated.status == MessageStatus.COMPLETE
+    assert updated.status == models.MessageStatus.COMPLETE
     assert updated.name == "search"
     assert updated.step_name == "s"
     assert updated.metadata == {"k": 1}
@@ -152,18 +147,18 @@ async def test_update_tool_call_can_set_every_patchable_field(
 ) -> None:
     message = await add_message(await make_chat(), "")
     tool_call = await repo.create_message_tool_call(
-        MessageToolCallCreate(message_uuid=message.message_uuid, tool_call_id="c", name="f")
+        models.MessageToolCallCreate(message_uuid=message.message_uuid, tool_call_id="c", name="f")
     )
 
     await repo.update_message_tool_call(
         tool_call.uuid,
-        MessageToolCallUpdate(
+        models.MessageToolCallUpdate(
             name="g",
             arguments="{}",
             content="out",
             result_message_id="r1",
             error="boom",
-            status=MessageStatus.ERRORED,
+            status=models.MessageStatus.ERRORED,
             in_progress=False,
             step_name="st",
             metadata={"x": [1]},
@@ -174,13 +169,14 @@ async def test_update_tool_call_can_set_every_patchable_field(
     assert stored is not None
     assert (stored.name, stored.arguments, stored.content) == ("g", "{}", "out")
     assert (stored.result_message_id, stored.error) == ("r1", "boom")
-    assert (stored.status, stored.in_progress) == (MessageStatus.ERRORED, False)
+    assert (stored.status, stored.in_progress) == (models.MessageStatus.ERRORED, False)
     assert (stored.step_name, stored.metadata) == ("st", {"x": [1]})
 
 
 async def test_update_tool_call_of_unknown_uuid_returns_none(repo: Repository) -> None:
     assert (
-        await repo.update_message_tool_call(uuid.uuid4(), MessageToolCallUpdate(name="x")) is None
+        await repo.update_message_tool_call(uuid.uuid4(), models.MessageToolCallUpdate(name="x"))
+        is None
     )
 
 
@@ -194,14 +190,14 @@ async def test_create_reasoning_returns_every_given_field(
     reasoning_uuid = uuid.uuid4()
 
     reasoning = await repo.create_message_reasoning(
-        MessageReasoningCreate(
+        models.MessageReasoningCreate(
             uuid=reasoning_uuid,
             message_uuid=message.message_uuid,
             agui_id="r-1",
             name="think",
             content="Let me see",
             encrypted_value="opaque",
-            status=MessageStatus.COMPLETE,
+            status=models.MessageStatus.COMPLETE,
             in_progress=False,
             step_name="plan",
             metadata={"tokens": 5},
@@ -212,7 +208,7 @@ async def test_create_reasoning_returns_every_given_field(
     assert reasoning.message_uuid == message.message_uuid
     assert (reasoning.agui_id, reasoning.name) == ("r-1", "think")
     assert (reasoning.content, reasoning.encrypted_value) == ("Let me see", "opaque")
-    assert (reasoning.status, reasoning.in_progress) == (MessageStatus.COMPLETE, False)
+    assert (reasoning.status, reasoning.in_progress) == (models.MessageStatus.COMPLETE, False)
     assert (reasoning.step_name, reasoning.metadata) == ("plan", {"tokens": 5})
     assert reasoning.format_version == FORMAT_VERSION
     stored = await repo.get_message(message.message_uuid)
@@ -221,7 +217,9 @@ async def test_create_reasoning_returns_every_given_field(
 
 async def test_create_reasoning_for_an_unknown_message_raises_value_error(repo: Repository) -> None:
     with pytest.raises(ValueError):
-        await repo.create_message_reasoning(MessageReasoningCreate(message_uuid=uuid.uuid4()))
+        await repo.create_message_reasoning(
+            models.MessageReasoningCreate(message_uuid=uuid.uuid4())
+        )
 
 
 async def test_update_reasoning_applies_only_explicitly_set_non_none_fields(
@@ -229,14 +227,14 @@ async def test_update_reasoning_applies_only_explicitly_set_non_none_fields(
 ) -> None:
     message = await add_message(await make_chat(), "")
     reasoning = await repo.create_message_reasoning(
-        MessageReasoningCreate(
+        models.MessageReasoningCreate(
             message_uuid=message.message_uuid, content="Let", name="r", metadata={"a": 1}
         )
     )
 
     updated = await repo.update_message_reasoning(
         reasoning.uuid,
-        MessageReasoningUpdate(content="Let me think", name=None, in_progress=False),
+        models.MessageReasoningUpdate(content="Let me think", name=None, in_progress=False),
     )
 
     assert updated is not None
@@ -244,7 +242,7 @@ async def test_update_reasoning_applies_only_explicitly_set_non_none_fields(
     assert updated.in_progress is False
     assert updated.name == "r"
     assert updated.metadata == {"a": 1}
-    assert updated.status == MessageStatus.ACTIVE
+    assert updated.status == models.MessageStatus.ACTIVE
     stored = await repo.get_message(message.message_uuid)
     assert stored is not None and stored.reasonings == [updated]
 
@@ -254,16 +252,16 @@ async def test_update_reasoning_can_set_every_patchable_field(
 ) -> None:
     message = await add_message(await make_chat(), "")
     reasoning = await repo.create_message_reasoning(
-        MessageReasoningCreate(message_uuid=message.message_uuid)
+        models.MessageReasoningCreate(message_uuid=message.message_uuid)
     )
 
     await repo.update_message_reasoning(
         reasoning.uuid,
-        MessageReasoningUpdate(
+        models.MessageReasoningUpdate(
             name="n",
             content="c",
             encrypted_value="e",
-            status=MessageStatus.INTERRUPTED,
+            status=models.MessageStatus.INTERRUPTED,
             in_progress=False,
             step_name="s",
             metadata={"m": None},
@@ -274,13 +272,15 @@ async def test_update_reasoning_can_set_every_patchable_field(
     assert stored is not None
     (only,) = stored.reasonings
     assert (only.name, only.content, only.encrypted_value) == ("n", "c", "e")
-    assert (only.status, only.in_progress) == (MessageStatus.INTERRUPTED, False)
+    assert (only.status, only.in_progress) == (models.MessageStatus.INTERRUPTED, False)
     assert (only.step_name, only.metadata) == ("s", {"m": None})
 
 
 async def test_update_reasoning_of_unknown_uuid_returns_none(repo: Repository) -> None:
     assert (
-        await repo.update_message_reasoning(uuid.uuid4(), MessageReasoningUpdate(content="x"))
+        await repo.update_message_reasoning(
+            uuid.uuid4(), models.MessageReasoningUpdate(content="x")
+        )
         is None
     )
 
@@ -290,13 +290,13 @@ async def test_reasoning_and_tool_calls_keep_their_production_order(
 ) -> None:
     message = await add_message(await make_chat(), "")
     first = await repo.create_message_reasoning(
-        MessageReasoningCreate(message_uuid=message.message_uuid, content="think 1")
+        models.MessageReasoningCreate(message_uuid=message.message_uuid, content="think 1")
     )
     call = await repo.create_message_tool_call(
-        MessageToolCallCreate(message_uuid=message.message_uuid, tool_call_id="c", name="f")
+        models.MessageToolCallCreate(message_uuid=message.message_uuid, tool_call_id="c", name="f")
     )
     second = await repo.create_message_reasoning(
-        MessageReasoningCreate(message_uuid=message.message_uuid, content="think 2")
+        models.MessageReasoningCreate(message_uuid=message.message_uuid, content="think 2")
     )
 
     stored = await repo.get_message(message.message_uuid)
@@ -311,54 +311,54 @@ async def test_reasoning_and_tool_calls_keep_their_production_order(
 # --- subclassed models -----------------------------------------------------------------------
 
 
-class TeamMessage(Message):
+class TeamMessage(models.Message):
     """A message with app-specific fields the base schema has no column for."""
 
     team: str = ""
     blob: bytes | None = None
 
 
-class TeamMessageCreate(MessageCreate):
+class TeamMessageCreate(models.MessageCreate):
     """The create DTO matching :class:`TeamMessage`."""
 
     team: str = ""
     blob: bytes | None = None
 
 
-class TeamMessageUpdate(MessageUpdate):
+class TeamMessageUpdate(models.MessageUpdate):
     """The update DTO matching :class:`TeamMessage`."""
 
     team: str | None = None
     blob: bytes | None = None
 
 
-class TracedToolCall(ToolCall):
+class TracedToolCall(models.ToolCall):
     """A tool call carrying a trace id and a raw payload."""
 
     trace_id: str = ""
     payload: bytes | None = None
 
 
-class TracedToolCallCreate(MessageToolCallCreate):
+class TracedToolCallCreate(models.MessageToolCallCreate):
     """The create DTO matching :class:`TracedToolCall`."""
 
     trace_id: str = ""
     payload: bytes | None = None
 
 
-class TracedToolCallUpdate(MessageToolCallUpdate):
+class TracedToolCallUpdate(models.MessageToolCallUpdate):
     """The update DTO matching :class:`TracedToolCall`."""
 
     trace_id: str | None = None
 
 
-class ScoredReasoning(Reasoning):
+class ScoredReasoning(models.Reasoning):
     """A reasoning step with a score."""
 
     score: float = 0.0
 
 
-class ScoredReasoningCreate(MessageReasoningCreate):
+class ScoredReasoningCreate(models.MessageReasoningCreate):
     """The create DTO matching :class:`ScoredReasoning`."""
 
     score: float = 0.0
@@ -368,7 +368,7 @@ async def test_a_message_subclass_keeps_its_own_fields_through_create_update_and
     open_test_store: OpenStore,
 ) -> None:
     store = await open_test_store(message_model=TeamMessage)
-    chat = await store.create_chat(ChatCreate(user_uuid=uuid.uuid4(), thread_id="t"))
+    chat = await store.create_chat(models.ChatCreate(user_uuid=uuid.uuid4(), thread_id="t"))
 
     created = await store.create_message(
         TeamMessageCreate(
@@ -395,7 +395,9 @@ async def test_a_message_subclass_keeps_its_own_fields_through_create_update_and
         assert (read.team, read.blob, read.content) == ("platform", NOT_UTF8, "hi!")
 
     # A base update leaves the subclass fields alone.
-    await store.update_message(created.message_uuid, MessageUpdate(status=MessageStatus.COMPLETE))
+    await store.update_message(
+        created.message_uuid, models.MessageUpdate(status=models.MessageStatus.COMPLETE)
+    )
     stored = await store.get_message(created.message_uuid)
     assert isinstance(stored, TeamMessage)
     assert (stored.team, stored.blob) == ("platform", NOT_UTF8)
@@ -412,9 +414,11 @@ async def test_a_plain_create_in_a_subclassed_store_gets_the_subclass_defaults(
     open_test_store: OpenStore,
 ) -> None:
     store = await open_test_store(message_model=TeamMessage)
-    chat = await store.create_chat(ChatCreate(user_uuid=uuid.uuid4(), thread_id="t"))
+    chat = await store.create_chat(models.ChatCreate(user_uuid=uuid.uuid4(), thread_id="t"))
 
-    message = await store.create_message(MessageCreate(chat_uuid=chat.chat_uuid, content="x"))
+    message = await store.create_message(
+        models.MessageCreate(chat_uuid=chat.chat_uuid, content="x")
+    )
 
     stored = await store.get_message(message.message_uuid)
     assert isinstance(stored, TeamMessage)
@@ -425,8 +429,8 @@ async def test_tool_call_and_reasoning_subclasses_keep_their_own_fields(
     open_test_store: OpenStore,
 ) -> None:
     store = await open_test_store(tool_call_model=TracedToolCall, reasoning_model=ScoredReasoning)
-    chat = await store.create_chat(ChatCreate(user_uuid=uuid.uuid4(), thread_id="t"))
-    message = await store.create_message(MessageCreate(chat_uuid=chat.chat_uuid))
+    chat = await store.create_chat(models.ChatCreate(user_uuid=uuid.uuid4(), thread_id="t"))
+    message = await store.create_message(models.MessageCreate(chat_uuid=chat.chat_uuid))
 
     call = await store.create_message_tool_call(
         TracedToolCallCreate(
