@@ -52,7 +52,6 @@ __all__ = [
     "TOOL_CALL_SELECT",
     "UNRETURNED",
     "key_param",
-    "text_uuid",
     "tree_nodes",
     "ts",
 ]
@@ -190,10 +189,6 @@ CHAT_IS_LIVE = (
 def ts(value: datetime) -> str:
     """Store times as fixed-width UTC ISO text so they sort as text."""
     return value.isoformat(timespec="microseconds")
-
-
-def text_uuid(value: UUID | None) -> str | None:
-    return None if value is None else str(value)
 
 
 def key_param(value: Any) -> Any:
