@@ -142,6 +142,8 @@ class InsertColumns:
     def __init__(self, *columns: tuple[str, Kind]) -> None:
         self.names = tuple(name for name, _ in columns)
         self.kinds = tuple(kind for _, kind in columns)
+        self.listed = ", ".join(self.names)
+        """The column names as an insert lists them."""
 
     def position(self, name: str) -> int:
         """The 1-based parameter number of column ``name``."""
