@@ -349,7 +349,7 @@ class EventRelay:
                     continue
                 except TimeoutError:
                     pass
-                if await self._status(chat_uuid, run_id) == RunStatus.RUNNING:
+                if await self.events.run_status(chat_uuid, run_id) == RunStatus.RUNNING:
                     stopped_at = None
                     continue
                 # A producer finishing normally records the run's end before its last
@@ -377,9 +377,6 @@ class EventRelay:
     async def _read(self, chat_uuid: UUID, run_id: str, first: int) -> list[tuple[int, BaseEvent]]:
         rows = await self.events.read(chat_uuid, run_id, first)
         return [(event_id, _EVENT.validate_json(event)) for event_id, event in rows]
-
-    async def _status(self, chat_uuid: UUID, run_id: str) -> str | None:
-        return await self.events.run_status(chat_uuid, run_id)
 
     # --- writing ------------------------------------------------------------------------
 

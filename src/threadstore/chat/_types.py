@@ -334,19 +334,6 @@ class AssistantTurn:
         "_tail",
     )
 
-    LISTED = frozenset(
-        {
-            "server_results",
-            "data_parts",
-            "citations",
-            "steps",
-            "warnings",
-            "verifications",
-            "false_finishes",
-        }
-    )
-    """The buckets that grow by appending: kept as chains, read as tuples."""
-
     BUCKETS = (
         "approvals",
         "server_results",

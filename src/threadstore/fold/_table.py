@@ -189,7 +189,7 @@ class RecordTable:
         parent_key: str | None = None,
     ) -> FoldRecord:
         """Open a record of this run under ``key``, in the event's step and subagent."""
-        scope = getattr(event, "subagent_run_id", None) if event is not None else None
+        scope = getattr(event, "subagent_run_id", None)
         record = FoldRecord(
             key=key,
             kind=kind,
@@ -371,7 +371,7 @@ class RecordTable:
 
     def reasoning_holder(self, event: BaseEvent | None) -> FoldRecord:
         """The assistant message a new reasoning step nests in (see fold/_reasoning.py)."""
-        scope = getattr(event, "subagent_run_id", None) if event is not None else None
+        scope = getattr(event, "subagent_run_id", None)
         last = self.last_message_of(scope)
         if last is not None and last.key == self._holders.get(scope):
             self._reopen(last)  # more reasoning before the answer: the same message holds it
@@ -390,7 +390,7 @@ class RecordTable:
 
     def _take_holder(self, agui_id: str, role: Role, event: BaseEvent | None) -> FoldRecord | None:
         """The message holding this turn's reasoning, if the assistant message ``agui_id`` is it."""
-        scope = getattr(event, "subagent_run_id", None) if event is not None else None
+        scope = getattr(event, "subagent_run_id", None)
         key = self._holders.pop(scope, None)
         holder = self.records.get(key) if key is not None else None
         if holder is None or role is not Role.ASSISTANT or agui_id in self.stored_ids:

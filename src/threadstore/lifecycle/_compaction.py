@@ -172,11 +172,12 @@ async def plan_compaction(
     for name, value in (("keep_messages", keep_messages), ("keep_tokens", keep_tokens)):
         if value is not None and value < 0:
             raise InvalidInputError(f"{name} must be at least 0, got {value}")
-    found = applicable_summary(summaries, _positions(history))
+    positions = _positions(history)
+    found = applicable_summary(summaries, positions)
     previous, new = (found[0], found[1] + 1) if found else (None, 0)
     if new >= len(history):
         return None
-    first = _position_of(history, previous.first_message_uuid) if previous else 0
+    first = positions(previous.first_message_uuid) if previous else 0
     assert first is not None
     limit = len(history)
     if keep_messages is not None:
@@ -213,10 +214,6 @@ def _positions(history: Sequence[Message]) -> Callable[[UUID], int | None]:
         return found
     index = {message.message_uuid: at for at, message in enumerate(history)}
     return index.get
-
-
-def _position_of(history: Sequence[Message], message_uuid: UUID) -> int | None:
-    return _positions(history)(message_uuid)
 
 
 def summarizer_name(summarizer: Summarizer) -> str:

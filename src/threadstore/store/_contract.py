@@ -15,10 +15,8 @@ from typing import Protocol, runtime_checkable
 from uuid import UUID
 
 from threadstore import models
-from threadstore.store.ops import Write
 
 __all__ = [
-    "BatchWriter",
     "Capabilities",
     "ChatRepositoryLike",
     "MessageRepositoryLike",
@@ -144,14 +142,6 @@ class RunRepositoryLike(Protocol):
 
     async def get_stale_runs(self, older_than: datetime) -> Sequence[models.Run]:
         """Return running runs whose heartbeat is older than ``older_than``."""
-        ...
-
-
-class BatchWriter(Protocol):
-    """A repository that declares ``Capabilities.batch_writes``."""
-
-    async def apply_writes(self, writes: Sequence[Write]) -> None:
-        """Apply ``writes`` in order, all or nothing."""
         ...
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from uuid import UUID
 
 from threadstore.store._lifecycle import ERASED_KINDS, GLOBAL_SCOPE, SUMMARY_COLUMNS
@@ -87,9 +87,6 @@ class PostgresLifecycle(PostgresDriver, SQLLifecycle):
     def __init__(self, store: PostgresStore) -> None:
         self.store = store
 
-    async def _fetch(self, query: str, *args: Any) -> list[Any]:
-        return await self.store._fetch(query, *args)
-
     async def erase_chats(self, user_uuid: UUID, limit: int) -> tuple[dict[str, int], list[UUID]]:
         store = self.store
         async with store.transaction(), store._connection() as conn:
@@ -103,10 +100,10 @@ class PostgresLifecycle(PostgresDriver, SQLLifecycle):
     async def delete_expired(
         self, chats: Sequence[UUID], now: datetime, window: float
     ) -> tuple[list[UUID], int]:
-        rows = await self._fetch(DELETE_EXPIRED, now, window, GLOBAL_SCOPE, list(chats))
+        rows = await self.store._fetch(DELETE_EXPIRED, now, window, GLOBAL_SCOPE, list(chats))
         deleted, messages = rows[0]
         return list(deleted or []), int(messages or 0)
 
     async def prune_run_logs(self) -> int:
-        rows = await self._fetch(PRUNE_RUN_LOGS, GLOBAL_SCOPE)
+        rows = await self.store._fetch(PRUNE_RUN_LOGS, GLOBAL_SCOPE)
         return int(rows[0][0])

@@ -11,7 +11,6 @@ in the background.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -120,7 +119,6 @@ class PostgresSearch(SearchBackend):
         self.wanted = language
         """The configuration the store was opened with (``None``: keep the stored one)."""
         self.language: str | None = None
-        self._indexing: asyncio.Task[None] | None = None
 
     async def _language(self) -> str:
         if self.language is None:
@@ -189,13 +187,6 @@ class PostgresSearch(SearchBackend):
         await self._language()
         if self._indexing is None and await self.backlog():
             self._indexing = asyncio.create_task(self._index_existing())
-
-    async def stop(self) -> None:
-        task, self._indexing = self._indexing, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
     async def _index_existing(self) -> None:
         """Index the messages stored before search (or its language), a batch per call."""

@@ -147,14 +147,10 @@ def _typed(columns: InsertColumns, **instead: str) -> str:
     )
 
 
-def _names(columns: InsertColumns) -> str:
-    return ", ".join(columns.names)
-
-
 # --- chats -----------------------------------------------------------------------------------
 
 INSERT_CHAT = (
-    f"INSERT INTO chats ({_names(CHAT_INSERT)}, updated_at)"
+    f"INSERT INTO chats ({CHAT_INSERT.listed}, updated_at)"
     f" VALUES ({', '.join(f'${i}' for i in range(1, len(CHAT_INSERT.names) + 1))},"
     f" {_param(CHAT_INSERT, 'created_at')})"
     # DO NOTHING takes no row lock: a repeat create then reads the existing chat.
@@ -227,7 +223,7 @@ INSERT_MESSAGE = (
     " WHERE p.message_uuid = {parent_uuid} AND p.chat_uuid = {chat_uuid}))"
     " RETURNING leaf_parent_uuid)"
 ).format(**_M) + (
-    f" INSERT INTO messages ({_names(MESSAGE_INSERT)}, updated_at)"
+    f" INSERT INTO messages ({MESSAGE_INSERT.listed}, updated_at)"
     f" SELECT {_typed(MESSAGE_INSERT, parent_uuid='chat.leaf_parent_uuid')},"
     f" {_M['created_at']}::timestamptz FROM chat"
     " RETURNING seq, parent_uuid"
@@ -263,7 +259,7 @@ def _child_insert(table: str, columns: InsertColumns) -> str:
     """A tool call's or reasoning step's insert: the chat and ``seq`` from its parent."""
     assert columns.names[0] == "message_uuid"  # _NEXT_CHILD's $1
     return (
-        f"{_NEXT_CHILD} INSERT INTO {table} ({_names(columns)}, chat_uuid, seq, updated_at)"
+        f"{_NEXT_CHILD} INSERT INTO {table} ({columns.listed}, chat_uuid, seq, updated_at)"
         f" SELECT {_typed(columns)}, parent.chat_uuid, parent.last_child_seq,"
         f" {_param(columns, 'created_at')}::timestamptz FROM parent"
         " ON CONFLICT (uuid) DO NOTHING RETURNING seq"
@@ -278,7 +274,7 @@ MESSAGE_EXISTS = "SELECT EXISTS (SELECT 1 FROM messages WHERE message_uuid = $1)
 # --- runs ------------------------------------------------------------------------------------
 
 INSERT_RUN = (
-    f"INSERT INTO runs ({_names(RUN_INSERT)}) SELECT {_typed(RUN_INSERT)}"
+    f"INSERT INTO runs ({RUN_INSERT.listed}) SELECT {_typed(RUN_INSERT)}"
     f" WHERE EXISTS (SELECT 1 FROM chats WHERE chat_uuid = {_param(RUN_INSERT, 'chat_uuid')})"
     " ON CONFLICT (chat_uuid, run_id) DO NOTHING" + RUN_RETURNING
 )

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 from uuid import UUID
 
 from threadstore.errors import InvalidInputError
@@ -17,7 +17,6 @@ __all__ = [
     "DEFAULT_PAGE_SIZE",
     "MAX_PAGE_SIZE",
     "BranchPage",
-    "ChatField",
     "ChatFilter",
     "MessageKey",
     "RunFilter",
@@ -121,10 +120,6 @@ class ChatFilter:
             tenant_id=self.tenant_id,
             app_id=self.app_id,
         )
-
-
-ChatField = Literal["name", "state", "metadata"]
-"""The chat fields a caller sets directly (the rest follow from its messages)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -135,8 +135,6 @@ class WriterLock:
             f"writer_lock_{id(self)}", default=False
         )
         self._users = 0
-        self.overtaken = 0
-        """How often a foreground turn was served while a background one waited."""
 
     @property
     def held(self) -> bool:
@@ -205,8 +203,6 @@ class WriterLock:
             while queue:
                 waiter = queue.popleft()
                 if not waiter.done():
-                    if queue is self._foreground and self._background:
-                        self.overtaken += 1
                     waiter.set_result(None)
                     return
         self._locked = False

@@ -14,6 +14,8 @@ hits' kinds are decided here, once.
 from __future__ import annotations
 
 import abc
+import asyncio
+import contextlib
 import math
 import re
 import unicodedata
@@ -158,6 +160,9 @@ class SearchRow:
 class SearchBackend(abc.ABC):
     """A backend's index of its messages' words, and its reads."""
 
+    _indexing: asyncio.Task[None] | None = None
+    """The background indexing that :meth:`start` began, if it runs."""
+
     @abc.abstractmethod
     async def select(self, query: SearchQuery) -> list[SearchRow]:
         """Up to ``query.limit`` rows of the user's live chats, in ``query.order`` after
@@ -175,8 +180,13 @@ class SearchBackend(abc.ABC):
     async def start(self) -> None:  # noqa: B027 - optional hook
         """Begin indexing existing messages in the background, if any wait."""
 
-    async def stop(self) -> None:  # noqa: B027 - optional hook
+    async def stop(self) -> None:
         """Stop the background indexing (it resumes at the next ``start``)."""
+        task, self._indexing = self._indexing, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 async def search(

@@ -25,10 +25,13 @@ from threadstore.models import (
     Message,
     MessageCreate,
     MessageReasoningCreate,
+    MessageReasoningUpdate,
     MessageToolCallCreate,
+    MessageToolCallUpdate,
     Run,
     utcnow,
 )
+from threadstore.store import ops
 from threadstore.store._codec import Constructor, constructor
 from threadstore.store._queries import BranchPage, require_chat_identity
 from threadstore.store._records import split_create
@@ -38,6 +41,7 @@ __all__ = [
     "CHAT_COLUMNS",
     "CHAT_FIELD_ENCODERS",
     "CHAT_INSERT",
+    "CHILD_UPDATES",
     "MESSAGE_COLUMNS",
     "MESSAGE_INSERT",
     "REASONING_COLUMNS",
@@ -138,6 +142,8 @@ class InsertColumns:
     def __init__(self, *columns: tuple[str, Kind]) -> None:
         self.names = tuple(name for name, _ in columns)
         self.kinds = tuple(kind for _, kind in columns)
+        self.listed = ", ".join(self.names)
+        """The column names as an insert lists them."""
 
     def position(self, name: str) -> int:
         """The 1-based parameter number of column ``name``."""
@@ -242,6 +248,13 @@ UPDATABLE: dict[str, frozenset[str]] = {
     }),
 }  # fmt: skip
 """The columns an update DTO may set, per table; column names are only ever taken from here."""
+
+CHILD_UPDATES: dict[type[ops.Op], tuple[str, type[BaseModel], tuple[str, ...]]] = {
+    ops.UpdateToolCall: ("tool_calls", MessageToolCallUpdate, TOOL_CALL_COLUMNS),
+    ops.UpdateReasoning: ("reasonings", MessageReasoningUpdate, REASONING_COLUMNS),
+}
+"""Per update of a tool call or reasoning step: its table, the model its fields split by,
+and the table's columns."""
 
 
 _build_message: Constructor[Message] = constructor(Message)

@@ -60,7 +60,7 @@ from threadstore.store._sql_driver import SQLDriver
 from threadstore.store._sqlite_schema import MIGRATIONS
 from threadstore.store._sqlite_sql import ts
 from threadstore.store._sqlite_thread import DatabaseThread
-from threadstore.store._sqlite_writes import BUSY_CODES, Statement, WriteQueue, run_statements
+from threadstore.store._sqlite_writes import Statement, WriteQueue, busy, run_statements
 from threadstore.store._timeouts import DEFAULT_TIMEOUT
 
 __all__ = [
@@ -305,7 +305,7 @@ class SQLiteExecutor:
         try:
             return inline.execute(sql, params).fetchall()
         except sqlite3.Error as exc:
-            if _busy(exc):
+            if busy(exc):
                 return None
             raise translate_error(exc) from exc
 
@@ -372,7 +372,7 @@ class SQLiteExecutor:
         try:
             results = run_statements(inline, statements, len(statements) > 1)
         except sqlite3.Error as exc:
-            if _busy(exc):
+            if busy(exc):
                 return None
             raise translate_error(exc) from exc
         finally:
@@ -495,16 +495,10 @@ def _split_script(script: str) -> list[str]:
     return statements
 
 
-def _busy(exc: sqlite3.Error) -> bool:
-    """Whether the database's lock was busy (an error raised by the sqlite3 module itself,
-    such as a closed connection, has no SQLite code)."""
-    return (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF in BUSY_CODES
-
-
 def translate_error(exc: sqlite3.Error, timeout: float | None = None) -> Exception:
     """Map a driver error to threadstore's error tree (``timeout``: the store's)."""
     text = str(exc)
-    if _busy(exc):
+    if busy(exc):
         # Past busy_timeout: another process holds the database's lock.
         return StoreUnavailableError(
             f"the store is unavailable: the database is locked by another process ({text})",

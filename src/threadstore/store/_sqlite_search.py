@@ -13,7 +13,6 @@ user's. The active branch of a chat that ever branched is walked from its leaf.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import re
 from collections import Counter
@@ -137,7 +136,6 @@ class SQLiteSearch(SearchBackend):
 
     def __init__(self, store: SQLiteStore) -> None:
         self.executor = store.executor
-        self._indexing: asyncio.Task[None] | None = None
         self._written = asyncio.Event()
         """Set by a write of this store's: messages may be pending."""
         self._flush = [
@@ -232,13 +230,6 @@ class SQLiteSearch(SearchBackend):
             if (await self.executor.read(PENDING, ()))[0][0]:
                 self._written.set()  # messages stored before: a backlog to index
             self._indexing = asyncio.create_task(self._keep_indexing())
-
-    async def stop(self) -> None:
-        task, self._indexing = self._indexing, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
     async def _keep_indexing(self) -> None:
         """Index pending messages in the background, FLUSH_INTERVAL after a write.

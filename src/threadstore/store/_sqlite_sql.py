@@ -52,7 +52,6 @@ __all__ = [
     "TOOL_CALL_SELECT",
     "UNRETURNED",
     "key_param",
-    "text_uuid",
     "tree_nodes",
     "ts",
 ]
@@ -84,10 +83,6 @@ def _numbered(columns: InsertColumns, **instead: str) -> str:
     return ", ".join(instead.get(name, f"?{i}") for i, name in enumerate(columns.names, 1))
 
 
-def _names(columns: InsertColumns) -> str:
-    return ", ".join(columns.names)
-
-
 CREATED = {
     table: f"?{columns.position('created_at')}"
     for table, columns in (
@@ -99,7 +94,7 @@ CREATED = {
 }
 
 INSERT_CHAT = (
-    f"INSERT INTO chats ({_names(CHAT_INSERT)}, updated_at, version)"
+    f"INSERT INTO chats ({CHAT_INSERT.listed}, updated_at, version)"
     f" VALUES ({_numbered(CHAT_INSERT)}, {CREATED['chats']}, ?{len(CHAT_INSERT.names) + 1})"
     # A no-op update makes RETURNING yield the existing row when (user, thread) exists;
     # a soft-deleted one yields nothing (create_chat then purges it).
@@ -109,7 +104,7 @@ INSERT_CHAT = (
 )
 
 INSERT_MESSAGE = (
-    f"INSERT INTO messages ({_names(MESSAGE_INSERT)}, updated_at, chat_version) VALUES ("
+    f"INSERT INTO messages ({MESSAGE_INSERT.listed}, updated_at, chat_version) VALUES ("
     + _numbered(
         MESSAGE_INSERT,
         # No parent given: the chat's active leaf.
@@ -134,7 +129,7 @@ def _child_insert_sql(table: str, columns: InsertColumns) -> str:
     """A tool call's or reasoning step's insert: its chat from the parent, the next ``seq``."""
     assert columns.names[0] == "message_uuid"
     return (
-        f"INSERT INTO {table} ({_names(columns)}, chat_uuid, seq, updated_at)"
+        f"INSERT INTO {table} ({columns.listed}, chat_uuid, seq, updated_at)"
         f" SELECT {_numbered(columns)}, m.chat_uuid, {NEXT_CHILD_SEQ}, {CREATED[table]}"
         " FROM messages m WHERE m.message_uuid = ?1 RETURNING seq"
     )
@@ -144,7 +139,7 @@ INSERT_TOOL_CALL = _child_insert_sql("tool_calls", TOOL_CALL_INSERT)
 INSERT_REASONING = _child_insert_sql("reasonings", REASONING_INSERT)
 
 INSERT_RUN = (
-    f"INSERT INTO runs ({_names(RUN_INSERT)}) VALUES ({_numbered(RUN_INSERT)})"
+    f"INSERT INTO runs ({RUN_INSERT.listed}) VALUES ({_numbered(RUN_INSERT)})"
     " ON CONFLICT (chat_uuid, run_id) DO UPDATE SET run_id = excluded.run_id"
     " RETURNING " + ", ".join(RUN_COLUMNS)
 )
@@ -190,10 +185,6 @@ CHAT_IS_LIVE = (
 def ts(value: datetime) -> str:
     """Store times as fixed-width UTC ISO text so they sort as text."""
     return value.isoformat(timespec="microseconds")
-
-
-def text_uuid(value: UUID | None) -> str | None:
-    return None if value is None else str(value)
 
 
 def key_param(value: Any) -> Any:

@@ -31,7 +31,7 @@ from threadstore.store._records import WriterLock
 from threadstore.store._sqlite_thread import DatabaseThread
 from threadstore.store._timeouts import unavailable
 
-__all__ = ["BUSY_CODES", "Statement", "WriteQueue", "run_group", "run_statements"]
+__all__ = ["Statement", "WriteQueue", "busy", "run_group", "run_statements"]
 
 Rows = list[list[Any]]
 """What a write returns: each statement's rows."""
@@ -100,7 +100,7 @@ def run_group(
     try:
         outcomes = _together(conn, writes)
     except Exception as exc:  # the transaction itself failed (its BEGIN or COMMIT)
-        if _busy(exc):
+        if busy(exc):
             # Another process held the database past busy_timeout: each write alone
             # would wait as long again, and nothing was written.
             return [exc] * len(writes)
@@ -110,8 +110,9 @@ def run_group(
     return outcomes
 
 
-def _busy(exc: Exception) -> bool:
-    """Whether SQLite gave up waiting for another connection's lock."""
+def busy(exc: Exception) -> bool:
+    """Whether SQLite gave up waiting for another connection's lock (an error raised by
+    the sqlite3 module itself, such as a closed connection, has no SQLite code)."""
     code = getattr(exc, "sqlite_errorcode", None) or 0
     return isinstance(exc, sqlite3.OperationalError) and code & 0xFF in BUSY_CODES
 
@@ -245,7 +246,7 @@ class WriteQueue:
                         continue
                     writes = [queued.statements for queued in batch]
                     outcomes = await self._thread.call(run_group, writes)
-                    if any(isinstance(o, Exception) and _busy(o) for o in outcomes):
+                    if any(isinstance(o, Exception) and busy(o) for o in outcomes):
                         self._lock.give_up_waiting()
                 self.groups += len(batch) > 1
                 for queued, outcome in zip(batch, outcomes, strict=True):

@@ -79,12 +79,6 @@ _SETUP_TIMEOUT = 3600.0
 
 # asyncpg takes uuids, times and booleans as they are; JSON goes as text.
 _PLANS = shared.InsertPlans(shared.JSON_ENCODERS)
-_CHILD_UPDATES: dict[type[ops.Op], tuple[str, type[Any], tuple[str, ...]]] = {
-    ops.UpdateToolCall: ("tool_calls", models.MessageToolCallUpdate, sql.TOOL_CALL_COLUMNS),
-    ops.UpdateReasoning: ("reasonings", models.MessageReasoningUpdate, sql.REASONING_COLUMNS),
-}
-"""Per update of a tool call or reasoning step: its table, the model its fields split by,
-and the table's columns."""
 
 
 class PostgresStore(Store):
@@ -497,7 +491,7 @@ class PostgresStore(Store):
 
     async def _update_child(self, op: ops.UpdateToolCall | ops.UpdateReasoning) -> Any:
         """Patch a tool call or reasoning step; return it, or ``None`` when unknown."""
-        table, base_cls, columns = _CHILD_UPDATES[type(op)]
+        table, base_cls, columns = shared.CHILD_UPDATES[type(op)]
         loader = self._tool_calls if table == "tool_calls" else self._reasonings
         uuid, update = op.uuid, op.update
         query, args = self._update_statement(table, "uuid", uuid, update, base_cls, columns)

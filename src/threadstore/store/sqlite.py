@@ -30,6 +30,7 @@ from threadstore.store._rows import EntryLoader, RowLoader, attach_rows
 from threadstore.store._sql import (
     CHAT_COLUMNS,
     CHAT_FIELD_ENCODERS,
+    CHILD_UPDATES,
     MESSAGE_COLUMNS,
     REASONING_COLUMNS,
     TOOL_CALL_COLUMNS,
@@ -394,22 +395,22 @@ class SQLiteStore(Store):
         )
         return [Statement(sql, (*params, str(uuid)))]
 
-    def _message_update(self, message_uuid: UUID, update: models.MessageUpdate) -> list[Statement]:
-        return self._row_update(
-            "messages", "message_uuid", message_uuid, update, models.MessageUpdate, MESSAGE_COLUMNS
-        )
-
     async def _updated_message(self, results: list[list[Any]]) -> models.Message | None:
         messages = await self._load_messages(results[0])
         return messages[0] if messages else None
 
-    async def _updated_tool_call(self, results: list[list[Any]]) -> models.ToolCall | None:
-        loaded: list[models.ToolCall] = self._tool_calls.load(results[0])
-        return loaded[0] if loaded else None
+    def _child_update(
+        self, op: ops.UpdateToolCall | ops.UpdateReasoning
+    ) -> tuple[list[Statement], _Finish]:
+        """A tool call's or reasoning step's patch, and the patched record (``None`` if unknown)."""
+        table, base_cls, columns = CHILD_UPDATES[type(op)]
+        loader = self._tool_calls if table == "tool_calls" else self._reasonings
 
-    async def _updated_reasoning(self, results: list[list[Any]]) -> models.Reasoning | None:
-        loaded: list[models.Reasoning] = self._reasonings.load(results[0])
-        return loaded[0] if loaded else None
+        async def finish(results: list[list[Any]]) -> Any:
+            loaded = loader.load(results[0])
+            return loaded[0] if loaded else None
+
+        return self._row_update(table, "uuid", op.uuid, op.update, base_cls, columns), finish
 
     @staticmethod
     def _create_child(
@@ -427,20 +428,6 @@ class SQLiteStore(Store):
             return created_child(model, data, seq=results[0][0][0], created_at=now)
 
         return [Statement(sql, params(plan, values), missing=missing)], finish
-
-    def _tool_call_update(
-        self, uuid: UUID, update: models.MessageToolCallUpdate
-    ) -> list[Statement]:
-        return self._row_update(
-            "tool_calls", "uuid", uuid, update, models.MessageToolCallUpdate, TOOL_CALL_COLUMNS
-        )
-
-    def _reasoning_update(
-        self, uuid: UUID, update: models.MessageReasoningUpdate
-    ) -> list[Statement]:
-        return self._row_update(
-            "reasonings", "uuid", uuid, update, models.MessageReasoningUpdate, REASONING_COLUMNS
-        )
 
     async def _find_message(self, key: MessageKey) -> models.Message | None:
         conditions: list[str] = []
@@ -570,20 +557,20 @@ class SQLiteStore(Store):
         match op:
             case ops.CreateMessage(data):
                 return self._create_message(data)
-            case ops.UpdateMessage(message_uuid, update):
-                return self._message_update(message_uuid, update), self._updated_message
+            case ops.UpdateMessage(uuid, update):
+                cls, columns = models.MessageUpdate, MESSAGE_COLUMNS
+                patch = self._row_update("messages", "message_uuid", uuid, update, cls, columns)
+                return patch, self._updated_message
             case ops.CreateToolCall(data):
                 return self._create_child(
                     queries.INSERT_TOOL_CALL, queries.PLANS.tool_call, self.tool_call_model, data
                 )
-            case ops.UpdateToolCall(uuid, update):
-                return self._tool_call_update(uuid, update), self._updated_tool_call
+            case ops.UpdateToolCall() | ops.UpdateReasoning():
+                return self._child_update(op)
             case ops.CreateReasoning(data):
                 return self._create_child(
                     queries.INSERT_REASONING, queries.PLANS.reasoning, self.reasoning_model, data
                 )
-            case ops.UpdateReasoning(uuid, update):
-                return self._reasoning_update(uuid, update), self._updated_reasoning
             case ops.RenameChat() | ops.UpdateChatState() | ops.UpdateChatMetadata():
                 return self._chat_field_update(op.chat_uuid, op.field, op.value), self._last_chat
             case ops.CreateChat(data):
