@@ -52,7 +52,9 @@ def translation_after(
     kept = history.derived(TRANSLATION)
     if len(kept.ends) != len(history):
         return None
-    return kept.upto(len(history)) + kept.translator.after(added)
+    given = kept.upto(len(history))  # the one copy of a long translation
+    given += kept.translator.after(added)
+    return given
 
 
 class _Tail:
