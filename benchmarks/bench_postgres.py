@@ -34,7 +34,7 @@ from common import Goal, Samples, collect_garbage, machine_line, markdown_table,
 from threadstore import ChatCreate, MessageCreate, MessageStatus, Role, open_store
 from threadstore.keys import chat_deduplication_key
 from threadstore.models import FORMAT_VERSION
-from threadstore.store._postgres_sql import INSERT_MESSAGE
+from threadstore.store._postgres_sql import INSERT_MESSAGE, MESSAGE_INSERT
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
 
@@ -288,28 +288,20 @@ class RawSameSchema(RawDriver):
 
     async def append(self, turns: Sequence[Turn]) -> None:
         for turn in turns:
-            await self.conn.fetch(
-                INSERT_MESSAGE,
-                uuid.uuid4(),
-                self.chat_uuid,
-                None,
-                turn.agui_id,
-                turn.role,
-                None,
-                turn.content,
-                None,
-                None,
-                None,
-                None,
-                "complete",
-                False,
-                None,
-                RUN_ID,
-                None,
-                None,
-                FORMAT_VERSION,
-                datetime.now(UTC),
+            values = dict.fromkeys(MESSAGE_INSERT.names)  # threadstore's parameters, in order
+            values.update(
+                message_uuid=uuid.uuid4(),
+                chat_uuid=self.chat_uuid,
+                agui_id=turn.agui_id,
+                role=turn.role,
+                content=turn.content,
+                status="complete",
+                in_progress=False,
+                run_id=RUN_ID,
+                format_version=FORMAT_VERSION,
+                created_at=datetime.now(UTC),
             )
+            await self.conn.fetch(INSERT_MESSAGE, *values.values())
 
     async def load(self) -> list[str]:
         rows = await self.conn.fetch(_SAME_SCHEMA_SELECT, self.chat_uuid)
