@@ -156,6 +156,37 @@ async def test_another_task_transaction_keeps_its_place(tmp_path: Path) -> None:
     assert last.parent_uuid == later.result().message_uuid
 
 
+async def test_a_lookup_while_the_writer_is_busy_goes_to_the_reader(tmp_path: Path) -> None:
+    # An inline call lets go of the interpreter's lock inside SQLite and must take it back
+    # after: beside a thread busy with a long write (a retention sweep) each take-back can
+    # wait out a whole switch interval, and the event loop with it.
+    path = tmp_path / "busy-writer.db"
+    async with sqlite_store(path) as store:
+        chat_uuid = await new_chat(store)
+        message = await store.create_message(MessageCreate(chat_uuid=chat_uuid, content="hi"))
+        inside = asyncio.Event()
+        release = asyncio.Event()
+
+        async def transaction() -> None:
+            async with store.transaction():
+                await store.update_chat_name(chat_uuid, "busy")
+                inside.set()
+                await release.wait()
+
+        holder = asyncio.ensure_future(transaction())
+        await inside.wait()
+        with counting_hops(store) as busy:
+            found = await store.get_message(message.message_uuid)
+        release.set()
+        await holder
+        with counting_hops(store) as idle:
+            again = await store.get_message(message.message_uuid)
+
+    assert busy[0] > 0  # its queries ran on the reader's thread, which never waits for the writer
+    assert idle == [0]  # inline again once the writer is idle
+    assert found is not None and again is not None and found.content == again.content == "hi"
+
+
 async def test_the_writer_lock_is_not_idle_while_a_released_waiter_has_yet_to_run() -> None:
     lock = WriterLock()
     order: list[str] = []

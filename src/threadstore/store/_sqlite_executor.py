@@ -21,7 +21,10 @@ thread costs more than a small write itself (on a 2-core VM 100 to 180 µs again
 60), so a write of at most :data:`INLINE_MAX_STATEMENTS` statements and
 :data:`INLINE_MAX_BYTES` of text runs on the event loop's thread on a second connection
 when no other task holds or waits for the writer lock (or, a foreground write, when only
-flushes do); so does a lookup of one record, at any time. That connection never waits:
+flushes do); so does a lookup of one record when no task holds or waits for it. (An
+inline call lets go of the interpreter's lock inside SQLite and takes it back after:
+beside a thread busy with a long write each take-back may wait a whole switch interval,
+so the loop leaves its calls to the threads then.) That connection never waits:
 ``busy_timeout`` is 0 on it, so a write that meets a lock (another process's, or a flush
 the thread is running) goes to the thread and waits there instead. It never checkpoints
 during a commit: every :data:`CHECKPOINT_EVERY_WRITES` inline writes a checkpoint runs on
@@ -284,11 +287,12 @@ class SQLiteExecutor:
 
         Inside this task's transaction it runs there (it must see the transaction's
         writes). Otherwise on the reader connection, or inline when ``small`` (one
-        record): WAL readers see the last commit and never block the writer.
+        record) and the writer is idle: WAL readers see the last commit and never block
+        the writer.
         """
         if self.lock.held or not self.reader.is_open:
             return await self.fetch(sql, params, small=small)
-        if small and self._inline is not None and threading.get_ident() == self._inline_thread:
+        if small and self._inline_ready():
             rows = self._inline_read(sql, params)
             if rows is not None:
                 await asyncio.sleep(0)  # as a trip to the thread would, let others run
