@@ -21,7 +21,7 @@ thread costs more than a small write itself (on a 2-core VM 100 to 180 µs again
 60), so a write of at most :data:`INLINE_MAX_STATEMENTS` statements and
 :data:`INLINE_MAX_BYTES` of text runs on the event loop's thread on a second connection
 when no other task holds or waits for the writer lock (or, a foreground write, when only
-flushes do); so does a lookup of one record when no task holds or waits for it. (An
+flushes do); so does a lookup of one record when no task holds or waits for the lock. (An
 inline call lets go of the interpreter's lock inside SQLite and takes it back after:
 beside a thread busy with a long write each take-back may wait a whole switch interval,
 so the loop leaves its calls to the threads then.) That connection never waits:
