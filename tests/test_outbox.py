@@ -31,7 +31,15 @@ from threadstore.agui import Outbox
 from threadstore.agui._outbox import decode_writes, encode_writes
 from threadstore.agui._writer import PersisterConfig
 from threadstore.keys import user_uuid_for
-from threadstore.models import MessageCreate, MessageStatus, MessageUpdate, Role, RunStatus
+from threadstore.models import (
+    Chat,
+    MessageCreate,
+    MessageStatus,
+    MessageUpdate,
+    Role,
+    Run,
+    RunStatus,
+)
 from threadstore.server import create_app
 from threadstore.server._auth import LOCAL_USER_UUID
 from threadstore.store.ops import CreateMessage, FinishRun, UpdateChatState, UpdateMessage
@@ -91,19 +99,28 @@ async def drained(client: httpx.AsyncClient) -> None:
     raise AssertionError(f"the outbox never drained: {answer}")
 
 
+async def stored_run(
+    url: str, user: UUID, thread_id: str, run_id: str
+) -> tuple[Chat, list[tuple[Role, str, MessageStatus]], Run | None]:
+    """What the store holds of a thread, read in a store of the test's own: its chat, its
+    messages (role, content, status) and the run ``run_id``."""
+    store = await open_store(url, setup=False)
+    try:
+        chat = await store.get_chat_by_thread_id(user, thread_id)
+        assert chat is not None
+        messages = await store.get_chat_messages(chat.chat_uuid)
+        run = await store.get_run(chat.chat_uuid, run_id)
+    finally:
+        await store.close()
+    return chat, [(m.role, m.content, m.status) for m in messages], run
+
+
 async def assert_stored_whole(
     url: str, user: UUID, body: dict[str, Any], state: dict[str, Any]
 ) -> None:
     """The run is stored once, whole and complete: nothing lost, nothing twice."""
-    store = await open_store(url, setup=False)
-    try:
-        chat = await store.get_chat_by_thread_id(user, body["threadId"])
-        assert chat is not None
-        messages = await store.get_chat_messages(chat.chat_uuid)
-        run = await store.get_run(chat.chat_uuid, body["runId"])
-    finally:
-        await store.close()
-    assert [(m.role, m.content, m.status) for m in messages] == [
+    chat, messages, run = await stored_run(url, user, body["threadId"], body["runId"])
+    assert messages == [
         (Role.USER, "What is 12 * 7 + 3?", MessageStatus.COMPLETE),
         (Role.ASSISTANT, ANSWER, MessageStatus.COMPLETE),
     ]
@@ -218,15 +235,8 @@ async def test_a_run_started_while_postgres_is_cut_runs_on_the_clients_messages_
         assert await outbox_depth(client) > 0
         await proxy.restore()
         await drained(client)
-    store = await open_store(url, setup=False)
-    try:
-        chat = await store.get_chat_by_thread_id(LOCAL_USER_UUID, first["threadId"])
-        assert chat is not None
-        messages = await store.get_chat_messages(chat.chat_uuid)
-        run = await store.get_run(chat.chat_uuid, second["runId"])
-    finally:
-        await store.close()
-    assert [(m.role, m.content, m.status) for m in messages] == [
+    _, messages, run = await stored_run(url, LOCAL_USER_UUID, first["threadId"], second["runId"])
+    assert messages == [
         (Role.USER, "What is 12 * 7 + 3?", MessageStatus.COMPLETE),
         (Role.ASSISTANT, ANSWER, MessageStatus.COMPLETE),
         (Role.USER, "And now?", MessageStatus.COMPLETE),
