@@ -17,9 +17,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from typer.testing import CliRunner
 
 import threadstore
+from cli_support import invoke, runner
 from postgres_support import (
     POSTGRES_URL_ENV,
     clean_database,
@@ -41,14 +41,6 @@ from threadstore import (
 from threadstore.cli import app
 from threadstore.models import utcnow
 from threadstore.server import LOCAL_USER_UUID, user_uuid_for
-
-runner = CliRunner()
-
-
-def invoke(*args: str) -> tuple[int, str]:
-    """Run the CLI in-process; return (exit code, stdout + stderr)."""
-    result = runner.invoke(app, list(args), env={"COLUMNS": "200", "THREADSTORE_DB": ""})
-    return result.exit_code, result.output
 
 
 @pytest.fixture

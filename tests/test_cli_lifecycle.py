@@ -6,19 +6,10 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
+from cli_support import invoke
 from threadstore import ChatCreate, MessageCreate, MessageStatus, Role, open_store
-from threadstore.cli import app
 from threadstore.server import user_uuid_for
-
-runner = CliRunner()
-
-
-def invoke(*args: str) -> tuple[int, str]:
-    """Run the CLI in-process; return (exit code, stdout + stderr)."""
-    result = runner.invoke(app, list(args), env={"COLUMNS": "200", "THREADSTORE_DB": ""})
-    return result.exit_code, result.output
 
 
 @pytest.fixture

@@ -6,18 +6,9 @@ import asyncio
 import json
 from pathlib import Path
 
-from typer.testing import CliRunner
-
+from cli_support import invoke
 from threadstore import ChatCreate, MessageCreate, MessageToolCallCreate, Role, open_store
-from threadstore.cli import app
 from threadstore.server import LOCAL_USER_UUID, user_uuid_for
-
-runner = CliRunner()
-
-
-def invoke(*args: str) -> tuple[int, str]:
-    result = runner.invoke(app, list(args), env={"COLUMNS": "200", "THREADSTORE_DB": ""})
-    return result.exit_code, result.output
 
 
 async def _seed(db: str) -> None:

@@ -8,20 +8,12 @@ import json
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
+from cli_support import invoke
 from threadstore import ChatCreate, open_store
-from threadstore.cli import app
 from threadstore.errors import BudgetExceededError
 from threadstore.keys import user_uuid_for
 from threadstore.usage import RunUsage
-
-runner = CliRunner()
-
-
-def invoke(*args: str) -> tuple[int, str]:
-    result = runner.invoke(app, list(args), env={"COLUMNS": "200", "THREADSTORE_DB": ""})
-    return result.exit_code, result.output
 
 
 @pytest.fixture
