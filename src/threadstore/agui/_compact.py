@@ -23,42 +23,41 @@ __all__ = ["compact_events"]
 
 _ContentEvent = TextMessageContentEvent | ToolCallArgsEvent | ReasoningMessageContentEvent
 
+
+def _type_names(*types: EventType) -> frozenset[str]:
+    return frozenset(event_type.value for event_type in types)
+
+
 # Event types a content delta may move across (unless they name its stream's id).
-_COMMUTING: frozenset[str] = frozenset(
-    event_type.value
-    for event_type in (
-        EventType.TEXT_MESSAGE_START,
-        EventType.TEXT_MESSAGE_END,
-        EventType.TOOL_CALL_START,
-        EventType.TOOL_CALL_END,
-        EventType.TOOL_CALL_RESULT,
-        EventType.REASONING_START,
-        EventType.REASONING_END,
-        EventType.REASONING_MESSAGE_START,
-        EventType.REASONING_MESSAGE_END,
-        EventType.REASONING_ENCRYPTED_VALUE,
-        EventType.STATE_SNAPSHOT,
-        EventType.STATE_DELTA,
-        EventType.ACTIVITY_SNAPSHOT,
-        EventType.ACTIVITY_DELTA,
-        EventType.SUBAGENT_STARTED,
-        EventType.CUSTOM,
-        EventType.RAW,
-    )
+_COMMUTING = _type_names(
+    EventType.TEXT_MESSAGE_START,
+    EventType.TEXT_MESSAGE_END,
+    EventType.TOOL_CALL_START,
+    EventType.TOOL_CALL_END,
+    EventType.TOOL_CALL_RESULT,
+    EventType.REASONING_START,
+    EventType.REASONING_END,
+    EventType.REASONING_MESSAGE_START,
+    EventType.REASONING_MESSAGE_END,
+    EventType.REASONING_ENCRYPTED_VALUE,
+    EventType.STATE_SNAPSHOT,
+    EventType.STATE_DELTA,
+    EventType.ACTIVITY_SNAPSHOT,
+    EventType.ACTIVITY_DELTA,
+    EventType.SUBAGENT_STARTED,
+    EventType.CUSTOM,
+    EventType.RAW,
 )
 
 # Events that list a new element in a message's parts order (docs/chat-engine.md): a
 # text or reasoning delta after one starts a new part, so its segment ends there.
-_OPENS_PART: frozenset[str] = frozenset(
-    event_type.value
-    for event_type in (
-        EventType.TOOL_CALL_START,
-        EventType.REASONING_END,
-        EventType.REASONING_ENCRYPTED_VALUE,
-        EventType.ACTIVITY_SNAPSHOT,
-        EventType.ACTIVITY_DELTA,
-        EventType.CUSTOM,
-    )
+_OPENS_PART = _type_names(
+    EventType.TOOL_CALL_START,
+    EventType.REASONING_END,
+    EventType.REASONING_ENCRYPTED_VALUE,
+    EventType.ACTIVITY_SNAPSHOT,
+    EventType.ACTIVITY_DELTA,
+    EventType.CUSTOM,
 )
 
 _ID_FIELDS = ("message_id", "tool_call_id", "parent_message_id", "entity_id", "parent_tool_call_id")
