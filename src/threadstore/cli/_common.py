@@ -214,6 +214,20 @@ async def resolve_chat(store: Store, ref: str, user: UUID | None) -> Chat:
     fail(f"{ref!r} matches {len(candidates)} chats: {names}", "use a longer prefix or --user")
 
 
+async def scope_of(store: Store, user: str | None, chat: str | None) -> dict[str, UUID | None]:
+    """The ``user_uuid=`` or ``chat_uuid=`` a command for ``--user`` or ``--chat`` passes on."""
+    if user is not None and chat is not None:
+        fail("pass --user or --chat, not both")
+    if chat is not None:
+        return {"chat_uuid": (await resolve_chat(store, chat, None)).chat_uuid}
+    return {"user_uuid": user_of(user)}
+
+
+def scope_label(user: str | None, chat: str | None) -> str:
+    """How a message names the scope of ``--user``/``--chat``."""
+    return f"chat {chat}" if chat else f"user {user}" if user else "every chat"
+
+
 def shorten(text: str, width: int = 60) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= width else flat[: width - 1] + "…"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from typing import Annotated
-from uuid import UUID
 
 import typer
 from rich.markup import escape
@@ -19,8 +18,8 @@ from threadstore.cli._common import (
     command_group,
     fail,
     out,
-    resolve_chat,
-    user_of,
+    scope_label,
+    scope_of,
     with_store,
 )
 from threadstore.models import (
@@ -60,18 +59,6 @@ ScopeChat = Annotated[
 ]
 
 
-async def _scope_of(store: Store, user: str | None, chat: str | None) -> dict[str, UUID | None]:
-    if user is not None and chat is not None:
-        fail("pass --user or --chat, not both")
-    if chat is not None:
-        return {"chat_uuid": (await resolve_chat(store, chat, None)).chat_uuid}
-    return {"user_uuid": user_of(user)}
-
-
-def _scope_label(user: str | None, chat: str | None) -> str:
-    return f"chat {chat}" if chat else f"user {user}" if user else "every chat"
-
-
 @retention_app.command("set")
 def retention_set(
     db: DbOption = DEFAULT_DB,
@@ -104,7 +91,7 @@ def retention_set(
     }
 
     async def work(store: Store) -> None:
-        scope = await _scope_of(store, user, chat)
+        scope = await scope_of(store, user, chat)
         held = any(
             p.policy.legal_hold
             for p in await store.chats.retention_policies()
@@ -114,7 +101,7 @@ def retention_set(
         await store.chats.set_retention_policy(policy, **scope)
 
     with_store(db, work)
-    out.print(f"[green]✓[/] retention policy set for {escape(_scope_label(user, chat))}")
+    out.print(f"[green]✓[/] retention policy set for {escape(scope_label(user, chat))}")
 
 
 def _hold(db: str, user: str | None, chat: str | None, hold: bool) -> None:
@@ -123,7 +110,7 @@ def _hold(db: str, user: str | None, chat: str | None, hold: bool) -> None:
         fail("a legal hold is for a user (--user) or a chat (--chat)")
 
     async def work(store: Store) -> None:
-        scope = await _scope_of(store, user, chat)
+        scope = await scope_of(store, user, chat)
         key = scope.get("chat_uuid") or scope.get("user_uuid")
         current = next(
             (p.policy for p in await store.chats.retention_policies() if p.scope_uuid == key),
@@ -134,7 +121,7 @@ def _hold(db: str, user: str | None, chat: str | None, hold: bool) -> None:
 
     with_store(db, work)
     what = "placed on" if hold else "released from"
-    out.print(f"[green]✓[/] legal hold {what} {escape(_scope_label(user, chat))}")
+    out.print(f"[green]✓[/] legal hold {what} {escape(scope_label(user, chat))}")
 
 
 @retention_app.command("hold")

@@ -22,6 +22,8 @@ from threadstore.cli._common import (
     fail,
     out,
     resolve_chat,
+    scope_label,
+    scope_of,
     user_of,
     with_store,
 )
@@ -186,8 +188,7 @@ def usage_budget(
         fail("give --max-cost, --max-tokens or both (or --clear)")
 
     async def work(store: Store) -> bool:
-        chat_uuid = await _chat_uuid(store, chat)
-        scope = {"chat_uuid": chat_uuid} if chat_uuid else {"user_uuid": user_of(user)}
+        scope = await scope_of(store, user, chat)
         if clear:
             return await store.usage.clear_budget(**scope)
         period: Literal["total", "day"] = "day" if daily else "total"
@@ -196,7 +197,7 @@ def usage_budget(
         return True
 
     done = with_store(db, work)
-    whom = escape(f"chat {chat}" if chat else f"user {user}")
+    whom = escape(scope_label(user, chat))
     if clear:
         out.print(f"[green]✓[/] budget of {whom} removed" if done else f"no budget for {whom}")
     else:

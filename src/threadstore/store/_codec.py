@@ -41,9 +41,9 @@ def constructor(model: type[_M]) -> Constructor[_M]:
     """A function building ``model`` from a dict holding every one of its fields.
 
     The dict becomes the instance's own, so give it in the model's field order (the
-    order an instance iterates in, as ``model_construct`` would). Every field counts as set. Classes that allow extra fields or have private
-    attributes, and a dict missing some field (the blank's default would be shared),
-    get :func:`construct`.
+    order an instance iterates in, as ``model_construct`` makes it). Every field counts
+    as set. Classes that allow extra fields or have private attributes, and a dict
+    missing some field (its default must be filled in), get :func:`construct`.
     """
     if model.model_config.get("extra") == "allow" or model.__private_attributes__:
         return functools.partial(construct, model)

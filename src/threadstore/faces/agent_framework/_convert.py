@@ -28,6 +28,7 @@ from uuid import UUID, uuid4
 from agent_framework import Content
 from agent_framework import Message as AFMessage
 
+from threadstore.codec import TOOL_CALL_ID_METADATA_KEY
 from threadstore.faces._finished import finished_message, finished_tool_call
 from threadstore.fold import Record
 from threadstore.models import (
@@ -42,7 +43,6 @@ from threadstore.models import (
 
 __all__ = [
     "METADATA_KEY",
-    "TOOL_CALL_ID_KEY",
     "Plain",
     "message_identity",
     "message_to_records",
@@ -57,9 +57,6 @@ METADATA_KEY = "agent_framework"
 """Key of ``Message.metadata`` holding the framework's own form of the message."""
 
 _PLAIN_ROLES = ("user", "assistant", "system")
-
-TOOL_CALL_ID_KEY = "tool_call_id"
-"""Key of ``Message.metadata`` naming the call a stored ``tool`` message answers (AG-UI's)."""
 
 # Activity messages are UI-only: the framework has no form for them.
 _NATIVE_ROLES = {
@@ -240,7 +237,7 @@ def _native_contents(record: Message) -> list[Content]:
 def _native(record: Message, answered: set[str]) -> list[AFMessage]:
     """Read a record another face wrote: the message, then a tool message with its results."""
     if record.role is Role.TOOL:
-        call_id = record.metadata.get(TOOL_CALL_ID_KEY)
+        call_id = record.metadata.get(TOOL_CALL_ID_METADATA_KEY)
         if not isinstance(call_id, str) or call_id in answered:
             return []
         answered.add(call_id)

@@ -16,9 +16,9 @@ from agent_framework import AgentSession, HistoryProvider, SessionContext, Suppo
 from agent_framework import Message as AFMessage
 
 from threadstore._steps import in_steps
+from threadstore.codec import TOOL_CALL_ID_METADATA_KEY
 from threadstore.errors import ConfigurationError
 from threadstore.faces.agent_framework._convert import (
-    TOOL_CALL_ID_KEY,
     Plain,
     message_identity,
     message_to_records,
@@ -357,7 +357,7 @@ def _writes(chat_uuid: UUID, tail: Sequence[Message], new: Sequence[AFMessage]) 
         unmatched = [call_id for call_id, _ in record.results if call_id not in answerable]
         if len(record.results) == 1 and unmatched:
             # No call in this chat to hold it: the AG-UI replay reads it from the message.
-            record.message.metadata[TOOL_CALL_ID_KEY] = unmatched[0]
+            record.message.metadata[TOOL_CALL_ID_METADATA_KEY] = unmatched[0]
         answerable.update(call.tool_call_id for call in record.calls)
     return append_writes(records, calls=calls)
 
