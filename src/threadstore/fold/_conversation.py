@@ -1,8 +1,8 @@
 """The fold of one run: :class:`ConversationFold` applies events to its records in order.
 
-It assembles the event families (text, tool calls, reasoning, documents, snapshots)
-over one :class:`~threadstore.fold._table.RecordTable`, and itself folds what concerns
-the run as a whole: RUN_* lifecycle, steps and subagents.
+It is a :class:`~threadstore.fold._table.RecordTable` whose dispatch table merges the
+event families' handlers (text, tool calls, reasoning, documents, snapshots), and
+itself folds what concerns the run as a whole: RUN_* lifecycle, steps and subagents.
 """
 
 from __future__ import annotations
@@ -14,11 +14,10 @@ from ag_ui import core as ag
 from pydantic import BaseModel
 
 from threadstore.codec import event_kind
-from threadstore.fold._documents import DocumentFolding
+from threadstore.fold import _documents, _reasoning, _snapshot, _text, _tools
 from threadstore.fold._fast import fast_target
 from threadstore.fold._records import FoldRecord
-from threadstore.fold._snapshot import SnapshotFolding
-from threadstore.fold._text import TextFolding
+from threadstore.fold._table import RecordTable
 from threadstore.models import MessageStatus, RunStatus
 
 __all__ = ["ConversationFold", "StorageState"]
@@ -38,7 +37,7 @@ def _dump(value: Any) -> Any:
     return value
 
 
-class ConversationFold(SnapshotFolding, TextFolding, DocumentFolding):
+class ConversationFold(RecordTable):
     """The records of one run, folded from its AG-UI events; pure data, no I/O.
 
     ``history`` is the chat's stored history (to recognise ids it already holds and
@@ -173,7 +172,7 @@ class ConversationFold(SnapshotFolding, TextFolding, DocumentFolding):
             record.metadata["subagent_error"] = error
             self.close(record, MessageStatus.ERRORED)
 
-    _HANDLERS: ClassVar[dict[str, Callable[[Any, Any], None]]] = {
+    _HANDLERS: ClassVar[dict[str, Callable[[ConversationFold, Any], None]]] = {
         "RUN_STARTED": _on_run_started,
         "RUN_FINISHED": _on_run_finished,
         "RUN_ERROR": _on_run_error,
@@ -182,11 +181,11 @@ class ConversationFold(SnapshotFolding, TextFolding, DocumentFolding):
         "SUBAGENT_STARTED": _on_subagent_started,
         "SUBAGENT_FINISHED": _on_subagent_finished,
         "SUBAGENT_ERROR": _on_subagent_error,
-        **TextFolding.TEXT_HANDLERS,
-        **SnapshotFolding.TOOL_HANDLERS,
-        **SnapshotFolding.REASONING_HANDLERS,
-        **SnapshotFolding.SNAPSHOT_HANDLERS,
-        **DocumentFolding.DOCUMENT_HANDLERS,
+        **_text.HANDLERS,
+        **_tools.HANDLERS,
+        **_reasoning.HANDLERS,
+        **_snapshot.HANDLERS,
+        **_documents.HANDLERS,
     }
 
 

@@ -14,14 +14,13 @@ import copy
 import inspect
 import json
 import re
-from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
+from collections.abc import Sequence
+from typing import Any
 
 import jsonpatch
 from ag_ui.core import (
     ActivityDeltaEvent,
     ActivitySnapshotEvent,
-    BaseEvent,
     CustomEvent,
     StateDeltaEvent,
     StateSnapshotEvent,
@@ -30,7 +29,7 @@ from pydantic import BaseModel
 
 from threadstore.binary_json import encode_value
 from threadstore.fold._records import FoldRecord
-from threadstore.fold._table import RecordTable
+from threadstore.fold._table import Handler, RecordTable
 from threadstore.models import (
     CITATION_EVENT_NAME,
     MAX_DATA_NAME_CHARS,
@@ -40,7 +39,7 @@ from threadstore.models import (
 )
 from threadstore.usage import USAGE_EVENT_NAME
 
-__all__ = ["DocumentFolding", "apply_json_patch", "payload_refusal"]
+__all__ = ["HANDLERS", "apply_json_patch", "payload_refusal"]
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -111,88 +110,92 @@ def payload_refusal(value: Any) -> str | None:
     return None
 
 
-class DocumentFolding(RecordTable):
-    """Folds the run's AG-UI state and its activity messages."""
+def _on_state_snapshot(fold: RecordTable, event: StateSnapshotEvent) -> None:
+    fold.state = copy.deepcopy(event.snapshot)
+    fold.state_version += 1
 
-    def _on_state_snapshot(self, event: StateSnapshotEvent) -> None:
-        self.state = copy.deepcopy(event.snapshot)
-        self.state_version += 1
 
-    def _on_state_delta(self, event: StateDeltaEvent) -> None:
-        try:
-            self.state = apply_json_patch(self.state, event.delta)
-        except Exception as exc:  # any patch failure: skip it, keep the last good state
-            self.warn(f"STATE_DELTA did not apply ({exc}); skipped")
+def _on_state_delta(fold: RecordTable, event: StateDeltaEvent) -> None:
+    try:
+        fold.state = apply_json_patch(fold.state, event.delta)
+    except Exception as exc:  # any patch failure: skip it, keep the last good state
+        fold.warn(f"STATE_DELTA did not apply ({exc}); skipped")
+        return
+    fold.state_version += 1
+
+
+def _activity(fold: RecordTable, event: ActivitySnapshotEvent | ActivityDeltaEvent) -> FoldRecord:
+    record, opened = fold.message_for(event.message_id, Role.ACTIVITY, event)
+    if opened:
+        record.activity_type = event.activity_type
+        record.activity_content = {}
+        if record.subagent_run_id is None:
+            fold.add_part(record, {"type": "data"})
+    return record
+
+
+def _on_activity_snapshot(fold: RecordTable, event: ActivitySnapshotEvent) -> None:
+    existed = fold.find(event.message_id, Role.ACTIVITY) is not None
+    record = _activity(fold, event)
+    if existed and event.replace is False:
+        return
+    record.activity_content = copy.deepcopy(event.content)
+    fold.touch(record, content=True)
+
+
+def _on_activity_delta(fold: RecordTable, event: ActivityDeltaEvent) -> None:
+    if fold.find(event.message_id, Role.ACTIVITY) is None:
+        fold.warn(f"ACTIVITY_DELTA for unknown activity {event.message_id!r}; it was opened")
+    record = _activity(fold, event)
+    try:
+        record.activity_content = apply_json_patch(record.activity_content or {}, event.patch)
+    except Exception as exc:  # any patch failure: skip it, keep the last good content
+        fold.warn(f"ACTIVITY_DELTA for {event.message_id!r} did not apply ({exc}); skipped")
+        return
+    fold.touch(record, content=True)
+
+
+def _payload(fold: RecordTable, event: CustomEvent, key: str) -> dict[str, Any]:
+    """The entry's payload field, or ``omitted`` (why) when it is not storable."""
+    refusal = payload_refusal(event.value)
+    if refusal is None:
+        return {key: copy.deepcopy(event.value)}
+    fold.warn(f"CUSTOM {event.name!r}: payload not stored, {refusal}")
+    return {"omitted": refusal}
+
+
+def _on_custom(fold: RecordTable, event: CustomEvent) -> None:
+    if event.name == USAGE_EVENT_NAME:  # a sub-agent's usage is the run's too
+        fold.run.usage_reports.append(event.value)
+    # A sub-agent's parts are its own turn's, which the store does not list.
+    if getattr(event, "subagent_run_id", None) is not None:
+        return
+    value = event.value
+    # Only a string id addresses an entry, as in the chat engine.
+    data_id = value.get("id") if isinstance(value, dict) else None
+    for label in (event.name, data_id if isinstance(data_id, str) else ""):
+        if len(label) > MAX_DATA_NAME_CHARS or _bad_text(label):
+            fold.warn(
+                f"CUSTOM {event.name[:40]!r}: not stored, its name or id is over "
+                f"{MAX_DATA_NAME_CHARS} characters or holds a NUL or a lone surrogate"
+            )
             return
-        self.state_version += 1
-
-    def _activity(self, message_id: str, activity_type: str, event: BaseEvent) -> FoldRecord:
-        record, opened = self.message_for(message_id, Role.ACTIVITY, event)
-        if opened:
-            record.activity_type = activity_type
-            record.activity_content = {}
-            if record.subagent_run_id is None:
-                self.add_part(record, {"type": "data"})
-        return record
-
-    def _on_activity_snapshot(self, event: ActivitySnapshotEvent) -> None:
-        existed = self.find(event.message_id, Role.ACTIVITY) is not None
-        record = self._activity(event.message_id, event.activity_type, event)
-        if existed and event.replace is False:
+    if event.name == CITATION_EVENT_NAME:
+        fold.add_data_part({"type": "citation", **_payload(fold, event, "citation")})
+        return
+    payload = _payload(fold, event, "payload")
+    if isinstance(data_id, str):
+        if fold.replace_data_part(event.name, data_id, payload):
             return
-        record.activity_content = copy.deepcopy(event.content)
-        self.touch(record, content=True)
+        fold.add_data_part({"type": "data", "name": event.name, "id": data_id, **payload})
+    else:
+        fold.add_data_part({"type": "data", "name": event.name, **payload})
 
-    def _on_activity_delta(self, event: ActivityDeltaEvent) -> None:
-        if self.find(event.message_id, Role.ACTIVITY) is None:
-            self.warn(f"ACTIVITY_DELTA for unknown activity {event.message_id!r}; it was opened")
-        record = self._activity(event.message_id, event.activity_type, event)
-        try:
-            record.activity_content = apply_json_patch(record.activity_content or {}, event.patch)
-        except Exception as exc:  # any patch failure: skip it, keep the last good content
-            self.warn(f"ACTIVITY_DELTA for {event.message_id!r} did not apply ({exc}); skipped")
-            return
-        self.touch(record, content=True)
 
-    def _payload(self, event: CustomEvent, key: str) -> dict[str, Any]:
-        """The entry's payload field, or ``omitted`` (why) when it is not storable."""
-        refusal = payload_refusal(event.value)
-        if refusal is None:
-            return {key: copy.deepcopy(event.value)}
-        self.warn(f"CUSTOM {event.name!r}: payload not stored, {refusal}")
-        return {"omitted": refusal}
-
-    def _on_custom(self, event: CustomEvent) -> None:
-        if event.name == USAGE_EVENT_NAME:  # a sub-agent's usage is the run's too
-            self.run.usage_reports.append(event.value)
-        # A sub-agent's parts are its own turn's, which the store does not list.
-        if getattr(event, "subagent_run_id", None) is not None:
-            return
-        value = event.value
-        # Only a string id addresses an entry, as in the chat engine.
-        data_id = value.get("id") if isinstance(value, dict) else None
-        for label in (event.name, data_id if isinstance(data_id, str) else ""):
-            if len(label) > MAX_DATA_NAME_CHARS or _bad_text(label):
-                self.warn(
-                    f"CUSTOM {event.name[:40]!r}: not stored, its name or id is over "
-                    f"{MAX_DATA_NAME_CHARS} characters or holds a NUL or a lone surrogate"
-                )
-                return
-        if event.name == CITATION_EVENT_NAME:
-            self.add_data_part({"type": "citation", **self._payload(event, "citation")})
-            return
-        payload = self._payload(event, "payload")
-        if isinstance(data_id, str):
-            if self.replace_data_part(event.name, data_id, payload):
-                return
-            self.add_data_part({"type": "data", "name": event.name, "id": data_id, **payload})
-        else:
-            self.add_data_part({"type": "data", "name": event.name, **payload})
-
-    DOCUMENT_HANDLERS: ClassVar[dict[str, Callable[[Any, Any], None]]] = {
-        "STATE_SNAPSHOT": _on_state_snapshot,
-        "STATE_DELTA": _on_state_delta,
-        "ACTIVITY_SNAPSHOT": _on_activity_snapshot,
-        "ACTIVITY_DELTA": _on_activity_delta,
-        "CUSTOM": _on_custom,
-    }
+HANDLERS: dict[str, Handler] = {
+    "STATE_SNAPSHOT": _on_state_snapshot,
+    "STATE_DELTA": _on_state_delta,
+    "ACTIVITY_SNAPSHOT": _on_activity_snapshot,
+    "ACTIVITY_DELTA": _on_activity_delta,
+    "CUSTOM": _on_custom,
+}

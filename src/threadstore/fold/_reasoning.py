@@ -14,9 +14,6 @@ snapshot lists it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, ClassVar
-
 from ag_ui.core import (
     BaseEvent,
     ReasoningEncryptedValueEvent,
@@ -29,123 +26,117 @@ from ag_ui.core import (
 
 from threadstore.codec.thinking import THINKING_TITLE_METADATA_KEY
 from threadstore.fold._records import FoldRecord, RecordKind
-from threadstore.fold._table import RecordTable
+from threadstore.fold._table import Handler, RecordTable
 from threadstore.models import Role
 
-__all__ = ["ReasoningFolding"]
+__all__ = ["HANDLERS", "open_reasoning"]
 
 
-class ReasoningFolding(RecordTable):
-    """Folds reasoning events onto reasoning messages and their steps, grouped in spans."""
+def open_reasoning(
+    fold: RecordTable, agui_id: str | None, event: BaseEvent | None, *, nested: bool = True
+) -> FoldRecord:
+    """Open a reasoning step (nested, or in a reasoning message of its own); return it."""
+    if nested:
+        message = fold.reasoning_holder(event)
+        step_agui_id = agui_id
+    else:
+        message, _ = fold.message_for(agui_id, Role.REASONING, event)
+        step_agui_id = message.agui_id
+    step_key = f"r:{agui_id}" if agui_id is not None else f"r#{next(fold._anonymous)}"
+    step = fold.open_record(
+        RecordKind.REASONING, step_key, event, agui_id=step_agui_id, parent_key=message.key
+    )
+    if fold._span is not None:
+        fold._spans[fold._span].append(step.key)
+        step.name = fold._span_title
+        if fold._span != agui_id:
+            step.metadata["reasoning_span_id"] = fold._span
+    return step
 
-    def __init__(self, run_id: str, **kwargs: Any) -> None:
-        super().__init__(run_id, **kwargs)
-        self._span: str | None = None
-        self._spans: dict[str, list[str]] = {}
-        self._span_title: str | None = None
 
-    def open_reasoning(
-        self, agui_id: str | None, event: BaseEvent | None, *, nested: bool = True
-    ) -> FoldRecord:
-        """Open a reasoning step (nested, or in a reasoning message of its own); return it."""
-        if nested:
-            message = self.reasoning_holder(event)
-            step_agui_id = agui_id
-        else:
-            message, _ = self.message_for(agui_id, Role.REASONING, event)
-            step_agui_id = message.agui_id
-        step_key = f"r:{agui_id}" if agui_id is not None else f"r#{next(self._anonymous)}"
-        step = self.open_record(
-            RecordKind.REASONING, step_key, event, agui_id=step_agui_id, parent_key=message.key
-        )
-        if self._span is not None:
-            self._spans[self._span].append(step.key)
-            step.name = self._span_title
-            if self._span != agui_id:
-                step.metadata["reasoning_span_id"] = self._span
-        return step
+def _reasoning_target(fold: RecordTable, agui_id: str, event: BaseEvent, what: str) -> FoldRecord:
+    step = fold.reasoning(agui_id)
+    if step is None:
+        fold.warn(f"{what} for unknown reasoning message {agui_id!r}; it was opened")
+        step = open_reasoning(fold, agui_id, event)
+    return step
 
-    def _reasoning_target(self, agui_id: str, event: BaseEvent, what: str) -> FoldRecord:
-        step = self.reasoning(agui_id)
-        if step is None:
-            self.warn(f"{what} for unknown reasoning message {agui_id!r}; it was opened")
-            step = self.open_reasoning(agui_id, event)
-        return step
 
-    def _append_reasoning(self, step: FoldRecord, delta: str | None) -> None:
-        if delta:
-            if self.parts_tail != step.key:
-                self.grow_segment("reasoning", step)
-            step.text.append(delta)
-            self.touch(step, content=True)
+def _on_reasoning_start(fold: RecordTable, event: ReasoningStartEvent) -> None:
+    fold._span = event.message_id
+    fold._spans.setdefault(event.message_id, [])
+    title = (event.metadata or {}).get(THINKING_TITLE_METADATA_KEY)
+    fold._span_title = title if isinstance(title, str) else None
 
-    def _on_reasoning_start(self, event: ReasoningStartEvent) -> None:
-        self._span = event.message_id
-        self._spans.setdefault(event.message_id, [])
-        title = (event.metadata or {}).get(THINKING_TITLE_METADATA_KEY)
-        self._span_title = title if isinstance(title, str) else None
 
-    def _on_reasoning_message_start(self, event: ReasoningMessageStartEvent) -> None:
-        if self.reasoning(event.message_id) is not None:
-            self.warn(f"REASONING_MESSAGE_START repeated for {event.message_id!r}")
+def _on_reasoning_message_start(fold: RecordTable, event: ReasoningMessageStartEvent) -> None:
+    if fold.reasoning(event.message_id) is not None:
+        fold.warn(f"REASONING_MESSAGE_START repeated for {event.message_id!r}")
+        return
+    open_reasoning(fold, event.message_id, event)
+
+
+def _on_reasoning_content(fold: RecordTable, event: ReasoningMessageContentEvent) -> None:
+    step = _reasoning_target(fold, event.message_id, event, "REASONING_MESSAGE_CONTENT")
+    if event.delta:
+        if fold.parts_tail != step.key:
+            fold.grow_segment("reasoning", step)
+        step.text.append(event.delta)
+        fold.touch(step, content=True)
+
+
+def _on_reasoning_message_end(fold: RecordTable, event: ReasoningMessageEndEvent) -> None:
+    step = fold.reasoning(event.message_id)
+    if step is None:
+        fold.warn(f"REASONING_MESSAGE_END for unknown message {event.message_id!r}; ignored")
+        return
+    fold.seal_segment("reasoning", step)
+    fold.close(step)
+
+
+def _on_reasoning_end(fold: RecordTable, event: ReasoningEndEvent) -> None:
+    fold.seal_segment("reasoning")
+    keys = fold._spans.pop(event.message_id, None)
+    if keys is None:
+        fold.warn(f"REASONING_END for unknown reasoning span {event.message_id!r}; ignored")
+        return
+    if fold._span == event.message_id:
+        fold._span = fold._span_title = None
+    for key in keys:
+        fold.close(fold.records[key])
+
+
+def _on_encrypted_value(fold: RecordTable, event: ReasoningEncryptedValueEvent) -> None:
+    entity, value = event.entity_id, event.encrypted_value
+    if event.subtype == "tool-call":
+        call = fold.tool_call(entity)
+        if call is None or not call.owned:
+            fold.warn(f"encrypted value for unknown tool call {entity!r}; ignored")
             return
-        self.open_reasoning(event.message_id, event)
-
-    def _on_reasoning_content(self, event: ReasoningMessageContentEvent) -> None:
-        step = self._reasoning_target(event.message_id, event, "REASONING_MESSAGE_CONTENT")
-        self._append_reasoning(step, event.delta)
-
-    def _on_reasoning_message_end(self, event: ReasoningMessageEndEvent) -> None:
-        step = self.reasoning(event.message_id)
-        if step is None:
-            self.warn(f"REASONING_MESSAGE_END for unknown message {event.message_id!r}; ignored")
+        call.metadata["encrypted_value"] = value
+        fold.touch(call)
+        return
+    target = fold.reasoning(entity) or fold.message(entity)
+    if target is None and entity != fold._span:
+        if fold.agent_message(getattr(event, "subagent_run_id", None)) is None:
+            # Nothing to attach it to: an opaque value alone is not a conversation.
+            fold.warn(f"encrypted value for unknown message {entity!r} with no message; ignored")
             return
-        self.seal_segment("reasoning", step)
-        self.close(step)
+        fold.warn(f"encrypted value for unknown message {entity!r}; opened as reasoning")
+    if target is None:
+        target = open_reasoning(fold, entity, event)
+    target.encrypted_value = value
+    fold.touch(target)
+    if target.subagent_run_id is None and target.kind is RecordKind.REASONING:
+        fold.add_part(target, {"type": "reasoning", "encrypted": True})
 
-    def _on_reasoning_end(self, event: ReasoningEndEvent) -> None:
-        self.seal_segment("reasoning")
-        keys = self._spans.pop(event.message_id, None)
-        if keys is None:
-            self.warn(f"REASONING_END for unknown reasoning span {event.message_id!r}; ignored")
-            return
-        if self._span == event.message_id:
-            self._span = self._span_title = None
-        for key in keys:
-            self.close(self.records[key])
 
-    def _on_encrypted_value(self, event: ReasoningEncryptedValueEvent) -> None:
-        entity, value = event.entity_id, event.encrypted_value
-        if event.subtype == "tool-call":
-            call = self.tool_call(entity)
-            if call is None or not call.owned:
-                self.warn(f"encrypted value for unknown tool call {entity!r}; ignored")
-                return
-            call.metadata["encrypted_value"] = value
-            self.touch(call)
-            return
-        target = self.reasoning(entity) or self.message(entity)
-        if target is None and entity != self._span:
-            if self.agent_message(getattr(event, "subagent_run_id", None)) is None:
-                # Nothing to attach it to: an opaque value alone is not a conversation.
-                self.warn(
-                    f"encrypted value for unknown message {entity!r} with no message; ignored"
-                )
-                return
-            self.warn(f"encrypted value for unknown message {entity!r}; opened as reasoning")
-        if target is None:
-            target = self.open_reasoning(entity, event)
-        target.encrypted_value = value
-        self.touch(target)
-        if target.subagent_run_id is None and target.kind is RecordKind.REASONING:
-            self.add_part(target, {"type": "reasoning", "encrypted": True})
-
-    REASONING_HANDLERS: ClassVar[dict[str, Callable[[Any, Any], None]]] = {
-        "REASONING_START": _on_reasoning_start,
-        "REASONING_MESSAGE_START": _on_reasoning_message_start,
-        "REASONING_MESSAGE_CONTENT": _on_reasoning_content,
-        "REASONING_MESSAGE_CHUNK": _on_reasoning_content,  # the delta of its run (READING)
-        "REASONING_MESSAGE_END": _on_reasoning_message_end,
-        "REASONING_END": _on_reasoning_end,
-        "REASONING_ENCRYPTED_VALUE": _on_encrypted_value,
-    }
+HANDLERS: dict[str, Handler] = {
+    "REASONING_START": _on_reasoning_start,
+    "REASONING_MESSAGE_START": _on_reasoning_message_start,
+    "REASONING_MESSAGE_CONTENT": _on_reasoning_content,
+    "REASONING_MESSAGE_CHUNK": _on_reasoning_content,  # the delta of its run (READING)
+    "REASONING_MESSAGE_END": _on_reasoning_message_end,
+    "REASONING_END": _on_reasoning_end,
+    "REASONING_ENCRYPTED_VALUE": _on_encrypted_value,
+}

@@ -3,14 +3,14 @@
 :class:`RecordTable` is the base of :class:`~threadstore.fold.ConversationFold`: the
 record table, the dirty set and the changes the shell takes, and the id rules (one
 AG-UI id, one record; an id already stored is never reused). The event families
-(text, tool calls, reasoning, documents, snapshots) build on these methods.
+(text, tool calls, reasoning, documents, snapshots) are functions of it.
 """
 
 from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import Container, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from typing import Any
 
 from ag_ui.core import BaseEvent
@@ -21,7 +21,7 @@ from threadstore.fold._history import HistoryIndex, IdsAdded, StoredFacts
 from threadstore.fold._records import Changes, FoldRecord, RecordKind, RunInfo
 from threadstore.models import PARTS_METADATA_KEY, Message, MessageStatus, Role
 
-__all__ = ["PARTS_METADATA_KEY", "RecordTable", "family"]
+__all__ = ["PARTS_METADATA_KEY", "Handler", "RecordTable", "family"]
 
 
 _NOT_THE_AGENTS = (Role.USER, Role.SYSTEM, Role.DEVELOPER)
@@ -31,6 +31,10 @@ _NOT_THE_AGENTS = (Role.USER, Role.SYSTEM, Role.DEVELOPER)
 def family(role: Role) -> str:
     """Group roles whose events may share a message: text, reasoning, activity."""
     return role.value if role in (Role.REASONING, Role.ACTIVITY) else "text"
+
+
+Handler = Callable[["RecordTable", Any], None]
+"""An event family's rule for one event type: it folds the event into the table."""
 
 
 class RecordTable:
@@ -93,6 +97,11 @@ class RecordTable:
         """Which record lists each CUSTOM entry, by the entry's ``n``."""
         self._holders: dict[str | None, str] = {}
         """Per subagent scope: the message opened to hold reasoning, waiting for its id."""
+        # Reasoning spans (fold/_reasoning.py): the open one, its title, and the step keys
+        # of each span not ended yet; here, as the family's functions keep no state.
+        self._span: str | None = None
+        self._span_title: str | None = None
+        self._spans: dict[str, list[str]] = {}
 
     # --- reading -----------------------------------------------------------------------
 
