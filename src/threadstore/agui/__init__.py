@@ -8,6 +8,14 @@ from threadstore.agui._agent import AGUIAgent, AGUIStorageAgent, StorageAgent
 from threadstore.agui._chat_persist import ChatPersistingAgent, ChatPersistOptions
 from threadstore.agui._compact import compact_events
 from threadstore.agui._compactor import BackgroundCompactor
+from threadstore.agui._connect import (
+    Connection,
+    Hydration,
+    RunEvents,
+    ThreadConnector,
+    opened_messages,
+    run_hydration,
+)
 from threadstore.agui._distributed import DistributedRunManager
 from threadstore.agui._given import kept_translation
 from threadstore.agui._manager import StreamPersistenceManager
@@ -38,12 +46,15 @@ __all__ = [
     "ChatPersistingAgent",
     "ChatRepository",
     "ChatSessionRegistry",
+    "Connection",
     "DistributedRunManager",
     "EventsDroppedError",
     "HistoryWindow",
+    "Hydration",
     "MessageRepository",
     "Outbox",
     "OutboxFullError",
+    "RunEvents",
     "RunHandle",
     "StorageAgent",
     "StreamPersistenceManager",
@@ -52,10 +63,13 @@ __all__ = [
     "ThinkingTextMessageContentEvent",
     "ThinkingTextMessageEndEvent",
     "ThinkingTextMessageStartEvent",
+    "ThreadConnector",
     "compact_events",
     "event_json",
     "kept_translation",
+    "opened_messages",
     "parse_event",
+    "run_hydration",
     "translate_messages",
     "wire_json",
 ]
