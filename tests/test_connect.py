@@ -44,8 +44,8 @@ from agui_scripts import (
     user,
 )
 from threadstore import Store
-from threadstore.agui import DistributedRunManager, StorageAgent, ThreadConnector
-from threadstore.agui._connect import before_run, idle_hydration, run_hydration
+from threadstore.agui import DistributedRunManager, StorageAgent
+from threadstore.agui.connect import ThreadConnector, before_run, idle_hydration, run_hydration
 from threadstore.codec import TRANSLATION, translate_messages
 from threadstore.models import Chat, Message, Role
 from threadstore.store import HistoryView

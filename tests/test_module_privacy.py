@@ -23,6 +23,7 @@ PUBLIC_MODULES = {
     "threadstore.seed",
     "threadstore.transfer",
     "threadstore.usage",
+    "threadstore.agui.connect",
     "threadstore.agui.legacy",
     "threadstore.agui.translate",
     "threadstore.faces.langchain",

@@ -37,12 +37,13 @@ from chat_streams import END, RUN, streams, text, thinking, tool
 from face_support import on_the_store_fixture
 from threadstore import Store
 from threadstore.agui import StorageAgent
+from threadstore.agui.connect import opened_messages, run_hydration
 from threadstore.chat import _reducer
 from threadstore.codec import READING, StreamReader, event_kind, translate_messages
 from threadstore.codec import _stream as reading
 from threadstore.codec.thinking import ThinkingStartEvent
 from threadstore.fold import ConversationFold
-from threadstore.server._routes_agui import _hydration, _opened_messages
+from threadstore.server._routes_agui import _hydration_frames
 
 USER = UUID("00000000-0000-4000-8000-0000000000e7")
 
@@ -122,7 +123,7 @@ def test_thinking_events_read_as_reasoning_with_ids_made_for_the_run() -> None:
 
 
 def _opened_by(events: list[BaseEvent]) -> list[tuple[str, str]]:
-    return [(m.id, m.role) for m in _opened_messages(events)]
+    return [(m.id, m.role) for m in opened_messages(events)]
 
 
 def test_the_reconnect_snapshot_opens_what_chunks_start_as_their_explicit_form_would() -> None:
@@ -230,7 +231,8 @@ async def test_a_reconnect_at_any_point_of_a_run_rebuilds_the_stored_history(
     # The client reconnects after ``cut`` events: the store holds the run up to there,
     # and the server hydrates it from that history and the run's events so far.
     chat, history = await _stored(store, events[:cut])
-    frames = await _hydration(chat, history, "r-1", list(enumerate(events[:cut], 1)))
+    hydration = await run_hydration(chat, history, "r-1", list(enumerate(events[:cut], 1)))
+    frames = await _hydration_frames(hydration)
     _, whole = await _stored(store, events)
 
     # It applies the snapshot, then the run's events: those replayed, then the rest.

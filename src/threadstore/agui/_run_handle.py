@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 from uuid import UUID
@@ -24,6 +23,7 @@ from ag_ui.core import (
 )
 from pydantic import BaseModel
 
+from threadstore.codec import now_ms
 from threadstore.errors import ErrorCodes, InvalidInputError
 from threadstore.models import RunStatus
 
@@ -43,7 +43,6 @@ __all__ = [
     "SettingUpAgent",
     "UserScopedAgent",
     "event_json",
-    "now_ms",
     "user_of",
     "wire_json",
 ]
@@ -123,10 +122,6 @@ class EventsDroppedError(InvalidInputError):
         )
         self.after = after
         self.first_available = first_available
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 # JSON leaves these unescaped, but many line readers (Python's str.splitlines among

@@ -7,6 +7,7 @@ chat engine and the server's reconnect snapshot all read events through. The
 deprecated ``THINKING_*`` events are :mod:`threadstore.codec.thinking`.
 """
 
+from threadstore.codec._events import now_ms, run_finished, run_started
 from threadstore.codec._extended import ExtendedBaseMessage, extended_messages
 from threadstore.codec._messages import (
     AGUI_METADATA_KEY,
@@ -45,7 +46,10 @@ __all__ = [
     "event_kind",
     "extended_messages",
     "message_create_from_agui",
+    "now_ms",
     "replayed_tool_error",
+    "run_finished",
+    "run_started",
     "summary_message",
     "tool_result_message_id",
     "tool_result_text",

@@ -35,13 +35,8 @@ from ag_ui.core import (
     ToolCallStartEvent,
 )
 
-from threadstore.server._events import (
-    now_ms,
-    reasoning_closed,
-    reasoning_opened,
-    run_finished,
-    run_started,
-)
+from threadstore.codec import now_ms, run_finished, run_started
+from threadstore.server._events import reasoning_closed, reasoning_opened
 
 __all__ = ["DEFAULT_DEMO_DELAY", "DemoAgent", "evaluate_arithmetic", "last_user_text"]
 

@@ -37,14 +37,9 @@ from ag_ui.core import (
     UserMessage,
 )
 
+from threadstore.codec import now_ms, run_finished, run_started
 from threadstore.errors import ConfigurationError
-from threadstore.server._events import (
-    now_ms,
-    reasoning_closed,
-    reasoning_opened,
-    run_finished,
-    run_started,
-)
+from threadstore.server._events import reasoning_closed, reasoning_opened
 
 if TYPE_CHECKING:
     import httpx

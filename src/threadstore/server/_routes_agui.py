@@ -7,7 +7,7 @@ not stop the run or its persistence, and can pick the stream up again with
 
 What a connecting or rejoining client is sent, and where its run is found (here or, on
 PostgreSQL, in another server process), is the thread connector's to decide
-(``threadstore.agui.ThreadConnector``); these routes check ids, encode and stream.
+(``threadstore.agui.connect``); these routes check ids, encode and stream.
 """
 
 from __future__ import annotations
@@ -25,21 +25,13 @@ from pydantic import BaseModel
 
 from threadstore import _telemetry
 from threadstore._steps import joined_in_steps
-from threadstore.agui import (
-    Connection,
-    Hydration,
-    RunEvents,
-    ThreadConnector,
-    event_json,
-    opened_messages,
-    run_hydration,
-    wire_json,
-)
+from threadstore.agui import event_json, wire_json
+from threadstore.agui.connect import Connection, Hydration, RunEvents, ThreadConnector
+from threadstore.codec import now_ms
 from threadstore.errors import InvalidInputError
-from threadstore.models import Chat, Message, Run, RunStatus, utcnow
+from threadstore.models import Run, RunStatus, utcnow
 from threadstore.server._deps import AppState, CurrentUser, ServerState
 from threadstore.server._errors import error_response
-from threadstore.server._events import now_ms
 from threadstore.server._limits import MAX_CURSOR, check_id, check_run_input
 from threadstore.server._run_gate import RunConflictError
 from threadstore.server._sse import close_iterator, encode_frame, event_stream_response
@@ -363,14 +355,3 @@ def _message_wire_json(message: AGUIMessage) -> bytes:
 
 _NO_MESSAGES_END = "[]}"
 """How a ``MESSAGES_SNAPSHOT`` with no messages ends: ``messages`` is its last field."""
-
-
-# The reconnect snapshot's pieces under the names tests/test_one_reading.py reads them by.
-_opened_messages = opened_messages
-
-
-async def _hydration(
-    chat: Chat | None, history: Sequence[Message], run_id: str, head: list[tuple[int, BaseEvent]]
-) -> list[bytes]:
-    """The frames a stream joining run ``run_id`` begins with (``agui.run_hydration``)."""
-    return await _hydration_frames(await run_hydration(chat, history, run_id, head))

@@ -19,14 +19,11 @@ from typing import Any
 from uuid import UUID, uuid4
 
 from ag_ui.core import (
-    PROTOCOL_VERSION,
     BaseEvent,
     EventType,
     MessagesSnapshotEvent,
     ReasoningMessageStartEvent,
     RunErrorEvent,
-    RunFinishedEvent,
-    RunStartedEvent,
     StateSnapshotEvent,
     TextMessageStartEvent,
     ToolCallStartEvent,
@@ -37,8 +34,15 @@ from pydantic import TypeAdapter
 from threadstore._steps import off_loop
 from threadstore.agui._distributed import DistributedRunManager
 from threadstore.agui._given import kept_translation
-from threadstore.agui._run_handle import EventsDroppedError, RunHandle, now_ms
-from threadstore.codec import TRANSLATION, StreamReader, translate_messages
+from threadstore.agui._run_handle import EventsDroppedError, RunHandle
+from threadstore.codec import (
+    TRANSLATION,
+    StreamReader,
+    now_ms,
+    run_finished,
+    run_started,
+    translate_messages,
+)
 from threadstore.errors import ErrorCodes
 from threadstore.models import Chat, Message, Role, RunStatus
 from threadstore.store import HistoryView, Store
@@ -130,8 +134,8 @@ async def idle_hydration(
     The run is one made for the connection, with an id of its own.
     """
     run_id = f"connect-{uuid4().hex[:12]}"
-    started = _run_started(thread_id, run_id)
-    finished = RunFinishedEvent(thread_id=thread_id, run_id=run_id, timestamp=now_ms())
+    started = run_started(thread_id, run_id)
+    finished = run_finished(thread_id, run_id)
     return await settled_hydration(chat, history, started, finished)
 
 
@@ -267,12 +271,6 @@ def opened_messages(events: Sequence[BaseEvent]) -> list[AGUIMessage]:
     return [_MESSAGE.validate_python(message) for message in opened.values()]
 
 
-def _run_started(thread_id: str, run_id: str) -> RunStartedEvent:
-    return RunStartedEvent(
-        thread_id=thread_id, run_id=run_id, protocol_version=PROTOCOL_VERSION, timestamp=now_ms()
-    )
-
-
 _END_CODES = {RunStatus.INTERRUPTED: ErrorCodes.CANCELLED}
 """The ``RUN_ERROR`` code replayed for a settled run's status (else ``INTERNAL_ERROR``)."""
 
@@ -352,9 +350,9 @@ class ThreadConnector:
             run = await self.store.get_run(chat.chat_uuid, run_id) or run
         if run.status == RunStatus.RUNNING:
             return None
-        started = _run_started(thread_id, run_id)
+        started = run_started(thread_id, run_id)
         end: BaseEvent = (
-            RunFinishedEvent(thread_id=thread_id, run_id=run_id, timestamp=now_ms())
+            run_finished(thread_id, run_id)
             if run.status == RunStatus.COMPLETE
             else RunErrorEvent(
                 message=f"run {run_id} ended {run.status}"
