@@ -120,26 +120,21 @@ class ChatExport(BaseModel):
 
 async def export_chat(store: Store, chat: Chat) -> ChatExport:
     """Return the export document of ``chat``: every branch, the active one marked by the leaf."""
-    active = [message async for message in store.messages.iter_chat_messages(chat.chat_uuid)]
+    # The whole active branch at once: from the store's kept history, its models built
+    # off the event loop (a long chat's are tens of thousands).
+    active = list(await store.get_chat_messages(chat.chat_uuid))
     return await _export(store, chat, active)
 
 
 async def export_chat_json(store: Store, chat: Chat) -> bytes:
-    """:func:`export_chat`'s document as JSON text (the export route's body).
-
-    The document is never handed out, so its active branch is the store's kept history
-    (``read_history``), not copies: a long chat's copies alone are hundreds of thousands
-    of objects, and every collection of the cyclic collector while they live would scan
-    them all (see :func:`export_json_pieces` for the serialization).
-    """
+    """:func:`export_chat`'s document as JSON text (the export route's body)."""
     return b"".join([piece async for piece in await export_chat_json_pieces(store, chat)])
 
 
 async def export_chat_json_pieces(store: Store, chat: Chat) -> AsyncIterator[bytes]:
     """:func:`export_chat_json` in pieces, once the document is read: what ``GET .../export``
-    streams, so no step of it joins the whole text."""
-    active = list(await store.messages.read_history(chat.chat_uuid))
-    return export_json_pieces(await _export(store, chat, active))
+    streams, so no step of it joins the whole text (see :func:`export_json_pieces`)."""
+    return export_json_pieces(await export_chat(store, chat))
 
 
 async def _export(store: Store, chat: Chat, active: list[Message]) -> ChatExport:
