@@ -40,14 +40,6 @@ class ContentBuffer:
             if len(self._parts) > self._limit:
                 self._join()
 
-    def extend(self, deltas: list[str]) -> None:
-        """Add every one of ``deltas`` at the end, as :meth:`append` of each would."""
-        parts = self._parts
-        parts.extend(deltas)
-        self._joined = None
-        if len(parts) > self._limit:
-            self._join()
-
     def replace(self, text: str) -> None:
         """Make ``text`` the whole content."""
         self._parts = [text] if text else []
