@@ -139,10 +139,6 @@ class Connections:
             raise ConfigurationError("the store is not connected: use open_store() or connect()")
         return self._pool
 
-    @property
-    def connected(self) -> bool:
-        return self._pool is not None
-
     async def connect(self) -> None:
         """Create the pool (a no-op when the app passed its own)."""
         if self._pool is not None:
