@@ -251,10 +251,6 @@ class Usage:
                 period = "today's " if budget.period == "day" else ""
                 raise BudgetExceededError(f"the {period}budget of {whose} is spent: {why}")
 
-    async def forget(self, user_uuid: UUID) -> int:
-        """Delete the user's ledger rows and budgets (``forget_user`` does); how many."""
-        return await self._backend().erase_user(user_uuid)
-
     async def _scope(
         self, user_uuid: UUID | None, chat_uuid: UUID | None
     ) -> tuple[BudgetScope, UUID, UUID]:
