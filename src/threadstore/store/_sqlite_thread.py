@@ -26,10 +26,10 @@ _T = TypeVar("_T")
 class DatabaseThread:
     """A sqlite3 connection used only from its own worker thread."""
 
-    def __init__(self, name: str = "threadstore-sqlite", *, timeout: float | None = None) -> None:
+    def __init__(self, name: str = "threadstore-sqlite", *, timeout: float) -> None:
         self._name = name
         self.timeout = timeout
-        """Seconds a call waits for the thread to take it up (``None``: no bound).
+        """Seconds a call waits for the thread to take it up.
 
         A call the thread has not begun by then never runs and raises
         :class:`~threadstore.errors.StoreUnavailableError`; one it has begun is waited
@@ -73,8 +73,6 @@ class DatabaseThread:
             raise ConfigurationError("the store is not connected: use open_store() or connect()")
         self.calls += 1
         loop = asyncio.get_running_loop()
-        if self.timeout is None:
-            return await loop.run_in_executor(executor, fn, conn, *args)
         job = executor.submit(fn, conn, *args)
         try:
             async with asyncio.timeout(self.timeout):
