@@ -34,6 +34,7 @@ from threadstore.chat import ui_from_messages
 from threadstore.lifecycle import (
     CompactionPolicy,
     deterministic_summary,
+    message_tokens,
     plan_compaction,
     safe_cuts,
 )
@@ -451,6 +452,17 @@ async def test_a_background_compactor_compacts_a_chat_once_it_is_over_budget(
 def test_a_policy_that_would_compact_forever_is_refused() -> None:
     with pytest.raises(InvalidInputError, match="must be more than keep_messages"):
         CompactionPolicy(max_messages=4, keep_messages=4)
+
+
+async def test_a_token_budget_is_over_once_the_tail_holds_more_tokens_than_it() -> None:
+    # More messages than one step of the count, which pauses between steps.
+    tail = [
+        Message(message_uuid=uuid4(), chat_uuid=CHAT, role=Role.USER, content="x" * 40)
+        for _ in range(250)
+    ]
+    tokens = sum(message_tokens(message) for message in tail)
+    assert not await CompactionPolicy(max_tokens=tokens).over_budget(tail)
+    assert await CompactionPolicy(max_tokens=tokens - 1).over_budget(tail)
 
 
 def test_the_deterministic_summary_is_the_same_for_the_same_messages() -> None:
