@@ -190,6 +190,9 @@ def test_retention_on_the_command_line(tmp_path: Path) -> None:
     code, swept = invoke("sweep")
     assert code == 0 and "retention: deleted 1 chat(s) (1 idle), 2 message(s)" in swept
     assert "a sweep would delete 0 chat(s)" in invoke("retention", "show")[1]
+    # Released, ann's idle chat expires like any other.
+    assert invoke("retention", "release", "--user", "ann")[0] == 0
+    assert "a sweep would delete 1 chat(s) now: 1 idle" in invoke("retention", "show")[1]
     bad_code, bad = invoke("retention", "set", "--idle-ttl", "soon")
     assert bad_code == 1 and bad.startswith("error: --idle-ttl 'soon' is not a duration")
     both_code, both = invoke("retention", "hold", "--user", "ann", "--chat", "x")
