@@ -115,6 +115,12 @@ async def test_ledger_totals_are_the_sum_of_what_concurrent_runs_reported(store:
     assert today.day == datetime.now(UTC).date()
     assert (today.runs, today.output_tokens) == (len(runs), expected()["output"])
     assert today.cost_usd == expected()["cost"] / 10**9
+    # One total over every user: their per-user sums added up.
+    everything = await store.usage.total()
+    assert (everything.runs, everything.input_tokens) == (len(runs), expected()["input"])
+    assert everything.cached_input_tokens == expected()["cached"]
+    assert everything.cost_usd == expected()["cost"] / 10**9
+    assert everything.cache_savings_usd == expected()["savings"] / 10**9
 
 
 async def test_run_finished_usage_is_the_runs_tokens_and_custom_events_its_cost(
