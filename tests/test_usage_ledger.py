@@ -117,6 +117,7 @@ async def test_ledger_totals_are_the_sum_of_what_concurrent_runs_reported(store:
     assert today.cost_usd == expected()["cost"] / 10**9
     # One total over every user: their per-user sums added up.
     everything = await store.usage.total()
+    assert everything.user_uuid is None  # the total of several users is no one user's
     assert (everything.runs, everything.input_tokens) == (len(runs), expected()["input"])
     assert everything.cached_input_tokens == expected()["cached"]
     assert everything.cost_usd == expected()["cost"] / 10**9

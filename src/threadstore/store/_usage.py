@@ -200,7 +200,8 @@ class Usage:
             return UsageTotals(user_uuid=user_uuid, chat_uuid=chat_uuid)
         if len(sums) == 1:
             return sums[0].model_copy(update={"chat_uuid": chat_uuid})
-        return _summed(sums)
+        # Several users' sums (no user asked for): the total is no one user's.
+        return _summed(sums, chat_uuid)
 
     # --- budgets ---------------------------------------------------------------------
 
@@ -269,10 +270,9 @@ _NO_CHAT = UUID(int=0)
 """Matches no chat: only the user's own budget applies."""
 
 
-def _summed(sums: list[UsageTotals]) -> UsageTotals:
-    first = sums[0]
+def _summed(sums: list[UsageTotals], chat_uuid: UUID | None) -> UsageTotals:
     return UsageTotals(
-        user_uuid=first.user_uuid,
+        chat_uuid=chat_uuid,
         runs=sum(s.runs for s in sums),
         input_tokens=sum(s.input_tokens for s in sums),
         output_tokens=sum(s.output_tokens for s in sums),
