@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from threadstore import Store, open_store
-from threadstore.errors import StoreUnavailableError
+from threadstore.errors import MigrationError, StoreUnavailableError
 from threadstore.server import create_app
 
 TIMEOUT = 0.05
@@ -103,3 +103,18 @@ async def test_readyz_answers_503_starting_before_the_server_has_started(tmp_pat
     assert response.status_code == 503
     assert response.json()["code"] == "not_ready"
     assert response.json()["status"] == "starting"
+
+
+async def test_a_store_whose_schema_is_wrong_makes_readyz_answer_503_schema_not_ready(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A store that answers but refuses its schema (a store's own check, say): the server
+    # cannot serve until it is migrated, and the probe says why.
+    async def refused() -> int:
+        raise MigrationError("database schema version 99 is newer than this threadstore")
+
+    monkeypatch.setattr(store, "schema_version", refused)
+    async with client_of(store) as client:
+        response = await client.get("/readyz")
+        body = assert_not_ready(response, "schema_not_ready")
+        assert "newer than this threadstore" in body["detail"]
