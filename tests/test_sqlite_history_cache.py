@@ -250,3 +250,94 @@ async def test_a_chat_created_again_under_the_same_uuid_reads_its_own_history(
 
     read = await store.get_chat_messages(chat.chat_uuid)
     assert [m.content for m in read] == ["other", "history", "here"]
+
+
+async def _chat_of(store: SQLiteStore, texts: list[str]) -> Chat:
+    chat = await store.create_chat(ChatCreate(user_uuid=uuid4(), thread_id="t"))
+    for text in texts:
+        await store.create_message(MessageCreate(chat_uuid=chat.chat_uuid, content=text))
+    return chat
+
+
+async def _contents(store: SQLiteStore, chat: Chat) -> list[str]:
+    return [m.content for m in await store.get_chat_messages(chat.chat_uuid)]
+
+
+async def test_a_full_cache_drops_the_least_recently_read_chat_and_reads_it_right_again(
+    db: str,
+) -> None:
+    # Room for four messages: two chats of three cannot both be kept.
+    store = await open_store(db, history_cache_messages=4)
+    other = await open_store(db, history_cache_messages=0)  # another process's writes
+    try:
+        assert isinstance(store, SQLiteStore) and store.history_cache is not None
+        cache = store.history_cache
+        a = await _chat_of(store, ["a1", "a2", "a3"])
+        b = await _chat_of(store, ["b1", "b2", "b3"])
+
+        assert await _contents(store, a) == ["a1", "a2", "a3"]
+        assert await _contents(store, b) == ["b1", "b2", "b3"]  # a is dropped to keep b
+        assert (cache.misses, cache.hits) == (2, 0)
+        assert await _contents(store, b) == ["b1", "b2", "b3"]
+        assert (cache.misses, cache.hits) == (2, 1)  # b was kept
+
+        # While a is not kept, another process appends to it and edits it in place.
+        await other.create_message(MessageCreate(chat_uuid=a.chat_uuid, content="a4"))
+        (first, *_) = await other.get_chat_messages(a.chat_uuid)
+        await other.update_message(first.message_uuid, MessageUpdate(content="a1, edited"))
+
+        assert await _contents(store, a) == ["a1, edited", "a2", "a3", "a4"]
+        assert (cache.misses, cache.hits) == (3, 1)  # read whole: a was dropped
+        assert await _contents(store, a) == ["a1, edited", "a2", "a3", "a4"]
+        assert (cache.misses, cache.hits) == (3, 2)  # a (four messages) is kept now...
+        assert await _contents(store, b) == ["b1", "b2", "b3"]
+        assert cache.misses == 4  # ...and b went to make room for it
+    finally:
+        await other.close()
+        await store.close()
+
+
+async def test_a_chat_that_outgrows_the_cache_is_no_longer_kept_and_reads_right(
+    db: str,
+) -> None:
+    store = await open_store(db, history_cache_messages=4)
+    try:
+        assert isinstance(store, SQLiteStore) and store.history_cache is not None
+        cache = store.history_cache
+        small = await _chat_of(store, ["s1"])
+        chat = await _chat_of(store, ["m1", "m2", "m3"])
+        assert await _contents(store, small) == ["s1"]
+        assert await _contents(store, chat) == ["m1", "m2", "m3"]  # both kept: 4 messages
+        assert await _contents(store, small) == ["s1"]
+        assert (cache.misses, cache.hits) == (2, 1)
+
+        # Two appends make five messages: more than the cache holds, so it lets go of it.
+        await store.create_message(MessageCreate(chat_uuid=chat.chat_uuid, content="m4"))
+        await store.create_message(MessageCreate(chat_uuid=chat.chat_uuid, content="m5"))
+        assert await _contents(store, chat) == ["m1", "m2", "m3", "m4", "m5"]
+        assert await _contents(store, chat) == ["m1", "m2", "m3", "m4", "m5"]
+        assert cache.entry(chat.chat_uuid) is None
+        # The chat read whole each time; the small one, untouched, is still kept.
+        assert await _contents(store, small) == ["s1"]
+        assert cache.hits == 2 and cache.entry(small.chat_uuid) is not None
+    finally:
+        await store.close()
+
+
+async def test_a_chat_read_again_is_kept_before_one_read_less_recently(db: str) -> None:
+    store = await open_store(db, history_cache_messages=4)
+    try:
+        assert isinstance(store, SQLiteStore) and store.history_cache is not None
+        cache = store.history_cache
+        p, q, r = [await _chat_of(store, [f"{n}1", f"{n}2"]) for n in "pqr"]
+        assert await _contents(store, p) == ["p1", "p2"]
+        assert await _contents(store, q) == ["q1", "q2"]
+        assert await _contents(store, p) == ["p1", "p2"]  # p is the most recently read now
+        assert await _contents(store, r) == ["r1", "r2"]  # room for r: q goes, not p
+        assert (cache.misses, cache.hits) == (3, 1)
+        assert await _contents(store, p) == ["p1", "p2"]
+        assert (cache.misses, cache.hits) == (3, 2)
+        assert await _contents(store, q) == ["q1", "q2"]
+        assert (cache.misses, cache.hits) == (4, 2)
+    finally:
+        await store.close()

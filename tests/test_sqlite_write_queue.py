@@ -15,7 +15,7 @@ import pytest
 
 from sqlite_support import counting_hops, sqlite_store, until
 from threadstore import ChatCreate, MessageCreate, NotFoundError, Run
-from threadstore.errors import RunLiveError
+from threadstore.errors import RunLiveError, StoreUnavailableError
 from threadstore.store._sqlite_writes import Statement, run_group
 from threadstore.store.sqlite import SQLiteStore
 
@@ -168,3 +168,83 @@ def test_a_healthy_group_runs_its_statements_alone_and_a_failing_one_finds_who_f
     assert any(line.startswith("SAVEPOINT") for line in traced)
     assert isinstance(outcomes[1], sqlite3.IntegrityError) and outcomes[0] == [[]]
     assert conn.execute("SELECT v FROM t ORDER BY v").fetchall() == [(0,), (1,), (2,), (9,)]
+
+
+async def test_a_group_that_meets_another_processs_lock_fails_every_write_after_one_wait(
+    tmp_path: Path,
+) -> None:
+    # Another connection (another process, for SQLite) holds the file's write lock past
+    # the store's timeout while writes wait in the queue: the group's transaction cannot
+    # begin. Every write of it gets StoreUnavailableError, nothing is written, and the
+    # group waited once, not once more per write.
+    path = tmp_path / "locked.db"
+    async with sqlite_store(path, "?timeout=0.2") as store:
+        chat = await store.create_chat(ChatCreate(user_uuid=uuid4(), thread_id="t"))
+        # The queue's own wait for the writer turn is not under test: however slow the
+        # machine, it must not give up before the group meets the file's lock.
+        store.executor.lock.timeout = None
+        taken, release = asyncio.Event(), asyncio.Event()
+
+        async def hold() -> None:
+            async with store.executor.lock.turn():
+                taken.set()
+                await release.wait()
+
+        holder = asyncio.ensure_future(hold())
+        await taken.wait()
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        try:
+            writes = [
+                asyncio.ensure_future(
+                    store.create_message(MessageCreate(chat_uuid=chat.chat_uuid, content=f"m{n}"))
+                )
+                for n in range(3)
+            ]
+            await until(lambda: len(store.executor.write_queue) >= 3, "three writes queue")
+            traced: list[str] = []
+            await store.executor.set_trace_callback(traced.append)
+            release.set()
+            await holder
+            outcomes = await asyncio.gather(*writes, return_exceptions=True)
+            await store.executor.set_trace_callback(None)
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+        assert all(isinstance(o, StoreUnavailableError) for o in outcomes), outcomes
+        assert store.executor.write_queue.groups == 1
+        # The group's BEGIN was the only statement that waited for the lock.
+        assert [line.split(" ")[0] for line in traced] == ["BEGIN"]
+        assert await store.get_chat_messages(chat.chat_uuid) == []
+        # The lock gone, the store writes again.
+        await store.create_message(MessageCreate(chat_uuid=chat.chat_uuid, content="later"))
+        assert [m.content for m in await store.get_chat_messages(chat.chat_uuid)] == ["later"]
+
+
+def test_a_group_whose_commit_fails_runs_each_write_alone_and_keeps_the_good_ones(
+    tmp_path: Path,
+) -> None:
+    # A deferred constraint is checked at COMMIT: the group's transaction fails as a whole
+    # after every statement ran. Each write then runs alone, as without the queue: the
+    # good ones commit, the one that breaks the constraint gets its own error.
+    conn = sqlite3.connect(tmp_path / "deferred.db", isolation_level=None)
+    conn.execute("PRAGMA foreign_keys = ON")
+    conn.execute("CREATE TABLE parent (id INTEGER PRIMARY KEY)")
+    conn.execute(
+        "CREATE TABLE child (id INTEGER PRIMARY KEY, parent INTEGER"
+        " REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED)"
+    )
+    conn.execute("INSERT INTO parent (id) VALUES (1)")
+    good = [Statement("INSERT INTO child (id, parent) VALUES (?, ?) RETURNING id", (10, 1))]
+    orphan = [Statement("INSERT INTO child (id, parent) VALUES (?, ?) RETURNING id", (11, 99))]
+    also = [
+        Statement("INSERT INTO parent (id) VALUES (?)", (2,)),
+        Statement("INSERT INTO child (id, parent) VALUES (?, ?) RETURNING id", (12, 2)),
+    ]
+
+    outcomes = run_group(conn, [good, orphan, also])
+
+    assert outcomes[0] == [[(10,)]] and outcomes[2] == [[], [(12,)]]
+    assert isinstance(outcomes[1], sqlite3.IntegrityError)
+    assert conn.execute("SELECT id FROM child ORDER BY id").fetchall() == [(10,), (12,)]
+    assert not conn.in_transaction
