@@ -2,8 +2,10 @@
 
 ``/healthz`` says the process is up (liveness: restart it when it stops answering);
 ``/readyz`` says whether it can do its work: ``200`` when the store answers a trivial
-query within its timeout, ``503`` with a JSON body saying why otherwise (route no
-traffic to it meanwhile; it recovers by itself). Both bodies carry ``outbox_depth``, the
+query within its timeout (the schema version it reads), ``503`` with a JSON body saying
+why otherwise (route no traffic to it meanwhile; it recovers by itself). It does not
+compare that version with this code's: a server refuses to start on a schema newer than
+it knows, and one already running when a newer server migrates stays ready. Both bodies carry ``outbox_depth``, the
 writes waiting locally for the store, read from the run manager's ``outbox_depth`` when
 it has one (0 otherwise).
 """
@@ -61,7 +63,7 @@ async def readyz(request: Request) -> JSONResponse:
         return unavailable_response(late, status="unavailable", outbox_depth=depth)
     except StoreUnavailableError as exc:
         return unavailable_response(exc, status="unavailable", outbox_depth=depth)
-    except StoreError as exc:  # a schema that is missing or too new, say
+    except StoreError as exc:  # the store answers, but with an error (its schema, say)
         _, code = status_for(exc)
         return error_response(503, str(exc), code=code, status="unavailable", outbox_depth=depth)
     return JSONResponse({"status": "ready", "outbox_depth": depth})
