@@ -18,6 +18,7 @@ from ag_ui.core import (
     MessagesSnapshotEvent,
     ReasoningMessage,
     SystemMessage,
+    TextInputContent,
     ToolMessage,
     UserMessage,
 )
@@ -71,8 +72,8 @@ def _snapshot_message(fold: RecordTable, message: Any) -> None:
             create = message_create_from_agui(message, UUID(int=0), fold.run_id)
         except InvalidInputError as exc:
             fold.warn(f"snapshot message {message.id!r}: {exc}; stored as text only")
-            create = None
-        if create is not None:
+            record.text.replace(_text_of(message))
+        else:
             record.text.replace(create.content)
             record.content_parts = create.content_parts
         record.name, record.encrypted_value = message.name, message.encrypted_value
@@ -81,6 +82,13 @@ def _snapshot_message(fold: RecordTable, message: Any) -> None:
         record.name, record.encrypted_value = message.name, message.encrypted_value
         _snapshot_calls(fold, record, message)
     fold.close(record)
+
+
+def _text_of(message: UserMessage | SystemMessage | DeveloperMessage) -> str:
+    """The text parts of a message whose other parts cannot be stored, as its content."""
+    if isinstance(message.content, str):
+        return message.content
+    return "\n".join(part.text for part in message.content if isinstance(part, TextInputContent))
 
 
 def _snapshot_calls(fold: RecordTable, record: FoldRecord, message: AssistantMessage) -> None:
