@@ -5,9 +5,9 @@
 query within its timeout (the schema version it reads), ``503`` with a JSON body saying
 why otherwise (route no traffic to it meanwhile; it recovers by itself). It does not
 compare that version with this code's: a server refuses to start on a schema newer than
-it knows, and one already running when a newer server migrates stays ready. Both bodies carry ``outbox_depth``, the
-writes waiting locally for the store, read from the run manager's ``outbox_depth`` when
-it has one (0 otherwise).
+it knows, and one already running when a newer server migrates stays ready. Both
+bodies carry ``outbox_depth``, the writes waiting locally for the store, read from the
+run manager's ``outbox_depth`` when it has one (0 otherwise).
 """
 
 from __future__ import annotations
