@@ -10,10 +10,7 @@ a SQLite file, as an application shares it between its frameworks.
 
 from __future__ import annotations
 
-import shutil
 import uuid
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,7 +20,6 @@ from agent_framework import Message as AFMessage
 from agents.items import TResponseInputItem
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 
-import threadstore
 from threadstore import ChatCreate, MessageCreate, MessageStatus, Role, Store
 from threadstore.agui import translate_messages
 from threadstore.faces.agent_framework import ThreadstoreHistoryProvider
@@ -33,16 +29,8 @@ from threadstore.faces.openai_agents import ThreadstoreSession
 THREAD = "weather"
 
 
-@pytest.fixture
-async def store(tmp_path: Path, sqlite_template: Path) -> AsyncIterator[Store]:
-    """A store on a SQLite file of its own."""
-    path = tmp_path / "threadstore.db"
-    shutil.copyfile(sqlite_template, path)
-    opened = await threadstore.open_store(f"sqlite:///{path}")
-    try:
-        yield opened
-    finally:
-        await opened.close()
+# The conftest's store, on a SQLite file of its own.
+pytestmark = pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
 
 
 @pytest.fixture

@@ -9,9 +9,7 @@ SQLite file, and the history is read back as a user of the store reads it.
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import AsyncIterator, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 from uuid import UUID
 
@@ -32,7 +30,6 @@ from ag_ui.core import (
     UserMessage,
 )
 
-import threadstore
 from agui_scripts import (
     ScriptedAgent,
     collect,
@@ -51,16 +48,8 @@ USER = UUID("00000000-0000-4000-8000-000000000001")
 COMPLETE = MessageStatus.COMPLETE
 
 
-@pytest.fixture
-async def store(tmp_path: Path, sqlite_template: Path) -> AsyncIterator[Store]:
-    """A store on a SQLite file of its own."""
-    path = tmp_path / "threadstore.db"
-    shutil.copyfile(sqlite_template, path)
-    opened = await threadstore.open_store(f"sqlite:///{path}")
-    try:
-        yield opened
-    finally:
-        await opened.close()
+# The conftest's store, on a SQLite file of its own.
+pytestmark = pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
 
 
 async def run(store: Store, run_id: str, script: Sequence[BaseEvent], messages: Any) -> None:
