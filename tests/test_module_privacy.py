@@ -106,3 +106,18 @@ def test_every_name_a_package_exports_is_there() -> None:
             package = importlib.import_module(name)
             missing = [n for n in getattr(package, "__all__", ()) if not hasattr(package, n)]
             assert missing == [], name
+
+
+def test_each_package_exports_at_most_25_names_and_the_top_level_35() -> None:
+    # Read from the source, as above: the faces' packages need their frameworks to import.
+    sizes = {}
+    for name, path, is_package in modules():
+        if is_package:
+            for node in ast.parse(path.read_text(encoding="utf-8")).body:
+                if isinstance(node, ast.Assign) and any(
+                    isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
+                ):
+                    assert isinstance(node.value, ast.List | ast.Tuple), name
+                    sizes[name] = len(node.value.elts)
+    assert sizes.pop("threadstore") <= 35
+    assert {name: size for name, size in sizes.items() if size > 25} == {}
