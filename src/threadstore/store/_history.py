@@ -293,7 +293,7 @@ def _replaced(kept: KeptHistory, replaced: dict[int, tuple[Any, Message]]) -> Ke
         if rewound is not None:
             derivation.feed(rewound, fresh)
             derived[derivation] = rewound
-    return KeptHistory(kept.version, kept.build, entries, dict(kept.positions), derived)
+    return KeptHistory(kept.version, kept.build, entries, kept.positions.copy(), derived)
 
 
 class HistoryCache:
