@@ -8,6 +8,7 @@ pieces equal what the whole history gives at once.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 from uuid import uuid4
 
 import pytest
@@ -31,6 +32,7 @@ from threadstore import (
     ToolCall,
     open_store,
 )
+from threadstore.codec import TRANSLATION
 from threadstore.codec._messages import HistoryTranslator, translate_messages
 from threadstore.fold import HistoryIndex, pending_tool_calls, stored_ids
 from threadstore.store._history import HistoryCache
@@ -274,3 +276,57 @@ def test_an_index_and_a_translation_rewound_to_a_prefix_grow_as_built_afresh(
     facts = index.at(len(history))
     assert {i for i in stored_ids(history) if i in facts.ids} == stored_ids(history)
     assert facts.pending == before[1].pending == pending_tool_calls(history)
+
+
+@settings(max_examples=100, deadline=None)
+@given(histories() | replayed_histories(), st.lists(replayed_histories(), max_size=12), st.data())
+def test_a_translation_rewound_again_and_again_is_the_translation_built_afresh(
+    history: list[Message], tails: list[list[Message]], data: st.DataObject
+) -> None:
+    # Tool result after tool result: each rewind keeps the last one's sets as its base,
+    # and folds them into a plain set again once its own changes outgrow them.
+    translator = HistoryTranslator()
+    translator.feed(history)
+    current = list(history)
+    kept: list[tuple[HistoryTranslator, list[Any]]] = []
+    for tail in tails:
+        at = data.draw(st.integers(max(0, len(current) - 3), len(current)))
+        prefix = current[:at]
+        answered = [m.model_copy(deep=True) for m in current[at:]]
+        for call in (call for m in answered for call in m.tool_calls):
+            call.content, call.in_progress = "answered", False
+        added = [*answered, *tail]
+        added = [m.model_copy(update={"seq": len(prefix) + n}) for n, m in enumerate(added)]
+        kept.append((translator, list(translator.out)))
+        translator = translator.rewound(len(translate_messages(prefix)), current[at:])
+        translator.feed(added)
+        current = [*prefix, *added]
+        assert translator.out == translate_messages(current)
+    # Every translator rewound from is as it was: views of its history still use it.
+    for old, out in kept:
+        assert old.out == out
+
+
+async def test_views_of_a_replaced_history_keep_their_translation(store: Store) -> None:
+    chat = await store.create_chat(ChatCreate(user_uuid=uuid4(), thread_id="t"))
+    answer = await store.create_message(
+        MessageCreate(
+            chat_uuid=chat.chat_uuid, role=Role.ASSISTANT, content="calling", agui_id="a1"
+        )
+    )
+    call = await store.create_message_tool_call(
+        MessageToolCallCreate(message_uuid=answer.message_uuid, tool_call_id="c1", name="f")
+    )
+    first = await store.messages.read_history(chat.chat_uuid, TRANSLATION)
+    before = first.derived(TRANSLATION).upto(len(first))
+    # A tool result changes the last message in place (the kept history is replaced and
+    # its translation rewound), then the chat grows and is read again, twice.
+    await store.update_message_tool_call(call.uuid, MessageToolCallUpdate(content="done"))
+    second = await store.messages.read_history(chat.chat_uuid, TRANSLATION)
+    await store.create_message(MessageCreate(chat_uuid=chat.chat_uuid, role=Role.USER, content="n"))
+    third = await store.messages.read_history(chat.chat_uuid, TRANSLATION)
+
+    assert [m.role for m in before] == ["assistant"]
+    assert first.derived(TRANSLATION).upto(len(first)) == before
+    assert [m.role for m in second.derived(TRANSLATION).upto(len(second))] == ["assistant", "tool"]
+    assert third.derived(TRANSLATION).upto(len(third)) == translate_messages(list(third))

@@ -138,12 +138,50 @@ class IdsAdded(Generic[_T]):
         self._added.add(key)
 
 
+class _Rewound(Generic[_T]):
+    """A set: ``base`` less ``removed``, plus what is added since; ``base`` is not changed.
+
+    What a rewound :class:`HistoryTranslator` keeps of its claimed ids and fed messages:
+    made in the cost of what the rewind drops, not of the whole history. The translator
+    it came from is never fed again (``store/_history.py`` retires the history it
+    served), so sharing its set is safe. See :func:`_rewound`.
+    """
+
+    __slots__ = ("_added", "_base", "_removed")
+
+    def __init__(self, base: set[_T], removed: set[_T], added: set[_T]) -> None:
+        self._base, self._removed, self._added = base, removed, added
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._added or (key in self._base and key not in self._removed)
+
+    def add(self, key: _T) -> None:
+        """Note ``key`` as taken."""
+        self._added.add(key)
+
+
+def _rewound(current: set[_T] | _Rewound[_T], dropped: Iterable[_T]) -> set[_T] | _Rewound[_T]:
+    """``current`` without ``dropped``, over the same plain set (one layer at most).
+
+    Once the layer's own entries outgrow a quarter of the base it becomes a plain set
+    again: that copy is paid once per so many changes, not at every rewind.
+    """
+    gone = set(dropped)
+    if isinstance(current, _Rewound):
+        base, removed, added = current._base, current._removed | gone, current._added - gone
+    else:
+        base, removed, added = current, gone, set()
+    if len(removed) + len(added) > len(base) // 4:
+        return {key for key in base if key not in removed} | added
+    return _Rewound(base, removed, added)
+
+
 class _Ids:
     """Hands out ids, never the same one twice."""
 
     __slots__ = ("_used",)
 
-    def __init__(self, used: set[str] | IdsAdded[str] | None = None) -> None:
+    def __init__(self, used: set[str] | IdsAdded[str] | _Rewound[str] | None = None) -> None:
         self._used = set() if used is None else used
 
     def claim(self, preferred: str, fallback: UUID) -> str | None:
@@ -302,7 +340,7 @@ class HistoryTranslator:
 
     def __init__(self) -> None:
         self._ids = _Ids()
-        self._seen: set[int] = set()
+        self._seen: set[int] | _Rewound[int] = set()
         """The uuids (as ints) of the messages fed."""
         self.out: list[ag.Message] = []
         """The translation of every message fed so far."""
@@ -319,10 +357,10 @@ class HistoryTranslator:
         there, so taking those back out of the copies is exact.
         """
         rewound = HistoryTranslator()
-        used = set(self._ids._used)  # type: ignore[arg-type]
-        used.difference_update(message.id for message in self.out[length:])
-        rewound._ids = _Ids(used)
-        rewound._seen = self._seen - {message.message_uuid.int for message in dropped}
+        used = self._ids._used
+        assert not isinstance(used, IdsAdded)  # only :meth:`after` claims over another's
+        rewound._ids = _Ids(_rewound(used, (message.id for message in self.out[length:])))
+        rewound._seen = _rewound(self._seen, (message.message_uuid.int for message in dropped))
         rewound.out = self.out[:length]
         return rewound
 
@@ -345,7 +383,7 @@ def _translate_onto(
     out: list[ag.Message],
     messages: Iterable[Message],
     ids: _Ids,
-    seen: set[int] | IdsAdded[int],
+    seen: set[int] | IdsAdded[int] | _Rewound[int],
     sources: list[Record] | None = None,
 ) -> None:
     """Append the translation of ``messages`` to ``out``, claiming their ids in ``ids``.

@@ -49,6 +49,9 @@ __all__ = [
 DEFAULT_HISTORY_CACHE_MESSAGES = 250_000
 """Default bound of a store's history cache, in messages (0 disables it)."""
 
+_RETIRED: Hashable = object()
+"""The version of a kept history replaced by another: no read's version equals it."""
+
 STEP_MESSAGES = 200
 """Messages built from entries in one step of a long history, between turns of the loop."""
 
@@ -293,7 +296,12 @@ def _replaced(kept: KeptHistory, replaced: dict[int, tuple[Any, Message]]) -> Ke
         if rewound is not None:
             derivation.feed(rewound, fresh)
             derived[derivation] = rewound
-    return KeptHistory(kept.version, kept.build, entries, kept.positions.copy(), derived)
+    replacement = KeptHistory(kept.version, kept.build, entries, kept.positions.copy(), derived)
+    # The old history is retired: no read extends it again (one that read its version
+    # before starts over from the cache), so its derivations stay as its views saw them
+    # and the new ones may share their unchanged parts.
+    kept.version = _RETIRED
+    return replacement
 
 
 class HistoryCache:
