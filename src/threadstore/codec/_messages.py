@@ -144,7 +144,7 @@ class _Rewound(Generic[_T]):
     What a rewound :class:`HistoryTranslator` keeps of its claimed ids and fed messages:
     made in the cost of what the rewind drops, not of the whole history. The translator
     it came from is never fed again (``store/_history.py`` retires the history it
-    served), so sharing its set is safe. See :func:`_rewound`.
+    served: ``KeptHistory.retired``), so sharing its set is safe. See :func:`_rewound`.
     """
 
     __slots__ = ("_added", "_base", "_removed")

@@ -475,7 +475,7 @@ class Messages:
             if kept is not None:
                 since = kept.version
                 changed = await self._store._select_changed(chat_uuid, since, version)
-                if kept.version != since:
+                if kept.version != since or kept.retired:
                     continue  # another read moved it meanwhile: start again from it
                 if changed is not None and len(changed[0]) < STEP_MESSAGES:
                     entries, leaf = changed

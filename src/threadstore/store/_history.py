@@ -49,9 +49,6 @@ __all__ = [
 DEFAULT_HISTORY_CACHE_MESSAGES = 250_000
 """Default bound of a store's history cache, in messages (0 disables it)."""
 
-_RETIRED: Hashable = object()
-"""The version of a kept history replaced by another: no read's version equals it."""
-
 STEP_MESSAGES = 200
 """Messages built from entries in one step of a long history, between turns of the loop."""
 
@@ -97,10 +94,10 @@ class KeptHistory:
 
     ``entries`` only ever grows at its end (:func:`extended` appends): a
     :class:`HistoryView` of its first ``n`` messages stays exact. A change in place
-    makes a new ``KeptHistory``.
+    makes a new ``KeptHistory``, and this one is ``retired``: never extended again.
     """
 
-    __slots__ = ("build", "derived", "entries", "positions", "version")
+    __slots__ = ("build", "derived", "entries", "positions", "retired", "version")
 
     def __init__(
         self,
@@ -118,6 +115,9 @@ class KeptHistory:
         """Where each message stands, by its uuid as an int."""
         self.derived = derived
         """Each derivation's value, grown with ``entries``."""
+        self.retired = False
+        """Replaced by a new history: no read extends this one, so its derivations stay
+        as its views saw them (and the new history's may share their unchanged parts)."""
 
     def view(self) -> HistoryView:
         """The history as it is now: later appends do not show in the view."""
@@ -296,12 +296,8 @@ def _replaced(kept: KeptHistory, replaced: dict[int, tuple[Any, Message]]) -> Ke
         if rewound is not None:
             derivation.feed(rewound, fresh)
             derived[derivation] = rewound
-    replacement = KeptHistory(kept.version, kept.build, entries, kept.positions.copy(), derived)
-    # The old history is retired: no read extends it again (one that read its version
-    # before starts over from the cache), so its derivations stay as its views saw them
-    # and the new ones may share their unchanged parts.
-    kept.version = _RETIRED
-    return replacement
+    kept.retired = True  # a read that began on it starts over from the cache
+    return KeptHistory(kept.version, kept.build, entries, kept.positions.copy(), derived)
 
 
 class HistoryCache:
