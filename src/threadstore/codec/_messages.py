@@ -354,7 +354,8 @@ class HistoryTranslator:
 
         ``dropped``: the messages fed last, whose translation is :attr:`out` from
         ``length`` on. Every id a message claimed is the id of an AG-UI message it added
-        there, so taking those back out of the copies is exact.
+        there, so taking those back out is exact. The new translator's sets are layers over
+        this one's (:func:`_rewound`): feed this one no more.
         """
         rewound = HistoryTranslator()
         used = self._ids._used
