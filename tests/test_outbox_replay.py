@@ -20,7 +20,7 @@ import pytest
 from ag_ui.core import AssistantMessage
 
 from agui_scripts import run_input, user
-from threadstore import Store, open_store
+from threadstore import Store
 from threadstore.agui import Outbox
 from threadstore.errors import StoreUnavailableError
 from threadstore.models import (
@@ -41,14 +41,8 @@ USER = UUID("00000000-0000-4000-8000-0000000000b0")
 OUTBOX_LOGGER = "threadstore.agui._outbox"
 
 
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    """A real SQLite file store."""
-    opened = await open_store(f"sqlite:///{tmp_path / 'threadstore.db'}")
-    try:
-        yield opened
-    finally:
-        await opened.close()
+# The conftest's store, on a SQLite file of its own.
+pytestmark = pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
 
 
 @pytest.fixture
@@ -186,6 +180,14 @@ def set_up_spec(input: Any, *, records_run: bool = True) -> dict[str, Any]:
     }
 
 
+async def journal_answer(outbox: Outbox, provisional: UUID, content: str) -> MessageCreate:
+    """Journal run-1's answer and its end for its provisional chat, as its writer would."""
+    answer = assistant(provisional, content)
+    finished = FinishRun(provisional, "run-1", RunStatus.COMPLETE, None)
+    await outbox.append(provisional, "run-1", "owner-1", [CreateMessage(answer), finished], USER)
+    return answer
+
+
 async def test_a_set_up_refused_because_another_run_holds_the_chat_stores_the_answer_in_that_chat(
     store: Store, outbox: Outbox, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -198,14 +200,7 @@ async def test_a_set_up_refused_because_another_run_holds_the_chat_stores_the_an
     await outbox.append_set_up(
         provisional, "run-1", "owner-1", set_up_spec(run_input(messages=[user("u1", "Hi?")]))
     )
-    answer = assistant(provisional, "the streamed answer")
-    await outbox.append(
-        provisional,
-        "run-1",
-        "owner-1",
-        [CreateMessage(answer), FinishRun(provisional, "run-1", RunStatus.COMPLETE, None)],
-        USER,
-    )
+    answer = await journal_answer(outbox, provisional, "the streamed answer")
     later = assistant(chat.chat_uuid, "run-0's answer")
     await outbox.append(chat.chat_uuid, "run-0", None, [CreateMessage(later)], USER)
 
@@ -238,14 +233,7 @@ async def test_a_set_up_whose_input_is_refused_drops_the_runs_writes_and_drains_
     )
     provisional = uuid4()
     await outbox.append_set_up(provisional, "run-1", "owner-1", set_up_spec(refused))
-    lost = assistant(provisional, "an answer with no chat")
-    await outbox.append(
-        provisional,
-        "run-1",
-        "owner-1",
-        [CreateMessage(lost), FinishRun(provisional, "run-1", RunStatus.COMPLETE, None)],
-        USER,
-    )
+    lost = await journal_answer(outbox, provisional, "an answer with no chat")
     chat = await store.create_chat(ChatCreate(user_uuid=USER, thread_id="other"))
     later = assistant(chat.chat_uuid, "another run's answer")
     await outbox.append(chat.chat_uuid, "run-2", None, [CreateMessage(later)], USER)

@@ -12,8 +12,6 @@ manager's) behave alike.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 from uuid import UUID
 
 import pytest
@@ -27,7 +25,7 @@ from agui_scripts import (
     run_started,
     text_message,
 )
-from threadstore import MessageStatus, Store, open_store
+from threadstore import MessageStatus, Store
 from threadstore.agui import StorageAgent
 
 USER = UUID("00000000-0000-4000-8000-0000000000c1")
@@ -36,14 +34,8 @@ NEVER = 3600.0
 """A flush interval no run reaches: only the run's end asks for a flush."""
 
 
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    """A real SQLite file store."""
-    opened = await open_store(f"sqlite:///{tmp_path / 'threadstore.db'}")
-    try:
-        yield opened
-    finally:
-        await opened.close()
+# The conftest's store, on a SQLite file of its own.
+pytestmark = pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
 
 
 def script() -> list[BaseEvent]:
