@@ -32,7 +32,7 @@ from threadstore import (
     ToolCall,
     open_store,
 )
-from threadstore.codec import TRANSLATION
+from threadstore.codec import TRANSLATION, KeptTranslation
 from threadstore.codec._messages import HistoryTranslator, translate_messages
 from threadstore.fold import HistoryIndex, pending_tool_calls, stored_ids
 from threadstore.store._history import HistoryCache
@@ -305,6 +305,31 @@ def test_a_translation_rewound_again_and_again_is_the_translation_built_afresh(
     # Every translator rewound from is as it was: views of its history still use it.
     for old, out in kept:
         assert old.out == out
+
+
+@settings(max_examples=100, deadline=None)
+@given(histories() | replayed_histories())
+def test_a_kept_translation_reads_as_a_fresh_one_with_few_field_sets(
+    history: list[Message],
+) -> None:
+    kept = KeptTranslation()
+    kept.feed(history)
+    fresh = translate_messages(history)
+    models = [*kept.upto(len(history)), *(c for m in kept.upto(len(history)) for c in _nested(m))]
+
+    assert kept.upto(len(history)) == fresh
+    for mine, theirs in zip(kept.upto(len(history)), fresh, strict=True):
+        assert mine.model_fields_set == theirs.model_fields_set
+        assert mine.model_dump(exclude_unset=True) == theirs.model_dump(exclude_unset=True)
+    # One set per combination of set fields, not one per model: what the collector
+    # scans of a long chat's kept translation.
+    shapes = {(type(m), frozenset(m.model_fields_set)) for m in models}
+    assert len({id(m.__pydantic_fields_set__) for m in models}) <= len(shapes)
+
+
+def _nested(message: Any) -> list[Any]:
+    calls = getattr(message, "tool_calls", None) or []
+    return [*calls, *(call.function for call in calls)]
 
 
 async def test_views_of_a_replaced_history_keep_their_translation(store: Store) -> None:

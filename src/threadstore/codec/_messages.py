@@ -16,6 +16,7 @@ from typing import Any, Generic, TypeVar
 from uuid import UUID
 
 from ag_ui import core as ag
+from pydantic import BaseModel
 
 from threadstore.errors import InvalidInputError
 from threadstore.models import (
@@ -560,7 +561,11 @@ def message_create_from_agui(
 
 
 class KeptTranslation:
-    """A kept history's translation, and where each message's part of it ends."""
+    """A kept history's translation, and where each message's part of it ends.
+
+    What it keeps lives as long as the history is cached, so each AG-UI model in it
+    shares its set of set fields with every other model set alike (:func:`_share_fields`).
+    """
 
     __slots__ = ("ends", "translator")
 
@@ -570,13 +575,54 @@ class KeptTranslation:
 
     def feed(self, messages: Sequence[Message]) -> None:
         translator, ends = self.translator, self.ends
+        out = translator.out
         for message in messages:
+            start = len(out)
             translator.feed((message,))
-            ends.append(len(translator.out))
+            for made in out[start:]:
+                _share_fields(made)
+            ends.append(len(out))
 
     def upto(self, length: int) -> list[ag.Message]:
         """A new list of the translation of the first ``length`` messages."""
         return self.translator.out[: self.ends[length - 1]] if length else []
+
+
+_SHARED_FIELDS: dict[frozenset[str], set[str]] = {}
+"""One set of field names per combination the kept translations' models were given."""
+
+_SHARED_FIELDS_MAX = 1024
+
+
+def _share_fields(model: BaseModel) -> None:
+    """Give ``model`` and the models nested in it the shared set equal to their own.
+
+    A pydantic model carries the names of its set fields as a set of its own: over a
+    long history the kept translation held more of those sets than models, each one
+    more for the cyclic collector to scan at every full collection. A model read as
+    kept is never changed (its readers share it), so an equal shared set says the
+    same; the state goes back through the copy protocol (``__getstate__`` /
+    ``__setstate__``), pydantic's public way in. The nested models are those in its
+    fields and in lists in its fields (tool calls and their functions, content parts).
+    """
+    for value in model.__dict__.values():
+        if isinstance(value, BaseModel):
+            _share_fields(value)
+        elif value.__class__ is list:
+            for item in value:
+                if isinstance(item, BaseModel):
+                    _share_fields(item)
+    names = model.__pydantic_fields_set__
+    key = frozenset(names)
+    shared = _SHARED_FIELDS.get(key)
+    if shared is None:
+        if len(_SHARED_FIELDS) >= _SHARED_FIELDS_MAX:  # only a bound: shapes are few
+            return
+        shared = _SHARED_FIELDS.setdefault(key, set(names))
+    if shared is not names:
+        state = model.__getstate__()
+        state["__pydantic_fields_set__"] = shared
+        model.__setstate__(state)
 
 
 class _TranslationDerivation:
