@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Annotated
+from uuid import UUID
 
 import typer
 from rich.markup import escape
@@ -22,6 +24,7 @@ from threadstore.cli._common import (
     scope_of,
     with_store,
 )
+from threadstore.keys import user_uuid_for
 from threadstore.models import (
     ExpiredChat,
     RetentionPolicy,
@@ -92,16 +95,19 @@ def retention_set(
 
     async def work(store: Store) -> None:
         scope = await scope_of(store, user, chat)
-        held = any(
-            p.policy.legal_hold
-            for p in await store.chats.retention_policies()
-            if p.scope_uuid == (scope.get("chat_uuid") or scope.get("user_uuid"))
-        )
+        held = (await _policy_of(store, scope)).legal_hold
         policy = RetentionPolicy(**fields, legal_hold=held)
         await store.chats.set_retention_policy(policy, **scope)
 
     with_store(db, work)
     out.print(f"[green]✓[/] retention policy set for {escape(scope_label(user, chat))}")
+
+
+async def _policy_of(store: Store, scope: dict[str, UUID | None]) -> RetentionPolicy:
+    """The policy stored for the scope of ``--user``/``--chat`` (an empty one if none)."""
+    key = scope.get("chat_uuid") or scope.get("user_uuid")
+    policies = await store.chats.retention_policies()
+    return next((p.policy for p in policies if p.scope_uuid == key), RetentionPolicy())
 
 
 def _hold(db: str, user: str | None, chat: str | None, hold: bool) -> None:
@@ -111,11 +117,7 @@ def _hold(db: str, user: str | None, chat: str | None, hold: bool) -> None:
 
     async def work(store: Store) -> None:
         scope = await scope_of(store, user, chat)
-        key = scope.get("chat_uuid") or scope.get("user_uuid")
-        current = next(
-            (p.policy for p in await store.chats.retention_policies() if p.scope_uuid == key),
-            RetentionPolicy(),
-        )
+        current = await _policy_of(store, scope)
         updated = current.model_copy(update={"legal_hold": hold})
         await store.chats.set_retention_policy(updated, **scope)
 
@@ -170,9 +172,7 @@ def retention_show(
         fields = scoped.policy.model_dump(exclude_none=True, exclude_defaults=True)
         who = "every chat" if scoped.scope == "global" else f"{scoped.scope} {scoped.scope_uuid}"
         out.print(f"{escape(who)}: {escape(json.dumps(fields)) if fields else '(inherits)'}")
-    reasons: dict[str, int] = {}
-    for item in expired:
-        reasons[item.reason] = reasons.get(item.reason, 0) + 1
+    reasons = Counter(item.reason for item in expired)
     summary = ", ".join(f"{n} {why}" for why, n in sorted(reasons.items())) or "nothing"
     out.print(f"a sweep would delete {len(expired)} chat(s) now: {summary}", soft_wrap=True)
     for item in expired[:limit]:
@@ -200,8 +200,6 @@ def forget(
     per kind, when, by whom; no content) is kept in the store. A running server drops
     the runs it keeps of theirs within its retention (or: DELETE /api/admin/users/ID).
     """
-    from threadstore.keys import user_uuid_for
-
     check_store(db)
     user_uuid = user_uuid_for(user)
     if not yes and not typer.confirm(f"Remove everything of user {user} ({user_uuid}) for good?"):

@@ -27,6 +27,7 @@ from threadstore.cli._common import (
     user_of,
     with_store,
 )
+from threadstore.keys import user_uuid_for
 from threadstore.store import Store
 from threadstore.usage import USAGE_ROWS_PAGE, Budget, RunUsage, ScopedBudget, UsageTotals
 
@@ -214,9 +215,7 @@ def usage_budgets(
     check_store(db)
 
     async def work(store: Store) -> list[ScopedBudget]:
-        user_uuid = user_of(user)
-        assert user_uuid is not None
-        return await store.usage.budgets(user_uuid)
+        return await store.usage.budgets(user_uuid_for(user))
 
     def cells(scoped: ScopedBudget) -> list[str]:
         limits = scoped.budget
