@@ -7,6 +7,7 @@ a chat that does not exist.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import takewhile
 from typing import Annotated
 from uuid import UUID, uuid4
 
@@ -325,11 +326,10 @@ async def _turn_edge(
     def same_turn(message: Message) -> bool:
         return message.role != Role.USER and message.run_id == edge.run_id
 
-    if edge.role == Role.USER:
-        return []  # a user message is a UI message of its own: nothing to join
     found: list[Message] = []
     cursor = edge.seq
-    while True:
+    # A user message is a UI message of its own: nothing to join.
+    while edge.role != Role.USER:
         batch = list(
             await store.get_chat_messages(
                 chat_uuid,
@@ -339,13 +339,12 @@ async def _turn_edge(
             )
         )
         ordered = batch[::-1] if backward else batch
-        for message in ordered:
-            if not same_turn(message):
-                return found[::-1] if backward else found
-            found.append(message)
-        if len(batch) < _TURN_BATCH:
-            return found[::-1] if backward else found
+        turn = list(takewhile(same_turn, ordered))
+        found += turn
+        if len(turn) < len(ordered) or len(batch) < _TURN_BATCH:
+            break
         cursor = ordered[-1].seq
+    return found[::-1] if backward else found
 
 
 _TURN_BATCH = 50
