@@ -71,13 +71,6 @@ class BranchRun(BaseModel):
     message_uuid: UUID | None = Field(default=None, description="The new user message (edit only).")
 
 
-async def _message_of(state: ServerState, chat: Chat, message_uuid: UUID) -> Any:
-    message = await state.store.get_message(message_uuid)
-    if message is None or message.chat_uuid != chat.chat_uuid:
-        raise NotFoundError(f"message {message_uuid} is not in chat {chat.chat_uuid}")
-    return message
-
-
 @router.post(
     "/{chat_uuid}/switch",
     response_model=Chat,
@@ -144,7 +137,9 @@ async def edit(chat_uuid: UUID, body: EditRequest, state: AppState, user: Curren
         raise LimitExceededError(
             f"content is {size} bytes; the limit is {state.limits.max_message_bytes}"
         )
-    old = await _message_of(state, chat, body.message_uuid)
+    old = await state.store.get_message(body.message_uuid)
+    if old is None or old.chat_uuid != chat_uuid:
+        raise NotFoundError(f"message {body.message_uuid} is not in chat {chat_uuid}")
     if old.role != Role.USER:
         raise InvalidInputError(f"message {body.message_uuid} is not a user message")
     created = await state.store.branches.edit_message(
