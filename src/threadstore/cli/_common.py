@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, TypeVar
@@ -162,7 +162,7 @@ def probe_store(db: str, *, create: bool) -> None:
     run_work(probe, db)
 
 
-def with_store(db: str, use: Callable[[Store], Coroutine[Any, Any, T]]) -> T:
+def with_store(db: str, use: Callable[[Store], Awaitable[T]]) -> T:
     """Open the store, run ``use`` on it and close it; a failure is one error line."""
 
     async def work() -> T:
@@ -203,6 +203,15 @@ async def resolve_chat(store: Store, ref: str, user: UUID | None) -> Chat:
         fail(f"no chat matches {ref!r}", hint)
     names = ", ".join(f"{c.chat_uuid} ({c.thread_id})" for c in candidates[:5])
     fail(f"{ref!r} matches {len(candidates)} chats: {names}", "use a longer prefix or --user")
+
+
+ScopeUser = Annotated[
+    str | None, typer.Option("--user", help="This user's (UUID or user id).", show_default=False)
+]
+ScopeChat = Annotated[
+    str | None,
+    typer.Option("--chat", help="This chat's (UUID, prefix or thread id).", show_default=False),
+]
 
 
 async def scope_of(store: Store, user: str | None, chat: str | None) -> dict[str, UUID | None]:

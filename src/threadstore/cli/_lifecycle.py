@@ -14,6 +14,8 @@ from threadstore.cli._common import (
     DEFAULT_DB,
     AsJson,
     DbOption,
+    ScopeChat,
+    ScopeUser,
     YesOption,
     app,
     check_store,
@@ -51,15 +53,6 @@ def _seconds(text: str | None, option: str) -> float | None:
     if not value > 0:
         fail(f"{option} must be more than 0, got {text!r}")
     return value
-
-
-ScopeUser = Annotated[
-    str | None, typer.Option("--user", help="For this user's chats.", show_default=False)
-]
-ScopeChat = Annotated[
-    str | None,
-    typer.Option("--chat", help="For this chat (UUID, prefix or thread id).", show_default=False),
-]
 
 
 @retention_app.command("set")
@@ -205,8 +198,5 @@ def forget(
     if not yes and not typer.confirm(f"Remove everything of user {user} ({user_uuid}) for good?"):
         raise typer.Exit(1)
 
-    async def work(store: Store) -> str:
-        receipt = await store.chats.forget_user(user_uuid, requested_by=by)
-        return receipt.model_dump_json(indent=2)
-
-    print(with_store(db, work))
+    receipt = with_store(db, lambda store: store.chats.forget_user(user_uuid, requested_by=by))
+    print(receipt.model_dump_json(indent=2))

@@ -17,6 +17,8 @@ from threadstore.cli._common import (
     DEFAULT_DB,
     AsJson,
     DbOption,
+    ScopeChat,
+    ScopeUser,
     check_store,
     command_group,
     fail,
@@ -35,13 +37,6 @@ usage_app = command_group(
     "usage", "The usage ledger: tokens and cost per run, chat, user and day; budgets."
 )
 
-User = Annotated[
-    str | None, typer.Option("--user", help="This user's (UUID or name).", show_default=False)
-]
-ChatRef = Annotated[
-    str | None,
-    typer.Option("--chat", help="This chat's (UUID, prefix or thread id).", show_default=False),
-]
 _Row = TypeVar("_Row", bound=BaseModel)
 
 
@@ -86,8 +81,8 @@ def _key(totals: UsageTotals, by: str) -> str:
 @usage_app.command("show")
 def usage_show(
     db: DbOption = DEFAULT_DB,
-    user: User = None,
-    chat: ChatRef = None,
+    user: ScopeUser = None,
+    chat: ScopeChat = None,
     by: Annotated[
         str, typer.Option(help="Sum per chat, user or (UTC) day.", show_choices=True)
     ] = "chat",
@@ -140,8 +135,8 @@ def usage_show(
 @usage_app.command("runs")
 def usage_runs(
     db: DbOption = DEFAULT_DB,
-    user: User = None,
-    chat: ChatRef = None,
+    user: ScopeUser = None,
+    chat: ScopeChat = None,
     limit: Annotated[int, typer.Option(min=1, max=USAGE_ROWS_PAGE, help="Runs listed.")] = 20,
     as_json: AsJson = False,
 ) -> None:
@@ -170,8 +165,8 @@ def usage_runs(
 @usage_app.command("budget")
 def usage_budget(
     db: DbOption = DEFAULT_DB,
-    user: User = None,
-    chat: ChatRef = None,
+    user: ScopeUser = None,
+    chat: ScopeChat = None,
     max_cost: Annotated[
         float | None, typer.Option(min=0, help="Stop runs once this many USD are spent.")
     ] = None,
@@ -214,9 +209,6 @@ def usage_budgets(
     """List a user's budgets: their own and their chats'."""
     check_store(db)
 
-    async def work(store: Store) -> list[ScopedBudget]:
-        return await store.usage.budgets(user_uuid_for(user))
-
     def cells(scoped: ScopedBudget) -> list[str]:
         limits = scoped.budget
         return [
@@ -228,4 +220,5 @@ def usage_budgets(
         ]
 
     columns = ("scope", "for", "max USD", "max tokens", "period")
-    _print_rows(with_store(db, work), as_json, "no budgets", columns, cells)
+    budgets = with_store(db, lambda store: store.usage.budgets(user_uuid_for(user)))
+    _print_rows(budgets, as_json, "no budgets", columns, cells)
