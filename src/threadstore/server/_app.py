@@ -190,7 +190,7 @@ def create_app(
                 auth=authenticator,
                 limits=limits,
                 keepalive_interval=keepalive_interval,
-                runs=RunGate(fresh_within=3 * heartbeat_interval),
+                runs=RunGate(),
                 stale_after=stale_after,
                 sweep_interval=sweep_interval,
                 admins=frozenset(a if isinstance(a, UUID) else user_uuid_for(a) for a in admins),
