@@ -72,12 +72,6 @@ def _print_rows(
         out.print(table)
 
 
-def _key(totals: UsageTotals, by: str) -> str:
-    if by == "day":
-        return str(totals.day)
-    return str(totals.chat_uuid if by == "chat" else totals.user_uuid)
-
-
 @usage_app.command("show")
 def usage_show(
     db: DbOption = DEFAULT_DB,
@@ -117,8 +111,9 @@ def usage_show(
         out.print("[dim]no usage recorded[/]")
         return
     table = Table(by, "runs", "input", "output", "cached", "cost USD", "saved USD")
+    field = "day" if by == "day" else f"{by}_uuid"  # what the rows are summed by
     for row in [*totals, total]:
-        key = "total" if row is total else _key(row, by)
+        key = "total" if row is total else str(getattr(row, field))
         table.add_row(
             key,
             str(row.runs),
