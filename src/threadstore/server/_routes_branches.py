@@ -36,7 +36,6 @@ def _branch_run_route(path: str, *, summary: str) -> Callable[[_Route], _Route]:
     """A route that starts a run on a new branch and answers 202 with its ids."""
     return router.post(
         path,
-        response_model=BranchRun,
         status_code=status.HTTP_202_ACCEPTED,
         summary=summary,
         responses=_MESSAGE_NOT_FOUND,
@@ -73,7 +72,6 @@ class BranchRun(BaseModel):
 
 @router.post(
     "/{chat_uuid}/switch",
-    response_model=Chat,
     summary="Switch to the branch through a message",
     responses=_MESSAGE_NOT_FOUND,
 )
@@ -152,7 +150,6 @@ async def edit(chat_uuid: UUID, body: EditRequest, state: AppState, user: Curren
 
 @router.post(
     "/{chat_uuid}/fork",
-    response_model=Chat,
     status_code=status.HTTP_201_CREATED,
     summary="Fork a chat at a message",
     responses={**_MESSAGE_NOT_FOUND, **THREAD_TAKEN},
