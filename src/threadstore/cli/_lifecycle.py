@@ -149,15 +149,11 @@ def retention_show(
 
     policies, expired = with_store(db, work)
     if as_json:
-        print(
-            json.dumps(
-                {
-                    "policies": [p.model_dump(mode="json") for p in policies],
-                    "expired": [e.model_dump(mode="json") for e in expired],
-                },
-                indent=2,
-            )
-        )
+        data = {
+            "policies": [p.model_dump(mode="json") for p in policies],
+            "expired": [e.model_dump(mode="json") for e in expired],
+        }
+        print(json.dumps(data, indent=2))
         return
     if not policies:
         out.print("no retention policies: nothing expires (soft deletes are purged by sweep)")
