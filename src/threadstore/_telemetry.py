@@ -53,16 +53,6 @@ _SILENT = frozenset(
 _gauges: dict[str, list[Callable[[], int | float]]] = {}
 
 
-def _trace() -> Any:
-    """The OpenTelemetry API's ``trace`` module, if anything loaded it."""
-    return sys.modules.get("opentelemetry.trace")
-
-
-def _metrics() -> Any:
-    """The OpenTelemetry API's ``metrics`` module, if anything loaded it."""
-    return sys.modules.get("opentelemetry.metrics")
-
-
 def _attributes(conversation: UUID | str | None, given: dict[str, Any]) -> dict[str, Any]:
     found = {key: value for key, value in given.items() if value is not None}
     if conversation is not None:
@@ -140,7 +130,7 @@ class RunSpan:
         opened = self._span
         opened.set_attribute("threadstore.run.status", status)
         if error is not None:
-            trace = _trace()
+            trace = sys.modules["opentelemetry.trace"]  # loaded: it made the span
             opened.set_attribute("error.type", error.split(":", 1)[0][:100])
             opened.set_status(trace.Status(trace.StatusCode.ERROR, error[:1000]))
         opened.end()
@@ -168,7 +158,7 @@ def run_span(agent_name: str, thread_id: str, run_id: str) -> RunSpan | None:
 
 def _observe(name: str) -> Callable[[Any], Iterable[Any]]:
     def observe(options: Any) -> Iterator[Any]:
-        observation = _metrics().Observation
+        observation = sys.modules["opentelemetry.metrics"].Observation  # it called this
         for callback in list(_gauges.get(name, ())):
             yield observation(callback())
 

@@ -421,22 +421,9 @@ class MessagePublic(_Model):
 
     @classmethod
     def from_message(cls, message: Message) -> MessagePublic:
-        """Build the read view of a stored :class:`Message`."""
-        return cls(
-            message_uuid=message.message_uuid,
-            chat_id=message.chat_uuid,
-            agui_id=message.agui_id,
-            role=message.role,
-            name=message.name or "",
-            content=message.content,
-            step=message.step_name,
-            in_progress=message.in_progress,
-            status=message.status,
-            error=message.error,
-            timestamp=message.created_at,
-            tool_calls=list(message.tool_calls),
-            reasonings=list(message.reasonings),
-        )
+        """Build the read view of a stored :class:`Message` (its seed-named properties)."""
+        fields = {name: getattr(message, name) for name in cls.model_fields}
+        return cls(**fields | {"name": message.name or ""})
 
 
 class ChatPage(_Model):

@@ -123,21 +123,6 @@ async def export_chat(store: Store, chat: Chat) -> ChatExport:
     # The whole active branch at once: from the store's kept history, its models built
     # off the event loop (a long chat's are tens of thousands).
     active = list(await store.get_chat_messages(chat.chat_uuid))
-    return await _export(store, chat, active)
-
-
-async def export_chat_json(store: Store, chat: Chat) -> bytes:
-    """:func:`export_chat`'s document as JSON text (the export route's body)."""
-    return b"".join([piece async for piece in await export_chat_json_pieces(store, chat)])
-
-
-async def export_chat_json_pieces(store: Store, chat: Chat) -> AsyncIterator[bytes]:
-    """:func:`export_chat_json` in pieces, once the document is read: what ``GET .../export``
-    streams, so no step of it joins the whole text (see :func:`export_json_pieces`)."""
-    return export_json_pieces(await export_chat(store, chat))
-
-
-async def _export(store: Store, chat: Chat, active: list[Message]) -> ChatExport:
     off_branch: list[UUID] = []
     if not await store.branches.is_linear(chat.chat_uuid):  # else every message is on the branch
         # By the uuids' ints, in steps: hashing 50,000 UUID objects at once holds the loop.
@@ -157,6 +142,17 @@ async def _export(store: Store, chat: Chat, active: list[Message]) -> ChatExport
     summaries = await store.branches.summaries(chat.chat_uuid) if store._lifecycle else []
     # Validating a long chat's document holds the thread for as long: not the loop's.
     return await off_loop(messages, _document, chat, messages, summaries)
+
+
+async def export_chat_json(store: Store, chat: Chat) -> bytes:
+    """:func:`export_chat`'s document as JSON text (the export route's body)."""
+    return b"".join([piece async for piece in await export_chat_json_pieces(store, chat)])
+
+
+async def export_chat_json_pieces(store: Store, chat: Chat) -> AsyncIterator[bytes]:
+    """:func:`export_chat_json` in pieces, once the document is read: what ``GET .../export``
+    streams, so no step of it joins the whole text (see :func:`export_json_pieces`)."""
+    return export_json_pieces(await export_chat(store, chat))
 
 
 def _document(chat: Chat, messages: list[Message], summaries: list[Summary]) -> ChatExport:
@@ -298,12 +294,9 @@ def check_document(document: ChatExport) -> None:
     for index, message in enumerate(document.messages):
         where = f"messages[{index}]"
         _check_format_version(f"{where}.format_version", message.format_version)
-        children: list[tuple[str, ToolCall | Reasoning]] = [
-            *((f"tool_calls[{n}]", call) for n, call in enumerate(message.tool_calls)),
-            *((f"reasonings[{n}]", step) for n, step in enumerate(message.reasonings)),
-        ]
-        for child_at, child in children:
-            _check_format_version(f"{where}.{child_at}.format_version", child.format_version)
+        for kind in ("tool_calls", "reasonings"):
+            for n, child in enumerate(getattr(message, kind)):
+                _check_format_version(f"{where}.{kind}[{n}].format_version", child.format_version)
         if (first := index_of.setdefault(message.message_uuid, index)) != index:
             raise InvalidInputError(
                 f"{where}.message_uuid {message.message_uuid} is also messages[{first}]'s"

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from datetime import UTC, date, datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from uuid import UUID
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
@@ -64,12 +64,34 @@ MAX_TOKENS = 2**53 - 1
 """The largest token count kept: what survives JSON on every AG-UI binding."""
 
 
+_AMOUNTS = (
+    "input_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "cached_input_tokens",
+    "cost_usd",
+    "cache_savings_usd",
+)
+"""The fields of a :class:`UsageReport` that add up."""
+
+
 def _field(name: str) -> Any:
     camel = name.split("_")[0] + "".join(part.title() for part in name.split("_")[1:])
     return Field(default=0, ge=0, validation_alias=AliasChoices(name, camel))
 
 
-class UsageReport(BaseModel):
+class _Tokens:
+    if TYPE_CHECKING:  # the models' own fields, in their own order
+        input_tokens: int
+        output_tokens: int
+
+    @property
+    def total_tokens(self) -> int:
+        """Input plus output tokens."""
+        return self.input_tokens + self.output_tokens
+
+
+class UsageReport(_Tokens, BaseModel):
     """One report of usage: a ``CUSTOM`` usage event's value, or a face's numbers.
 
     Keys in snake_case or the wire's camelCase; unknown keys are ignored. Counts
@@ -101,21 +123,9 @@ class UsageReport(BaseModel):
             raise ValueError("an amount must be a finite number")
         return value
 
-    @property
-    def total_tokens(self) -> int:
-        """Input plus output tokens."""
-        return self.input_tokens + self.output_tokens
-
     def __add__(self, other: UsageReport) -> UsageReport:
-        return UsageReport(
-            input_tokens=self.input_tokens + other.input_tokens,
-            output_tokens=self.output_tokens + other.output_tokens,
-            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
-            cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
-            cost_usd=self.cost_usd + other.cost_usd,
-            cache_savings_usd=self.cache_savings_usd + other.cache_savings_usd,
-            model=other.model or self.model,
-        )
+        sums = {name: getattr(self, name) + getattr(other, name) for name in _AMOUNTS}
+        return UsageReport(**sums, model=other.model or self.model)
 
 
 def total_of(reports: Iterable[UsageReport]) -> UsageReport:
@@ -126,7 +136,7 @@ def total_of(reports: Iterable[UsageReport]) -> UsageReport:
     return total
 
 
-class RunUsage(BaseModel):
+class RunUsage(_Tokens, BaseModel):
     """What one run used: one row of the ledger, keyed by (chat, run)."""
 
     model_config = ConfigDict(frozen=True)
@@ -151,11 +161,6 @@ class RunUsage(BaseModel):
     def _zoned(cls, value: datetime) -> datetime:
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value
 
-    @property
-    def total_tokens(self) -> int:
-        """Input plus output tokens."""
-        return self.input_tokens + self.output_tokens
-
     @classmethod
     def of(
         cls,
@@ -167,18 +172,16 @@ class RunUsage(BaseModel):
         source: str = "stream",
     ) -> RunUsage:
         """The ledger row of a run that reported ``report``."""
-        fields = report.model_dump(exclude={"model"})
         return cls(
             chat_uuid=chat_uuid,
             run_id=run_id,
             user_uuid=user_uuid,
-            model=report.model,
             source=source,
-            **fields,
+            **report.model_dump(),
         )
 
 
-class UsageTotals(BaseModel):
+class UsageTotals(_Tokens, BaseModel):
     """Sums over the ledger's runs of one chat, user or UTC day."""
 
     model_config = ConfigDict(frozen=True)
@@ -193,11 +196,6 @@ class UsageTotals(BaseModel):
     cached_input_tokens: int = 0
     cost_usd: float = 0.0
     cache_savings_usd: float = 0.0
-
-    @property
-    def total_tokens(self) -> int:
-        """Input plus output tokens."""
-        return self.input_tokens + self.output_tokens
 
 
 class Budget(BaseModel):

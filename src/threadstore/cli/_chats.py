@@ -232,18 +232,12 @@ def chats_delete(
     """Delete a chat and all its messages, for good."""
     check_store(db)
 
-    async def find(store: Store) -> Chat:
-        return await resolve_chat(store, chat, user_of(user))
-
-    found = with_store(db, find)
+    found = with_store(db, lambda store: resolve_chat(store, chat, user_of(user)))
     label = found.name or found.thread_id
     if not yes and not typer.confirm(f"Delete chat {found.chat_uuid} ({label}) for good?"):
         raise typer.Exit(1)
 
-    async def delete(store: Store) -> None:
-        await store.delete_chat(found.chat_uuid)
-
-    with_store(db, delete)
+    with_store(db, lambda store: store.delete_chat(found.chat_uuid))
     out.print(f"[green]✓[/] deleted {found.chat_uuid}")
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, TypeVar
 from uuid import UUID
@@ -20,6 +20,7 @@ from threadstore.errors import (
     MigrationError,
     ThreadstoreError,
 )
+from threadstore.keys import user_uuid_for
 from threadstore.models import Chat
 from threadstore.store import (
     Store,
@@ -161,31 +162,21 @@ def probe_store(db: str, *, create: bool) -> None:
     run_work(probe, db)
 
 
-@asynccontextmanager
-async def opened(db: str) -> AsyncIterator[Store]:
-    store = await open_store(db, setup=False)
-    try:
-        yield store
-    finally:
-        await store.close()
-
-
-def with_store(db: str, use: Callable[[Store], Coroutine[Any, Any, T]]) -> T:
+def with_store(db: str, use: Callable[[Store], Awaitable[T]]) -> T:
     """Open the store, run ``use`` on it and close it; a failure is one error line."""
 
     async def work() -> T:
-        async with opened(db) as store:
+        store = await open_store(db, setup=False)
+        try:
             return await use(store)
+        finally:
+            await store.close()
 
     return run_work(work, db)
 
 
 def user_of(user: str | None) -> UUID | None:
-    if user is None:
-        return None
-    from threadstore.server import user_uuid_for
-
-    return user_uuid_for(user)
+    return None if user is None else user_uuid_for(user)
 
 
 async def resolve_chat(store: Store, ref: str, user: UUID | None) -> Chat:
@@ -212,6 +203,15 @@ async def resolve_chat(store: Store, ref: str, user: UUID | None) -> Chat:
         fail(f"no chat matches {ref!r}", hint)
     names = ", ".join(f"{c.chat_uuid} ({c.thread_id})" for c in candidates[:5])
     fail(f"{ref!r} matches {len(candidates)} chats: {names}", "use a longer prefix or --user")
+
+
+ScopeUser = Annotated[
+    str | None, typer.Option("--user", help="This user's (UUID or user id).", show_default=False)
+]
+ScopeChat = Annotated[
+    str | None,
+    typer.Option("--chat", help="This chat's (UUID, prefix or thread id).", show_default=False),
+]
 
 
 async def scope_of(store: Store, user: str | None, chat: str | None) -> dict[str, UUID | None]:

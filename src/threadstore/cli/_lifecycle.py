@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Annotated
+from uuid import UUID
 
 import typer
 from rich.markup import escape
@@ -12,6 +14,8 @@ from threadstore.cli._common import (
     DEFAULT_DB,
     AsJson,
     DbOption,
+    ScopeChat,
+    ScopeUser,
     YesOption,
     app,
     check_store,
@@ -22,6 +26,7 @@ from threadstore.cli._common import (
     scope_of,
     with_store,
 )
+from threadstore.keys import user_uuid_for
 from threadstore.models import (
     ExpiredChat,
     RetentionPolicy,
@@ -48,15 +53,6 @@ def _seconds(text: str | None, option: str) -> float | None:
     if not value > 0:
         fail(f"{option} must be more than 0, got {text!r}")
     return value
-
-
-ScopeUser = Annotated[
-    str | None, typer.Option("--user", help="For this user's chats.", show_default=False)
-]
-ScopeChat = Annotated[
-    str | None,
-    typer.Option("--chat", help="For this chat (UUID, prefix or thread id).", show_default=False),
-]
 
 
 @retention_app.command("set")
@@ -92,16 +88,19 @@ def retention_set(
 
     async def work(store: Store) -> None:
         scope = await scope_of(store, user, chat)
-        held = any(
-            p.policy.legal_hold
-            for p in await store.chats.retention_policies()
-            if p.scope_uuid == (scope.get("chat_uuid") or scope.get("user_uuid"))
-        )
+        held = (await _policy_of(store, scope)).legal_hold
         policy = RetentionPolicy(**fields, legal_hold=held)
         await store.chats.set_retention_policy(policy, **scope)
 
     with_store(db, work)
     out.print(f"[green]✓[/] retention policy set for {escape(scope_label(user, chat))}")
+
+
+async def _policy_of(store: Store, scope: dict[str, UUID | None]) -> RetentionPolicy:
+    """The policy stored for the scope of ``--user``/``--chat`` (an empty one if none)."""
+    key = scope.get("chat_uuid") or scope.get("user_uuid")
+    policies = await store.chats.retention_policies()
+    return next((p.policy for p in policies if p.scope_uuid == key), RetentionPolicy())
 
 
 def _hold(db: str, user: str | None, chat: str | None, hold: bool) -> None:
@@ -111,11 +110,7 @@ def _hold(db: str, user: str | None, chat: str | None, hold: bool) -> None:
 
     async def work(store: Store) -> None:
         scope = await scope_of(store, user, chat)
-        key = scope.get("chat_uuid") or scope.get("user_uuid")
-        current = next(
-            (p.policy for p in await store.chats.retention_policies() if p.scope_uuid == key),
-            RetentionPolicy(),
-        )
+        current = await _policy_of(store, scope)
         updated = current.model_copy(update={"legal_hold": hold})
         await store.chats.set_retention_policy(updated, **scope)
 
@@ -154,15 +149,11 @@ def retention_show(
 
     policies, expired = with_store(db, work)
     if as_json:
-        print(
-            json.dumps(
-                {
-                    "policies": [p.model_dump(mode="json") for p in policies],
-                    "expired": [e.model_dump(mode="json") for e in expired],
-                },
-                indent=2,
-            )
-        )
+        data = {
+            "policies": [p.model_dump(mode="json") for p in policies],
+            "expired": [e.model_dump(mode="json") for e in expired],
+        }
+        print(json.dumps(data, indent=2))
         return
     if not policies:
         out.print("no retention policies: nothing expires (soft deletes are purged by sweep)")
@@ -170,9 +161,7 @@ def retention_show(
         fields = scoped.policy.model_dump(exclude_none=True, exclude_defaults=True)
         who = "every chat" if scoped.scope == "global" else f"{scoped.scope} {scoped.scope_uuid}"
         out.print(f"{escape(who)}: {escape(json.dumps(fields)) if fields else '(inherits)'}")
-    reasons: dict[str, int] = {}
-    for item in expired:
-        reasons[item.reason] = reasons.get(item.reason, 0) + 1
+    reasons = Counter(item.reason for item in expired)
     summary = ", ".join(f"{n} {why}" for why, n in sorted(reasons.items())) or "nothing"
     out.print(f"a sweep would delete {len(expired)} chat(s) now: {summary}", soft_wrap=True)
     for item in expired[:limit]:
@@ -200,15 +189,10 @@ def forget(
     per kind, when, by whom; no content) is kept in the store. A running server drops
     the runs it keeps of theirs within its retention (or: DELETE /api/admin/users/ID).
     """
-    from threadstore.keys import user_uuid_for
-
     check_store(db)
     user_uuid = user_uuid_for(user)
     if not yes and not typer.confirm(f"Remove everything of user {user} ({user_uuid}) for good?"):
         raise typer.Exit(1)
 
-    async def work(store: Store) -> str:
-        receipt = await store.chats.forget_user(user_uuid, requested_by=by)
-        return receipt.model_dump_json(indent=2)
-
-    print(with_store(db, work))
+    receipt = with_store(db, lambda store: store.chats.forget_user(user_uuid, requested_by=by))
+    print(receipt.model_dump_json(indent=2))

@@ -19,8 +19,7 @@ from threadstore.cli._common import (
     user_of,
     with_store,
 )
-from threadstore.models import SearchHit, SearchPage
-from threadstore.store import Store
+from threadstore.models import SearchHit
 
 
 @app.command("search")
@@ -52,17 +51,12 @@ def search(
     user_uuid: UUID = user_of(user) or LOCAL_USER_UUID
     order: Literal["newest", "best"] = "best" if best else "newest"
 
-    async def work(store: Store) -> SearchPage:
-        return await store.search(
-            user_uuid,
-            query,
-            order=order,
-            all_branches=all_branches,
-            limit=limit,
-            cursor=cursor,
-        )
-
-    page = with_store(db, work)
+    page = with_store(
+        db,
+        lambda store: store.search(
+            user_uuid, query, order=order, all_branches=all_branches, limit=limit, cursor=cursor
+        ),
+    )
     if as_json:
         print(page.model_dump_json(indent=2))
         return

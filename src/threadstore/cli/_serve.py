@@ -184,23 +184,21 @@ def serve(
     authenticator, auth_line = _authenticator(auth, tokens_file, trust_user_header)
     check_store(db, create=migrate)
     probe_store(db, create=migrate)
-    options = {
-        "db": db,
+    options: dict[str, Any] = {
+        "auth": [auth, None if tokens_file is None else str(tokens_file), trust_user_header],
+        "compaction": [compact_after, compact_keep],
+        "store": db,
         "agent": agent,
         "model": model,
         "demo_delay": demo_delay,
-        "auth": auth,
-        "tokens_file": None if tokens_file is None else str(tokens_file),
-        "trust_user_header": trust_user_header,
         "cors_origins": cors_origin or [],
         "admins": admin or [],
         "store_timeout": store_timeout,
-        "compact_after": compact_after,
-        "compact_keep": compact_keep,
         "retention_interval": retention_interval,
         "outbox": None if outbox is None else str(outbox),
-        "outbox_max_bytes": outbox_max_bytes,
     }
+    if outbox_max_bytes is not None:
+        options["outbox_max_bytes"] = outbox_max_bytes
     if compact_after is not None and compact_after <= compact_keep:
         fail(
             f"--compact-after {compact_after} must be more than --compact-keep {compact_keep}:"
@@ -240,15 +238,12 @@ def serve(
         )
     if workers == 1:
         _freeze_start_up()
-        uvicorn.run(
-            server_app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5
-        )
-        return
-    err.print(f"  {'workers':<9} {workers} processes", soft_wrap=True)
-    os.environ[_WORKER_OPTIONS_ENV] = json.dumps(options)
+    else:
+        err.print(f"  {'workers':<9} {workers} processes", soft_wrap=True)
+        os.environ[_WORKER_OPTIONS_ENV] = json.dumps(options)
     uvicorn.run(
-        "threadstore.cli:worker_app",
-        factory=True,
+        server_app if workers == 1 else "threadstore.cli:worker_app",
+        factory=workers > 1,
         workers=workers,
         host=host,
         port=port,
@@ -263,44 +258,16 @@ _WORKER_OPTIONS_ENV = "THREADSTORE_SERVE_OPTIONS"
 
 def _serve_app(options: dict[str, Any], *, migrate: bool) -> Any:
     """The app ``serve`` runs, built from its options (in the server or in each worker)."""
+    from threadstore.lifecycle import CompactionPolicy
     from threadstore.server import create_app
 
-    authenticator, _ = _authenticator(
-        options["auth"],
-        None if options["tokens_file"] is None else Path(options["tokens_file"]),
-        options["trust_user_header"],
-    )
-    return create_app(
-        options["db"],
-        agent=options["agent"],
-        model=options["model"],
-        demo_delay=options["demo_delay"],
-        auth=authenticator,
-        migrate=migrate,
-        cors_origins=options["cors_origins"],
-        admins=options["admins"],
-        store_timeout=options.get("store_timeout"),
-        compaction=_compaction(options.get("compact_after"), options.get("compact_keep", 20)),
-        retention_interval=options.get("retention_interval"),
-        **_outbox_options(options),
-    )
-
-
-def _outbox_options(options: dict[str, Any]) -> dict[str, Any]:
-    """``create_app``'s outbox keywords from ``--outbox`` and ``--outbox-max-bytes``."""
-    chosen: dict[str, Any] = {}
-    if options.get("outbox") is not None:
-        chosen["outbox"] = Path(options["outbox"])
-    if options.get("outbox_max_bytes") is not None:
-        chosen["outbox_max_bytes"] = options["outbox_max_bytes"]
-    return chosen
-
-
-def _compaction(after: int | None, keep: int) -> Any:
-    """The server's compaction policy from ``--compact-after`` and ``--compact-keep``."""
-    from threadstore.lifecycle import CompactionPolicy
-
-    return None if after is None else CompactionPolicy(max_messages=after, keep_messages=keep)
+    kwargs = dict(options)
+    auth, tokens_file, trust_user_header = kwargs.pop("auth")
+    tokens = None if tokens_file is None else Path(tokens_file)
+    authenticator, _ = _authenticator(auth, tokens, trust_user_header)
+    after, keep = kwargs.pop("compaction")
+    policy = None if after is None else CompactionPolicy(max_messages=after, keep_messages=keep)
+    return create_app(**kwargs, auth=authenticator, compaction=policy, migrate=migrate)
 
 
 def worker_app() -> Any:
@@ -454,6 +421,3 @@ def sweep(
         f" {report.messages} message(s), {report.run_events} run event(s)",
         soft_wrap=True,
     )
-
-
-# --- chats ---------------------------------------------------------------------------------

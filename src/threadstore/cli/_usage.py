@@ -17,6 +17,8 @@ from threadstore.cli._common import (
     DEFAULT_DB,
     AsJson,
     DbOption,
+    ScopeChat,
+    ScopeUser,
     check_store,
     command_group,
     fail,
@@ -27,6 +29,7 @@ from threadstore.cli._common import (
     user_of,
     with_store,
 )
+from threadstore.keys import user_uuid_for
 from threadstore.store import Store
 from threadstore.usage import USAGE_ROWS_PAGE, Budget, RunUsage, ScopedBudget, UsageTotals
 
@@ -34,13 +37,6 @@ usage_app = command_group(
     "usage", "The usage ledger: tokens and cost per run, chat, user and day; budgets."
 )
 
-User = Annotated[
-    str | None, typer.Option("--user", help="This user's (UUID or name).", show_default=False)
-]
-ChatRef = Annotated[
-    str | None,
-    typer.Option("--chat", help="This chat's (UUID, prefix or thread id).", show_default=False),
-]
 _Row = TypeVar("_Row", bound=BaseModel)
 
 
@@ -76,17 +72,11 @@ def _print_rows(
         out.print(table)
 
 
-def _key(totals: UsageTotals, by: str) -> str:
-    if by == "day":
-        return str(totals.day)
-    return str(totals.chat_uuid if by == "chat" else totals.user_uuid)
-
-
 @usage_app.command("show")
 def usage_show(
     db: DbOption = DEFAULT_DB,
-    user: User = None,
-    chat: ChatRef = None,
+    user: ScopeUser = None,
+    chat: ScopeChat = None,
     by: Annotated[
         str, typer.Option(help="Sum per chat, user or (UTC) day.", show_choices=True)
     ] = "chat",
@@ -121,8 +111,9 @@ def usage_show(
         out.print("[dim]no usage recorded[/]")
         return
     table = Table(by, "runs", "input", "output", "cached", "cost USD", "saved USD")
+    field = "day" if by == "day" else f"{by}_uuid"  # what the rows are summed by
     for row in [*totals, total]:
-        key = "total" if row is total else _key(row, by)
+        key = "total" if row is total else str(getattr(row, field))
         table.add_row(
             key,
             str(row.runs),
@@ -139,8 +130,8 @@ def usage_show(
 @usage_app.command("runs")
 def usage_runs(
     db: DbOption = DEFAULT_DB,
-    user: User = None,
-    chat: ChatRef = None,
+    user: ScopeUser = None,
+    chat: ScopeChat = None,
     limit: Annotated[int, typer.Option(min=1, max=USAGE_ROWS_PAGE, help="Runs listed.")] = 20,
     as_json: AsJson = False,
 ) -> None:
@@ -169,8 +160,8 @@ def usage_runs(
 @usage_app.command("budget")
 def usage_budget(
     db: DbOption = DEFAULT_DB,
-    user: User = None,
-    chat: ChatRef = None,
+    user: ScopeUser = None,
+    chat: ScopeChat = None,
     max_cost: Annotated[
         float | None, typer.Option(min=0, help="Stop runs once this many USD are spent.")
     ] = None,
@@ -213,11 +204,6 @@ def usage_budgets(
     """List a user's budgets: their own and their chats'."""
     check_store(db)
 
-    async def work(store: Store) -> list[ScopedBudget]:
-        user_uuid = user_of(user)
-        assert user_uuid is not None
-        return await store.usage.budgets(user_uuid)
-
     def cells(scoped: ScopedBudget) -> list[str]:
         limits = scoped.budget
         return [
@@ -229,4 +215,5 @@ def usage_budgets(
         ]
 
     columns = ("scope", "for", "max USD", "max tokens", "period")
-    _print_rows(with_store(db, work), as_json, "no budgets", columns, cells)
+    budgets = with_store(db, lambda store: store.usage.budgets(user_uuid_for(user)))
+    _print_rows(budgets, as_json, "no budgets", columns, cells)

@@ -33,7 +33,6 @@ from threadstore.server._demo_agent import DEFAULT_DEMO_DELAY
 from threadstore.server._deps import ServerState
 from threadstore.server._errors import install_error_handlers
 from threadstore.server._limits import DEFAULT_LIMITS, BodyLimitMiddleware, Limits
-from threadstore.server._readiness import outbox_depth
 from threadstore.server._readiness import router as readiness_router
 from threadstore.server._routes_agui import router as agui_router
 from threadstore.server._routes_branches import router as branches_router
@@ -83,40 +82,35 @@ def create_app(
     outbox: str | Path | None = None,
     outbox_max_bytes: int = DEFAULT_OUTBOX_MAX_BYTES,
 ) -> FastAPI:
-    """Build the threadstore server app.
+    """Build the threadstore server app (docs/server.md).
 
-    ``store`` is a store URL (opened, migrated when ``migrate``, and closed with the
-    app) or an open :class:`~threadstore.store._base.Store` the caller keeps owning.
-    ``agent`` is an AG-UI agent object or an ``--agent`` spec (``demo``, ``openai``,
-    ``module:attribute``; ``model`` and ``demo_delay`` apply to a spec, and the app
-    closes an agent it built). Each run wraps it in ``storage_agent(agent_name,
-    user_uuid, store, store, agent, run_repo=store)`` (default
-    :class:`~threadstore.agui._agent.StorageAgent`; pass a subclass to customize how
-    runs are stored). ``auth`` defaults to the single local user. Runs whose
-    process stopped heartbeating for ``stale_after`` seconds are finalized at start-up
-    and every ``sweep_interval`` seconds (``None``: only at start-up).
-    ``cors_origins`` lets browser front ends on those origins call the server
-    (``"*"``: any origin); none by default.
-    ``history_window`` (a :class:`~threadstore.agui._window.HistoryWindow`) gives the
-    agent only the last turns of a chat, passed to ``storage_agent`` as
-    ``history_window=``; by default it gets the whole stored history.
-    ``admins`` (user ids or UUIDs, as the authenticator resolves them) may page through
-    every user's chats at ``GET /api/admin/chats``; nobody may by default.
-    ``store_timeout`` is the seconds a store call waits for a store opened from a URL
-    (default: the URL's ``?timeout=``, else 5); past it the API answers ``503``.
-    ``compaction`` (a :class:`~threadstore.lifecycle.CompactionPolicy`): chats whose agent
-    input is over its budget are summarized after their runs, in the background; its
-    summarizer also serves ``POST /api/chats/{id}/compact`` (default: the deterministic one).
-    ``retention_interval``: every so many seconds the store's retention policies are applied
-    in the background (``store.chats.sweep_expired``), ``retention_batch`` chats per
-    transaction with at least ``retention_pause`` seconds between batches, keeping the database
-    busy a quarter of the time at most; off (``None``) by default.
-    ``outbox`` is the path of a local journal file where runs' writes wait while the store
-    is away (``RUN_FINISHED`` then goes out once they are journaled), drained into the
-    store in order when it answers again, also at the next start; at most
-    ``outbox_max_bytes`` (default 256 MiB) of writes wait, then new runs get ``503``. One
-    file per server process. Off (``None``) by default: a run whose store stays away for
-    ``final_flush_deadline`` ends with ``RUN_ERROR`` ``STORE_UNAVAILABLE``.
+    ``store``: a URL (opened, migrated when ``migrate``, closed with the app) or an open
+    :class:`~threadstore.store._base.Store` the caller keeps owning. ``agent``: an AG-UI
+    agent or an ``--agent`` spec (``demo``, ``openai``, ``module:attribute``; ``model`` and
+    ``demo_delay`` apply to a spec, and the app closes an agent it built). Each run wraps it
+    in ``storage_agent(agent_name, user_uuid, store, store, agent, run_repo=store)``
+    (default :class:`~threadstore.agui._agent.StorageAgent`; a subclass customizes how runs
+    are stored). ``auth`` defaults to the single local user. Runs whose process stopped
+    heartbeating for ``stale_after`` seconds are finalized at start-up and every
+    ``sweep_interval`` seconds (``None``: only at start-up). ``cors_origins``: browser
+    origins allowed to call the server (``"*"``: any); none by default.
+    ``history_window`` (a :class:`~threadstore.agui._window.HistoryWindow`, passed to
+    ``storage_agent`` as ``history_window=``) gives the agent only a chat's last turns; by
+    default it gets the whole stored history. ``admins`` (user ids or UUIDs, as the
+    authenticator resolves them) may page every user's chats at ``GET /api/admin/chats``.
+    ``store_timeout``: seconds a store call waits on a store opened from a URL (default:
+    the URL's ``?timeout=``, else 5); past it the API answers ``503``.
+    ``compaction``: chats whose agent input is over its budget are summarized after their
+    runs, in the background; its summarizer also serves ``POST /api/chats/{id}/compact``
+    (default: the deterministic one). ``retention_interval``: every so many seconds the
+    retention policies are applied in the background (off by default), ``retention_batch``
+    chats per transaction, at least ``retention_pause`` seconds between batches, keeping the
+    database busy a quarter of the time at most. ``outbox``: a local journal file (one per
+    server process) where runs' writes wait while the store is away (``RUN_FINISHED`` then
+    goes out once they are journaled), drained in order when the store answers again, also
+    at the next start; past ``outbox_max_bytes`` (256 MiB) of waiting writes, new runs get
+    ``503``. Without one, a run whose store stays away for ``final_flush_deadline`` ends
+    with ``RUN_ERROR`` ``STORE_UNAVAILABLE``.
 
     On PostgreSQL the runs go through a
     :class:`~threadstore.agui._distributed.DistributedRunManager`, so several server
@@ -127,9 +121,7 @@ def create_app(
     )
     owns_agent = isinstance(agent, str)
     authenticator: Authenticator = auth or LocalUserAuth()
-    if storage_agent is None:
-        storage_agent = StorageAgent
-    wrap: Callable[..., Any] = storage_agent
+    wrap: Callable[..., Any] = storage_agent or StorageAgent
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -176,9 +168,7 @@ def create_app(
         if journal is not None:  # and the user's writes waiting in the outbox
             opened.chats.add_erasure_hook("outbox", journal.forget)
         # What /readyz says, as the gauge threadstore.outbox.depth (when an SDK collects).
-        unobserve = _telemetry.observe_gauge(
-            "threadstore.outbox.depth", lambda: outbox_depth(manager)
-        )
+        unobserve = _telemetry.observe_gauge("threadstore.outbox.depth", manager.outbox_depth)
         try:
             await manager.start()
             if journal is not None:
@@ -200,7 +190,7 @@ def create_app(
                 auth=authenticator,
                 limits=limits,
                 keepalive_interval=keepalive_interval,
-                runs=RunGate(fresh_within=3 * heartbeat_interval),
+                runs=RunGate(),
                 stale_after=stale_after,
                 sweep_interval=sweep_interval,
                 admins=frozenset(a if isinstance(a, UUID) else user_uuid_for(a) for a in admins),
@@ -223,8 +213,8 @@ def create_app(
                 await journal.close()
             if compactor is not None:
                 await compactor.close()
-            if owns_agent:
-                await _close_agent(inner)
+            if owns_agent and (close := getattr(inner, "aclose", None)) is not None:
+                await close()
             if isinstance(store, str):
                 await opened.close()
 
@@ -312,9 +302,3 @@ async def _retain_forever(store: Store, interval: float, batch: int, pause: floa
         except Exception:
             logger.warning("retention sweep failed; retrying next interval", exc_info=True)
         await asyncio.sleep(interval)
-
-
-async def _close_agent(agent: InnerAgent) -> None:
-    close = getattr(agent, "aclose", None)
-    if close is not None:
-        await close()

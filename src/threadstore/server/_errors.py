@@ -71,10 +71,8 @@ _CODE_BY_STATUS = {
 
 def status_for(exc: ThreadstoreError) -> tuple[int, str]:
     """Return (HTTP status, error code) for a threadstore error."""
-    for cls, code_status, code in _STATUS:
-        if isinstance(exc, cls):
-            return code_status, code
-    return status.HTTP_500_INTERNAL_SERVER_ERROR, "internal_error"  # pragma: no cover
+    # ThreadstoreError, last in _STATUS, matches every error the others do not.
+    return next((code_status, code) for cls, code_status, code in _STATUS if isinstance(exc, cls))
 
 
 def error_response(

@@ -271,6 +271,7 @@ class OpenAIAgent:
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         url = f"{self.base_url}/chat/completions"
+        failure: str | None = None  # why the run ends with RUN_ERROR, once what is open closes
         try:
             async with self._client.stream(
                 "POST", url, json=self.request_body(input), headers=headers
@@ -281,23 +282,21 @@ class OpenAIAgent:
                     return
                 async for chunk in _sse_json(response.aiter_lines()):
                     if "error" in chunk:
-                        for event in turn.close_all():
-                            yield event
-                        yield _upstream_error(f"upstream error: {json.dumps(chunk['error'])[:500]}")
-                        return
+                        failure = f"upstream error: {json.dumps(chunk['error'])[:500]}"
+                        break
                     for choice in chunk.get("choices") or []:
                         if choice.get("index", 0) != 0:
                             continue
                         for event in turn.on_delta(choice.get("delta") or {}):
                             yield event
         except httpx.HTTPError as exc:
-            for event in turn.close_all():
-                yield event
-            yield _upstream_error(f"could not reach {url}: {type(exc).__name__}: {exc}")
-            return
+            failure = f"could not reach {url}: {type(exc).__name__}: {exc}"
         for event in turn.close_all():
             yield event
-        yield run_finished(input.thread_id, input.run_id)
+        if failure is not None:
+            yield _upstream_error(failure)
+        else:
+            yield run_finished(input.thread_id, input.run_id)
 
 
 async def _sse_json(lines: AsyncIterator[str]) -> AsyncIterator[dict[str, Any]]:

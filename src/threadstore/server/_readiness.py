@@ -6,14 +6,13 @@ query within its timeout (the schema version it reads), ``503`` with a JSON body
 why otherwise (route no traffic to it meanwhile; it recovers by itself). It does not
 compare that version with this code's: a server refuses to start on a schema newer than
 it knows, and one already running when a newer server migrates stays ready. Both
-bodies carry ``outbox_depth``, the writes waiting locally for the store, read from the
-run manager's ``outbox_depth`` when it has one (0 otherwise).
+bodies carry ``outbox_depth``, the writes waiting locally for the store (the run
+manager's ``outbox_depth()``; 0 without an outbox).
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
@@ -30,14 +29,6 @@ _GRACE = 1.0
 """Seconds past the store's own timeout this check waits before it answers 503 itself."""
 
 
-def outbox_depth(manager: Any) -> int:
-    """Writes the run manager holds for the store (its ``outbox_depth``), 0 without one."""
-    depth = getattr(manager, "outbox_depth", None)
-    if callable(depth):
-        depth = depth()
-    return depth if isinstance(depth, int) else 0
-
-
 @router.get(
     "/readyz",
     summary="Readiness",
@@ -50,7 +41,7 @@ async def readyz(request: Request) -> JSONResponse:
         return error_response(
             503, "the server is starting or stopping", code="not_ready", status="starting"
         )
-    depth = outbox_depth(state.manager)
+    depth = state.manager.outbox_depth()
     timeout = state.store.timeout
     try:
         # The store bounds its own calls; this bounds a store that does not.

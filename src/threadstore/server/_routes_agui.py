@@ -344,13 +344,9 @@ async def messages_snapshot_pieces(messages: Sequence[AGUIMessage]) -> list[byte
     empty = event_json(MessagesSnapshotEvent(messages=[], timestamp=now_ms()))
     head = empty.removesuffix(_NO_MESSAGES_END)
     pieces = [f"data: {head}[".encode()]
-    pieces += [piece async for piece in joined_in_steps(messages, _message_wire_json)]
+    pieces += [piece async for piece in joined_in_steps(messages, lambda m: wire_json(m).encode())]
     pieces.append(b"]}\n\n")
     return pieces
-
-
-def _message_wire_json(message: AGUIMessage) -> bytes:
-    return wire_json(message).encode()
 
 
 _NO_MESSAGES_END = "[]}"

@@ -36,7 +36,6 @@ def _branch_run_route(path: str, *, summary: str) -> Callable[[_Route], _Route]:
     """A route that starts a run on a new branch and answers 202 with its ids."""
     return router.post(
         path,
-        response_model=BranchRun,
         status_code=status.HTTP_202_ACCEPTED,
         summary=summary,
         responses=_MESSAGE_NOT_FOUND,
@@ -71,16 +70,8 @@ class BranchRun(BaseModel):
     message_uuid: UUID | None = Field(default=None, description="The new user message (edit only).")
 
 
-async def _message_of(state: ServerState, chat: Chat, message_uuid: UUID) -> Any:
-    message = await state.store.get_message(message_uuid)
-    if message is None or message.chat_uuid != chat.chat_uuid:
-        raise NotFoundError(f"message {message_uuid} is not in chat {chat.chat_uuid}")
-    return message
-
-
 @router.post(
     "/{chat_uuid}/switch",
-    response_model=Chat,
     summary="Switch to the branch through a message",
     responses=_MESSAGE_NOT_FOUND,
 )
@@ -144,7 +135,9 @@ async def edit(chat_uuid: UUID, body: EditRequest, state: AppState, user: Curren
         raise LimitExceededError(
             f"content is {size} bytes; the limit is {state.limits.max_message_bytes}"
         )
-    old = await _message_of(state, chat, body.message_uuid)
+    old = await state.store.get_message(body.message_uuid)
+    if old is None or old.chat_uuid != chat_uuid:
+        raise NotFoundError(f"message {body.message_uuid} is not in chat {chat_uuid}")
     if old.role != Role.USER:
         raise InvalidInputError(f"message {body.message_uuid} is not a user message")
     created = await state.store.branches.edit_message(
@@ -157,7 +150,6 @@ async def edit(chat_uuid: UUID, body: EditRequest, state: AppState, user: Curren
 
 @router.post(
     "/{chat_uuid}/fork",
-    response_model=Chat,
     status_code=status.HTTP_201_CREATED,
     summary="Fork a chat at a message",
     responses={**_MESSAGE_NOT_FOUND, **THREAD_TAKEN},

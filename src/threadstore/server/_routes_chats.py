@@ -7,6 +7,7 @@ a chat that does not exist.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import takewhile
 from typing import Annotated
 from uuid import UUID, uuid4
 
@@ -136,7 +137,7 @@ class AnyUsersChatListQuery(ChatListQuery):
     user: Annotated[UUID | None, Query(description="Only this user's chats.")] = None
 
 
-@router.get("", response_model=ChatList, summary="List my chats")
+@router.get("", summary="List my chats")
 async def list_chats(state: AppState, user: CurrentUser, page: ChatPage) -> ChatList:
     """Return the caller's chats, newest activity first, each with its last message."""
     return await _chat_list(state, user, page)
@@ -144,7 +145,6 @@ async def list_chats(state: AppState, user: CurrentUser, page: ChatPage) -> Chat
 
 @admin_router.get(
     "/chats",
-    response_model=ChatList,
     summary="List every user's chats (admins)",
     responses=ADMINS_ONLY,
 )
@@ -176,7 +176,6 @@ async def _chat_list(state: AppState, user: UUID | None, query: ChatListQuery) -
 
 @router.post(
     "/import",
-    response_model=Chat,
     status_code=status.HTTP_201_CREATED,
     summary="Import a chat",
     responses=THREAD_TAKEN,
@@ -203,7 +202,7 @@ async def import_one(
     )
 
 
-@router.get("/{chat_uuid}", response_model=Chat, summary="Get one chat")
+@router.get("/{chat_uuid}", summary="Get one chat")
 async def get_chat(chat_uuid: UUID, state: AppState, user: CurrentUser) -> Chat:
     """Return one of the caller's chats."""
     return await owned_chat(state, user, chat_uuid)
@@ -232,7 +231,7 @@ class HistoryQuery:
 History = Annotated[HistoryQuery, Depends()]
 
 
-@router.get("/{chat_uuid}/messages", response_model=MessagePage, summary="A chat's messages")
+@router.get("/{chat_uuid}/messages", summary="A chat's messages")
 async def list_messages(
     chat_uuid: UUID, state: AppState, user: CurrentUser, query: History
 ) -> MessagePage:
@@ -290,7 +289,7 @@ class UIMessagePage(_HistoryPage):
     items: list[UIMessage]
 
 
-@router.get("/{chat_uuid}/ui", response_model=UIMessagePage, summary="A chat as UI messages")
+@router.get("/{chat_uuid}/ui", summary="A chat as UI messages")
 async def list_ui_messages(
     chat_uuid: UUID, state: AppState, user: CurrentUser, query: History
 ) -> UIMessagePage:
@@ -325,11 +324,10 @@ async def _turn_edge(
     def same_turn(message: Message) -> bool:
         return message.role != Role.USER and message.run_id == edge.run_id
 
-    if edge.role == Role.USER:
-        return []  # a user message is a UI message of its own: nothing to join
     found: list[Message] = []
     cursor = edge.seq
-    while True:
+    # A user message is a UI message of its own: nothing to join.
+    while edge.role != Role.USER:
         batch = list(
             await store.get_chat_messages(
                 chat_uuid,
@@ -339,19 +337,18 @@ async def _turn_edge(
             )
         )
         ordered = batch[::-1] if backward else batch
-        for message in ordered:
-            if not same_turn(message):
-                return found[::-1] if backward else found
-            found.append(message)
-        if len(batch) < _TURN_BATCH:
-            return found[::-1] if backward else found
+        turn = list(takewhile(same_turn, ordered))
+        found += turn
+        if len(turn) < len(ordered) or len(batch) < _TURN_BATCH:
+            break
         cursor = ordered[-1].seq
+    return found[::-1] if backward else found
 
 
 _TURN_BATCH = 50
 
 
-@router.patch("/{chat_uuid}", response_model=Chat, summary="Rename a chat")
+@router.patch("/{chat_uuid}", summary="Rename a chat")
 async def rename_chat(
     chat_uuid: UUID, body: ChatRename, state: AppState, user: CurrentUser
 ) -> Chat:
@@ -391,7 +388,6 @@ async def delete_chat(
 
 @router.post(
     "/{chat_uuid}/restore",
-    response_model=Chat,
     summary="Restore a soft-deleted chat",
     responses={404: {"description": "No soft-deleted chat of mine to restore."}},
 )

@@ -54,7 +54,6 @@ class CompactResult(BaseModel):
 
 @router.post(
     "/chats/{chat_uuid}/compact",
-    response_model=CompactResult,
     summary="Compact a chat: summarize its older messages for the agent",
     responses=CHAT_NOT_FOUND,
 )
@@ -91,7 +90,6 @@ async def compact_chat(
 
 @router.get(
     "/chats/{chat_uuid}/summaries",
-    response_model=list[Summary],
     summary="A chat's summaries, newest first",
     responses=CHAT_NOT_FOUND,
 )
@@ -122,7 +120,6 @@ async def remove_summary(
 
 @router.delete(
     "/admin/users/{user_id}",
-    response_model=ErasureReceipt,
     summary="Forget a user: remove everything of theirs (admins)",
     responses=ADMINS_ONLY,
 )
@@ -139,7 +136,6 @@ async def forget_user(user_id: str, state: AppState, caller: CurrentUser) -> Era
 
 @router.get(
     "/admin/erasures",
-    response_model=list[ErasureReceipt],
     summary="Receipts of past erasures (admins)",
     responses=ADMINS_ONLY,
 )

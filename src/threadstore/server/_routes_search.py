@@ -22,7 +22,6 @@ router = APIRouter(prefix="/api", tags=["search"])
 
 @router.get(
     "/search",
-    response_model=SearchPage,
     summary="Search my messages",
     responses={422: {"description": "The query has no words, or too many, or is too long."}},
 )

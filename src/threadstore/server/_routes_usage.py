@@ -57,7 +57,6 @@ class BudgetRequest(Budget):
 
 @router.get(
     "",
-    response_model=UsageReply,
     summary="My usage: tokens and cost per chat, per day, or in all",
     responses=CHAT_NOT_FOUND,
 )
@@ -83,7 +82,6 @@ async def usage_totals(
 
 @router.get(
     "/runs",
-    response_model=list[RunUsage],
     summary="My runs' usage, newest first",
     responses=CHAT_NOT_FOUND,
 )
@@ -98,7 +96,7 @@ async def usage_runs(
     return await state.store.usage.runs(user_uuid=user, chat_uuid=chat_uuid, limit=limit)
 
 
-@router.get("/budgets", response_model=list[ScopedBudget], summary="My budgets")
+@router.get("/budgets", summary="My budgets")
 async def list_budgets(state: AppState, user: CurrentUser) -> list[ScopedBudget]:
     """The caller's own budget and their chats' budgets."""
     return await state.store.usage.budgets(user)
@@ -106,7 +104,6 @@ async def list_budgets(state: AppState, user: CurrentUser) -> list[ScopedBudget]
 
 @router.put(
     "/budget",
-    response_model=ScopedBudget,
     summary="Set my budget, or one chat's",
     responses=CHAT_NOT_FOUND,
 )

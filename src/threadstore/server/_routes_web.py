@@ -37,7 +37,7 @@ class ThreadInfo(BaseModel):
     )
 
 
-@router.get("/api/threads/{thread_id}", response_model=ThreadInfo, summary="Look up a thread")
+@router.get("/api/threads/{thread_id}", summary="Look up a thread")
 async def get_thread(thread_id: str, state: AppState, user: CurrentUser) -> ThreadInfo:
     """Return the caller's chat for ``thread_id`` and the ids of its live runs.
 

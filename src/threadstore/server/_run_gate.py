@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any
 from urllib.parse import quote
 from uuid import UUID
@@ -34,7 +33,7 @@ from ag_ui.core import RunAgentInput
 
 from threadstore.agui import RunHandle, StorageAgent
 from threadstore.errors import ConflictError, StoreUnavailableError
-from threadstore.models import Chat, Run, RunStatus, utcnow
+from threadstore.models import Chat, RunStatus
 from threadstore.server._deps import ServerState
 
 __all__ = ["RunConflictError", "RunGate"]
@@ -68,8 +67,6 @@ def _refused(handle: RunHandle[Any]) -> bool:
 class RunGate:
     """Starts runs for ``POST /agui`` once they pass the checks in the module doc."""
 
-    fresh_within: float
-    """A run recorded running is live while its heartbeat is at most this many seconds old."""
     _locks: dict[tuple[UUID, str], tuple[asyncio.Lock, int]] = field(default_factory=dict)
 
     async def start(
@@ -124,25 +121,20 @@ class RunGate:
         run = next((run for run in runs if run.run_id == run_id), None)
         if run is not None:
             if run.status == RunStatus.RUNNING:
-                if self._beating(state, run):
+                if state.manager.beating(run):
                     raise self._live(thread_id, run_id, run_id)
                 if state.manager.gone(run):  # settled now, not by a sweep later
                     await state.manager.end_stale_run(run)
                     run = await state.store.get_run(chat.chat_uuid, run_id) or run
             raise self._ran(thread_id, run_id, run.status, chat.chat_uuid)
         for other in runs:
-            if self._beating(state, other):
+            if state.manager.beating(other):
                 raise self._live(thread_id, other.run_id, run_id)
             # Its owner stopped heartbeating or is gone: it would hold the chat until a sweep.
             await state.manager.end_stale_run(other)
         # Before the agent is called: a spent budget answers 402 (budget_exceeded).
         await _check_budget(state, user, chat.chat_uuid)
         return chat
-
-    def _beating(self, state: ServerState, run: Run) -> bool:
-        """Whether ``run``'s heartbeat is fresh and its owner not known to be gone."""
-        fresh_since = utcnow() - timedelta(seconds=self.fresh_within)
-        return run.heartbeat_at >= fresh_since and not state.manager.gone(run)
 
     async def _claimed(
         self, state: ServerState, handle: RunHandle[Any], run_input: RunAgentInput
