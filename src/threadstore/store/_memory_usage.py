@@ -11,7 +11,7 @@ from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from threadstore.store._usage import USAGE_COUNTS, UsageBackend, UsageFilter, nanos, usd
+from threadstore.store._usage import UsageBackend, UsageFilter, nanos, summed, usd
 from threadstore.usage import (
     BudgetScope,
     RunUsage,
@@ -92,9 +92,7 @@ class MemoryUsage(UsageBackend):
                 UsageTotals(
                     **named,
                     runs=len(rows),
-                    **{c: sum(getattr(row, c) for row in rows) for c in USAGE_COUNTS},
-                    cost_usd=usd(sum(nanos(row.cost_usd) for row in rows)),
-                    cache_savings_usd=usd(sum(nanos(row.cache_savings_usd) for row in rows)),
+                    **summed(rows),
                 )
             )
         return totals
@@ -116,10 +114,7 @@ class MemoryUsage(UsageBackend):
 
     async def erase_user(self, user_uuid: UUID) -> int:
         async with self.store._lock.hold():
-            runs = [key for key, usage in self.runs.items() if usage.user_uuid == user_uuid]
-            budgets = [key for key, b in self.budgets.items() if b.user_uuid == user_uuid]
-            for key in runs:
-                del self.runs[key]
-            for budget_key in budgets:
-                del self.budgets[budget_key]
-            return len(runs) + len(budgets)
+            kept = len(self.runs) + len(self.budgets)
+            self.runs = {k: u for k, u in self.runs.items() if u.user_uuid != user_uuid}
+            self.budgets = {k: b for k, b in self.budgets.items() if b.user_uuid != user_uuid}
+            return kept - len(self.runs) - len(self.budgets)
