@@ -6,7 +6,7 @@ gets (``agent_history``) is the active branch with its newest applicable summary
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 from uuid import UUID, uuid4
@@ -316,18 +316,16 @@ def _path_to(tree: dict[UUID, TreeNode], message_uuid: UUID) -> list[TreeNode]:
     return path[::-1]
 
 
-def _siblings_in(tree: Iterable[TreeNode], wanted: set[UUID]) -> dict[UUID, Siblings]:
+def _siblings_in(tree: Collection[TreeNode], wanted: set[UUID]) -> dict[UUID, Siblings]:
     """Where each wanted message stands among the messages sharing its parent."""
     by_parent: dict[UUID | None, list[UUID]] = {}
-    parents: dict[UUID, UUID | None] = {}
     for node in tree:  # by seq: creation order
         by_parent.setdefault(node.parent_uuid, []).append(node.message_uuid)
-        parents[node.message_uuid] = node.parent_uuid
     found: dict[UUID, Siblings] = {}
-    for uuid in wanted:
-        if uuid in parents:
-            group = tuple(by_parent[parents[uuid]])
-            found[uuid] = Siblings(group.index(uuid), group)
+    for node in tree:
+        if node.message_uuid in wanted:
+            group = tuple(by_parent[node.parent_uuid])
+            found[node.message_uuid] = Siblings(group.index(node.message_uuid), group)
     return found
 
 

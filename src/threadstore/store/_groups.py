@@ -501,10 +501,8 @@ class Messages:
             derived=kept.derived,
             positions=kept.positions,
         )
-        if (
-            self._store.history_cache is not None
-            and self._store.history_cache.entry(chat_uuid) is kept
-        ):
+        cache = self._store.history_cache
+        if cache is not None and cache.entry(chat_uuid) is kept:
             kept.derived = grown.derived  # the same entries: what was added serves it too
         return grown.view()
 

@@ -7,7 +7,7 @@ run), rows replaced rather than changed, nothing kept for an erased user.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, date, datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
@@ -26,14 +26,10 @@ if TYPE_CHECKING:
 __all__ = ["MemoryUsage"]
 
 
-def _day(usage: RunUsage) -> date:
-    return usage.recorded_at.astimezone(UTC).date()
-
-
 _KEYS: dict[str, Callable[[RunUsage], Any]] = {
     "chat": lambda usage: usage.chat_uuid,
     "user": lambda usage: usage.user_uuid,
-    "day": _day,
+    "day": lambda usage: usage.recorded_at.astimezone(UTC).date(),
 }
 
 

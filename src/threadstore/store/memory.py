@@ -17,7 +17,6 @@ from uuid import UUID
 
 from threadstore import models
 from threadstore.errors import ConflictError, NotFoundError, RunLiveError
-from threadstore.keys import chat_deduplication_key
 from threadstore.store import ops
 from threadstore.store._base import Store
 from threadstore.store._lifecycle import ERASED_USER_DETAIL
@@ -32,6 +31,7 @@ from threadstore.store._records import (
     split_create,
     split_update,
 )
+from threadstore.store._sql import chat_values
 
 __all__ = ["MemoryStore"]
 
@@ -250,26 +250,18 @@ class MemoryStore(Store):
         raise AssertionError(f"unknown operation {op!r}")
 
     def _create_chat(self, chat_data: models.ChatCreate) -> models.Chat:
-        user_uuid, thread_id = chat_data.user_uuid, chat_data.thread_id
-        assert user_uuid is not None and thread_id is not None  # Store.create_chat checks
-        if user_uuid in self._state.erased:
+        row = copy.deepcopy(chat_values(chat_data))
+        thread = (row["user_uuid"], row["thread_id"])
+        if thread[0] in self._state.erased:
             raise ConflictError(ERASED_USER_DETAIL)
-        existing = self._state.threads.get((user_uuid, thread_id))
+        existing = self._state.threads.get(thread)
         if existing is not None and existing in self._state.deleted:
             self._drop_chat(existing)  # a deleted chat's thread is free
         elif existing is not None:
             return self._chat(self._state.chats[existing])
-        base, extra = split_create(chat_data, models.ChatCreate)
-        now = models.utcnow()
-        row = self._row(base, extra)
-        row.update(
-            dedup_key=chat_deduplication_key(user_uuid, thread_id),
-            active_leaf_uuid=None,
-            created_at=now,
-            updated_at=now,
-        )
+        row.update(active_leaf_uuid=None, updated_at=row["created_at"])
         self._state.chats[chat_data.chat_uuid] = row
-        self._state.threads[(user_uuid, thread_id)] = chat_data.chat_uuid
+        self._state.threads[thread] = chat_data.chat_uuid
         return self._chat(row)
 
     def _patch_chat(self, chat_uuid: UUID, **fields: Any) -> models.Chat | None:
