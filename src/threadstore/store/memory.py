@@ -15,6 +15,8 @@ from datetime import datetime
 from typing import Any, TypeVar
 from uuid import UUID
 
+from pydantic import BaseModel
+
 from threadstore import models
 from threadstore.errors import ConflictError, NotFoundError, RunLiveError
 from threadstore.store import ops
@@ -37,6 +39,7 @@ __all__ = ["MemoryStore"]
 
 
 _K = TypeVar("_K")
+_M = TypeVar("_M", bound=BaseModel)
 _R = TypeVar("_R", dict[str, Any], models.Run)
 
 _CHILD_WRITES: dict[type[ops.Op], tuple[str, type[Any]]] = {
@@ -145,28 +148,25 @@ class MemoryStore(Store):
     # --- rows -> models ------------------------------------------------------------------
 
     @staticmethod
-    def _load(model: Any, codec: ExtrasCodec, row: dict[str, Any]) -> Any:
+    def _load(model: type[_M], codec: ExtrasCodec, row: dict[str, Any]) -> _M:
         fields = {k: v for k, v in row.items() if k != "extra"}
         return model.model_validate({**copy.deepcopy(fields), **codec.decode(row["extra"])})
 
     def _chat(self, row: dict[str, Any]) -> models.Chat:
-        chat: models.Chat = self._load(self.chat_model, self.codecs.chat, row)
-        return chat
+        return self._load(self.chat_model, self.codecs.chat, row)
 
     def _tool_call(self, row: dict[str, Any]) -> models.ToolCall:
-        tool_call: models.ToolCall = self._load(self.tool_call_model, self.codecs.tool_call, row)
-        return tool_call
+        return self._load(self.tool_call_model, self.codecs.tool_call, row)
 
     def _reasoning(self, row: dict[str, Any]) -> models.Reasoning:
-        reasoning: models.Reasoning = self._load(self.reasoning_model, self.codecs.reasoning, row)
-        return reasoning
+        return self._load(self.reasoning_model, self.codecs.reasoning, row)
 
     def _child(self, table: str, row: dict[str, Any]) -> models.ToolCall | models.Reasoning:
         """A tool call's or reasoning step's row (of ``table``) as its model."""
         return self._tool_call(row) if table == "tool_calls" else self._reasoning(row)
 
     def _message(self, row: dict[str, Any]) -> models.Message:
-        message: models.Message = self._load(self.message_model, self.codecs.message, row)
+        message = self._load(self.message_model, self.codecs.message, row)
         state = self._state
         children = state.children.get(row["message_uuid"], ())
         message.tool_calls = [
@@ -239,11 +239,8 @@ class MemoryStore(Store):
                 finished = _writable(self._state.runs, (chat_uuid, run_id))
                 if finished is None:
                     return None
-                finished.status, finished.error, finished.updated_at = (
-                    status,
-                    error,
-                    models.utcnow(),
-                )
+                finished.status, finished.error = status, error
+                finished.updated_at = models.utcnow()
                 return finished.model_copy(deep=True)
             case ops.FinalizeRunRecords(chat_uuid, run_id, status):
                 return self._finalize(chat_uuid, run_id, status)
@@ -383,15 +380,12 @@ class MemoryStore(Store):
             raise NotFoundError(f"chat {run.chat_uuid} does not exist")
         key = (run.chat_uuid, run.run_id)
         stored = self._state.runs.get(key)
+        running = models.RunStatus.RUNNING
         if stored is None:
-            if run.status == models.RunStatus.RUNNING and run.exclusive:
+            if run.status == running and run.exclusive:
                 # One exclusive running run per chat, as the SQL stores' index has it.
                 for (chat_uuid, run_id), other in self._state.runs.items():
-                    if (
-                        chat_uuid == run.chat_uuid
-                        and other.status == models.RunStatus.RUNNING
-                        and other.exclusive
-                    ):
+                    if chat_uuid == run.chat_uuid and other.status == running and other.exclusive:
                         raise RunLiveError(run.chat_uuid, run_id)
             stored = self._state.runs[key] = run.model_copy(deep=True)
         return stored.model_copy(deep=True)
