@@ -288,16 +288,11 @@ class MemoryStore(Store):
             return None
         state.deleted.pop(chat_uuid, None)
         del state.threads[(row["user_uuid"], row["thread_id"])]
-        owned = {u for u, m in state.messages.items() if m["chat_uuid"] == chat_uuid}
+        owned = [u for u, m in state.messages.items() if m["chat_uuid"] == chat_uuid]
         for u in owned:
             del state.messages[u]
-            state.children.pop(u, None)
-        state.tool_calls = {
-            k: v for k, v in state.tool_calls.items() if v["message_uuid"] not in owned
-        }
-        state.reasonings = {
-            k: v for k, v in state.reasonings.items() if v["message_uuid"] not in owned
-        }
+            for table, child in state.children.pop(u, ()):
+                del getattr(state, table)[child]
         state.runs = {k: v for k, v in state.runs.items() if k[0] != chat_uuid}
         state.summaries = {k: v for k, v in state.summaries.items() if v.chat_uuid != chat_uuid}
         return row
