@@ -178,10 +178,10 @@ class MemoryStore(Store):
         return message
 
     @staticmethod
-    def _row(base: dict[str, Any], extra: str | None) -> dict[str, Any]:
-        row = copy.deepcopy(base)
-        row["extra"] = extra
-        return row
+    def _row(dto: Any, base_cls: Any) -> dict[str, Any]:
+        """A new row of a create's fields (copied), its subclass's own in ``extra``."""
+        base, extra = split_create(dto, base_cls)
+        return {**copy.deepcopy(base), "extra": extra}
 
     # --- writes ---------------------------------------------------------------------------
 
@@ -304,20 +304,14 @@ class MemoryStore(Store):
             raise NotFoundError(f"chat {message_data.chat_uuid} does not exist")
         if message_data.message_uuid in self._state.messages:
             raise ConflictError(f"message {message_data.message_uuid} already exists")
-        base, extra = split_create(message_data, models.MessageCreate)
         parent = message_data.parent_uuid
         if parent is None:
             parent = chat["active_leaf_uuid"]
         elif self._state.messages.get(parent, {}).get("chat_uuid") != chat["chat_uuid"]:
             raise NotFoundError(f"parent message {parent} is not in chat {chat['chat_uuid']}")
-        now = models.utcnow()
-        row = self._row(base, extra)
-        row.update(
-            parent_uuid=parent,
-            seq=next(self._seq),
-            created_at=message_data.created_at or now,
-            updated_at=message_data.created_at or now,
-        )
+        at = message_data.created_at or models.utcnow()
+        row = self._row(message_data, models.MessageCreate)
+        row.update(parent_uuid=parent, seq=next(self._seq), created_at=at, updated_at=at)
         self._state.messages[message_data.message_uuid] = row
         chat = _writable(self._state.chats, message_data.chat_uuid)
         assert chat is not None
@@ -341,17 +335,13 @@ class MemoryStore(Store):
         rows: dict[UUID, dict[str, Any]] = getattr(state, table)
         if data.uuid in rows:
             raise ConflictError(f"{data.uuid} already exists in {table}")
-        base, extra = split_create(data, base_cls)
-        row = self._row(base, extra)
+        row = self._row(data, base_cls)
+        # Children are never deleted one by one: the next position is one past their count.
         children = state.children.get(data.message_uuid, ())
-        last_seq = 0
-        if children:
-            last_table, last = children[-1]
-            last_seq = getattr(state, last_table)[last]["seq"]
         # A new tuple, never an appended one: snapshots share the old.
         state.children[data.message_uuid] = (*children, (table, data.uuid))
         now = models.utcnow()
-        row.update(seq=last_seq + 1, created_at=now, updated_at=now)
+        row.update(seq=len(children) + 1, created_at=now, updated_at=now)
         rows[data.uuid] = row
         return row
 
