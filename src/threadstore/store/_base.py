@@ -390,13 +390,8 @@ class Store(abc.ABC):
     async def _select_last_messages(self, chat_uuids: Sequence[UUID]) -> list[models.Message]:
         """Primitive: the active leaf of each given live chat that has one, with children."""
 
-    # --- branches ----------------------------------------------------------------------
-    #
-    # A chat is a tree: each message points at its parent, and the active leaf picks
-    # the branch that reads return. Every operation below is built on one read,
-    # ``_select_tree`` (the chat's tree without content; a page's branch points on
-    # ``_select_siblings``, which defaults to it), and the ``MakeRoot`` and
-    # ``SetActiveLeaf`` writes.
+    # --- branches: ``store.branches`` is built on these reads and the ``MakeRoot`` and
+    # ``SetActiveLeaf`` writes; the active leaf picks the branch that reads return.
 
     @abc.abstractmethod
     async def _select_tree(self, chat_uuid: UUID) -> list[TreeNode]:
@@ -408,9 +403,8 @@ class Store(abc.ABC):
         """Read: the messages sharing a parent with one of ``message_uuids`` (themselves
         included), by ``seq``; may leave out every group of one (a chat never branched).
 
-        Optional: this default reads the whole tree. A backend that knows whether a chat
-        ever branched, and can select by parent, answers a page of a long chat without
-        it.
+        Optional: this default reads the whole tree, which a backend that knows whether a
+        chat ever branched, and can select by parent, avoids for a page of a long chat.
         """
         wanted = set(message_uuids)
         tree = await self._select_tree(chat_uuid)
@@ -418,10 +412,7 @@ class Store(abc.ABC):
         return [node for node in tree if node.parent_uuid in parents]
 
     async def _never_branched(self, chat_uuid: UUID) -> bool:
-        """Read: whether the chat is known never to have branched (see :meth:`is_linear`).
-
-        Optional: this default does not know.
-        """
+        """Optional read: whether the chat is known never to have branched (:meth:`is_linear`)."""
         return False
 
     async def start_run(self, run: models.Run) -> models.Run:

@@ -233,9 +233,7 @@ class Usage:
 
         One read when no budget applies; then one sum per budget that does.
         """
-        backend = self._backend()
-        found = await backend.select_budgets(user_uuid, chat_uuid or _NO_CHAT)
-        for scoped in found:
+        for scoped in await self._backend().select_budgets(user_uuid, chat_uuid or _NO_CHAT):
             budget = scoped.budget
             since = None
             if budget.period == "day":
