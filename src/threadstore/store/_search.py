@@ -212,8 +212,7 @@ async def search(
     next_cursor = None
     if len(rows) > size:
         last = rows[size - 1]
-        score = last.score or 0.0
-        next_cursor = SearchCursor(order, score, last.created_at, last.seq).encode()
+        next_cursor = SearchCursor(order, last.score or 0.0, last.created_at, last.seq).encode()
     return SearchPage(items=items, next_cursor=next_cursor)
 
 
