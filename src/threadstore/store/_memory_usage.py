@@ -84,13 +84,7 @@ class MemoryUsage(UsageBackend):
                 "user": {"user_uuid": key},
                 "day": {"day": key},
             }[by]
-            totals.append(
-                UsageTotals(
-                    **named,
-                    runs=len(rows),
-                    **summed(rows),
-                )
-            )
+            totals.append(UsageTotals(**named, runs=len(rows), **summed(rows)))
         return totals
 
     async def upsert_budget(self, budget: ScopedBudget, at: datetime) -> None:

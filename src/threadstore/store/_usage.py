@@ -15,11 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from uuid import UUID
 
 from threadstore import _telemetry
-from threadstore.errors import (
-    BudgetExceededError,
-    InvalidInputError,
-    NotFoundError,
-)
+from threadstore.errors import BudgetExceededError, InvalidInputError, NotFoundError
 from threadstore.models import utcnow
 from threadstore.usage import (
     USAGE_ROWS_PAGE,
