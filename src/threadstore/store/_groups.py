@@ -226,8 +226,8 @@ class Chats:
         user's chats (live and soft-deleted) with their messages, tool calls, reasoning,
         runs, relayed run events and summaries, ``batch`` chats per transaction; the
         histories this store keeps of them; their usage ledger rows and budgets
-        (``usage_records``); and what each erasure hook removes. The
-        receipt is kept (``erasure_receipts``). Running it again finds nothing more.
+        (``usage_records``); and what each erasure hook removes. The receipt is kept
+        (``erasure_receipts``). Running it again finds nothing more.
         """
         backend = self._lifecycle()
         started = utcnow()

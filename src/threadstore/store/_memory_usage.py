@@ -42,9 +42,8 @@ class MemoryUsage(UsageBackend):
         self.budgets: dict[tuple[str, UUID], ScopedBudget] = {}
 
     async def upsert_run(self, usage: RunUsage) -> bool:
-        store = self.store
-        async with store._lock.hold():
-            if usage.user_uuid in store._state.erased:
+        async with self.store._lock.hold():
+            if usage.user_uuid in self.store._state.erased:
                 return False
             # Rounded as the SQL backends keep it: whole nano-dollars.
             kept = usage.model_copy(
