@@ -89,8 +89,7 @@ def create_store(url: str, **options: Any) -> Store:
                 'the PostgreSQL store needs asyncpg: pip install "threadstore[postgres]"'
             ) from None
 
-        store: Store = PostgresStore(url, **options)
-        return store
+        return PostgresStore(url, **options)
     raise ConfigurationError(
         f"unsupported store URL {url!r}: use memory://, sqlite:///path.db or postgresql://..."
     )

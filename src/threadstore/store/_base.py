@@ -1,26 +1,15 @@
 """The Store: what every backend shares, over the seed's repository Protocols.
 
-:class:`Store` is the base class of threadstore's own backends; it implements the
-seed's Protocols (``store/_contract.py``) and the run registry the run manager uses.
-
-Where things go:
-
-- here, once, every public method: limits and cursor paging (``list_chats``), reads by
-  key, the branch page and the history cache check (``get_chat_messages``), the tree
-  and branch operations, soft delete and purge, runs, batches (``apply_writes``), the
-  seed's validations and the capabilities a store declares;
-- ``store/_queries.py``: the small values the reads are asked with (filters, pages, keys);
-- ``store/_ops.py``: one typed operation per write; ``store/_sql.py``: what both SQL
-  backends share (one field-to-column table per record type, insert values, patchable
-  columns, the branch page's bounds); ``store/_codec.py``: models from trusted values;
-- each backend (``memory.py``, ``sqlite.py``, ``postgres.py``): the eleven abstract
-  primitives only: ``setup``, ``close``, ``transaction``, one write primitive
-  ``_apply(batch)`` over the operations, and the reads ``_select_chats``,
-  ``_select_branch``, ``_select_tree``, ``_find_message``, ``_find_tool_call``,
-  ``_select_runs``, ``_select_last_messages`` (plus ``_history_version`` where a
-  history cache is kept, ``_select_changed`` where kept histories are extended,
-  ``_select_siblings`` where a page's branch points should not read the whole tree, and
-  ``_never_branched`` where an export of a chat that never branched should not either).
+Every public method lives here once (limits and cursor paging, reads by key, the branch
+page and the history cache check, tree and branch operations, soft delete, runs,
+``apply_writes``, the seed's validations, declared capabilities); the small values reads
+are asked with are in ``store/_queries.py``, the typed writes in ``store/ops.py``, what
+both SQL backends share in ``store/_sql.py``. A backend (``memory.py``, ``sqlite.py``,
+``postgres.py``) implements only the abstract primitives: ``setup``, ``close``,
+``transaction``, the write primitive ``_apply(batch)`` and the ``_select_*``/``_find_*``
+reads; ``_history_version``, ``_select_changed``, ``_select_siblings`` and
+``_never_branched`` are optional (a history cache, extending kept histories, a page's
+branch points or an export without reading the whole tree).
 
 Soft delete (``delete_chat(..., soft=True)``) stamps a chat's ``deleted_at``; every read
 of a backend leaves such chats, and their messages, out.
@@ -32,12 +21,12 @@ import abc
 from collections.abc import Hashable, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timedelta
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Self, TypeVar, cast
 from uuid import UUID
 
 from threadstore import _telemetry, models
 from threadstore._steps import off_loop
-from threadstore.errors import InvalidInputError, NotFoundError
+from threadstore.errors import ConfigurationError, InvalidInputError, NotFoundError
 from threadstore.store._contract import Capabilities
 from threadstore.store._history import HistoryCache
 from threadstore.store._lifecycle import LifecycleBackend
@@ -77,6 +66,8 @@ from threadstore.store.ops import (
 )
 
 __all__ = ["DEFAULT_DELETED_RETENTION", "Store", "Write"]
+
+_B = TypeVar("_B")
 
 DEFAULT_DELETED_RETENTION = timedelta(days=30)
 """How long a soft-deleted chat can be restored before a sweep may purge it."""
@@ -175,12 +166,7 @@ class Store(abc.ABC):
     def transaction(self) -> AbstractAsyncContextManager[None]:
         """Group the writes made inside the block atomically (nesting joins the outer one)."""
 
-    # --- chats -----------------------------------------------------------------------
-
-    # --- writes ----------------------------------------------------------------------
-    #
-    # Every write reaches the backend as typed operations (``store/_ops.py``) through one
-    # primitive, ``_apply``; the public write methods below are one operation each.
+    # --- writes: each public write method is one typed operation (``store/ops.py``) ---
 
     @abc.abstractmethod
     async def _apply(
@@ -203,8 +189,7 @@ class Store(abc.ABC):
     async def create_chat(self, chat_data: models.ChatCreate) -> models.Chat:
         """Create a chat, idempotent by (user, thread); ``ValueError`` if either is missing."""
         require_chat_identity(chat_data)
-        chat: models.Chat = await self._apply_one(CreateChat(chat_data))
-        return chat
+        return cast(models.Chat, await self._apply_one(CreateChat(chat_data)))
 
     async def get_chat_by_thread_id(self, user_uuid: UUID, thread_id: str) -> models.Chat | None:
         """Return the chat for a (user, thread_id) pair, or ``None``."""
@@ -228,13 +213,11 @@ class Store(abc.ABC):
 
     async def update_chat_name(self, chat_uuid: UUID, name: str) -> models.Chat | None:
         """Rename a chat; ``None`` when it is unknown."""
-        chat: models.Chat | None = await self._apply_one(RenameChat(chat_uuid, name))
-        return chat
+        return cast(models.Chat | None, await self._apply_one(RenameChat(chat_uuid, name)))
 
     async def update_chat_state(self, chat_uuid: UUID, state: Any) -> models.Chat | None:
         """Replace the chat's latest AG-UI state; ``None`` when it is unknown."""
-        chat: models.Chat | None = await self._apply_one(UpdateChatState(chat_uuid, state))
-        return chat
+        return cast(models.Chat | None, await self._apply_one(UpdateChatState(chat_uuid, state)))
 
     async def delete_chat(self, chat_uuid: UUID, *, soft: bool = False) -> models.Chat | None:
         """Delete a chat; return it, or ``None`` when it is unknown.
@@ -252,8 +235,7 @@ class Store(abc.ABC):
     async def _set_deleted_at(
         self, where: ChatFilter, deleted_at: datetime | None
     ) -> models.Chat | None:
-        chat: models.Chat | None = await self._apply_one(SetDeletedAt(where, deleted_at))
-        return chat
+        return cast(models.Chat | None, await self._apply_one(SetDeletedAt(where, deleted_at)))
 
     async def _delete_chat(self, chat_uuid: UUID) -> models.Chat | None:
         chat: models.Chat | None = await self._apply_one(DeleteChat(chat_uuid))
@@ -265,41 +247,37 @@ class Store(abc.ABC):
         """Persist a new message; ``ValueError`` if ``chat_uuid`` is missing or unknown."""
         if message_data.chat_uuid is None:
             raise NotFoundError("MessageCreate.chat_uuid is required")
-        message: models.Message = await self._apply_one(CreateMessage(message_data))
-        return message
+        return cast(models.Message, await self._apply_one(CreateMessage(message_data)))
 
     async def update_message(
         self, message_uuid: UUID, update: models.MessageUpdate
     ) -> models.Message | None:
         """Apply the explicitly-set, non-None fields; ``None`` when the message is unknown."""
-        message: models.Message | None = await self._apply_one(UpdateMessage(message_uuid, update))
-        return message
+        return cast(
+            models.Message | None, await self._apply_one(UpdateMessage(message_uuid, update))
+        )
 
     async def create_message_tool_call(self, data: models.MessageToolCallCreate) -> models.ToolCall:
         """Append a tool call; ``ValueError`` if the parent message does not exist."""
-        tool_call: models.ToolCall = await self._apply_one(CreateToolCall(data))
-        return tool_call
+        return cast(models.ToolCall, await self._apply_one(CreateToolCall(data)))
 
     async def update_message_tool_call(
         self, uuid: UUID, update: models.MessageToolCallUpdate
     ) -> models.ToolCall | None:
         """Patch a tool call; ``None`` when it is unknown."""
-        tool_call: models.ToolCall | None = await self._apply_one(UpdateToolCall(uuid, update))
-        return tool_call
+        return cast(models.ToolCall | None, await self._apply_one(UpdateToolCall(uuid, update)))
 
     async def create_message_reasoning(
         self, data: models.MessageReasoningCreate
     ) -> models.Reasoning:
         """Append a reasoning step; ``ValueError`` if the parent message does not exist."""
-        reasoning: models.Reasoning = await self._apply_one(CreateReasoning(data))
-        return reasoning
+        return cast(models.Reasoning, await self._apply_one(CreateReasoning(data)))
 
     async def update_message_reasoning(
         self, uuid: UUID, update: models.MessageReasoningUpdate
     ) -> models.Reasoning | None:
         """Patch a reasoning step; ``None`` when it is unknown."""
-        reasoning: models.Reasoning | None = await self._apply_one(UpdateReasoning(uuid, update))
-        return reasoning
+        return cast(models.Reasoning | None, await self._apply_one(UpdateReasoning(uuid, update)))
 
     async def get_message(self, message_uuid: UUID) -> models.Message | None:
         """Return a message (with its tool calls and reasoning) by uuid, or ``None``."""
@@ -392,6 +370,12 @@ class Store(abc.ABC):
         """
         raise NotImplementedError(f"{type(self).__name__} keeps no history cache")
 
+    def _required(self, backend: _B | None, keeps: str) -> _B:
+        """``backend``, or ``ConfigurationError`` when this store keeps no ``keeps``."""
+        if backend is None:
+            raise ConfigurationError(f"{type(self).__name__} keeps no {keeps}")
+        return backend
+
     def _in_transaction(self) -> bool:
         """Whether the current task is inside this store's ``transaction()``."""
         return False
@@ -406,13 +390,8 @@ class Store(abc.ABC):
     async def _select_last_messages(self, chat_uuids: Sequence[UUID]) -> list[models.Message]:
         """Primitive: the active leaf of each given live chat that has one, with children."""
 
-    # --- branches ----------------------------------------------------------------------
-    #
-    # A chat is a tree: each message points at its parent, and the active leaf picks
-    # the branch that reads return. Every operation below is built on one read,
-    # ``_select_tree`` (the chat's tree without content; a page's branch points on
-    # ``_select_siblings``, which defaults to it), and the ``MakeRoot`` and
-    # ``SetActiveLeaf`` writes.
+    # --- branches: ``store.branches`` is built on these reads and the ``MakeRoot`` and
+    # ``SetActiveLeaf`` writes; the active leaf picks the branch that reads return.
 
     @abc.abstractmethod
     async def _select_tree(self, chat_uuid: UUID) -> list[TreeNode]:
@@ -424,9 +403,8 @@ class Store(abc.ABC):
         """Read: the messages sharing a parent with one of ``message_uuids`` (themselves
         included), by ``seq``; may leave out every group of one (a chat never branched).
 
-        Optional: this default reads the whole tree. A backend that knows whether a chat
-        ever branched, and can select by parent, answers a page of a long chat without
-        it.
+        Optional: this default reads the whole tree, which a backend that knows whether a
+        chat ever branched, and can select by parent, avoids for a page of a long chat.
         """
         wanted = set(message_uuids)
         tree = await self._select_tree(chat_uuid)
@@ -434,16 +412,12 @@ class Store(abc.ABC):
         return [node for node in tree if node.parent_uuid in parents]
 
     async def _never_branched(self, chat_uuid: UUID) -> bool:
-        """Read: whether the chat is known never to have branched (see :meth:`is_linear`).
-
-        Optional: this default does not know.
-        """
+        """Optional read: whether the chat is known never to have branched (:meth:`is_linear`)."""
         return False
 
     async def start_run(self, run: models.Run) -> models.Run:
         """Record a run as running (idempotent by (chat, run_id))."""
-        started: models.Run = await self._apply_one(StartRun(run))
-        return started
+        return cast(models.Run, await self._apply_one(StartRun(run)))
 
     async def heartbeat_runs(self, owner: str, run_ids: Sequence[tuple[UUID, str]]) -> None:
         """Refresh the heartbeat of the owner's live runs."""
@@ -454,8 +428,9 @@ class Store(abc.ABC):
         self, chat_uuid: UUID, run_id: str, status: models.RunStatus, error: str | None = None
     ) -> models.Run | None:
         """Mark a run finished; ``None`` when it is unknown."""
-        run: models.Run | None = await self._apply_one(FinishRun(chat_uuid, run_id, status, error))
-        return run
+        return cast(
+            models.Run | None, await self._apply_one(FinishRun(chat_uuid, run_id, status, error))
+        )
 
     async def get_run(self, chat_uuid: UUID, run_id: str) -> models.Run | None:
         """Return one run, or ``None``."""
@@ -474,8 +449,7 @@ class Store(abc.ABC):
         self, chat_uuid: UUID, run_id: str, status: models.MessageStatus
     ) -> int:
         """Flip the run's still-in-progress records to ``status``; return how many changed."""
-        changed: int = await self._apply_one(FinalizeRunRecords(chat_uuid, run_id, status))
-        return changed
+        return cast(int, await self._apply_one(FinalizeRunRecords(chat_uuid, run_id, status)))
 
     @_telemetry.traced("threadstore.store.apply_writes")
     async def apply_writes(self, writes: Sequence[Write]) -> None:

@@ -6,13 +6,13 @@ gets (``agent_history``) is the active branch with its newest applicable summary
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from uuid import UUID, uuid4
 
 from threadstore import _telemetry
-from threadstore.errors import ConfigurationError, ConflictError, InvalidInputError, NotFoundError
+from threadstore.errors import ConflictError, InvalidInputError, NotFoundError
 from threadstore.lifecycle import (
     CompactionPolicy,
     Summarizer,
@@ -75,8 +75,9 @@ class Branches:
 
     async def set_active_leaf(self, chat_uuid: UUID, message_uuid: UUID) -> Chat | None:
         """Make ``message_uuid`` (a message of this chat) the end of the active branch."""
-        chat: Chat | None = await self._store._apply_one(SetActiveLeaf(chat_uuid, message_uuid))
-        return chat
+        return cast(
+            Chat | None, await self._store._apply_one(SetActiveLeaf(chat_uuid, message_uuid))
+        )
 
     async def create_root_message(self, message_data: MessageCreate) -> Message:
         """Create a message with no parent, whatever the active leaf: a new first message.
@@ -95,10 +96,8 @@ class Branches:
 
     async def get_siblings(self, chat_uuid: UUID, message_uuid: UUID) -> Siblings:
         """The versions of ``message_uuid``'s turn: the messages sharing its parent."""
-        found = _siblings_in(await self._store._select_tree(chat_uuid), {message_uuid})
-        if message_uuid not in found:
-            raise NotFoundError(f"message {message_uuid} is not in chat {chat_uuid}")
-        return found[message_uuid]
+        tree = await self._tree(chat_uuid, message_uuid)
+        return _siblings_in(tree.values(), {message_uuid})[message_uuid]
 
     async def get_branch_points(
         self, chat_uuid: UUID, message_uuids: Sequence[UUID]
@@ -115,9 +114,7 @@ class Branches:
 
         Switching to a sibling shows that version of the turn and everything after it.
         """
-        tree = await self._store._select_tree(chat_uuid)
-        if not any(node.message_uuid == message_uuid for node in tree):
-            raise NotFoundError(f"message {message_uuid} is not in chat {chat_uuid}")
+        tree = await self._tree(chat_uuid, message_uuid)
         chat = await self.set_active_leaf(chat_uuid, _newest_leaf_under(tree, message_uuid))
         if chat is None:
             raise NotFoundError(f"chat {chat_uuid} does not exist")
@@ -135,15 +132,11 @@ class Branches:
 
     async def user_turn_of(self, chat_uuid: UUID, message_uuid: UUID) -> UUID:
         """The user message ``message_uuid`` is (or answers): what a regenerate answers again."""
-        tree = {node.message_uuid: node for node in await self._store._select_tree(chat_uuid)}
-        node = tree.get(message_uuid)
-        if node is None:
-            raise NotFoundError(f"message {message_uuid} is not in chat {chat_uuid}")
-        while node.role != "user":
-            if node.parent_uuid is None:
-                raise InvalidInputError(f"message {message_uuid} answers no user message")
-            node = tree[node.parent_uuid]
-        return node.message_uuid
+        path = _path_to(await self._tree(chat_uuid, message_uuid), message_uuid)
+        turn = next((node for node in reversed(path) if node.role == "user"), None)
+        if turn is None:
+            raise InvalidInputError(f"message {message_uuid} answers no user message")
+        return turn.message_uuid
 
     async def edit_message(self, message_uuid: UUID, message_data: MessageCreate) -> Message:
         """Create ``message_data`` as a new version of the user message ``message_uuid``.
@@ -183,15 +176,7 @@ class Branches:
         source = await self._store.chats.get_chat(chat_uuid)
         if source is None:
             raise NotFoundError(f"chat {chat_uuid} does not exist")
-        tree = {node.message_uuid: node for node in await self._store._select_tree(chat_uuid)}
-        if at_message_uuid not in tree:
-            raise NotFoundError(f"message {at_message_uuid} is not in chat {chat_uuid}")
-        path: list[UUID] = []
-        current: UUID | None = at_message_uuid
-        while current is not None:
-            path.append(current)
-            current = tree[current].parent_uuid
-        path.reverse()
+        path = _path_to(await self._tree(chat_uuid, at_message_uuid), at_message_uuid)
         async with self._store.transaction():
             owner = user_uuid or source.user_uuid
             thread = thread_id or f"fork-{uuid4()}"
@@ -207,20 +192,24 @@ class Branches:
                 )
             )
             parent: UUID | None = None
-            for uuid in path:
-                message = await self._store.get_message(uuid)
+            for node in path:
+                message = await self._store.get_message(node.message_uuid)
                 assert message is not None
                 parent = await copy_message(self._store, message, fork.chat_uuid, parent)
             found = await self._store.chats.get_chat(fork.chat_uuid)
         return found or fork
 
+    async def _tree(self, chat_uuid: UUID, message_uuid: UUID) -> dict[UUID, TreeNode]:
+        """The chat's tree by uuid (by ``seq``); ``NotFoundError`` without ``message_uuid``."""
+        tree = {node.message_uuid: node for node in await self._store._select_tree(chat_uuid)}
+        if message_uuid not in tree:
+            raise NotFoundError(f"message {message_uuid} is not in chat {chat_uuid}")
+        return tree
+
     # --- compaction: summaries that agents get instead of a span -----------------------
 
     def _lifecycle(self) -> LifecycleBackend:
-        backend = self._store._lifecycle
-        if backend is None:
-            raise ConfigurationError(f"{type(self._store).__name__} keeps no summaries")
-        return backend
+        return self._store._required(self._store._lifecycle, "summaries")
 
     async def summaries(self, chat_uuid: UUID) -> list[Summary]:
         """The chat's summaries, newest first (whichever branch they were made on)."""
@@ -233,8 +222,7 @@ class Branches:
 
     async def remove_summary(self, chat_uuid: UUID, summary_uuid: UUID) -> bool:
         """Undo a compaction: agents get the messages it covered again; whether it existed."""
-        removed = await self._lifecycle().delete_summary(chat_uuid, summary_uuid)
-        return removed
+        return await self._lifecycle().delete_summary(chat_uuid, summary_uuid)
 
     async def agent_history(self, chat_uuid: UUID) -> AgentHistory:
         """The summary that applies to the active branch and the messages after it.
@@ -320,28 +308,32 @@ class Branches:
         )
 
 
-def _siblings_in(tree: Sequence[TreeNode], wanted: set[UUID]) -> dict[UUID, Siblings]:
+def _path_to(tree: dict[UUID, TreeNode], message_uuid: UUID) -> list[TreeNode]:
+    """The branch from the root down to ``message_uuid``."""
+    path = [tree[message_uuid]]
+    while path[-1].parent_uuid is not None:
+        path.append(tree[path[-1].parent_uuid])
+    return path[::-1]
+
+
+def _siblings_in(tree: Collection[TreeNode], wanted: set[UUID]) -> dict[UUID, Siblings]:
     """Where each wanted message stands among the messages sharing its parent."""
     by_parent: dict[UUID | None, list[UUID]] = {}
-    parents: dict[UUID, UUID | None] = {}
     for node in tree:  # by seq: creation order
         by_parent.setdefault(node.parent_uuid, []).append(node.message_uuid)
-        parents[node.message_uuid] = node.parent_uuid
     found: dict[UUID, Siblings] = {}
-    for uuid in wanted:
-        if uuid in parents:
-            group = tuple(by_parent[parents[uuid]])
-            found[uuid] = Siblings(group.index(uuid), group)
+    for node in tree:
+        if node.message_uuid in wanted:
+            group = tuple(by_parent[node.parent_uuid])
+            found[node.message_uuid] = Siblings(group.index(node.message_uuid), group)
     return found
 
 
-def _newest_leaf_under(tree: Sequence[TreeNode], top: UUID) -> UUID:
+def _newest_leaf_under(tree: dict[UUID, TreeNode], top: UUID) -> UUID:
     """The most recently created message without children in ``top``'s subtree."""
     children: dict[UUID | None, list[UUID]] = {}
-    seq: dict[UUID, int] = {}
-    for node in tree:
+    for node in tree.values():
         children.setdefault(node.parent_uuid, []).append(node.message_uuid)
-        seq[node.message_uuid] = node.seq
     leaves, stack = [], [top]
     while stack:
         current = stack.pop()
@@ -350,4 +342,4 @@ def _newest_leaf_under(tree: Sequence[TreeNode], top: UUID) -> UUID:
             stack.extend(below)
         else:
             leaves.append(current)
-    return max(leaves, key=seq.__getitem__)
+    return max(leaves, key=lambda leaf: tree[leaf].seq)

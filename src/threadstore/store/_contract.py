@@ -31,28 +31,18 @@ class ChatRepositoryLike(Protocol):
 
     async def create_chat(self, chat_data: models.ChatCreate) -> models.Chat:
         """Create a chat, idempotent by (user, thread): a repeat returns the existing one."""
-        ...
 
     async def get_chat_by_thread_id(self, user_uuid: UUID, thread_id: str) -> models.Chat | None:
         """Return the chat for a (user, thread_id) pair, or ``None``."""
-        ...
 
     async def get_all_chats(self, user_uuid: UUID | None = None) -> Sequence[models.Chat]:
-        """Return every chat, optionally scoped to one user.
-
-        Unbounded: with no user it is an admin call that reads every user's chats at
-        once. Interactive callers page instead (``Store.list_chats``; the server's
-        ``GET /api/admin/chats``, the CLI's ``chats list``).
-        """
-        ...
+        """Return every chat, optionally one user's (unbounded: page with ``list_chats``)."""
 
     async def update_chat_name(self, chat_uuid: UUID, name: str) -> models.Chat | None:
         """Rename a chat; ``None`` when it is unknown."""
-        ...
 
     async def delete_chat(self, chat_uuid: UUID) -> models.Chat | None:
         """Delete a chat and every row it owns; return it, or ``None`` when unknown."""
-        ...
 
 
 @runtime_checkable
@@ -61,61 +51,49 @@ class MessageRepositoryLike(Protocol):
 
     def transaction(self) -> AbstractAsyncContextManager[None]:
         """Return an async context manager that groups the writes inside it atomically."""
-        ...
 
     async def create_message(self, message_data: models.MessageCreate) -> models.Message:
         """Persist a new message and return it."""
-        ...
 
     async def update_message(
         self, message_uuid: UUID, update: models.MessageUpdate
     ) -> models.Message | None:
         """Patch a message's own fields; ``None`` when it is unknown."""
-        ...
 
     async def create_message_tool_call(self, data: models.MessageToolCallCreate) -> models.ToolCall:
         """Append a tool call to its parent message."""
-        ...
 
     async def update_message_tool_call(
         self, uuid: UUID, update: models.MessageToolCallUpdate
     ) -> models.ToolCall | None:
         """Patch a tool call; ``None`` when it is unknown."""
-        ...
 
     async def create_message_reasoning(
         self, data: models.MessageReasoningCreate
     ) -> models.Reasoning:
         """Append a reasoning step to its parent message."""
-        ...
 
     async def update_message_reasoning(
         self, uuid: UUID, update: models.MessageReasoningUpdate
     ) -> models.Reasoning | None:
         """Patch a reasoning step; ``None`` when it is unknown."""
-        ...
 
     async def get_message(self, message_uuid: UUID) -> models.Message | None:
         """Return a message by its uuid, or ``None``."""
-        ...
 
     async def get_message_by_agui_id(self, chat_uuid: UUID, agui_id: str) -> models.Message | None:
         """Return a message by its AG-UI id within a chat, or ``None``."""
-        ...
 
     async def get_tool_call_by_agui_id(
         self, message_uuid: UUID, tool_call_id: str
     ) -> models.ToolCall | None:
         """Return a tool call by its AG-UI id within a message, or ``None``."""
-        ...
 
     async def get_chat_messages(self, chat_uuid: UUID) -> Sequence[models.Message]:
         """Return the chat's history (its active branch), oldest first."""
-        ...
 
     async def get_last_messages(self, chat_uuids: list[UUID]) -> dict[UUID, models.Message]:
         """Map each given chat that has messages to its latest message."""
-        ...
 
 
 @runtime_checkable
@@ -124,25 +102,20 @@ class RunRepositoryLike(Protocol):
 
     async def start_run(self, run: models.Run) -> models.Run:
         """Record a run as running (idempotent by (chat, run_id))."""
-        ...
 
     async def heartbeat_runs(self, owner: str, run_ids: Sequence[tuple[UUID, str]]) -> None:
         """Refresh the heartbeat of the owner's live runs."""
-        ...
 
     async def finish_run(
         self, chat_uuid: UUID, run_id: str, status: models.RunStatus, error: str | None = None
     ) -> models.Run | None:
         """Mark a run finished with a terminal status."""
-        ...
 
     async def get_run(self, chat_uuid: UUID, run_id: str) -> models.Run | None:
         """Return one run, or ``None``."""
-        ...
 
     async def get_stale_runs(self, older_than: datetime) -> Sequence[models.Run]:
         """Return running runs whose heartbeat is older than ``older_than``."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,10 +136,7 @@ class Capabilities:
     """``start_run`` raises ``RunLiveError`` for a second running run of a chat."""
 
 
-NO_CAPABILITIES = Capabilities()
-
-
 def capabilities_of(repo: object) -> Capabilities:
     """The capabilities ``repo`` declares (none for a Protocol-only repository)."""
     declared = getattr(repo, "capabilities", None)
-    return declared if isinstance(declared, Capabilities) else NO_CAPABILITIES
+    return declared if isinstance(declared, Capabilities) else Capabilities()

@@ -18,17 +18,23 @@ SearchOrder = Literal["newest", "best"]
 """How search hits are ordered: newest first, or best match first."""
 
 
+def _encode(raw: str) -> str:
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def _decode(cursor: str) -> str:
+    return base64.urlsafe_b64decode((cursor + "=" * (-len(cursor) % 4)).encode()).decode()
+
+
 def encode_chat_cursor(chat: Chat) -> str:
     """Return the cursor that continues a newest-first listing after ``chat``."""
-    raw = f"{chat.updated_at.isoformat()}|{chat.chat_uuid}"
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+    return _encode(f"{chat.updated_at.isoformat()}|{chat.chat_uuid}")
 
 
 def decode_chat_cursor(cursor: str) -> tuple[datetime, str]:
     """Return (updated_at, chat_uuid) from a cursor made by :func:`encode_chat_cursor`."""
     try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        at, chat_uuid = base64.urlsafe_b64decode(padded.encode()).decode().split("|")
+        at, chat_uuid = _decode(cursor).split("|")
         return datetime.fromisoformat(at), str(UUID(chat_uuid))
     except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
         raise InvalidInputError(f"invalid cursor {cursor!r}") from exc
@@ -45,16 +51,13 @@ class SearchCursor:
     seq: int
 
     def encode(self) -> str:
-        raw = f"{self.order}|{self.score.hex()}|{self.created_at.isoformat()}|{self.seq}"
-        return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+        return _encode(f"{self.order}|{self.score.hex()}|{self.created_at.isoformat()}|{self.seq}")
 
     @staticmethod
     def decode(cursor: str, order: SearchOrder) -> SearchCursor:
         """The cursor :meth:`encode` made for a search of the same ``order``."""
         try:
-            padded = cursor + "=" * (-len(cursor) % 4)
-            raw = base64.urlsafe_b64decode(padded.encode()).decode()
-            made_for, score, at, seq = raw.split("|")
+            made_for, score, at, seq = _decode(cursor).split("|")
             found = SearchCursor(order, float.fromhex(score), datetime.fromisoformat(at), int(seq))
         except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
             raise InvalidInputError(f"invalid cursor {cursor!r}") from exc

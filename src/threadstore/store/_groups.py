@@ -15,11 +15,11 @@ import inspect
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from uuid import UUID
 
 from threadstore import _telemetry
-from threadstore.errors import ConfigurationError, ConflictError, InvalidInputError, NotFoundError
+from threadstore.errors import ConflictError, InvalidInputError, NotFoundError
 from threadstore.models import (
     Chat,
     ChatCreate,
@@ -179,10 +179,8 @@ class Chats:
 
     async def update_chat_metadata(self, chat_uuid: UUID, metadata: dict[str, Any]) -> Chat | None:
         """Replace the chat's metadata whole; ``None`` when it is unknown."""
-        chat: Chat | None = await self._store._apply_one(
-            UpdateChatMetadata(chat_uuid, dict(metadata))
-        )
-        return chat
+        op = UpdateChatMetadata(chat_uuid, dict(metadata))
+        return cast(Chat | None, await self._store._apply_one(op))
 
     async def restore_chat(self, chat_uuid: UUID, *, user_uuid: UUID | None = None) -> Chat | None:
         """Undo a soft delete made within :attr:`deleted_retention`; ``None`` when none is.
@@ -200,11 +198,7 @@ class Chats:
         """
         cutoff = utcnow() - self._store.deleted_retention if older_than is None else older_than
         expired = await self._store._select_chats(ChatFilter(deleted=True, deleted_before=cutoff))
-        purged = 0
-        for chat in expired:
-            if await self._store._delete_chat(chat.chat_uuid) is not None:
-                purged += 1
-        return purged
+        return sum([await self._store._delete_chat(c.chat_uuid) is not None for c in expired])
 
     # --- erasure --------------------------------------------------------------------
 
@@ -232,8 +226,8 @@ class Chats:
         user's chats (live and soft-deleted) with their messages, tool calls, reasoning,
         runs, relayed run events and summaries, ``batch`` chats per transaction; the
         histories this store keeps of them; their usage ledger rows and budgets
-        (``usage_records``); and what each erasure hook removes. The
-        receipt is kept (``erasure_receipts``). Running it again finds nothing more.
+        (``usage_records``); and what each erasure hook removes. The receipt is kept
+        (``erasure_receipts``). Running it again finds nothing more.
         """
         backend = self._lifecycle()
         started = utcnow()
@@ -270,10 +264,7 @@ class Chats:
         return await self._lifecycle().select_receipts(user_uuid)
 
     def _lifecycle(self) -> LifecycleBackend:
-        backend = self._store._lifecycle
-        if backend is None:
-            raise ConfigurationError(f"{type(self._store).__name__} keeps no lifecycle records")
-        return backend
+        return self._store._required(self._store._lifecycle, "lifecycle records")
 
     # --- retention ------------------------------------------------------------------
 
@@ -307,16 +298,23 @@ class Chats:
         self, *, now: datetime | None = None, limit: int | None = None
     ) -> list[ExpiredChat]:
         """The chats a sweep would delete now, and why (read only, a page at a time)."""
-        backend, found = self._lifecycle(), list[ExpiredChat]()
-        at, window = now or utcnow(), self._store.deleted_retention.total_seconds()
-        after: UUID | None = None
-        while limit is None or len(found) < limit:
-            page = await backend.select_expired(at, window, after, SWEEP_PAGE)
+        found: list[ExpiredChat] = []
+        async for page in self._expired_pages(now or utcnow()):
             found += page
-            if len(page) < SWEEP_PAGE:
+            if limit is not None and len(found) >= limit:
                 break
-            after = page[-1].chat_uuid
         return found[:limit]
+
+    async def _expired_pages(self, at: datetime) -> AsyncIterator[list[ExpiredChat]]:
+        """The chats expired at ``at``, :data:`SWEEP_PAGE` at a time, by chat uuid."""
+        window = self._store.deleted_retention.total_seconds()
+        after: UUID | None = None
+        while True:
+            page = await self._lifecycle().select_expired(at, window, after, SWEEP_PAGE)
+            yield page
+            if len(page) < SWEEP_PAGE:
+                return
+            after = page[-1].chat_uuid
 
     @_telemetry.traced("threadstore.sweep")
     async def sweep_expired(
@@ -345,10 +343,8 @@ class Chats:
         backend, report = self._lifecycle(), SweepReport()
         at, window = now or utcnow(), self._store.deleted_retention.total_seconds()
         cache = self._store.history_cache
-        after: UUID | None = None
         reasons: Counter[str] = Counter()
-        while True:
-            page = await backend.select_expired(at, window, after, SWEEP_PAGE)
+        async for page in self._expired_pages(at):
             why = {expired.chat_uuid: expired.reason for expired in page}
             for start in range(0, len(page), batch):
                 chunk = [expired.chat_uuid for expired in page[start : start + batch]]
@@ -362,15 +358,10 @@ class Chats:
                     if cache is not None:
                         cache.discard(chat_uuid)
                 await asyncio.sleep(max(pause, took * (1 / share - 1)))
-            if len(page) < SWEEP_PAGE:
-                break
-            after = page[-1].chat_uuid
         report.run_events = await backend.prune_run_logs()
         report.reasons = dict(reasons)
         report.finished_at = utcnow()
         return report
-
-    # --- messages --------------------------------------------------------------------
 
 
 class Messages:
@@ -425,10 +416,7 @@ class Messages:
         return await self._searcher().backlog()
 
     def _searcher(self) -> SearchBackend:
-        backend = self._store._search
-        if backend is None:
-            raise ConfigurationError(f"{type(self._store).__name__} keeps no search index")
-        return backend
+        return self._store._required(self._store._search, "search index")
 
     async def iter_chat_messages(
         self, chat_uuid: UUID, *, page_size: int = 500
@@ -513,10 +501,8 @@ class Messages:
             derived=kept.derived,
             positions=kept.positions,
         )
-        if (
-            self._store.history_cache is not None
-            and self._store.history_cache.entry(chat_uuid) is kept
-        ):
+        cache = self._store.history_cache
+        if cache is not None and cache.entry(chat_uuid) is kept:
             kept.derived = grown.derived  # the same entries: what was added serves it too
         return grown.view()
 

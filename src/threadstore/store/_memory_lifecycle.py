@@ -38,11 +38,10 @@ class MemoryLifecycle(LifecycleBackend):
         self.store = store
 
     async def insert_summary(self, summary: Summary) -> None:
-        store = self.store
-        async with store._lock.hold():
-            if store._state.live_chat(summary.chat_uuid) is None:
+        async with self.store._lock.hold():
+            if self.store._state.live_chat(summary.chat_uuid) is None:
                 raise NotFoundError(f"chat {summary.chat_uuid} does not exist")
-            store._state.summaries[summary.summary_uuid] = summary.model_copy(deep=True)
+            self.store._state.summaries[summary.summary_uuid] = summary.model_copy(deep=True)
 
     async def select_summaries(self, chat_uuid: UUID) -> list[Summary]:
         state = self.store._state
@@ -54,18 +53,16 @@ class MemoryLifecycle(LifecycleBackend):
         return [summary.model_copy(deep=True) for _, summary in ordered]
 
     async def delete_summary(self, chat_uuid: UUID, summary_uuid: UUID) -> bool:
-        store = self.store
-        async with store._lock.hold():
-            found = store._state.summaries.get(summary_uuid)
+        async with self.store._lock.hold():
+            found = self.store._state.summaries.get(summary_uuid)
             if found is None or found.chat_uuid != chat_uuid:
                 return False
-            del store._state.summaries[summary_uuid]
+            del self.store._state.summaries[summary_uuid]
             return True
 
     async def tombstone(self, user_uuid: UUID, at: datetime) -> None:
-        store = self.store
-        async with store._lock.hold():
-            store._state.erased.setdefault(user_uuid, at)
+        async with self.store._lock.hold():
+            self.store._state.erased.setdefault(user_uuid, at)
 
     async def erase_chats(self, user_uuid: UUID, limit: int) -> tuple[dict[str, int], list[UUID]]:
         store = self.store
@@ -90,9 +87,8 @@ class MemoryLifecycle(LifecycleBackend):
         return counts, chats
 
     async def save_receipt(self, receipt: ErasureReceipt) -> None:
-        store = self.store
-        async with store._lock.hold():
-            store._state.receipts[receipt.receipt_uuid] = receipt.model_copy(deep=True)
+        async with self.store._lock.hold():
+            self.store._state.receipts[receipt.receipt_uuid] = receipt.model_copy(deep=True)
 
     async def select_receipts(self, user_uuid: UUID | None) -> list[ErasureReceipt]:
         found = [
@@ -105,14 +101,12 @@ class MemoryLifecycle(LifecycleBackend):
     async def upsert_policy(
         self, scope: Scope, scope_uuid: UUID, policy: RetentionPolicy, at: datetime
     ) -> None:
-        store = self.store
-        async with store._lock.hold():
-            store._state.policies[(scope, scope_uuid)] = policy.model_copy()
+        async with self.store._lock.hold():
+            self.store._state.policies[(scope, scope_uuid)] = policy.model_copy()
 
     async def delete_policy(self, scope: Scope, scope_uuid: UUID) -> bool:
-        store = self.store
-        async with store._lock.hold():
-            return store._state.policies.pop((scope, scope_uuid), None) is not None
+        async with self.store._lock.hold():
+            return self.store._state.policies.pop((scope, scope_uuid), None) is not None
 
     async def select_policies(self) -> list[ScopedPolicy]:
         found = sorted(self.store._state.policies.items(), key=lambda item: str(item[0]))

@@ -80,20 +80,17 @@ class MemorySearch(SearchBackend):
                         ),
                     )
                 )
-        if query.order == "best":
+        best = query.order == "best"
+        if best:
             weights = {word: idf(total, holding[word]) for word in words}
             scores = bm25(counts, lengths, weights)
             rows = [replace(row, score=score) for row, score in zip(rows, scores, strict=True)]
-        after = query.after
-        if query.order == "best":
-            rows.sort(key=lambda r: (r.score or 0.0, r.created_at, r.seq), reverse=True)
-            if after is not None:
-                key = (after.score, after.created_at, after.seq)
-                rows = [r for r in rows if (r.score or 0.0, r.created_at, r.seq) < key]
-        else:
-            rows.sort(key=lambda r: (r.created_at, r.seq), reverse=True)
-            if after is not None:
-                rows = [r for r in rows if (r.created_at, r.seq) < (after.created_at, after.seq)]
+        # A search by newest has no scores: every row's (and its cursor's) counts as 0.
+        rows.sort(key=lambda r: (r.score or 0.0, r.created_at, r.seq), reverse=True)
+        if query.after is not None:
+            at = query.after
+            key = (at.score if best else 0.0, at.created_at, at.seq)
+            rows = [r for r in rows if (r.score or 0.0, r.created_at, r.seq) < key]
         return rows[: query.limit]
 
     def _parts(self, message: dict[str, Any]) -> tuple[str, str | None, str | None]:

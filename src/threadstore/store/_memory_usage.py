@@ -7,11 +7,11 @@ run), rows replaced rather than changed, nothing kept for an erased user.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, date, datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from threadstore.store._usage import USAGE_COUNTS, UsageBackend, UsageFilter, nanos, usd
+from threadstore.store._usage import UsageBackend, UsageFilter, nanos, summed, usd
 from threadstore.usage import (
     BudgetScope,
     RunUsage,
@@ -26,14 +26,10 @@ if TYPE_CHECKING:
 __all__ = ["MemoryUsage"]
 
 
-def _day(usage: RunUsage) -> date:
-    return usage.recorded_at.astimezone(UTC).date()
-
-
 _KEYS: dict[str, Callable[[RunUsage], Any]] = {
     "chat": lambda usage: usage.chat_uuid,
     "user": lambda usage: usage.user_uuid,
-    "day": _day,
+    "day": lambda usage: usage.recorded_at.astimezone(UTC).date(),
 }
 
 
@@ -46,9 +42,8 @@ class MemoryUsage(UsageBackend):
         self.budgets: dict[tuple[str, UUID], ScopedBudget] = {}
 
     async def upsert_run(self, usage: RunUsage) -> bool:
-        store = self.store
-        async with store._lock.hold():
-            if usage.user_uuid in store._state.erased:
+        async with self.store._lock.hold():
+            if usage.user_uuid in self.store._state.erased:
                 return False
             # Rounded as the SQL backends keep it: whole nano-dollars.
             kept = usage.model_copy(
@@ -88,15 +83,7 @@ class MemoryUsage(UsageBackend):
                 "user": {"user_uuid": key},
                 "day": {"day": key},
             }[by]
-            totals.append(
-                UsageTotals(
-                    **named,
-                    runs=len(rows),
-                    **{c: sum(getattr(row, c) for row in rows) for c in USAGE_COUNTS},
-                    cost_usd=usd(sum(nanos(row.cost_usd) for row in rows)),
-                    cache_savings_usd=usd(sum(nanos(row.cache_savings_usd) for row in rows)),
-                )
-            )
+            totals.append(UsageTotals(**named, runs=len(rows), **summed(rows)))
         return totals
 
     async def upsert_budget(self, budget: ScopedBudget, at: datetime) -> None:
@@ -116,10 +103,7 @@ class MemoryUsage(UsageBackend):
 
     async def erase_user(self, user_uuid: UUID) -> int:
         async with self.store._lock.hold():
-            runs = [key for key, usage in self.runs.items() if usage.user_uuid == user_uuid]
-            budgets = [key for key, b in self.budgets.items() if b.user_uuid == user_uuid]
-            for key in runs:
-                del self.runs[key]
-            for budget_key in budgets:
-                del self.budgets[budget_key]
-            return len(runs) + len(budgets)
+            kept = len(self.runs) + len(self.budgets)
+            self.runs = {k: u for k, u in self.runs.items() if u.user_uuid != user_uuid}
+            self.budgets = {k: b for k, b in self.budgets.items() if b.user_uuid != user_uuid}
+            return kept - len(self.runs) - len(self.budgets)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 
 from threadstore.errors import InvalidInputError
@@ -55,8 +55,7 @@ def require_chat_identity(chat_data: ChatCreate) -> tuple[UUID, str]:
 
 def update_fields(update: Any) -> dict[str, Any]:
     """Return the explicitly-set, non-None fields of an update DTO."""
-    fields: dict[str, Any] = update.model_dump(exclude_unset=True, exclude_none=True)
-    return fields
+    return cast(dict[str, Any], update.model_dump(exclude_unset=True, exclude_none=True))
 
 
 @dataclass(frozen=True, slots=True)

@@ -212,8 +212,7 @@ async def search(
     next_cursor = None
     if len(rows) > size:
         last = rows[size - 1]
-        score = last.score or 0.0
-        next_cursor = SearchCursor(order, score, last.created_at, last.seq).encode()
+        next_cursor = SearchCursor(order, last.score or 0.0, last.created_at, last.seq).encode()
     return SearchPage(items=items, next_cursor=next_cursor)
 
 
@@ -253,10 +252,7 @@ def _unmark(marked: str) -> tuple[str, list[tuple[int, int]]]:
         else:
             text.append(piece)
             length += len(piece)
-    return "".join(text).strip(), _shifted(spans, "".join(text))
-
-
-def _shifted(spans: list[tuple[int, int]], text: str) -> list[tuple[int, int]]:
-    """``spans`` of ``text`` moved left by the whitespace :meth:`str.strip` takes off."""
-    lead = len(text) - len(text.lstrip())
-    return [(start - lead, end - lead) for start, end in spans]
+    # The spans move left by the whitespace ``strip`` takes off.
+    joined = "".join(text)
+    lead = len(joined) - len(joined.lstrip())
+    return joined.strip(), [(start - lead, end - lead) for start, end in spans]

@@ -29,6 +29,7 @@ from threadstore.store._sql_driver import SQLDriver
 __all__ = ["LifecycleSQL", "RetentionSQL", "SQLLifecycle"]
 
 _POLICY_COLUMNS = ("idle_ttl", "absolute_ttl", "keep_run_logs", "deleted_window", "legal_hold")
+"""A retention policy's fields, as its table's columns (``legal_hold`` last)."""
 
 
 class RetentionSQL:
@@ -203,16 +204,9 @@ class SQLLifecycle(SQLDriver, LifecycleBackend):
     async def upsert_policy(
         self, scope: Scope, scope_uuid: UUID, policy: RetentionPolicy, at: datetime
     ) -> None:
-        params = (
-            scope,
-            self.uuid_param(scope_uuid),
-            policy.idle_ttl,
-            policy.absolute_ttl,
-            policy.keep_run_logs,
-            policy.deleted_window,
-            self.flag_param(policy.legal_hold),
-            self.time_param(at),
-        )
+        values = [getattr(policy, name) for name in _POLICY_COLUMNS]
+        values[-1] = self.flag_param(policy.legal_hold)
+        params = (scope, self.uuid_param(scope_uuid), *values, self.time_param(at))
         await self._write(self.sql.upsert_policy, params)
 
     async def delete_policy(self, scope: Scope, scope_uuid: UUID) -> bool:
@@ -224,12 +218,8 @@ class SQLLifecycle(SQLDriver, LifecycleBackend):
             ScopedPolicy(
                 scope=cast(Scope, row[0]),
                 scope_uuid=self.uuid_value(row[1]),
-                policy=RetentionPolicy(
-                    idle_ttl=row[2],
-                    absolute_ttl=row[3],
-                    keep_run_logs=row[4],
-                    deleted_window=row[5],
-                    legal_hold=bool(row[6]),
+                policy=RetentionPolicy.model_validate(
+                    dict(zip(_POLICY_COLUMNS, row[2:], strict=True))
                 ),
             )
             for row in await self._read(self.sql.select_policies, ())

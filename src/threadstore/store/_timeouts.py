@@ -32,10 +32,7 @@ def split_timeout(url: str, timeout: float | None) -> tuple[str, float]:
     """
     base, _, query = url.partition("?")
     pairs = parse_qsl(query, keep_blank_values=True)
-    from_url: str | None = None
-    for name, value in pairs:
-        if name == _OPTION:
-            from_url = value
+    from_url = dict(pairs).get(_OPTION)
     if from_url is not None:  # a URL without the option is passed on untouched
         kept = [(name, value) for name, value in pairs if name != _OPTION]
         url = base + ("?" + urlencode(kept) if kept else "")

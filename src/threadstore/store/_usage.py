@@ -9,17 +9,13 @@ reported, whatever order they are added in.
 from __future__ import annotations
 
 import abc
+from collections.abc import Sequence
 from datetime import UTC, datetime, time
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 from uuid import UUID
 
 from threadstore import _telemetry
-from threadstore.errors import (
-    BudgetExceededError,
-    ConfigurationError,
-    InvalidInputError,
-    NotFoundError,
-)
+from threadstore.errors import BudgetExceededError, InvalidInputError, NotFoundError
 from threadstore.models import utcnow
 from threadstore.usage import (
     USAGE_ROWS_PAGE,
@@ -41,6 +37,7 @@ __all__ = [
     "UsageBackend",
     "UsageFilter",
     "nanos",
+    "summed",
     "usd",
 ]
 
@@ -137,10 +134,7 @@ class Usage:
         return self._store._usage is not None
 
     def _backend(self) -> UsageBackend:
-        backend = self._store._usage
-        if backend is None:
-            raise ConfigurationError(f"{type(self._store).__name__} keeps no usage ledger")
-        return backend
+        return self._store._required(self._store._usage, "usage ledger")
 
     async def record(self, usage: RunUsage) -> bool:
         """Keep what a run used (one row per chat and run: recording again replaces it).
@@ -201,7 +195,7 @@ class Usage:
         if len(sums) == 1:
             return sums[0].model_copy(update={"chat_uuid": chat_uuid})
         # Several users' sums (no user asked for): the total is no one user's.
-        return _summed(sums, chat_uuid)
+        return UsageTotals(chat_uuid=chat_uuid, runs=sum(s.runs for s in sums), **summed(sums))
 
     # --- budgets ---------------------------------------------------------------------
 
@@ -209,7 +203,13 @@ class Usage:
         self, budget: Budget, *, user_uuid: UUID | None = None, chat_uuid: UUID | None = None
     ) -> ScopedBudget:
         """Set the budget of a user's runs, or of one chat's (exactly one of the two)."""
-        scope, scope_uuid, owner = await self._scope(user_uuid, chat_uuid)
+        scope, scope_uuid = _one_scope(user_uuid, chat_uuid)
+        owner = scope_uuid
+        if scope == "chat":
+            chat = await self._store.chats.get_chat(scope_uuid)
+            if chat is None:
+                raise NotFoundError(f"chat {scope_uuid} does not exist")
+            owner = chat.user_uuid
         scoped = ScopedBudget(scope=scope, scope_uuid=scope_uuid, user_uuid=owner, budget=budget)
         await self._backend().upsert_budget(scoped, utcnow())
         return scoped
@@ -218,12 +218,7 @@ class Usage:
         self, *, user_uuid: UUID | None = None, chat_uuid: UUID | None = None
     ) -> bool:
         """Remove the budget of a user or of a chat; whether there was one."""
-        if (user_uuid is None) == (chat_uuid is None):
-            raise InvalidInputError("give exactly one of user_uuid and chat_uuid")
-        if chat_uuid is not None:
-            return await self._backend().delete_budget("chat", chat_uuid)
-        assert user_uuid is not None
-        return await self._backend().delete_budget("user", user_uuid)
+        return await self._backend().delete_budget(*_one_scope(user_uuid, chat_uuid))
 
     async def budgets(self, user_uuid: UUID) -> list[ScopedBudget]:
         """Every budget of the user's: their own and their chats'."""
@@ -234,9 +229,7 @@ class Usage:
 
         One read when no budget applies; then one sum per budget that does.
         """
-        backend = self._backend()
-        found = await backend.select_budgets(user_uuid, chat_uuid or _NO_CHAT)
-        for scoped in found:
+        for scoped in await self._backend().select_budgets(user_uuid, chat_uuid or _NO_CHAT):
             budget = scoped.budget
             since = None
             if budget.period == "day":
@@ -252,32 +245,24 @@ class Usage:
                 period = "today's " if budget.period == "day" else ""
                 raise BudgetExceededError(f"the {period}budget of {whose} is spent: {why}")
 
-    async def _scope(
-        self, user_uuid: UUID | None, chat_uuid: UUID | None
-    ) -> tuple[BudgetScope, UUID, UUID]:
-        if (user_uuid is None) == (chat_uuid is None):
-            raise InvalidInputError("give exactly one of user_uuid and chat_uuid")
-        if chat_uuid is None:
-            assert user_uuid is not None
-            return "user", user_uuid, user_uuid
-        chat = await self._store.chats.get_chat(chat_uuid)
-        if chat is None:
-            raise NotFoundError(f"chat {chat_uuid} does not exist")
-        return "chat", chat_uuid, chat.user_uuid
-
 
 _NO_CHAT = UUID(int=0)
 """Matches no chat: only the user's own budget applies."""
 
 
-def _summed(sums: list[UsageTotals], chat_uuid: UUID | None) -> UsageTotals:
-    return UsageTotals(
-        chat_uuid=chat_uuid,
-        runs=sum(s.runs for s in sums),
-        input_tokens=sum(s.input_tokens for s in sums),
-        output_tokens=sum(s.output_tokens for s in sums),
-        reasoning_tokens=sum(s.reasoning_tokens for s in sums),
-        cached_input_tokens=sum(s.cached_input_tokens for s in sums),
-        cost_usd=usd(sum(nanos(s.cost_usd) for s in sums)),
-        cache_savings_usd=usd(sum(nanos(s.cache_savings_usd) for s in sums)),
-    )
+def _one_scope(user_uuid: UUID | None, chat_uuid: UUID | None) -> tuple[BudgetScope, UUID]:
+    """The scope of a budget: a user's or a chat's, given exactly one of the two."""
+    if chat_uuid is not None and user_uuid is None:
+        return "chat", chat_uuid
+    if user_uuid is not None and chat_uuid is None:
+        return "user", user_uuid
+    raise InvalidInputError("give exactly one of user_uuid and chat_uuid")
+
+
+def summed(rows: Sequence[RunUsage | UsageTotals]) -> dict[str, Any]:
+    """The token counts and amounts of ``rows`` added up (amounts exactly, as nano-dollars)."""
+    return {
+        **{count: sum(getattr(row, count) for row in rows) for count in USAGE_COUNTS},
+        "cost_usd": usd(sum(nanos(row.cost_usd) for row in rows)),
+        "cache_savings_usd": usd(sum(nanos(row.cache_savings_usd) for row in rows)),
+    }

@@ -15,9 +15,10 @@ from datetime import datetime
 from typing import Any, TypeVar
 from uuid import UUID
 
+from pydantic import BaseModel
+
 from threadstore import models
 from threadstore.errors import ConflictError, NotFoundError, RunLiveError
-from threadstore.keys import chat_deduplication_key
 from threadstore.store import ops
 from threadstore.store._base import Store
 from threadstore.store._lifecycle import ERASED_USER_DETAIL
@@ -32,11 +33,13 @@ from threadstore.store._records import (
     split_create,
     split_update,
 )
+from threadstore.store._sql import chat_values
 
 __all__ = ["MemoryStore"]
 
 
 _K = TypeVar("_K")
+_M = TypeVar("_M", bound=BaseModel)
 _R = TypeVar("_R", dict[str, Any], models.Run)
 
 _CHILD_WRITES: dict[type[ops.Op], tuple[str, type[Any]]] = {
@@ -145,28 +148,25 @@ class MemoryStore(Store):
     # --- rows -> models ------------------------------------------------------------------
 
     @staticmethod
-    def _load(model: Any, codec: ExtrasCodec, row: dict[str, Any]) -> Any:
+    def _load(model: type[_M], codec: ExtrasCodec, row: dict[str, Any]) -> _M:
         fields = {k: v for k, v in row.items() if k != "extra"}
         return model.model_validate({**copy.deepcopy(fields), **codec.decode(row["extra"])})
 
     def _chat(self, row: dict[str, Any]) -> models.Chat:
-        chat: models.Chat = self._load(self.chat_model, self.codecs.chat, row)
-        return chat
+        return self._load(self.chat_model, self.codecs.chat, row)
 
     def _tool_call(self, row: dict[str, Any]) -> models.ToolCall:
-        tool_call: models.ToolCall = self._load(self.tool_call_model, self.codecs.tool_call, row)
-        return tool_call
+        return self._load(self.tool_call_model, self.codecs.tool_call, row)
 
     def _reasoning(self, row: dict[str, Any]) -> models.Reasoning:
-        reasoning: models.Reasoning = self._load(self.reasoning_model, self.codecs.reasoning, row)
-        return reasoning
+        return self._load(self.reasoning_model, self.codecs.reasoning, row)
 
     def _child(self, table: str, row: dict[str, Any]) -> models.ToolCall | models.Reasoning:
         """A tool call's or reasoning step's row (of ``table``) as its model."""
         return self._tool_call(row) if table == "tool_calls" else self._reasoning(row)
 
     def _message(self, row: dict[str, Any]) -> models.Message:
-        message: models.Message = self._load(self.message_model, self.codecs.message, row)
+        message = self._load(self.message_model, self.codecs.message, row)
         state = self._state
         children = state.children.get(row["message_uuid"], ())
         message.tool_calls = [
@@ -178,10 +178,10 @@ class MemoryStore(Store):
         return message
 
     @staticmethod
-    def _row(base: dict[str, Any], extra: str | None) -> dict[str, Any]:
-        row = copy.deepcopy(base)
-        row["extra"] = extra
-        return row
+    def _row(dto: Any, base_cls: Any) -> dict[str, Any]:
+        """A new row of a create's fields (copied), its subclass's own in ``extra``."""
+        base, extra = split_create(dto, base_cls)
+        return {**copy.deepcopy(base), "extra": extra}
 
     # --- writes ---------------------------------------------------------------------------
 
@@ -239,37 +239,26 @@ class MemoryStore(Store):
                 finished = _writable(self._state.runs, (chat_uuid, run_id))
                 if finished is None:
                     return None
-                finished.status, finished.error, finished.updated_at = (
-                    status,
-                    error,
-                    models.utcnow(),
-                )
+                finished.status, finished.error = status, error
+                finished.updated_at = models.utcnow()
                 return finished.model_copy(deep=True)
             case ops.FinalizeRunRecords(chat_uuid, run_id, status):
                 return self._finalize(chat_uuid, run_id, status)
         raise AssertionError(f"unknown operation {op!r}")
 
     def _create_chat(self, chat_data: models.ChatCreate) -> models.Chat:
-        user_uuid, thread_id = chat_data.user_uuid, chat_data.thread_id
-        assert user_uuid is not None and thread_id is not None  # Store.create_chat checks
-        if user_uuid in self._state.erased:
+        row = copy.deepcopy(chat_values(chat_data))
+        thread = (row["user_uuid"], row["thread_id"])
+        if thread[0] in self._state.erased:
             raise ConflictError(ERASED_USER_DETAIL)
-        existing = self._state.threads.get((user_uuid, thread_id))
+        existing = self._state.threads.get(thread)
         if existing is not None and existing in self._state.deleted:
             self._drop_chat(existing)  # a deleted chat's thread is free
         elif existing is not None:
             return self._chat(self._state.chats[existing])
-        base, extra = split_create(chat_data, models.ChatCreate)
-        now = models.utcnow()
-        row = self._row(base, extra)
-        row.update(
-            dedup_key=chat_deduplication_key(user_uuid, thread_id),
-            active_leaf_uuid=None,
-            created_at=now,
-            updated_at=now,
-        )
+        row.update(active_leaf_uuid=None, updated_at=row["created_at"])
         self._state.chats[chat_data.chat_uuid] = row
-        self._state.threads[(user_uuid, thread_id)] = chat_data.chat_uuid
+        self._state.threads[thread] = chat_data.chat_uuid
         return self._chat(row)
 
     def _patch_chat(self, chat_uuid: UUID, **fields: Any) -> models.Chat | None:
@@ -299,16 +288,11 @@ class MemoryStore(Store):
             return None
         state.deleted.pop(chat_uuid, None)
         del state.threads[(row["user_uuid"], row["thread_id"])]
-        owned = {u for u, m in state.messages.items() if m["chat_uuid"] == chat_uuid}
+        owned = [u for u, m in state.messages.items() if m["chat_uuid"] == chat_uuid]
         for u in owned:
             del state.messages[u]
-            state.children.pop(u, None)
-        state.tool_calls = {
-            k: v for k, v in state.tool_calls.items() if v["message_uuid"] not in owned
-        }
-        state.reasonings = {
-            k: v for k, v in state.reasonings.items() if v["message_uuid"] not in owned
-        }
+            for table, child in state.children.pop(u, ()):
+                del getattr(state, table)[child]
         state.runs = {k: v for k, v in state.runs.items() if k[0] != chat_uuid}
         state.summaries = {k: v for k, v in state.summaries.items() if v.chat_uuid != chat_uuid}
         return row
@@ -320,20 +304,14 @@ class MemoryStore(Store):
             raise NotFoundError(f"chat {message_data.chat_uuid} does not exist")
         if message_data.message_uuid in self._state.messages:
             raise ConflictError(f"message {message_data.message_uuid} already exists")
-        base, extra = split_create(message_data, models.MessageCreate)
         parent = message_data.parent_uuid
         if parent is None:
             parent = chat["active_leaf_uuid"]
         elif self._state.messages.get(parent, {}).get("chat_uuid") != chat["chat_uuid"]:
             raise NotFoundError(f"parent message {parent} is not in chat {chat['chat_uuid']}")
-        now = models.utcnow()
-        row = self._row(base, extra)
-        row.update(
-            parent_uuid=parent,
-            seq=next(self._seq),
-            created_at=message_data.created_at or now,
-            updated_at=message_data.created_at or now,
-        )
+        at = message_data.created_at or models.utcnow()
+        row = self._row(message_data, models.MessageCreate)
+        row.update(parent_uuid=parent, seq=next(self._seq), created_at=at, updated_at=at)
         self._state.messages[message_data.message_uuid] = row
         chat = _writable(self._state.chats, message_data.chat_uuid)
         assert chat is not None
@@ -357,17 +335,13 @@ class MemoryStore(Store):
         rows: dict[UUID, dict[str, Any]] = getattr(state, table)
         if data.uuid in rows:
             raise ConflictError(f"{data.uuid} already exists in {table}")
-        base, extra = split_create(data, base_cls)
-        row = self._row(base, extra)
+        row = self._row(data, base_cls)
+        # Children are never deleted one by one: the next position is one past their count.
         children = state.children.get(data.message_uuid, ())
-        last_seq = 0
-        if children:
-            last_table, last = children[-1]
-            last_seq = getattr(state, last_table)[last]["seq"]
         # A new tuple, never an appended one: snapshots share the old.
         state.children[data.message_uuid] = (*children, (table, data.uuid))
         now = models.utcnow()
-        row.update(seq=last_seq + 1, created_at=now, updated_at=now)
+        row.update(seq=len(children) + 1, created_at=now, updated_at=now)
         rows[data.uuid] = row
         return row
 
@@ -391,15 +365,12 @@ class MemoryStore(Store):
             raise NotFoundError(f"chat {run.chat_uuid} does not exist")
         key = (run.chat_uuid, run.run_id)
         stored = self._state.runs.get(key)
+        running = models.RunStatus.RUNNING
         if stored is None:
-            if run.status == models.RunStatus.RUNNING and run.exclusive:
+            if run.status == running and run.exclusive:
                 # One exclusive running run per chat, as the SQL stores' index has it.
                 for (chat_uuid, run_id), other in self._state.runs.items():
-                    if (
-                        chat_uuid == run.chat_uuid
-                        and other.status == models.RunStatus.RUNNING
-                        and other.exclusive
-                    ):
+                    if chat_uuid == run.chat_uuid and other.status == running and other.exclusive:
                         raise RunLiveError(run.chat_uuid, run_id)
             stored = self._state.runs[key] = run.model_copy(deep=True)
         return stored.model_copy(deep=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, get_args
 from uuid import UUID
 
 from threadstore import models
@@ -48,16 +48,12 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class CreateMessage:
-    """``create_message(data)``."""
-
     data: models.MessageCreate
     method: ClassVar[str] = "create_message"
 
 
 @dataclass(frozen=True, slots=True)
 class UpdateMessage:
-    """``update_message(message_uuid, update)``."""
-
     message_uuid: UUID
     update: models.MessageUpdate
     method: ClassVar[str] = "update_message"
@@ -65,16 +61,12 @@ class UpdateMessage:
 
 @dataclass(frozen=True, slots=True)
 class CreateToolCall:
-    """``create_message_tool_call(data)``."""
-
     data: models.MessageToolCallCreate
     method: ClassVar[str] = "create_message_tool_call"
 
 
 @dataclass(frozen=True, slots=True)
 class UpdateToolCall:
-    """``update_message_tool_call(uuid, update)``."""
-
     uuid: UUID
     update: models.MessageToolCallUpdate
     method: ClassVar[str] = "update_message_tool_call"
@@ -82,16 +74,12 @@ class UpdateToolCall:
 
 @dataclass(frozen=True, slots=True)
 class CreateReasoning:
-    """``create_message_reasoning(data)``."""
-
     data: models.MessageReasoningCreate
     method: ClassVar[str] = "create_message_reasoning"
 
 
 @dataclass(frozen=True, slots=True)
 class UpdateReasoning:
-    """``update_message_reasoning(uuid, update)``."""
-
     uuid: UUID
     update: models.MessageReasoningUpdate
     method: ClassVar[str] = "update_message_reasoning"
@@ -111,8 +99,6 @@ class _SetsChatField:
 
 @dataclass(frozen=True, slots=True)
 class RenameChat(_SetsChatField):
-    """``update_chat_name(chat_uuid, name)``."""
-
     chat_uuid: UUID
     name: str
     method: ClassVar[str] = "update_chat_name"
@@ -121,8 +107,6 @@ class RenameChat(_SetsChatField):
 
 @dataclass(frozen=True, slots=True)
 class UpdateChatState(_SetsChatField):
-    """``update_chat_state(chat_uuid, state)``."""
-
     chat_uuid: UUID
     state: Any
     method: ClassVar[str] = "update_chat_state"
@@ -131,8 +115,6 @@ class UpdateChatState(_SetsChatField):
 
 @dataclass(frozen=True, slots=True)
 class UpdateChatMetadata(_SetsChatField):
-    """``update_chat_metadata(chat_uuid, metadata)``."""
-
     chat_uuid: UUID
     metadata: dict[str, Any]
     method: ClassVar[str] = "update_chat_metadata"
@@ -147,8 +129,6 @@ CHAT_FIELD_WRITES = (RenameChat, UpdateChatState, UpdateChatMetadata)
 
 @dataclass(frozen=True, slots=True)
 class FinishRun:
-    """``finish_run(chat_uuid, run_id, status, error)``."""
-
     chat_uuid: UUID
     run_id: str
     status: models.RunStatus
@@ -158,8 +138,6 @@ class FinishRun:
 
 @dataclass(frozen=True, slots=True)
 class FinalizeRunRecords:
-    """``finalize_run_records(chat_uuid, run_id, status)``."""
-
     chat_uuid: UUID
     run_id: str
     status: models.MessageStatus
@@ -247,18 +225,7 @@ Write = (
 )
 """One write of a batch."""
 
-WRITE_TYPES: tuple[type[Write], ...] = (
-    CreateMessage,
-    UpdateMessage,
-    CreateToolCall,
-    UpdateToolCall,
-    CreateReasoning,
-    UpdateReasoning,
-    RenameChat,
-    UpdateChatState,
-    FinishRun,
-    FinalizeRunRecords,
-)
+WRITE_TYPES: tuple[type[Write], ...] = get_args(Write)
 
 WRITE_METHODS = frozenset(cls.method for cls in WRITE_TYPES)
 """The store methods a batch's writes stand for."""
