@@ -14,10 +14,8 @@ from threadstore import (
     ChatRepositoryLike,
     InvalidInputError,
     MessageCreate,
-    MessageReasoningCreate,
     MessageReasoningUpdate,
     MessageRepositoryLike,
-    MessageToolCallCreate,
     MessageToolCallUpdate,
     Run,
     RunRepositoryLike,
@@ -31,6 +29,8 @@ from threadstore.testing._suite import (
     MakeChat,
     OpenStore,
     Repository,
+    add_reasoning,
+    add_tool_call,
     check_rejects_foreign_and_unknown,
     stored_chat,
 )
@@ -372,12 +372,8 @@ async def test_delete_chat_removes_the_chat_and_everything_it_owns(
     kept = await make_chat()
     first = await add_message(chat, "hi", agui_id="m1", run_id="run-1")
     second = await add_message(chat, "calling", agui_id="m2", run_id="run-1")
-    tool_call = await repo.create_message_tool_call(
-        MessageToolCallCreate(message_uuid=second.message_uuid, tool_call_id="tc1", name="search")
-    )
-    reasoning = await repo.create_message_reasoning(
-        MessageReasoningCreate(message_uuid=second.message_uuid, content="thinking")
-    )
+    tool_call = await add_tool_call(repo, second, "tc1", "search")
+    reasoning = await add_reasoning(repo, second, content="thinking")
     kept_message = await add_message(kept, "still here")
     runs = repo if isinstance(repo, RunRepositoryLike) else None
     if runs is not None:

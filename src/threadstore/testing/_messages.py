@@ -13,9 +13,7 @@ from threadstore import (
     InvalidInputError,
     Message,
     MessageCreate,
-    MessageReasoningCreate,
     MessageStatus,
-    MessageToolCallCreate,
     MessageUpdate,
     Role,
     Store,
@@ -23,14 +21,15 @@ from threadstore import (
 from threadstore.models import FORMAT_VERSION, MediaPart, TextPart
 from threadstore.store import MAX_PAGE_SIZE
 from threadstore.testing._suite import (
+    NOT_UTF8,
     AddMessage,
     MakeChat,
     Repository,
+    add_reasoning,
+    add_tool_call,
     check_rejects_foreign_and_unknown,
     stored_chat,
 )
-
-NOT_UTF8 = b"\xff\xfe\x00\x80binary\xc3"
 
 
 async def two_branches(chat: Chat, add_message: AddMessage) -> tuple[Message, Message, Message]:
@@ -125,23 +124,13 @@ async def test_a_tool_call_or_reasoning_step_with_an_existing_uuid_is_rejected(
 ) -> None:
     chat = await make_chat()
     message = await add_message(chat, "answer")
-    call = await repo.create_message_tool_call(
-        MessageToolCallCreate(message_uuid=message.message_uuid, tool_call_id="c1", name="f")
-    )
-    step = await repo.create_message_reasoning(
-        MessageReasoningCreate(message_uuid=message.message_uuid, content="thinking")
-    )
+    call = await add_tool_call(repo, message, "c1")
+    step = await add_reasoning(repo, message, content="thinking")
 
     with pytest.raises(ConflictError):
-        await repo.create_message_tool_call(
-            MessageToolCallCreate(
-                message_uuid=message.message_uuid, uuid=call.uuid, tool_call_id="c2", name="g"
-            )
-        )
+        await add_tool_call(repo, message, "c2", "g", uuid=call.uuid)
     with pytest.raises(ConflictError):
-        await repo.create_message_reasoning(
-            MessageReasoningCreate(message_uuid=message.message_uuid, uuid=step.uuid)
-        )
+        await add_reasoning(repo, message, uuid=step.uuid)
 
     stored = await repo.get_message(message.message_uuid)
     assert stored is not None
@@ -223,14 +212,8 @@ async def test_empty_strings_round_trip_as_empty_strings(
 ) -> None:
     chat = await make_chat()
     message = await add_message(chat, "", name="", step_name="")
-    tool_call = await repo.create_message_tool_call(
-        MessageToolCallCreate(
-            message_uuid=message.message_uuid, tool_call_id="tc", name="f", arguments="", content=""
-        )
-    )
-    reasoning = await repo.create_message_reasoning(
-        MessageReasoningCreate(message_uuid=message.message_uuid, content="", encrypted_value="")
-    )
+    tool_call = await add_tool_call(repo, message, "tc", arguments="", content="")
+    reasoning = await add_reasoning(repo, message, content="", encrypted_value="")
 
     stored = await repo.get_message(message.message_uuid)
     assert stored is not None
@@ -272,13 +255,9 @@ async def test_every_record_is_readable_right_after_its_create(
         )
         assert await repo.get_message(message.message_uuid) == message
         assert await repo.get_message_by_agui_id(chat.chat_uuid, f"m{i}") == message
-        tool_call = await repo.create_message_tool_call(
-            MessageToolCallCreate(message_uuid=message.message_uuid, tool_call_id=f"t{i}", name="f")
-        )
+        tool_call = await add_tool_call(repo, message, f"t{i}")
         assert await repo.get_tool_call_by_agui_id(message.message_uuid, f"t{i}") == tool_call
-        reasoning = await repo.create_message_reasoning(
-            MessageReasoningCreate(message_uuid=message.message_uuid)
-        )
+        reasoning = await add_reasoning(repo, message)
         stored = await repo.get_message(message.message_uuid)
         assert stored is not None and stored.reasonings == [reasoning]
 
@@ -375,9 +354,7 @@ async def test_mutating_a_returned_message_does_not_change_the_stored_message(
 ) -> None:
     chat = await make_chat()
     message = await add_message(chat, "hi", metadata={"list": [1]})
-    await repo.create_message_tool_call(
-        MessageToolCallCreate(message_uuid=message.message_uuid, tool_call_id="t", name="f")
-    )
+    await add_tool_call(repo, message, "t")
 
     fetched = await repo.get_message(message.message_uuid)
     assert fetched is not None

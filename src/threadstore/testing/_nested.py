@@ -8,10 +8,15 @@ import pytest
 
 from threadstore import models
 from threadstore.models import FORMAT_VERSION
-from threadstore.testing._suite import AddMessage, MakeChat, OpenStore, Repository
-
-NOT_UTF8 = b"\xff\xfe\x00\x80binary\xc3"
-
+from threadstore.testing._suite import (
+    NOT_UTF8,
+    AddMessage,
+    MakeChat,
+    OpenStore,
+    Repository,
+    add_reasoning,
+    add_tool_call,
+)
 
 # --- tool calls ------------------------------------------------------------------------------
 
@@ -65,17 +70,8 @@ async def test_tool_calls_are_nested_in_their_message_in_creation_order(
     chat = await make_chat()
     message = await add_message(chat, "")
     other = await add_message(chat, "")
-    created = [
-        await repo.create_message_tool_call(
-            models.MessageToolCallCreate(
-                message_uuid=message.message_uuid, tool_call_id=f"c{i}", name="f"
-            )
-        )
-        for i in range(3)
-    ]
-    await repo.create_message_tool_call(
-        models.MessageToolCallCreate(message_uuid=other.message_uuid, tool_call_id="c0", name="g")
-    )
+    created = [await add_tool_call(repo, message, f"c{i}") for i in range(3)]
+    await add_tool_call(repo, other, "c0", "g")
 
     stored = await repo.get_message(message.message_uuid)
     assert stored is not None and stored.tool_calls == created
@@ -89,14 +85,8 @@ async def test_get_tool_call_by_agui_id_is_scoped_to_its_message(
 ) -> None:
     chat = await make_chat()
     first, second = await add_message(chat, ""), await add_message(chat, "")
-    a = await repo.create_message_tool_call(
-        models.MessageToolCallCreate(message_uuid=first.message_uuid, tool_call_id="same", name="a")
-    )
-    b = await repo.create_message_tool_call(
-        models.MessageToolCallCreate(
-            message_uuid=second.message_uuid, tool_call_id="same", name="b"
-        )
-    )
+    a = await add_tool_call(repo, first, "same", "a")
+    b = await add_tool_call(repo, second, "same", "b")
 
     assert await repo.get_tool_call_by_agui_id(first.message_uuid, "same") == a
     assert await repo.get_tool_call_by_agui_id(second.message_uuid, "same") == b
@@ -108,15 +98,8 @@ async def test_update_tool_call_applies_only_explicitly_set_non_none_fields(
     repo: Repository, make_chat: MakeChat, add_message: AddMessage
 ) -> None:
     message = await add_message(await make_chat(), "")
-    tool_call = await repo.create_message_tool_call(
-        models.MessageToolCallCreate(
-            message_uuid=message.message_uuid,
-            tool_call_id="call",
-            name="search",
-            arguments='{"q":',
-            step_name="s",
-            metadata={"k": 1},
-        )
+    tool_call = await add_tool_call(
+        repo, message, "call", "search", arguments='{"q":', step_name="s", metadata={"k": 1}
     )
 
     updated = await repo.update_message_tool_call(
@@ -146,9 +129,7 @@ async def test_update_tool_call_can_set_every_patchable_field(
     repo: Repository, make_chat: MakeChat, add_message: AddMessage
 ) -> None:
     message = await add_message(await make_chat(), "")
-    tool_call = await repo.create_message_tool_call(
-        models.MessageToolCallCreate(message_uuid=message.message_uuid, tool_call_id="c", name="f")
-    )
+    tool_call = await add_tool_call(repo, message)
 
     await repo.update_message_tool_call(
         tool_call.uuid,
@@ -226,11 +207,7 @@ async def test_update_reasoning_applies_only_explicitly_set_non_none_fields(
     repo: Repository, make_chat: MakeChat, add_message: AddMessage
 ) -> None:
     message = await add_message(await make_chat(), "")
-    reasoning = await repo.create_message_reasoning(
-        models.MessageReasoningCreate(
-            message_uuid=message.message_uuid, content="Let", name="r", metadata={"a": 1}
-        )
-    )
+    reasoning = await add_reasoning(repo, message, content="Let", name="r", metadata={"a": 1})
 
     updated = await repo.update_message_reasoning(
         reasoning.uuid,
@@ -251,9 +228,7 @@ async def test_update_reasoning_can_set_every_patchable_field(
     repo: Repository, make_chat: MakeChat, add_message: AddMessage
 ) -> None:
     message = await add_message(await make_chat(), "")
-    reasoning = await repo.create_message_reasoning(
-        models.MessageReasoningCreate(message_uuid=message.message_uuid)
-    )
+    reasoning = await add_reasoning(repo, message)
 
     await repo.update_message_reasoning(
         reasoning.uuid,
@@ -289,15 +264,9 @@ async def test_reasoning_and_tool_calls_keep_their_production_order(
     repo: Repository, make_chat: MakeChat, add_message: AddMessage
 ) -> None:
     message = await add_message(await make_chat(), "")
-    first = await repo.create_message_reasoning(
-        models.MessageReasoningCreate(message_uuid=message.message_uuid, content="think 1")
-    )
-    call = await repo.create_message_tool_call(
-        models.MessageToolCallCreate(message_uuid=message.message_uuid, tool_call_id="c", name="f")
-    )
-    second = await repo.create_message_reasoning(
-        models.MessageReasoningCreate(message_uuid=message.message_uuid, content="think 2")
-    )
+    first = await add_reasoning(repo, message, content="think 1")
+    call = await add_tool_call(repo, message)
+    second = await add_reasoning(repo, message, content="think 2")
 
     stored = await repo.get_message(message.message_uuid)
     assert stored is not None

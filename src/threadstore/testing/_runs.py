@@ -13,9 +13,7 @@ from threadstore import (
     ChatCreate,
     ConflictError,
     MessageCreate,
-    MessageReasoningCreate,
     MessageStatus,
-    MessageToolCallCreate,
     Run,
     RunStatus,
     Store,
@@ -23,7 +21,13 @@ from threadstore import (
 from threadstore.errors import RunLiveError
 from threadstore.models import FORMAT_VERSION
 from threadstore.store import capabilities_of
-from threadstore.testing._suite import AddMessage, MakeChat, RunRepository
+from threadstore.testing._suite import (
+    AddMessage,
+    MakeChat,
+    RunRepository,
+    add_reasoning,
+    add_tool_call,
+)
 
 LONG_AGO = datetime(2020, 1, 1, tzinfo=UTC)
 LATER = datetime(2021, 1, 1, tzinfo=UTC)
@@ -271,25 +275,13 @@ async def test_finalize_run_records_flips_only_that_runs_in_progress_records(
         chat, "done", run_id="r1", status=MessageStatus.COMPLETE, in_progress=False
     )
     streaming = await add_message(chat, "half", run_id="r1")
-    call = await store.create_message_tool_call(
-        MessageToolCallCreate(message_uuid=streaming.message_uuid, tool_call_id="c", name="f")
+    call = await add_tool_call(store, streaming)
+    finished_call = await add_tool_call(
+        store, streaming, "d", "g", status=MessageStatus.COMPLETE, in_progress=False
     )
-    finished_call = await store.create_message_tool_call(
-        MessageToolCallCreate(
-            message_uuid=streaming.message_uuid,
-            tool_call_id="d",
-            name="g",
-            status=MessageStatus.COMPLETE,
-            in_progress=False,
-        )
-    )
-    reasoning = await store.create_message_reasoning(
-        MessageReasoningCreate(message_uuid=streaming.message_uuid, content="hmm")
-    )
+    reasoning = await add_reasoning(store, streaming, content="hmm")
     other_run = await add_message(chat, "other run", run_id="r2")
-    other_call = await store.create_message_tool_call(
-        MessageToolCallCreate(message_uuid=other_run.message_uuid, tool_call_id="e", name="h")
-    )
+    other_call = await add_tool_call(store, other_run, "e", "h")
     other_chat = await make_chat()
     same_run_id_elsewhere = await add_message(other_chat, "elsewhere", run_id="r1")
 

@@ -31,11 +31,14 @@ from threadstore import (
     ChatRepositoryLike,
     Message,
     MessageCreate,
+    MessageReasoningCreate,
     MessageRepositoryLike,
+    MessageToolCallCreate,
     NotFoundError,
     RunRepositoryLike,
     Store,
 )
+from threadstore.models import Reasoning, ToolCall
 
 RepositoryFactory = Callable[..., AsyncIterator[Any]]
 """An async generator function that yields one fresh, empty repository and then cleans up.
@@ -191,6 +194,32 @@ def message_adder(repo: MessageRepositoryLike) -> AddMessage:
         )
 
     return add
+
+
+NOT_UTF8 = b"\xff\xfe\x00\x80binary\xc3"
+"""Bytes that are no text: only a binary-safe field keeps them."""
+
+
+async def add_tool_call(
+    repo: MessageRepositoryLike,
+    message: Message,
+    tool_call_id: str = "c",
+    name: str = "f",
+    **fields: Any,
+) -> ToolCall:
+    """A tool call on ``message``, ``f`` with id ``c`` unless given."""
+    return await repo.create_message_tool_call(
+        MessageToolCallCreate(
+            message_uuid=message.message_uuid, tool_call_id=tool_call_id, name=name, **fields
+        )
+    )
+
+
+async def add_reasoning(repo: MessageRepositoryLike, message: Message, **fields: Any) -> Reasoning:
+    """A reasoning step on ``message``."""
+    return await repo.create_message_reasoning(
+        MessageReasoningCreate(message_uuid=message.message_uuid, **fields)
+    )
 
 
 async def check_rejects_foreign_and_unknown(
