@@ -17,6 +17,7 @@ from threadstore.testing._suite import (
     add_reasoning,
     add_tool_call,
     stored_chat,
+    stored_message,
 )
 
 
@@ -104,8 +105,7 @@ async def test_concurrent_tool_calls_on_one_message_are_all_kept(
 
     await asyncio.gather(*(add_tool_call(repo, message, f"c{i}") for i in range(20)))
 
-    stored = await repo.get_message(message.message_uuid)
-    assert stored is not None
+    stored = await stored_message(repo, message)
     assert {tc.tool_call_id for tc in stored.tool_calls} == {f"c{i}" for i in range(20)}
 
 

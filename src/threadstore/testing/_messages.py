@@ -29,6 +29,7 @@ from threadstore.testing._suite import (
     add_tool_call,
     check_rejects_foreign_and_unknown,
     stored_chat,
+    stored_message,
 )
 
 
@@ -132,8 +133,7 @@ async def test_a_tool_call_or_reasoning_step_with_an_existing_uuid_is_rejected(
     with pytest.raises(ConflictError):
         await add_reasoning(repo, message, uuid=step.uuid)
 
-    stored = await repo.get_message(message.message_uuid)
-    assert stored is not None
+    stored = await stored_message(repo, message)
     assert [(c.tool_call_id, c.seq) for c in stored.tool_calls] == [("c1", 1)]
     assert [(r.content, r.seq) for r in stored.reasonings] == [("thinking", 2)]
 
@@ -181,8 +181,7 @@ async def test_activity_message_round_trips(repo: Repository, make_chat: MakeCha
         )
     )
 
-    stored = await repo.get_message(message.message_uuid)
-    assert stored is not None
+    stored = await stored_message(repo, message)
     assert (stored.activity_type, stored.activity_content) == ("PLAN", activity)
 
 
@@ -200,8 +199,7 @@ async def test_content_parts_round_trip_with_binary_data(
         MessageCreate(chat_uuid=chat.chat_uuid, role=Role.USER, content_parts=parts)
     )
 
-    stored = await repo.get_message(message.message_uuid)
-    assert stored is not None
+    stored = await stored_message(repo, message)
     assert stored.content_parts == parts
     image = stored.content_parts[1]
     assert isinstance(image, MediaPart) and image.data == NOT_UTF8
@@ -215,8 +213,7 @@ async def test_empty_strings_round_trip_as_empty_strings(
     tool_call = await add_tool_call(repo, message, "tc", arguments="", content="")
     reasoning = await add_reasoning(repo, message, content="", encrypted_value="")
 
-    stored = await repo.get_message(message.message_uuid)
-    assert stored is not None
+    stored = await stored_message(repo, message)
     assert (stored.content, stored.name, stored.step_name) == ("", "", "")
     assert stored.tool_calls == [tool_call]
     assert (stored.tool_calls[0].arguments, stored.tool_calls[0].content) == ("", "")
@@ -356,8 +353,7 @@ async def test_mutating_a_returned_message_does_not_change_the_stored_message(
     message = await add_message(chat, "hi", metadata={"list": [1]})
     await add_tool_call(repo, message, "t")
 
-    fetched = await repo.get_message(message.message_uuid)
-    assert fetched is not None
+    fetched = await stored_message(repo, message)
     fetched.metadata["list"].append(2)
     fetched.tool_calls[0].name = "changed"
     fetched.tool_calls.clear()
@@ -365,8 +361,7 @@ async def test_mutating_a_returned_message_does_not_change_the_stored_message(
     listed = (await repo.get_chat_messages(chat.chat_uuid))[0]
     listed.metadata.clear()
 
-    stored = await repo.get_message(message.message_uuid)
-    assert stored is not None
+    stored = await stored_message(repo, message)
     assert stored.content == "hi"
     assert stored.metadata == {"list": [1]}
     assert [tc.name for tc in stored.tool_calls] == ["f"]

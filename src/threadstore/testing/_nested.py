@@ -16,6 +16,7 @@ from threadstore.testing._suite import (
     Repository,
     add_reasoning,
     add_tool_call,
+    stored_message,
 )
 
 # --- tool calls ------------------------------------------------------------------------------
@@ -243,8 +244,7 @@ async def test_update_reasoning_can_set_every_patchable_field(
         ),
     )
 
-    stored = await repo.get_message(message.message_uuid)
-    assert stored is not None
+    stored = await stored_message(repo, message)
     (only,) = stored.reasonings
     assert (only.name, only.content, only.encrypted_value) == ("n", "c", "e")
     assert (only.status, only.in_progress) == (models.MessageStatus.INTERRUPTED, False)
@@ -268,8 +268,7 @@ async def test_reasoning_and_tool_calls_keep_their_production_order(
     call = await add_tool_call(repo, message)
     second = await add_reasoning(repo, message, content="think 2")
 
-    stored = await repo.get_message(message.message_uuid)
-    assert stored is not None
+    stored = await stored_message(repo, message)
     assert [r.content for r in stored.reasonings] == ["think 1", "think 2"]
     positions = {r.uuid: r.seq for r in stored.reasonings} | {
         tc.uuid: tc.seq for tc in stored.tool_calls
@@ -424,8 +423,7 @@ async def test_tool_call_and_reasoning_subclasses_keep_their_own_fields(
     assert (updated.trace_id, updated.payload, updated.arguments) == ("trace-2", NOT_UTF8, "{}")
 
     by_id = await store.get_tool_call_by_agui_id(message.message_uuid, "c")
-    stored = await store.get_message(message.message_uuid)
-    assert stored is not None
+    stored = await stored_message(store, message)
     for read in (by_id, stored.tool_calls[0]):
         assert isinstance(read, TracedToolCall)
         assert (read.trace_id, read.payload) == ("trace-2", NOT_UTF8)

@@ -27,6 +27,7 @@ from threadstore.testing._suite import (
     RunRepository,
     add_reasoning,
     add_tool_call,
+    stored_message,
 )
 
 LONG_AGO = datetime(2020, 1, 1, tzinfo=UTC)
@@ -288,8 +289,7 @@ async def test_finalize_run_records_flips_only_that_runs_in_progress_records(
     changed = await store.finalize_run_records(chat.chat_uuid, "r1", MessageStatus.INTERRUPTED)
 
     assert changed == 3  # the streaming message, its open tool call and its reasoning
-    after = await store.get_message(streaming.message_uuid)
-    assert after is not None
+    after = await stored_message(store, streaming)
     assert (after.status, after.in_progress) == (MessageStatus.INTERRUPTED, False)
     assert after.content == "half"
     calls = {tc.uuid: tc for tc in after.tool_calls}
@@ -304,8 +304,7 @@ async def test_finalize_run_records_flips_only_that_runs_in_progress_records(
     )
     assert after.reasonings[0].in_progress is False
     assert await store.get_message(done.message_uuid) == done
-    untouched = await store.get_message(other_run.message_uuid)
-    assert untouched is not None
+    untouched = await stored_message(store, other_run)
     assert (untouched.status, untouched.in_progress) == (MessageStatus.ACTIVE, True)
     assert untouched.tool_calls == [other_call]
     assert await store.get_message(same_run_id_elsewhere.message_uuid) == same_run_id_elsewhere

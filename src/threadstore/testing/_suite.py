@@ -83,6 +83,13 @@ async def stored_chat(repo: Repository, chat: Chat) -> Chat | None:
     return found
 
 
+async def stored_message(repo: MessageRepositoryLike, message: Message) -> Message:
+    """``message`` as stored now; the test fails when it is not found."""
+    found = await repo.get_message(message.message_uuid)
+    assert found is not None, f"message {message.message_uuid} is not stored"
+    return found
+
+
 def _missing_methods(repository: object) -> list[str]:
     """The Protocol methods ``repository`` lacks (``isinstance`` only says whether any are)."""
     wanted = [
