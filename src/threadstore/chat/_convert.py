@@ -13,7 +13,7 @@ import base64
 import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeAlias
+from typing import Any, TypeAlias
 
 import ag_ui.core as ag
 
@@ -29,8 +29,9 @@ from threadstore.chat._types import (
     UIMessage,
     UIMessagePart,
     UIToolCall,
+    assistant_ui_message,
     parse_arguments,
-    wire_json,
+    with_result,
 )
 from threadstore.codec import SUBAGENT_METADATA_KEY
 from threadstore.models import PARTS_METADATA_KEY, MediaPart, Role
@@ -49,7 +50,11 @@ __all__ = [
 HistoryMessage: TypeAlias = ag.Message | StoredMessage
 """What :func:`ui_from_messages` reads: an AG-UI message or a stored threadstore message."""
 
-MediaKind = Literal["image", "audio", "video", "document"]
+_MEDIA_PARTS: dict[str, type[ag.ImagePart | ag.AudioPart | ag.VideoPart | ag.DocumentPart]] = {
+    "image": ag.ImagePart,
+    "audio": ag.AudioPart,
+    "video": ag.VideoPart,
+}
 
 
 def tool_result_message_id(tool_call_id: str) -> str:
@@ -144,7 +149,7 @@ class _UIBuilder:
             placed = [p.tool_call_id for p in parts if isinstance(p, ToolPart)]
             order = {call_id: n for n, call_id in enumerate(placed)}
             calls = sorted(turn.calls.values(), key=lambda c: order.get(c.tool_call_id, len(order)))
-            self.out.append(_assistant_ui(id, parts, calls))
+            self.out.append(assistant_ui_message(id, parts, calls))
 
     def user(self, message: UIMessage) -> None:
         self.flush()
@@ -212,30 +217,8 @@ def _add_result(turn: _Turn, message: ag.ToolMessage) -> None:
     call = turn.calls.get(message.tool_call_id)
     if call is None:
         return
-    content = message.content
-    output = content if isinstance(content, str) else [wire_json(part) for part in content]
-    turn.calls[call.tool_call_id] = call.model_copy(
-        update={
-            "output": output,
-            "state": "result",
-            "run_state": "output-available",
-            "is_error": True if message.error is not None else None,
-        }
-    )
-
-
-def _assistant_ui(
-    id: str, parts: Sequence[UIMessagePart], calls: Sequence[UIToolCall]
-) -> UIMessage:
-    thoughts = [part for part in parts if isinstance(part, ReasoningPart)]
-    return UIMessage(
-        id=id,
-        role="assistant",
-        content="".join(part.text for part in parts if isinstance(part, TextPart)),
-        reasoning="".join(p.text for p in thoughts if not p.encrypted) if thoughts else None,
-        tool_calls=tuple(calls) or None,
-        parts=tuple(parts) or None,
-    )
+    is_error = True if message.error is not None else None
+    turn.calls[call.tool_call_id] = with_result(call, message.content, is_error=is_error)
 
 
 def _user_ui(id: str, parts: Sequence[TextPart | FilePart]) -> UIMessage:
@@ -476,19 +459,9 @@ def _media_from_file(part: FilePart) -> ag.ContentPart:
         data = part.data
         value = base64.b64encode(data).decode("ascii") if isinstance(data, bytes) else data
         source = ag.DataSource(value=value, mime_type=part.media_type)
-    kind = part.kind or _kind_of(part.media_type)
-    if kind == "image":
-        return ag.ImagePart(source=source)
-    if kind == "audio":
-        return ag.AudioPart(source=source)
-    if kind == "video":
-        return ag.VideoPart(source=source)
-    return ag.DocumentPart(source=source)
-
-
-def _kind_of(media_type: str) -> MediaKind:
-    head = media_type.split("/", 1)[0]
-    return head if head in ("image", "audio", "video") else "document"  # type: ignore[return-value]
+    # Without a declared kind, the media type's head names it; anything else is a document.
+    kind = part.kind or part.media_type.split("/", 1)[0]
+    return _MEDIA_PARTS.get(kind, ag.DocumentPart)(source=source)
 
 
 def _user_canonical(message: UIMessage) -> ag.UserMessage:
