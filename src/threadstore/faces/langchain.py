@@ -43,15 +43,12 @@ from langchain_core.messages import (
     messages_from_dict,
 )
 
+from threadstore.codec import TOOL_CALL_ID_METADATA_KEY
 from threadstore.errors import ConfigurationError
 from threadstore.faces._chat import SessionChat, load_history
 from threadstore.faces._finished import finished_message, finished_tool_call
 from threadstore.fold import Record
-from threadstore.models import (
-    Message,
-    Role,
-    Summary,
-)
+from threadstore.models import Message, Role, Summary
 from threadstore.store import Store, open_store
 from threadstore.usage import RunUsage, UsageReport
 
@@ -61,9 +58,6 @@ T = TypeVar("T")
 
 LANGCHAIN_METADATA_KEY = "langchain"
 """``Message.metadata`` key holding the LangChain-only part of a message."""
-
-TOOL_CALL_ID_METADATA_KEY = "tool_call_id"
-"""Where a tool message keeps the id of the call it answers (as the AG-UI replay reads it)."""
 
 _ROLES = {
     "human": Role.USER,
