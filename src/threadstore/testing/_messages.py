@@ -27,6 +27,7 @@ from threadstore.testing._suite import (
     Repository,
     add_reasoning,
     add_tool_call,
+    assert_given_fields,
     check_rejects_foreign_and_unknown,
     stored_chat,
     stored_message,
@@ -53,44 +54,29 @@ async def test_create_message_returns_every_given_field(
     repo: Repository, make_chat: MakeChat
 ) -> None:
     chat = await make_chat()
-    message_uuid = uuid.uuid4()
-    at = datetime(2024, 5, 1, 12, 30, 15, 123456, tzinfo=UTC)
-
-    message = await repo.create_message(
-        MessageCreate(
-            chat_uuid=chat.chat_uuid,
-            message_uuid=message_uuid,
-            role=Role.USER,
-            content="Hello, wörld ✓",
-            agui_id="msg-1",
-            name="alice",
-            encrypted_value="enc",
-            status=MessageStatus.COMPLETE,
-            in_progress=False,
-            step_name="planner",
-            run_id="run-1",
-            metadata={"client": {"ip": "127.0.0.1"}, "n": [1, 2]},
-            created_at=at,
-        )
+    data = MessageCreate(
+        chat_uuid=chat.chat_uuid,
+        message_uuid=uuid.uuid4(),
+        role=Role.USER,
+        content="Hello, wörld ✓",
+        agui_id="msg-1",
+        name="alice",
+        encrypted_value="enc",
+        status=MessageStatus.COMPLETE,
+        in_progress=False,
+        step_name="planner",
+        run_id="run-1",
+        metadata={"client": {"ip": "127.0.0.1"}, "n": [1, 2]},
+        created_at=datetime(2024, 5, 1, 12, 30, 15, 123456, tzinfo=UTC),
     )
 
-    assert message.message_uuid == message_uuid
-    assert message.chat_uuid == chat.chat_uuid
+    message = await repo.create_message(data)
+
+    assert_given_fields(message, data)
     assert message.parent_uuid is None
-    assert message.role == Role.USER
-    assert message.content == "Hello, wörld ✓"
-    assert message.agui_id == "msg-1"
-    assert message.name == "alice"
-    assert message.encrypted_value == "enc"
-    assert message.status == MessageStatus.COMPLETE
-    assert message.in_progress is False
-    assert message.step_name == "planner"
-    assert message.run_id == "run-1"
-    assert message.metadata == {"client": {"ip": "127.0.0.1"}, "n": [1, 2]}
-    assert message.created_at == at
     assert message.format_version == FORMAT_VERSION
     assert message.tool_calls == [] and message.reasonings == []
-    assert await repo.get_message(message_uuid) == message
+    assert await repo.get_message(data.message_uuid) == message
 
 
 async def test_create_message_defaults(repo: Repository, make_chat: MakeChat) -> None:
@@ -292,32 +278,24 @@ async def test_update_message_can_set_every_patchable_field(
     repo: Repository, make_chat: MakeChat, add_message: AddMessage
 ) -> None:
     message = await add_message(await make_chat(), "x")
-    parts = [TextPart(text="t"), MediaPart(type="audio", data=NOT_UTF8)]
 
-    updated = await repo.update_message(
-        message.message_uuid,
-        MessageUpdate(
-            content="y",
-            content_parts=parts,
-            name="n",
-            encrypted_value="enc",
-            activity_content={"k": [1]},
-            status=MessageStatus.ERRORED,
-            in_progress=False,
-            step_name="step",
-            metadata={"m": True},
-        ),
+    patch = MessageUpdate(
+        content="y",
+        content_parts=[TextPart(text="t"), MediaPart(type="audio", data=NOT_UTF8)],
+        name="n",
+        encrypted_value="enc",
+        activity_content={"k": [1]},
+        status=MessageStatus.ERRORED,
+        in_progress=False,
+        step_name="step",
+        metadata={"m": True},
     )
 
-    stored = await repo.get_message(message.message_uuid)
+    updated = await repo.update_message(message.message_uuid, patch)
+
+    stored = await stored_message(repo, message)
     assert stored == updated
-    assert stored is not None
-    assert stored.content == "y"
-    assert stored.content_parts == parts
-    assert (stored.name, stored.encrypted_value, stored.step_name) == ("n", "enc", "step")
-    assert stored.activity_content == {"k": [1]}
-    assert (stored.status, stored.in_progress) == (MessageStatus.ERRORED, False)
-    assert stored.metadata == {"m": True}
+    assert_given_fields(stored, patch)
 
 
 async def test_update_message_to_an_empty_string_clears_the_content(

@@ -16,6 +16,7 @@ from threadstore.testing._suite import (
     Repository,
     add_reasoning,
     add_tool_call,
+    assert_given_fields,
     stored_message,
 )
 
@@ -26,34 +27,25 @@ async def test_create_tool_call_returns_every_given_field(
     repo: Repository, make_chat: MakeChat, add_message: AddMessage
 ) -> None:
     message = await add_message(await make_chat(), "")
-    tool_uuid = uuid.uuid4()
 
-    tool_call = await repo.create_message_tool_call(
-        models.MessageToolCallCreate(
-            uuid=tool_uuid,
-            message_uuid=message.message_uuid,
-            tool_call_id="call-1",
-            name="get_weather",
-            arguments='{"city": "Oslo"}',
-            content="sunny",
-            result_message_id="tool-msg-1",
-            error=None,
-            status=models.MessageStatus.COMPLETE,
-            in_progress=False,
-            step_name="tools",
-            metadata={"latency_ms": 12},
-        )
+    data = models.MessageToolCallCreate(
+        uuid=uuid.uuid4(),
+        message_uuid=message.message_uuid,
+        tool_call_id="call-1",
+        name="get_weather",
+        arguments='{"city": "Oslo"}',
+        content="sunny",
+        result_message_id="tool-msg-1",
+        error=None,
+        status=models.MessageStatus.COMPLETE,
+        in_progress=False,
+        step_name="tools",
+        metadata={"latency_ms": 12},
     )
 
-    assert tool_call.uuid == tool_uuid
-    assert tool_call.message_uuid == message.message_uuid
-    assert (tool_call.tool_call_id, tool_call.name) == ("call-1", "get_weather")
-    assert tool_call.arguments == '{"city": "Oslo"}'
-    assert (tool_call.content, tool_call.result_message_id) == ("sunny", "tool-msg-1")
-    assert tool_call.error is None
-    assert (tool_call.status, tool_call.in_progress) == (models.MessageStatus.COMPLETE, False)
-    assert tool_call.step_name == "tools"
-    assert tool_call.metadata == {"latency_ms": 12}
+    tool_call = await repo.create_message_tool_call(data)
+
+    assert_given_fields(tool_call, data)
     assert tool_call.format_version == FORMAT_VERSION
     assert await repo.get_tool_call_by_agui_id(message.message_uuid, "call-1") == tool_call
 
@@ -132,27 +124,23 @@ async def test_update_tool_call_can_set_every_patchable_field(
     message = await add_message(await make_chat(), "")
     tool_call = await add_tool_call(repo, message)
 
-    await repo.update_message_tool_call(
-        tool_call.uuid,
-        models.MessageToolCallUpdate(
-            name="g",
-            arguments="{}",
-            content="out",
-            result_message_id="r1",
-            error="boom",
-            status=models.MessageStatus.ERRORED,
-            in_progress=False,
-            step_name="st",
-            metadata={"x": [1]},
-        ),
+    patch = models.MessageToolCallUpdate(
+        name="g",
+        arguments="{}",
+        content="out",
+        result_message_id="r1",
+        error="boom",
+        status=models.MessageStatus.ERRORED,
+        in_progress=False,
+        step_name="st",
+        metadata={"x": [1]},
     )
+
+    await repo.update_message_tool_call(tool_call.uuid, patch)
 
     stored = await repo.get_tool_call_by_agui_id(message.message_uuid, "c")
     assert stored is not None
-    assert (stored.name, stored.arguments, stored.content) == ("g", "{}", "out")
-    assert (stored.result_message_id, stored.error) == ("r1", "boom")
-    assert (stored.status, stored.in_progress) == (models.MessageStatus.ERRORED, False)
-    assert (stored.step_name, stored.metadata) == ("st", {"x": [1]})
+    assert_given_fields(stored, patch)
 
 
 async def test_update_tool_call_of_unknown_uuid_returns_none(repo: Repository) -> None:
@@ -169,29 +157,22 @@ async def test_create_reasoning_returns_every_given_field(
     repo: Repository, make_chat: MakeChat, add_message: AddMessage
 ) -> None:
     message = await add_message(await make_chat(), "")
-    reasoning_uuid = uuid.uuid4()
-
-    reasoning = await repo.create_message_reasoning(
-        models.MessageReasoningCreate(
-            uuid=reasoning_uuid,
-            message_uuid=message.message_uuid,
-            agui_id="r-1",
-            name="think",
-            content="Let me see",
-            encrypted_value="opaque",
-            status=models.MessageStatus.COMPLETE,
-            in_progress=False,
-            step_name="plan",
-            metadata={"tokens": 5},
-        )
+    data = models.MessageReasoningCreate(
+        uuid=uuid.uuid4(),
+        message_uuid=message.message_uuid,
+        agui_id="r-1",
+        name="think",
+        content="Let me see",
+        encrypted_value="opaque",
+        status=models.MessageStatus.COMPLETE,
+        in_progress=False,
+        step_name="plan",
+        metadata={"tokens": 5},
     )
 
-    assert reasoning.uuid == reasoning_uuid
-    assert reasoning.message_uuid == message.message_uuid
-    assert (reasoning.agui_id, reasoning.name) == ("r-1", "think")
-    assert (reasoning.content, reasoning.encrypted_value) == ("Let me see", "opaque")
-    assert (reasoning.status, reasoning.in_progress) == (models.MessageStatus.COMPLETE, False)
-    assert (reasoning.step_name, reasoning.metadata) == ("plan", {"tokens": 5})
+    reasoning = await repo.create_message_reasoning(data)
+
+    assert_given_fields(reasoning, data)
     assert reasoning.format_version == FORMAT_VERSION
     stored = await repo.get_message(message.message_uuid)
     assert stored is not None and stored.reasonings == [reasoning]
@@ -231,24 +212,21 @@ async def test_update_reasoning_can_set_every_patchable_field(
     message = await add_message(await make_chat(), "")
     reasoning = await add_reasoning(repo, message)
 
-    await repo.update_message_reasoning(
-        reasoning.uuid,
-        models.MessageReasoningUpdate(
-            name="n",
-            content="c",
-            encrypted_value="e",
-            status=models.MessageStatus.INTERRUPTED,
-            in_progress=False,
-            step_name="s",
-            metadata={"m": None},
-        ),
+    patch = models.MessageReasoningUpdate(
+        name="n",
+        content="c",
+        encrypted_value="e",
+        status=models.MessageStatus.INTERRUPTED,
+        in_progress=False,
+        step_name="s",
+        metadata={"m": None},
     )
+
+    await repo.update_message_reasoning(reasoning.uuid, patch)
 
     stored = await stored_message(repo, message)
     (only,) = stored.reasonings
-    assert (only.name, only.content, only.encrypted_value) == ("n", "c", "e")
-    assert (only.status, only.in_progress) == (models.MessageStatus.INTERRUPTED, False)
-    assert (only.step_name, only.metadata) == ("s", {"m": None})
+    assert_given_fields(only, patch)
 
 
 async def test_update_reasoning_of_unknown_uuid_returns_none(repo: Repository) -> None:

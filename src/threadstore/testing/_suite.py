@@ -24,6 +24,7 @@ from uuid import UUID
 
 import pytest
 import pytest_asyncio
+from pydantic import BaseModel
 
 from threadstore import (
     Chat,
@@ -205,6 +206,12 @@ def message_adder(repo: MessageRepositoryLike) -> AddMessage:
 
 NOT_UTF8 = b"\xff\xfe\x00\x80binary\xc3"
 """Bytes that are no text: only a binary-safe field keeps them."""
+
+
+def assert_given_fields(record: object, data: BaseModel) -> None:
+    """Every field set on ``data`` (a create DTO or a patch) reads the same on ``record``."""
+    for name in sorted(data.model_fields_set):
+        assert (name, getattr(record, name)) == (name, getattr(data, name))
 
 
 async def add_tool_call(
