@@ -59,16 +59,8 @@ T = TypeVar("T")
 LANGCHAIN_METADATA_KEY = "langchain"
 """``Message.metadata`` key holding the LangChain-only part of a message."""
 
-_ROLES = {
-    "human": Role.USER,
-    "HumanMessageChunk": Role.USER,
-    "ai": Role.ASSISTANT,
-    "AIMessageChunk": Role.ASSISTANT,
-    "system": Role.SYSTEM,
-    "SystemMessageChunk": Role.SYSTEM,
-    "tool": Role.TOOL,
-    "ToolMessageChunk": Role.TOOL,
-}
+_ROLES = {"human": Role.USER, "ai": Role.ASSISTANT, "system": Role.SYSTEM, "tool": Role.TOOL}
+"""By message type; a chunk's type is its class name (``AIMessageChunk`` reads as ``ai``)."""
 
 
 class BackgroundStore:
@@ -276,7 +268,7 @@ def message_records(chat_uuid: UUID, message: BaseMessage) -> Record:
     # As JSON text, not a JSON document: PostgreSQL's jsonb would read 1e16 back as an int.
     saved = json.dumps({**data, "type": message.type})
     metadata: dict[str, Any] = {LANGCHAIN_METADATA_KEY: saved}
-    role = _ROLES.get(message.type, Role.ASSISTANT)
+    role = _ROLES.get(message.type.removesuffix("MessageChunk").lower(), Role.ASSISTANT)
     if isinstance(message, ToolMessage):
         metadata[TOOL_CALL_ID_METADATA_KEY] = message.tool_call_id
     create = finished_message(
