@@ -456,8 +456,6 @@ class TeamChat(Chat):
 
 
 class TeamChatCreate(ChatCreate):
-    """The create DTO matching :class:`TeamChat`."""
-
     team: str = ""
     avatar: bytes | None = None
 

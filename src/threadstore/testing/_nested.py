@@ -265,15 +265,11 @@ class TeamMessage(models.Message):
 
 
 class TeamMessageCreate(models.MessageCreate):
-    """The create DTO matching :class:`TeamMessage`."""
-
     team: str = ""
     blob: bytes | None = None
 
 
 class TeamMessageUpdate(models.MessageUpdate):
-    """The update DTO matching :class:`TeamMessage`."""
-
     team: str | None = None
     blob: bytes | None = None
 
@@ -286,15 +282,11 @@ class TracedToolCall(models.ToolCall):
 
 
 class TracedToolCallCreate(models.MessageToolCallCreate):
-    """The create DTO matching :class:`TracedToolCall`."""
-
     trace_id: str = ""
     payload: bytes | None = None
 
 
 class TracedToolCallUpdate(models.MessageToolCallUpdate):
-    """The update DTO matching :class:`TracedToolCall`."""
-
     trace_id: str | None = None
 
 
@@ -305,8 +297,6 @@ class ScoredReasoning(models.Reasoning):
 
 
 class ScoredReasoningCreate(models.MessageReasoningCreate):
-    """The create DTO matching :class:`ScoredReasoning`."""
-
     score: float = 0.0
 
 
