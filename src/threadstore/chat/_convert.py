@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
@@ -36,7 +36,6 @@ from threadstore.chat._types import (
 from threadstore.codec import SUBAGENT_METADATA_KEY
 from threadstore.models import PARTS_METADATA_KEY, MediaPart, Role
 from threadstore.models import Message as StoredMessage
-from threadstore.models import TextPart as StoredTextPart
 
 __all__ = [
     "HistoryMessage",
@@ -221,7 +220,12 @@ def _add_result(turn: _Turn, message: ag.ToolMessage) -> None:
     turn.calls[call.tool_call_id] = with_result(call, message.content, is_error=is_error)
 
 
-def _user_ui(id: str, parts: Sequence[TextPart | FilePart]) -> UIMessage:
+def _user_ui(id: str, content: str | list[Any], file: Callable[[Any], FilePart]) -> UIMessage:
+    """A user UI message of its text, or of its parts (AG-UI's or stored: ``file`` reads those)."""
+    if isinstance(content, str):
+        parts: list[TextPart | FilePart] = [TextPart(text=content)] if content else []
+    else:
+        parts = [TextPart(text=p.text) if p.type == "text" else file(p) for p in content]
     text = "".join(part.text for part in parts if isinstance(part, TextPart))
     return UIMessage(id=id, role="user", content=text, parts=tuple(parts) or None)
 
@@ -239,17 +243,6 @@ def _file_from_agui(part: Any) -> FilePart:
     )
 
 
-def _user_from_agui(message: ag.UserMessage) -> UIMessage:
-    content = message.content
-    if isinstance(content, str):
-        return _user_ui(message.id, [TextPart(text=content)] if content else [])
-    parts = [
-        TextPart(text=part.text) if isinstance(part, ag.TextPart) else _file_from_agui(part)
-        for part in content
-    ]
-    return _user_ui(message.id, parts)
-
-
 def _file_from_stored(part: MediaPart) -> FilePart:
     data: bytes | str = (
         part.data if part.source == "data" and part.data is not None else part.value or ""
@@ -258,16 +251,6 @@ def _file_from_stored(part: MediaPart) -> FilePart:
     return FilePart(
         media_type=part.mime_type or "", data=data, url=url, source=part.source, kind=part.type
     )
-
-
-def _user_from_stored(message: StoredMessage, id: str) -> UIMessage:
-    if message.content_parts is None:
-        return _user_ui(id, [TextPart(text=message.content)] if message.content else [])
-    parts = [
-        TextPart(text=part.text) if isinstance(part, StoredTextPart) else _file_from_stored(part)
-        for part in message.content_parts
-    ]
-    return _user_ui(id, parts)
 
 
 def _agui_from_stored(message: StoredMessage, id: str) -> list[ag.Message]:
@@ -429,7 +412,9 @@ def ui_from_messages(
             if message.role in (Role.SYSTEM, Role.DEVELOPER):
                 builder.flush()
             elif message.role == Role.USER:
-                builder.user(_user_from_stored(message, message.agui_id or generate_id()))
+                parts = message.content_parts
+                content = message.content if parts is None else parts
+                builder.user(_user_ui(message.agui_id or generate_id(), content, _file_from_stored))
             elif message.role != Role.TOOL:
                 id = message.agui_id or generate_id()
                 if _has_order(message):
@@ -438,7 +423,7 @@ def ui_from_messages(
                 for item in _agui_from_stored(message, id):
                     builder.assistant_side(item, message.run_id)
         elif isinstance(message, ag.UserMessage):
-            builder.user(_user_from_agui(message))
+            builder.user(_user_ui(message.id, message.content, _file_from_agui))
         elif isinstance(message, ag.SystemMessage | ag.DeveloperMessage):
             builder.flush()
         else:
