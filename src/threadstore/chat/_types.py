@@ -190,10 +190,7 @@ class UIMessage(_UIModel):
 
     def tool_call(self, tool_call_id: str) -> UIToolCall | None:
         """The call a ``tool`` part refers to, or ``None``."""
-        for call in self.tool_calls or ():
-            if call.tool_call_id == tool_call_id:
-                return call
-        return None
+        return next((c for c in self.tool_calls or () if c.tool_call_id == tool_call_id), None)
 
 
 # --- turn readouts -------------------------------------------------------------------
