@@ -199,15 +199,11 @@ class ThreadstoreChatMessageHistory(BaseChatMessageHistory):
     async def _append(self, messages: Sequence[BaseMessage]) -> None:
         if not messages:
             return
-        appended: list[UUID] = []
-
-        def build(chat: UUID) -> list[Record]:
-            appended.append(chat)
-            return [message_records(chat, one) for one in messages]
-
-        await self._chat.append(build)
+        chat_uuid = await self._chat.append(
+            lambda chat: [message_records(chat, one) for one in messages]
+        )
         if self.store.usage.kept:
-            for usage in usage_records(appended[-1], self.user_uuid, messages):
+            for usage in usage_records(chat_uuid, self.user_uuid, messages):
                 await self.store.usage.record(usage)
 
     async def _clear(self) -> None:
