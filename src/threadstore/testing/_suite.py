@@ -1,8 +1,8 @@
 """The contract suite as one pytest test class, bound to a repository factory.
 
-The tests are plain module-level functions in ``chats``, ``messages``, ``runs`` and
-``concurrency``; :class:`ContractSuite` gathers them as static methods, so one copy of
-each test runs for every repository a subclass names. They ask for one of three
+The tests are plain module-level functions of the package's test modules;
+:class:`ContractSuite` gathers them as static methods, so one copy of each test runs
+for every repository a subclass names. They ask for one of three
 fixtures, which is how a test declares what it needs:
 
 - ``repo``: any object with the methods of ``ChatRepositoryLike`` and
