@@ -124,8 +124,7 @@ async def test_writes_inside_a_transaction_commit_together(repo: Repository) -> 
         call = await add_tool_call(repo, message)
         assert await repo.get_tool_call_by_agui_id(message.message_uuid, "c") == call
 
-    stored = await repo.get_message(message.message_uuid)
-    assert stored is not None and stored.tool_calls == [call]
+    assert (await stored_message(repo, message)).tool_calls == [call]
     assert [c.chat_uuid for c in await repo.get_all_chats(user)] == [chat.chat_uuid]
 
 

@@ -150,8 +150,7 @@ async def test_message_seq_grows_in_creation_order(
 async def test_every_role_round_trips(repo: Repository, make_chat: MakeChat, role: Role) -> None:
     chat = await make_chat()
     message = await repo.create_message(MessageCreate(chat_uuid=chat.chat_uuid, role=role))
-    stored = await repo.get_message(message.message_uuid)
-    assert stored is not None and stored.role == role
+    assert (await stored_message(repo, message)).role == role
 
 
 async def test_activity_message_round_trips(repo: Repository, make_chat: MakeChat) -> None:
@@ -241,8 +240,7 @@ async def test_every_record_is_readable_right_after_its_create(
         tool_call = await add_tool_call(repo, message, f"t{i}")
         assert await repo.get_tool_call_by_agui_id(message.message_uuid, f"t{i}") == tool_call
         reasoning = await add_reasoning(repo, message)
-        stored = await repo.get_message(message.message_uuid)
-        assert stored is not None and stored.reasonings == [reasoning]
+        assert (await stored_message(repo, message)).reasonings == [reasoning]
 
 
 # --- update ----------------------------------------------------------------------------------
@@ -305,8 +303,7 @@ async def test_update_message_to_an_empty_string_clears_the_content(
 
     await repo.update_message(message.message_uuid, MessageUpdate(content=""))
 
-    stored = await repo.get_message(message.message_uuid)
-    assert stored is not None and stored.content == ""
+    assert (await stored_message(repo, message)).content == ""
 
 
 async def test_update_message_with_an_empty_patch_changes_nothing(

@@ -66,8 +66,7 @@ async def test_tool_calls_are_nested_in_their_message_in_creation_order(
     created = [await add_tool_call(repo, message, f"c{i}") for i in range(3)]
     await add_tool_call(repo, other, "c0", "g")
 
-    stored = await repo.get_message(message.message_uuid)
-    assert stored is not None and stored.tool_calls == created
+    assert (await stored_message(repo, message)).tool_calls == created
     branch = await repo.get_chat_messages(chat.chat_uuid)
     assert branch[0].tool_calls == created
     assert [tc.name for tc in branch[1].tool_calls] == ["g"]
@@ -114,8 +113,7 @@ async def test_update_tool_call_applies_only_explicitly_set_non_none_fields(
     assert updated.metadata == {"k": 1}
     assert updated.in_progress is True
     assert await repo.get_tool_call_by_agui_id(message.message_uuid, "call") == updated
-    stored = await repo.get_message(message.message_uuid)
-    assert stored is not None and stored.tool_calls == [updated]
+    assert (await stored_message(repo, message)).tool_calls == [updated]
 
 
 async def test_update_tool_call_can_set_every_patchable_field(
@@ -174,8 +172,7 @@ async def test_create_reasoning_returns_every_given_field(
 
     assert_given_fields(reasoning, data)
     assert reasoning.format_version == FORMAT_VERSION
-    stored = await repo.get_message(message.message_uuid)
-    assert stored is not None and stored.reasonings == [reasoning]
+    assert (await stored_message(repo, message)).reasonings == [reasoning]
 
 
 async def test_create_reasoning_for_an_unknown_message_raises_value_error(repo: Repository) -> None:
@@ -202,8 +199,7 @@ async def test_update_reasoning_applies_only_explicitly_set_non_none_fields(
     assert updated.name == "r"
     assert updated.metadata == {"a": 1}
     assert updated.status == models.MessageStatus.ACTIVE
-    stored = await repo.get_message(message.message_uuid)
-    assert stored is not None and stored.reasonings == [updated]
+    assert (await stored_message(repo, message)).reasonings == [updated]
 
 
 async def test_update_reasoning_can_set_every_patchable_field(
