@@ -27,6 +27,7 @@ from threadstore.testing._suite import (
     RunRepository,
     add_reasoning,
     add_tool_call,
+    assert_given_fields,
     stored_message,
 )
 
@@ -49,15 +50,12 @@ async def test_start_run_records_a_running_run(
 ) -> None:
     chat = await make_chat()
 
-    started = await run_repo.start_run(
-        run_of(chat, "run-1", parent_run_id="run-0", owner="host:1:abc", heartbeat_at=LONG_AGO)
-    )
+    run = run_of(chat, "run-1", parent_run_id="run-0", owner="host:1:abc", heartbeat_at=LONG_AGO)
 
-    assert (started.chat_uuid, started.thread_id) == (chat.chat_uuid, chat.thread_id)
-    assert (started.run_id, started.parent_run_id) == ("run-1", "run-0")
+    started = await run_repo.start_run(run)
+
+    assert_given_fields(started, run)
     assert started.status == RunStatus.RUNNING
-    assert started.owner == "host:1:abc"
-    assert started.heartbeat_at == LONG_AGO
     assert started.error is None
     assert started.format_version == FORMAT_VERSION
     assert await run_repo.get_run(chat.chat_uuid, "run-1") == started
