@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeAlias
+from typing import Any, TypeAlias
 
 import ag_ui.core as ag
 
@@ -29,13 +29,13 @@ from threadstore.chat._types import (
     UIMessage,
     UIMessagePart,
     UIToolCall,
+    assistant_ui_message,
     parse_arguments,
-    wire_json,
+    with_result,
 )
 from threadstore.codec import SUBAGENT_METADATA_KEY
 from threadstore.models import PARTS_METADATA_KEY, MediaPart, Role
 from threadstore.models import Message as StoredMessage
-from threadstore.models import TextPart as StoredTextPart
 
 __all__ = [
     "HistoryMessage",
@@ -49,7 +49,11 @@ __all__ = [
 HistoryMessage: TypeAlias = ag.Message | StoredMessage
 """What :func:`ui_from_messages` reads: an AG-UI message or a stored threadstore message."""
 
-MediaKind = Literal["image", "audio", "video", "document"]
+_MEDIA_PARTS: dict[str, type[ag.ImagePart | ag.AudioPart | ag.VideoPart | ag.DocumentPart]] = {
+    "image": ag.ImagePart,
+    "audio": ag.AudioPart,
+    "video": ag.VideoPart,
+}
 
 
 def tool_result_message_id(tool_call_id: str) -> str:
@@ -144,7 +148,7 @@ class _UIBuilder:
             placed = [p.tool_call_id for p in parts if isinstance(p, ToolPart)]
             order = {call_id: n for n, call_id in enumerate(placed)}
             calls = sorted(turn.calls.values(), key=lambda c: order.get(c.tool_call_id, len(order)))
-            self.out.append(_assistant_ui(id, parts, calls))
+            self.out.append(assistant_ui_message(id, parts, calls))
 
     def user(self, message: UIMessage) -> None:
         self.flush()
@@ -212,33 +216,16 @@ def _add_result(turn: _Turn, message: ag.ToolMessage) -> None:
     call = turn.calls.get(message.tool_call_id)
     if call is None:
         return
-    content = message.content
-    output = content if isinstance(content, str) else [wire_json(part) for part in content]
-    turn.calls[call.tool_call_id] = call.model_copy(
-        update={
-            "output": output,
-            "state": "result",
-            "run_state": "output-available",
-            "is_error": True if message.error is not None else None,
-        }
-    )
+    is_error = True if message.error is not None else None
+    turn.calls[call.tool_call_id] = with_result(call, message.content, is_error=is_error)
 
 
-def _assistant_ui(
-    id: str, parts: Sequence[UIMessagePart], calls: Sequence[UIToolCall]
-) -> UIMessage:
-    thoughts = [part for part in parts if isinstance(part, ReasoningPart)]
-    return UIMessage(
-        id=id,
-        role="assistant",
-        content="".join(part.text for part in parts if isinstance(part, TextPart)),
-        reasoning="".join(p.text for p in thoughts if not p.encrypted) if thoughts else None,
-        tool_calls=tuple(calls) or None,
-        parts=tuple(parts) or None,
-    )
-
-
-def _user_ui(id: str, parts: Sequence[TextPart | FilePart]) -> UIMessage:
+def _user_ui(id: str, content: str | list[Any], file: Callable[[Any], FilePart]) -> UIMessage:
+    """A user UI message of its text, or of its parts (AG-UI's or stored: ``file`` reads those)."""
+    if isinstance(content, str):
+        parts: list[TextPart | FilePart] = [TextPart(text=content)] if content else []
+    else:
+        parts = [TextPart(text=p.text) if p.type == "text" else file(p) for p in content]
     text = "".join(part.text for part in parts if isinstance(part, TextPart))
     return UIMessage(id=id, role="user", content=text, parts=tuple(parts) or None)
 
@@ -256,17 +243,6 @@ def _file_from_agui(part: Any) -> FilePart:
     )
 
 
-def _user_from_agui(message: ag.UserMessage) -> UIMessage:
-    content = message.content
-    if isinstance(content, str):
-        return _user_ui(message.id, [TextPart(text=content)] if content else [])
-    parts = [
-        TextPart(text=part.text) if isinstance(part, ag.TextPart) else _file_from_agui(part)
-        for part in content
-    ]
-    return _user_ui(message.id, parts)
-
-
 def _file_from_stored(part: MediaPart) -> FilePart:
     data: bytes | str = (
         part.data if part.source == "data" and part.data is not None else part.value or ""
@@ -275,16 +251,6 @@ def _file_from_stored(part: MediaPart) -> FilePart:
     return FilePart(
         media_type=part.mime_type or "", data=data, url=url, source=part.source, kind=part.type
     )
-
-
-def _user_from_stored(message: StoredMessage, id: str) -> UIMessage:
-    if message.content_parts is None:
-        return _user_ui(id, [TextPart(text=message.content)] if message.content else [])
-    parts = [
-        TextPart(text=part.text) if isinstance(part, StoredTextPart) else _file_from_stored(part)
-        for part in message.content_parts
-    ]
-    return _user_ui(id, parts)
 
 
 def _agui_from_stored(message: StoredMessage, id: str) -> list[ag.Message]:
@@ -446,7 +412,9 @@ def ui_from_messages(
             if message.role in (Role.SYSTEM, Role.DEVELOPER):
                 builder.flush()
             elif message.role == Role.USER:
-                builder.user(_user_from_stored(message, message.agui_id or generate_id()))
+                parts = message.content_parts
+                content = message.content if parts is None else parts
+                builder.user(_user_ui(message.agui_id or generate_id(), content, _file_from_stored))
             elif message.role != Role.TOOL:
                 id = message.agui_id or generate_id()
                 if _has_order(message):
@@ -455,7 +423,7 @@ def ui_from_messages(
                 for item in _agui_from_stored(message, id):
                     builder.assistant_side(item, message.run_id)
         elif isinstance(message, ag.UserMessage):
-            builder.user(_user_from_agui(message))
+            builder.user(_user_ui(message.id, message.content, _file_from_agui))
         elif isinstance(message, ag.SystemMessage | ag.DeveloperMessage):
             builder.flush()
         else:
@@ -476,19 +444,9 @@ def _media_from_file(part: FilePart) -> ag.ContentPart:
         data = part.data
         value = base64.b64encode(data).decode("ascii") if isinstance(data, bytes) else data
         source = ag.DataSource(value=value, mime_type=part.media_type)
-    kind = part.kind or _kind_of(part.media_type)
-    if kind == "image":
-        return ag.ImagePart(source=source)
-    if kind == "audio":
-        return ag.AudioPart(source=source)
-    if kind == "video":
-        return ag.VideoPart(source=source)
-    return ag.DocumentPart(source=source)
-
-
-def _kind_of(media_type: str) -> MediaKind:
-    head = media_type.split("/", 1)[0]
-    return head if head in ("image", "audio", "video") else "document"  # type: ignore[return-value]
+    # Without a declared kind, the media type's head names it; anything else is a document.
+    kind = part.kind or part.media_type.split("/", 1)[0]
+    return _MEDIA_PARTS.get(kind, ag.DocumentPart)(source=source)
 
 
 def _user_canonical(message: UIMessage) -> ag.UserMessage:

@@ -35,9 +35,9 @@ from threadstore.chat._types import (
     chain_find,
     chain_items,
     chain_replace,
-    chain_text,
-    parse_arguments,
     wire_json,
+    with_result,
+    with_streamed_args,
 )
 from threadstore.codec import StreamReader, event_kind
 from threadstore.models import CITATION_EVENT_NAME
@@ -167,16 +167,13 @@ def _seal_tail(
 # --- text ----------------------------------------------------------------------------
 
 
-def _foreign(turn: AssistantTurn, message_id: str | None, role: str | None) -> AssistantTurn:
+def _text_start(turn: AssistantTurn, event: ag.TextMessageStartEvent) -> AssistantTurn:
     """Remember a text message that is not the assistant's (its deltas are not this turn's)."""
-    if message_id is None or role in (None, "assistant"):
+    message_id = event.message_id
+    if message_id is None or event.role in (None, "assistant"):
         return turn.evolve(**_adopt(turn, message_id))
     foreign = turn.notes.get("foreign", frozenset())
     return turn.evolve(notes={**turn.notes, "foreign": foreign | {message_id}})
-
-
-def _text_start(turn: AssistantTurn, event: ag.TextMessageStartEvent) -> AssistantTurn:
-    return _foreign(turn, event.message_id, event.role)
 
 
 def _text_content(turn: AssistantTurn, event: ag.TextMessageContentEvent) -> AssistantTurn:
@@ -304,13 +301,9 @@ def _tool_args(turn: AssistantTurn, event: ag.ToolCallArgsEvent) -> AssistantTur
 def _frozen_args(turn: AssistantTurn, call: UIToolCall) -> tuple[UIToolCall, dict[str, Chain]]:
     """The call with its streamed arguments joined, and the streams without it."""
     args = dict(turn.streaming_args)
-    chain = args.pop(call.tool_call_id, None)
-    if chain is None:
-        return call, args
-    arguments = chain_text(chain)
-    return call.model_copy(
-        update={"arguments": arguments, "input": parse_arguments(arguments)}
-    ), args
+    frozen = with_streamed_args(call, args)
+    args.pop(call.tool_call_id, None)
+    return frozen, args
 
 
 def _tool_end(turn: AssistantTurn, event: ag.ToolCallEndEvent) -> AssistantTurn:
@@ -328,11 +321,7 @@ def _tool_result(turn: AssistantTurn, event: ag.ToolCallResultEvent) -> Assistan
     if call is None:
         return _warn(turn, f"result for unknown tool call {event.tool_call_id!r} ignored")
     call, args = _frozen_args(turn, call)
-    content = event.content
-    output = content if isinstance(content, str) else [wire_json(part) for part in content]
-    call = call.model_copy(
-        update={"output": output, "state": "result", "run_state": "output-available"}
-    )
+    call = with_result(call, event.content)
     results = _appended(turn, "server_results", call.tool_call_id)
     return _set_call(turn, call, args=args, buckets=_buckets(turn, server_results=results))
 
@@ -501,9 +490,7 @@ def _run_error(turn: AssistantTurn, event: ag.RunErrorEvent) -> AssistantTurn:
     for call in list(turn.calls.values()):
         if call.run_state == "input-streaming":
             call, args = _frozen_args(turn, call)
-            failed = {"output": "", "is_error": True, "state": "result"}
-            call = call.model_copy(update={**failed, "run_state": "output-available"})
-            turn = _set_call(turn, call, args=args)
+            turn = _set_call(turn, with_result(call, "", is_error=True), args=args)
     error = TurnError(message=event.message, code=event.code)
     items: dict[str, Any] = {"error": error, **_usage(event)}
     if event.code == BUDGET_EXCEEDED_ERROR_CODE:
@@ -542,20 +529,23 @@ def _subagent_started(turn: AssistantTurn, event: ag.SubagentStartedEvent) -> As
     return _with_frame(turn, opened)
 
 
-def _subagent_finished(turn: AssistantTurn, event: ag.SubagentFinishedEvent) -> AssistantTurn:
-    frame = _frame(turn, event.subagent_run_id)
+def _frame_ended(turn: AssistantTurn, subagent_run_id: str, **items: Any) -> AssistantTurn:
+    """The sub-agent's frame sealed, with its end's readouts."""
+    frame = _frame(turn, subagent_run_id)
     child = seal_assistant_turn(frame.turn)
-    items: dict[str, Any] = {"finish_reason": event.outcome.type if event.outcome else "success"}
-    if event.result is not None:
-        items["result"] = event.result
     return _with_frame(turn, frame.with_turn(child.evolve(buckets=_buckets(child, **items))))
 
 
+def _subagent_finished(turn: AssistantTurn, event: ag.SubagentFinishedEvent) -> AssistantTurn:
+    items: dict[str, Any] = {"finish_reason": event.outcome.type if event.outcome else "success"}
+    if event.result is not None:
+        items["result"] = event.result
+    return _frame_ended(turn, event.subagent_run_id, **items)
+
+
 def _subagent_error(turn: AssistantTurn, event: ag.SubagentErrorEvent) -> AssistantTurn:
-    frame = _frame(turn, event.subagent_run_id)
-    child = seal_assistant_turn(frame.turn)
     error = TurnError(message=event.message, code=event.code)
-    return _with_frame(turn, frame.with_turn(child.evolve(buckets=_buckets(child, error=error))))
+    return _frame_ended(turn, event.subagent_run_id, error=error)
 
 
 _HANDLERS_BY_NAME: dict[str, Handler] = {

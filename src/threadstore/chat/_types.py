@@ -11,7 +11,7 @@ it has arrived, so the initial shape never invents a key.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -190,10 +190,7 @@ class UIMessage(_UIModel):
 
     def tool_call(self, tool_call_id: str) -> UIToolCall | None:
         """The call a ``tool`` part refers to, or ``None``."""
-        for call in self.tool_calls or ():
-            if call.tool_call_id == tool_call_id:
-                return call
-        return None
+        return next((c for c in self.tool_calls or () if c.tool_call_id == tool_call_id), None)
 
 
 # --- turn readouts -------------------------------------------------------------------
@@ -634,25 +631,38 @@ def turn_parts(turn: AssistantTurn) -> Iterator[UIMessagePart]:
 
 
 def _materialize(turn: AssistantTurn) -> UIMessage:
-    parts = tuple(turn_parts(turn))
-    calls = tuple(_with_streamed_args(call, turn.streaming_args) for call in turn.calls.values())
-    text = "".join(part.text for part in parts if isinstance(part, TextPart))
+    calls = [with_streamed_args(call, turn.streaming_args) for call in turn.calls.values()]
+    return assistant_ui_message(turn.id, tuple(turn_parts(turn)), calls)
+
+
+def assistant_ui_message(
+    id: str, parts: Sequence[UIMessagePart], calls: Sequence[UIToolCall]
+) -> UIMessage:
+    """An assistant UI message of ``parts``: its buckets are the parts' text and reasoning."""
     thoughts = [part for part in parts if isinstance(part, ReasoningPart)]
     return UIMessage(
-        id=turn.id,
+        id=id,
         role="assistant",
-        content=text,
+        content="".join(part.text for part in parts if isinstance(part, TextPart)),
         reasoning="".join(p.text for p in thoughts if not p.encrypted) if thoughts else None,
-        tool_calls=calls or None,
-        parts=parts or None,
+        tool_calls=tuple(calls) or None,
+        parts=tuple(parts) or None,
     )
 
 
-def _with_streamed_args(call: UIToolCall, streaming: Mapping[str, Chain]) -> UIToolCall:
+def with_streamed_args(call: UIToolCall, streaming: Mapping[str, Chain]) -> UIToolCall:
+    """The call with the arguments streamed for it so far, if any, joined and parsed."""
     if call.tool_call_id not in streaming:
         return call
     arguments = chain_text(streaming[call.tool_call_id])
     return call.model_copy(update={"arguments": arguments, "input": parse_arguments(arguments)})
+
+
+def with_result(call: UIToolCall, content: Any, **changes: Any) -> UIToolCall:
+    """The call with a tool's result (text, or content parts as wire JSON) as its output."""
+    output = content if isinstance(content, str) else [wire_json(part) for part in content]
+    state = {"output": output, "state": "result", "run_state": "output-available"}
+    return call.model_copy(update={**state, **changes})
 
 
 def parse_arguments(arguments: str) -> Any:

@@ -81,11 +81,7 @@ class StoreChatStore:
                 chat = await self._create(record)
             else:
                 await self._check_owner(chat, record)
-            # Kept with the store's history: a save compares and writes only what changed.
-            history = await self.store.messages.read_history(
-                chat.chat_uuid, TRANSLATION, HISTORY_INDEX
-            )
-            await self._write(chat, history, record)
+            await self._write(chat, await self._history(chat.chat_uuid), record)
 
     async def load_chat(self, chat_id: str) -> ChatRecord | None:
         """The chat's active branch as AG-UI messages, or ``None`` when there is no such chat.
@@ -107,7 +103,7 @@ class StoreChatStore:
         chat = await self.store.get_chat_by_thread_id(self.user_uuid, chat_id)
         if chat is None:
             return None
-        history = await self.store.messages.read_history(chat.chat_uuid, TRANSLATION, HISTORY_INDEX)
+        history = await self._history(chat.chat_uuid)
         updated = chat.updated_at
         return ChatRecord(
             chat_id=chat.thread_id,
@@ -149,6 +145,10 @@ class StoreChatStore:
 
     # --- chats ---------------------------------------------------------------------------
 
+    async def _history(self, chat_uuid: UUID) -> HistoryView:
+        # Kept with the store's history: a save compares and writes only what changed.
+        return await self.store.messages.read_history(chat_uuid, TRANSLATION, HISTORY_INDEX)
+
     def _recorded(self, chat: Chat) -> dict[str, Any]:
         value = chat.metadata.get(CHAT_RECORD_METADATA_KEY)
         return value if isinstance(value, dict) else {}
@@ -184,9 +184,7 @@ class StoreChatStore:
             parent = await self.store.get_chat_by_thread_id(self.user_uuid, record.parent_id)
             if parent is not None:
                 # The fork point: the last message the record shares with the parent.
-                history = await self.store.messages.read_history(
-                    parent.chat_uuid, TRANSLATION, HISTORY_INDEX
-                )
+                history = await self._history(parent.chat_uuid)
                 translation = history.derived(TRANSLATION)
                 kept = plan_append(
                     parent.chat_uuid, translation, len(history), record.messages

@@ -128,9 +128,9 @@ class JsonlChatStore:
         """The ids of readable chats whose scope matches ``scope``, sorted."""
         if not self.directory.is_dir():
             return []
-        found = []
-        for path in self.directory.glob("*" + _SUFFIX):
-            record = self._read(path)
-            if record is not None and (scope is None or scope.matches(record.scope)):
-                found.append(record.chat_id)
-        return sorted(found)
+        records = map(self._read, self.directory.glob("*" + _SUFFIX))
+        return sorted(
+            record.chat_id
+            for record in records
+            if record is not None and (scope is None or scope.matches(record.scope))
+        )

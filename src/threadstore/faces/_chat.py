@@ -66,15 +66,15 @@ class SessionChat:
         self._known = chat.chat_uuid if chat is not None else None
         return self._known
 
-    async def append(self, build: Callable[[UUID], Iterable[Record]]) -> None:
+    async def append(self, build: Callable[[UUID], Iterable[Record]]) -> UUID:
         """Append the messages ``build`` makes for the chat, all or nothing, creating it if needed.
 
-        ``build`` gives each message with its tool calls, in order.
+        ``build`` gives each message with its tool calls, in order. Returns the chat's uuid.
         """
         if self._known is not None:
             try:
                 await self.store.apply_writes(append_writes(build(self._known)))
-                return
+                return self._known
             except NotFoundError:
                 pass  # cleared by another history or process since: start a new chat
         chat = await self.store.create_chat(
@@ -87,6 +87,7 @@ class SessionChat:
         )
         self._known = chat.chat_uuid
         await self.store.apply_writes(append_writes(build(chat.chat_uuid)))
+        return chat.chat_uuid
 
     async def delete(self) -> None:
         """Delete the chat and everything in it (nothing when there is none)."""

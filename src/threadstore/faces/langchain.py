@@ -43,15 +43,12 @@ from langchain_core.messages import (
     messages_from_dict,
 )
 
+from threadstore.codec import TOOL_CALL_ID_METADATA_KEY
 from threadstore.errors import ConfigurationError
 from threadstore.faces._chat import SessionChat, load_history
 from threadstore.faces._finished import finished_message, finished_tool_call
 from threadstore.fold import Record
-from threadstore.models import (
-    Message,
-    Role,
-    Summary,
-)
+from threadstore.models import Message, Role, Summary
 from threadstore.store import Store, open_store
 from threadstore.usage import RunUsage, UsageReport
 
@@ -62,19 +59,8 @@ T = TypeVar("T")
 LANGCHAIN_METADATA_KEY = "langchain"
 """``Message.metadata`` key holding the LangChain-only part of a message."""
 
-TOOL_CALL_ID_METADATA_KEY = "tool_call_id"
-"""Where a tool message keeps the id of the call it answers (as the AG-UI replay reads it)."""
-
-_ROLES = {
-    "human": Role.USER,
-    "HumanMessageChunk": Role.USER,
-    "ai": Role.ASSISTANT,
-    "AIMessageChunk": Role.ASSISTANT,
-    "system": Role.SYSTEM,
-    "SystemMessageChunk": Role.SYSTEM,
-    "tool": Role.TOOL,
-    "ToolMessageChunk": Role.TOOL,
-}
+_ROLES = {"human": Role.USER, "ai": Role.ASSISTANT, "system": Role.SYSTEM, "tool": Role.TOOL}
+"""By message type; a chunk's type is its class name (``AIMessageChunk`` reads as ``ai``)."""
 
 
 class BackgroundStore:
@@ -213,15 +199,11 @@ class ThreadstoreChatMessageHistory(BaseChatMessageHistory):
     async def _append(self, messages: Sequence[BaseMessage]) -> None:
         if not messages:
             return
-        appended: list[UUID] = []
-
-        def build(chat: UUID) -> list[Record]:
-            appended.append(chat)
-            return [message_records(chat, one) for one in messages]
-
-        await self._chat.append(build)
+        chat_uuid = await self._chat.append(
+            lambda chat: [message_records(chat, one) for one in messages]
+        )
         if self.store.usage.kept:
-            for usage in usage_records(appended[-1], self.user_uuid, messages):
+            for usage in usage_records(chat_uuid, self.user_uuid, messages):
                 await self.store.usage.record(usage)
 
     async def _clear(self) -> None:
@@ -282,7 +264,7 @@ def message_records(chat_uuid: UUID, message: BaseMessage) -> Record:
     # As JSON text, not a JSON document: PostgreSQL's jsonb would read 1e16 back as an int.
     saved = json.dumps({**data, "type": message.type})
     metadata: dict[str, Any] = {LANGCHAIN_METADATA_KEY: saved}
-    role = _ROLES.get(message.type, Role.ASSISTANT)
+    role = _ROLES.get(message.type.removesuffix("MessageChunk").lower(), Role.ASSISTANT)
     if isinstance(message, ToolMessage):
         metadata[TOOL_CALL_ID_METADATA_KEY] = message.tool_call_id
     create = finished_message(

@@ -35,24 +35,17 @@ from uuid import UUID
 from agents.items import TResponseInputItem
 from agents.memory import SessionSettings
 
+from threadstore.codec import TOOL_CALL_ID_METADATA_KEY
 from threadstore.faces._chat import SessionChat, load_history
 from threadstore.faces._finished import finished_message, finished_tool_call
 from threadstore.fold import Record
-from threadstore.models import (
-    Message,
-    MessageToolCallCreate,
-    Role,
-    Summary,
-)
+from threadstore.models import Message, MessageToolCallCreate, Role, Summary
 from threadstore.store import Store
 
 __all__ = ["ThreadstoreSession"]
 
 ITEM_METADATA_KEY = "openai_agents"
 """``Message.metadata`` key holding the item as JSON text."""
-
-TOOL_CALL_ID_METADATA_KEY = "tool_call_id"
-"""Where a tool message keeps the id of the call it answers (as the AG-UI replay reads it)."""
 
 _PAGE = 500
 """Messages read per query when looking back for the latest items."""

@@ -12,14 +12,11 @@ from threadstore import (
     ChatCreate,
     InvalidInputError,
     MessageCreate,
-    MessageToolCallCreate,
     NotFoundError,
     Store,
 )
 from threadstore.models import MediaPart, MessageUpdate, Role
-from threadstore.testing._suite import AddMessage, MakeChat, OpenStore
-
-NOT_UTF8 = b"\x89PNG\x00\xff"
+from threadstore.testing._suite import NOT_UTF8, AddMessage, MakeChat, OpenStore, add_tool_call
 
 
 async def _contents(store: Store, chat_uuid: uuid.UUID) -> list[str | None]:
@@ -161,9 +158,7 @@ async def test_fork_copies_the_prefix_into_a_new_chat_with_its_lineage(
 ) -> None:
     tree = await _three_branches(store, make_chat, add_message)
     source, answers = tree["chat"], tree["answers"]
-    await store.create_message_tool_call(
-        MessageToolCallCreate(message_uuid=answers[1].message_uuid, tool_call_id="c1", name="f")
-    )
+    await add_tool_call(store, answers[1], "c1")
 
     fork = await store.branches.fork_chat(
         source.chat_uuid, answers[1].message_uuid, thread_id="forked"

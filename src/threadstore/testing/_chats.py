@@ -14,10 +14,8 @@ from threadstore import (
     ChatRepositoryLike,
     InvalidInputError,
     MessageCreate,
-    MessageReasoningCreate,
     MessageReasoningUpdate,
     MessageRepositoryLike,
-    MessageToolCallCreate,
     MessageToolCallUpdate,
     Run,
     RunRepositoryLike,
@@ -31,6 +29,9 @@ from threadstore.testing._suite import (
     MakeChat,
     OpenStore,
     Repository,
+    add_reasoning,
+    add_tool_call,
+    assert_given_fields,
     check_rejects_foreign_and_unknown,
     stored_chat,
 )
@@ -47,32 +48,23 @@ async def test_store_satisfies_the_repository_protocols(repo: Repository) -> Non
 
 
 async def test_create_chat_returns_every_given_field(repo: Repository) -> None:
-    user, chat_uuid = uuid.uuid4(), uuid.uuid4()
-    forked_chat, forked_message = uuid.uuid4(), uuid.uuid4()
-    chat = await repo.create_chat(
-        ChatCreate(
-            user_uuid=user,
-            thread_id="thread-1",
-            name="Trip planning",
-            tenant_id="acme",
-            app_id="travel",
-            chat_uuid=chat_uuid,
-            forked_from_chat_uuid=forked_chat,
-            forked_from_message_uuid=forked_message,
-            state={"city": "Lisbon", "days": [1, 2]},
-            metadata={"source": "web", "tags": ["a", "b"]},
-        )
+    user = uuid.uuid4()
+    data = ChatCreate(
+        user_uuid=user,
+        thread_id="thread-1",
+        name="Trip planning",
+        tenant_id="acme",
+        app_id="travel",
+        chat_uuid=uuid.uuid4(),
+        forked_from_chat_uuid=uuid.uuid4(),
+        forked_from_message_uuid=uuid.uuid4(),
+        state={"city": "Lisbon", "days": [1, 2]},
+        metadata={"source": "web", "tags": ["a", "b"]},
     )
 
-    assert chat.chat_uuid == chat_uuid
-    assert chat.user_uuid == user
-    assert chat.thread_id == "thread-1"
-    assert chat.name == "Trip planning"
-    assert (chat.tenant_id, chat.app_id) == ("acme", "travel")
-    assert chat.forked_from_chat_uuid == forked_chat
-    assert chat.forked_from_message_uuid == forked_message
-    assert chat.state == {"city": "Lisbon", "days": [1, 2]}
-    assert chat.metadata == {"source": "web", "tags": ["a", "b"]}
+    chat = await repo.create_chat(data)
+
+    assert_given_fields(chat, data)
     assert chat.dedup_key == chat_deduplication_key(user, "thread-1")
     assert chat.active_leaf_uuid is None
     assert chat.format_version == FORMAT_VERSION
@@ -372,12 +364,8 @@ async def test_delete_chat_removes_the_chat_and_everything_it_owns(
     kept = await make_chat()
     first = await add_message(chat, "hi", agui_id="m1", run_id="run-1")
     second = await add_message(chat, "calling", agui_id="m2", run_id="run-1")
-    tool_call = await repo.create_message_tool_call(
-        MessageToolCallCreate(message_uuid=second.message_uuid, tool_call_id="tc1", name="search")
-    )
-    reasoning = await repo.create_message_reasoning(
-        MessageReasoningCreate(message_uuid=second.message_uuid, content="thinking")
-    )
+    tool_call = await add_tool_call(repo, second, "tc1", "search")
+    reasoning = await add_reasoning(repo, second, content="thinking")
     kept_message = await add_message(kept, "still here")
     runs = repo if isinstance(repo, RunRepositoryLike) else None
     if runs is not None:
@@ -468,8 +456,6 @@ class TeamChat(Chat):
 
 
 class TeamChatCreate(ChatCreate):
-    """The create DTO matching :class:`TeamChat`."""
-
     team: str = ""
     avatar: bytes | None = None
 

@@ -10,7 +10,15 @@ from typing import Any
 import pytest
 
 from threadstore import Store, models
-from threadstore.testing._suite import AddMessage, MakeChat, Repository, stored_chat
+from threadstore.testing._suite import (
+    AddMessage,
+    MakeChat,
+    Repository,
+    add_reasoning,
+    add_tool_call,
+    stored_chat,
+    stored_message,
+)
 
 
 class Boom(Exception):
@@ -95,19 +103,9 @@ async def test_concurrent_tool_calls_on_one_message_are_all_kept(
 ) -> None:
     message = await add_message(await make_chat(), "")
 
-    await asyncio.gather(
-        *(
-            repo.create_message_tool_call(
-                models.MessageToolCallCreate(
-                    message_uuid=message.message_uuid, tool_call_id=f"c{i}", name="f"
-                )
-            )
-            for i in range(20)
-        )
-    )
+    await asyncio.gather(*(add_tool_call(repo, message, f"c{i}") for i in range(20)))
 
-    stored = await repo.get_message(message.message_uuid)
-    assert stored is not None
+    stored = await stored_message(repo, message)
     assert {tc.tool_call_id for tc in stored.tool_calls} == {f"c{i}" for i in range(20)}
 
 
@@ -123,15 +121,10 @@ async def test_writes_inside_a_transaction_commit_together(repo: Repository) -> 
         message = await repo.create_message(
             models.MessageCreate(chat_uuid=chat.chat_uuid, content="a")
         )
-        call = await repo.create_message_tool_call(
-            models.MessageToolCallCreate(
-                message_uuid=message.message_uuid, tool_call_id="c", name="f"
-            )
-        )
+        call = await add_tool_call(repo, message)
         assert await repo.get_tool_call_by_agui_id(message.message_uuid, "c") == call
 
-    stored = await repo.get_message(message.message_uuid)
-    assert stored is not None and stored.tool_calls == [call]
+    assert (await stored_message(repo, message)).tool_calls == [call]
     assert [c.chat_uuid for c in await repo.get_all_chats(user)] == [chat.chat_uuid]
 
 
@@ -156,14 +149,8 @@ async def test_an_exception_inside_a_transaction_rolls_back_every_write(
             added = await store.create_message(
                 models.MessageCreate(chat_uuid=existing.chat_uuid, content="added")
             )
-            await store.create_message_tool_call(
-                models.MessageToolCallCreate(
-                    message_uuid=kept.message_uuid, tool_call_id="c", name="f"
-                )
-            )
-            await store.create_message_reasoning(
-                models.MessageReasoningCreate(message_uuid=added.message_uuid, content="r")
-            )
+            await add_tool_call(store, kept)
+            await add_reasoning(store, added, content="r")
             await store.update_message(kept.message_uuid, models.MessageUpdate(content="changed"))
             await store.update_chat_name(existing.chat_uuid, "after")
             await store.update_chat_state(existing.chat_uuid, {"v": 2})
@@ -185,14 +172,8 @@ async def test_rolled_back_updates_of_existing_records_and_runs_leave_them_as_th
 ) -> None:
     chat = await make_chat()
     message = await add_message(chat, "draft", run_id="run-1", in_progress=True)
-    call = await store.create_message_tool_call(
-        models.MessageToolCallCreate(
-            message_uuid=message.message_uuid, tool_call_id="c", name="f", arguments="{}"
-        )
-    )
-    step = await store.create_message_reasoning(
-        models.MessageReasoningCreate(message_uuid=message.message_uuid, content="thinking")
-    )
+    call = await add_tool_call(store, message, arguments="{}")
+    step = await add_reasoning(store, message, content="thinking")
     await store.start_run(
         models.Run(chat_uuid=chat.chat_uuid, thread_id=chat.thread_id, run_id="run-1", owner="me")
     )

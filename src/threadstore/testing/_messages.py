@@ -13,9 +13,7 @@ from threadstore import (
     InvalidInputError,
     Message,
     MessageCreate,
-    MessageReasoningCreate,
     MessageStatus,
-    MessageToolCallCreate,
     MessageUpdate,
     Role,
     Store,
@@ -23,14 +21,17 @@ from threadstore import (
 from threadstore.models import FORMAT_VERSION, MediaPart, TextPart
 from threadstore.store import MAX_PAGE_SIZE
 from threadstore.testing._suite import (
+    NOT_UTF8,
     AddMessage,
     MakeChat,
     Repository,
+    add_reasoning,
+    add_tool_call,
+    assert_given_fields,
     check_rejects_foreign_and_unknown,
     stored_chat,
+    stored_message,
 )
-
-NOT_UTF8 = b"\xff\xfe\x00\x80binary\xc3"
 
 
 async def two_branches(chat: Chat, add_message: AddMessage) -> tuple[Message, Message, Message]:
@@ -53,44 +54,29 @@ async def test_create_message_returns_every_given_field(
     repo: Repository, make_chat: MakeChat
 ) -> None:
     chat = await make_chat()
-    message_uuid = uuid.uuid4()
-    at = datetime(2024, 5, 1, 12, 30, 15, 123456, tzinfo=UTC)
-
-    message = await repo.create_message(
-        MessageCreate(
-            chat_uuid=chat.chat_uuid,
-            message_uuid=message_uuid,
-            role=Role.USER,
-            content="Hello, wörld ✓",
-            agui_id="msg-1",
-            name="alice",
-            encrypted_value="enc",
-            status=MessageStatus.COMPLETE,
-            in_progress=False,
-            step_name="planner",
-            run_id="run-1",
-            metadata={"client": {"ip": "127.0.0.1"}, "n": [1, 2]},
-            created_at=at,
-        )
+    data = MessageCreate(
+        chat_uuid=chat.chat_uuid,
+        message_uuid=uuid.uuid4(),
+        role=Role.USER,
+        content="Hello, wörld ✓",
+        agui_id="msg-1",
+        name="alice",
+        encrypted_value="enc",
+        status=MessageStatus.COMPLETE,
+        in_progress=False,
+        step_name="planner",
+        run_id="run-1",
+        metadata={"client": {"ip": "127.0.0.1"}, "n": [1, 2]},
+        created_at=datetime(2024, 5, 1, 12, 30, 15, 123456, tzinfo=UTC),
     )
 
-    assert message.message_uuid == message_uuid
-    assert message.chat_uuid == chat.chat_uuid
+    message = await repo.create_message(data)
+
+    assert_given_fields(message, data)
     assert message.parent_uuid is None
-    assert message.role == Role.USER
-    assert message.content == "Hello, wörld ✓"
-    assert message.agui_id == "msg-1"
-    assert message.name == "alice"
-    assert message.encrypted_value == "enc"
-    assert message.status == MessageStatus.COMPLETE
-    assert message.in_progress is False
-    assert message.step_name == "planner"
-    assert message.run_id == "run-1"
-    assert message.metadata == {"client": {"ip": "127.0.0.1"}, "n": [1, 2]}
-    assert message.created_at == at
     assert message.format_version == FORMAT_VERSION
     assert message.tool_calls == [] and message.reasonings == []
-    assert await repo.get_message(message_uuid) == message
+    assert await repo.get_message(data.message_uuid) == message
 
 
 async def test_create_message_defaults(repo: Repository, make_chat: MakeChat) -> None:
@@ -125,26 +111,15 @@ async def test_a_tool_call_or_reasoning_step_with_an_existing_uuid_is_rejected(
 ) -> None:
     chat = await make_chat()
     message = await add_message(chat, "answer")
-    call = await repo.create_message_tool_call(
-        MessageToolCallCreate(message_uuid=message.message_uuid, tool_call_id="c1", name="f")
-    )
-    step = await repo.create_message_reasoning(
-        MessageReasoningCreate(message_uuid=message.message_uuid, content="thinking")
-    )
+    call = await add_tool_call(repo, message, "c1")
+    step = await add_reasoning(repo, message, content="thinking")
 
     with pytest.raises(ConflictError):
-        await repo.create_message_tool_call(
-            MessageToolCallCreate(
-                message_uuid=message.message_uuid, uuid=call.uuid, tool_call_id="c2", name="g"
-            )
-        )
+        await add_tool_call(repo, message, "c2", "g", uuid=call.uuid)
     with pytest.raises(ConflictError):
-        await repo.create_message_reasoning(
-            MessageReasoningCreate(message_uuid=message.message_uuid, uuid=step.uuid)
-        )
+        await add_reasoning(repo, message, uuid=step.uuid)
 
-    stored = await repo.get_message(message.message_uuid)
-    assert stored is not None
+    stored = await stored_message(repo, message)
     assert [(c.tool_call_id, c.seq) for c in stored.tool_calls] == [("c1", 1)]
     assert [(r.content, r.seq) for r in stored.reasonings] == [("thinking", 2)]
 
@@ -175,8 +150,7 @@ async def test_message_seq_grows_in_creation_order(
 async def test_every_role_round_trips(repo: Repository, make_chat: MakeChat, role: Role) -> None:
     chat = await make_chat()
     message = await repo.create_message(MessageCreate(chat_uuid=chat.chat_uuid, role=role))
-    stored = await repo.get_message(message.message_uuid)
-    assert stored is not None and stored.role == role
+    assert (await stored_message(repo, message)).role == role
 
 
 async def test_activity_message_round_trips(repo: Repository, make_chat: MakeChat) -> None:
@@ -192,8 +166,7 @@ async def test_activity_message_round_trips(repo: Repository, make_chat: MakeCha
         )
     )
 
-    stored = await repo.get_message(message.message_uuid)
-    assert stored is not None
+    stored = await stored_message(repo, message)
     assert (stored.activity_type, stored.activity_content) == ("PLAN", activity)
 
 
@@ -211,8 +184,7 @@ async def test_content_parts_round_trip_with_binary_data(
         MessageCreate(chat_uuid=chat.chat_uuid, role=Role.USER, content_parts=parts)
     )
 
-    stored = await repo.get_message(message.message_uuid)
-    assert stored is not None
+    stored = await stored_message(repo, message)
     assert stored.content_parts == parts
     image = stored.content_parts[1]
     assert isinstance(image, MediaPart) and image.data == NOT_UTF8
@@ -223,17 +195,10 @@ async def test_empty_strings_round_trip_as_empty_strings(
 ) -> None:
     chat = await make_chat()
     message = await add_message(chat, "", name="", step_name="")
-    tool_call = await repo.create_message_tool_call(
-        MessageToolCallCreate(
-            message_uuid=message.message_uuid, tool_call_id="tc", name="f", arguments="", content=""
-        )
-    )
-    reasoning = await repo.create_message_reasoning(
-        MessageReasoningCreate(message_uuid=message.message_uuid, content="", encrypted_value="")
-    )
+    tool_call = await add_tool_call(repo, message, "tc", arguments="", content="")
+    reasoning = await add_reasoning(repo, message, content="", encrypted_value="")
 
-    stored = await repo.get_message(message.message_uuid)
-    assert stored is not None
+    stored = await stored_message(repo, message)
     assert (stored.content, stored.name, stored.step_name) == ("", "", "")
     assert stored.tool_calls == [tool_call]
     assert (stored.tool_calls[0].arguments, stored.tool_calls[0].content) == ("", "")
@@ -272,15 +237,10 @@ async def test_every_record_is_readable_right_after_its_create(
         )
         assert await repo.get_message(message.message_uuid) == message
         assert await repo.get_message_by_agui_id(chat.chat_uuid, f"m{i}") == message
-        tool_call = await repo.create_message_tool_call(
-            MessageToolCallCreate(message_uuid=message.message_uuid, tool_call_id=f"t{i}", name="f")
-        )
+        tool_call = await add_tool_call(repo, message, f"t{i}")
         assert await repo.get_tool_call_by_agui_id(message.message_uuid, f"t{i}") == tool_call
-        reasoning = await repo.create_message_reasoning(
-            MessageReasoningCreate(message_uuid=message.message_uuid)
-        )
-        stored = await repo.get_message(message.message_uuid)
-        assert stored is not None and stored.reasonings == [reasoning]
+        reasoning = await add_reasoning(repo, message)
+        assert (await stored_message(repo, message)).reasonings == [reasoning]
 
 
 # --- update ----------------------------------------------------------------------------------
@@ -316,32 +276,24 @@ async def test_update_message_can_set_every_patchable_field(
     repo: Repository, make_chat: MakeChat, add_message: AddMessage
 ) -> None:
     message = await add_message(await make_chat(), "x")
-    parts = [TextPart(text="t"), MediaPart(type="audio", data=NOT_UTF8)]
 
-    updated = await repo.update_message(
-        message.message_uuid,
-        MessageUpdate(
-            content="y",
-            content_parts=parts,
-            name="n",
-            encrypted_value="enc",
-            activity_content={"k": [1]},
-            status=MessageStatus.ERRORED,
-            in_progress=False,
-            step_name="step",
-            metadata={"m": True},
-        ),
+    patch = MessageUpdate(
+        content="y",
+        content_parts=[TextPart(text="t"), MediaPart(type="audio", data=NOT_UTF8)],
+        name="n",
+        encrypted_value="enc",
+        activity_content={"k": [1]},
+        status=MessageStatus.ERRORED,
+        in_progress=False,
+        step_name="step",
+        metadata={"m": True},
     )
 
-    stored = await repo.get_message(message.message_uuid)
+    updated = await repo.update_message(message.message_uuid, patch)
+
+    stored = await stored_message(repo, message)
     assert stored == updated
-    assert stored is not None
-    assert stored.content == "y"
-    assert stored.content_parts == parts
-    assert (stored.name, stored.encrypted_value, stored.step_name) == ("n", "enc", "step")
-    assert stored.activity_content == {"k": [1]}
-    assert (stored.status, stored.in_progress) == (MessageStatus.ERRORED, False)
-    assert stored.metadata == {"m": True}
+    assert_given_fields(stored, patch)
 
 
 async def test_update_message_to_an_empty_string_clears_the_content(
@@ -351,8 +303,7 @@ async def test_update_message_to_an_empty_string_clears_the_content(
 
     await repo.update_message(message.message_uuid, MessageUpdate(content=""))
 
-    stored = await repo.get_message(message.message_uuid)
-    assert stored is not None and stored.content == ""
+    assert (await stored_message(repo, message)).content == ""
 
 
 async def test_update_message_with_an_empty_patch_changes_nothing(
@@ -375,12 +326,9 @@ async def test_mutating_a_returned_message_does_not_change_the_stored_message(
 ) -> None:
     chat = await make_chat()
     message = await add_message(chat, "hi", metadata={"list": [1]})
-    await repo.create_message_tool_call(
-        MessageToolCallCreate(message_uuid=message.message_uuid, tool_call_id="t", name="f")
-    )
+    await add_tool_call(repo, message, "t")
 
-    fetched = await repo.get_message(message.message_uuid)
-    assert fetched is not None
+    fetched = await stored_message(repo, message)
     fetched.metadata["list"].append(2)
     fetched.tool_calls[0].name = "changed"
     fetched.tool_calls.clear()
@@ -388,8 +336,7 @@ async def test_mutating_a_returned_message_does_not_change_the_stored_message(
     listed = (await repo.get_chat_messages(chat.chat_uuid))[0]
     listed.metadata.clear()
 
-    stored = await repo.get_message(message.message_uuid)
-    assert stored is not None
+    stored = await stored_message(repo, message)
     assert stored.content == "hi"
     assert stored.metadata == {"list": [1]}
     assert [tc.name for tc in stored.tool_calls] == ["f"]

@@ -8,10 +8,17 @@ import pytest
 
 from threadstore import models
 from threadstore.models import FORMAT_VERSION
-from threadstore.testing._suite import AddMessage, MakeChat, OpenStore, Repository
-
-NOT_UTF8 = b"\xff\xfe\x00\x80binary\xc3"
-
+from threadstore.testing._suite import (
+    NOT_UTF8,
+    AddMessage,
+    MakeChat,
+    OpenStore,
+    Repository,
+    add_reasoning,
+    add_tool_call,
+    assert_given_fields,
+    stored_message,
+)
 
 # --- tool calls ------------------------------------------------------------------------------
 
@@ -20,34 +27,25 @@ async def test_create_tool_call_returns_every_given_field(
     repo: Repository, make_chat: MakeChat, add_message: AddMessage
 ) -> None:
     message = await add_message(await make_chat(), "")
-    tool_uuid = uuid.uuid4()
 
-    tool_call = await repo.create_message_tool_call(
-        models.MessageToolCallCreate(
-            uuid=tool_uuid,
-            message_uuid=message.message_uuid,
-            tool_call_id="call-1",
-            name="get_weather",
-            arguments='{"city": "Oslo"}',
-            content="sunny",
-            result_message_id="tool-msg-1",
-            error=None,
-            status=models.MessageStatus.COMPLETE,
-            in_progress=False,
-            step_name="tools",
-            metadata={"latency_ms": 12},
-        )
+    data = models.MessageToolCallCreate(
+        uuid=uuid.uuid4(),
+        message_uuid=message.message_uuid,
+        tool_call_id="call-1",
+        name="get_weather",
+        arguments='{"city": "Oslo"}',
+        content="sunny",
+        result_message_id="tool-msg-1",
+        error=None,
+        status=models.MessageStatus.COMPLETE,
+        in_progress=False,
+        step_name="tools",
+        metadata={"latency_ms": 12},
     )
 
-    assert tool_call.uuid == tool_uuid
-    assert tool_call.message_uuid == message.message_uuid
-    assert (tool_call.tool_call_id, tool_call.name) == ("call-1", "get_weather")
-    assert tool_call.arguments == '{"city": "Oslo"}'
-    assert (tool_call.content, tool_call.result_message_id) == ("sunny", "tool-msg-1")
-    assert tool_call.error is None
-    assert (tool_call.status, tool_call.in_progress) == (models.MessageStatus.COMPLETE, False)
-    assert tool_call.step_name == "tools"
-    assert tool_call.metadata == {"latency_ms": 12}
+    tool_call = await repo.create_message_tool_call(data)
+
+    assert_given_fields(tool_call, data)
     assert tool_call.format_version == FORMAT_VERSION
     assert await repo.get_tool_call_by_agui_id(message.message_uuid, "call-1") == tool_call
 
@@ -65,20 +63,10 @@ async def test_tool_calls_are_nested_in_their_message_in_creation_order(
     chat = await make_chat()
     message = await add_message(chat, "")
     other = await add_message(chat, "")
-    created = [
-        await repo.create_message_tool_call(
-            models.MessageToolCallCreate(
-                message_uuid=message.message_uuid, tool_call_id=f"c{i}", name="f"
-            )
-        )
-        for i in range(3)
-    ]
-    await repo.create_message_tool_call(
-        models.MessageToolCallCreate(message_uuid=other.message_uuid, tool_call_id="c0", name="g")
-    )
+    created = [await add_tool_call(repo, message, f"c{i}") for i in range(3)]
+    await add_tool_call(repo, other, "c0", "g")
 
-    stored = await repo.get_message(message.message_uuid)
-    assert stored is not None and stored.tool_calls == created
+    assert (await stored_message(repo, message)).tool_calls == created
     branch = await repo.get_chat_messages(chat.chat_uuid)
     assert branch[0].tool_calls == created
     assert [tc.name for tc in branch[1].tool_calls] == ["g"]
@@ -89,14 +77,8 @@ async def test_get_tool_call_by_agui_id_is_scoped_to_its_message(
 ) -> None:
     chat = await make_chat()
     first, second = await add_message(chat, ""), await add_message(chat, "")
-    a = await repo.create_message_tool_call(
-        models.MessageToolCallCreate(message_uuid=first.message_uuid, tool_call_id="same", name="a")
-    )
-    b = await repo.create_message_tool_call(
-        models.MessageToolCallCreate(
-            message_uuid=second.message_uuid, tool_call_id="same", name="b"
-        )
-    )
+    a = await add_tool_call(repo, first, "same", "a")
+    b = await add_tool_call(repo, second, "same", "b")
 
     assert await repo.get_tool_call_by_agui_id(first.message_uuid, "same") == a
     assert await repo.get_tool_call_by_agui_id(second.message_uuid, "same") == b
@@ -108,15 +90,8 @@ async def test_update_tool_call_applies_only_explicitly_set_non_none_fields(
     repo: Repository, make_chat: MakeChat, add_message: AddMessage
 ) -> None:
     message = await add_message(await make_chat(), "")
-    tool_call = await repo.create_message_tool_call(
-        models.MessageToolCallCreate(
-            message_uuid=message.message_uuid,
-            tool_call_id="call",
-            name="search",
-            arguments='{"q":',
-            step_name="s",
-            metadata={"k": 1},
-        )
+    tool_call = await add_tool_call(
+        repo, message, "call", "search", arguments='{"q":', step_name="s", metadata={"k": 1}
     )
 
     updated = await repo.update_message_tool_call(
@@ -138,39 +113,32 @@ async def test_update_tool_call_applies_only_explicitly_set_non_none_fields(
     assert updated.metadata == {"k": 1}
     assert updated.in_progress is True
     assert await repo.get_tool_call_by_agui_id(message.message_uuid, "call") == updated
-    stored = await repo.get_message(message.message_uuid)
-    assert stored is not None and stored.tool_calls == [updated]
+    assert (await stored_message(repo, message)).tool_calls == [updated]
 
 
 async def test_update_tool_call_can_set_every_patchable_field(
     repo: Repository, make_chat: MakeChat, add_message: AddMessage
 ) -> None:
     message = await add_message(await make_chat(), "")
-    tool_call = await repo.create_message_tool_call(
-        models.MessageToolCallCreate(message_uuid=message.message_uuid, tool_call_id="c", name="f")
+    tool_call = await add_tool_call(repo, message)
+
+    patch = models.MessageToolCallUpdate(
+        name="g",
+        arguments="{}",
+        content="out",
+        result_message_id="r1",
+        error="boom",
+        status=models.MessageStatus.ERRORED,
+        in_progress=False,
+        step_name="st",
+        metadata={"x": [1]},
     )
 
-    await repo.update_message_tool_call(
-        tool_call.uuid,
-        models.MessageToolCallUpdate(
-            name="g",
-            arguments="{}",
-            content="out",
-            result_message_id="r1",
-            error="boom",
-            status=models.MessageStatus.ERRORED,
-            in_progress=False,
-            step_name="st",
-            metadata={"x": [1]},
-        ),
-    )
+    await repo.update_message_tool_call(tool_call.uuid, patch)
 
     stored = await repo.get_tool_call_by_agui_id(message.message_uuid, "c")
     assert stored is not None
-    assert (stored.name, stored.arguments, stored.content) == ("g", "{}", "out")
-    assert (stored.result_message_id, stored.error) == ("r1", "boom")
-    assert (stored.status, stored.in_progress) == (models.MessageStatus.ERRORED, False)
-    assert (stored.step_name, stored.metadata) == ("st", {"x": [1]})
+    assert_given_fields(stored, patch)
 
 
 async def test_update_tool_call_of_unknown_uuid_returns_none(repo: Repository) -> None:
@@ -187,32 +155,24 @@ async def test_create_reasoning_returns_every_given_field(
     repo: Repository, make_chat: MakeChat, add_message: AddMessage
 ) -> None:
     message = await add_message(await make_chat(), "")
-    reasoning_uuid = uuid.uuid4()
-
-    reasoning = await repo.create_message_reasoning(
-        models.MessageReasoningCreate(
-            uuid=reasoning_uuid,
-            message_uuid=message.message_uuid,
-            agui_id="r-1",
-            name="think",
-            content="Let me see",
-            encrypted_value="opaque",
-            status=models.MessageStatus.COMPLETE,
-            in_progress=False,
-            step_name="plan",
-            metadata={"tokens": 5},
-        )
+    data = models.MessageReasoningCreate(
+        uuid=uuid.uuid4(),
+        message_uuid=message.message_uuid,
+        agui_id="r-1",
+        name="think",
+        content="Let me see",
+        encrypted_value="opaque",
+        status=models.MessageStatus.COMPLETE,
+        in_progress=False,
+        step_name="plan",
+        metadata={"tokens": 5},
     )
 
-    assert reasoning.uuid == reasoning_uuid
-    assert reasoning.message_uuid == message.message_uuid
-    assert (reasoning.agui_id, reasoning.name) == ("r-1", "think")
-    assert (reasoning.content, reasoning.encrypted_value) == ("Let me see", "opaque")
-    assert (reasoning.status, reasoning.in_progress) == (models.MessageStatus.COMPLETE, False)
-    assert (reasoning.step_name, reasoning.metadata) == ("plan", {"tokens": 5})
+    reasoning = await repo.create_message_reasoning(data)
+
+    assert_given_fields(reasoning, data)
     assert reasoning.format_version == FORMAT_VERSION
-    stored = await repo.get_message(message.message_uuid)
-    assert stored is not None and stored.reasonings == [reasoning]
+    assert (await stored_message(repo, message)).reasonings == [reasoning]
 
 
 async def test_create_reasoning_for_an_unknown_message_raises_value_error(repo: Repository) -> None:
@@ -226,11 +186,7 @@ async def test_update_reasoning_applies_only_explicitly_set_non_none_fields(
     repo: Repository, make_chat: MakeChat, add_message: AddMessage
 ) -> None:
     message = await add_message(await make_chat(), "")
-    reasoning = await repo.create_message_reasoning(
-        models.MessageReasoningCreate(
-            message_uuid=message.message_uuid, content="Let", name="r", metadata={"a": 1}
-        )
-    )
+    reasoning = await add_reasoning(repo, message, content="Let", name="r", metadata={"a": 1})
 
     updated = await repo.update_message_reasoning(
         reasoning.uuid,
@@ -243,37 +199,30 @@ async def test_update_reasoning_applies_only_explicitly_set_non_none_fields(
     assert updated.name == "r"
     assert updated.metadata == {"a": 1}
     assert updated.status == models.MessageStatus.ACTIVE
-    stored = await repo.get_message(message.message_uuid)
-    assert stored is not None and stored.reasonings == [updated]
+    assert (await stored_message(repo, message)).reasonings == [updated]
 
 
 async def test_update_reasoning_can_set_every_patchable_field(
     repo: Repository, make_chat: MakeChat, add_message: AddMessage
 ) -> None:
     message = await add_message(await make_chat(), "")
-    reasoning = await repo.create_message_reasoning(
-        models.MessageReasoningCreate(message_uuid=message.message_uuid)
+    reasoning = await add_reasoning(repo, message)
+
+    patch = models.MessageReasoningUpdate(
+        name="n",
+        content="c",
+        encrypted_value="e",
+        status=models.MessageStatus.INTERRUPTED,
+        in_progress=False,
+        step_name="s",
+        metadata={"m": None},
     )
 
-    await repo.update_message_reasoning(
-        reasoning.uuid,
-        models.MessageReasoningUpdate(
-            name="n",
-            content="c",
-            encrypted_value="e",
-            status=models.MessageStatus.INTERRUPTED,
-            in_progress=False,
-            step_name="s",
-            metadata={"m": None},
-        ),
-    )
+    await repo.update_message_reasoning(reasoning.uuid, patch)
 
-    stored = await repo.get_message(message.message_uuid)
-    assert stored is not None
+    stored = await stored_message(repo, message)
     (only,) = stored.reasonings
-    assert (only.name, only.content, only.encrypted_value) == ("n", "c", "e")
-    assert (only.status, only.in_progress) == (models.MessageStatus.INTERRUPTED, False)
-    assert (only.step_name, only.metadata) == ("s", {"m": None})
+    assert_given_fields(only, patch)
 
 
 async def test_update_reasoning_of_unknown_uuid_returns_none(repo: Repository) -> None:
@@ -289,18 +238,11 @@ async def test_reasoning_and_tool_calls_keep_their_production_order(
     repo: Repository, make_chat: MakeChat, add_message: AddMessage
 ) -> None:
     message = await add_message(await make_chat(), "")
-    first = await repo.create_message_reasoning(
-        models.MessageReasoningCreate(message_uuid=message.message_uuid, content="think 1")
-    )
-    call = await repo.create_message_tool_call(
-        models.MessageToolCallCreate(message_uuid=message.message_uuid, tool_call_id="c", name="f")
-    )
-    second = await repo.create_message_reasoning(
-        models.MessageReasoningCreate(message_uuid=message.message_uuid, content="think 2")
-    )
+    first = await add_reasoning(repo, message, content="think 1")
+    call = await add_tool_call(repo, message)
+    second = await add_reasoning(repo, message, content="think 2")
 
-    stored = await repo.get_message(message.message_uuid)
-    assert stored is not None
+    stored = await stored_message(repo, message)
     assert [r.content for r in stored.reasonings] == ["think 1", "think 2"]
     positions = {r.uuid: r.seq for r in stored.reasonings} | {
         tc.uuid: tc.seq for tc in stored.tool_calls
@@ -319,15 +261,11 @@ class TeamMessage(models.Message):
 
 
 class TeamMessageCreate(models.MessageCreate):
-    """The create DTO matching :class:`TeamMessage`."""
-
     team: str = ""
     blob: bytes | None = None
 
 
 class TeamMessageUpdate(models.MessageUpdate):
-    """The update DTO matching :class:`TeamMessage`."""
-
     team: str | None = None
     blob: bytes | None = None
 
@@ -340,15 +278,11 @@ class TracedToolCall(models.ToolCall):
 
 
 class TracedToolCallCreate(models.MessageToolCallCreate):
-    """The create DTO matching :class:`TracedToolCall`."""
-
     trace_id: str = ""
     payload: bytes | None = None
 
 
 class TracedToolCallUpdate(models.MessageToolCallUpdate):
-    """The update DTO matching :class:`TracedToolCall`."""
-
     trace_id: str | None = None
 
 
@@ -359,8 +293,6 @@ class ScoredReasoning(models.Reasoning):
 
 
 class ScoredReasoningCreate(models.MessageReasoningCreate):
-    """The create DTO matching :class:`ScoredReasoning`."""
-
     score: float = 0.0
 
 
@@ -455,8 +387,7 @@ async def test_tool_call_and_reasoning_subclasses_keep_their_own_fields(
     assert (updated.trace_id, updated.payload, updated.arguments) == ("trace-2", NOT_UTF8, "{}")
 
     by_id = await store.get_tool_call_by_agui_id(message.message_uuid, "c")
-    stored = await store.get_message(message.message_uuid)
-    assert stored is not None
+    stored = await stored_message(store, message)
     for read in (by_id, stored.tool_calls[0]):
         assert isinstance(read, TracedToolCall)
         assert (read.trace_id, read.payload) == ("trace-2", NOT_UTF8)

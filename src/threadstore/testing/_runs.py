@@ -13,9 +13,7 @@ from threadstore import (
     ChatCreate,
     ConflictError,
     MessageCreate,
-    MessageReasoningCreate,
     MessageStatus,
-    MessageToolCallCreate,
     Run,
     RunStatus,
     Store,
@@ -23,7 +21,15 @@ from threadstore import (
 from threadstore.errors import RunLiveError
 from threadstore.models import FORMAT_VERSION
 from threadstore.store import capabilities_of
-from threadstore.testing._suite import AddMessage, MakeChat, RunRepository
+from threadstore.testing._suite import (
+    AddMessage,
+    MakeChat,
+    RunRepository,
+    add_reasoning,
+    add_tool_call,
+    assert_given_fields,
+    stored_message,
+)
 
 LONG_AGO = datetime(2020, 1, 1, tzinfo=UTC)
 LATER = datetime(2021, 1, 1, tzinfo=UTC)
@@ -44,15 +50,12 @@ async def test_start_run_records_a_running_run(
 ) -> None:
     chat = await make_chat()
 
-    started = await run_repo.start_run(
-        run_of(chat, "run-1", parent_run_id="run-0", owner="host:1:abc", heartbeat_at=LONG_AGO)
-    )
+    run = run_of(chat, "run-1", parent_run_id="run-0", owner="host:1:abc", heartbeat_at=LONG_AGO)
 
-    assert (started.chat_uuid, started.thread_id) == (chat.chat_uuid, chat.thread_id)
-    assert (started.run_id, started.parent_run_id) == ("run-1", "run-0")
+    started = await run_repo.start_run(run)
+
+    assert_given_fields(started, run)
     assert started.status == RunStatus.RUNNING
-    assert started.owner == "host:1:abc"
-    assert started.heartbeat_at == LONG_AGO
     assert started.error is None
     assert started.format_version == FORMAT_VERSION
     assert await run_repo.get_run(chat.chat_uuid, "run-1") == started
@@ -271,33 +274,20 @@ async def test_finalize_run_records_flips_only_that_runs_in_progress_records(
         chat, "done", run_id="r1", status=MessageStatus.COMPLETE, in_progress=False
     )
     streaming = await add_message(chat, "half", run_id="r1")
-    call = await store.create_message_tool_call(
-        MessageToolCallCreate(message_uuid=streaming.message_uuid, tool_call_id="c", name="f")
+    call = await add_tool_call(store, streaming)
+    finished_call = await add_tool_call(
+        store, streaming, "d", "g", status=MessageStatus.COMPLETE, in_progress=False
     )
-    finished_call = await store.create_message_tool_call(
-        MessageToolCallCreate(
-            message_uuid=streaming.message_uuid,
-            tool_call_id="d",
-            name="g",
-            status=MessageStatus.COMPLETE,
-            in_progress=False,
-        )
-    )
-    reasoning = await store.create_message_reasoning(
-        MessageReasoningCreate(message_uuid=streaming.message_uuid, content="hmm")
-    )
+    reasoning = await add_reasoning(store, streaming, content="hmm")
     other_run = await add_message(chat, "other run", run_id="r2")
-    other_call = await store.create_message_tool_call(
-        MessageToolCallCreate(message_uuid=other_run.message_uuid, tool_call_id="e", name="h")
-    )
+    other_call = await add_tool_call(store, other_run, "e", "h")
     other_chat = await make_chat()
     same_run_id_elsewhere = await add_message(other_chat, "elsewhere", run_id="r1")
 
     changed = await store.finalize_run_records(chat.chat_uuid, "r1", MessageStatus.INTERRUPTED)
 
     assert changed == 3  # the streaming message, its open tool call and its reasoning
-    after = await store.get_message(streaming.message_uuid)
-    assert after is not None
+    after = await stored_message(store, streaming)
     assert (after.status, after.in_progress) == (MessageStatus.INTERRUPTED, False)
     assert after.content == "half"
     calls = {tc.uuid: tc for tc in after.tool_calls}
@@ -312,8 +302,7 @@ async def test_finalize_run_records_flips_only_that_runs_in_progress_records(
     )
     assert after.reasonings[0].in_progress is False
     assert await store.get_message(done.message_uuid) == done
-    untouched = await store.get_message(other_run.message_uuid)
-    assert untouched is not None
+    untouched = await stored_message(store, other_run)
     assert (untouched.status, untouched.in_progress) == (MessageStatus.ACTIVE, True)
     assert untouched.tool_calls == [other_call]
     assert await store.get_message(same_run_id_elsewhere.message_uuid) == same_run_id_elsewhere

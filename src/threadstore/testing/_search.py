@@ -11,8 +11,6 @@ import pytest
 from threadstore import (
     InvalidInputError,
     MessageCreate,
-    MessageReasoningCreate,
-    MessageToolCallCreate,
     Store,
 )
 from threadstore.models import (
@@ -23,7 +21,7 @@ from threadstore.models import (
     SearchHit,
     utcnow,
 )
-from threadstore.testing._suite import AddMessage, MakeChat
+from threadstore.testing._suite import AddMessage, MakeChat, add_reasoning, add_tool_call
 
 
 def _marked(hit: SearchHit) -> list[str]:
@@ -37,19 +35,8 @@ async def test_search_finds_text_tool_calls_and_reasoning_with_highlights(
     chat = await make_chat(name="Baking")
     question = await add_message(chat, "How do I bake sourdough bread?", role=Role.USER)
     answer = await add_message(chat, "", role=Role.ASSISTANT)
-    await store.create_message_tool_call(
-        MessageToolCallCreate(
-            message_uuid=answer.message_uuid,
-            tool_call_id="call-1",
-            name="recipe_lookup",
-            arguments='{"dish": "focaccia"}',
-        )
-    )
-    await store.create_message_reasoning(
-        MessageReasoningCreate(
-            message_uuid=answer.message_uuid, content="They want rye flour, probably."
-        )
-    )
+    await add_tool_call(store, answer, "call-1", "recipe_lookup", arguments='{"dish": "focaccia"}')
+    await add_reasoning(store, answer, content="They want rye flour, probably.")
 
     page = await store.search(chat.user_uuid, "Sourdough BREAD")
     (hit,) = page.items
@@ -78,11 +65,7 @@ async def test_search_sees_updates_in_the_write_that_made_them(
 ) -> None:
     chat = await make_chat()
     answer = await add_message(chat, "Let me check", role=Role.ASSISTANT)
-    call = await store.create_message_tool_call(
-        MessageToolCallCreate(
-            message_uuid=answer.message_uuid, tool_call_id="c", name="weather", arguments="{}"
-        )
-    )
+    call = await add_tool_call(store, answer, name="weather", arguments="{}")
     await store.update_message(answer.message_uuid, MessageUpdate(content="It is sunny"))
     await store.update_message_tool_call(call.uuid, MessageToolCallUpdate(content="drizzle"))
 

@@ -1,8 +1,8 @@
 """The contract suite as one pytest test class, bound to a repository factory.
 
-The tests are plain module-level functions in ``chats``, ``messages``, ``runs`` and
-``concurrency``; :class:`ContractSuite` gathers them as static methods, so one copy of
-each test runs for every repository a subclass names. They ask for one of three
+The tests are plain module-level functions of the package's test modules;
+:class:`ContractSuite` gathers them as static methods, so one copy of each test runs
+for every repository a subclass names. They ask for one of three
 fixtures, which is how a test declares what it needs:
 
 - ``repo``: any object with the methods of ``ChatRepositoryLike`` and
@@ -24,6 +24,7 @@ from uuid import UUID
 
 import pytest
 import pytest_asyncio
+from pydantic import BaseModel
 
 from threadstore import (
     Chat,
@@ -31,11 +32,14 @@ from threadstore import (
     ChatRepositoryLike,
     Message,
     MessageCreate,
+    MessageReasoningCreate,
     MessageRepositoryLike,
+    MessageToolCallCreate,
     NotFoundError,
     RunRepositoryLike,
     Store,
 )
+from threadstore.models import Reasoning, ToolCall
 
 RepositoryFactory = Callable[..., AsyncIterator[Any]]
 """An async generator function that yields one fresh, empty repository and then cleans up.
@@ -77,6 +81,13 @@ async def stored_chat(repo: Repository, chat: Chat) -> Chat | None:
         found = None  # the thread was deleted and started again as another chat
     if isinstance(repo, Store):
         assert await repo.chats.get_chat(chat.chat_uuid) == found
+    return found
+
+
+async def stored_message(repo: MessageRepositoryLike, message: Message) -> Message:
+    """``message`` as stored now; the test fails when it is not found."""
+    found = await repo.get_message(message.message_uuid)
+    assert found is not None, f"message {message.message_uuid} is not stored"
     return found
 
 
@@ -191,6 +202,38 @@ def message_adder(repo: MessageRepositoryLike) -> AddMessage:
         )
 
     return add
+
+
+NOT_UTF8 = b"\xff\xfe\x00\x80binary\xc3"
+"""Bytes that are no text: only a binary-safe field keeps them."""
+
+
+def assert_given_fields(record: object, data: BaseModel) -> None:
+    """Every field set on ``data`` (a create DTO or a patch) reads the same on ``record``."""
+    for name in sorted(data.model_fields_set):
+        assert (name, getattr(record, name)) == (name, getattr(data, name))
+
+
+async def add_tool_call(
+    repo: MessageRepositoryLike,
+    message: Message,
+    tool_call_id: str = "c",
+    name: str = "f",
+    **fields: Any,
+) -> ToolCall:
+    """A tool call on ``message``, ``f`` with id ``c`` unless given."""
+    return await repo.create_message_tool_call(
+        MessageToolCallCreate(
+            message_uuid=message.message_uuid, tool_call_id=tool_call_id, name=name, **fields
+        )
+    )
+
+
+async def add_reasoning(repo: MessageRepositoryLike, message: Message, **fields: Any) -> Reasoning:
+    """A reasoning step on ``message``."""
+    return await repo.create_message_reasoning(
+        MessageReasoningCreate(message_uuid=message.message_uuid, **fields)
+    )
 
 
 async def check_rejects_foreign_and_unknown(

@@ -18,7 +18,7 @@ A record written by another face (no such key) is read from its own fields.
 from __future__ import annotations
 
 import base64
-import binascii
+import contextlib
 import copy
 import json
 from collections.abc import Sequence
@@ -86,6 +86,15 @@ def message_identity(message: AFMessage) -> tuple[str, ...]:
     return ("content", str(message.role), contents)
 
 
+def call_ids(message: AFMessage, kind: str) -> set[str]:
+    """The call ids of the message's contents of ``kind`` (``function_call`` or ``_result``)."""
+    return {
+        content.call_id
+        for content in message.contents
+        if content.type == kind and content.call_id is not None
+    }
+
+
 def result_text(result: Any) -> str:
     """Return a tool result as the text the other faces show (JSON unless already a string)."""
     if isinstance(result, str):
@@ -109,11 +118,10 @@ def _media_part(content: Content) -> MediaPart:
     part_type: Any = kind if kind in _MEDIA_KINDS else "document"
     uri = content.uri or ""
     if content.type == "data" and uri.startswith("data:") and ";base64," in uri:
-        try:
+        # Text that is not base64 is kept as the URI it came as (binascii.Error is a ValueError).
+        with contextlib.suppress(ValueError):
             data = base64.b64decode(uri.split(";base64,", 1)[1], validate=True)
-        except (binascii.Error, ValueError):
-            return MediaPart(type=part_type, source="url", value=uri, mime_type=content.media_type)
-        return MediaPart(type=part_type, source="data", data=data, mime_type=content.media_type)
+            return MediaPart(type=part_type, source="data", data=data, mime_type=content.media_type)
     return MediaPart(type=part_type, source="url", value=uri, mime_type=content.media_type)
 
 
@@ -341,9 +349,5 @@ def read_record(record: Message, answered: set[str]) -> list[AFMessage]:
     own = _own_form(record)
     if own is None:
         return _native(record, answered)
-    answered.update(
-        content.call_id
-        for content in own.contents
-        if content.type == "function_result" and content.call_id is not None
-    )
+    answered.update(call_ids(own, "function_result"))
     return [own]

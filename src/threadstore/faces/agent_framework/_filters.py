@@ -4,25 +4,10 @@ from __future__ import annotations
 
 from agent_framework import Message as AFMessage
 
+from threadstore.faces.agent_framework._convert import call_ids
 from threadstore.faces.agent_framework._history import MessageFilter
 
 __all__ = ["keep_last_messages"]
-
-
-def _result_ids(message: AFMessage) -> set[str]:
-    return {
-        content.call_id
-        for content in message.contents
-        if content.type == "function_result" and content.call_id is not None
-    }
-
-
-def _call_ids(message: AFMessage) -> set[str]:
-    return {
-        content.call_id
-        for content in message.contents
-        if content.type == "function_call" and content.call_id is not None
-    }
 
 
 def keep_last_messages(count: int) -> MessageFilter:
@@ -48,5 +33,5 @@ def _closed(window: list[AFMessage]) -> bool:
     """Whether every tool result in ``window`` has its call in ``window`` too."""
     calls: set[str] = set()
     for message in window:
-        calls |= _call_ids(message)
-    return all(_result_ids(message) <= calls for message in window)
+        calls |= call_ids(message, "function_call")
+    return all(call_ids(message, "function_result") <= calls for message in window)

@@ -18,6 +18,7 @@ from agent_framework import Message as AFMessage
 from threadstore._steps import in_steps
 from threadstore.codec import TOOL_CALL_ID_METADATA_KEY
 from threadstore.errors import ConfigurationError
+from threadstore.faces._chat import load_history
 from threadstore.faces.agent_framework._convert import (
     Plain,
     message_identity,
@@ -207,15 +208,13 @@ class ThreadstoreHistoryProvider(HistoryProvider):
             return []
         if not await self.store.branches.summaries(chat.chat_uuid):
             return await self._stored(session_id, state, chat)
-        given = await self.store.branches.agent_history(chat.chat_uuid)
-        out = [] if given.summary is None else [summary_message(given.summary)]
-        answered: set[str] = set()
-
-        def convert(piece: Sequence[Message]) -> None:
-            out.extend(messages_of(piece, [plain_reading(m) for m in piece], answered))
-
-        await in_steps(given.messages, convert)
-        return out
+        answered: set[str] = set()  # carried from piece to piece of a long history
+        return await load_history(
+            self.store,
+            chat.chat_uuid,
+            lambda piece: records_to_messages(piece, answered),
+            lambda summary: [summary_message(summary)],
+        )
 
     async def save_messages(
         self,
