@@ -11,16 +11,29 @@ rest of the :class:`~threadstore.Store` API when it is a ``Store``; the others s
 Needs ``pytest`` and ``pytest-asyncio`` (the ``testing`` extra).
 """
 
-import importlib
-
 import pytest
 
-_TESTS = ("_chats", "_messages", "_nested", "_runs", "_concurrency", "_branches", "_search")
-"""The modules of contract tests, in the order the suite runs them."""
-
 # Before the test modules are imported, so that their asserts explain a failure.
-pytest.register_assert_rewrite(*(f"threadstore.testing.{name}" for name in ("_suite", *_TESTS)))
+pytest.register_assert_rewrite(
+    "threadstore.testing._suite",
+    "threadstore.testing._branches",
+    "threadstore.testing._chats",
+    "threadstore.testing._concurrency",
+    "threadstore.testing._messages",
+    "threadstore.testing._nested",
+    "threadstore.testing._runs",
+    "threadstore.testing._search",
+)
 
+from threadstore.testing import (  # noqa: E402
+    _branches,
+    _chats,
+    _concurrency,
+    _messages,
+    _nested,
+    _runs,
+    _search,
+)
 from threadstore.testing._suite import (  # noqa: E402
     AddMessage,
     ContractSuite,
@@ -36,7 +49,7 @@ from threadstore.testing._suite import (  # noqa: E402
     message_adder,
 )
 
-gather_tests(ContractSuite, [importlib.import_module(f"{__name__}.{name}") for name in _TESTS])
+gather_tests(ContractSuite, [_chats, _messages, _nested, _runs, _concurrency, _branches, _search])
 
 __all__ = [
     "AddMessage",
