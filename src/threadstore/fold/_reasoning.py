@@ -81,17 +81,15 @@ def _on_reasoning_content(fold: RecordTable, event: ReasoningMessageContentEvent
     if event.delta:
         if fold.parts_tail != step.key:
             fold.grow_segment("reasoning", step)
-        step.text.append(event.delta)
-        fold.touch(step, content=True)
+        fold.extend(step, event.delta)
 
 
 def _on_reasoning_message_end(fold: RecordTable, event: ReasoningMessageEndEvent) -> None:
-    step = fold.reasoning(event.message_id)
-    if step is None:
-        fold.warn(f"REASONING_MESSAGE_END for unknown message {event.message_id!r}; ignored")
-        return
-    fold.seal_segment("reasoning", step)
-    fold.close(step)
+    agui_id = event.message_id
+    step = fold.known(fold.reasoning(agui_id), "REASONING_MESSAGE_END", "message", agui_id)
+    if step is not None:
+        fold.seal_segment("reasoning", step)
+        fold.close(step)
 
 
 def _on_reasoning_end(fold: RecordTable, event: ReasoningEndEvent) -> None:

@@ -167,6 +167,11 @@ class RecordTable:
             record.content_version += 1
         self.dirty.add(record.key)
 
+    def extend(self, record: FoldRecord, delta: str) -> None:
+        """Append a content delta to ``record`` (``apply``'s fast path does it inline)."""
+        record.text.append(delta)
+        self.touch(record, content=True)
+
     def mark_dirty(self, records: Iterable[FoldRecord]) -> None:
         """Put records back in the dirty set (a write of them failed)."""
         self.dirty.update(record.key for record in records)
@@ -175,6 +180,14 @@ class RecordTable:
         """Report an out-of-order or malformed event (the fold never raises on one)."""
         self._changes.warnings.append(message)
         self.has_changes = True
+
+    def known(
+        self, record: FoldRecord | None, event: str, what: str, agui_id: str
+    ) -> FoldRecord | None:
+        """``record``, or (it is ``None``) a warning that ``event`` named an unknown ``what``."""
+        if record is None:
+            self.warn(f"{event} for unknown {what} {agui_id!r}; ignored")
+        return record
 
     def mark_boundary(self) -> None:
         """Flag the current event as a boundary: the writer flushes soon after it."""

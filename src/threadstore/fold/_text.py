@@ -43,14 +43,13 @@ def _on_text_content(fold: RecordTable, event: TextMessageContentEvent) -> None:
     record = _text_target(fold, event.message_id, event, "TEXT_MESSAGE_CONTENT")
     if event.delta and fold.parts_tail != record.key:
         fold.grow_segment("text", record)
-    record.text.append(event.delta)
-    fold.touch(record, content=True)
+    fold.extend(record, event.delta)
 
 
 def _on_text_end(fold: RecordTable, event: TextMessageEndEvent) -> None:
-    record = fold.find(event.message_id, Role.ASSISTANT)
+    agui_id = event.message_id
+    record = fold.known(fold.find(agui_id, Role.ASSISTANT), "TEXT_MESSAGE_END", "message", agui_id)
     if record is None:
-        fold.warn(f"TEXT_MESSAGE_END for unknown message {event.message_id!r}; ignored")
         return
     record.implicit = False
     fold.seal_segment("text", record)

@@ -139,16 +139,14 @@ def _on_tool_start(fold: RecordTable, event: ToolCallStartEvent) -> None:
 def _on_tool_args(fold: RecordTable, event: ToolCallArgsEvent) -> None:
     record = _call_target(fold, event.tool_call_id, event, "TOOL_CALL_ARGS")
     if record is not None and record.owned:
-        record.text.append(event.delta)
-        fold.touch(record, content=True)
+        fold.extend(record, event.delta)
 
 
 def _on_tool_end(fold: RecordTable, event: ToolCallEndEvent) -> None:
-    record = fold.tool_call(event.tool_call_id)
-    if record is None:
-        fold.warn(f"TOOL_CALL_END for unknown tool call {event.tool_call_id!r}; ignored")
-        return
-    fold.close(record)
+    call_id = event.tool_call_id
+    record = fold.known(fold.tool_call(call_id), "TOOL_CALL_END", "tool call", call_id)
+    if record is not None:
+        fold.close(record)
 
 
 def _on_tool_result(fold: RecordTable, event: ToolCallResultEvent) -> None:

@@ -54,9 +54,10 @@ class RunStorage:
     Every method has the seed's meaning; an adapter overrides what its store does better.
     """
 
-    keeps_state: bool = False
-    """The chat's AG-UI state is stored (``UpdateChatState`` writes are kept)."""
-    finalizes_records: bool = False
+    keeps_state: bool
+    """The chat's AG-UI state is stored (``UpdateChatState`` writes are kept), as the chat
+    repository declares (:class:`Capabilities`)."""
+    finalizes_records: bool
     """``FinalizeRunRecords`` writes finalize a run's leftover in-progress records."""
     foresees: bool = False
     """What a set-up stores is known before it is stored: a run may start before it is."""
@@ -72,6 +73,8 @@ class RunStorage:
         run_repo: RunRepositoryLike | None,
     ) -> None:
         self.chat_repo, self.message_repo, self.run_repo = chat_repo, message_repo, run_repo
+        self.keeps_state = capabilities_of(chat_repo).chat_state
+        self.finalizes_records = capabilities_of(message_repo).run_records
 
     async def find_chat(self, user_uuid: UUID, thread_id: str) -> Chat | None:
         """The user's chat of ``thread_id``, or ``None``."""
@@ -152,22 +155,10 @@ class RunStorage:
 class RepositoryStorage(RunStorage):
     """The seed's repository Protocols, with the capabilities they declare."""
 
-    def __init__(
-        self,
-        chat_repo: ChatRepositoryLike,
-        message_repo: MessageRepositoryLike,
-        run_repo: RunRepositoryLike | None,
-    ) -> None:
-        super().__init__(chat_repo, message_repo, run_repo)
-        self.keeps_state = capabilities_of(chat_repo).chat_state
-        self.finalizes_records = capabilities_of(message_repo).run_records
-
 
 class StoreStorage(RunStorage):
     """A :class:`Store` holding the chats, the messages and (when given) the runs."""
 
-    keeps_state = True
-    finalizes_records = True
     foresees = True
     branches = True
 
