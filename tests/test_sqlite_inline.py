@@ -206,6 +206,26 @@ async def test_the_writer_lock_is_not_idle_while_a_released_waiter_has_yet_to_ru
     assert lock.idle and order == ["queued"]
 
 
+async def test_a_waiter_cancelled_as_the_lock_is_released_leaves_the_lock_free() -> None:
+    # The holder releases after the waiter was cancelled but before it ran: the release
+    # already dropped the cancelled waiter, which must then only re-raise its cancel.
+    lock = WriterLock()
+
+    async def queued() -> None:
+        async with lock.turn():
+            pass
+
+    async with lock.turn():
+        waiter = asyncio.ensure_future(queued())
+        await asyncio.sleep(0)  # the waiter is in the lock's queue
+        waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert lock.idle and lock.waiting == 0
+    async with asyncio.timeout(1), lock.turn():  # free, not held by the gone waiter
+        pass
+
+
 async def test_a_loop_of_inline_calls_lets_other_tasks_run(tmp_path: Path) -> None:
     ticks = 0
     stop = False

@@ -189,7 +189,7 @@ class WriterLock:
         except BaseException:
             if waiter.done() and not waiter.cancelled():
                 self._release()  # handed the lock as it was cancelled: pass it on
-            else:
+            elif waiter in queue:  # a release since its cancel has dropped it already
                 queue.remove(waiter)
             raise
         if self.gave_up_since(asked):
