@@ -48,7 +48,7 @@ from threadstore.agui._records import (
     default_reasoning_create,
     default_tool_call_create,
 )
-from threadstore.agui._setup import Prepared, RunSetUp, SetUpDone, facts_of
+from threadstore.agui._setup import Prepared, RunSetUp, SetUpDone, history_lookup
 from threadstore.agui._window import HistoryWindow
 from threadstore.agui._writer import EventHandler, PersisterConfig, RunPersister
 from threadstore.codec import translate_messages
@@ -354,7 +354,7 @@ class StorageAgent:
                 if self.outbox is None or not is_outage(exc):
                     raise
                 return self._persister_for(setup, await self._journal_set_up(setup, inbound, exc))
-        given = await setup.foreseen(prepared)
+        given = await setup.early_input(prepared)
         if given is not None:
             # What the writes will store is known: the inner agent need not wait for them.
             input.messages = given
@@ -427,7 +427,7 @@ class StorageAgent:
         input.messages = inbound
         self.history_skipped = True
         self.chat = chat  # provisional: the outbox maps it to the real chat once drained
-        return SetUpDone(chat, [], await facts_of([]), None)
+        return SetUpDone(chat, [], await history_lookup([]), None)
 
     def _skipped(self) -> CustomEvent:
         return CustomEvent(
@@ -468,7 +468,7 @@ class StorageAgent:
             thread_id=input.thread_id,
             parent_run_id=input.parent_run_id,
             state=input.state,
-            facts=setup.known(done.facts),
+            lookup=setup.known(done.lookup),
         )
         config = PersisterConfig(
             checkpoint_interval=self.checkpoint_interval,

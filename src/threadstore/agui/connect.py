@@ -32,8 +32,8 @@ from ag_ui.core import Message as AGUIMessage
 from pydantic import TypeAdapter
 
 from threadstore._steps import off_loop
+from threadstore.agui._agent_input import kept_translation
 from threadstore.agui._distributed import DistributedRunManager
-from threadstore.agui._given import kept_translation
 from threadstore.agui._run_handle import EventsDroppedError, RunHandle
 from threadstore.codec import (
     TRANSLATION,
