@@ -340,45 +340,36 @@ class StorageAgent:
         inbound = list(input.messages)
         try:
             prepared = await setup.prepare(self._looked_up)
+            ledger = setup.storage.usage
+            if ledger is not None:  # before anything is written or run
+                chat_uuid = None if prepared.chat is None else prepared.chat.chat_uuid
+                await ledger.check_budget(self.user_uuid, chat_uuid)
         except Exception as exc:
+            # A store that is away cannot say what was spent: the run starts unchecked.
             if self.outbox is None or not is_outage(exc):
                 raise
             return self._persister_for(setup, await self._journal_set_up(setup, inbound, exc))
-        ledger = setup.storage.usage
-        if ledger is not None:  # before anything is written or run
-            chat_uuid = None if prepared.chat is None else prepared.chat.chat_uuid
-            try:
-                await ledger.check_budget(self.user_uuid, chat_uuid)
-            except Exception as exc:
-                # A store that is away cannot say what was spent: the run starts unchecked.
-                if self.outbox is None or not is_outage(exc):
-                    raise
-                return self._persister_for(setup, await self._journal_set_up(setup, inbound, exc))
         given = await setup.early_input(prepared)
         if given is not None:
             # What the writes will store is known: the inner agent need not wait for them.
             input.messages = given
             self._give_state(input, prepared.chat)
             return asyncio.ensure_future(self._written(setup, prepared))
+        return await self._written(setup, prepared, early=False)
+
+    async def _written(
+        self, setup: RunSetUp, prepared: Prepared, early: bool = True
+    ) -> RunPersister:
+        """The set-up's writes, then the run's persister; the inner agent's input too unless
+        it had it already (``early``)."""
         done = await self._write_set_up(setup, prepared)
         self.chat = done.chat
-        if self.history_skipped:
+        if self.history_skipped and not early:
             return self._persister_for(setup, done)  # on the client's messages
         try:
-            input.messages = await setup.given(done.history)
-            self._give_state(input, done.chat)
-            return self._persister_for(setup, done)
-        except BaseException:
-            await setup.storage.abandon_run(
-                done.chat.chat_uuid, input.run_id, "the run could not be set up"
-            )
-            raise
-
-    async def _written(self, setup: RunSetUp, prepared: Prepared) -> RunPersister:
-        """An early start's set-up writes, then the run's persister."""
-        done = await self._write_set_up(setup, prepared)
-        self.chat = done.chat
-        try:
+            if not early:
+                setup.input.messages = await setup.given(done.history)
+                self._give_state(setup.input, done.chat)
             return self._persister_for(setup, done)
         except BaseException:
             await setup.storage.abandon_run(

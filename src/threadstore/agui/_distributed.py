@@ -230,12 +230,8 @@ class DistributedRunManager(StreamPersistenceManager[AgentT]):
         handle = self.get(thread_id, run_id, user_uuid=user_uuid)
         if handle is not None:
             return await self._cancel_local(handle, wait)
-        if self.relay is None or self._store is None:
-            return False
-        chat = await self._store.get_chat_by_thread_id(user_uuid, thread_id)
-        if chat is None:
-            return False
-        return await self.cancel_chat_run(chat.chat_uuid, run_id, wait=wait)
+        chat_uuid = await self._relayed_chat(user_uuid, thread_id)
+        return chat_uuid is not None and await self.cancel_chat_run(chat_uuid, run_id, wait=wait)
 
     async def cancel_chat_run(self, chat_uuid: UUID, run_id: str, *, wait: bool = False) -> bool:
         """Cancel the run ``run_id`` of the chat wherever it runs; True if it was live.
@@ -293,12 +289,15 @@ class DistributedRunManager(StreamPersistenceManager[AgentT]):
         handle = self.get(thread_id, run_id, user_uuid=user_uuid)
         if handle is not None:
             return self.stream(handle, after)
+        chat_uuid = await self._relayed_chat(user_uuid, thread_id)
+        return None if chat_uuid is None else await self.resume_chat_run(chat_uuid, run_id, after)
+
+    async def _relayed_chat(self, user_uuid: UUID, thread_id: str) -> UUID | None:
+        """The user's chat of ``thread_id``, where runs of other processes are relayed."""
         if self.relay is None or self._store is None:
             return None
         chat = await self._store.get_chat_by_thread_id(user_uuid, thread_id)
-        if chat is None:
-            return None
-        return await self.resume_chat_run(chat.chat_uuid, run_id, after)
+        return None if chat is None else chat.chat_uuid
 
     async def resume_chat_run(
         self, chat_uuid: UUID, run_id: str, after: int = 0

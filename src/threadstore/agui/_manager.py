@@ -216,8 +216,7 @@ class StreamPersistenceManager(Generic[AgentT]):
             handle.cancel()
         await asyncio.gather(*(handle.wait() for handle in handles))
         for handle in handles:
-            self._cancel_forget_timer(handle.key)
-            self._forget(handle.key, handle)
+            self.discard(handle)
         return len(handles)
 
     def _run_finished(self, handle: RunHandle[AgentT]) -> None:

@@ -59,6 +59,7 @@ logger = logging.getLogger(__name__)
 
 _EVENT: TypeAdapter[BaseEvent] = TypeAdapter(Event)
 _TERMINAL = frozenset({EventType.RUN_FINISHED, EventType.RUN_ERROR})
+_TERMINAL_TYPES = frozenset(kind.value for kind in _TERMINAL)
 
 
 def _key(chat_uuid: UUID, run_id: str) -> str:
@@ -85,11 +86,6 @@ class _Waiter:
             waiters.discard(self._event)
             if not waiters:
                 del self._registry[self._key]
-
-
-_TERMINAL_TYPES = frozenset(kind.value for kind in _TERMINAL)
-
-# What a connection that broke raises.
 
 
 class EventRelay:
