@@ -578,62 +578,25 @@ class StorageAgent:
     async def handle_run_lifecycle(
         self, state: ConversationFold, chat: Chat, event: BaseEvent
     ) -> None:
-        """Fold RUN_STARTED / RUN_FINISHED / RUN_ERROR: the run's outcome and final statuses."""
+        """Fold the event: the default of every category handler (the events each one
+        handles are its entry in ``CATEGORIES``)."""
         state.apply(event)
 
-    async def handle_step(self, state: ConversationFold, chat: Chat, event: BaseEvent) -> None:
-        """Track the active step across STEP_STARTED / STEP_FINISHED."""
-        state.apply(event)
-
-    async def handle_text_message(
-        self, state: ConversationFold, chat: Chat, event: BaseEvent
-    ) -> None:
-        """Fold text message events (start/content/end/chunk) onto their message."""
-        state.apply(event)
-
-    async def handle_tool_call(self, state: ConversationFold, chat: Chat, event: BaseEvent) -> None:
-        """Fold tool call events (start/args/end/chunk/result) onto their tool call."""
-        state.apply(event)
-
-    async def handle_reasoning(self, state: ConversationFold, chat: Chat, event: BaseEvent) -> None:
-        """Fold REASONING_* (and the deprecated THINKING_*) events onto reasoning steps."""
-        state.apply(event)
-
-    async def handle_state(self, state: ConversationFold, chat: Chat, event: BaseEvent) -> None:
-        """Fold STATE_SNAPSHOT / STATE_DELTA into the chat's state."""
-        state.apply(event)
-
-    async def handle_messages_snapshot(
-        self, state: ConversationFold, chat: Chat, event: BaseEvent
-    ) -> None:
-        """Store the messages of a MESSAGES_SNAPSHOT that are not stored yet."""
-        state.apply(event)
-
-    async def handle_activity(self, state: ConversationFold, chat: Chat, event: BaseEvent) -> None:
-        """Fold ACTIVITY_SNAPSHOT / ACTIVITY_DELTA onto an activity message."""
-        state.apply(event)
-
-    async def handle_subagent(self, state: ConversationFold, chat: Chat, event: BaseEvent) -> None:
-        """Fold SUBAGENT_STARTED / FINISHED / ERROR onto the subagent's records."""
-        state.apply(event)
+    handle_step = handle_text_message = handle_tool_call = handle_run_lifecycle
+    handle_reasoning = handle_state = handle_messages_snapshot = handle_run_lifecycle
+    handle_activity = handle_subagent = handle_run_lifecycle
 
     async def flush_message_buffer(self, state: ConversationFold | None = None) -> None:
-        """Persist buffered message content now; return when it is durable.
+        """Persist buffered content now; return when it is durable.
 
         Callable from a handler, as in the seed layer (``state`` is accepted for its
         signature and not needed). Raises :class:`~threadstore.errors.StoreError` when
-        the writer gave up. The three ``flush_*_buffer`` methods do the same: one flush
+        the writer gave up. The three ``flush_*_buffer`` methods are one: one flush
         writes every record.
         """
         await self.persisted()
 
-    async def flush_tool_call_buffer(self, state: ConversationFold | None = None) -> None:
-        """Persist buffered tool call arguments now; return when they are durable."""
-        await self.persisted()
-
-    async def flush_reasoning_buffer(self, state: ConversationFold | None = None) -> None:
-        """Persist buffered reasoning content now; return when it is durable."""
-        await self.persisted()
+    flush_tool_call_buffer = flush_reasoning_buffer = flush_message_buffer
 
     # --- extension point 3: build hooks ------------------------------------------------------
 

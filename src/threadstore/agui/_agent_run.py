@@ -110,12 +110,8 @@ class AgentRun:
             self.persister = started
             if agent.history_skipped:  # its RUN_STARTED, then the notice
                 first = await anext(self.events, None)
-                if first is not None:
-                    started.take(first)
-                    if first.type is RUN_FINISHED:
-                        self.held = first
-                    else:
-                        yield first
+                if first is not None and self._took(started, first):
+                    yield first
                 yield agent._skipped()
             return
         # Started early: the inner agent's RUN_STARTED goes out as it comes, and every
@@ -134,15 +130,18 @@ class AgentRun:
             for event in refusal[1:] if early else refusal:  # one RUN_STARTED
                 yield event
             return
-        if first is not None:
-            persister.take(first)
-            if first.type is RUN_FINISHED:
-                self.held = first
-            elif not early:
-                yield first
+        if first is not None and self._took(persister, first) and not early:
+            yield first
         if agent.history_skipped:
             yield agent._skipped()
         self.persister = persister
+
+    def _took(self, persister: RunPersister, first: BaseEvent) -> bool:
+        """Fold the stream's first event; False when it is its ``RUN_FINISHED``, now held."""
+        persister.take(first)
+        if first.type is RUN_FINISHED:
+            self.held = first
+        return self.held is not first
 
     def failed(self, exc: BaseException) -> None:
         """The run ended by ``exc``: cancelled (interrupted) or anything else (errored)."""

@@ -299,8 +299,11 @@ class ThreadConnector:
         history = await self._history(chat)
         if live is not None:
             return await _join_local(chat, history, live)
-        if chat is not None and (joined := await self._join_elsewhere(chat, history)):
-            return joined
+        if chat is not None and self.manager.relay is not None:
+            # The chat's run live in another process, joined, if there is one.
+            live_ids = await self.manager.live_chat_runs(chat.chat_uuid)
+            if live_ids and (joined := await self._join_relayed(chat, history, live_ids[0])):
+                return joined
         return Connection(await idle_hydration(thread_id, chat, history))
 
     async def rejoin(self, user: UUID, thread_id: str, run_id: str) -> Connection | None:
@@ -378,15 +381,6 @@ class ThreadConnector:
             if handle.thread_id == thread_id and handle.user_uuid == user
         ]
         return runs[-1] if runs else None
-
-    async def _join_elsewhere(self, chat: Chat, history: Sequence[Message]) -> Connection | None:
-        """The chat's run live in another process, joined, if there is one."""
-        if self.manager.relay is None:
-            return None
-        live = await self.manager.live_chat_runs(chat.chat_uuid)
-        if not live:
-            return None
-        return await self._join_relayed(chat, history, live[0])
 
     async def _join_relayed(
         self, chat: Chat, history: Sequence[Message], run_id: str
