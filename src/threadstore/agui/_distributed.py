@@ -1,32 +1,19 @@
 """A run manager for replicas sharing one PostgreSQL database.
 
 :class:`DistributedRunManager` is a :class:`StreamPersistenceManager` that, on a
-:class:`~threadstore.store.postgres.PostgresStore`, also
+:class:`~threadstore.store.postgres.PostgresStore`, also relays every run's events to
+the ``run_events`` table (:mod:`threadstore.agui._relay`), so ``resume`` in any process
+follows a run from any event id, live, with no gap and no duplicate; cancels a run of
+another process (a ``NOTIFY`` to it); refuses a run another process runs for the same
+user, thread and run id; and in ``sweep`` deletes the relayed events of runs finished
+``event_retention`` seconds ago and settles at once the runs of an owner whose process
+is gone (:func:`~threadstore.agui._owners.owner_gone`), never taking one for live.
 
-- relays every run's events to the ``run_events`` table (see
-  :mod:`threadstore.agui._relay`), so :meth:`~DistributedRunManager.resume` in any
-  process follows a run from any event id, live, with no gap and no duplicate;
-- cancels runs of other processes: :meth:`~DistributedRunManager.cancel_anywhere`
-  finds the run in the runs table (running, heartbeat fresh) and sends a
-  ``NOTIFY``; the process running it cancels it at once;
-- refuses to start a run that another process is running for the same user,
-  thread and run id (:class:`~threadstore.errors.ConflictError`), as the
-  in-process manager does for its own runs;
-- deletes relayed events of finished runs after ``event_retention`` seconds, in
-  :meth:`~DistributedRunManager.sweep`;
-- settles at once, in :meth:`~DistributedRunManager.sweep`, the runs of an owner whose
-  process is gone (:func:`~threadstore.agui._owners.owner_gone`: same host, its pid no
-  longer runs), and never takes such a run for live, whatever its heartbeat.
-
-Every lookup is scoped by the run's owner. Thread ids are chosen by clients and
-unique only per user, so the methods that take them (:meth:`resume`,
-:meth:`cancel_anywhere`) also take the caller's ``user_uuid`` and only reach that
-user's runs. Code that already holds a chat uuid it trusts (it read the chat and
-checked its owner) uses :meth:`resume_chat_run` and :meth:`cancel_chat_run`.
-
-On any other store it is the plain in-process manager: cross-process cancel and
-resume need PostgreSQL. Call :meth:`~DistributedRunManager.start` (or use
-``async with``) before the first run.
+Thread ids are chosen by clients and unique only per user, so the methods that take
+them also take the caller's ``user_uuid`` and only reach that user's runs; code that
+holds a chat uuid it trusts uses :meth:`resume_chat_run` and :meth:`cancel_chat_run`.
+On any other store it is the plain in-process manager. Call
+:meth:`~DistributedRunManager.start` (or use ``async with``) before the first run.
 """
 
 from __future__ import annotations

@@ -57,6 +57,7 @@ __all__ = [
     "encode_writes",
     "is_outage",
     "landed",
+    "replayed",
 ]
 
 logger = logging.getLogger(__name__)
@@ -212,17 +213,15 @@ async def _set_up(storage: RunStorage, spec: dict[str, Any]) -> UUID | None:
         return None if found is None else found.chat_uuid
 
 
-async def _replayable(storage: RunStorage, writes: Sequence[Write]) -> list[Write]:
-    """``writes`` with every create that already landed turned into an update."""
-    out: list[Write] = []
-    for write in writes:
-        if isinstance(write, CreateMessage | CreateToolCall | CreateReasoning) and await landed(
-            storage, write
-        ):
-            uuid = write.data.message_uuid if isinstance(write, CreateMessage) else write.data.uuid
-            write = as_update(write, uuid)
-        out.append(write)
-    return out
+async def replayed(storage: RunStorage, write: Write) -> Write:
+    """``write``, or the update it amounts to when it is a create that already landed."""
+    if not isinstance(write, CreateMessage | CreateToolCall | CreateReasoning):
+        return write
+    if not await landed(storage, write):
+        return write
+    return as_update(
+        write, write.data.message_uuid if isinstance(write, CreateMessage) else write.data.uuid
+    )
 
 
 # --- the journal ---------------------------------------------------------------------------
@@ -476,7 +475,7 @@ class Outbox:
         if not writes:
             return
         try:
-            await storage.write(await _replayable(storage, writes))
+            await storage.write([await replayed(storage, write) for write in writes])
         except Exception as exc:
             if is_outage(exc):
                 raise
@@ -498,7 +497,7 @@ class Outbox:
         logger.warning("an outbox entry failed as a whole (%s); applying it write by write", first)
         for write in writes:
             try:
-                await storage.write(await _replayable(storage, [write]))
+                await storage.write([await replayed(storage, write)])
             except Exception as exc:
                 if is_outage(exc):
                     raise

@@ -397,12 +397,7 @@ RELAY_RETRY_MAX_DELAY = 5.0
 
 
 class EventPump:
-    """Copy one run's in-process event log to ``run_events`` (through its relay's writer).
-
-    The pump reads the run's log like any other reader and serializes each event; the
-    relay's :class:`RelayWriter` writes what every pump of the process has pending in
-    one statement per interval.
-    """
+    """Copy one run's in-process event log to ``run_events`` (see the module docstring)."""
 
     def __init__(self, relay: EventRelay, handle: RunHandle[Any]) -> None:
         self.relay = relay
@@ -493,13 +488,8 @@ class EventPump:
 
 
 class RelayWriter:
-    """Writes every relayed run's pending events in one ``INSERT`` per interval.
-
-    A batch waits at most ``flush_interval`` seconds for company, or goes as soon as
-    ``batch_size`` events wait in all, or a run has ended. One statement (one commit,
-    one ``NOTIFY`` per run) for all the runs a process streams, rather than one per
-    run, is what keeps the relay's cost flat as runs multiply. A failed write keeps its
-    events, in order, and is retried with backoff.
+    """Writes every relayed run's pending events in one ``INSERT`` per interval (see the
+    module docstring); a failed write keeps its events, in order, and is retried with backoff.
     """
 
     def __init__(self, relay: EventRelay, *, flush_interval: float, batch_size: int) -> None:
