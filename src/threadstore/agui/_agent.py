@@ -117,11 +117,8 @@ class AGUIAgent(Protocol):
 
 
 class StorageAgent:
-    """Wrap an inner AG-UI agent, persisting its event stream as chat history.
-
-    ``run()`` yields the inner agent's events unchanged and in real time; they are folded
-    as they pass and written in the background (see the module docstring). Build a fresh
-    instance per run (the run manager's factory does).
+    """Wrap an inner AG-UI agent, persisting its event stream as chat history (see the
+    module docstring). Build a fresh instance per run (the run manager's factory does).
 
     Extension points (the seed's): ``event_handlers()`` maps event classes to handler
     methods; a handler defined below ``StorageAgent`` (in a subclass, or set on the

@@ -106,18 +106,16 @@ class _PersistedRun:
         self.turn = apply_event(self.turn, event)
         self.unsaved = True
 
-    def record(self) -> ChatRecord:
+    async def save(self) -> None:
+        self.unsaved = False
         produced = canonical_from_ui([seal_assistant_turn(self.turn).message])
-        return ChatRecord(
+        record = ChatRecord(
             chat_id=self.chat_id,
             scope=self.options.scope,
             messages=(*self.history, *produced),
             parent_id=self.options.parent_id,
         )
-
-    async def save(self) -> None:
-        self.unsaved = False
         try:
-            await save_chat(self.options.store, self.record())
+            await save_chat(self.options.store, record)
         except Exception:
             logger.exception("saving chat %r failed; the run goes on", self.chat_id)

@@ -68,8 +68,7 @@ class StreamPersistenceManager(Generic[AgentT]):
 
     If ``store`` is given, an agent built with ``run_repo=None`` / ``owner=None`` gets
     the store and this manager's ``owner`` (so its run is recorded) and ``outbox``, one
-    heartbeat task
-    refreshes the run records of the live runs every ``heartbeat_interval`` seconds, and
+    heartbeat task refreshes the run records of the live runs every ``heartbeat_interval``, and
     :meth:`sweep` finalizes runs whose process stopped heartbeating. With
     ``expose_exceptions=False`` the ``RUN_ERROR`` of an agent that raised says only that
     the run failed (the exception goes to the log), for servers facing untrusted clients.

@@ -35,7 +35,7 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Iterator
 from contextlib import aclosing
 from datetime import timedelta
 from typing import Any
@@ -64,28 +64,6 @@ _TERMINAL_TYPES = frozenset(kind.value for kind in _TERMINAL)
 
 def _key(chat_uuid: UUID, run_id: str) -> str:
     return f"{chat_uuid}/{run_id}"
-
-
-class _Waiter:
-    """``with``: an event registered under a run's key for the block's duration."""
-
-    __slots__ = ("_event", "_key", "_registry")
-
-    def __init__(self, registry: dict[str, set[asyncio.Event]], key: str) -> None:
-        self._registry = registry
-        self._key = key
-        self._event = asyncio.Event()
-
-    def __enter__(self) -> asyncio.Event:
-        self._registry.setdefault(self._key, set()).add(self._event)
-        return self._event
-
-    def __exit__(self, *exc: object) -> None:
-        waiters = self._registry.get(self._key)
-        if waiters is not None:
-            waiters.discard(self._event)
-            if not waiters:
-                del self._registry[self._key]
 
 
 class EventRelay:
@@ -213,9 +191,19 @@ class EventRelay:
             except ValueError:
                 logger.warning("ignoring malformed cancel request %r", payload)
 
-    def _waiting(self, chat_uuid: UUID, run_id: str) -> _Waiter:
+    @contextlib.contextmanager
+    def _waiting(self, chat_uuid: UUID, run_id: str) -> Iterator[asyncio.Event]:
         """An event set whenever the run's events are appended or the relay listens again."""
-        return _Waiter(self._waiters, _key(chat_uuid, run_id))
+        key, event = _key(chat_uuid, run_id), asyncio.Event()
+        self._waiters.setdefault(key, set()).add(event)
+        try:
+            yield event
+        finally:
+            waiters = self._waiters.get(key)
+            if waiters is not None:
+                waiters.discard(event)
+                if not waiters:
+                    del self._waiters[key]
 
     # --- runs -----------------------------------------------------------------------------
 

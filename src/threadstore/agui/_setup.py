@@ -331,24 +331,23 @@ class RunSetUp:
             # Nothing new to hang on the branch point: the run continues from it (its
             # history is the path to it, whatever the leaf becomes meanwhile).
             await storage.set_active_leaf(chat.chat_uuid, branch.point)
-        if not creates and not results:
-            chain = history[-1].message_uuid if branch is not None and history else None
-            return SetUpDone(chat, history, lookup, chain)
-        # One batch, through the one append plan: a branching run's messages hang under
-        # its branch point, each under the one before, whatever another run branching
-        # from the same message writes meanwhile.
-        records = [Record(c.model_copy(update={"chat_uuid": chat.chat_uuid})) for c in creates]
-        writes: list[Write] = append_writes(records, branch.point if branch else None)
-        writes += [UpdateToolCall(call, update) for call, update in results]
-        await storage.write(writes)
-        if branch is not None:
-            # The branch ends at this run's own messages, whatever the chat's leaf is.
-            stored = [await storage.get_message(r.message.message_uuid) for r in records]
-            history = [*branch.history, *(m for m in stored if m is not None)]
-        else:
-            history = await self._history(chat)  # a store reads only what changed
+        if creates or results:
+            # One batch, through the one append plan: a branching run's messages hang under
+            # its branch point, each under the one before, whatever another run branching
+            # from the same message writes meanwhile.
+            records = [Record(c.model_copy(update={"chat_uuid": chat.chat_uuid})) for c in creates]
+            writes: list[Write] = append_writes(records, branch.point if branch else None)
+            writes += [UpdateToolCall(call, update) for call, update in results]
+            await storage.write(writes)
+            if branch is not None:
+                # The branch ends at this run's own messages, whatever the chat's leaf is.
+                stored = [await storage.get_message(r.message.message_uuid) for r in records]
+                history = [*branch.history, *(m for m in stored if m is not None)]
+            else:
+                history = await self._history(chat)  # a store reads only what changed
+            lookup = await history_lookup(history)
         chain = history[-1].message_uuid if branch is not None and history else None
-        return SetUpDone(chat, history, await history_lookup(history), chain)
+        return SetUpDone(chat, history, lookup, chain)
 
     def run_record(self, chat_uuid: UUID) -> Run:
         """This run's record, as ``start_run`` takes it."""

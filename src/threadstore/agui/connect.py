@@ -203,19 +203,15 @@ async def _snapshots(
     Messages those events touch are left out of the history, which the events rebuild,
     so none appears twice.
     """
-    messages = await _translated(history)
+    if isinstance(history, HistoryView):  # kept with the store's history
+        messages = kept_translation(history)
+    else:
+        messages = await off_loop(history, translate_messages, history)
     if replayed:
         exclude = {i for event in replayed for i in _message_ids(event)}
         messages = [m for m in messages if m.id not in exclude] + opened_messages(replayed)
     state = chat.state if chat is not None and chat.state is not None else {}
     return messages, StateSnapshotEvent(snapshot=state, timestamp=now_ms())
-
-
-async def _translated(history: Sequence[Message]) -> list[AGUIMessage]:
-    """The AG-UI messages of ``history``: kept with the store's history when it is one."""
-    if isinstance(history, HistoryView):
-        return kept_translation(history)
-    return await off_loop(history, translate_messages, history)
 
 
 def _message_ids(event: BaseEvent) -> list[str]:
