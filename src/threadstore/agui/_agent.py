@@ -21,6 +21,7 @@ import asyncio
 import copy
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from dataclasses import fields
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from uuid import UUID, uuid4
 
@@ -458,15 +459,9 @@ class StorageAgent:
             state=input.state,
             lookup=setup.known(done.lookup),
         )
-        config = PersisterConfig(
-            checkpoint_interval=self.checkpoint_interval,
-            min_flush_interval=self.min_flush_interval,
-            retry_base_delay=self.retry_base_delay,
-            retry_max_delay=self.retry_max_delay,
-            final_flush_deadline=self.final_flush_deadline,
-        )
-        handlers = self._handlers()
-        persister = RunPersister(setup.storage, self, handlers, config, done.chat, fold)
+        # The agent's attributes of the same names (a subclass or the caller may set them).
+        config = PersisterConfig(**{f.name: getattr(self, f.name) for f in fields(PersisterConfig)})
+        persister = RunPersister(setup.storage, self, self._handlers(), config, done.chat, fold)
         persister.chain = done.chain
         persister.outbox, persister.owner = self.outbox, self.owner
         persister.journaling = self.history_skipped  # after its set-up, in the outbox

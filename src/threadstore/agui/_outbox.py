@@ -192,9 +192,6 @@ async def _set_up(storage: RunStorage, spec: dict[str, Any]) -> UUID | None:
         chat_name=spec["chat_name"],
         tenant_id=spec["tenant_id"],
         app_id=spec["app_id"],
-        history_window=None,
-        translate=None,
-        branch_from=None,
         records_run=spec["records_run"],
     )
     prepared = None

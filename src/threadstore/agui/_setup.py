@@ -132,10 +132,10 @@ class RunSetUp:
         chat_name: str | None,
         tenant_id: str | None,
         app_id: str | None,
-        history_window: HistoryWindow | None,
-        translate: Translate | None,
-        branch_from: UUID | None,
         records_run: bool,
+        history_window: HistoryWindow | None = None,
+        translate: Translate | None = None,
+        branch_from: UUID | None = None,
     ) -> None:
         self.storage, self.input = storage, input
         self.user_uuid, self.owner = user_uuid, owner
