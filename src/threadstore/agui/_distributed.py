@@ -146,20 +146,15 @@ class DistributedRunManager(StreamPersistenceManager[AgentT]):
                 fresh_within=self._fresh_within,
             )
         else:  # SQLite: processes sharing the file see each other's run records
-            owner = await self._live_elsewhere(user, input.thread_id, input.run_id)
+            chat = await self._store.get_chat_by_thread_id(user, input.thread_id)
+            run = None if chat is None else await self._store.get_run(chat.chat_uuid, input.run_id)
+            if run is None or run.owner == self.owner or not self.beating(run):
+                return
+            owner = run.owner
         if owner is not None:
             raise ConflictError(
                 f"run {input.run_id} of thread {input.thread_id} is already live in another process"
             )
-
-    async def _live_elsewhere(self, user_uuid: UUID, thread_id: str, run_id: str) -> str | None:
-        """The owner of the user's run if its record says another process runs it."""
-        assert self._store is not None
-        chat = await self._store.get_chat_by_thread_id(user_uuid, thread_id)
-        run = None if chat is None else await self._store.get_run(chat.chat_uuid, run_id)
-        if run is None or run.owner == self.owner or not self.beating(run):
-            return None
-        return run.owner
 
     def beating(self, run: Run) -> bool:
         """Whether ``run`` is recorded running with a heartbeat fresh enough to be live
