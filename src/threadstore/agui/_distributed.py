@@ -27,7 +27,7 @@ from ag_ui.core import BaseEvent, RunAgentInput
 
 from threadstore.agui._manager import StreamPersistenceManager
 from threadstore.agui._owners import owner_gone, process_owner
-from threadstore.agui._run_handle import AgentT, RunHandle, RunKey, UserScopedAgent
+from threadstore.agui._run_handle import AgentT, RunHandle, RunKey, user_of
 from threadstore.errors import ConflictError, InvalidInputError
 from threadstore.models import Chat, Run, RunStatus, utcnow
 from threadstore.store import Store
@@ -134,7 +134,7 @@ class DistributedRunManager(StreamPersistenceManager[AgentT]):
         return handle
 
     async def _refuse_if_live_elsewhere(self, input: RunAgentInput, agent: AgentT) -> None:
-        user = agent.user_uuid if isinstance(agent, UserScopedAgent) else None
+        user = user_of(agent)
         if user is None or self._store is None:
             return
         if self.relay is not None:
