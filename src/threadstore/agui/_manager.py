@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import secrets
-import socket
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, Generic, Protocol, Self, runtime_checkable
@@ -25,6 +22,7 @@ from ag_ui.core import (
 
 from threadstore import _telemetry
 from threadstore.agui._outbox import Outbox
+from threadstore.agui._owners import default_owner
 from threadstore.agui._run_handle import (
     AgentT,
     RunHandle,
@@ -37,11 +35,6 @@ from threadstore.store import RunRepositoryLike, Store
 __all__ = ["RecordedAgent", "RegisteringAgent", "StreamPersistenceManager", "default_owner"]
 
 logger = logging.getLogger(__name__)
-
-
-def default_owner() -> str:
-    """Return a process-unique run owner: ``"<hostname>:<pid>:<random hex>"``."""
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
 @runtime_checkable
