@@ -288,18 +288,26 @@ class RunHandle(Generic[AgentT]):
     async def _follow_batches(
         self, after: int
     ) -> AsyncGenerator[tuple[int, list[BaseEvent]], None]:
-        time = asyncio.get_running_loop().time
+        loop = asyncio.get_running_loop()
         next_id = after + 1
         while True:
             if next_id <= self._last_id:
-                batch = self._batch(next_id)
+                if next_id < (first := self.first_event_id):
+                    raise EventsDroppedError(next_id - 1, first)
+                # A copy: the producer may append to or trim the log while the reader is
+                # suspended in the middle of the batch.
+                batch = self._events[next_id - self._base_id :]
                 yield next_id, batch
                 next_id += len(batch)
             elif self._outcome is not None:
                 return
             else:
-                await self._next_append()
-                self._wake_lag = time() - self._last_wake
+                # Done once the log grows or the run ends. One future per reader: a
+                # reader cancelled while waiting cancels only its own.
+                future = loop.create_future()
+                self._readers.append(future)
+                await future
+                self._wake_lag = loop.time() - self._last_wake
 
     async def _follow_events(self, after: int) -> AsyncGenerator[BaseEvent, None]:
         async for _, batch in self._follow_batches(after):
@@ -326,22 +334,6 @@ class RunHandle(Generic[AgentT]):
             if self._outcome is None:
                 self._json[event_id] = cached
         return cached
-
-    def _batch(self, next_id: int) -> list[BaseEvent]:
-        """Every buffered event from id ``next_id`` on (which must exist)."""
-        first = self.first_event_id
-        if next_id < first:
-            raise EventsDroppedError(next_id - 1, first)
-        # A copy: the producer may append to or trim the log while the reader is
-        # suspended in the middle of the batch.
-        return self._events[next_id - self._base_id :]
-
-    def _next_append(self) -> asyncio.Future[None]:
-        """A future done once the log grows or the run ends (one per waiting reader)."""
-        # One future per reader: a reader cancelled while waiting cancels only its own.
-        future = asyncio.get_running_loop().create_future()
-        self._readers.append(future)
-        return future
 
     def _signal(self) -> None:
         """Wake the waiting readers now, or ``reader_wake_interval`` after their last wake."""

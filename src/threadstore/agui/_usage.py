@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
-from typing import Any, Protocol
+from typing import Protocol
 from uuid import UUID
 
 from ag_ui.core import BaseEvent
@@ -47,17 +47,15 @@ def usage_of(run: RunInfo) -> UsageReport | None:
     total = total_of(reports)
     if run.usage:
         # The run's own totals: they count the same calls the CUSTOM reports did.
-        terminal = total_of(_token_usage(entry) for entry in run.usage)
+        # Its ``TokenUsage`` entries were validated by the protocol's model already.
+        terminal = total_of(
+            UsageReport(**{key: entry.get(key) or 0 for key in _COUNTS}) for entry in run.usage
+        )
         models = {entry.get("model") for entry in run.usage} - {None}
         counts = {key: getattr(terminal, key) for key in _COUNTS}
         model = models.pop() if len(models) == 1 else total.model
         total = total.model_copy(update={**counts, "model": model})
     return total
-
-
-def _token_usage(entry: dict[str, Any]) -> UsageReport:
-    """An AG-UI ``TokenUsage`` entry (already validated by the protocol's model)."""
-    return UsageReport(**{key: entry.get(key) or 0 for key in _COUNTS})
 
 
 async def record_usage(
