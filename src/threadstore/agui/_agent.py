@@ -344,8 +344,6 @@ class StorageAgent:
                 await ledger.check_budget(self.user_uuid, chat_uuid)
         except Exception as exc:
             # A store that is away cannot say what was spent: the run starts unchecked.
-            if self.outbox is None or not is_outage(exc):
-                raise
             return self._persister_for(setup, await self._journal_set_up(setup, inbound, exc))
         given = await setup.early_input(prepared)
         if given is not None:
@@ -360,7 +358,10 @@ class StorageAgent:
     ) -> RunPersister:
         """The set-up's writes, then the run's persister; the inner agent's input too unless
         it had it already (``early``)."""
-        done = await self._write_set_up(setup, prepared)
+        try:
+            done = await setup.write(prepared)
+        except Exception as exc:
+            done = await self._journal_set_up(setup, prepared.inbound, exc)
         self.chat = done.chat
         if self.history_skipped and not early:
             return self._persister_for(setup, done)  # on the client's messages
@@ -375,24 +376,17 @@ class StorageAgent:
             )
             raise
 
-    async def _write_set_up(self, setup: RunSetUp, prepared: Prepared) -> SetUpDone:
-        """The set-up's writes; journaled instead when the store is away and there is an outbox."""
-        try:
-            return await setup.write(prepared)
-        except Exception as exc:
-            if self.outbox is None or not is_outage(exc):
-                raise
-            return await self._journal_set_up(setup, prepared.inbound, exc)
-
     async def _journal_set_up(
         self, setup: RunSetUp, inbound: list[ag_ui.core.Message], exc: Exception
     ) -> SetUpDone:
         """Start without the store: journal the set-up, run on the client's messages.
 
         Its writes name a provisional chat until the outbox's drain sets the run up and
-        finds (or creates) the thread's chat.
+        finds (or creates) the thread's chat. Raises ``exc`` again unless it says the
+        store is away and there is an outbox.
         """
-        assert self.outbox is not None
+        if self.outbox is None or not is_outage(exc):
+            raise exc
         input = setup.input
         chat = Chat(
             chat_uuid=uuid4(),
