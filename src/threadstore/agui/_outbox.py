@@ -476,7 +476,16 @@ class Outbox:
         except Exception as exc:
             if is_outage(exc):
                 raise
-            await self._apply_one_by_one(storage, writes, exc)
+            logger.warning(
+                "an outbox entry failed as a whole (%s); applying it write by write", exc
+            )
+            for write in writes:
+                try:
+                    await storage.write([await replayed(storage, write)])
+                except Exception as one:
+                    if is_outage(one):
+                        raise
+                    logger.error("dropping an outbox write the store refuses: %s: %s", write, one)
 
     def _settle_set_up(self, seq: int, provisional: str, real: UUID | None) -> None:
         assert self._db is not None
@@ -487,18 +496,6 @@ class Outbox:
                 (provisional, None if real is None else str(real)),
             )
             self._db.execute("DELETE FROM entries WHERE seq = ?", (seq,))
-
-    async def _apply_one_by_one(
-        self, storage: RunStorage, writes: Sequence[Write], first: Exception
-    ) -> None:
-        logger.warning("an outbox entry failed as a whole (%s); applying it write by write", first)
-        for write in writes:
-            try:
-                await storage.write([await replayed(storage, write)])
-            except Exception as exc:
-                if is_outage(exc):
-                    raise
-                logger.error("dropping an outbox write the store refuses: %s: %s", write, exc)
 
     async def _drain_forever(self) -> None:
         failures = 0
