@@ -115,11 +115,11 @@ def test_the_index_fed_in_pieces_answers_for_every_prefix_as_the_reference(
     assert translator.out == translate_messages(history)
     for length in range(len(history) + 1):
         prefix = history[:length]
-        facts = index.at(length)
+        lookup = index.at(length)
         ids = stored_ids(prefix)
         probe = ids | stored_ids(history) | {"nope"}
-        assert {i for i in probe if i in facts.ids} == ids
-        assert facts.pending == pending_tool_calls(prefix)
+        assert {i for i in probe if i in lookup.ids} == ids
+        assert lookup.pending == pending_tool_calls(prefix)
         for message in history:
             expected = next(
                 (
@@ -130,7 +130,7 @@ def test_the_index_fed_in_pieces_answers_for_every_prefix_as_the_reference(
                 None,
             )
             if message.agui_id:
-                assert facts.assistant.get(message.agui_id) == expected
+                assert lookup.assistant.get(message.agui_id) == expected
 
 
 def test_a_prefix_answers_with_its_own_call_when_a_later_message_reuses_the_id() -> None:
@@ -273,9 +273,9 @@ def test_an_index_and_a_translation_rewound_to_a_prefix_grow_as_built_afresh(
                 assert ours.messages.get(key) == reference.messages.get(key)
     # What was rewound is left as it was: views of the history it came from still use it.
     assert translator.out == before[0] == translate_messages(history)
-    facts = index.at(len(history))
-    assert {i for i in stored_ids(history) if i in facts.ids} == stored_ids(history)
-    assert facts.pending == before[1].pending == pending_tool_calls(history)
+    lookup = index.at(len(history))
+    assert {i for i in stored_ids(history) if i in lookup.ids} == stored_ids(history)
+    assert lookup.pending == before[1].pending == pending_tool_calls(history)
 
 
 @settings(max_examples=100, deadline=None)

@@ -21,6 +21,7 @@ import asyncio
 import copy
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from dataclasses import fields
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from uuid import UUID, uuid4
 
@@ -48,7 +49,7 @@ from threadstore.agui._records import (
     default_reasoning_create,
     default_tool_call_create,
 )
-from threadstore.agui._setup import Prepared, RunSetUp, SetUpDone, facts_of
+from threadstore.agui._setup import Prepared, RunSetUp, SetUpDone, history_lookup
 from threadstore.agui._window import HistoryWindow
 from threadstore.agui._writer import EventHandler, PersisterConfig, RunPersister
 from threadstore.codec import translate_messages
@@ -117,11 +118,8 @@ class AGUIAgent(Protocol):
 
 
 class StorageAgent:
-    """Wrap an inner AG-UI agent, persisting its event stream as chat history.
-
-    ``run()`` yields the inner agent's events unchanged and in real time; they are folded
-    as they pass and written in the background (see the module docstring). Build a fresh
-    instance per run (the run manager's factory does).
+    """Wrap an inner AG-UI agent, persisting its event stream as chat history (see the
+    module docstring). Build a fresh instance per run (the run manager's factory does).
 
     Extension points (the seed's): ``event_handlers()`` maps event classes to handler
     methods; a handler defined below ``StorageAgent`` (in a subclass, or set on the
@@ -340,45 +338,37 @@ class StorageAgent:
         inbound = list(input.messages)
         try:
             prepared = await setup.prepare(self._looked_up)
-        except Exception as exc:
-            if self.outbox is None or not is_outage(exc):
-                raise
-            return self._persister_for(setup, await self._journal_set_up(setup, inbound, exc))
-        ledger = setup.storage.usage
-        if ledger is not None:  # before anything is written or run
-            chat_uuid = None if prepared.chat is None else prepared.chat.chat_uuid
-            try:
+            ledger = setup.storage.usage
+            if ledger is not None:  # before anything is written or run
+                chat_uuid = None if prepared.chat is None else prepared.chat.chat_uuid
                 await ledger.check_budget(self.user_uuid, chat_uuid)
-            except Exception as exc:
-                # A store that is away cannot say what was spent: the run starts unchecked.
-                if self.outbox is None or not is_outage(exc):
-                    raise
-                return self._persister_for(setup, await self._journal_set_up(setup, inbound, exc))
-        given = await setup.foreseen(prepared)
+        except Exception as exc:
+            # A store that is away cannot say what was spent: the run starts unchecked.
+            return self._persister_for(setup, await self._journal_set_up(setup, inbound, exc))
+        given = await setup.early_input(prepared)
         if given is not None:
             # What the writes will store is known: the inner agent need not wait for them.
             input.messages = given
             self._give_state(input, prepared.chat)
             return asyncio.ensure_future(self._written(setup, prepared))
-        done = await self._write_set_up(setup, prepared)
+        return await self._written(setup, prepared, early=False)
+
+    async def _written(
+        self, setup: RunSetUp, prepared: Prepared, early: bool = True
+    ) -> RunPersister:
+        """The set-up's writes, then the run's persister; the inner agent's input too unless
+        it had it already (``early``)."""
+        try:
+            done = await setup.write(prepared)
+        except Exception as exc:
+            done = await self._journal_set_up(setup, prepared.inbound, exc)
         self.chat = done.chat
-        if self.history_skipped:
+        if self.history_skipped and not early:
             return self._persister_for(setup, done)  # on the client's messages
         try:
-            input.messages = await setup.given(done.history)
-            self._give_state(input, done.chat)
-            return self._persister_for(setup, done)
-        except BaseException:
-            await setup.storage.abandon_run(
-                done.chat.chat_uuid, input.run_id, "the run could not be set up"
-            )
-            raise
-
-    async def _written(self, setup: RunSetUp, prepared: Prepared) -> RunPersister:
-        """An early start's set-up writes, then the run's persister."""
-        done = await self._write_set_up(setup, prepared)
-        self.chat = done.chat
-        try:
+            if not early:
+                setup.input.messages = await setup.given(done.history)
+                self._give_state(setup.input, done.chat)
             return self._persister_for(setup, done)
         except BaseException:
             await setup.storage.abandon_run(
@@ -386,24 +376,17 @@ class StorageAgent:
             )
             raise
 
-    async def _write_set_up(self, setup: RunSetUp, prepared: Prepared) -> SetUpDone:
-        """The set-up's writes; journaled instead when the store is away and there is an outbox."""
-        try:
-            return await setup.write(prepared)
-        except Exception as exc:
-            if self.outbox is None or not is_outage(exc):
-                raise
-            return await self._journal_set_up(setup, prepared.inbound, exc)
-
     async def _journal_set_up(
         self, setup: RunSetUp, inbound: list[ag_ui.core.Message], exc: Exception
     ) -> SetUpDone:
         """Start without the store: journal the set-up, run on the client's messages.
 
         Its writes name a provisional chat until the outbox's drain sets the run up and
-        finds (or creates) the thread's chat.
+        finds (or creates) the thread's chat. Raises ``exc`` again unless it says the
+        store is away and there is an outbox.
         """
-        assert self.outbox is not None
+        if self.outbox is None or not is_outage(exc):
+            raise exc
         input = setup.input
         chat = Chat(
             chat_uuid=uuid4(),
@@ -427,7 +410,7 @@ class StorageAgent:
         input.messages = inbound
         self.history_skipped = True
         self.chat = chat  # provisional: the outbox maps it to the real chat once drained
-        return SetUpDone(chat, [], await facts_of([]), None)
+        return SetUpDone(chat, [], await history_lookup([]), None)
 
     def _skipped(self) -> CustomEvent:
         return CustomEvent(
@@ -468,17 +451,11 @@ class StorageAgent:
             thread_id=input.thread_id,
             parent_run_id=input.parent_run_id,
             state=input.state,
-            facts=setup.known(done.facts),
+            lookup=setup.known(done.lookup),
         )
-        config = PersisterConfig(
-            checkpoint_interval=self.checkpoint_interval,
-            min_flush_interval=self.min_flush_interval,
-            retry_base_delay=self.retry_base_delay,
-            retry_max_delay=self.retry_max_delay,
-            final_flush_deadline=self.final_flush_deadline,
-        )
-        handlers = self._handlers()
-        persister = RunPersister(setup.storage, self, handlers, config, done.chat, fold)
+        # The agent's attributes of the same names (a subclass or the caller may set them).
+        config = PersisterConfig(**{f.name: getattr(self, f.name) for f in fields(PersisterConfig)})
+        persister = RunPersister(setup.storage, self, self._handlers(), config, done.chat, fold)
         persister.chain = done.chain
         persister.outbox, persister.owner = self.outbox, self.owner
         persister.journaling = self.history_skipped  # after its set-up, in the outbox
@@ -587,62 +564,25 @@ class StorageAgent:
     async def handle_run_lifecycle(
         self, state: ConversationFold, chat: Chat, event: BaseEvent
     ) -> None:
-        """Fold RUN_STARTED / RUN_FINISHED / RUN_ERROR: the run's outcome and final statuses."""
+        """Fold the event: the default of every category handler (the events each one
+        handles are its entry in ``CATEGORIES``)."""
         state.apply(event)
 
-    async def handle_step(self, state: ConversationFold, chat: Chat, event: BaseEvent) -> None:
-        """Track the active step across STEP_STARTED / STEP_FINISHED."""
-        state.apply(event)
-
-    async def handle_text_message(
-        self, state: ConversationFold, chat: Chat, event: BaseEvent
-    ) -> None:
-        """Fold text message events (start/content/end/chunk) onto their message."""
-        state.apply(event)
-
-    async def handle_tool_call(self, state: ConversationFold, chat: Chat, event: BaseEvent) -> None:
-        """Fold tool call events (start/args/end/chunk/result) onto their tool call."""
-        state.apply(event)
-
-    async def handle_reasoning(self, state: ConversationFold, chat: Chat, event: BaseEvent) -> None:
-        """Fold REASONING_* (and the deprecated THINKING_*) events onto reasoning steps."""
-        state.apply(event)
-
-    async def handle_state(self, state: ConversationFold, chat: Chat, event: BaseEvent) -> None:
-        """Fold STATE_SNAPSHOT / STATE_DELTA into the chat's state."""
-        state.apply(event)
-
-    async def handle_messages_snapshot(
-        self, state: ConversationFold, chat: Chat, event: BaseEvent
-    ) -> None:
-        """Store the messages of a MESSAGES_SNAPSHOT that are not stored yet."""
-        state.apply(event)
-
-    async def handle_activity(self, state: ConversationFold, chat: Chat, event: BaseEvent) -> None:
-        """Fold ACTIVITY_SNAPSHOT / ACTIVITY_DELTA onto an activity message."""
-        state.apply(event)
-
-    async def handle_subagent(self, state: ConversationFold, chat: Chat, event: BaseEvent) -> None:
-        """Fold SUBAGENT_STARTED / FINISHED / ERROR onto the subagent's records."""
-        state.apply(event)
+    handle_step = handle_text_message = handle_tool_call = handle_run_lifecycle
+    handle_reasoning = handle_state = handle_messages_snapshot = handle_run_lifecycle
+    handle_activity = handle_subagent = handle_run_lifecycle
 
     async def flush_message_buffer(self, state: ConversationFold | None = None) -> None:
-        """Persist buffered message content now; return when it is durable.
+        """Persist buffered content now; return when it is durable.
 
         Callable from a handler, as in the seed layer (``state`` is accepted for its
         signature and not needed). Raises :class:`~threadstore.errors.StoreError` when
-        the writer gave up. The three ``flush_*_buffer`` methods do the same: one flush
+        the writer gave up. The three ``flush_*_buffer`` methods are one: one flush
         writes every record.
         """
         await self.persisted()
 
-    async def flush_tool_call_buffer(self, state: ConversationFold | None = None) -> None:
-        """Persist buffered tool call arguments now; return when they are durable."""
-        await self.persisted()
-
-    async def flush_reasoning_buffer(self, state: ConversationFold | None = None) -> None:
-        """Persist buffered reasoning content now; return when it is durable."""
-        await self.persisted()
+    flush_tool_call_buffer = flush_reasoning_buffer = flush_message_buffer
 
     # --- extension point 3: build hooks ------------------------------------------------------
 

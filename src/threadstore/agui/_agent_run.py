@@ -110,12 +110,8 @@ class AgentRun:
             self.persister = started
             if agent.history_skipped:  # its RUN_STARTED, then the notice
                 first = await anext(self.events, None)
-                if first is not None:
-                    started.take(first)
-                    if first.type is RUN_FINISHED:
-                        self.held = first
-                    else:
-                        yield first
+                if first is not None and self._took(started, first):
+                    yield first
                 yield agent._skipped()
             return
         # Started early: the inner agent's RUN_STARTED goes out as it comes, and every
@@ -134,15 +130,18 @@ class AgentRun:
             for event in refusal[1:] if early else refusal:  # one RUN_STARTED
                 yield event
             return
-        if first is not None:
-            persister.take(first)
-            if first.type is RUN_FINISHED:
-                self.held = first
-            elif not early:
-                yield first
+        if first is not None and self._took(persister, first) and not early:
+            yield first
         if agent.history_skipped:
             yield agent._skipped()
         self.persister = persister
+
+    def _took(self, persister: RunPersister, first: BaseEvent) -> bool:
+        """Fold the stream's first event; False when it is its ``RUN_FINISHED``, now held."""
+        persister.take(first)
+        if first.type is RUN_FINISHED:
+            self.held = first
+        return self.held is not first
 
     def failed(self, exc: BaseException) -> None:
         """The run ended by ``exc``: cancelled (interrupted) or anything else (errored)."""
@@ -152,7 +151,8 @@ class AgentRun:
             self.status, self.error = MessageStatus.ERRORED, f"{type(exc).__name__}: {exc}"
 
     async def release(self) -> BaseEvent:
-        """The held ``RUN_FINISHED`` once the run is durable; else a ``RUN_ERROR`` saying why.
+        """The held ``RUN_FINISHED`` once the run is durable (and its chat is not gone); else
+        a ``RUN_ERROR`` saying why.
 
         After :meth:`finish` the final flush has told; before it (a stream that goes on
         after its end) everything folded so far must become durable within the deadline.
@@ -167,7 +167,13 @@ class AgentRun:
                 "It was streamed, but it is not saved.",
                 code=STORE_UNAVAILABLE_ERROR_CODE,
             )
-        return await finished_or_deleted(persister, held)
+        # A journaling run's store is away: asking it would only wait for its timeout.
+        if persister.journaling or not await persister.check_chat_deleted():
+            return held
+        return RunErrorEvent(
+            message="The chat was deleted during the run; its answer is not stored.",
+            code=CHAT_DELETED_ERROR_CODE,
+        )
 
     async def finish(self) -> None:
         """Close the inner stream and wait for the final flush, even through cancellation."""
@@ -235,14 +241,3 @@ class AgentRun:
             self.status.value,
             self.error,
         )
-
-
-async def finished_or_deleted(persister: RunPersister, finished: BaseEvent) -> BaseEvent:
-    """``finished``, or a ``RUN_ERROR`` when the run's chat is gone: its answer is not stored."""
-    # A journaling run's store is away: asking it would only wait for its timeout.
-    if persister.journaling or not await persister.check_chat_deleted():
-        return finished
-    return RunErrorEvent(
-        message="The chat was deleted during the run; its answer is not stored.",
-        code=CHAT_DELETED_ERROR_CODE,
-    )

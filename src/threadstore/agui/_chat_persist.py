@@ -22,10 +22,10 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
-from typing import Protocol
 
 from ag_ui.core import BaseEvent, Message, RunAgentInput, RunErrorEvent, RunFinishedEvent
 
+from threadstore.agui._run_handle import AGUIAgentLike
 from threadstore.chat import (
     AssistantTurn,
     apply_event,
@@ -38,12 +38,6 @@ from threadstore.chatstore import ChatRecord, ChatStore, Scope, save_chat
 __all__ = ["ChatPersistOptions", "ChatPersistingAgent"]
 
 logger = logging.getLogger(__name__)
-
-
-class _Agent(Protocol):
-    """What the wrapper needs of an agent: a ``run`` producing AG-UI events."""
-
-    def run(self, input: RunAgentInput) -> AsyncIterator[BaseEvent]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +57,7 @@ class ChatPersistOptions:
 class ChatPersistingAgent:
     """An AG-UI agent that streams like ``inner`` and saves each run's chat; see the module."""
 
-    def __init__(self, inner: _Agent, options: ChatPersistOptions) -> None:
+    def __init__(self, inner: AGUIAgentLike, options: ChatPersistOptions) -> None:
         self.inner = inner
         self.options = options
         self.name: str = getattr(inner, "name", type(inner).__name__)
@@ -106,18 +100,16 @@ class _PersistedRun:
         self.turn = apply_event(self.turn, event)
         self.unsaved = True
 
-    def record(self) -> ChatRecord:
+    async def save(self) -> None:
+        self.unsaved = False
         produced = canonical_from_ui([seal_assistant_turn(self.turn).message])
-        return ChatRecord(
+        record = ChatRecord(
             chat_id=self.chat_id,
             scope=self.options.scope,
             messages=(*self.history, *produced),
             parent_id=self.options.parent_id,
         )
-
-    async def save(self) -> None:
-        self.unsaved = False
         try:
-            await save_chat(self.options.store, self.record())
+            await save_chat(self.options.store, record)
         except Exception:
             logger.exception("saving chat %r failed; the run goes on", self.chat_id)

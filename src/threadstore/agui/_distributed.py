@@ -1,32 +1,19 @@
 """A run manager for replicas sharing one PostgreSQL database.
 
 :class:`DistributedRunManager` is a :class:`StreamPersistenceManager` that, on a
-:class:`~threadstore.store.postgres.PostgresStore`, also
+:class:`~threadstore.store.postgres.PostgresStore`, also relays every run's events to
+the ``run_events`` table (:mod:`threadstore.agui._relay`), so ``resume`` in any process
+follows a run from any event id, live, with no gap and no duplicate; cancels a run of
+another process (a ``NOTIFY`` to it); refuses a run another process runs for the same
+user, thread and run id; and in ``sweep`` deletes the relayed events of runs finished
+``event_retention`` seconds ago and settles at once the runs of an owner whose process
+is gone (:func:`~threadstore.agui._owners.owner_gone`), never taking one for live.
 
-- relays every run's events to the ``run_events`` table (see
-  :mod:`threadstore.agui._relay`), so :meth:`~DistributedRunManager.resume` in any
-  process follows a run from any event id, live, with no gap and no duplicate;
-- cancels runs of other processes: :meth:`~DistributedRunManager.cancel_anywhere`
-  finds the run in the runs table (running, heartbeat fresh) and sends a
-  ``NOTIFY``; the process running it cancels it at once;
-- refuses to start a run that another process is running for the same user,
-  thread and run id (:class:`~threadstore.errors.ConflictError`), as the
-  in-process manager does for its own runs;
-- deletes relayed events of finished runs after ``event_retention`` seconds, in
-  :meth:`~DistributedRunManager.sweep`;
-- settles at once, in :meth:`~DistributedRunManager.sweep`, the runs of an owner whose
-  process is gone (:func:`~threadstore.agui._owners.owner_gone`: same host, its pid no
-  longer runs), and never takes such a run for live, whatever its heartbeat.
-
-Every lookup is scoped by the run's owner. Thread ids are chosen by clients and
-unique only per user, so the methods that take them (:meth:`resume`,
-:meth:`cancel_anywhere`) also take the caller's ``user_uuid`` and only reach that
-user's runs. Code that already holds a chat uuid it trusts (it read the chat and
-checked its owner) uses :meth:`resume_chat_run` and :meth:`cancel_chat_run`.
-
-On any other store it is the plain in-process manager: cross-process cancel and
-resume need PostgreSQL. Call :meth:`~DistributedRunManager.start` (or use
-``async with``) before the first run.
+Thread ids are chosen by clients and unique only per user, so the methods that take
+them also take the caller's ``user_uuid`` and only reach that user's runs; code that
+holds a chat uuid it trusts uses :meth:`resume_chat_run` and :meth:`cancel_chat_run`.
+On any other store it is the plain in-process manager. Call
+:meth:`~DistributedRunManager.start` (or use ``async with``) before the first run.
 """
 
 from __future__ import annotations
@@ -40,7 +27,7 @@ from ag_ui.core import BaseEvent, RunAgentInput
 
 from threadstore.agui._manager import StreamPersistenceManager
 from threadstore.agui._owners import owner_gone, process_owner
-from threadstore.agui._run_handle import AgentT, RunHandle, RunKey, UserScopedAgent
+from threadstore.agui._run_handle import AgentT, RunHandle, RunKey, user_of
 from threadstore.errors import ConflictError, InvalidInputError
 from threadstore.models import Chat, Run, RunStatus, utcnow
 from threadstore.store import Store
@@ -147,7 +134,7 @@ class DistributedRunManager(StreamPersistenceManager[AgentT]):
         return handle
 
     async def _refuse_if_live_elsewhere(self, input: RunAgentInput, agent: AgentT) -> None:
-        user = agent.user_uuid if isinstance(agent, UserScopedAgent) else None
+        user = user_of(agent)
         if user is None or self._store is None:
             return
         if self.relay is not None:
@@ -159,20 +146,15 @@ class DistributedRunManager(StreamPersistenceManager[AgentT]):
                 fresh_within=self._fresh_within,
             )
         else:  # SQLite: processes sharing the file see each other's run records
-            owner = await self._live_elsewhere(user, input.thread_id, input.run_id)
+            chat = await self._store.get_chat_by_thread_id(user, input.thread_id)
+            run = None if chat is None else await self._store.get_run(chat.chat_uuid, input.run_id)
+            if run is None or run.owner == self.owner or not self.beating(run):
+                return
+            owner = run.owner
         if owner is not None:
             raise ConflictError(
                 f"run {input.run_id} of thread {input.thread_id} is already live in another process"
             )
-
-    async def _live_elsewhere(self, user_uuid: UUID, thread_id: str, run_id: str) -> str | None:
-        """The owner of the user's run if its record says another process runs it."""
-        assert self._store is not None
-        chat = await self._store.get_chat_by_thread_id(user_uuid, thread_id)
-        run = None if chat is None else await self._store.get_run(chat.chat_uuid, run_id)
-        if run is None or run.owner == self.owner or not self.beating(run):
-            return None
-        return run.owner
 
     def beating(self, run: Run) -> bool:
         """Whether ``run`` is recorded running with a heartbeat fresh enough to be live
@@ -230,12 +212,8 @@ class DistributedRunManager(StreamPersistenceManager[AgentT]):
         handle = self.get(thread_id, run_id, user_uuid=user_uuid)
         if handle is not None:
             return await self._cancel_local(handle, wait)
-        if self.relay is None or self._store is None:
-            return False
-        chat = await self._store.get_chat_by_thread_id(user_uuid, thread_id)
-        if chat is None:
-            return False
-        return await self.cancel_chat_run(chat.chat_uuid, run_id, wait=wait)
+        chat_uuid = await self._relayed_chat(user_uuid, thread_id)
+        return chat_uuid is not None and await self.cancel_chat_run(chat_uuid, run_id, wait=wait)
 
     async def cancel_chat_run(self, chat_uuid: UUID, run_id: str, *, wait: bool = False) -> bool:
         """Cancel the run ``run_id`` of the chat wherever it runs; True if it was live.
@@ -293,12 +271,15 @@ class DistributedRunManager(StreamPersistenceManager[AgentT]):
         handle = self.get(thread_id, run_id, user_uuid=user_uuid)
         if handle is not None:
             return self.stream(handle, after)
+        chat_uuid = await self._relayed_chat(user_uuid, thread_id)
+        return None if chat_uuid is None else await self.resume_chat_run(chat_uuid, run_id, after)
+
+    async def _relayed_chat(self, user_uuid: UUID, thread_id: str) -> UUID | None:
+        """The user's chat of ``thread_id``, where runs of other processes are relayed."""
         if self.relay is None or self._store is None:
             return None
         chat = await self._store.get_chat_by_thread_id(user_uuid, thread_id)
-        if chat is None:
-            return None
-        return await self.resume_chat_run(chat.chat_uuid, run_id, after)
+        return None if chat is None else chat.chat_uuid
 
     async def resume_chat_run(
         self, chat_uuid: UUID, run_id: str, after: int = 0

@@ -60,7 +60,6 @@ class PersisterConfig:
     retry_base_delay: float = 0.05
     retry_max_delay: float = 2.0
     final_flush_deadline: float = 30.0
-    """Seconds the final flush retries a write that fails on its own before giving up."""
 
     def backoff(self, failures: int) -> float:
         """Seconds to wait before the retry that follows ``failures`` failures in a row.

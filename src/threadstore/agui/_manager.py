@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import secrets
-import socket
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, Generic, Protocol, Self, runtime_checkable
@@ -25,6 +22,7 @@ from ag_ui.core import (
 
 from threadstore import _telemetry
 from threadstore.agui._outbox import Outbox
+from threadstore.agui._owners import default_owner
 from threadstore.agui._run_handle import (
     AgentT,
     RunHandle,
@@ -37,11 +35,6 @@ from threadstore.store import RunRepositoryLike, Store
 __all__ = ["RecordedAgent", "RegisteringAgent", "StreamPersistenceManager", "default_owner"]
 
 logger = logging.getLogger(__name__)
-
-
-def default_owner() -> str:
-    """Return a process-unique run owner: ``"<hostname>:<pid>:<random hex>"``."""
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
 @runtime_checkable
@@ -68,8 +61,7 @@ class StreamPersistenceManager(Generic[AgentT]):
 
     If ``store`` is given, an agent built with ``run_repo=None`` / ``owner=None`` gets
     the store and this manager's ``owner`` (so its run is recorded) and ``outbox``, one
-    heartbeat task
-    refreshes the run records of the live runs every ``heartbeat_interval`` seconds, and
+    heartbeat task refreshes the run records of the live runs every ``heartbeat_interval``, and
     :meth:`sweep` finalizes runs whose process stopped heartbeating. With
     ``expose_exceptions=False`` the ``RUN_ERROR`` of an agent that raised says only that
     the run failed (the exception goes to the log), for servers facing untrusted clients.
@@ -216,8 +208,7 @@ class StreamPersistenceManager(Generic[AgentT]):
             handle.cancel()
         await asyncio.gather(*(handle.wait() for handle in handles))
         for handle in handles:
-            self._cancel_forget_timer(handle.key)
-            self._forget(handle.key, handle)
+            self.discard(handle)
         return len(handles)
 
     def _run_finished(self, handle: RunHandle[AgentT]) -> None:

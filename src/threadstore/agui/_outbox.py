@@ -57,6 +57,7 @@ __all__ = [
     "encode_writes",
     "is_outage",
     "landed",
+    "replayed",
 ]
 
 logger = logging.getLogger(__name__)
@@ -69,6 +70,9 @@ _SCHEMA = (
     " seq INTEGER PRIMARY KEY AUTOINCREMENT,"
     " chat_uuid TEXT NOT NULL, run_id TEXT NOT NULL, owner TEXT,"
     " payload TEXT NOT NULL, user_uuid TEXT)"
+)
+_INSERT = (
+    "INSERT INTO entries (chat_uuid, run_id, owner, payload, user_uuid) VALUES (?, ?, ?, ?, ?)"
 )
 _ALIASES = "CREATE TABLE IF NOT EXISTS aliases (provisional TEXT PRIMARY KEY, real TEXT)"
 _BY_TYPE = {cls.method: cls for cls in WRITE_TYPES}
@@ -188,9 +192,6 @@ async def _set_up(storage: RunStorage, spec: dict[str, Any]) -> UUID | None:
         chat_name=spec["chat_name"],
         tenant_id=spec["tenant_id"],
         app_id=spec["app_id"],
-        history_window=None,
-        translate=None,
-        branch_from=None,
         records_run=spec["records_run"],
     )
     prepared = None
@@ -209,17 +210,15 @@ async def _set_up(storage: RunStorage, spec: dict[str, Any]) -> UUID | None:
         return None if found is None else found.chat_uuid
 
 
-async def _replayable(storage: RunStorage, writes: Sequence[Write]) -> list[Write]:
-    """``writes`` with every create that already landed turned into an update."""
-    out: list[Write] = []
-    for write in writes:
-        if isinstance(write, CreateMessage | CreateToolCall | CreateReasoning) and await landed(
-            storage, write
-        ):
-            uuid = write.data.message_uuid if isinstance(write, CreateMessage) else write.data.uuid
-            write = as_update(write, uuid)
-        out.append(write)
-    return out
+async def replayed(storage: RunStorage, write: Write) -> Write:
+    """``write``, or the update it amounts to when it is a create that already landed."""
+    if not isinstance(write, CreateMessage | CreateToolCall | CreateReasoning):
+        return write
+    if not await landed(storage, write):
+        return write
+    return as_update(
+        write, write.data.message_uuid if isinstance(write, CreateMessage) else write.data.uuid
+    )
 
 
 # --- the journal ---------------------------------------------------------------------------
@@ -371,21 +370,27 @@ class Outbox:
                 f"{self.max_bytes} bytes waiting)"
             )
         user = None if user_uuid is None else str(user_uuid)
-        await self._call(self._insert, str(chat_uuid), run_id, owner, payload, user)
+        await self._sql(_INSERT, str(chat_uuid), run_id, owner, payload, user)
         self._bytes += len(payload)
         self._depth += 1
         self._pending[(chat_uuid, run_id)] = owner
         self._appended.set()
 
-    def _insert(
-        self, chat_uuid: str, run_id: str, owner: str | None, payload: str, user: str | None
-    ) -> None:
-        assert self._db is not None, "the outbox is not open"
-        self._db.execute(
-            "INSERT INTO entries (chat_uuid, run_id, owner, payload, user_uuid)"
-            " VALUES (?, ?, ?, ?, ?)",
-            (chat_uuid, run_id, owner, payload, user),
+    async def _sql(self, sql: str, *args: Any) -> list[Any]:
+        """Run one statement on the journal's thread; its rows."""
+        return await asyncio.get_running_loop().run_in_executor(
+            self._thread, self._execute, sql, args
         )
+
+    def _execute(self, sql: str, args: tuple[Any, ...]) -> list[Any]:
+        assert self._db is not None, "the outbox is not open"
+        return self._db.execute(sql, args).fetchall()
+
+    async def _run_settled(self, chat_uuid: str, run_id: str) -> None:
+        """Forget the run's pending writes once the journal holds none of it."""
+        sql = "SELECT 1 FROM entries WHERE chat_uuid = ? AND run_id = ? LIMIT 1"
+        if not await self._sql(sql, chat_uuid, run_id):
+            self._pending.pop((UUID(chat_uuid), run_id), None)
 
     # --- erasure and aliases ---------------------------------------------------------------
 
@@ -396,20 +401,16 @@ class Outbox:
         must not wait on disk for the store to come back either.
         """
         async with self._drain_lock:  # never under an entry being drained
-            gone = await self._call(self._delete_user, str(user_uuid))
+            gone = await self._sql(
+                "DELETE FROM entries WHERE user_uuid = ?"
+                " RETURNING chat_uuid, run_id, length(payload)",
+                str(user_uuid),
+            )
         for chat_uuid, run_id, size in gone:
             self._depth -= 1
             self._bytes -= size
-            if not await self._call(self._has_run, chat_uuid, run_id):
-                self._pending.pop((UUID(chat_uuid), run_id), None)
+            await self._run_settled(chat_uuid, run_id)
         return len(gone)
-
-    def _delete_user(self, user: str) -> list[tuple[str, str, int]]:
-        assert self._db is not None, "the outbox is not open"
-        return self._db.execute(
-            "DELETE FROM entries WHERE user_uuid = ? RETURNING chat_uuid, run_id, length(payload)",
-            (user,),
-        ).fetchall()
 
     def real_chat(self, chat_uuid: UUID) -> UUID:
         """The chat a run started while the store was away now writes to, once its set-up
@@ -433,21 +434,21 @@ class Outbox:
             if self._depth:
                 await self._heartbeat(storage)
             while self._depth:
-                seq, chat, run_id, payload = await self._call(self._oldest)
+                [(seq, chat, run_id, payload)] = await self._sql(
+                    "SELECT seq, chat_uuid, run_id, payload FROM entries ORDER BY seq LIMIT 1"
+                )
                 if payload.startswith("{"):  # a run's set-up
                     real = await _set_up(storage, json.loads(payload)["set_up"])
                     await self._call(self._settle_set_up, seq, chat, real)
                     self._aliases[UUID(chat)] = real
                 else:
                     await self._apply(storage, decode_writes(payload))
-                    await self._call(self._delete, seq)
+                    await self._sql("DELETE FROM entries WHERE seq = ?", seq)
                 self._depth -= 1
                 self._bytes -= len(payload)
                 self._refused = False
                 applied += 1
-                key = (UUID(chat), run_id)
-                if not await self._call(self._has_run, chat, run_id):
-                    self._pending.pop(key, None)
+                await self._run_settled(chat, run_id)
         return applied
 
     async def _heartbeat(self, storage: RunStorage) -> None:
@@ -471,11 +472,20 @@ class Outbox:
         if not writes:
             return
         try:
-            await storage.write(await _replayable(storage, writes))
+            await storage.write([await replayed(storage, write) for write in writes])
         except Exception as exc:
             if is_outage(exc):
                 raise
-            await self._apply_one_by_one(storage, writes, exc)
+            logger.warning(
+                "an outbox entry failed as a whole (%s); applying it write by write", exc
+            )
+            for write in writes:
+                try:
+                    await storage.write([await replayed(storage, write)])
+                except Exception as one:
+                    if is_outage(one):
+                        raise
+                    logger.error("dropping an outbox write the store refuses: %s: %s", write, one)
 
     def _settle_set_up(self, seq: int, provisional: str, real: UUID | None) -> None:
         assert self._db is not None
@@ -486,36 +496,6 @@ class Outbox:
                 (provisional, None if real is None else str(real)),
             )
             self._db.execute("DELETE FROM entries WHERE seq = ?", (seq,))
-
-    async def _apply_one_by_one(
-        self, storage: RunStorage, writes: Sequence[Write], first: Exception
-    ) -> None:
-        logger.warning("an outbox entry failed as a whole (%s); applying it write by write", first)
-        for write in writes:
-            try:
-                await storage.write(await _replayable(storage, [write]))
-            except Exception as exc:
-                if is_outage(exc):
-                    raise
-                logger.error("dropping an outbox write the store refuses: %s: %s", write, exc)
-
-    def _oldest(self) -> tuple[int, str, str, str]:
-        assert self._db is not None
-        row = self._db.execute(
-            "SELECT seq, chat_uuid, run_id, payload FROM entries ORDER BY seq LIMIT 1"
-        ).fetchone()
-        return typing.cast(tuple[int, str, str, str], row)
-
-    def _delete(self, seq: int) -> None:
-        assert self._db is not None
-        self._db.execute("DELETE FROM entries WHERE seq = ?", (seq,))
-
-    def _has_run(self, chat_uuid: str, run_id: str) -> bool:
-        assert self._db is not None
-        found = self._db.execute(
-            "SELECT 1 FROM entries WHERE chat_uuid = ? AND run_id = ? LIMIT 1", (chat_uuid, run_id)
-        ).fetchone()
-        return found is not None
 
     async def _drain_forever(self) -> None:
         failures = 0

@@ -17,7 +17,7 @@ import secrets
 import socket
 from functools import cache
 
-__all__ = ["owner_gone", "process_owner"]
+__all__ = ["default_owner", "owner_gone", "process_owner"]
 
 _OWNER = re.compile(r"^(?P<host>.*):(?P<pid>\d+):[0-9a-f]+@(?P<space>\d+)$")
 
@@ -33,9 +33,14 @@ def _pid_space() -> str | None:
     return digits or None
 
 
+def default_owner() -> str:
+    """Return a process-unique run owner: ``"<hostname>:<pid>:<random hex>"``."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
 def process_owner() -> str:
     """An owner for this process's runs that :func:`owner_gone` can judge on this host."""
-    owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+    owner = default_owner()
     space = _pid_space()
     return owner if space is None else f"{owner}@{space}"
 

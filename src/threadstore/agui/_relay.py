@@ -35,7 +35,7 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Iterator
 from contextlib import aclosing
 from datetime import timedelta
 from typing import Any
@@ -59,37 +59,11 @@ logger = logging.getLogger(__name__)
 
 _EVENT: TypeAdapter[BaseEvent] = TypeAdapter(Event)
 _TERMINAL = frozenset({EventType.RUN_FINISHED, EventType.RUN_ERROR})
+_TERMINAL_TYPES = frozenset(kind.value for kind in _TERMINAL)
 
 
 def _key(chat_uuid: UUID, run_id: str) -> str:
     return f"{chat_uuid}/{run_id}"
-
-
-class _Waiter:
-    """``with``: an event registered under a run's key for the block's duration."""
-
-    __slots__ = ("_event", "_key", "_registry")
-
-    def __init__(self, registry: dict[str, set[asyncio.Event]], key: str) -> None:
-        self._registry = registry
-        self._key = key
-        self._event = asyncio.Event()
-
-    def __enter__(self) -> asyncio.Event:
-        self._registry.setdefault(self._key, set()).add(self._event)
-        return self._event
-
-    def __exit__(self, *exc: object) -> None:
-        waiters = self._registry.get(self._key)
-        if waiters is not None:
-            waiters.discard(self._event)
-            if not waiters:
-                del self._registry[self._key]
-
-
-_TERMINAL_TYPES = frozenset(kind.value for kind in _TERMINAL)
-
-# What a connection that broke raises.
 
 
 class EventRelay:
@@ -217,9 +191,19 @@ class EventRelay:
             except ValueError:
                 logger.warning("ignoring malformed cancel request %r", payload)
 
-    def _waiting(self, chat_uuid: UUID, run_id: str) -> _Waiter:
+    @contextlib.contextmanager
+    def _waiting(self, chat_uuid: UUID, run_id: str) -> Iterator[asyncio.Event]:
         """An event set whenever the run's events are appended or the relay listens again."""
-        return _Waiter(self._waiters, _key(chat_uuid, run_id))
+        key, event = _key(chat_uuid, run_id), asyncio.Event()
+        self._waiters.setdefault(key, set()).add(event)
+        try:
+            yield event
+        finally:
+            waiters = self._waiters.get(key)
+            if waiters is not None:
+                waiters.discard(event)
+                if not waiters:
+                    del self._waiters[key]
 
     # --- runs -----------------------------------------------------------------------------
 
@@ -401,12 +385,7 @@ RELAY_RETRY_MAX_DELAY = 5.0
 
 
 class EventPump:
-    """Copy one run's in-process event log to ``run_events`` (through its relay's writer).
-
-    The pump reads the run's log like any other reader and serializes each event; the
-    relay's :class:`RelayWriter` writes what every pump of the process has pending in
-    one statement per interval.
-    """
+    """Copy one run's in-process event log to ``run_events`` (see the module docstring)."""
 
     def __init__(self, relay: EventRelay, handle: RunHandle[Any]) -> None:
         self.relay = relay
@@ -497,13 +476,8 @@ class EventPump:
 
 
 class RelayWriter:
-    """Writes every relayed run's pending events in one ``INSERT`` per interval.
-
-    A batch waits at most ``flush_interval`` seconds for company, or goes as soon as
-    ``batch_size`` events wait in all, or a run has ended. One statement (one commit,
-    one ``NOTIFY`` per run) for all the runs a process streams, rather than one per
-    run, is what keeps the relay's cost flat as runs multiply. A failed write keeps its
-    events, in order, and is retried with backoff.
+    """Writes every relayed run's pending events in one ``INSERT`` per interval (see the
+    module docstring); a failed write keeps its events, in order, and is retried with backoff.
     """
 
     def __init__(self, relay: EventRelay, *, flush_interval: float, batch_size: int) -> None:

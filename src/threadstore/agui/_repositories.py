@@ -3,7 +3,8 @@
 Code written for the seed layer constructs ``ChatRepository(...)`` and
 ``MessageRepository(...)`` by name and hands them to the storage agent. Here both wrap
 one store (a :class:`~threadstore.store.Store`, or any object with the repository
-methods) and forward each call to it. Whatever else the store offers (chat state, run
+methods) and forward each call to it (``ChatRepositoryLike`` and ``MessageRepositoryLike``
+document each method). Whatever else the store offers (chat state, run
 records, batched writes) stays reachable through them, so a storage agent given these
 repositories persists exactly what it persists given the store itself.
 
@@ -79,7 +80,7 @@ class _OverStore:
 
 
 class ChatRepository(_OverStore):
-    """Chat persistence over ``store`` (a ``Store`` or any ``ChatRepositoryLike``).
+    """Chat persistence over ``store``: a ``Store`` or any ``ChatRepositoryLike``.
 
     A ``registry`` given, as the seed layer's repositories take one, learns each chat
     created and forgets each one deleted.
@@ -94,33 +95,28 @@ class ChatRepository(_OverStore):
         self.registry = registry
 
     async def create_chat(self, chat_data: models.ChatCreate) -> models.Chat:
-        """Create a chat, idempotent by (user, thread): a repeat returns the existing one."""
         chat = await self.store.create_chat(chat_data)
         if self.registry is not None:
             self.registry.register(chat.chat_uuid)
         return chat
 
     async def get_chat_by_thread_id(self, user_uuid: UUID, thread_id: str) -> models.Chat | None:
-        """Return the chat for a (user, thread_id) pair, or ``None``."""
         return await self.store.get_chat_by_thread_id(user_uuid, thread_id)
 
     async def get_all_chats(self, user_uuid: UUID | None = None) -> Sequence[models.Chat]:
-        """Return every chat, optionally scoped to one user."""
         return await self.store.get_all_chats(user_uuid)
 
     async def update_chat_name(self, chat_uuid: UUID, name: str) -> models.Chat | None:
-        """Rename a chat; ``None`` when it is unknown."""
         return await self.store.update_chat_name(chat_uuid, name)
 
     async def delete_chat(self, chat_uuid: UUID) -> models.Chat | None:
-        """Delete a chat and every row it owns; return it, or ``None`` when unknown."""
         if self.registry is not None:
             self.registry.unregister(chat_uuid)
         return await self.store.delete_chat(chat_uuid)
 
 
 class MessageRepository(_OverStore):
-    """Message persistence over ``store`` (a ``Store`` or any ``MessageRepositoryLike``)."""
+    """Message persistence over ``store``: a ``Store`` or any ``MessageRepositoryLike``."""
 
     store: MessageRepositoryLike
 
@@ -132,59 +128,47 @@ class MessageRepository(_OverStore):
         """The registry the seed layer's constructor takes (a chat needs no lookup here)."""
 
     def transaction(self) -> AbstractAsyncContextManager[None]:
-        """Group the writes inside it atomically (as the store does)."""
         return self.store.transaction()
 
     async def create_message(self, message_data: models.MessageCreate) -> models.Message:
-        """Persist a new message and return it."""
         return await self.store.create_message(message_data)
 
     async def update_message(
         self, message_uuid: UUID, update: models.MessageUpdate
     ) -> models.Message | None:
-        """Patch a message's own fields; ``None`` when it is unknown."""
         return await self.store.update_message(message_uuid, update)
 
     async def create_message_tool_call(self, data: models.MessageToolCallCreate) -> models.ToolCall:
-        """Append a tool call to its parent message."""
         return await self.store.create_message_tool_call(data)
 
     async def update_message_tool_call(
         self, uuid: UUID, update: models.MessageToolCallUpdate
     ) -> models.ToolCall | None:
-        """Patch a tool call; ``None`` when it is unknown."""
         return await self.store.update_message_tool_call(uuid, update)
 
     async def create_message_reasoning(
         self, data: models.MessageReasoningCreate
     ) -> models.Reasoning:
-        """Append a reasoning step to its parent message."""
         return await self.store.create_message_reasoning(data)
 
     async def update_message_reasoning(
         self, uuid: UUID, update: models.MessageReasoningUpdate
     ) -> models.Reasoning | None:
-        """Patch a reasoning step; ``None`` when it is unknown."""
         return await self.store.update_message_reasoning(uuid, update)
 
     async def get_message(self, message_uuid: UUID) -> models.Message | None:
-        """Return a message by its uuid, or ``None``."""
         return await self.store.get_message(message_uuid)
 
     async def get_message_by_agui_id(self, chat_uuid: UUID, agui_id: str) -> models.Message | None:
-        """Return a message by its AG-UI id within a chat, or ``None``."""
         return await self.store.get_message_by_agui_id(chat_uuid, agui_id)
 
     async def get_tool_call_by_agui_id(
         self, message_uuid: UUID, tool_call_id: str
     ) -> models.ToolCall | None:
-        """Return a tool call by its AG-UI id within a message, or ``None``."""
         return await self.store.get_tool_call_by_agui_id(message_uuid, tool_call_id)
 
     async def get_chat_messages(self, chat_uuid: UUID) -> Sequence[models.Message]:
-        """Return the chat's history (its active branch), oldest first."""
         return await self.store.get_chat_messages(chat_uuid)
 
     async def get_last_messages(self, chat_uuids: list[UUID]) -> dict[UUID, models.Message]:
-        """Map each given chat that has messages to its latest message."""
         return await self.store.get_last_messages(chat_uuids)

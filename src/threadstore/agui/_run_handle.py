@@ -288,18 +288,26 @@ class RunHandle(Generic[AgentT]):
     async def _follow_batches(
         self, after: int
     ) -> AsyncGenerator[tuple[int, list[BaseEvent]], None]:
-        time = asyncio.get_running_loop().time
+        loop = asyncio.get_running_loop()
         next_id = after + 1
         while True:
             if next_id <= self._last_id:
-                batch = self._batch(next_id)
+                if next_id < (first := self.first_event_id):
+                    raise EventsDroppedError(next_id - 1, first)
+                # A copy: the producer may append to or trim the log while the reader is
+                # suspended in the middle of the batch.
+                batch = self._events[next_id - self._base_id :]
                 yield next_id, batch
                 next_id += len(batch)
             elif self._outcome is not None:
                 return
             else:
-                await self._next_append()
-                self._wake_lag = time() - self._last_wake
+                # Done once the log grows or the run ends. One future per reader: a
+                # reader cancelled while waiting cancels only its own.
+                future = loop.create_future()
+                self._readers.append(future)
+                await future
+                self._wake_lag = loop.time() - self._last_wake
 
     async def _follow_events(self, after: int) -> AsyncGenerator[BaseEvent, None]:
         async for _, batch in self._follow_batches(after):
@@ -326,22 +334,6 @@ class RunHandle(Generic[AgentT]):
             if self._outcome is None:
                 self._json[event_id] = cached
         return cached
-
-    def _batch(self, next_id: int) -> list[BaseEvent]:
-        """Every buffered event from id ``next_id`` on (which must exist)."""
-        first = self.first_event_id
-        if next_id < first:
-            raise EventsDroppedError(next_id - 1, first)
-        # A copy: the producer may append to or trim the log while the reader is
-        # suspended in the middle of the batch.
-        return self._events[next_id - self._base_id :]
-
-    def _next_append(self) -> asyncio.Future[None]:
-        """A future done once the log grows or the run ends (one per waiting reader)."""
-        # One future per reader: a reader cancelled while waiting cancels only its own.
-        future = asyncio.get_running_loop().create_future()
-        self._readers.append(future)
-        return future
 
     def _signal(self) -> None:
         """Wake the waiting readers now, or ``reader_wake_interval`` after their last wake."""
@@ -436,42 +428,35 @@ class RunHandle(Generic[AgentT]):
         if not task.cancelled() and (exc := task.exception()) is not None:
             self.exception = exc
             logger.error("agent raised in run %s/%s", self.thread_id, self.run_id, exc_info=exc)
-        terminal: RunErrorEvent | None = None
+        terminal: tuple[str, str] | None = None  # the RUN_ERROR readers get: message, code
         # A run that returned after RUN_FINISHED went out ended before the cancel could
         # stop it: that end is held back until its records are durable.
         finished = not task.cancelled() and self._ended and not self._ended_in_error
-        if (task.cancelled() or self._cancel_requested) and (self._cancelled_after_end or finished):
-            # The run had already ended (its records are final as its terminal event
-            # says); the cancel only cut short what the agent did after that.
-            outcome = RunStatus.ERRORED if self._ended_in_error else RunStatus.COMPLETE
-        elif task.cancelled() or self._cancel_requested:
-            outcome = RunStatus.INTERRUPTED
-            terminal = RunErrorEvent(
-                message=self._cancel_reason[0], code=self._cancel_reason[1], timestamp=now_ms()
-            )
+        outcome = RunStatus.ERRORED if self._ended_in_error else RunStatus.COMPLETE
+        if task.cancelled() or self._cancel_requested:
+            # A run that had ended (its records are final as its terminal event says)
+            # stays as it ended: the cancel only cut short what the agent did after that.
+            if not (self._cancelled_after_end or finished):
+                outcome, terminal = RunStatus.INTERRUPTED, self._cancel_reason
         elif self.exception is not None:
-            outcome = RunStatus.ERRORED
-            exc = self.exception
-            terminal = RunErrorEvent(
-                message=f"{type(exc).__name__}: {exc}"
+            outcome, exc = RunStatus.ERRORED, self.exception
+            terminal = (
+                f"{type(exc).__name__}: {exc}"
                 if self.expose_exceptions
                 else "The run failed with an internal error; the server log has the details.",
-                code=INTERNAL_ERROR_CODE,
-                timestamp=now_ms(),
+                INTERNAL_ERROR_CODE,
             )
         else:
-            outcome = RunStatus.ERRORED if self._ended_in_error else RunStatus.COMPLETE
             # An agent whose stream just stops would otherwise leave readers without
             # the terminal event this class promises them.
-            terminal = RunErrorEvent(
-                message="The agent's stream ended without RUN_FINISHED or RUN_ERROR.",
-                code=INTERNAL_ERROR_CODE,
-                timestamp=now_ms(),
+            terminal = (
+                "The agent's stream ended without RUN_FINISHED or RUN_ERROR.",
+                INTERNAL_ERROR_CODE,
             )
         if terminal is not None and not self._ended:
             if self._last_id == 0:
                 self._append(RunStartedEvent(thread_id=self.thread_id, run_id=self.run_id))
-            self._append(terminal)
+            self._append(RunErrorEvent(message=terminal[0], code=terminal[1], timestamp=now_ms()))
         self._outcome = outcome
         self._json = {}
         self._wake_readers()

@@ -3,7 +3,7 @@
 Everything is read and screened before anything is written, so a refused run
 (``InvalidInputError``: a message the chat cannot take; ``RunLiveError``: its chat
 already has a running run) writes nothing. When what the set-up's writes will store is
-known from what it read (:meth:`RunSetUp.foreseen`), the inner agent may start while
+known from what it read (:meth:`RunSetUp.early_input`), the inner agent may start while
 they go on.
 """
 
@@ -17,7 +17,7 @@ from uuid import UUID
 from ag_ui.core import RunAgentInput, ToolMessage, UserMessage
 
 from threadstore._steps import in_steps, off_loop
-from threadstore.agui._given import (
+from threadstore.agui._agent_input import (
     Appended,
     as_stored,
     compacted_translation,
@@ -38,9 +38,9 @@ from threadstore.errors import InvalidInputError
 from threadstore.fold import (
     HISTORY_INDEX,
     HistoryIndex,
+    HistoryLookup,
     IdsAdded,
     Record,
-    StoredFacts,
     append_writes,
 )
 from threadstore.lifecycle import applicable_summary
@@ -60,7 +60,7 @@ from threadstore.store.ops import UpdateToolCall
 if TYPE_CHECKING:
     import ag_ui.core
 
-__all__ = ["Prepared", "RunSetUp", "SetUpDone", "facts_of"]
+__all__ = ["Prepared", "RunSetUp", "SetUpDone", "history_lookup"]
 
 Translate = Callable[[Sequence[Message]], list["ag_ui.core.Message"]]
 
@@ -73,7 +73,7 @@ class Prepared:
     chat_create: ChatCreate | None
     """The chat to create when the thread has none."""
     history: Sequence[Message]
-    facts: StoredFacts
+    lookup: HistoryLookup
     branch: Branch | None
     inbound: list[ag_ui.core.Message]
     """The client's messages (``input.messages`` is then replaced with the history)."""
@@ -97,7 +97,7 @@ class SetUpDone:
 
     chat: Chat
     history: Sequence[Message]
-    facts: StoredFacts
+    lookup: HistoryLookup
     chain: UUID | None
     """For a run that branches: its newest message, the parent of its next one."""
 
@@ -110,7 +110,7 @@ class Branch:
     history: Sequence[Message]
 
 
-async def facts_of(history: Sequence[Message]) -> StoredFacts:
+async def history_lookup(history: Sequence[Message]) -> HistoryLookup:
     """What ``history`` holds: the index kept with a store's history, or one built now."""
     if isinstance(history, HistoryView):
         return history.derived(HISTORY_INDEX).at(len(history))
@@ -132,10 +132,10 @@ class RunSetUp:
         chat_name: str | None,
         tenant_id: str | None,
         app_id: str | None,
-        history_window: HistoryWindow | None,
-        translate: Translate | None,
-        branch_from: UUID | None,
         records_run: bool,
+        history_window: HistoryWindow | None = None,
+        translate: Translate | None = None,
+        branch_from: UUID | None = None,
     ) -> None:
         self.storage, self.input = storage, input
         self.user_uuid, self.owner = user_uuid, owner
@@ -166,14 +166,14 @@ class RunSetUp:
         if chat is not None:
             self.summaries = await self.storage.summaries(chat)
         history = await self._history(chat)
-        facts = await facts_of(history)
-        branch = await self._branch_point(chat, history, facts)
+        lookup = await history_lookup(history)
+        branch = await self._branch_point(chat, history, lookup)
         if branch is not None:
             history = branch.history
-            facts = await facts_of(history)
+            lookup = await history_lookup(history)
             self.branched = True
         inbound = list(input.messages)
-        creates, results = screen(inbound, input.run_id, self.known(facts))
+        creates, results = screen(inbound, input.run_id, self.known(lookup))
         chat_create = None
         if chat is None:
             chat_create = ChatCreate(
@@ -184,21 +184,21 @@ class RunSetUp:
                 app_id=self.app_id,
             )
         return Prepared(
-            chat, chat_create, history, facts, branch, inbound, creates, results, self.summaries
+            chat, chat_create, history, lookup, branch, inbound, creates, results, self.summaries
         )
 
-    def known(self, facts: StoredFacts) -> StoredFacts:
-        """``facts`` with the ids of the chat's summaries known too.
+    def known(self, lookup: HistoryLookup) -> HistoryLookup:
+        """``lookup`` with the ids of the chat's summaries known too.
 
         An agent given a summary may send it back (a ``MESSAGES_SNAPSHOT``), and a client
         echo it: it is stored already, as what it stands for.
         """
         if not self.summaries:
-            return facts
-        ids = IdsAdded(facts.ids)
+            return lookup
+        ids = IdsAdded(lookup.ids)
         for summary in self.summaries:
             ids.add(summary.agui_id)
-        return facts._replace(ids=ids)
+        return lookup._replace(ids=ids)
 
     async def _history(self, chat: Chat | None) -> Sequence[Message]:
         if chat is None:
@@ -214,7 +214,7 @@ class RunSetUp:
             history = await self.storage.history(chat, HISTORY_INDEX, TRANSLATION)
         return history
 
-    async def foreseen(self, prepared: Prepared) -> list[ag_ui.core.Message] | None:
+    async def early_input(self, prepared: Prepared) -> list[ag_ui.core.Message] | None:
         """What the inner agent is given once the run's input is stored, told before it is.
 
         The run then starts while its set-up writes go on. ``None`` when only the
@@ -285,7 +285,7 @@ class RunSetUp:
     async def write(self, prepared: Prepared) -> SetUpDone:
         """Create the chat if it is new, record the run, store the input."""
         input, storage = self.input, self.storage
-        chat, history, facts = prepared.chat, prepared.history, prepared.facts
+        chat, history, lookup = prepared.chat, prepared.history, prepared.lookup
         creates, results = prepared.creates, prepared.results
         if chat is None:
             assert prepared.chat_create is not None
@@ -294,22 +294,22 @@ class RunSetUp:
                 opened = await storage.open_chat(prepared.chat_create, run, creates)
                 if opened is not None:
                     chat, history = opened
-                    return SetUpDone(chat, history, await facts_of(history), None)
+                    return SetUpDone(chat, history, await history_lookup(history), None)
             chat = await storage.create_chat(prepared.chat_create)
             # A chat with our uuid is the one we just created, so it is empty; any other
             # was created by a concurrent run meanwhile and may hold messages already.
             if chat.chat_uuid != prepared.chat_create.chat_uuid:
                 history = await self._history(chat)
-                facts = await facts_of(history)
+                lookup = await history_lookup(history)
                 if history:
-                    creates, results = screen(prepared.inbound, input.run_id, facts)
+                    creates, results = screen(prepared.inbound, input.run_id, lookup)
         # Before the input is stored: a chat with a running run that continues its leaf
         # (in any process; the store holds it to one) refuses another such run with
         # nothing written. A run that branches hangs under its own branch point.
         if self.records_run:
             await storage.start_run(self.run_record(chat.chat_uuid))
         try:
-            return await self._store_input(chat, history, facts, prepared.branch, creates, results)
+            return await self._store_input(chat, history, lookup, prepared.branch, creates, results)
         except BaseException:
             await storage.abandon_run(
                 chat.chat_uuid, input.run_id, "the run's input could not be stored"
@@ -320,7 +320,7 @@ class RunSetUp:
         self,
         chat: Chat,
         history: Sequence[Message],
-        facts: StoredFacts,
+        lookup: HistoryLookup,
         branch: Branch | None,
         creates: list[MessageCreate],
         results: list[tuple[UUID, MessageToolCallUpdate]],
@@ -331,24 +331,23 @@ class RunSetUp:
             # Nothing new to hang on the branch point: the run continues from it (its
             # history is the path to it, whatever the leaf becomes meanwhile).
             await storage.set_active_leaf(chat.chat_uuid, branch.point)
-        if not creates and not results:
-            chain = history[-1].message_uuid if branch is not None and history else None
-            return SetUpDone(chat, history, facts, chain)
-        # One batch, through the one append plan: a branching run's messages hang under
-        # its branch point, each under the one before, whatever another run branching
-        # from the same message writes meanwhile.
-        records = [Record(c.model_copy(update={"chat_uuid": chat.chat_uuid})) for c in creates]
-        writes: list[Write] = append_writes(records, branch.point if branch else None)
-        writes += [UpdateToolCall(call, update) for call, update in results]
-        await storage.write(writes)
-        if branch is not None:
-            # The branch ends at this run's own messages, whatever the chat's leaf is.
-            stored = [await storage.get_message(r.message.message_uuid) for r in records]
-            history = [*branch.history, *(m for m in stored if m is not None)]
-        else:
-            history = await self._history(chat)  # a store reads only what changed
+        if creates or results:
+            # One batch, through the one append plan: a branching run's messages hang under
+            # its branch point, each under the one before, whatever another run branching
+            # from the same message writes meanwhile.
+            records = [Record(c.model_copy(update={"chat_uuid": chat.chat_uuid})) for c in creates]
+            writes: list[Write] = append_writes(records, branch.point if branch else None)
+            writes += [UpdateToolCall(call, update) for call, update in results]
+            await storage.write(writes)
+            if branch is not None:
+                # The branch ends at this run's own messages, whatever the chat's leaf is.
+                stored = [await storage.get_message(r.message.message_uuid) for r in records]
+                history = [*branch.history, *(m for m in stored if m is not None)]
+            else:
+                history = await self._history(chat)  # a store reads only what changed
+            lookup = await history_lookup(history)
         chain = history[-1].message_uuid if branch is not None and history else None
-        return SetUpDone(chat, history, await facts_of(history), chain)
+        return SetUpDone(chat, history, lookup, chain)
 
     def run_record(self, chat_uuid: UUID) -> Run:
         """This run's record, as ``start_run`` takes it."""
@@ -365,7 +364,7 @@ class RunSetUp:
     # --- branches ------------------------------------------------------------------------
 
     async def _branch_point(
-        self, chat: Chat | None, history: Sequence[Message], facts: StoredFacts
+        self, chat: Chat | None, history: Sequence[Message], lookup: HistoryLookup
     ) -> Branch | None:
         """Where this run branches off the chat's tree, or ``None`` when it continues the leaf.
 
@@ -378,7 +377,7 @@ class RunSetUp:
         input = self.input
         if chat is None or not self.storage.branches:
             return None
-        on_branch = facts.messages
+        on_branch = lookup.messages
         # The whole tree is read only when the run names what the active branch (read
         # already) may lack: a message to continue, a parent run, or an echoed answer of
         # another branch. Otherwise the active branch's index answers.
@@ -394,7 +393,7 @@ class RunSetUp:
             tree = await self.storage.tree(chat.chat_uuid)
         point: TreeNode | None = None
         if tree is None:
-            point = _echoed_point(input, history, facts)
+            point = _echoed_point(input, history, lookup)
         elif self.branch_from is not None:
             point = next((node for node in tree if node.message_uuid == self.branch_from), None)
             if point is None:
@@ -412,7 +411,7 @@ class RunSetUp:
         if point is None or point.message_uuid == chat.active_leaf_uuid:
             return None
         if tree is None:  # on the active branch: its history is a prefix of it
-            at = facts.messages.get(point.agui_id or "")
+            at = lookup.messages.get(point.agui_id or "")
             assert at is not None
             return Branch(point.message_uuid, history[: at + 1])
         return Branch(point.message_uuid, await self._path_to(tree, point, history))
@@ -443,15 +442,15 @@ class RunSetUp:
 
 
 def screen(
-    messages: Sequence[ag_ui.core.Message], run_id: str, facts: StoredFacts
+    messages: Sequence[ag_ui.core.Message], run_id: str, lookup: HistoryLookup
 ) -> tuple[list[MessageCreate], list[tuple[UUID, MessageToolCallUpdate]]]:
     """Sort inbound messages into new user messages and tool results; refuse the rest.
 
     Each inbound message is looked up in the history's index by id: the screening
     costs what the input holds, not what the chat holds.
     """
-    known = IdsAdded(facts.ids)
-    pending = dict(facts.pending)
+    known = IdsAdded(lookup.ids)
+    pending = dict(lookup.pending)
     creates: list[MessageCreate] = []
     results: list[tuple[UUID, MessageToolCallUpdate]] = []
     for message in messages:
@@ -507,12 +506,12 @@ def _last_echoed(input: RunAgentInput, find: Callable[[str], TreeNode | None]) -
 
 
 def _echoed_point(
-    input: RunAgentInput, history: Sequence[Message], facts: StoredFacts
+    input: RunAgentInput, history: Sequence[Message], lookup: HistoryLookup
 ) -> TreeNode | None:
     """:func:`_last_echoed` among the messages of the active branch, found by index."""
 
     def find(agui_id: str) -> TreeNode | None:
-        at = facts.messages.get(agui_id)
+        at = lookup.messages.get(agui_id)
         if at is None:
             return None
         m = history[at]

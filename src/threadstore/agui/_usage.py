@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
-from typing import Any, Protocol
+from typing import Protocol
 from uuid import UUID
 
 from ag_ui.core import BaseEvent
@@ -31,6 +31,9 @@ class Ledger(Protocol):
     async def record(self, usage: RunUsage) -> bool: ...
 
 
+_COUNTS = ("input_tokens", "output_tokens", "reasoning_tokens", "cached_input_tokens")
+
+
 def usage_of(run: RunInfo) -> UsageReport | None:
     """What the run reported it used, or ``None`` when it reported nothing."""
     if not run.usage_reports and not run.usage:
@@ -44,24 +47,15 @@ def usage_of(run: RunInfo) -> UsageReport | None:
     total = total_of(reports)
     if run.usage:
         # The run's own totals: they count the same calls the CUSTOM reports did.
-        terminal = total_of(_token_usage(entry) for entry in run.usage)
-        models = {entry.get("model") for entry in run.usage} - {None}
-        total = total.model_copy(
-            update={
-                "input_tokens": terminal.input_tokens,
-                "output_tokens": terminal.output_tokens,
-                "reasoning_tokens": terminal.reasoning_tokens,
-                "cached_input_tokens": terminal.cached_input_tokens,
-                "model": models.pop() if len(models) == 1 else total.model,
-            }
+        # Its ``TokenUsage`` entries were validated by the protocol's model already.
+        terminal = total_of(
+            UsageReport(**{key: entry.get(key) or 0 for key in _COUNTS}) for entry in run.usage
         )
+        models = {entry.get("model") for entry in run.usage} - {None}
+        counts = {key: getattr(terminal, key) for key in _COUNTS}
+        model = models.pop() if len(models) == 1 else total.model
+        total = total.model_copy(update={**counts, "model": model})
     return total
-
-
-def _token_usage(entry: dict[str, Any]) -> UsageReport:
-    """An AG-UI ``TokenUsage`` entry (already validated by the protocol's model)."""
-    counts = ("input_tokens", "output_tokens", "reasoning_tokens", "cached_input_tokens")
-    return UsageReport(**{key: entry.get(key) or 0 for key in counts})
 
 
 async def record_usage(

@@ -30,10 +30,9 @@ from pydantic import BaseModel
 
 from threadstore import _telemetry
 from threadstore.agui._hooks import BuildHooks, EventHandler, PersisterConfig
-from threadstore.agui._outbox import Outbox, OutboxFullError, is_outage, landed
+from threadstore.agui._outbox import Outbox, OutboxFullError, is_outage, replayed
 from threadstore.agui._records import (
     Entry,
-    as_update,
     default_message_create,
     default_reasoning_create,
     default_tool_call_create,
@@ -374,12 +373,8 @@ class RunPersister:
     # --- writer task ---------------------------------------------------------------------
 
     def request_flush(self, *, now: bool = False) -> None:
-        """Ask the writer for a flush: right away if ``now``, else at the next boundary slot.
-
-        Boundary flushes start at least ``min_flush_interval`` apart, so the boundaries
-        of a fast stream share a batch; ``now`` (and the end of the stream) skips that
-        wait.
-        """
+        """Ask the writer for a flush: right away if ``now``, else at the next boundary slot
+        (``min_flush_interval`` after the last flush started)."""
         if now:
             self._flush_now = True
         elif self._flush_wanted:
@@ -594,15 +589,11 @@ class RunPersister:
             run = (self.chat.chat_uuid, self.fold.run_id, self.owner)
             await self.outbox.append(*run, [op.write for op in ops], self.chat.user_uuid)
             return
-        writes: list[Write] = []
-        for op in ops:
-            write = op.write
-            if op.check_exists and op.entry is not None and await landed(self.storage, op.write):
-                # An earlier attempt's create landed although its flush failed.
-                assert op.entry.uuid is not None
-                write = as_update(write, op.entry.uuid)
-            writes.append(write)
-        await self.storage.write(writes)
+        # An earlier attempt's create may have landed although its flush failed.
+        storage = self.storage
+        await storage.write(
+            [await replayed(storage, op.write) if op.check_exists else op.write for op in ops]
+        )
 
     def _committed(self, ops: list[_Op]) -> None:
         for op in ops:

@@ -32,8 +32,8 @@ from ag_ui.core import Message as AGUIMessage
 from pydantic import TypeAdapter
 
 from threadstore._steps import off_loop
+from threadstore.agui._agent_input import kept_translation
 from threadstore.agui._distributed import DistributedRunManager
-from threadstore.agui._given import kept_translation
 from threadstore.agui._run_handle import EventsDroppedError, RunHandle
 from threadstore.codec import (
     TRANSLATION,
@@ -203,19 +203,15 @@ async def _snapshots(
     Messages those events touch are left out of the history, which the events rebuild,
     so none appears twice.
     """
-    messages = await _translated(history)
+    if isinstance(history, HistoryView):  # kept with the store's history
+        messages = kept_translation(history)
+    else:
+        messages = await off_loop(history, translate_messages, history)
     if replayed:
         exclude = {i for event in replayed for i in _message_ids(event)}
         messages = [m for m in messages if m.id not in exclude] + opened_messages(replayed)
     state = chat.state if chat is not None and chat.state is not None else {}
     return messages, StateSnapshotEvent(snapshot=state, timestamp=now_ms())
-
-
-async def _translated(history: Sequence[Message]) -> list[AGUIMessage]:
-    """The AG-UI messages of ``history``: kept with the store's history when it is one."""
-    if isinstance(history, HistoryView):
-        return kept_translation(history)
-    return await off_loop(history, translate_messages, history)
 
 
 def _message_ids(event: BaseEvent) -> list[str]:
@@ -299,8 +295,11 @@ class ThreadConnector:
         history = await self._history(chat)
         if live is not None:
             return await _join_local(chat, history, live)
-        if chat is not None and (joined := await self._join_elsewhere(chat, history)):
-            return joined
+        if chat is not None and self.manager.relay is not None:
+            # The chat's run live in another process, joined, if there is one.
+            live_ids = await self.manager.live_chat_runs(chat.chat_uuid)
+            if live_ids and (joined := await self._join_relayed(chat, history, live_ids[0])):
+                return joined
         return Connection(await idle_hydration(thread_id, chat, history))
 
     async def rejoin(self, user: UUID, thread_id: str, run_id: str) -> Connection | None:
@@ -378,15 +377,6 @@ class ThreadConnector:
             if handle.thread_id == thread_id and handle.user_uuid == user
         ]
         return runs[-1] if runs else None
-
-    async def _join_elsewhere(self, chat: Chat, history: Sequence[Message]) -> Connection | None:
-        """The chat's run live in another process, joined, if there is one."""
-        if self.manager.relay is None:
-            return None
-        live = await self.manager.live_chat_runs(chat.chat_uuid)
-        if not live:
-            return None
-        return await self._join_relayed(chat, history, live[0])
 
     async def _join_relayed(
         self, chat: Chat, history: Sequence[Message], run_id: str

@@ -21,8 +21,8 @@ from threadstore.fold._documents import apply_json_patch
 from threadstore.fold._history import (
     HISTORY_INDEX,
     HistoryIndex,
+    HistoryLookup,
     IdsAdded,
-    StoredFacts,
     pending_tool_calls,
     stored_ids,
 )
@@ -36,12 +36,12 @@ __all__ = [
     "ConversationFold",
     "FoldRecord",
     "HistoryIndex",
+    "HistoryLookup",
     "IdsAdded",
     "Record",
     "RecordKind",
     "RunInfo",
     "StorageState",
-    "StoredFacts",
     "append_writes",
     "apply_json_patch",
     "pending_tool_calls",

@@ -41,7 +41,7 @@ class ConversationFold(RecordTable):
     """The records of one run, folded from its AG-UI events; pure data, no I/O.
 
     ``history`` is the chat's stored history (to recognise ids it already holds and
-    tool calls still waiting for a result), or ``facts`` what it holds, as a
+    tool calls still waiting for a result), or ``lookup`` what it holds, as a
     :class:`~threadstore.fold._history.HistoryIndex` answers for it; ``state`` is the
     AG-UI state the run starts from. :meth:`apply` folds one event and says whether it
     was a boundary; :meth:`apply_reference` is the same without its fast path.

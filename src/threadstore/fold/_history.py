@@ -25,8 +25,8 @@ from threadstore.store import Derivation
 __all__ = [
     "HISTORY_INDEX",
     "HistoryIndex",
+    "HistoryLookup",
     "IdsAdded",
-    "StoredFacts",
     "pending_tool_calls",
     "stored_ids",
 ]
@@ -164,9 +164,9 @@ class HistoryIndex:
                         del rewound.pending[call.tool_call_id]
         return rewound
 
-    def at(self, length: int) -> StoredFacts:
+    def at(self, length: int) -> HistoryLookup:
         """What the first ``length`` messages fed hold (``length`` <= :attr:`count`)."""
-        return StoredFacts(
+        return HistoryLookup(
             _Before(self.ids, length),
             _pending_before(self.pending, length),
             _Assistants(self.assistant, length, self.uuids),
@@ -223,7 +223,7 @@ class _Assistants(_Before):
         return None if at is None else UUID(int=self._uuids[at])
 
 
-class StoredFacts(NamedTuple):
+class HistoryLookup(NamedTuple):
     """What a run's fold and screening need to know of the history it starts from."""
 
     ids: Container[str]

@@ -17,7 +17,7 @@ from ag_ui.core import BaseEvent
 
 from threadstore.codec import StreamReader
 from threadstore.fold._fast import FastTarget
-from threadstore.fold._history import HistoryIndex, IdsAdded, StoredFacts
+from threadstore.fold._history import HistoryIndex, HistoryLookup, IdsAdded
 from threadstore.fold._records import Changes, FoldRecord, RecordKind, RunInfo
 from threadstore.models import PARTS_METADATA_KEY, Message, MessageStatus, Role
 
@@ -48,7 +48,7 @@ class RecordTable:
         parent_run_id: str | None = None,
         history: Sequence[Message] = (),
         state: Any = None,
-        facts: StoredFacts | None = None,
+        lookup: HistoryLookup | None = None,
     ) -> None:
         self.run = RunInfo(run_id=run_id, thread_id=thread_id, parent_run_id=parent_run_id)
         self.reader = StreamReader(run_id)
@@ -59,17 +59,17 @@ class RecordTable:
         self.state_version = 0
         self.dirty: set[str] = set()
         self.current_event_timestamp: int | None = None
-        if facts is None:
-            facts = HistoryIndex(history).at(len(history))
-        self.stored_ids: Container[str] = facts.ids
+        if lookup is None:
+            lookup = HistoryIndex(history).at(len(history))
+        self.stored_ids: Container[str] = lookup.ids
         """Ids already stored in the chat when the run started."""
-        self.known_ids = IdsAdded(facts.ids)
+        self.known_ids = IdsAdded(lookup.ids)
         """Ids already stored in the chat or produced by this run."""
         self.aliases: dict[tuple[str, str], str] = {}
         """(family, AG-UI id) -> key of the record that took an id another family holds."""
-        self.pending_calls = facts.pending
+        self.pending_calls = lookup.pending
         """Stored tool calls still waiting for a result, by tool call id."""
-        self.stored_assistant = facts.assistant
+        self.stored_assistant = lookup.assistant
         """Stored assistant messages by AG-UI id: tool calls of this run may nest in them."""
         self.steps: list[str] = []
         """The stack of steps started and not finished yet."""
