@@ -40,6 +40,17 @@ BACKENDS = [
 ]
 
 
+@pytest.fixture
+def quiet_search_indexer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SQLite's background search indexer waits an hour after a write, not a second.
+
+    For tests that count a call's statements: the indexer would otherwise run its
+    batch whenever that second falls, maybe inside the counted call. Searches still
+    index what is pending first.
+    """
+    monkeypatch.setattr("threadstore.store._sqlite_search.FLUSH_INTERVAL", 3600.0)
+
+
 @pytest.fixture(scope="session")
 def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An empty SQLite database file, migrated by the code under test once per process."""

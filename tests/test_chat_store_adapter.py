@@ -144,6 +144,7 @@ async def test_saving_a_superset_writes_only_the_new_messages(store: Store) -> N
     assert spy.record_writes == 0 and spy.calls["set_active_leaf"] == 0
 
 
+@pytest.mark.usefixtures("quiet_search_indexer")
 async def test_the_second_save_costs_the_same_statements_after_10_or_1000_messages(
     tmp_path: Path,
 ) -> None:

@@ -177,6 +177,7 @@ async def _one_run(store: Store, run_id: str) -> StorageAgent:
     return agent
 
 
+@pytest.mark.usefixtures("quiet_search_indexer")
 @pytest.mark.parametrize("backend", SQL_BACKENDS)
 async def test_a_run_after_appends_reads_as_many_rows_on_a_long_chat_as_on_a_short_one(
     backend: str, tmp_path: Path

@@ -100,6 +100,11 @@ async def fill_catalog(path: Path, chats: int) -> Catalog:
     return Catalog(path, users, chat_ids)
 
 
+@pytest.fixture(autouse=True)
+def _counted_alone(quiet_search_indexer: None) -> None:
+    """Every test here counts statements: the search indexer stays out of them."""
+
+
 @pytest.fixture(scope="module")
 def catalogs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Catalog]:
     """A small (200 chats) and a large (2,000 chats) database, built once for this module."""
