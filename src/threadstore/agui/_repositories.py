@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from typing import Any, Generic, TypeVar
 from uuid import UUID
 
 from threadstore import models
@@ -66,11 +66,18 @@ class ChatSessionRegistry:
         return str(chat_uuid)
 
 
-class _OverStore:
-    """Forwards what a subclass does not define to the store it wraps."""
+_S = TypeVar("_S")
 
-    def __init__(self, store: Any) -> None:
-        self.store = store
+
+class _OverStore(Generic[_S]):
+    """Forwards what a subclass does not define to the store it wraps.
+
+    Both repositories take the ``registry`` the seed layer's constructors take.
+    """
+
+    def __init__(self, store: _S, registry: ChatSessionRegistry | None = None) -> None:
+        self.store: _S = store
+        self.registry = registry
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for names the class lacks: the store's optional capabilities.
@@ -79,20 +86,12 @@ class _OverStore:
         return getattr(self.store, name)
 
 
-class ChatRepository(_OverStore):
+class ChatRepository(_OverStore[ChatRepositoryLike]):
     """Chat persistence over ``store``: a ``Store`` or any ``ChatRepositoryLike``.
 
     A ``registry`` given, as the seed layer's repositories take one, learns each chat
     created and forgets each one deleted.
     """
-
-    store: ChatRepositoryLike
-
-    def __init__(
-        self, store: ChatRepositoryLike, registry: ChatSessionRegistry | None = None
-    ) -> None:
-        super().__init__(store)
-        self.registry = registry
 
     async def create_chat(self, chat_data: models.ChatCreate) -> models.Chat:
         chat = await self.store.create_chat(chat_data)
@@ -115,17 +114,11 @@ class ChatRepository(_OverStore):
         return await self.store.delete_chat(chat_uuid)
 
 
-class MessageRepository(_OverStore):
-    """Message persistence over ``store``: a ``Store`` or any ``MessageRepositoryLike``."""
+class MessageRepository(_OverStore[MessageRepositoryLike]):
+    """Message persistence over ``store``: a ``Store`` or any ``MessageRepositoryLike``.
 
-    store: MessageRepositoryLike
-
-    def __init__(
-        self, store: MessageRepositoryLike, registry: ChatSessionRegistry | None = None
-    ) -> None:
-        super().__init__(store)
-        self.registry = registry
-        """The registry the seed layer's constructor takes (a chat needs no lookup here)."""
+    Its ``registry`` is only kept: a message needs no chat lookup here.
+    """
 
     def transaction(self) -> AbstractAsyncContextManager[None]:
         return self.store.transaction()
