@@ -67,9 +67,6 @@ FOREGROUND_CONNECTIONS = 2
 A pool of at most this many connections lets flushes take one connection at a time.
 """
 
-_CHAT_FIELDS: dict[str, str] = {"name": "name", "state": "state", "metadata": "metadata"}
-"""The column of each directly set chat field (column names are only taken from here)."""
-
 _CREATE_ATTEMPTS = 5
 """How often create_chat retries when the chat it conflicted with is deleted meanwhile."""
 
@@ -209,26 +206,19 @@ class PostgresStore(Store):
             return await self._fetch_on(conn, query, *args)
 
     async def _fetch_on(
-        self, conn: asyncpg.Connection, query: str, *args: Any
+        self, conn: asyncpg.Connection, query: str, *args: Any, planned: bool = False
     ) -> list[asyncpg.Record]:
-        try:
-            rows: list[asyncpg.Record] = await conn.fetch(query, *args)
-        except asyncpg.PostgresError as exc:
-            raise translate(exc) from exc
-        return rows
-
-    async def _fetch_planned(
-        self, conn: asyncpg.Connection, query: str, *args: Any
-    ) -> list[asyncpg.Record]:
-        """:meth:`_fetch_on` with a statement prepared for this call, planned for its values.
+        """The rows of ``query`` on ``conn``; ``planned``: prepared for this call only.
 
         A cached statement gets a plan generic over its parameters after a few calls; for
         a range whose selectivity depends on the value (``chat_version > $2``) that plan
-        reads the whole chat.
+        reads the whole chat, so such a read is planned for its values.
         """
         try:
-            statement = await conn.prepare(query)
-            rows: list[asyncpg.Record] = await statement.fetch(*args)
+            if planned:
+                rows: list[asyncpg.Record] = await (await conn.prepare(query)).fetch(*args)
+            else:
+                rows = await conn.fetch(query, *args)
         except asyncpg.PostgresError as exc:
             raise translate(exc) from exc
         return rows
@@ -263,22 +253,27 @@ class PostgresStore(Store):
         reasoning_rows = await self._fetch_on(conn, sql.REASONING_SELECT[iso] + where, parents)
         return tool_rows, reasoning_rows
 
-    async def _entries_of(
-        self, conn: asyncpg.Connection, rows: Sequence[asyncpg.Record]
-    ) -> list[Any]:
-        """The history entries of the messages of ``rows`` (``store/_history.py``)."""
-        tool_rows, reasoning_rows = await self._child_rows(conn, rows)
-        return await off_loop(rows, self._entries.entries, rows, tool_rows, reasoning_rows)
+    async def _read_entries(self, suffix: str, *args: Any, planned: bool = False) -> list[Any]:
+        """The history entries (``store/_history.py``) of the messages ``suffix`` selects."""
+        async with self._connection() as conn:
+            query = sql.MESSAGE_SELECT[iso_times(conn)] + suffix
+            rows = await self._fetch_on(conn, query, *args, planned=planned)
+            tool_rows, reasoning_rows = await self._child_rows(conn, rows)
+            return await off_loop(rows, self._entries.entries, rows, tool_rows, reasoning_rows)
 
-    async def _read_messages(self, suffix: str, *args: Any) -> list[models.Message]:
+    async def _read_messages(
+        self, suffix: str, *args: Any, reverse: bool = False
+    ) -> list[models.Message]:
         """Messages selected by ``suffix`` (joins, WHERE...), with their children."""
         async with self._connection() as conn:
             query = sql.MESSAGE_SELECT[iso_times(conn)] + suffix
             rows = await self._fetch_on(conn, query, *args)
+            if reverse:
+                rows.reverse()
             return await self._messages_with_children(conn, rows)
 
     async def _select(self, forms: dict[bool, str], suffix: str, *args: Any) -> list[Any]:
-        """Rows of a read given in its two forms (see ``postgres_schema``), then ``suffix``."""
+        """Rows of a read given in its two forms (see ``_postgres_sql``), then ``suffix``."""
         async with self._connection() as conn:
             return await self._fetch_on(conn, forms[iso_times(conn)] + suffix, *args)
 
@@ -346,10 +341,11 @@ class PostgresStore(Store):
     async def _set_chat_field(self, chat_uuid: UUID, field: str, value: Any) -> models.Chat | None:
         # One UPDATE of one column: concurrent renames serialize on the row lock and
         # the last one wins whole; no read-modify-write can lose a concurrent change.
+        encoded = shared.CHAT_FIELD_ENCODERS[field](value)  # (only a known field is a column)
         rows = await self._fetch(
-            f"UPDATE chats SET {_CHAT_FIELDS[field]} = $1, updated_at = $2 WHERE chat_uuid = $3"
+            f"UPDATE chats SET {field} = $1, updated_at = $2 WHERE chat_uuid = $3"
             + sql.CHAT_RETURNING,
-            shared.CHAT_FIELD_ENCODERS[field](value),
+            encoded,
             models.utcnow(),
             chat_uuid,
         )
@@ -530,10 +526,8 @@ class PostgresStore(Store):
         self, chat_uuid: UUID, since: Hashable, version: Hashable
     ) -> tuple[list[Any], UUID | None] | None:
         assert isinstance(since, tuple) and isinstance(version, tuple)
-        async with self._connection() as conn:
-            query = sql.MESSAGE_SELECT[iso_times(conn)] + sql.CHANGED_SINCE
-            rows = await self._fetch_planned(conn, query, chat_uuid, since[0])
-            return await self._entries_of(conn, rows), version[1]
+        entries = await self._read_entries(sql.CHANGED_SINCE, chat_uuid, since[0], planned=True)
+        return entries, version[1]
 
     async def _select_branch(
         self, chat_uuid: UUID, page: BranchPage, version: Hashable | None
@@ -541,19 +535,12 @@ class PostgresStore(Store):
         args: list[Any] = [chat_uuid]
         bounds, tail = shared.branch_page(page, args, "${}".format)
         suffix = " WHERE " + sql.BRANCH_FILTER + bounds + tail
-        async with self._connection() as conn:
-            rows = await self._fetch_on(conn, sql.MESSAGE_SELECT[iso_times(conn)] + suffix, *args)
-            if page.newest_first:
-                rows.reverse()
-            return await self._messages_with_children(conn, rows)
+        return await self._read_messages(suffix, *args, reverse=page.newest_first)
 
     async def _select_entries(self, chat_uuid: UUID, version: Hashable) -> list[Any]:
-        suffix = " WHERE " + sql.BRANCH_FILTER + " ORDER BY m.seq"
-        async with self._connection() as conn:
-            rows = await self._fetch_on(
-                conn, sql.MESSAGE_SELECT[iso_times(conn)] + suffix, chat_uuid
-            )
-            return await self._entries_of(conn, rows)
+        return await self._read_entries(
+            " WHERE " + sql.BRANCH_FILTER + " ORDER BY m.seq", chat_uuid
+        )
 
     def _build_entries(self, entries: Sequence[Any]) -> list[models.Message]:
         return self._entries.build(entries)
