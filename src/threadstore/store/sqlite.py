@@ -265,11 +265,7 @@ class SQLiteStore(Store):
         return [self._chat_update(chat_uuid, queries.CHAT_FIELD_SET[field], (encoded,))]
 
     def _active_leaf_update(self, chat_uuid: UUID, message_uuid: UUID) -> list[Statement]:
-        check = Statement(
-            "SELECT 1 FROM messages WHERE message_uuid = ? AND chat_uuid = ?",
-            (str(message_uuid), str(chat_uuid)),
-            missing=f"message {message_uuid} is not in chat {chat_uuid}",
-        )
+        check = _in_chat(message_uuid, chat_uuid, "message")
         # A leaf anywhere but the newest message means the active branch is no
         # longer "every message", so reads must walk the tree from now on.
         update = self._chat_update(
@@ -359,15 +355,9 @@ class SQLiteStore(Store):
         created = fields["created_at"] or models.utcnow()
         values = record_values(data, created)
         insert = Statement(queries.INSERT_MESSAGE, params(queries.PLANS.message, values))
-        chat = str(chat_uuid)
         if parent_uuid is None:
             return [insert], created
-        check = Statement(
-            "SELECT 1 FROM messages WHERE message_uuid = ? AND chat_uuid = ?",
-            (str(parent_uuid), chat),
-            missing=f"parent message {parent_uuid} is not in chat {chat_uuid}",
-        )
-        return [check, insert], created
+        return [_in_chat(parent_uuid, chat_uuid, "parent message"), insert], created
 
     def _row_update(
         self, table: str, key: str, uuid: UUID, update: Any, base_cls: Any, columns: Sequence[str]
@@ -634,6 +624,15 @@ class SQLiteStore(Store):
             small=True,
         )
         return RunLiveError(chat_uuid, live[0][0] if live else None)
+
+
+def _in_chat(message_uuid: UUID, chat_uuid: UUID, what: str) -> Statement:
+    """A check that fails with ``NotFoundError`` unless the message is in the chat."""
+    return Statement(
+        "SELECT 1 FROM messages WHERE message_uuid = ? AND chat_uuid = ?",
+        (str(message_uuid), str(chat_uuid)),
+        missing=f"{what} {message_uuid} is not in chat {chat_uuid}",
+    )
 
 
 async def _nothing(results: list[list[Any]]) -> None:
