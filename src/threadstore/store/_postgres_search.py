@@ -152,17 +152,9 @@ class PostgresSearch(SearchBackend):
         snippets = {row[0]: (row[1], row[2], row[3]) for row in found}
         return [
             SearchRow(
-                seq=row[0],
-                message_uuid=row[1],
-                chat_uuid=row[2],
-                thread_id=row[3],
-                chat_name=row[4],
-                role=row[5],
-                created_at=row[6],
-                score=row[7],
-                snippets=snippets.get(row[1], (None, None, None)),
+                seq, uuid, chat, thread, name, role, at, score, snippets.get(uuid, (None,) * 3)
             )
-            for row in rows
+            for seq, uuid, chat, thread, name, role, at, score in rows
         ]
 
     async def backlog(self) -> int:

@@ -16,6 +16,7 @@ import asyncio
 import logging
 import re
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -167,7 +168,7 @@ class SQLiteSearch(SearchBackend):
         if after is not None:
             params += [ts(after.created_at), after.seq]
         rows = await self.executor.read(SELECT[after is not None], params)
-        return [_row(*row, score=None) for row in rows]
+        return [_row(row, None) for row in rows]
 
     async def _ranked(self, query: SearchQuery) -> list[SearchRow]:
         """The user's matches ranked by BM25 here, with the words weighed by how many of
@@ -195,7 +196,7 @@ class SQLiteSearch(SearchBackend):
             lengths.append(len(_WORD.findall(text)))
         scores = bm25(counts, lengths, weights)
         ranked = sorted(
-            (_row(*row[:7], score=score) for row, score in zip(rows, scores, strict=True)),
+            (_row(row, score) for row, score in zip(rows, scores, strict=True)),
             key=lambda r: (r.score, r.created_at, r.seq),
             reverse=True,
         )
@@ -253,25 +254,10 @@ class SQLiteSearch(SearchBackend):
                 failing = True
 
 
-def _row(
-    seq: int,
-    message_uuid: str,
-    chat_uuid: str,
-    thread_id: str,
-    name: str | None,
-    role: str,
-    created_at: str,
-    *,
-    score: float | None,
-) -> SearchRow:
+def _row(row: Sequence[Any], score: float | None) -> SearchRow:
+    """A row of the first seven columns of SearchRow's fields, uuids and time as text."""
+    seq, message, chat, thread_id, name, role, created_at = row[:7]
+    created = datetime.fromisoformat(created_at)
     return SearchRow(
-        seq=seq,
-        message_uuid=UUID(message_uuid),
-        chat_uuid=UUID(chat_uuid),
-        thread_id=thread_id,
-        chat_name=name,
-        role=role,
-        created_at=datetime.fromisoformat(created_at),
-        score=score,
-        snippets=(None, None, None),
+        seq, UUID(message), UUID(chat), thread_id, name, role, created, score, (None,) * 3
     )
