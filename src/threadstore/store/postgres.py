@@ -78,6 +78,12 @@ _SETUP_TIMEOUT = 3600.0
 _PLANS = shared.InsertPlans(shared.JSON_ENCODERS)
 
 
+def _arg(args: list[Any], value: Any) -> str:
+    """Append a statement's next parameter to ``args``; its placeholder."""
+    args.append(value)
+    return f"${len(args)}"
+
+
 class PostgresStore(Store):
     """Store backed by a PostgreSQL database through an asyncpg pool."""
 
@@ -307,49 +313,41 @@ class PostgresStore(Store):
         )
 
     @staticmethod
-    def _chat_conditions(where: ChatFilter, args: list[Any]) -> list[str]:
+    def _chat_conditions(where: ChatFilter, args: list[Any]) -> str:
         """The WHERE conditions of ``where``; their parameters are appended to ``args``."""
-        conditions: list[str] = []
-        for column, value in where.equalities():
-            args.append(value)
-            conditions.append(f"{column} = ${len(args)}")
+        conditions = [f"{column} = {_arg(args, value)}" for column, value in where.equalities()]
         conditions.append("deleted_at IS NOT NULL" if where.deleted else "deleted_at IS NULL")
         for bound, op in ((where.deleted_after, ">="), (where.deleted_before, "<")):
             if bound is not None:
-                args.append(bound)
-                conditions.append(f"deleted_at {op} ${len(args)}")
+                conditions.append(f"deleted_at {op} {_arg(args, bound)}")
         if where.after is not None:
-            args += [where.after[0], UUID(where.after[1])]
-            conditions.append(f"(updated_at, chat_uuid) < (${len(args) - 1}, ${len(args)})")
+            at, uuid = _arg(args, where.after[0]), _arg(args, UUID(where.after[1]))
+            conditions.append(f"(updated_at, chat_uuid) < ({at}, {uuid})")
         if (pattern := where.name_like()) is not None:
-            args.append(pattern)
-            conditions.append(f"c.name ILIKE ${len(args)} ESCAPE '\\'")
-        return conditions
+            conditions.append(f"c.name ILIKE {_arg(args, pattern)} ESCAPE '\\'")
+        return " AND ".join(conditions)
 
     async def _select_chats(self, where: ChatFilter) -> Sequence[models.Chat]:
         args: list[Any] = []
-        suffix = " WHERE " + " AND ".join(self._chat_conditions(where, args))
+        suffix = " WHERE " + self._chat_conditions(where, args)
         suffix += " ORDER BY c.updated_at DESC, c.chat_uuid DESC"
         if where.limit is not None:
-            args.append(where.limit)
-            suffix += f" LIMIT ${len(args)}"
-        chats: list[models.Chat] = self._chats.load(
-            await self._select(sql.CHAT_SELECT, suffix, *args)
-        )
-        return chats
+            suffix += f" LIMIT {_arg(args, where.limit)}"
+        return self._chats.load(await self._select(sql.CHAT_SELECT, suffix, *args))
+
+    async def _write_chat(self, query: str, *args: Any) -> models.Chat | None:
+        """The chat a write returned, or ``None``."""
+        rows = await self._fetch(query, *args)
+        return self._chats.load(rows)[0] if rows else None
 
     async def _set_chat_field(self, chat_uuid: UUID, field: str, value: Any) -> models.Chat | None:
         # One UPDATE of one column: concurrent renames serialize on the row lock and
         # the last one wins whole; no read-modify-write can lose a concurrent change.
         encoded = shared.CHAT_FIELD_ENCODERS[field](value)  # (only a known field is a column)
-        rows = await self._fetch(
-            f"UPDATE chats SET {field} = $1, updated_at = $2 WHERE chat_uuid = $3"
-            + sql.CHAT_RETURNING,
-            encoded,
-            models.utcnow(),
-            chat_uuid,
+        query = f"UPDATE chats SET {field} = $1, updated_at = $2 WHERE chat_uuid = $3"
+        return await self._write_chat(
+            query + sql.CHAT_RETURNING, encoded, models.utcnow(), chat_uuid
         )
-        return self._chats.load(rows)[0] if rows else None
 
     async def _select_tree(self, chat_uuid: UUID) -> list[TreeNode]:
         rows = await self._fetch(sql.SELECT_TREE, chat_uuid)
@@ -368,10 +366,9 @@ class PostgresStore(Store):
         return [TreeNode(*row) for row in rows]
 
     async def _set_active_leaf(self, chat_uuid: UUID, message_uuid: UUID) -> models.Chat | None:
-        rows = await self._fetch(sql.SET_ACTIVE_LEAF, chat_uuid, message_uuid, models.utcnow())
-        if not rows:
+        chat = await self._write_chat(sql.SET_ACTIVE_LEAF, chat_uuid, message_uuid, models.utcnow())
+        if chat is None:
             raise NotFoundError(f"message {message_uuid} is not in chat {chat_uuid}")
-        chat: models.Chat = self._chats.load(rows)[0]
         return chat
 
     async def _soft_delete(
@@ -379,18 +376,8 @@ class PostgresStore(Store):
     ) -> models.Chat | None:
         args: list[Any] = [deleted_at]
         conditions = self._chat_conditions(where, args)
-        rows = await self._fetch(
-            "UPDATE chats c SET deleted_at = $1 WHERE "
-            + " AND ".join(conditions)
-            + sql.CHAT_RETURNING,
-            *args,
-        )
-        return self._chats.load(rows)[0] if rows else None
-
-    async def _hard_delete(self, chat_uuid: UUID) -> models.Chat | None:
-        # Foreign keys cascade to messages, their tool calls and reasoning, and runs.
-        rows = await self._fetch(sql.DELETE_CHAT, chat_uuid)
-        return self._chats.load(rows)[0] if rows else None
+        query = "UPDATE chats c SET deleted_at = $1 WHERE " + conditions + sql.CHAT_RETURNING
+        return await self._write_chat(query, *args)
 
     # --- messages ------------------------------------------------------------------------
 
@@ -434,21 +421,20 @@ class PostgresStore(Store):
         The statement also moves the chat's version and returns ``columns``.
         """
         base, extra = split_update(update, base_cls)
-        assignments: list[str] = []
         args: list[Any] = []
-        for column, value in base.items():
-            if column in shared.UPDATABLE[table]:
-                args.append(shared.update_value(column, value, shared.JSON_ENCODERS))
-                assignments.append(f"{column} = ${len(args)}")
+        assignments = [
+            f"{column} = {_arg(args, shared.update_value(column, value, shared.JSON_ENCODERS))}"
+            for column, value in base.items()
+            if column in shared.UPDATABLE[table]
+        ]
         if extra:
             # jsonb || replaces each given key whole, in place: a concurrent patch of
             # other extra fields is never read back and lost.
-            args.append(extra)
-            assignments.append(f"extra = COALESCE(extra, '{{}}'::jsonb) || ${len(args)}::jsonb")
-        args.append(models.utcnow())
-        assignments.append(f"updated_at = ${len(args)}")
-        args.append(uuid)
-        query = sql.versioned_update(table, key, ", ".join(assignments), f"${len(args)}", columns)
+            assignments.append(
+                f"extra = COALESCE(extra, '{{}}'::jsonb) || {_arg(args, extra)}::jsonb"
+            )
+        assignments.append(f"updated_at = {_arg(args, models.utcnow())}")
+        query = sql.versioned_update(table, key, ", ".join(assignments), _arg(args, uuid), columns)
         return query, args
 
     async def _update_message(
@@ -495,14 +481,11 @@ class PostgresStore(Store):
         return loaded[0] if loaded else None
 
     async def _find_message(self, key: MessageKey) -> models.Message | None:
-        conditions: list[str] = []
-        args: list[Any] = []
-        for column, value in key.equalities():
-            args.append(value)
-            conditions.append(f"m.{column} = ${len(args)}")
+        pairs = key.equalities()
+        conditions = [f"m.{column} = ${i}" for i, (column, _) in enumerate(pairs, 1)]
         conditions.append(sql.CHAT_IS_LIVE)
         suffix = " WHERE " + " AND ".join(conditions) + " ORDER BY m.seq LIMIT 1"
-        messages = await self._read_messages(suffix, *args)
+        messages = await self._read_messages(suffix, *(value for _, value in pairs))
         return messages[0] if messages else None
 
     async def _find_tool_call(
@@ -565,12 +548,8 @@ class PostgresStore(Store):
             except asyncpg.PostgresError as exc:
                 raise translate(exc) from exc
             if not rows:
-                rows = await self._fetch_on(
-                    conn,
-                    sql.RUN_SELECT + " WHERE chat_uuid = $1 AND run_id = $2",
-                    run.chat_uuid,
-                    run.run_id,
-                )
+                query = sql.RUN_SELECT + sql.BY_RUN_KEY
+                rows = await self._fetch_on(conn, query, run.chat_uuid, run.run_id)
         if not rows:
             raise NotFoundError(f"chat {run.chat_uuid} does not exist")
         return shared.load_run(rows[0])
@@ -667,7 +646,8 @@ class PostgresStore(Store):
             case ops.SetDeletedAt(where, deleted_at):
                 return await self._soft_delete(where, deleted_at)
             case ops.DeleteChat(chat_uuid):
-                return await self._hard_delete(chat_uuid)
+                # Foreign keys cascade to messages, their tool calls and reasoning, and runs.
+                return await self._write_chat(sql.DELETE_CHAT, chat_uuid)
             case ops.StartRun(run):
                 return await self._start_run(run)
             case ops.HeartbeatRuns(owner, run_ids):
