@@ -177,18 +177,9 @@ class PostgresRunEvents:
         return listener
 
     async def append(self, batches: Sequence[EventBatch]) -> None:
-        chats: list[UUID] = []
-        runs: list[str] = []
-        ids: list[int] = []
-        events: list[str] = []
-        for chat_uuid, run_id, batch in batches:
-            chats += [chat_uuid] * len(batch)
-            runs += [run_id] * len(batch)
-            ids += [event_id for event_id, _ in batch]
-            events += [event for _, event in batch]
-        await self._call(
-            "execute", INSERT_EVENTS, chats, runs, ids, events, utcnow(), EVENTS_CHANNEL
-        )
+        rows = [(chat, run, n, event) for chat, run, batch in batches for n, event in batch]
+        columns = [[row[i] for row in rows] for i in range(4)]  # an array each (unnest)
+        await self._call("execute", INSERT_EVENTS, *columns, utcnow(), EVENTS_CHANNEL)
 
     async def read(self, chat_uuid: UUID, run_id: str, first: int) -> list[tuple[int, str]]:
         rows = await self._call("fetch", READ_EVENTS, chat_uuid, run_id, first)
@@ -200,11 +191,7 @@ class PostgresRunEvents:
 
     async def run_log(self, chat_uuid: UUID, run_id: str) -> RunLog | None:
         row = await self._call("fetchrow", RUN_LOG, chat_uuid, run_id)
-        if row is None:
-            return None
-        return RunLog(
-            row["status"], row["updated_at"], row["first_id"], row["last_id"], row["last_type"]
-        )
+        return None if row is None else RunLog(*row)  # its columns are RunLog's fields
 
     async def run_status(self, chat_uuid: UUID, run_id: str) -> str | None:
         status: str | None = await self._call("fetchval", RUN_STATUS, chat_uuid, run_id)
