@@ -128,17 +128,9 @@ class PostgresSearch(SearchBackend):
 
     async def select(self, query: SearchQuery) -> list[SearchRow]:
         language = await self._language()
-        text = " ".join(query.words)
-        after = query.after
-        params: list[Any] = [
-            language,
-            text,
-            owner_token(query.user_uuid),
-            query.user_uuid,
-            query.all_branches,
-            query.limit,
-            None if after is None else after.created_at,
-        ]
+        text, user, after = " ".join(query.words), query.user_uuid, query.after
+        params: list[Any] = [language, text, owner_token(user), user, query.all_branches]
+        params += [query.limit, None if after is None else after.created_at]
         if after is not None:
             params.append(after.seq)
             if query.order == "best":

@@ -149,20 +149,16 @@ class SQLiteSearch(SearchBackend):
             # batch is indexed first (an older backlog goes on in the background).
             if (await self.executor.run(*self._flush))[-1][0][0]:
                 self._written.set()
-        if query.order == "best":
-            rows = await self._ranked(query)
-        else:
-            rows = await self._newest(query)
+        match = match_expression(query.user_uuid, query.words)
+        rows = await (self._ranked if query.order == "best" else self._newest)(query, match)
         if not rows:
             return rows
-        match = match_expression(query.user_uuid, query.words)
         wanted = "[" + ",".join(str(row.seq) for row in rows) + "]"
         found = await self.executor.read(SNIPPETS, (match, HIGHLIGHT_START, HIGHLIGHT_STOP, wanted))
         snippets = {row[0]: (row[1], row[2], row[3]) for row in found}
         return [replace(row, snippets=snippets.get(row.seq, row.snippets)) for row in rows]
 
-    async def _newest(self, query: SearchQuery) -> list[SearchRow]:
-        match = match_expression(query.user_uuid, query.words)
+    async def _newest(self, query: SearchQuery, match: str) -> list[SearchRow]:
         after = query.after
         params: list[Any] = [match, str(query.user_uuid), query.all_branches, query.limit]
         if after is not None:
@@ -170,18 +166,12 @@ class SQLiteSearch(SearchBackend):
         rows = await self.executor.read(SELECT[after is not None], params)
         return [_row(row, None) for row in rows]
 
-    async def _ranked(self, query: SearchQuery) -> list[SearchRow]:
+    async def _ranked(self, query: SearchQuery, match: str) -> list[SearchRow]:
         """The user's matches ranked by BM25 here, with the words weighed by how many of
         the user's messages hold them."""
         user, words = query.user_uuid, query.words
-        params = (
-            match_expression(user, words),
-            str(user),
-            query.all_branches,
-            MAX_RANKED,
-            HIGHLIGHT_START,
-            HIGHLIGHT_STOP,
-        )
+        marks = (HIGHLIGHT_START, HIGHLIGHT_STOP)
+        params = (match, str(user), query.all_branches, MAX_RANKED, *marks)
         rows = await self.executor.read(SELECT_BEST, params)
         if not rows:
             return []
