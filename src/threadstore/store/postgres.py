@@ -554,23 +554,6 @@ class PostgresStore(Store):
             raise NotFoundError(f"chat {run.chat_uuid} does not exist")
         return shared.load_run(rows[0])
 
-    async def _heartbeat(self, owner: str, run_ids: Sequence[tuple[UUID, str]]) -> None:
-        await self._fetch(
-            sql.HEARTBEAT_RUNS,
-            models.utcnow(),
-            owner,
-            [chat for chat, _ in run_ids],
-            [run for _, run in run_ids],
-        )
-
-    async def _finish_run(
-        self, chat_uuid: UUID, run_id: str, status: models.RunStatus, error: str | None
-    ) -> models.Run | None:
-        rows = await self._fetch(
-            sql.FINISH_RUN, status.value, error, models.utcnow(), chat_uuid, run_id
-        )
-        return shared.load_run(rows[0]) if rows else None
-
     async def _select_runs(self, where: RunFilter) -> list[models.Run]:
         if where.run_id is not None:
             rows = await self._fetch(
@@ -583,12 +566,6 @@ class PostgresStore(Store):
         else:
             rows = await self._fetch(sql.RUNNING_RUNS_OF_CHAT, where.chat_uuid, where.stale_before)
         return [shared.load_run(row) for row in rows]
-
-    async def _finalize(self, chat_uuid: UUID, run_id: str, status: models.MessageStatus) -> int:
-        rows = await self._fetch(
-            sql.FINALIZE_RUN_RECORDS, status.value, models.utcnow(), chat_uuid, run_id
-        )
-        return int(rows[0][0])
 
     # --- writes ----------------------------------------------------------------------
 
@@ -651,9 +628,17 @@ class PostgresStore(Store):
             case ops.StartRun(run):
                 return await self._start_run(run)
             case ops.HeartbeatRuns(owner, run_ids):
-                return await self._heartbeat(owner, run_ids)
+                chats, runs = [chat for chat, _ in run_ids], [run for _, run in run_ids]
+                await self._fetch(sql.HEARTBEAT_RUNS, models.utcnow(), owner, chats, runs)
+                return None
             case ops.FinishRun(chat_uuid, run_id, status, error):
-                return await self._finish_run(chat_uuid, run_id, status, error)
+                args = (status.value, error, models.utcnow(), chat_uuid, run_id)
+                rows = await self._fetch(sql.FINISH_RUN, *args)
+                return shared.load_run(rows[0]) if rows else None
             case ops.FinalizeRunRecords(chat_uuid, run_id, status):
-                return await self._finalize(chat_uuid, run_id, status)
+                at = models.utcnow()
+                rows = await self._fetch(
+                    sql.FINALIZE_RUN_RECORDS, status.value, at, chat_uuid, run_id
+                )
+                return int(rows[0][0])
         raise AssertionError(f"unknown operation {op!r}")
