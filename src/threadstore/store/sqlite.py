@@ -328,7 +328,15 @@ class SQLiteStore(Store):
     # --- messages -----------------------------------------------------------------------
 
     def _create_message(self, data: models.MessageCreate) -> tuple[list[Statement], _Finish]:
-        statements, created = self._message_insert(data)
+        # The append hot path: read the DTO's fields from its dict and pass enums (str
+        # subclasses) straight to the driver.
+        fields = data.__dict__
+        chat_uuid, parent_uuid = fields["chat_uuid"], fields["parent_uuid"]
+        created = fields["created_at"] or models.utcnow()
+        values = record_values(data, created)
+        statements = [Statement(queries.INSERT_MESSAGE, params(queries.PLANS.message, values))]
+        if parent_uuid is not None:  # checked first
+            statements.insert(0, _in_chat(parent_uuid, chat_uuid, "parent message"))
 
         async def finish(results: list[list[Any]]) -> models.Message:
             seq, parent = results[-1][0]
@@ -337,19 +345,6 @@ class SQLiteStore(Store):
             )
 
         return statements, finish
-
-    def _message_insert(self, data: models.MessageCreate) -> tuple[list[Statement], datetime]:
-        """The statements creating a message (a parent check first when a parent is given)."""
-        # The append hot path: read the DTO's fields from its dict and pass enums (str
-        # subclasses) straight to the driver.
-        fields = data.__dict__
-        chat_uuid, parent_uuid = fields["chat_uuid"], fields["parent_uuid"]
-        created = fields["created_at"] or models.utcnow()
-        values = record_values(data, created)
-        insert = Statement(queries.INSERT_MESSAGE, params(queries.PLANS.message, values))
-        if parent_uuid is None:
-            return [insert], created
-        return [_in_chat(parent_uuid, chat_uuid, "parent message"), insert], created
 
     def _row_update(
         self, table: str, key: str, uuid: UUID, update: Any, base_cls: Any, columns: Sequence[str]
