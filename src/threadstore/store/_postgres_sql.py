@@ -85,15 +85,15 @@ RUN_SELECT = "SELECT " + ", ".join(RUN_COLUMNS) + " FROM runs"
 CHAT_RETURNING = " RETURNING " + ", ".join(CHAT_COLUMNS)
 RUN_RETURNING = " RETURNING " + ", ".join(RUN_COLUMNS)
 
-# The active branch of a chat: every message when it never branched (one index range
-# scan; the tree walk below is then never evaluated), else the path from the active
-# leaf to the root.
 CHAT_IS_LIVE = (
     "NOT EXISTS (SELECT 1 FROM chats d WHERE d.chat_uuid = m.chat_uuid"
     " AND d.deleted_at IS NOT NULL)"
 )
 """A message's chat is not soft-deleted."""
 
+# The active branch of a chat: every message when it never branched (one index range
+# scan; the tree walk below is then never evaluated), else the path from the active
+# leaf to the root.
 BRANCH_FILTER = (
     "m.chat_uuid = $1 AND "
     + CHAT_IS_LIVE
