@@ -1,21 +1,17 @@
 """The PostgreSQL backend, on asyncpg: for apps whose replicas share one database.
 
-Every call outside a ``transaction()`` borrows a connection for its statements and
-gives it back; a transaction keeps one connection for its whole block, and every
-store call the same task makes inside the block runs on it. Concurrency is the
-database's: each write is one statement that sets only the columns it was given,
-creates are ``INSERT ... ON CONFLICT``, appends to one chat take its row lock so
-they chain one after another, and nothing ever upserts a chat or a message, so a
-late write to a deleted chat finds nothing to write to.
+Connections (a call's own, or its task's ``transaction()``'s) are
+``store/_postgres_connections.py``'s. Concurrency is the database's: each write is
+one statement that sets only the columns it was given, creates are ``INSERT ... ON
+CONFLICT``, appends to one chat take its row lock so they chain one after another,
+and nothing ever upserts a chat or a message, so a late write to a deleted chat
+finds nothing to write to.
 
 Whole histories are cached per store (``history_cache_messages``, as on SQLite) and
 reused while their chat's ``version`` is unchanged: every statement that changes a
 chat's messages, tool calls or reasoning moves that version in its own transaction,
 so a writer in any process invalidates every reader's copy, and a repeated read is
 one indexed lookup.
-
-Connections (the pool, those kept idle between calls, a task's transaction) are
-``store/_postgres_connections.py``'s.
 
 Background flushes (a storage agent's ``apply_writes``) hold at most all but
 :data:`FOREGROUND_CONNECTIONS` of the pool's connections at once; the rest wait for a
