@@ -208,19 +208,26 @@ class PostgresStore(Store):
             return await self._fetch_on(conn, query, *args)
 
     async def _fetch_on(
-        self, conn: asyncpg.Connection, query: str, *args: Any, planned: bool = False
+        self, conn: asyncpg.Connection, query: str, *args: Any
     ) -> list[asyncpg.Record]:
-        """The rows of ``query`` on ``conn``; ``planned``: prepared for this call only.
+        try:
+            rows: list[asyncpg.Record] = await conn.fetch(query, *args)
+        except asyncpg.PostgresError as exc:
+            raise translate(exc) from exc
+        return rows
+
+    async def _fetch_planned(
+        self, conn: asyncpg.Connection, query: str, *args: Any
+    ) -> list[asyncpg.Record]:
+        """:meth:`_fetch_on` with a statement prepared for this call, planned for its values.
 
         A cached statement gets a plan generic over its parameters after a few calls; for
         a range whose selectivity depends on the value (``chat_version > $2``) that plan
-        reads the whole chat, so such a read is planned for its values.
+        reads the whole chat.
         """
         try:
-            if planned:
-                rows: list[asyncpg.Record] = await (await conn.prepare(query)).fetch(*args)
-            else:
-                rows = await conn.fetch(query, *args)
+            statement = await conn.prepare(query)
+            rows: list[asyncpg.Record] = await statement.fetch(*args)
         except asyncpg.PostgresError as exc:
             raise translate(exc) from exc
         return rows
@@ -259,7 +266,7 @@ class PostgresStore(Store):
         """The history entries (``store/_history.py``) of the messages ``suffix`` selects."""
         async with self._connection() as conn:
             query = sql.MESSAGE_SELECT[iso_times(conn)] + suffix
-            rows = await self._fetch_on(conn, query, *args, planned=planned)
+            rows = await (self._fetch_planned if planned else self._fetch_on)(conn, query, *args)
             tool_rows, reasoning_rows = await self._child_rows(conn, rows)
             return await off_loop(rows, self._entries.entries, rows, tool_rows, reasoning_rows)
 
