@@ -291,6 +291,8 @@ class PostgresStore(Store):
     async def _create_chat(self, chat_data: models.ChatCreate) -> models.Chat:
         values = shared.chat_values(chat_data)
         args = shared.params(_PLANS.chat, values)
+        thread = values["user_uuid"], values["thread_id"]
+        live = " WHERE user_uuid = $1 AND thread_id = $2 AND deleted_at IS NULL"
         async with self._connection() as conn:
             for _ in range(_CREATE_ATTEMPTS):
                 rows = await self._fetch_on(conn, sql.INSERT_CHAT, *args)
@@ -298,16 +300,10 @@ class PostgresStore(Store):
                     # Another caller created this thread first: return its chat, unless
                     # it was deleted in between, in which case insert again.
                     rows = await self._fetch_on(
-                        conn,
-                        sql.CHAT_SELECT[iso_times(conn)]
-                        + " WHERE user_uuid = $1 AND thread_id = $2 AND deleted_at IS NULL",
-                        values["user_uuid"],
-                        values["thread_id"],
+                        conn, sql.CHAT_SELECT[iso_times(conn)] + live, *thread
                     )
                 if not rows:  # it may be soft-deleted: its thread is free, purge it
-                    await self._fetch_on(
-                        conn, sql.PURGE_DELETED_THREAD, values["user_uuid"], values["thread_id"]
-                    )
+                    await self._fetch_on(conn, sql.PURGE_DELETED_THREAD, *thread)
                 if rows:
                     chat: models.Chat = self._chats.load(rows)[0]
                     return chat
