@@ -54,7 +54,7 @@ _UTC_ZONES = frozenset({"UTC", "Etc/UTC", "Etc/UCT", "UCT", "Etc/Universal", "Un
 
 _SESSION = {"application_name": "threadstore", "DateStyle": "ISO", "TimeZone": "UTC"}
 """Session settings of the store's own pool: ISO 8601 timestamps in UTC, which reads parse
-faster than asyncpg decodes binary ones (see ``postgres_schema._select``)."""
+faster than asyncpg decodes binary ones (see ``_postgres_sql._select``)."""
 
 _Held = tuple[asyncpg.Connection, "asyncio.Task[Any] | None"]
 
@@ -169,8 +169,7 @@ class Connections:
 
     def in_transaction(self) -> bool:
         """Whether the current task is inside a ``transaction()`` of this store."""
-        held = self._held.get()
-        return held is not None and held[1] is asyncio.current_task()
+        return self.held() is not None
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[None]:

@@ -157,6 +157,12 @@ class PostgresRunEvents:
     def __init__(self, store: PostgresStore) -> None:
         self.store = store
 
+    async def _call(self, method: str, query: str, *args: Any) -> Any:
+        """``conn.<method>(query, *args)`` on a connection borrowed for it (never the
+        task's transaction: the log is written and read beside the store's writes)."""
+        async with self.store.borrow() as conn:
+            return await getattr(conn, method)(query, *args)
+
     async def listen(
         self,
         on_events: Callable[[str], None],
@@ -171,66 +177,43 @@ class PostgresRunEvents:
         return listener
 
     async def append(self, batches: Sequence[EventBatch]) -> None:
-        chats: list[UUID] = []
-        runs: list[str] = []
-        ids: list[int] = []
-        events: list[str] = []
-        for chat_uuid, run_id, batch in batches:
-            chats += [chat_uuid] * len(batch)
-            runs += [run_id] * len(batch)
-            ids += [event_id for event_id, _ in batch]
-            events += [event for _, event in batch]
-        async with self.store.borrow() as conn:
-            await conn.execute(INSERT_EVENTS, chats, runs, ids, events, utcnow(), EVENTS_CHANNEL)
+        rows = [(chat, run, n, event) for chat, run, batch in batches for n, event in batch]
+        columns = [[row[i] for row in rows] for i in range(4)]  # an array each (unnest)
+        await self._call("execute", INSERT_EVENTS, *columns, utcnow(), EVENTS_CHANNEL)
 
     async def read(self, chat_uuid: UUID, run_id: str, first: int) -> list[tuple[int, str]]:
-        async with self.store.borrow() as conn:
-            rows = await conn.fetch(READ_EVENTS, chat_uuid, run_id, first)
+        rows = await self._call("fetch", READ_EVENTS, chat_uuid, run_id, first)
         return [(row[0], row[1]) for row in rows]
 
     async def prune(self, older_than: datetime) -> int:
-        async with self.store.borrow() as conn:
-            status: str = await conn.execute(PRUNE_EVENTS, older_than)
+        status = await self._call("execute", PRUNE_EVENTS, older_than)
         return int(status.rsplit(" ", 1)[-1])
 
     async def run_log(self, chat_uuid: UUID, run_id: str) -> RunLog | None:
-        async with self.store.borrow() as conn:
-            row = await conn.fetchrow(RUN_LOG, chat_uuid, run_id)
-        if row is None:
-            return None
-        return RunLog(
-            row["status"], row["updated_at"], row["first_id"], row["last_id"], row["last_type"]
-        )
+        row = await self._call("fetchrow", RUN_LOG, chat_uuid, run_id)
+        return None if row is None else RunLog(*row)  # its columns are RunLog's fields
 
     async def run_status(self, chat_uuid: UUID, run_id: str) -> str | None:
-        async with self.store.borrow() as conn:
-            status: str | None = await conn.fetchval(RUN_STATUS, chat_uuid, run_id)
+        status: str | None = await self._call("fetchval", RUN_STATUS, chat_uuid, run_id)
         return status
 
     async def run_standing(
         self, chat_uuid: UUID, run_id: str, beating_since: datetime
     ) -> RunStanding | None:
-        async with self.store.borrow() as conn:
-            row = await conn.fetchrow(RUN_STANDING, chat_uuid, run_id, beating_since)
+        row = await self._call("fetchrow", RUN_STANDING, chat_uuid, run_id, beating_since)
         return None if row is None else RunStanding(row["status"], bool(row["beating"]))
 
     async def live_runs(self, chat_uuid: UUID, beating_since: datetime) -> list[str]:
-        async with self.store.borrow() as conn:
-            rows = await conn.fetch(LIVE_RUNS_OF_CHAT, chat_uuid, beating_since)
+        rows = await self._call("fetch", LIVE_RUNS_OF_CHAT, chat_uuid, beating_since)
         return [row[0] for row in rows]
 
     async def live_elsewhere(
         self, user_uuid: UUID, thread_id: str, run_id: str, beating_since: datetime, owner: str
     ) -> str | None:
-        async with self.store.borrow() as conn:
-            found: str | None = await conn.fetchval(
-                LIVE_ELSEWHERE, user_uuid, thread_id, run_id, beating_since, owner
-            )
+        args = (user_uuid, thread_id, run_id, beating_since, owner)
+        found: str | None = await self._call("fetchval", LIVE_ELSEWHERE, *args)
         return found
 
     async def notify_cancel(self, chat_uuid: UUID, run_id: str, beating_since: datetime) -> bool:
-        async with self.store.borrow() as conn:
-            rows = await conn.fetch(
-                CANCEL_IF_LIVE, chat_uuid, run_id, beating_since, CANCEL_CHANNEL
-            )
-        return bool(rows)
+        args = (chat_uuid, run_id, beating_since, CANCEL_CHANNEL)
+        return bool(await self._call("fetch", CANCEL_IF_LIVE, *args))

@@ -25,13 +25,8 @@ __all__ = ["PostgresLifecycle"]
 LOCK_BATCH = (
     "SELECT chat_uuid FROM chats WHERE user_uuid = $1 ORDER BY chat_uuid LIMIT $2 FOR UPDATE"
 )
-COUNT_ERASED = (
-    "SELECT (SELECT count(*) FROM messages WHERE chat_uuid = ANY($1)),"
-    " (SELECT count(*) FROM tool_calls WHERE chat_uuid = ANY($1)),"
-    " (SELECT count(*) FROM reasonings WHERE chat_uuid = ANY($1)),"
-    " (SELECT count(*) FROM runs WHERE chat_uuid = ANY($1)),"
-    " (SELECT count(*) FROM summaries WHERE chat_uuid = ANY($1)),"
-    " (SELECT count(*) FROM run_events WHERE chat_uuid = ANY($1))"
+COUNT_ERASED = "SELECT " + ", ".join(
+    f"(SELECT count(*) FROM {kind} WHERE chat_uuid = ANY($1))" for kind in ERASED_KINDS[1:]
 )
 ERASE_CHATS = "DELETE FROM chats WHERE chat_uuid = ANY($1)"
 _RETENTION = RetentionSQL(

@@ -128,17 +128,9 @@ class PostgresSearch(SearchBackend):
 
     async def select(self, query: SearchQuery) -> list[SearchRow]:
         language = await self._language()
-        text = " ".join(query.words)
-        after = query.after
-        params: list[Any] = [
-            language,
-            text,
-            owner_token(query.user_uuid),
-            query.user_uuid,
-            query.all_branches,
-            query.limit,
-            None if after is None else after.created_at,
-        ]
+        text, user, after = " ".join(query.words), query.user_uuid, query.after
+        params: list[Any] = [language, text, owner_token(user), user, query.all_branches]
+        params += [query.limit, None if after is None else after.created_at]
         if after is not None:
             params.append(after.seq)
             if query.order == "best":
@@ -152,17 +144,9 @@ class PostgresSearch(SearchBackend):
         snippets = {row[0]: (row[1], row[2], row[3]) for row in found}
         return [
             SearchRow(
-                seq=row[0],
-                message_uuid=row[1],
-                chat_uuid=row[2],
-                thread_id=row[3],
-                chat_name=row[4],
-                role=row[5],
-                created_at=row[6],
-                score=row[7],
-                snippets=snippets.get(row[1], (None, None, None)),
+                seq, uuid, chat, thread, name, role, at, score, snippets.get(uuid, (None,) * 3)
             )
-            for row in rows
+            for seq, uuid, chat, thread, name, role, at, score in rows
         ]
 
     async def backlog(self) -> int:

@@ -39,14 +39,10 @@ _UUIDS = frozenset({"uuid", "message_uuid", "chat_uuid", "parent_uuid"})
 
 
 def _select(
-    columns: tuple[str, ...],
-    table: str,
-    alias: str,
-    *,
-    iso_times: bool,
-    uuids: frozenset[str] = frozenset(),
-) -> str:
-    """A SELECT of ``columns``; with ``iso_times`` the timestamps come back as text.
+    columns: tuple[str, ...], table: str, alias: str, uuids: frozenset[str] = _UUIDS
+) -> dict[bool, str]:
+    """A SELECT of ``columns`` in two forms, by whether the session prints ISO/UTC text
+    (``iso_times``); in that form the timestamps come back as text.
 
     asyncpg decodes a binary timestamptz through three Python objects; in a session
     printing ISO 8601 in UTC, the text form, parsed once per distinct value (a record
@@ -61,48 +57,43 @@ def _select(
     """
     # A UTC session prints the offset as "+00"; ":00" completes it to what every
     # ISO 8601 parser (pydantic's included) accepts.
-    names = [
-        f"{alias}.{c}::text || ':00'"
-        if iso_times and c in _TIMES
-        else f"{alias}.{c}::text"
-        if c in uuids
-        else f"{alias}.{c}"
-        for c in columns
-    ]
-    return f"SELECT {', '.join(names)} FROM {table} {alias}"
+    return {
+        iso: "SELECT "
+        + ", ".join(
+            f"{alias}.{c}::text || ':00'"
+            if iso and c in _TIMES
+            else f"{alias}.{c}::text"
+            if c in uuids
+            else f"{alias}.{c}"
+            for c in columns
+        )
+        + f" FROM {table} {alias}"
+        for iso in (False, True)
+    }
 
 
 MESSAGE_ROW = (*MESSAGE_COLUMNS, "last_child_seq")
 """A message row as read: its columns, then whether it has tool calls or reasoning steps
 (a read of messages without any skips the two statements that look for them)."""
 
-# Each read comes in two forms, indexed by whether the session prints ISO/UTC text.
-CHAT_SELECT = {iso: _select(CHAT_COLUMNS, "chats", "c", iso_times=iso) for iso in (False, True)}
-MESSAGE_SELECT = {
-    iso: _select(MESSAGE_ROW, "messages", "m", iso_times=iso, uuids=_UUIDS) for iso in (False, True)
-}
-TOOL_CALL_SELECT = {
-    iso: _select(TOOL_CALL_COLUMNS, "tool_calls", "t", iso_times=iso, uuids=_UUIDS)
-    for iso in (False, True)
-}
-REASONING_SELECT = {
-    iso: _select(REASONING_COLUMNS, "reasonings", "r", iso_times=iso, uuids=_UUIDS)
-    for iso in (False, True)
-}
+CHAT_SELECT = _select(CHAT_COLUMNS, "chats", "c", uuids=frozenset())
+MESSAGE_SELECT = _select(MESSAGE_ROW, "messages", "m")
+TOOL_CALL_SELECT = _select(TOOL_CALL_COLUMNS, "tool_calls", "t")
+REASONING_SELECT = _select(REASONING_COLUMNS, "reasonings", "r")
 RUN_SELECT = "SELECT " + ", ".join(RUN_COLUMNS) + " FROM runs"
 
 CHAT_RETURNING = " RETURNING " + ", ".join(CHAT_COLUMNS)
 RUN_RETURNING = " RETURNING " + ", ".join(RUN_COLUMNS)
 
-# The active branch of a chat: every message when it never branched (one index range
-# scan; the tree walk below is then never evaluated), else the path from the active
-# leaf to the root.
 CHAT_IS_LIVE = (
     "NOT EXISTS (SELECT 1 FROM chats d WHERE d.chat_uuid = m.chat_uuid"
     " AND d.deleted_at IS NOT NULL)"
 )
 """A message's chat is not soft-deleted."""
 
+# The active branch of a chat: every message when it never branched (one index range
+# scan; the tree walk below is then never evaluated), else the path from the active
+# leaf to the root.
 BRANCH_FILTER = (
     "m.chat_uuid = $1 AND "
     + CHAT_IS_LIVE

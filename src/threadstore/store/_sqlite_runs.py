@@ -59,10 +59,5 @@ def run_records_finalize(
         )
         for table in ("tool_calls", "reasonings")
     ]
-    messages = Statement(
-        "UPDATE messages"
-        + set_
-        + " WHERE chat_uuid = ?3 AND run_id = ?4 AND in_progress = 1 RETURNING 1",
-        values,
-    )
-    return [*children, messages]
+    own = f"UPDATE messages{set_} WHERE chat_uuid = ?3 AND run_id = ?4 AND in_progress = 1"
+    return [*children, Statement(own + " RETURNING 1", values)]

@@ -16,6 +16,7 @@ import asyncio
 import logging
 import re
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -148,39 +149,29 @@ class SQLiteSearch(SearchBackend):
             # batch is indexed first (an older backlog goes on in the background).
             if (await self.executor.run(*self._flush))[-1][0][0]:
                 self._written.set()
-        if query.order == "best":
-            rows = await self._ranked(query)
-        else:
-            rows = await self._newest(query)
+        match = match_expression(query.user_uuid, query.words)
+        rows = await (self._ranked if query.order == "best" else self._newest)(query, match)
         if not rows:
             return rows
-        match = match_expression(query.user_uuid, query.words)
         wanted = "[" + ",".join(str(row.seq) for row in rows) + "]"
         found = await self.executor.read(SNIPPETS, (match, HIGHLIGHT_START, HIGHLIGHT_STOP, wanted))
         snippets = {row[0]: (row[1], row[2], row[3]) for row in found}
         return [replace(row, snippets=snippets.get(row.seq, row.snippets)) for row in rows]
 
-    async def _newest(self, query: SearchQuery) -> list[SearchRow]:
-        match = match_expression(query.user_uuid, query.words)
+    async def _newest(self, query: SearchQuery, match: str) -> list[SearchRow]:
         after = query.after
         params: list[Any] = [match, str(query.user_uuid), query.all_branches, query.limit]
         if after is not None:
             params += [ts(after.created_at), after.seq]
         rows = await self.executor.read(SELECT[after is not None], params)
-        return [_row(*row, score=None) for row in rows]
+        return [_row(row, None) for row in rows]
 
-    async def _ranked(self, query: SearchQuery) -> list[SearchRow]:
+    async def _ranked(self, query: SearchQuery, match: str) -> list[SearchRow]:
         """The user's matches ranked by BM25 here, with the words weighed by how many of
         the user's messages hold them."""
         user, words = query.user_uuid, query.words
-        params = (
-            match_expression(user, words),
-            str(user),
-            query.all_branches,
-            MAX_RANKED,
-            HIGHLIGHT_START,
-            HIGHLIGHT_STOP,
-        )
+        marks = (HIGHLIGHT_START, HIGHLIGHT_STOP)
+        params = (match, str(user), query.all_branches, MAX_RANKED, *marks)
         rows = await self.executor.read(SELECT_BEST, params)
         if not rows:
             return []
@@ -195,7 +186,7 @@ class SQLiteSearch(SearchBackend):
             lengths.append(len(_WORD.findall(text)))
         scores = bm25(counts, lengths, weights)
         ranked = sorted(
-            (_row(*row[:7], score=score) for row, score in zip(rows, scores, strict=True)),
+            (_row(row, score) for row, score in zip(rows, scores, strict=True)),
             key=lambda r: (r.score, r.created_at, r.seq),
             reverse=True,
         )
@@ -253,25 +244,10 @@ class SQLiteSearch(SearchBackend):
                 failing = True
 
 
-def _row(
-    seq: int,
-    message_uuid: str,
-    chat_uuid: str,
-    thread_id: str,
-    name: str | None,
-    role: str,
-    created_at: str,
-    *,
-    score: float | None,
-) -> SearchRow:
+def _row(row: Sequence[Any], score: float | None) -> SearchRow:
+    """A row of the first seven columns of SearchRow's fields, uuids and time as text."""
+    seq, message, chat, thread_id, name, role, created_at = row[:7]
+    created = datetime.fromisoformat(created_at)
     return SearchRow(
-        seq=seq,
-        message_uuid=UUID(message_uuid),
-        chat_uuid=UUID(chat_uuid),
-        thread_id=thread_id,
-        chat_name=name,
-        role=role,
-        created_at=datetime.fromisoformat(created_at),
-        score=score,
-        snippets=(None, None, None),
+        seq, UUID(message), UUID(chat), thread_id, name, role, created, score, (None,) * 3
     )

@@ -154,8 +154,6 @@ UNRETURNED = {
     for sql in (INSERT_MESSAGE, INSERT_TOOL_CALL, INSERT_REASONING)
 }
 
-# The active branch of a chat that has branches: the path from the active leaf to the
-# root. A chat that never branched reads every message instead (one index range scan).
 # The messages written after a chat version, or whose tool calls or reasoning were.
 CHANGED_SELECT = (
     MESSAGE_SELECT + " WHERE m.message_uuid IN ("
@@ -165,6 +163,8 @@ CHANGED_SELECT = (
     " ORDER BY m.seq"
 )
 
+# The active branch of a chat that has branches: the path from the active leaf to the
+# root. A chat that never branched reads every message instead (one index range scan).
 BRANCH_FILTER = (
     "m.chat_uuid = ?1 AND m.message_uuid IN ("
     " WITH RECURSIVE branch(uuid) AS ("

@@ -6,7 +6,7 @@ time is kept in UTC, so the ledger's times sort as text.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC
 from typing import TYPE_CHECKING
 from uuid import UUID
 
@@ -25,16 +25,12 @@ ERASE_RUNS = "DELETE FROM usage_runs WHERE user_uuid = ? RETURNING 1"
 ERASE_BUDGETS = "DELETE FROM usage_budgets WHERE user_uuid = ? RETURNING 1"
 
 
-def _utc_text(value: datetime) -> str:
-    # A run reports its own time, in any zone.
-    return ts(value.astimezone(UTC))
-
-
 class SQLiteUsage(SQLiteDriver, SQLUsage):
     """The usage ledger of one :class:`~threadstore.store.sqlite.SQLiteStore`."""
 
     sql = SQL
-    time_param = staticmethod(_utc_text)
+    # A run reports its own time, in any zone.
+    time_param = staticmethod(lambda value: ts(value.astimezone(UTC)))
 
     def __init__(self, store: SQLiteStore) -> None:
         self.executor = store.executor

@@ -171,10 +171,6 @@ class _Queued:
     queued_at: float
 
 
-def _flush_last(queued: _Queued) -> bool:
-    return queued.background
-
-
 class WriteQueue:
     """Writes that wait for the writer, run a whole queue at a time (module docstring)."""
 
@@ -237,7 +233,7 @@ class WriteQueue:
                     # caller that gave up before its write ran gets nothing written.
                     batch = sorted(
                         (queued for queued in self._queued if not queued.future.done()),
-                        key=_flush_last,
+                        key=lambda queued: queued.background,
                     )
                     self._queued.clear()
                     self._foreground = 0

@@ -1,21 +1,17 @@
 """The PostgreSQL backend, on asyncpg: for apps whose replicas share one database.
 
-Every call outside a ``transaction()`` borrows a connection for its statements and
-gives it back; a transaction keeps one connection for its whole block, and every
-store call the same task makes inside the block runs on it. Concurrency is the
-database's: each write is one statement that sets only the columns it was given,
-creates are ``INSERT ... ON CONFLICT``, appends to one chat take its row lock so
-they chain one after another, and nothing ever upserts a chat or a message, so a
-late write to a deleted chat finds nothing to write to.
+Connections (a call's own, or its task's ``transaction()``'s) are
+``store/_postgres_connections.py``'s. Concurrency is the database's: each write is
+one statement that sets only the columns it was given, creates are ``INSERT ... ON
+CONFLICT``, appends to one chat take its row lock so they chain one after another,
+and nothing ever upserts a chat or a message, so a late write to a deleted chat
+finds nothing to write to.
 
 Whole histories are cached per store (``history_cache_messages``, as on SQLite) and
 reused while their chat's ``version`` is unchanged: every statement that changes a
 chat's messages, tool calls or reasoning moves that version in its own transaction,
 so a writer in any process invalidates every reader's copy, and a repeated read is
 one indexed lookup.
-
-Connections (the pool, those kept idle between calls, a task's transaction) are
-``store/_postgres_connections.py``'s.
 
 Background flushes (a storage agent's ``apply_writes``) hold at most all but
 :data:`FOREGROUND_CONNECTIONS` of the pool's connections at once; the rest wait for a
@@ -67,9 +63,6 @@ FOREGROUND_CONNECTIONS = 2
 A pool of at most this many connections lets flushes take one connection at a time.
 """
 
-_CHAT_FIELDS: dict[str, str] = {"name": "name", "state": "state", "metadata": "metadata"}
-"""The column of each directly set chat field (column names are only taken from here)."""
-
 _CREATE_ATTEMPTS = 5
 """How often create_chat retries when the chat it conflicted with is deleted meanwhile."""
 
@@ -79,6 +72,12 @@ _SETUP_TIMEOUT = 3600.0
 
 # asyncpg takes uuids, times and booleans as they are; JSON goes as text.
 _PLANS = shared.InsertPlans(shared.JSON_ENCODERS)
+
+
+def _arg(args: list[Any], value: Any) -> str:
+    """Append a statement's next parameter to ``args``; its placeholder."""
+    args.append(value)
+    return f"${len(args)}"
 
 
 class PostgresStore(Store):
@@ -263,22 +262,27 @@ class PostgresStore(Store):
         reasoning_rows = await self._fetch_on(conn, sql.REASONING_SELECT[iso] + where, parents)
         return tool_rows, reasoning_rows
 
-    async def _entries_of(
-        self, conn: asyncpg.Connection, rows: Sequence[asyncpg.Record]
-    ) -> list[Any]:
-        """The history entries of the messages of ``rows`` (``store/_history.py``)."""
-        tool_rows, reasoning_rows = await self._child_rows(conn, rows)
-        return await off_loop(rows, self._entries.entries, rows, tool_rows, reasoning_rows)
+    async def _read_entries(self, suffix: str, *args: Any, planned: bool = False) -> list[Any]:
+        """The history entries (``store/_history.py``) of the messages ``suffix`` selects."""
+        async with self._connection() as conn:
+            query = sql.MESSAGE_SELECT[iso_times(conn)] + suffix
+            rows = await (self._fetch_planned if planned else self._fetch_on)(conn, query, *args)
+            tool_rows, reasoning_rows = await self._child_rows(conn, rows)
+            return await off_loop(rows, self._entries.entries, rows, tool_rows, reasoning_rows)
 
-    async def _read_messages(self, suffix: str, *args: Any) -> list[models.Message]:
+    async def _read_messages(
+        self, suffix: str, *args: Any, reverse: bool = False
+    ) -> list[models.Message]:
         """Messages selected by ``suffix`` (joins, WHERE...), with their children."""
         async with self._connection() as conn:
             query = sql.MESSAGE_SELECT[iso_times(conn)] + suffix
             rows = await self._fetch_on(conn, query, *args)
+            if reverse:
+                rows.reverse()
             return await self._messages_with_children(conn, rows)
 
     async def _select(self, forms: dict[bool, str], suffix: str, *args: Any) -> list[Any]:
-        """Rows of a read given in its two forms (see ``postgres_schema``), then ``suffix``."""
+        """Rows of a read given in its two forms (see ``_postgres_sql``), then ``suffix``."""
         async with self._connection() as conn:
             return await self._fetch_on(conn, forms[iso_times(conn)] + suffix, *args)
 
@@ -287,6 +291,8 @@ class PostgresStore(Store):
     async def _create_chat(self, chat_data: models.ChatCreate) -> models.Chat:
         values = shared.chat_values(chat_data)
         args = shared.params(_PLANS.chat, values)
+        thread = values["user_uuid"], values["thread_id"]
+        live = " WHERE user_uuid = $1 AND thread_id = $2 AND deleted_at IS NULL"
         async with self._connection() as conn:
             for _ in range(_CREATE_ATTEMPTS):
                 rows = await self._fetch_on(conn, sql.INSERT_CHAT, *args)
@@ -294,16 +300,10 @@ class PostgresStore(Store):
                     # Another caller created this thread first: return its chat, unless
                     # it was deleted in between, in which case insert again.
                     rows = await self._fetch_on(
-                        conn,
-                        sql.CHAT_SELECT[iso_times(conn)]
-                        + " WHERE user_uuid = $1 AND thread_id = $2 AND deleted_at IS NULL",
-                        values["user_uuid"],
-                        values["thread_id"],
+                        conn, sql.CHAT_SELECT[iso_times(conn)] + live, *thread
                     )
                 if not rows:  # it may be soft-deleted: its thread is free, purge it
-                    await self._fetch_on(
-                        conn, sql.PURGE_DELETED_THREAD, values["user_uuid"], values["thread_id"]
-                    )
+                    await self._fetch_on(conn, sql.PURGE_DELETED_THREAD, *thread)
                 if rows:
                     chat: models.Chat = self._chats.load(rows)[0]
                     return chat
@@ -312,48 +312,41 @@ class PostgresStore(Store):
         )
 
     @staticmethod
-    def _chat_conditions(where: ChatFilter, args: list[Any]) -> list[str]:
+    def _chat_conditions(where: ChatFilter, args: list[Any]) -> str:
         """The WHERE conditions of ``where``; their parameters are appended to ``args``."""
-        conditions: list[str] = []
-        for column, value in where.equalities():
-            args.append(value)
-            conditions.append(f"{column} = ${len(args)}")
+        conditions = [f"{column} = {_arg(args, value)}" for column, value in where.equalities()]
         conditions.append("deleted_at IS NOT NULL" if where.deleted else "deleted_at IS NULL")
         for bound, op in ((where.deleted_after, ">="), (where.deleted_before, "<")):
             if bound is not None:
-                args.append(bound)
-                conditions.append(f"deleted_at {op} ${len(args)}")
+                conditions.append(f"deleted_at {op} {_arg(args, bound)}")
         if where.after is not None:
-            args += [where.after[0], UUID(where.after[1])]
-            conditions.append(f"(updated_at, chat_uuid) < (${len(args) - 1}, ${len(args)})")
+            at, uuid = _arg(args, where.after[0]), _arg(args, UUID(where.after[1]))
+            conditions.append(f"(updated_at, chat_uuid) < ({at}, {uuid})")
         if (pattern := where.name_like()) is not None:
-            args.append(pattern)
-            conditions.append(f"c.name ILIKE ${len(args)} ESCAPE '\\'")
-        return conditions
+            conditions.append(f"c.name ILIKE {_arg(args, pattern)} ESCAPE '\\'")
+        return " AND ".join(conditions)
 
     async def _select_chats(self, where: ChatFilter) -> Sequence[models.Chat]:
         args: list[Any] = []
-        suffix = " WHERE " + " AND ".join(self._chat_conditions(where, args))
+        suffix = " WHERE " + self._chat_conditions(where, args)
         suffix += " ORDER BY c.updated_at DESC, c.chat_uuid DESC"
         if where.limit is not None:
-            args.append(where.limit)
-            suffix += f" LIMIT ${len(args)}"
-        chats: list[models.Chat] = self._chats.load(
-            await self._select(sql.CHAT_SELECT, suffix, *args)
-        )
-        return chats
+            suffix += f" LIMIT {_arg(args, where.limit)}"
+        return self._chats.load(await self._select(sql.CHAT_SELECT, suffix, *args))
+
+    async def _write_chat(self, query: str, *args: Any) -> models.Chat | None:
+        """The chat a write returned, or ``None``."""
+        rows = await self._fetch(query, *args)
+        return self._chats.load(rows)[0] if rows else None
 
     async def _set_chat_field(self, chat_uuid: UUID, field: str, value: Any) -> models.Chat | None:
         # One UPDATE of one column: concurrent renames serialize on the row lock and
         # the last one wins whole; no read-modify-write can lose a concurrent change.
-        rows = await self._fetch(
-            f"UPDATE chats SET {_CHAT_FIELDS[field]} = $1, updated_at = $2 WHERE chat_uuid = $3"
-            + sql.CHAT_RETURNING,
-            shared.CHAT_FIELD_ENCODERS[field](value),
-            models.utcnow(),
-            chat_uuid,
+        encoded = shared.CHAT_FIELD_ENCODERS[field](value)  # (only a known field is a column)
+        query = f"UPDATE chats SET {field} = $1, updated_at = $2 WHERE chat_uuid = $3"
+        return await self._write_chat(
+            query + sql.CHAT_RETURNING, encoded, models.utcnow(), chat_uuid
         )
-        return self._chats.load(rows)[0] if rows else None
 
     async def _select_tree(self, chat_uuid: UUID) -> list[TreeNode]:
         rows = await self._fetch(sql.SELECT_TREE, chat_uuid)
@@ -372,10 +365,9 @@ class PostgresStore(Store):
         return [TreeNode(*row) for row in rows]
 
     async def _set_active_leaf(self, chat_uuid: UUID, message_uuid: UUID) -> models.Chat | None:
-        rows = await self._fetch(sql.SET_ACTIVE_LEAF, chat_uuid, message_uuid, models.utcnow())
-        if not rows:
+        chat = await self._write_chat(sql.SET_ACTIVE_LEAF, chat_uuid, message_uuid, models.utcnow())
+        if chat is None:
             raise NotFoundError(f"message {message_uuid} is not in chat {chat_uuid}")
-        chat: models.Chat = self._chats.load(rows)[0]
         return chat
 
     async def _soft_delete(
@@ -383,18 +375,8 @@ class PostgresStore(Store):
     ) -> models.Chat | None:
         args: list[Any] = [deleted_at]
         conditions = self._chat_conditions(where, args)
-        rows = await self._fetch(
-            "UPDATE chats c SET deleted_at = $1 WHERE "
-            + " AND ".join(conditions)
-            + sql.CHAT_RETURNING,
-            *args,
-        )
-        return self._chats.load(rows)[0] if rows else None
-
-    async def _hard_delete(self, chat_uuid: UUID) -> models.Chat | None:
-        # Foreign keys cascade to messages, their tool calls and reasoning, and runs.
-        rows = await self._fetch(sql.DELETE_CHAT, chat_uuid)
-        return self._chats.load(rows)[0] if rows else None
+        query = "UPDATE chats c SET deleted_at = $1 WHERE " + conditions + sql.CHAT_RETURNING
+        return await self._write_chat(query, *args)
 
     # --- messages ------------------------------------------------------------------------
 
@@ -438,21 +420,20 @@ class PostgresStore(Store):
         The statement also moves the chat's version and returns ``columns``.
         """
         base, extra = split_update(update, base_cls)
-        assignments: list[str] = []
         args: list[Any] = []
-        for column, value in base.items():
-            if column in shared.UPDATABLE[table]:
-                args.append(shared.update_value(column, value, shared.JSON_ENCODERS))
-                assignments.append(f"{column} = ${len(args)}")
+        assignments = [
+            f"{column} = {_arg(args, shared.update_value(column, value, shared.JSON_ENCODERS))}"
+            for column, value in base.items()
+            if column in shared.UPDATABLE[table]
+        ]
         if extra:
             # jsonb || replaces each given key whole, in place: a concurrent patch of
             # other extra fields is never read back and lost.
-            args.append(extra)
-            assignments.append(f"extra = COALESCE(extra, '{{}}'::jsonb) || ${len(args)}::jsonb")
-        args.append(models.utcnow())
-        assignments.append(f"updated_at = ${len(args)}")
-        args.append(uuid)
-        query = sql.versioned_update(table, key, ", ".join(assignments), f"${len(args)}", columns)
+            assignments.append(
+                f"extra = COALESCE(extra, '{{}}'::jsonb) || {_arg(args, extra)}::jsonb"
+            )
+        assignments.append(f"updated_at = {_arg(args, models.utcnow())}")
+        query = sql.versioned_update(table, key, ", ".join(assignments), _arg(args, uuid), columns)
         return query, args
 
     async def _update_message(
@@ -499,14 +480,11 @@ class PostgresStore(Store):
         return loaded[0] if loaded else None
 
     async def _find_message(self, key: MessageKey) -> models.Message | None:
-        conditions: list[str] = []
-        args: list[Any] = []
-        for column, value in key.equalities():
-            args.append(value)
-            conditions.append(f"m.{column} = ${len(args)}")
+        pairs = key.equalities()
+        conditions = [f"m.{column} = ${i}" for i, (column, _) in enumerate(pairs, 1)]
         conditions.append(sql.CHAT_IS_LIVE)
         suffix = " WHERE " + " AND ".join(conditions) + " ORDER BY m.seq LIMIT 1"
-        messages = await self._read_messages(suffix, *args)
+        messages = await self._read_messages(suffix, *(value for _, value in pairs))
         return messages[0] if messages else None
 
     async def _find_tool_call(
@@ -530,10 +508,8 @@ class PostgresStore(Store):
         self, chat_uuid: UUID, since: Hashable, version: Hashable
     ) -> tuple[list[Any], UUID | None] | None:
         assert isinstance(since, tuple) and isinstance(version, tuple)
-        async with self._connection() as conn:
-            query = sql.MESSAGE_SELECT[iso_times(conn)] + sql.CHANGED_SINCE
-            rows = await self._fetch_planned(conn, query, chat_uuid, since[0])
-            return await self._entries_of(conn, rows), version[1]
+        entries = await self._read_entries(sql.CHANGED_SINCE, chat_uuid, since[0], planned=True)
+        return entries, version[1]
 
     async def _select_branch(
         self, chat_uuid: UUID, page: BranchPage, version: Hashable | None
@@ -541,19 +517,12 @@ class PostgresStore(Store):
         args: list[Any] = [chat_uuid]
         bounds, tail = shared.branch_page(page, args, "${}".format)
         suffix = " WHERE " + sql.BRANCH_FILTER + bounds + tail
-        async with self._connection() as conn:
-            rows = await self._fetch_on(conn, sql.MESSAGE_SELECT[iso_times(conn)] + suffix, *args)
-            if page.newest_first:
-                rows.reverse()
-            return await self._messages_with_children(conn, rows)
+        return await self._read_messages(suffix, *args, reverse=page.newest_first)
 
     async def _select_entries(self, chat_uuid: UUID, version: Hashable) -> list[Any]:
-        suffix = " WHERE " + sql.BRANCH_FILTER + " ORDER BY m.seq"
-        async with self._connection() as conn:
-            rows = await self._fetch_on(
-                conn, sql.MESSAGE_SELECT[iso_times(conn)] + suffix, chat_uuid
-            )
-            return await self._entries_of(conn, rows)
+        return await self._read_entries(
+            " WHERE " + sql.BRANCH_FILTER + " ORDER BY m.seq", chat_uuid
+        )
 
     def _build_entries(self, entries: Sequence[Any]) -> list[models.Message]:
         return self._entries.build(entries)
@@ -578,32 +547,11 @@ class PostgresStore(Store):
             except asyncpg.PostgresError as exc:
                 raise translate(exc) from exc
             if not rows:
-                rows = await self._fetch_on(
-                    conn,
-                    sql.RUN_SELECT + " WHERE chat_uuid = $1 AND run_id = $2",
-                    run.chat_uuid,
-                    run.run_id,
-                )
+                query = sql.RUN_SELECT + sql.BY_RUN_KEY
+                rows = await self._fetch_on(conn, query, run.chat_uuid, run.run_id)
         if not rows:
             raise NotFoundError(f"chat {run.chat_uuid} does not exist")
         return shared.load_run(rows[0])
-
-    async def _heartbeat(self, owner: str, run_ids: Sequence[tuple[UUID, str]]) -> None:
-        await self._fetch(
-            sql.HEARTBEAT_RUNS,
-            models.utcnow(),
-            owner,
-            [chat for chat, _ in run_ids],
-            [run for _, run in run_ids],
-        )
-
-    async def _finish_run(
-        self, chat_uuid: UUID, run_id: str, status: models.RunStatus, error: str | None
-    ) -> models.Run | None:
-        rows = await self._fetch(
-            sql.FINISH_RUN, status.value, error, models.utcnow(), chat_uuid, run_id
-        )
-        return shared.load_run(rows[0]) if rows else None
 
     async def _select_runs(self, where: RunFilter) -> list[models.Run]:
         if where.run_id is not None:
@@ -617,12 +565,6 @@ class PostgresStore(Store):
         else:
             rows = await self._fetch(sql.RUNNING_RUNS_OF_CHAT, where.chat_uuid, where.stale_before)
         return [shared.load_run(row) for row in rows]
-
-    async def _finalize(self, chat_uuid: UUID, run_id: str, status: models.MessageStatus) -> int:
-        rows = await self._fetch(
-            sql.FINALIZE_RUN_RECORDS, status.value, models.utcnow(), chat_uuid, run_id
-        )
-        return int(rows[0][0])
 
     # --- writes ----------------------------------------------------------------------
 
@@ -680,13 +622,22 @@ class PostgresStore(Store):
             case ops.SetDeletedAt(where, deleted_at):
                 return await self._soft_delete(where, deleted_at)
             case ops.DeleteChat(chat_uuid):
-                return await self._hard_delete(chat_uuid)
+                # Foreign keys cascade to messages, their tool calls and reasoning, and runs.
+                return await self._write_chat(sql.DELETE_CHAT, chat_uuid)
             case ops.StartRun(run):
                 return await self._start_run(run)
             case ops.HeartbeatRuns(owner, run_ids):
-                return await self._heartbeat(owner, run_ids)
+                chats, runs = [chat for chat, _ in run_ids], [run for _, run in run_ids]
+                await self._fetch(sql.HEARTBEAT_RUNS, models.utcnow(), owner, chats, runs)
+                return None
             case ops.FinishRun(chat_uuid, run_id, status, error):
-                return await self._finish_run(chat_uuid, run_id, status, error)
+                args = (status.value, error, models.utcnow(), chat_uuid, run_id)
+                rows = await self._fetch(sql.FINISH_RUN, *args)
+                return shared.load_run(rows[0]) if rows else None
             case ops.FinalizeRunRecords(chat_uuid, run_id, status):
-                return await self._finalize(chat_uuid, run_id, status)
+                at = models.utcnow()
+                rows = await self._fetch(
+                    sql.FINALIZE_RUN_RECORDS, status.value, at, chat_uuid, run_id
+                )
+                return int(rows[0][0])
         raise AssertionError(f"unknown operation {op!r}")

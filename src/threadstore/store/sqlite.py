@@ -74,6 +74,8 @@ __all__ = [
 _Finish = Callable[[list[list[Any]]], Awaitable[Any]]
 """Turns the rows of an operation's statements into its result."""
 
+_CHAT_RETURNING = " RETURNING " + ", ".join(CHAT_COLUMNS)
+
 
 class SQLiteStore(Store):
     """Store backed by one SQLite database file."""
@@ -216,13 +218,10 @@ class SQLiteStore(Store):
         return [insert], finish
 
     @staticmethod
-    def _chat_conditions(where: ChatFilter) -> tuple[list[str], list[Any]]:
+    def _chat_conditions(where: ChatFilter) -> tuple[str, list[Any]]:
         """The WHERE conditions of ``where`` and their parameters."""
-        conditions: list[str] = []
-        params: list[Any] = []
-        for column, value in where.equalities():
-            conditions.append(f"{column} = ?")
-            params.append(key_param(value))
+        conditions = [f"{column} = ?" for column, _ in where.equalities()]
+        params = [key_param(value) for _, value in where.equalities()]
         conditions.append("deleted_at IS NOT NULL" if where.deleted else "deleted_at IS NULL")
         for bound, op in ((where.deleted_after, ">="), (where.deleted_before, "<")):
             if bound is not None:
@@ -235,12 +234,16 @@ class SQLiteStore(Store):
             # LIKE ignores the case of ASCII letters.
             conditions.append("name LIKE ? ESCAPE '\\'")
             params.append(pattern)
-        return conditions, params
+        return " AND ".join(conditions), params
 
     async def _select_chats(self, where: ChatFilter) -> Sequence[models.Chat]:
         conditions, params = self._chat_conditions(where)
-        sql = queries.CHAT_SELECT + " WHERE " + " AND ".join(conditions)
-        sql += " ORDER BY updated_at DESC, chat_uuid DESC"
+        sql = (
+            queries.CHAT_SELECT
+            + " WHERE "
+            + conditions
+            + " ORDER BY updated_at DESC, chat_uuid DESC"
+        )
         if where.limit is not None:
             sql += " LIMIT ?"
             params.append(where.limit)
@@ -249,11 +252,8 @@ class SQLiteStore(Store):
         return self._load_chats(await self.executor.read(sql, params, small=small))
 
     def _chat_update(self, chat_uuid: UUID, assignments: str, params: Sequence[Any]) -> Statement:
-        return Statement(
-            "UPDATE chats SET " + assignments + ", updated_at = ? WHERE chat_uuid = ?"
-            " RETURNING " + ", ".join(CHAT_COLUMNS),
-            (*params, ts(models.utcnow()), str(chat_uuid)),
-        )
+        sql = "UPDATE chats SET " + assignments + ", updated_at = ? WHERE chat_uuid = ?"
+        return Statement(sql + _CHAT_RETURNING, (*params, ts(models.utcnow()), str(chat_uuid)))
 
     async def _last_chat(self, results: list[list[Any]]) -> models.Chat | None:
         """The chat the last statement returned, or ``None``."""
@@ -265,11 +265,7 @@ class SQLiteStore(Store):
         return [self._chat_update(chat_uuid, queries.CHAT_FIELD_SET[field], (encoded,))]
 
     def _active_leaf_update(self, chat_uuid: UUID, message_uuid: UUID) -> list[Statement]:
-        check = Statement(
-            "SELECT 1 FROM messages WHERE message_uuid = ? AND chat_uuid = ?",
-            (str(message_uuid), str(chat_uuid)),
-            missing=f"message {message_uuid} is not in chat {chat_uuid}",
-        )
+        check = _in_chat(message_uuid, chat_uuid, "message")
         # A leaf anywhere but the newest message means the active branch is no
         # longer "every message", so reads must walk the tree from now on.
         update = self._chat_update(
@@ -319,28 +315,28 @@ class SQLiteStore(Store):
 
     def _deleted_at_update(self, where: ChatFilter, deleted_at: datetime | None) -> Statement:
         conditions, params = self._chat_conditions(where)
-        return Statement(
-            "UPDATE chats SET deleted_at = ? WHERE "
-            + " AND ".join(conditions)
-            + " RETURNING "
-            + ", ".join(CHAT_COLUMNS),
-            (None if deleted_at is None else ts(deleted_at), *params),
-        )
+        sql = "UPDATE chats SET deleted_at = ? WHERE " + conditions + _CHAT_RETURNING
+        return Statement(sql, (None if deleted_at is None else ts(deleted_at), *params))
 
     @staticmethod
     def _chat_delete(chat_uuid: UUID) -> Statement:
         # Foreign keys cascade to messages, their tool calls and reasoning, and runs:
         # possibly many rows, so never on the event loop's thread.
-        return Statement(
-            "DELETE FROM chats WHERE chat_uuid = ? RETURNING " + ", ".join(CHAT_COLUMNS),
-            (str(chat_uuid),),
-            inline=False,
-        )
+        sql = "DELETE FROM chats WHERE chat_uuid = ?" + _CHAT_RETURNING
+        return Statement(sql, (str(chat_uuid),), inline=False)
 
     # --- messages -----------------------------------------------------------------------
 
     def _create_message(self, data: models.MessageCreate) -> tuple[list[Statement], _Finish]:
-        statements, created = self._message_insert(data)
+        # The append hot path: read the DTO's fields from its dict and pass enums (str
+        # subclasses) straight to the driver.
+        fields = data.__dict__
+        chat_uuid, parent_uuid = fields["chat_uuid"], fields["parent_uuid"]
+        created = fields["created_at"] or models.utcnow()
+        values = record_values(data, created)
+        statements = [Statement(queries.INSERT_MESSAGE, params(queries.PLANS.message, values))]
+        if parent_uuid is not None:  # checked first
+            statements.insert(0, _in_chat(parent_uuid, chat_uuid, "parent message"))
 
         async def finish(results: list[list[Any]]) -> models.Message:
             seq, parent = results[-1][0]
@@ -350,35 +346,13 @@ class SQLiteStore(Store):
 
         return statements, finish
 
-    def _message_insert(self, data: models.MessageCreate) -> tuple[list[Statement], datetime]:
-        """The statements creating a message (a parent check first when a parent is given)."""
-        # The append hot path: read the DTO's fields from its dict and pass enums (str
-        # subclasses) straight to the driver.
-        fields = data.__dict__
-        chat_uuid, parent_uuid = fields["chat_uuid"], fields["parent_uuid"]
-        created = fields["created_at"] or models.utcnow()
-        values = record_values(data, created)
-        insert = Statement(queries.INSERT_MESSAGE, params(queries.PLANS.message, values))
-        chat = str(chat_uuid)
-        if parent_uuid is None:
-            return [insert], created
-        check = Statement(
-            "SELECT 1 FROM messages WHERE message_uuid = ? AND chat_uuid = ?",
-            (str(parent_uuid), chat),
-            missing=f"parent message {parent_uuid} is not in chat {chat_uuid}",
-        )
-        return [check, insert], created
-
     def _row_update(
         self, table: str, key: str, uuid: UUID, update: Any, base_cls: Any, columns: Sequence[str]
     ) -> list[Statement]:
         base, extra = split_update(update, base_cls)
-        assignments: list[str] = []
-        params: list[Any] = []
-        for column, value in base.items():
-            if column in UPDATABLE[table]:
-                assignments.append(f"{column} = ?")
-                params.append(update_value(column, value, queries.ENCODERS))
+        updated = [(column, value) for column, value in base.items() if column in UPDATABLE[table]]
+        assignments = [f"{column} = ?" for column, _ in updated]
+        params = [update_value(column, value, queries.ENCODERS) for column, value in updated]
         if extra:
             # Replace each extra field whole (json_set), as the in-memory backend does.
             values = json.loads(extra)
@@ -430,19 +404,11 @@ class SQLiteStore(Store):
         return [Statement(sql, params(plan, values), missing=missing)], finish
 
     async def _find_message(self, key: MessageKey) -> models.Message | None:
-        conditions: list[str] = []
-        params: list[Any] = []
-        for column, value in key.equalities():
-            conditions.append(f"m.{column} = ?")
-            params.append(key_param(value))
-        conditions.append(queries.CHAT_IS_LIVE)
-        sql = (
-            queries.MESSAGE_SELECT
-            + " WHERE "
-            + " AND ".join(conditions)
-            + " ORDER BY m.seq LIMIT 1"
-        )
-        rows = await self.executor.read(sql, params, small=True)
+        pairs = key.equalities()
+        conditions = [f"m.{column} = ?" for column, _ in pairs] + [queries.CHAT_IS_LIVE]
+        where = " WHERE " + " AND ".join(conditions) + " ORDER BY m.seq LIMIT 1"
+        params = [key_param(value) for _, value in pairs]
+        rows = await self.executor.read(queries.MESSAGE_SELECT + where, params, small=True)
         messages = await self._load_messages(rows, small=True)
         return messages[0] if messages else None
 
@@ -485,12 +451,16 @@ class SQLiteStore(Store):
         children = await self._child_rows([row[uuid] for row in rows], None)
         return self._entries.entries(rows, *children), leaf
 
-    async def _select_entries(self, chat_uuid: UUID, version: Hashable) -> list[Any]:
+    @staticmethod
+    def _branch_select(version: Hashable) -> str:
+        """The messages of the active branch of chat ``?1``, at its history ``version``."""
         assert isinstance(version, tuple)
         where = queries.BRANCH_FILTER if version[2] else "m.chat_uuid = ?1"
-        rows = await self.executor.read(
-            queries.MESSAGE_SELECT + " WHERE " + where + " ORDER BY m.seq", [str(chat_uuid)]
-        )
+        return queries.MESSAGE_SELECT + " WHERE " + where
+
+    async def _select_entries(self, chat_uuid: UUID, version: Hashable) -> list[Any]:
+        sql = self._branch_select(version) + " ORDER BY m.seq"
+        rows = await self.executor.read(sql, [str(chat_uuid)])
         if not rows:
             return []
         children = await self._child_rows([], chat_uuid)
@@ -506,13 +476,9 @@ class SQLiteStore(Store):
             version = await self._history_version(chat_uuid)
             if version is None:
                 return []
-        assert isinstance(version, tuple)
-        where = queries.BRANCH_FILTER if version[2] else "m.chat_uuid = ?1"
         params: list[Any] = [str(chat_uuid)]
         bounds, tail = branch_page(page, params, "?{}".format)
-        rows = await self.executor.read(
-            queries.MESSAGE_SELECT + " WHERE " + where + bounds + tail, params
-        )
+        rows = await self.executor.read(self._branch_select(version) + bounds + tail, params)
         if page.newest_first:
             rows.reverse()
         # Children by chat need no list of ids, but read all the chat's: only for the
@@ -532,22 +498,18 @@ class SQLiteStore(Store):
     async def _select_runs(self, where: RunFilter) -> list[models.Run]:
         if where.run_id is not None:
             condition = "(status = 'running' OR run_id = ?)" if where.running else "run_id = ?"
-            rows = await self.executor.read(
-                queries.RUN_SELECT + f" WHERE chat_uuid = ? AND {condition} ORDER BY heartbeat_at",
-                (str(where.chat_uuid), where.run_id),
-                small=True,
-            )
-            return [load_run(row) for row in rows]
-        sql, args = queries.RUN_SELECT + " WHERE status = 'running'", list[str]()
-        if where.chat_uuid is not None:
-            sql += " AND chat_uuid = ?"
-            args.append(str(where.chat_uuid))
-        if where.stale_before is not None:
-            sql += " AND heartbeat_at < ?"
-            args.append(ts(where.stale_before))
-        rows = await self.executor.read(
-            sql + " ORDER BY heartbeat_at", tuple(args), small=where.chat_uuid is not None
-        )
+            sql = queries.RUN_SELECT + f" WHERE chat_uuid = ? AND {condition}"
+            args = [str(where.chat_uuid), where.run_id]
+        else:
+            sql, args = queries.RUN_SELECT + " WHERE status = 'running'", []
+            if where.chat_uuid is not None:
+                sql += " AND chat_uuid = ?"
+                args.append(str(where.chat_uuid))
+            if where.stale_before is not None:
+                sql += " AND heartbeat_at < ?"
+                args.append(ts(where.stale_before))
+        small = where.chat_uuid is not None
+        rows = await self.executor.read(sql + " ORDER BY heartbeat_at", args, small=small)
         return [load_run(row) for row in rows]
 
     # --- writes ----------------------------------------------------------------------
@@ -617,12 +579,8 @@ class SQLiteStore(Store):
             raise await self._run_live(batch) from exc
         if not returning:
             return []
-        finished: list[Any] = []
-        at = 0
-        for planned, finish in plans:
-            finished.append(await finish(results[at : at + len(planned)]))
-            at += len(planned)
-        return finished
+        rows = iter(results)  # each operation's finish takes its own statements' rows
+        return [await finish([next(rows) for _ in planned]) for planned, finish in plans]
 
     async def _run_live(self, batch: Sequence[ops.Op]) -> RunLiveError:
         """The refusal of a ``StartRun`` whose chat already has an exclusive running run."""
@@ -634,6 +592,15 @@ class SQLiteStore(Store):
             small=True,
         )
         return RunLiveError(chat_uuid, live[0][0] if live else None)
+
+
+def _in_chat(message_uuid: UUID, chat_uuid: UUID, what: str) -> Statement:
+    """A check that fails with ``NotFoundError`` unless the message is in the chat."""
+    return Statement(
+        "SELECT 1 FROM messages WHERE message_uuid = ? AND chat_uuid = ?",
+        (str(message_uuid), str(chat_uuid)),
+        missing=f"{what} {message_uuid} is not in chat {chat_uuid}",
+    )
 
 
 async def _nothing(results: list[list[Any]]) -> None:
