@@ -487,42 +487,25 @@ def _append_reasoning(
 # --- client -> store -----------------------------------------------------------------
 
 
-def _decode_base64(value: str, what: str) -> bytes:
-    try:
-        return base64.b64decode(value, validate=True)
-    except (binascii.Error, ValueError) as exc:
-        raise InvalidInputError(f"{what} data is not valid base64") from exc
-
-
 def _part_from_agui(part: ag.ContentPart) -> ContentPart:
     part_metadata = {_PART_ID_METADATA_KEY: part.id} if part.id is not None else None
     if isinstance(part, ag.TextPart):
         return TextPart(text=part.text, metadata=part_metadata)
     source = part.source
+    common: dict[str, Any] = {
+        "type": part.type,
+        "mime_type": source.mime_type,
+        "metadata": part_metadata,
+    }
     if isinstance(source, ag.DataSource):
-        return MediaPart(
-            type=part.type,
-            source="data",
-            data=_decode_base64(source.value, f"{part.type} part"),
-            mime_type=source.mime_type,
-            metadata=part_metadata,
-        )
+        try:
+            data = base64.b64decode(source.value, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise InvalidInputError(f"{part.type} part data is not valid base64") from exc
+        return MediaPart(source="data", data=data, **common)
     if isinstance(source, ag.UrlSource):
-        return MediaPart(
-            type=part.type,
-            source="url",
-            value=source.value,
-            mime_type=source.mime_type,
-            metadata=part_metadata,
-        )
-    return MediaPart(
-        type=part.type,
-        source="file",
-        value=source.value,
-        provider=source.provider,
-        mime_type=source.mime_type,
-        metadata=part_metadata,
-    )
+        return MediaPart(source="url", value=source.value, **common)
+    return MediaPart(source="file", value=source.value, provider=source.provider, **common)
 
 
 def message_create_from_agui(

@@ -91,13 +91,7 @@ ThinkingEvent = (
 )
 """Any of the deprecated THINKING_* events."""
 
-_THINKING_CLASSES: tuple[type[BaseEvent], ...] = (
-    ThinkingStartEvent,
-    ThinkingEndEvent,
-    ThinkingTextMessageStartEvent,
-    ThinkingTextMessageContentEvent,
-    ThinkingTextMessageEndEvent,
-)
+_THINKING_CLASSES: tuple[type[BaseEvent], ...] = get_args(ThinkingEvent)
 
 
 def _wire_type(cls: type[BaseEvent]) -> str:

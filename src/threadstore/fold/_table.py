@@ -117,10 +117,8 @@ class RecordTable:
 
     def message(self, agui_id: str) -> FoldRecord | None:
         """Return this run's message record with that AG-UI id."""
-        found = self.records.get(f"m:{agui_id}")
-        if found is None and ("text", agui_id) in self.aliases:
-            found = self.records.get(self.aliases[("text", agui_id)])  # a holder took the id
-        return found
+        found = self.records.get(f"m:{agui_id}")  # else a holder may have taken the id:
+        return found or self.records.get(self.aliases.get(("text", agui_id), ""))
 
     def tool_call(self, tool_call_id: str) -> FoldRecord | None:
         """Return the tool call record with that AG-UI id."""
