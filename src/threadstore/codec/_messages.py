@@ -135,7 +135,6 @@ class IdsAdded(Generic[_T]):
         return key in self._added or key in self._stored
 
     def add(self, key: _T) -> None:
-        """Note ``key`` as taken."""
         self._added.add(key)
 
 
@@ -193,11 +192,6 @@ class _Ids:
         return None
 
 
-def _agui_metadata(message: Message) -> dict[str, Any] | None:
-    value = message.metadata.get(AGUI_METADATA_KEY)
-    return value if isinstance(value, dict) else None
-
-
 def _source_to_agui(part: MediaPart) -> ag.DataSource | ag.UrlSource | ag.FileSource:
     if part.source == "data":
         if part.data is not None:
@@ -214,15 +208,12 @@ def _source_to_agui(part: MediaPart) -> ag.DataSource | ag.UrlSource | ag.FileSo
     return ag.FileSource(value=part.value, provider=part.provider, mime_type=part.mime_type)
 
 
-def _part_id(metadata: dict[str, Any] | None) -> str | None:
-    value = (metadata or {}).get(_PART_ID_METADATA_KEY)
-    return value if isinstance(value, str) else None
-
-
 def _part_to_agui(part: ContentPart) -> ag.ContentPart:
+    part_id = (part.metadata or {}).get(_PART_ID_METADATA_KEY)
+    part_id = part_id if isinstance(part_id, str) else None
     if isinstance(part, TextPart):
-        return ag.TextPart(text=part.text, id=_part_id(part.metadata))
-    return _MEDIA_PARTS[part.type](source=_source_to_agui(part), id=_part_id(part.metadata))
+        return ag.TextPart(text=part.text, id=part_id)
+    return _MEDIA_PARTS[part.type](source=_source_to_agui(part), id=part_id)
 
 
 def _content(message: Message) -> str | list[ag.ContentPart]:
@@ -258,11 +249,12 @@ def _has_own_form(message: Message) -> bool:
 
 def _own_message(message: Message, message_id: str) -> ag.Message:
     """Translate the message itself, nested records aside (see :func:`_has_own_form`)."""
+    agui = message.metadata.get(AGUI_METADATA_KEY)
     common: dict[str, Any] = {
         "id": message_id,
         "name": message.name,
         "encrypted_value": message.encrypted_value,
-        "metadata": _agui_metadata(message),
+        "metadata": agui if isinstance(agui, dict) else None,
     }
     role = message.role
     if role is Role.USER:

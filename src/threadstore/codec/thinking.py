@@ -135,18 +135,14 @@ def parse_event(data: Mapping[str, Any] | str | bytes) -> BaseEvent:
         raise InvalidInputError(f"invalid {event_type} event: {problems}") from exc
 
 
-def _carried(event: BaseEvent) -> dict[str, Any]:
-    """Return the base fields a translated event keeps from its source."""
-    return {
+def to_reasoning_event(event: ThinkingEvent, message_id: str) -> BaseEvent:
+    """Return the REASONING_* event equivalent to one THINKING_* event, with ``message_id``."""
+    # The base fields a translated event keeps from its source.
+    base: dict[str, Any] = {
         "timestamp": event.timestamp,
         "raw_event": event.raw_event,
         "metadata": event.metadata,
     }
-
-
-def to_reasoning_event(event: ThinkingEvent, message_id: str) -> BaseEvent:
-    """Return the REASONING_* event equivalent to one THINKING_* event, with ``message_id``."""
-    base = _carried(event)
     if isinstance(event, ThinkingStartEvent):
         if event.title is not None:
             base["metadata"] = {**(event.metadata or {}), THINKING_TITLE_METADATA_KEY: event.title}
