@@ -513,12 +513,10 @@ def message_create_from_agui(
             f"a client may only send user, system or developer messages to be stored; "
             f"message {message.id!r} has role {message.role!r}"
         )
-    content: str
+    content = message.content
     parts: list[ContentPart] | None = None
-    if isinstance(message.content, str):
-        content = message.content
-    else:
-        parts = [_part_from_agui(part) for part in message.content]
+    if not isinstance(content, str):
+        parts = [_part_from_agui(part) for part in content]
         content = "\n".join(part.text for part in parts if isinstance(part, TextPart))
     return MessageCreate(
         chat_uuid=chat_uuid,

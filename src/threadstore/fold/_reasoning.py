@@ -77,8 +77,7 @@ def _on_reasoning_content(fold: RecordTable, event: ReasoningMessageContentEvent
         )
         step = open_reasoning(fold, agui_id, event)
     if event.delta:
-        if fold.parts_tail != step.key:
-            fold.grow_segment("reasoning", step)
+        fold.grow_segment("reasoning", step)
         fold.extend(step, event.delta)
 
 

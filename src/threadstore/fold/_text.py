@@ -35,7 +35,7 @@ def _on_text_content(fold: RecordTable, event: TextMessageContentEvent) -> None:
     if record is None:
         fold.warn(f"TEXT_MESSAGE_CONTENT for unknown message {agui_id!r}; the message was opened")
         record, _ = fold.message_for(agui_id, Role.ASSISTANT, event)
-    if event.delta and fold.parts_tail != record.key:
+    if event.delta:
         fold.grow_segment("text", record)
     fold.extend(record, event.delta)
 
