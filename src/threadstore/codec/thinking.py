@@ -95,7 +95,6 @@ _THINKING_CLASSES: tuple[type[BaseEvent], ...] = get_args(ThinkingEvent)
 
 
 def _wire_type(cls: type[BaseEvent]) -> str:
-    """Return the ``type`` string an event class declares as its default."""
     default = cls.model_fields["type"].default
     return str(default.value if isinstance(default, EventType) else default)
 
@@ -171,7 +170,6 @@ class ThinkingTranslator:
         self._reader = StreamReader(run_id if run_id is not None else uuid.uuid4().hex)
 
     def __call__(self, event: BaseEvent) -> BaseEvent:
-        """Return ``event`` translated if it is a THINKING_* event, else ``event`` itself."""
         if isinstance(event, (RunStartedEvent, *_THINKING_CLASSES)):
             # (A new run restarts the id sequence under its own run id.)
             self._reader, (event,) = self._reader.read(event)
