@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from ag_ui import core as ag
 
-from threadstore.codec._messages import Record, translate_with_records
+from threadstore.codec._messages import translate_with_records
 from threadstore.models import Message, MessageStatus
 
 __all__ = ["ExtendedBaseMessage", "extended_messages"]
@@ -36,10 +36,6 @@ class ExtendedBaseMessage(ag.BaseMessage):
     """The record's own id (``message_uuid``, or a tool call's or reasoning step's ``uuid``)."""
 
 
-def _uuid(record: Record) -> str:
-    return str(record.message_uuid if isinstance(record, Message) else record.uuid)
-
-
 def extended_messages(messages: Sequence[Message]) -> list[ExtendedBaseMessage]:
     """Translate stored history as :func:`translate_messages` does, each message extended."""
     out, sources = translate_with_records(messages)
@@ -51,7 +47,7 @@ def extended_messages(messages: Sequence[Message]) -> list[ExtendedBaseMessage]:
             status=record.status,
             # A tool result keeps the error its replay gives it (its call's, or why none came).
             error=fields.get("error", record.error),
-            uuid=_uuid(record),
+            uuid=str(record.message_uuid if isinstance(record, Message) else record.uuid),
         )
         extended.append(ExtendedBaseMessage.model_validate(fields))
     return extended

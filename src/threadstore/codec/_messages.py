@@ -135,7 +135,6 @@ class IdsAdded(Generic[_T]):
         return key in self._added or key in self._stored
 
     def add(self, key: _T) -> None:
-        """Note ``key`` as taken."""
         self._added.add(key)
 
 
@@ -193,11 +192,6 @@ class _Ids:
         return None
 
 
-def _agui_metadata(message: Message) -> dict[str, Any] | None:
-    value = message.metadata.get(AGUI_METADATA_KEY)
-    return value if isinstance(value, dict) else None
-
-
 def _source_to_agui(part: MediaPart) -> ag.DataSource | ag.UrlSource | ag.FileSource:
     if part.source == "data":
         if part.data is not None:
@@ -214,15 +208,12 @@ def _source_to_agui(part: MediaPart) -> ag.DataSource | ag.UrlSource | ag.FileSo
     return ag.FileSource(value=part.value, provider=part.provider, mime_type=part.mime_type)
 
 
-def _part_id(metadata: dict[str, Any] | None) -> str | None:
-    value = (metadata or {}).get(_PART_ID_METADATA_KEY)
-    return value if isinstance(value, str) else None
-
-
 def _part_to_agui(part: ContentPart) -> ag.ContentPart:
+    part_id = (part.metadata or {}).get(_PART_ID_METADATA_KEY)
+    part_id = part_id if isinstance(part_id, str) else None
     if isinstance(part, TextPart):
-        return ag.TextPart(text=part.text, id=_part_id(part.metadata))
-    return _MEDIA_PARTS[part.type](source=_source_to_agui(part), id=_part_id(part.metadata))
+        return ag.TextPart(text=part.text, id=part_id)
+    return _MEDIA_PARTS[part.type](source=_source_to_agui(part), id=part_id)
 
 
 def _content(message: Message) -> str | list[ag.ContentPart]:
@@ -258,11 +249,12 @@ def _has_own_form(message: Message) -> bool:
 
 def _own_message(message: Message, message_id: str) -> ag.Message:
     """Translate the message itself, nested records aside (see :func:`_has_own_form`)."""
+    agui = message.metadata.get(AGUI_METADATA_KEY)
     common: dict[str, Any] = {
         "id": message_id,
         "name": message.name,
         "encrypted_value": message.encrypted_value,
-        "metadata": _agui_metadata(message),
+        "metadata": agui if isinstance(agui, dict) else None,
     }
     role = message.role
     if role is Role.USER:
@@ -487,42 +479,25 @@ def _append_reasoning(
 # --- client -> store -----------------------------------------------------------------
 
 
-def _decode_base64(value: str, what: str) -> bytes:
-    try:
-        return base64.b64decode(value, validate=True)
-    except (binascii.Error, ValueError) as exc:
-        raise InvalidInputError(f"{what} data is not valid base64") from exc
-
-
 def _part_from_agui(part: ag.ContentPart) -> ContentPart:
     part_metadata = {_PART_ID_METADATA_KEY: part.id} if part.id is not None else None
     if isinstance(part, ag.TextPart):
         return TextPart(text=part.text, metadata=part_metadata)
     source = part.source
+    common: dict[str, Any] = {
+        "type": part.type,
+        "mime_type": source.mime_type,
+        "metadata": part_metadata,
+    }
     if isinstance(source, ag.DataSource):
-        return MediaPart(
-            type=part.type,
-            source="data",
-            data=_decode_base64(source.value, f"{part.type} part"),
-            mime_type=source.mime_type,
-            metadata=part_metadata,
-        )
+        try:
+            data = base64.b64decode(source.value, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise InvalidInputError(f"{part.type} part data is not valid base64") from exc
+        return MediaPart(source="data", data=data, **common)
     if isinstance(source, ag.UrlSource):
-        return MediaPart(
-            type=part.type,
-            source="url",
-            value=source.value,
-            mime_type=source.mime_type,
-            metadata=part_metadata,
-        )
-    return MediaPart(
-        type=part.type,
-        source="file",
-        value=source.value,
-        provider=source.provider,
-        mime_type=source.mime_type,
-        metadata=part_metadata,
-    )
+        return MediaPart(source="url", value=source.value, **common)
+    return MediaPart(source="file", value=source.value, provider=source.provider, **common)
 
 
 def message_create_from_agui(
@@ -538,12 +513,10 @@ def message_create_from_agui(
             f"a client may only send user, system or developer messages to be stored; "
             f"message {message.id!r} has role {message.role!r}"
         )
-    content: str
+    content = message.content
     parts: list[ContentPart] | None = None
-    if isinstance(message.content, str):
-        content = message.content
-    else:
-        parts = [_part_from_agui(part) for part in message.content]
+    if not isinstance(content, str):
+        parts = [_part_from_agui(part) for part in content]
         content = "\n".join(part.text for part in parts if isinstance(part, TextPart))
     return MessageCreate(
         chat_uuid=chat_uuid,

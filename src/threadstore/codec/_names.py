@@ -36,14 +36,12 @@ def chat_name_from_text(text: str) -> str | None:
 def chat_name_from_messages(messages: Iterable[ag.Message]) -> str | None:
     """The name of a chat whose first run sends ``messages``: its first user text, bounded."""
     for message in messages:
-        if not isinstance(message, ag.UserMessage):
-            continue
-        content = message.content
-        if isinstance(content, str):
-            text = content
-        else:
-            text = " ".join(part.text for part in content if isinstance(part, ag.TextInputContent))
-        name = chat_name_from_text(text)
-        if name is not None:
-            return name
+        if isinstance(message, ag.UserMessage):
+            content = message.content
+            if not isinstance(content, str):
+                parts = (part.text for part in content if isinstance(part, ag.TextInputContent))
+                content = " ".join(parts)
+            name = chat_name_from_text(content)
+            if name is not None:
+                return name
     return None

@@ -91,17 +91,10 @@ ThinkingEvent = (
 )
 """Any of the deprecated THINKING_* events."""
 
-_THINKING_CLASSES: tuple[type[BaseEvent], ...] = (
-    ThinkingStartEvent,
-    ThinkingEndEvent,
-    ThinkingTextMessageStartEvent,
-    ThinkingTextMessageContentEvent,
-    ThinkingTextMessageEndEvent,
-)
+_THINKING_CLASSES: tuple[type[BaseEvent], ...] = get_args(ThinkingEvent)
 
 
 def _wire_type(cls: type[BaseEvent]) -> str:
-    """Return the ``type`` string an event class declares as its default."""
     default = cls.model_fields["type"].default
     return str(default.value if isinstance(default, EventType) else default)
 
@@ -141,18 +134,14 @@ def parse_event(data: Mapping[str, Any] | str | bytes) -> BaseEvent:
         raise InvalidInputError(f"invalid {event_type} event: {problems}") from exc
 
 
-def _carried(event: BaseEvent) -> dict[str, Any]:
-    """Return the base fields a translated event keeps from its source."""
-    return {
+def to_reasoning_event(event: ThinkingEvent, message_id: str) -> BaseEvent:
+    """Return the REASONING_* event equivalent to one THINKING_* event, with ``message_id``."""
+    # The base fields a translated event keeps from its source.
+    base: dict[str, Any] = {
         "timestamp": event.timestamp,
         "raw_event": event.raw_event,
         "metadata": event.metadata,
     }
-
-
-def to_reasoning_event(event: ThinkingEvent, message_id: str) -> BaseEvent:
-    """Return the REASONING_* event equivalent to one THINKING_* event, with ``message_id``."""
-    base = _carried(event)
     if isinstance(event, ThinkingStartEvent):
         if event.title is not None:
             base["metadata"] = {**(event.metadata or {}), THINKING_TITLE_METADATA_KEY: event.title}
@@ -181,7 +170,6 @@ class ThinkingTranslator:
         self._reader = StreamReader(run_id if run_id is not None else uuid.uuid4().hex)
 
     def __call__(self, event: BaseEvent) -> BaseEvent:
-        """Return ``event`` translated if it is a THINKING_* event, else ``event`` itself."""
         if isinstance(event, (RunStartedEvent, *_THINKING_CLASSES)):
             # (A new run restarts the id sequence under its own run id.)
             self._reader, (event,) = self._reader.read(event)

@@ -187,9 +187,8 @@ def _on_custom(fold: RecordTable, event: CustomEvent) -> None:
     if isinstance(data_id, str):
         if fold.replace_data_part(event.name, data_id, payload):
             return
-        fold.add_data_part({"type": "data", "name": event.name, "id": data_id, **payload})
-    else:
-        fold.add_data_part({"type": "data", "name": event.name, **payload})
+        payload = {"id": data_id, **payload}
+    fold.add_data_part({"type": "data", "name": event.name, **payload})
 
 
 HANDLERS: dict[str, Handler] = {

@@ -34,10 +34,7 @@ __all__ = [
 
 def stored_ids(messages: Iterable[Message]) -> set[str]:
     """Every id a client may echo for stored history: AG-UI ids, uuids, tool call and result ids."""
-    ids: set[str] = set()
-    for message in messages:
-        ids.update(_echoable(message))
-    return ids
+    return {key for message in messages for key in _echoable(message)}
 
 
 def _echoable(message: Message) -> Iterator[str]:

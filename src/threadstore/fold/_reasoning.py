@@ -54,14 +54,6 @@ def open_reasoning(
     return step
 
 
-def _reasoning_target(fold: RecordTable, agui_id: str, event: BaseEvent, what: str) -> FoldRecord:
-    step = fold.reasoning(agui_id)
-    if step is None:
-        fold.warn(f"{what} for unknown reasoning message {agui_id!r}; it was opened")
-        step = open_reasoning(fold, agui_id, event)
-    return step
-
-
 def _on_reasoning_start(fold: RecordTable, event: ReasoningStartEvent) -> None:
     fold._span = event.message_id
     fold._spans.setdefault(event.message_id, [])
@@ -77,10 +69,15 @@ def _on_reasoning_message_start(fold: RecordTable, event: ReasoningMessageStartE
 
 
 def _on_reasoning_content(fold: RecordTable, event: ReasoningMessageContentEvent) -> None:
-    step = _reasoning_target(fold, event.message_id, event, "REASONING_MESSAGE_CONTENT")
+    agui_id = event.message_id
+    step = fold.reasoning(agui_id)
+    if step is None:
+        fold.warn(
+            f"REASONING_MESSAGE_CONTENT for unknown reasoning message {agui_id!r}; it was opened"
+        )
+        step = open_reasoning(fold, agui_id, event)
     if event.delta:
-        if fold.parts_tail != step.key:
-            fold.grow_segment("reasoning", step)
+        fold.grow_segment("reasoning", step)
         fold.extend(step, event.delta)
 
 

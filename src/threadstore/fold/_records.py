@@ -33,7 +33,6 @@ class ContentBuffer:
         self._limit = _MIN_UNJOINED
 
     def append(self, delta: str) -> None:
-        """Add ``delta`` at the end."""
         if delta:
             self._parts.append(delta)
             self._joined = None
@@ -41,7 +40,6 @@ class ContentBuffer:
                 self._join()
 
     def replace(self, text: str) -> None:
-        """Make ``text`` the whole content."""
         self._parts = [text] if text else []
         self._joined = text
 
@@ -111,7 +109,6 @@ class FoldRecord:
 
     @property
     def content(self) -> str:
-        """The accumulated text."""
         return self.text.text
 
 

@@ -72,7 +72,11 @@ def _snapshot_message(fold: RecordTable, message: Any) -> None:
             create = message_create_from_agui(message, UUID(int=0), fold.run_id)
         except InvalidInputError as exc:
             fold.warn(f"snapshot message {message.id!r}: {exc}; stored as text only")
-            record.text.replace(_text_of(message))
+            text = message.content
+            if not isinstance(text, str):
+                parts = (part.text for part in text if isinstance(part, TextInputContent))
+                text = "\n".join(parts)  # the text parts, as the other parts cannot be stored
+            record.text.replace(text)
         else:
             record.text.replace(create.content)
             record.content_parts = create.content_parts
@@ -82,13 +86,6 @@ def _snapshot_message(fold: RecordTable, message: Any) -> None:
         record.name, record.encrypted_value = message.name, message.encrypted_value
         _snapshot_calls(fold, record, message)
     fold.close(record)
-
-
-def _text_of(message: UserMessage | SystemMessage | DeveloperMessage) -> str:
-    """The text parts of a message whose other parts cannot be stored, as its content."""
-    if isinstance(message.content, str):
-        return message.content
-    return "\n".join(part.text for part in message.content if isinstance(part, TextInputContent))
 
 
 def _snapshot_calls(fold: RecordTable, record: FoldRecord, message: AssistantMessage) -> None:

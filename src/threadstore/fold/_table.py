@@ -107,31 +107,24 @@ class RecordTable:
 
     @property
     def active_step(self) -> str | None:
-        """The innermost step started and not yet finished."""
         return self.steps[-1] if self.steps else None
 
     @property
     def run_id(self) -> str:
-        """The run this fold belongs to."""
         return self.run.run_id
 
     def message(self, agui_id: str) -> FoldRecord | None:
         """Return this run's message record with that AG-UI id."""
-        found = self.records.get(f"m:{agui_id}")
-        if found is None and ("text", agui_id) in self.aliases:
-            found = self.records.get(self.aliases[("text", agui_id)])  # a holder took the id
-        return found
+        found = self.records.get(f"m:{agui_id}")  # else a holder may have taken the id:
+        return found or self.records.get(self.aliases.get(("text", agui_id), ""))
 
     def tool_call(self, tool_call_id: str) -> FoldRecord | None:
-        """Return the tool call record with that AG-UI id."""
         return self.records.get(f"t:{tool_call_id}")
 
     def reasoning(self, agui_id: str) -> FoldRecord | None:
-        """Return the reasoning step record with that AG-UI reasoning message id."""
         return self.records.get(f"r:{agui_id}")
 
     def children(self, message: FoldRecord) -> list[FoldRecord]:
-        """Return the tool calls and reasoning steps nested in ``message``, in order."""
         return [r for r in self.records.values() if r.parent_key == message.key]
 
     def last_message(self) -> FoldRecord | None:

@@ -3,25 +3,15 @@
 from __future__ import annotations
 
 from ag_ui.core import (
-    BaseEvent,
     TextMessageContentEvent,
     TextMessageEndEvent,
     TextMessageStartEvent,
 )
 
-from threadstore.fold._records import FoldRecord
 from threadstore.fold._table import Handler, RecordTable
 from threadstore.models import MessageStatus, Role
 
 __all__ = ["HANDLERS"]
-
-
-def _text_target(fold: RecordTable, agui_id: str, event: BaseEvent, what: str) -> FoldRecord:
-    record = fold.find(agui_id, Role.ASSISTANT)
-    if record is None:
-        fold.warn(f"{what} for unknown message {agui_id!r}; the message was opened")
-        record, _ = fold.message_for(agui_id, Role.ASSISTANT, event)
-    return record
 
 
 def _on_text_start(fold: RecordTable, event: TextMessageStartEvent) -> None:
@@ -40,8 +30,12 @@ def _on_text_start(fold: RecordTable, event: TextMessageStartEvent) -> None:
 
 
 def _on_text_content(fold: RecordTable, event: TextMessageContentEvent) -> None:
-    record = _text_target(fold, event.message_id, event, "TEXT_MESSAGE_CONTENT")
-    if event.delta and fold.parts_tail != record.key:
+    agui_id = event.message_id
+    record = fold.find(agui_id, Role.ASSISTANT)
+    if record is None:
+        fold.warn(f"TEXT_MESSAGE_CONTENT for unknown message {agui_id!r}; the message was opened")
+        record, _ = fold.message_for(agui_id, Role.ASSISTANT, event)
+    if event.delta:
         fold.grow_segment("text", record)
     fold.extend(record, event.delta)
 
